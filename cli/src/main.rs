@@ -1,0 +1,37 @@
+//! `zoo`: the command line of zoo. Parsing and printing only; the work lives in the libraries.
+
+mod inspect;
+
+use clap::{Parser, Subcommand};
+
+/// zoo runs Hugging Face transformer and diffusion checkpoints from Rust, eagerly on CPU/CUDA
+/// and compiled through PJRT plugins (TPU, GPU, XLA CPU).
+///
+/// A MODEL is a local folder (config.json + safetensors), a single .safetensors or .gguf file,
+/// or a Hub repo id `org/name[@revision]` looked up in the Hugging Face cache (HF_HOME,
+/// HF_HUB_CACHE) and downloaded unless HF_HUB_OFFLINE=1.
+#[derive(Parser)]
+#[command(name = "zoo", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Inspect(inspect::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! zoo-diffusers: diffusion model families and schedulers (filled by the diffusion issues).

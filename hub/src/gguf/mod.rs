@@ -1,0 +1,123 @@
+//! GGUF: llama.cpp checkpoints read as HF architectures.
+//!
+//! [`open`] reads a `.gguf` file's header and presents it the way an HF checkpoint folder
+//! looks: an [`Inventory`] under HF tensor names and shapes (with llama.cpp's Q/K row order
+//! marked for undoing on read), a `config.json`, a `tokenizer.json` and a
+//! `tokenizer_config.json`, each built from the file's metadata. Tensor data stays in the file
+//! and is dequantized by [`Weights`](crate::Weights) when a tensor is read.
+
+mod config;
+mod dequant;
+mod names;
+pub mod reader;
+mod tokenizer;
+
+use std::path::Path;
+
+use crate::error::{HubError, Result};
+use crate::inventory::{Inventory, TensorInfo, Transform};
+
+pub use dequant::dequantize;
+pub use reader::{parse, read, Array, GgufFile, GgufTensor, Metadata, Value};
+
+/// The architectures whose tensors and config zoo maps to HF.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+
+/// A GGUF file seen as an HF checkpoint.
+#[derive(Clone, Debug)]
+pub struct GgufCheckpoint {
+    /// Every tensor under its HF name and shape, pointing into the GGUF file.
+    pub inventory: Inventory,
+    /// The file's metadata, as stored.
+    pub metadata: Metadata,
+    /// The `config.json` equivalent.
+    pub config: serde_json::Value,
+    /// The `tokenizer.json` equivalent (HF tokenizers' format), when the file holds a tokenizer.
+    pub tokenizer: Option<serde_json::Value>,
+    /// The `tokenizer_config.json` equivalent, when the file holds a tokenizer.
+    pub tokenizer_config: Option<serde_json::Value>,
+    /// GGUF format version (2 or 3).
+    pub version: u32,
+    /// `general.architecture` (`"llama"`).
+    pub architecture: String,
+}
+
+/// Opens the GGUF file at `path` as an HF checkpoint, reading its header only.
+///
+/// Errors are [`HubError::Gguf`] naming the file and what is wrong: a malformed file, an
+/// architecture other than those in [`SUPPORTED_ARCHITECTURES`], a tensor name that has no HF
+/// counterpart, a missing metadata key.
+pub fn open(path: &Path) -> Result<GgufCheckpoint> {
+    let file = read(path)?;
+    from_file(file)
+}
+
+/// Builds the HF view of an already parsed GGUF file.
+pub fn from_file(file: GgufFile) -> Result<GgufCheckpoint> {
+    let err = |reason: String| HubError::Gguf {
+        path: file.path.clone(),
+        reason,
+    };
+    let arch = file
+        .metadata
+        .get_str("general.architecture")
+        .ok_or_else(|| {
+            err("metadata key general.architecture is missing or not a string; the file was not written by a llama.cpp converter".into())
+        })?
+        .to_string();
+    if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+        return Err(err(format!(
+            "architecture {arch:?} is not supported; zoo maps GGUF files of these architectures to HF: {}",
+            SUPPORTED_ARCHITECTURES.join(", ")
+        )));
+    }
+
+    let config = config::llama_config(&file).map_err(err)?;
+    let heads = config["num_attention_heads"].as_u64().unwrap_or(0) as usize;
+    let kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(0) as usize;
+
+    let mut inventory = Inventory::default();
+    for t in &file.tensors {
+        let Some(mapped) = names::llama_name(&t.name).map_err(err)? else {
+            continue;
+        };
+        let transform = match mapped.qk {
+            Some(names::Qk::Q) => Transform::UnpermuteQk { heads },
+            Some(names::Qk::K) => Transform::UnpermuteQk { heads: kv_heads },
+            None => Transform::None,
+        };
+        if let Transform::UnpermuteQk { heads } = transform {
+            let rows = t.dims.last().copied().unwrap_or(0);
+            if heads == 0 || !rows.is_multiple_of(2 * heads as u64) {
+                return Err(err(format!(
+                    "tensor {:?} has {rows} rows, which do not split into {heads} heads of even size; the head counts in the metadata do not match the tensors",
+                    t.name
+                )));
+            }
+        }
+        inventory.push(TensorInfo {
+            name: mapped.name,
+            dtype: t.dtype,
+            shape: t.hf_shape(),
+            nbytes: t.nbytes,
+            file: file.path.clone(),
+            offset: t.offset,
+            transform,
+        })?;
+    }
+
+    let (tokenizer, tokenizer_config) = match tokenizer::build(&file).map_err(err)? {
+        Some((tok, cfg)) => (Some(tok), Some(cfg)),
+        None => (None, None),
+    };
+
+    Ok(GgufCheckpoint {
+        inventory,
+        config,
+        tokenizer,
+        tokenizer_config,
+        version: file.version,
+        architecture: arch,
+        metadata: file.metadata,
+    })
+}

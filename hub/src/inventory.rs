@@ -1,0 +1,175 @@
+//! The inventory: every tensor of a checkpoint (name, dtype, shape, bytes, file, offset), built
+//! from headers alone. The device-map planner sizes a deployment from it without reading data.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::dtype::Dtype;
+use crate::error::{HubError, Result};
+use crate::safetensors;
+
+/// How stored values map onto the HF tensor beyond dtype and shape.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transform {
+    /// Stored exactly as the HF tensor.
+    #[default]
+    None,
+    /// llama.cpp stores `q_proj`/`k_proj` rows with each head's two rotary halves interleaved;
+    /// reading undoes that permutation for `heads` heads.
+    UnpermuteQk { heads: usize },
+}
+
+/// One stored tensor, described from its file's header.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    /// The HF name (`model.layers.0.self_attn.q_proj.weight`).
+    pub name: String,
+    /// The stored element type.
+    pub dtype: Dtype,
+    /// The HF shape (row-major, outermost first).
+    pub shape: Vec<usize>,
+    /// Bytes the stored data takes in the file.
+    pub nbytes: u64,
+    /// The file holding the data.
+    pub file: PathBuf,
+    /// Absolute byte offset of the data in `file`.
+    pub offset: u64,
+    /// What reading must undo (GGUF layouts); `Transform::None` for safetensors.
+    pub transform: Transform,
+}
+
+impl TensorInfo {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes this tensor takes once converted to `dtype` (a plain type).
+    pub fn bytes_as(&self, dtype: Dtype) -> u64 {
+        self.numel() as u64 * dtype.plain_size()
+    }
+}
+
+/// Every tensor of a checkpoint across all its files, looked up by HF name.
+#[derive(Clone, Debug, Default)]
+pub struct Inventory {
+    files: Vec<PathBuf>,
+    tensors: Vec<TensorInfo>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Inventory {
+    /// Reads the headers of the given safetensors files (e.g. every shard of a checkpoint).
+    pub fn from_safetensors(files: &[PathBuf]) -> Result<Inventory> {
+        let mut inv = Inventory::default();
+        for file in files {
+            let header = safetensors::read_header(file)?;
+            inv.files.push(file.clone());
+            for t in header.tensors {
+                inv.push(t)?;
+            }
+        }
+        Ok(inv)
+    }
+
+    /// Adds one tensor; a name seen before is an error naming both files.
+    pub fn push(&mut self, info: TensorInfo) -> Result<()> {
+        if let Some(&i) = self.by_name.get(&info.name) {
+            return Err(HubError::DuplicateTensor {
+                tensor: info.name,
+                first: self.tensors[i].file.clone(),
+                second: info.file,
+            });
+        }
+        if !self.files.contains(&info.file) {
+            self.files.push(info.file.clone());
+        }
+        self.by_name.insert(info.name.clone(), self.tensors.len());
+        self.tensors.push(info);
+        Ok(())
+    }
+
+    /// The files the tensors live in, in the order they were read.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// All tensors, file by file in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor called `name`, if present.
+    pub fn get(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The tensor called `name`, or a [`HubError::MissingTensor`] that lists the files searched
+    /// and the nearest names present.
+    pub fn require(&self, name: &str) -> Result<&TensorInfo> {
+        self.get(name).ok_or_else(|| self.missing(name))
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether the inventory holds no tensor.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Total stored bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.nbytes).sum()
+    }
+
+    /// (tensor count, stored bytes) per stored dtype, sorted by dtype name.
+    pub fn totals_by_dtype(&self) -> BTreeMap<&'static str, (usize, u64)> {
+        let mut totals = BTreeMap::new();
+        for t in &self.tensors {
+            let e = totals.entry(t.dtype.name()).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += t.nbytes;
+        }
+        totals
+    }
+
+    /// The error for a tensor that is not here, naming the files and the closest names present.
+    pub fn missing(&self, name: &str) -> HubError {
+        let files = self
+            .files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        // The names sharing the longest prefix are the likely intended ones (a renamed module, a
+        // missing `model.` prefix).
+        let best = self
+            .tensors
+            .iter()
+            .map(|t| (common_prefix(&t.name, name), &t.name))
+            .max_by_key(|(n, _)| *n);
+        let hint = match best {
+            Some((_, near)) => format!(
+                "the nearest name present is {near:?}; check that the checkpoint matches the architecture in config.json"
+            ),
+            None => "the checkpoint holds no tensors".to_string(),
+        };
+        HubError::MissingTensor {
+            tensor: name.to_string(),
+            files,
+            hint,
+        }
+    }
+}
+
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
+/// Convenience for a single file.
+pub fn inventory_of(path: &Path) -> Result<Inventory> {
+    Inventory::from_safetensors(&[path.to_path_buf()])
+}

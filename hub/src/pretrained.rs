@@ -1,0 +1,154 @@
+//! [`Pretrained`]: one model's files as `from_pretrained` sees them — config, generation
+//! config, tokenizer files and weights — from a folder, a file, or a Hub repo id.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::checkpoint::{find_checkpoint, Checkpoint, ModelIndex};
+use crate::config::{read_json, GenerationConfig, PretrainedConfig, TokenizerConfig};
+use crate::error::{io_err, Result};
+use crate::source::{ModelFiles, Source};
+
+/// A model to load, resolved to where its files are.
+#[derive(Clone, Debug)]
+pub struct Pretrained {
+    files: ModelFiles,
+    /// A diffusers component folder (`unet`, `vae`, `text_encoder`), or none for the root.
+    subfolder: Option<String>,
+    /// A weights variant such as `fp16`.
+    variant: Option<String>,
+}
+
+impl Pretrained {
+    /// Resolves `input` (folder, file, or `org/name[@revision]`) with the default Hub cache and
+    /// download policy.
+    pub fn open(input: &str) -> Result<Pretrained> {
+        Ok(Pretrained::from_files(ModelFiles::new(Source::parse(input)?)))
+    }
+
+    /// Wraps already-resolved files.
+    pub fn from_files(files: ModelFiles) -> Pretrained {
+        Pretrained {
+            files,
+            subfolder: None,
+            variant: None,
+        }
+    }
+
+    /// The same model, reading the weights variant `variant` (`"fp16"`).
+    pub fn with_variant(mut self, variant: Option<&str>) -> Pretrained {
+        self.variant = variant.map(str::to_string);
+        self
+    }
+
+    /// A component of a diffusers pipeline (its subfolder, e.g. `"unet"`).
+    pub fn component(&self, name: &str) -> Pretrained {
+        let sub = match &self.subfolder {
+            Some(s) => format!("{s}/{name}"),
+            None => name.to_string(),
+        };
+        Pretrained {
+            files: self.files.clone(),
+            subfolder: Some(sub),
+            variant: self.variant.clone(),
+        }
+    }
+
+    /// Where the files come from.
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+
+    fn rel(&self, file: &str) -> String {
+        match &self.subfolder {
+            Some(s) => format!("{s}/{file}"),
+            None => file.to_string(),
+        }
+    }
+
+    /// The GGUF file behind this model, when the source is one.
+    fn gguf_path(&self) -> Option<&Path> {
+        match self.files.source() {
+            Source::File(p) if p.extension().is_some_and(|e| e == "gguf") => Some(p),
+            _ => None,
+        }
+    }
+
+    /// `config.json` (for a GGUF file, the config its metadata describes).
+    pub fn config(&self) -> Result<PretrainedConfig> {
+        if let Some(path) = self.gguf_path() {
+            let ck = crate::gguf::open(path)?;
+            return PretrainedConfig::from_value(ck.config, path);
+        }
+        let path = self.files.get(&self.rel("config.json"))?;
+        PretrainedConfig::from_file(&path)
+    }
+
+    /// `generation_config.json`, when the model has one.
+    pub fn generation_config(&self) -> Result<Option<GenerationConfig>> {
+        match self.files.get_optional(&self.rel("generation_config.json"))? {
+            Some(p) => Ok(Some(GenerationConfig::from_file(&p)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `tokenizer_config.json`, with the chat template of a separate `chat_template.jinja`
+    /// (where newer checkpoints keep it) filled in when the JSON has none.
+    pub fn tokenizer_config(&self) -> Result<Option<TokenizerConfig>> {
+        if let Some(path) = self.gguf_path() {
+            let ck = crate::gguf::open(path)?;
+            return match ck.tokenizer_config {
+                Some(v) => Ok(Some(crate::config::parse_json(
+                    path,
+                    &serde_json::to_vec(&v).unwrap_or_default(),
+                )?)),
+                None => Ok(None),
+            };
+        }
+        let Some(path) = self.files.get_optional(&self.rel("tokenizer_config.json"))? else {
+            return Ok(None);
+        };
+        let mut config = TokenizerConfig::from_file(&path)?;
+        if config.chat_template.is_none() {
+            if let Some(jinja) = self.files.get_optional(&self.rel("chat_template.jinja"))? {
+                let text = std::fs::read_to_string(&jinja).map_err(io_err(&jinja))?;
+                config.chat_template = Some(crate::config::ChatTemplate::One(text));
+            }
+        }
+        Ok(Some(config))
+    }
+
+    /// `tokenizer.json` as JSON (for a GGUF file, the tokenizer its vocabulary describes).
+    pub fn tokenizer_json(&self) -> Result<Option<Value>> {
+        if let Some(path) = self.gguf_path() {
+            return Ok(crate::gguf::open(path)?.tokenizer);
+        }
+        match self.files.get_optional(&self.rel("tokenizer.json"))? {
+            Some(p) => Ok(Some(read_json(&p)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The path of `tokenizer.json`, when it is a file.
+    pub fn tokenizer_path(&self) -> Result<Option<PathBuf>> {
+        self.files.get_optional(&self.rel("tokenizer.json"))
+    }
+
+    /// `model_index.json` of a diffusers pipeline, when this is one.
+    pub fn model_index(&self) -> Result<Option<ModelIndex>> {
+        match self.files.get_optional(&self.rel("model_index.json"))? {
+            Some(p) => Ok(Some(ModelIndex::from_file(&p)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The weights and their inventory (headers only; no tensor data is read).
+    pub fn checkpoint(&self) -> Result<Checkpoint> {
+        find_checkpoint(
+            &self.files,
+            self.subfolder.as_deref(),
+            self.variant.as_deref(),
+        )
+    }
+}

@@ -1,0 +1,270 @@
+//! Memory-mapped access to a checkpoint's tensor bytes, and conversion to the asked dtype on load.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use memmap2::Mmap;
+
+use crate::dtype::Dtype;
+use crate::error::{io_err, HubError, Result};
+use crate::inventory::{Inventory, TensorInfo, Transform};
+
+/// A checkpoint opened for reading: its inventory plus one read-only memory map per file.
+///
+/// Opening maps the files and reads nothing; each [`Weights::tensor`] is a zero-copy view.
+pub struct Weights {
+    inventory: Inventory,
+    maps: HashMap<PathBuf, Mmap>,
+}
+
+impl std::fmt::Debug for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Weights")
+            .field("files", &self.inventory.files())
+            .field("tensors", &self.inventory.len())
+            .finish()
+    }
+}
+
+impl Weights {
+    /// Maps every file of `inventory`. A file that shrank since its header was read is refused.
+    pub fn open(inventory: Inventory) -> Result<Weights> {
+        let mut maps = HashMap::new();
+        for path in inventory.files() {
+            let file = File::open(path).map_err(io_err(path))?;
+            // SAFETY: the map is read-only; zoo never writes checkpoint files while they are
+            // open, and every read below is bounds-checked against the map's length.
+            let map = unsafe { Mmap::map(&file) }.map_err(io_err(path))?;
+            maps.insert(path.clone(), map);
+        }
+        for t in inventory.tensors() {
+            let len = maps.get(&t.file).map_or(0, |m| m.len() as u64);
+            if t.offset.checked_add(t.nbytes).is_none_or(|end| end > len) {
+                return Err(HubError::BadTensor {
+                    path: t.file.clone(),
+                    tensor: t.name.clone(),
+                    reason: format!(
+                        "its data (offset {}, {} bytes) lies past the end of the file ({len} bytes); the file was truncated",
+                        t.offset, t.nbytes
+                    ),
+                });
+            }
+        }
+        Ok(Weights { inventory, maps })
+    }
+
+    /// Opens safetensors files (every shard of a checkpoint) in one step.
+    pub fn from_safetensors(files: &[PathBuf]) -> Result<Weights> {
+        Weights::open(Inventory::from_safetensors(files)?)
+    }
+
+    /// The inventory.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    /// A zero-copy view of the tensor called `name`.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
+        let info = self.inventory.require(name)?;
+        Ok(self.view(info))
+    }
+
+    /// A view of a tensor taken from this checkpoint's inventory.
+    pub fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
+        // `open` checked every range, and the inventory is immutable since.
+        let map = &self.maps[&info.file];
+        let start = info.offset as usize;
+        TensorView {
+            info,
+            data: &map[start..start + info.nbytes as usize],
+        }
+    }
+
+    /// Tells the OS that the pages of `name` are no longer needed, so that a model that copies
+    /// its weights into its own buffers does not keep the mapped file resident as well.
+    pub fn release(&self, name: &str) {
+        let Some(info) = self.inventory.get(name) else {
+            return;
+        };
+        let Some(map) = self.maps.get(&info.file) else {
+            return;
+        };
+        let page = 4096u64;
+        let start = info.offset.div_ceil(page) * page;
+        let end = (info.offset + info.nbytes) / page * page;
+        if end > start {
+            // Only whole pages inside this tensor are dropped. SAFETY: the map is a read-only
+            // shared file mapping, so a dropped page is re-read from the file on the next touch
+            // and no later read sees different bytes.
+            #[cfg(unix)]
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start as usize,
+                    (end - start) as usize,
+                )
+            };
+        }
+    }
+
+    /// The files behind this checkpoint.
+    pub fn files(&self) -> Vec<&Path> {
+        self.inventory.files().iter().map(PathBuf::as_path).collect()
+    }
+}
+
+/// The stored bytes of one tensor, with conversions to the common host element types.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    pub info: &'a TensorInfo,
+    pub data: &'a [u8],
+}
+
+macro_rules! le_chunks {
+    ($data:expr, $n:literal, $t:ty) => {
+        $data
+            .chunks_exact($n)
+            .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunks_exact yields $n bytes")))
+    };
+}
+
+impl TensorView<'_> {
+    /// The values as f32, dequantizing or widening as needed.
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
+        let d = self.data;
+        let v: Vec<f32> = match self.info.dtype {
+            Dtype::F32 => le_chunks!(d, 4, f32).collect(),
+            Dtype::F16 => le_chunks!(d, 2, u16).map(|b| f16::from_bits(b).to_f32()).collect(),
+            Dtype::BF16 => le_chunks!(d, 2, u16).map(|b| bf16::from_bits(b).to_f32()).collect(),
+            Dtype::F64 => le_chunks!(d, 8, f64).map(|x| x as f32).collect(),
+            Dtype::F8E4M3 => d.iter().map(|&b| f8e4m3_to_f32(b)).collect(),
+            Dtype::F8E5M2 => d.iter().map(|&b| f16::from_bits((b as u16) << 8).to_f32()).collect(),
+            Dtype::Bool | Dtype::U8 => d.iter().map(|&b| b as f32).collect(),
+            Dtype::I8 => d.iter().map(|&b| b as i8 as f32).collect(),
+            Dtype::I16 => le_chunks!(d, 2, i16).map(|x| x as f32).collect(),
+            Dtype::I32 => le_chunks!(d, 4, i32).map(|x| x as f32).collect(),
+            Dtype::I64 => le_chunks!(d, 8, i64).map(|x| x as f32).collect(),
+            Dtype::Quantized(q) => crate::gguf::dequantize(q, d, self.info.numel()).map_err(
+                |reason| HubError::BadTensor {
+                    path: self.info.file.clone(),
+                    tensor: self.info.name.clone(),
+                    reason,
+                },
+            )?,
+        };
+        Ok(self.untransform(v))
+    }
+
+    /// The values as f16 (a copy when stored as f16, a rounding conversion otherwise).
+    pub fn to_f16(&self) -> Result<Vec<f16>> {
+        if self.info.dtype == Dtype::F16 {
+            let v = le_chunks!(self.data, 2, u16).map(f16::from_bits).collect();
+            return Ok(self.untransform(v));
+        }
+        Ok(self.to_f32()?.into_iter().map(f16::from_f32).collect())
+    }
+
+    /// The values as bf16 (a copy when stored as bf16, a rounding conversion otherwise).
+    pub fn to_bf16(&self) -> Result<Vec<bf16>> {
+        if self.info.dtype == Dtype::BF16 {
+            let v = le_chunks!(self.data, 2, u16).map(bf16::from_bits).collect();
+            return Ok(self.untransform(v));
+        }
+        Ok(self.to_f32()?.into_iter().map(bf16::from_f32).collect())
+    }
+
+    /// The values as f64 (exact for every stored float and integer type up to 2^53).
+    pub fn to_f64(&self) -> Result<Vec<f64>> {
+        match self.info.dtype {
+            Dtype::F64 => Ok(self.untransform(le_chunks!(self.data, 8, f64).collect())),
+            Dtype::I64 => Ok(le_chunks!(self.data, 8, i64).map(|x| x as f64).collect()),
+            _ => Ok(self.to_f32()?.into_iter().map(f64::from).collect()),
+        }
+    }
+
+    /// The values as i64; floats are refused rather than truncated.
+    pub fn to_i64(&self) -> Result<Vec<i64>> {
+        let d = self.data;
+        Ok(match self.info.dtype {
+            Dtype::I64 => le_chunks!(d, 8, i64).collect(),
+            Dtype::I32 => le_chunks!(d, 4, i32).map(i64::from).collect(),
+            Dtype::I16 => le_chunks!(d, 2, i16).map(i64::from).collect(),
+            Dtype::I8 => d.iter().map(|&b| b as i8 as i64).collect(),
+            Dtype::U8 | Dtype::Bool => d.iter().map(|&b| b as i64).collect(),
+            other => {
+                return Err(HubError::Conversion {
+                    tensor: self.info.name.clone(),
+                    from: other.to_string(),
+                    to: "I64".into(),
+                })
+            }
+        })
+    }
+
+    fn untransform<T: Copy>(&self, v: Vec<T>) -> Vec<T> {
+        match self.info.transform {
+            Transform::None => v,
+            Transform::UnpermuteQk { heads } => unpermute_qk(v, &self.info.shape, heads),
+        }
+    }
+}
+
+/// Undoes llama.cpp's Q/K row order: within each head, GGUF stores the rows of the two rotary
+/// halves interleaved (row 2i of the half-pair block is HF row i, row 2i+1 is HF row i + d/2).
+fn unpermute_qk<T: Copy>(v: Vec<T>, shape: &[usize], heads: usize) -> Vec<T> {
+    let rows = shape.first().copied().unwrap_or(0);
+    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 || rows == 0 {
+        return v;
+    }
+    let cols = v.len() / rows;
+    let head_dim = rows / heads;
+    let half = head_dim / 2;
+    let mut out = Vec::with_capacity(v.len());
+    for h in 0..heads {
+        for r in 0..head_dim {
+            // HF row r of head h sits at GGUF row 2*(r % half) + r / half.
+            let src = h * head_dim + 2 * (r % half) + r / half;
+            out.extend_from_slice(&v[src * cols..(src + 1) * cols]);
+        }
+    }
+    out
+}
+
+/// Decodes one float8 e4m3fn byte (bias 7, no infinities, S.1111.111 is NaN).
+fn f8e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exp = ((b >> 3) & 0x0f) as i32;
+    let man = (b & 0x07) as f32;
+    if exp == 0x0f && b & 0x07 == 0x07 {
+        return f32::NAN;
+    }
+    if exp == 0 {
+        sign * man / 8.0 * 2f32.powi(-6)
+    } else {
+        sign * (1.0 + man / 8.0) * 2f32.powi(exp - 7)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f8e4m3_known_values() {
+        assert_eq!(f8e4m3_to_f32(0x00), 0.0);
+        assert_eq!(f8e4m3_to_f32(0x38), 1.0); // exp 7, man 0
+        assert_eq!(f8e4m3_to_f32(0x7e), 448.0); // the largest finite value
+        assert_eq!(f8e4m3_to_f32(0xb8), -1.0);
+        assert_eq!(f8e4m3_to_f32(0x01), 2f32.powi(-9)); // smallest subnormal
+        assert!(f8e4m3_to_f32(0x7f).is_nan());
+    }
+
+    #[test]
+    fn unpermute_qk_restores_hf_row_order() {
+        // One head of dim 4, 1 column: HF rows [a0, a1, b0, b1] are stored as [a0, b0, a1, b1].
+        let stored = vec![10, 20, 11, 21];
+        assert_eq!(unpermute_qk(stored, &[4, 1], 1), vec![10, 11, 20, 21]);
+    }
+}

@@ -1,0 +1,1 @@
+//! zoo-transformers: transformer model families (filled by the model issues).
