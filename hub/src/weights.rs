@@ -85,19 +85,59 @@ impl Weights {
     /// Tells the OS that the pages of `name` are no longer needed, so that a model that copies
     /// its weights into its own buffers does not keep the mapped file resident as well.
     pub fn release(&self, name: &str) {
-        let Some(info) = self.inventory.get(name) else {
-            return;
-        };
+        if let Some(info) = self.inventory.get(name) {
+            self.release_range(info, info.nbytes);
+        }
+    }
+
+    /// Reads `name` as f32 and drops its mapped pages as it goes, so that loading a model keeps
+    /// about one copy of the weights resident (the converted one) rather than two.
+    pub fn load_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let info = self.inventory.require(name)?;
+        let view = self.view(info);
+        if matches!(info.dtype, Dtype::Quantized(_)) || info.transform != Transform::None {
+            let v = view.to_f32();
+            self.release(name);
+            return v;
+        }
+        let size = info.dtype.plain_size() as usize;
+        // Chunks of whole elements, about 4 MiB, released behind the conversion.
+        let chunk = (4 << 20) / size * size;
+        let mut out = Vec::with_capacity(info.numel());
+        let mut done = 0usize;
+        for piece in view.data.chunks(chunk) {
+            extend_f32(info.dtype, piece, &mut out);
+            done += piece.len();
+            self.release_range(info, done as u64);
+        }
+        self.release(name);
+        Ok(out)
+    }
+
+    /// Reads `name` as f16, dropping its mapped pages afterwards (see [`Weights::load_f32`]).
+    pub fn load_f16(&self, name: &str) -> Result<Vec<f16>> {
+        let v = self.tensor(name)?.to_f16();
+        self.release(name);
+        v
+    }
+
+    /// Reads `name` as bf16, dropping its mapped pages afterwards (see [`Weights::load_f32`]).
+    pub fn load_bf16(&self, name: &str) -> Result<Vec<bf16>> {
+        let v = self.tensor(name)?.to_bf16();
+        self.release(name);
+        v
+    }
+
+    /// Drops the whole pages of the first `upto` bytes of `info`'s data.
+    fn release_range(&self, info: &TensorInfo, upto: u64) {
         let Some(map) = self.maps.get(&info.file) else {
             return;
         };
         let page = 4096u64;
         let start = info.offset.div_ceil(page) * page;
-        let end = (info.offset + info.nbytes) / page * page;
+        let end = (info.offset + upto) / page * page;
         if end > start {
-            // Only whole pages inside this tensor are dropped. SAFETY: the map is a read-only
-            // shared file mapping, so a dropped page is re-read from the file on the next touch
-            // and no later read sees different bytes.
+            // SAFETY: as in `release`: a read-only shared file mapping re-reads dropped pages.
             #[cfg(unix)]
             let _ = unsafe {
                 map.unchecked_advise_range(
@@ -133,26 +173,18 @@ macro_rules! le_chunks {
 impl TensorView<'_> {
     /// The values as f32, dequantizing or widening as needed.
     pub fn to_f32(&self) -> Result<Vec<f32>> {
-        let d = self.data;
-        let v: Vec<f32> = match self.info.dtype {
-            Dtype::F32 => le_chunks!(d, 4, f32).collect(),
-            Dtype::F16 => le_chunks!(d, 2, u16).map(|b| f16::from_bits(b).to_f32()).collect(),
-            Dtype::BF16 => le_chunks!(d, 2, u16).map(|b| bf16::from_bits(b).to_f32()).collect(),
-            Dtype::F64 => le_chunks!(d, 8, f64).map(|x| x as f32).collect(),
-            Dtype::F8E4M3 => d.iter().map(|&b| f8e4m3_to_f32(b)).collect(),
-            Dtype::F8E5M2 => d.iter().map(|&b| f16::from_bits((b as u16) << 8).to_f32()).collect(),
-            Dtype::Bool | Dtype::U8 => d.iter().map(|&b| b as f32).collect(),
-            Dtype::I8 => d.iter().map(|&b| b as i8 as f32).collect(),
-            Dtype::I16 => le_chunks!(d, 2, i16).map(|x| x as f32).collect(),
-            Dtype::I32 => le_chunks!(d, 4, i32).map(|x| x as f32).collect(),
-            Dtype::I64 => le_chunks!(d, 8, i64).map(|x| x as f32).collect(),
-            Dtype::Quantized(q) => crate::gguf::dequantize(q, d, self.info.numel()).map_err(
-                |reason| HubError::BadTensor {
+        let v = match self.info.dtype {
+            Dtype::Quantized(q) => crate::gguf::dequantize(q, self.data, self.info.numel())
+                .map_err(|reason| HubError::BadTensor {
                     path: self.info.file.clone(),
                     tensor: self.info.name.clone(),
                     reason,
-                },
-            )?,
+                })?,
+            plain => {
+                let mut v = Vec::with_capacity(self.info.numel());
+                extend_f32(plain, self.data, &mut v);
+                v
+            }
         };
         Ok(self.untransform(v))
     }
@@ -208,6 +240,25 @@ impl TensorView<'_> {
             Transform::None => v,
             Transform::UnpermuteQk { heads } => unpermute_qk(v, &self.info.shape, heads),
         }
+    }
+}
+
+/// Appends the values of plain-typed little-endian `d` to `out` as f32.
+fn extend_f32(dtype: Dtype, d: &[u8], out: &mut Vec<f32>) {
+    match dtype {
+        Dtype::F32 => out.extend(le_chunks!(d, 4, f32)),
+        Dtype::F16 => out.extend(le_chunks!(d, 2, u16).map(|b| f16::from_bits(b).to_f32())),
+        Dtype::BF16 => out.extend(le_chunks!(d, 2, u16).map(|b| bf16::from_bits(b).to_f32())),
+        Dtype::F64 => out.extend(le_chunks!(d, 8, f64).map(|x| x as f32)),
+        Dtype::F8E4M3 => out.extend(d.iter().map(|&b| f8e4m3_to_f32(b))),
+        Dtype::F8E5M2 => out.extend(d.iter().map(|&b| f16::from_bits((b as u16) << 8).to_f32())),
+        Dtype::Bool | Dtype::U8 => out.extend(d.iter().map(|&b| b as f32)),
+        Dtype::I8 => out.extend(d.iter().map(|&b| b as i8 as f32)),
+        Dtype::I16 => out.extend(le_chunks!(d, 2, i16).map(|x| x as f32)),
+        Dtype::I32 => out.extend(le_chunks!(d, 4, i32).map(|x| x as f32)),
+        Dtype::I64 => out.extend(le_chunks!(d, 8, i64).map(|x| x as f32)),
+        // Quantized data is never split into plain chunks (see TensorView::to_f32).
+        Dtype::Quantized(_) => {}
     }
 }
 

@@ -205,3 +205,29 @@ fn folder_without_weights_says_what_was_looked_for() {
     assert!(err.contains("model.safetensors"), "{err}");
     assert!(err.contains("convert"), "{err}");
 }
+
+#[test]
+fn streaming_load_equals_whole_conversion_across_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.safetensors");
+    // 3M bf16 values: several 4 MiB conversion chunks, not page aligned at the start.
+    let n = 3_000_001usize;
+    let vals: Vec<u8> = (0..n)
+        .flat_map(|i| bf16::from_f32((i % 977) as f32 * 0.5 - 100.0).to_le_bytes())
+        .collect();
+    write_safetensors(
+        &path,
+        &[
+            ("pad", StDtype::U8, vec![3], vec![1, 2, 3]),
+            ("big", StDtype::BF16, vec![n], vals),
+        ],
+    );
+    let w = Weights::from_safetensors(&[path]).unwrap();
+    let whole = w.tensor("big").unwrap().to_f32().unwrap();
+    let streamed = w.load_f32("big").unwrap();
+    assert_eq!(whole.len(), n);
+    assert_eq!(whole, streamed);
+    assert_eq!(streamed[977 * 3 + 5], 5.0 * 0.5 - 100.0);
+    assert_eq!(w.load_f32("pad").unwrap(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(w.load_bf16("big").unwrap().len(), n);
+}

@@ -254,4 +254,14 @@ mod tests {
         assert_eq!(&y[..4], &[-1.0, -0.5, 0.0, 0.5]);
         assert_eq!(y[31], 14.5);
     }
+
+    #[test]
+    fn q8_1_block_by_hand() {
+        // gguf-py cannot check Q8_1 (its size table still says 40 bytes; ggml's block is 36):
+        // d = -2 (f16 0xc000), s = anything, quants 0, 1, ..., 31.
+        let mut b = vec![0x00, 0xc0, 0x12, 0x34];
+        b.extend(0..32u8);
+        let y = dequantize(GgmlType::Q8_1, &b, 32).unwrap();
+        assert_eq!(y, (0..32).map(|i| -2.0 * i as f32).collect::<Vec<_>>());
+    }
 }
