@@ -1,6 +1,7 @@
 //! `zoo`: the command line of zoo. Parsing and printing only; the work lives in the libraries.
 
 mod inspect;
+mod plan;
 
 use clap::{Parser, Subcommand};
 
@@ -20,12 +21,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Inspect(inspect::Args),
+    Plan(plan::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Plan(args) => plan::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,148 @@
+//! `zoo plan`: an exact device map for a model, from headers alone, with no hardware attached.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use zoo_hub::{Dtype, Pretrained};
+use zoo_runtime::device_map::{
+    parse_max_memory, plan, units_from_inventory, DeviceBudget, ModelShape, Placement, PlanRequest,
+    Workload,
+};
+
+/// Plan how a model splits across devices before loading it: per device the weights, KV cache,
+/// activations, reserve and free memory, where the cuts fall and what crosses them per token.
+/// Works from safetensors/GGUF headers alone, so a TPU deployment can be planned from a laptop
+/// and the plan file loaded on the real host as an explicit device map.
+///
+/// Examples:
+///   zoo plan ./SmolLM2 --device-map balanced --max-memory 0=2GiB,1=2GiB --batch 1 --seq 2048
+///   zoo plan Qwen/Qwen3-0.6B --platform tpu --devices 8 --max-memory 16GiB --out plan.json
+///   zoo plan model.gguf --device-map sequential --max-memory 0=200MiB,cpu=8GiB --dtype f32
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Folder, .safetensors/.gguf file, or Hub repo id `org/name[@revision]`.
+    model: String,
+    /// balanced, balanced_low_0 or sequential.
+    #[arg(long, default_value = "balanced")]
+    device_map: String,
+    /// Memory per device: `0=2GiB,1=2GiB,cpu=8GiB`, or one size for every device (`16GiB`).
+    /// A `cpu` entry lets what does not fit spill to host memory.
+    #[arg(long)]
+    max_memory: String,
+    /// The platform the plan is for (names devices in the table: tpu:0, cuda:1, ...).
+    #[arg(long, default_value = "device")]
+    platform: String,
+    /// Number of accelerators; defaults to the highest index named in --max-memory plus one.
+    #[arg(long)]
+    devices: Option<usize>,
+    /// Weight dtype after loading: f32, bf16 or f16 (default: as stored).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Batch size the KV cache and activations are sized for.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Sequence length (prompt + new tokens) the KV cache is sized for.
+    #[arg(long, default_value_t = 2048)]
+    seq: usize,
+    /// Fraction of each budget kept for the runtime (compiled executables, allocator slack).
+    #[arg(long, default_value_t = 0.05)]
+    reserve: f64,
+    /// Write the plan as JSON here (load it later with --device-map FILE.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let model = Pretrained::open(&args.model)?;
+    let checkpoint = model.checkpoint()?;
+    let config = model.config().ok();
+    let dtype = match args.dtype.as_deref() {
+        None => None,
+        Some("f32") => Some(Dtype::F32),
+        Some("bf16") => Some(Dtype::BF16),
+        Some("f16") => Some(Dtype::F16),
+        Some(other) => bail!("--dtype {other}: use f32, bf16 or f16"),
+    };
+    let elem_bytes = dtype.map_or(2, |d| d.plain_size() as usize);
+
+    let max_memory = parse_max_memory(&args.max_memory)?;
+    let named_max = max_memory
+        .per_device
+        .keys()
+        .filter_map(|p| match p {
+            Placement::Device(i) => Some(i + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let n = args.devices.unwrap_or(named_max.max(1));
+    let mut devices = Vec::new();
+    for i in 0..n {
+        let place = Placement::Device(i);
+        let bytes = max_memory.get(&place).with_context(|| {
+            format!("{}:{i} has no memory budget; pass --max-memory {i}=SIZE or one size for all", args.platform)
+        })?;
+        devices.push(DeviceBudget { place, name: format!("{}:{i}", args.platform), bytes });
+    }
+    if let Some(bytes) = max_memory.get(&Placement::Cpu) {
+        devices.push(DeviceBudget { place: Placement::Cpu, name: "cpu".into(), bytes });
+    }
+    if max_memory.get(&Placement::Disk).is_some() {
+        bail!("offloading to disk is not supported; give more device or cpu memory");
+    }
+
+    let shape = config.as_ref().and_then(|c| {
+        let heads = c.num_attention_heads?;
+        let hidden = c.hidden_size?;
+        Some(ModelShape {
+            layers: c.num_hidden_layers?,
+            hidden,
+            intermediate: c.intermediate_size.unwrap_or(4 * hidden),
+            heads,
+            kv_heads: c.num_key_value_heads.unwrap_or(heads),
+            head_dim: c.head_dim.unwrap_or(hidden / heads.max(1)),
+            vocab: c.vocab_size.unwrap_or(0),
+        })
+    });
+    let inv = &checkpoint.inventory;
+    let tied = match (
+        inv.get("model.embed_tokens.weight"),
+        inv.get("lm_head.weight"),
+        config.as_ref().and_then(|c| c.tie_word_embeddings),
+    ) {
+        (Some(_), Some(_), Some(true)) => {
+            vec![vec!["model.embed_tokens.weight".to_string(), "lm_head.weight".to_string()]]
+        }
+        _ => Vec::new(),
+    };
+    let units = units_from_inventory(
+        inv,
+        &["model.layers", "model.decoder.layers", "transformer.h", "encoder.layer", "layers"],
+        dtype,
+        &tied,
+    );
+    let request = PlanRequest {
+        strategy: args.device_map.clone(),
+        devices,
+        units,
+        shape,
+        workload: Workload { batch: args.batch, seq: args.seq, elem_bytes },
+        reserve_fraction: args.reserve,
+    };
+    let plan = plan(&request)?;
+    plan.check_covers(inv)?;
+    print!("{plan}");
+    if shape.is_none() {
+        println!("note: the config gives no decoder shape; KV cache and activations are not counted");
+    }
+    if let Some(out) = &args.out {
+        let text = serde_json::to_string_pretty(&plan.to_json())?;
+        // Write then rename, so an interrupted run leaves no half-written plan.
+        let tmp = out.with_extension("json.partial");
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+        println!("plan written to {}", out.display());
+    }
+    Ok(())
+}

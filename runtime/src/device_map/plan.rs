@@ -1,0 +1,629 @@
+//! The exact planner: contiguous stages over devices with different budgets, minimising the
+//! largest stage, sized from the inventory (exact bytes in the target dtype), the KV cache and
+//! peak activations of the asked workload. Unlike a greedy fill with fixed safety margins, every
+//! byte it counts is named in the plan's table.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde_json::json;
+use zoo_hub::{Dtype, Inventory};
+
+use super::memory::human;
+use super::{DeviceMapError, ExplicitMap, Placement};
+
+/// The shape facts of a decoder that size its KV cache and activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelShape {
+    pub layers: usize,
+    pub hidden: usize,
+    pub intermediate: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+}
+
+/// The work the plan must leave room for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub batch: usize,
+    /// Prompt plus generated tokens: the KV cache capacity.
+    pub seq: usize,
+    /// Bytes per element of the KV cache and of activations.
+    pub elem_bytes: usize,
+}
+
+/// One device and how much of it the plan may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceBudget {
+    pub place: Placement,
+    /// A name for tables (`tpu:0`, `cpu`).
+    pub name: String,
+    /// Usable bytes (from `max_memory` or the device's memory stats).
+    pub bytes: u64,
+}
+
+/// A unit that is never split across devices: a decoder layer, or a top-level module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unit {
+    /// Module prefix (`model.layers.3`, `model.embed_tokens`, `lm_head`).
+    pub name: String,
+    /// Weight bytes in the target dtype (tied tensors counted once, with the first unit).
+    pub weight_bytes: u64,
+    /// The decoder layer index, for units that hold one (their KV cache lives with them).
+    pub layer: Option<usize>,
+    /// Units that must share this unit's device because they share tensors.
+    pub tied_with: Option<String>,
+}
+
+/// What to plan.
+#[derive(Clone, Debug)]
+pub struct PlanRequest {
+    /// `balanced`, `balanced_low_0` or `sequential`.
+    pub strategy: String,
+    /// Accelerators in pipeline order, then optionally `cpu` for what does not fit.
+    pub devices: Vec<DeviceBudget>,
+    pub units: Vec<Unit>,
+    pub shape: Option<ModelShape>,
+    pub workload: Workload,
+    /// Fraction of each budget held back for the runtime (executables, allocator slack).
+    pub reserve_fraction: f64,
+}
+
+/// One device's share of the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    pub device: DeviceBudget,
+    pub units: Vec<String>,
+    pub weights: u64,
+    pub kv: u64,
+    pub activations: u64,
+    pub reserve: u64,
+}
+
+impl Stage {
+    /// Bytes this stage uses in all.
+    pub fn used(&self) -> u64 {
+        self.weights + self.kv + self.activations + self.reserve
+    }
+
+    /// Bytes left on the device (negative never happens in a valid plan).
+    pub fn free(&self) -> i128 {
+        self.device.bytes as i128 - self.used() as i128
+    }
+}
+
+/// A validated placement of every unit, with its accounting.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub strategy: String,
+    pub stages: Vec<Stage>,
+    /// Bytes that cross from each stage to the next, per token.
+    pub cut_bytes_per_token: u64,
+    pub workload: Workload,
+    pub map: ExplicitMap,
+}
+
+/// Groups an inventory into no-split units: every tensor under `container.N` (e.g.
+/// `model.layers.N`) is unit `container.N`; any other tensor belongs to its module (its name less
+/// the last component). Units come in execution order: embeddings, then layers by index, then
+/// the rest in inventory order. `tied` lists groups of tensors that share storage (HF
+/// `_tied_weights_keys`): each is counted once and its later units follow the first.
+pub fn units_from_inventory(
+    inventory: &Inventory,
+    layer_containers: &[&str],
+    dtype: Option<Dtype>,
+    tied: &[Vec<String>],
+) -> Vec<Unit> {
+    let mut units: Vec<Unit> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let tied_first: HashMap<&str, &str> = tied
+        .iter()
+        .filter(|g| !g.is_empty())
+        .flat_map(|g| g[1..].iter().map(move |n| (n.as_str(), g[0].as_str())))
+        .collect();
+    for t in inventory.tensors() {
+        let (name, layer) = unit_of(&t.name, layer_containers);
+        let bytes = match dtype {
+            Some(d) if t.dtype.is_float() => t.bytes_as(d),
+            _ => t.nbytes,
+        };
+        let bytes = if tied_first.contains_key(t.name.as_str()) { 0 } else { bytes };
+        let i = *index.entry(name.clone()).or_insert_with(|| {
+            units.push(Unit {
+                name: name.clone(),
+                weight_bytes: 0,
+                layer,
+                tied_with: None,
+            });
+            units.len() - 1
+        });
+        units[i].weight_bytes += bytes;
+        if let Some(first) = tied_first.get(t.name.as_str()) {
+            units[i].tied_with = Some(unit_of(first, layer_containers).0);
+        }
+    }
+    // Execution order: embeddings first, layers by index, then heads and norms.
+    let mut keyed: Vec<(u8, usize, usize, Unit)> = units
+        .into_iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let phase = match u.layer {
+                Some(_) => 1,
+                None if u.name.contains("embed") || u.name.ends_with("wte") || u.name.ends_with("wpe") => 0,
+                None => 2,
+            };
+            (phase, u.layer.unwrap_or(0), i, u)
+        })
+        .collect();
+    keyed.sort_by_key(|(p, l, i, _)| (*p, *l, *i));
+    keyed.into_iter().map(|(_, _, _, u)| u).collect()
+}
+
+fn unit_of(tensor: &str, containers: &[&str]) -> (String, Option<usize>) {
+    for c in containers {
+        if let Some(rest) = tensor.strip_prefix(c).and_then(|r| r.strip_prefix('.')) {
+            if let Some(idx) = rest.split('.').next().and_then(|s| s.parse::<usize>().ok()) {
+                return (format!("{c}.{idx}"), Some(idx));
+            }
+        }
+    }
+    let module = tensor.rsplit_once('.').map_or(tensor, |(m, _)| m);
+    (module.to_string(), None)
+}
+
+/// Per-unit bytes that live with the unit: its weights plus, for a layer, its KV cache; for the
+/// unit that computes logits (the last), the logits of one decode step in f32.
+fn unit_costs(req: &PlanRequest) -> Vec<u64> {
+    let w = req.workload;
+    req.units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let mut c = u.weight_bytes;
+            if let (Some(_), Some(s)) = (u.layer, req.shape) {
+                c += 2 * (w.batch * w.seq * s.kv_heads * s.head_dim * w.elem_bytes) as u64;
+            }
+            if i + 1 == req.units.len() {
+                if let Some(s) = req.shape {
+                    c += (w.batch * s.vocab * 4) as u64;
+                }
+            }
+            c
+        })
+        .collect()
+}
+
+/// Peak activation bytes of one layer running the whole prompt: the residual stream and its
+/// normed copy, q/k/v/o, the MLP's two intermediate tensors and the f32 attention scores.
+fn activation_peak(shape: Option<ModelShape>, w: Workload) -> u64 {
+    let Some(s) = shape else { return 0 };
+    let tokens = (w.batch * w.seq) as u64;
+    let e = w.elem_bytes as u64;
+    let streams = tokens * e * (2 * s.hidden + (s.heads + 2 * s.kv_heads) * s.head_dim + s.hidden) as u64;
+    let mlp = tokens * e * 2 * s.intermediate as u64;
+    let scores = (w.batch * s.heads * w.seq * w.seq * 4) as u64;
+    streams + mlp + scores
+}
+
+/// Plans `req`: places every unit on one device, contiguously, validates the result, and fails
+/// before anything is loaded when the model does not fit, naming the shortfall per device.
+pub fn plan(req: &PlanRequest) -> Result<Plan, DeviceMapError> {
+    if req.devices.iter().any(|d| d.place == Placement::Disk) {
+        return Err(DeviceMapError::DiskUnsupported);
+    }
+    if req.devices.is_empty() {
+        return Err(DeviceMapError::Invalid {
+            reason: "no devices to place the model on".into(),
+        });
+    }
+    let costs = unit_costs(req);
+    let act = activation_peak(req.shape, req.workload);
+    let fixed: Vec<u64> = req
+        .devices
+        .iter()
+        .map(|d| (d.bytes as f64 * req.reserve_fraction) as u64 + act)
+        .collect();
+    let caps: Vec<u64> = req
+        .devices
+        .iter()
+        .zip(&fixed)
+        .map(|(d, f)| d.bytes.saturating_sub(*f))
+        .collect();
+
+    let order: Vec<usize> = (0..req.devices.len()).collect();
+    let assign = match req.strategy.as_str() {
+        "sequential" => fill(&costs, &caps, &order, u64::MAX),
+        "balanced" => balanced(&costs, &caps, &order),
+        "balanced_low_0" if req.devices.len() > 1 => {
+            // Keep device 0 out when the others can hold everything; else give it the least.
+            balanced(&costs, &caps, &order[1..]).or_else(|| balanced(&costs, &caps, &order))
+        }
+        "balanced_low_0" => balanced(&costs, &caps, &order),
+        other => {
+            return Err(DeviceMapError::Invalid {
+                reason: format!("unknown strategy {other:?}; use balanced, balanced_low_0 or sequential"),
+            })
+        }
+    };
+    let Some(assign) = assign else {
+        return Err(shortfall(req, &costs, &caps, &fixed));
+    };
+    let assign = keep_tied_together(req, assign);
+    build(req, &costs, act, &assign)
+}
+
+/// Greedy contiguous fill of `devices` in order, each up to `min(limit, cap)`; `None` when units
+/// remain. For a fixed device order this fills as much as any contiguous split could, so it
+/// decides feasibility exactly.
+fn fill(costs: &[u64], caps: &[u64], devices: &[usize], limit: u64) -> Option<Vec<usize>> {
+    let mut assign = Vec::with_capacity(costs.len());
+    let mut d = 0;
+    let mut load = 0u64;
+    for &c in costs {
+        loop {
+            let dev = *devices.get(d)?;
+            if load + c <= caps[dev].min(limit) {
+                load += c;
+                assign.push(dev);
+                break;
+            }
+            d += 1;
+            load = 0;
+        }
+    }
+    Some(assign)
+}
+
+/// The smallest largest-stage load over contiguous splits, by binary search on the limit with
+/// [`fill`] as the exact feasibility test: O(units × log(total bytes)).
+fn balanced(costs: &[u64], caps: &[u64], devices: &[usize]) -> Option<Vec<usize>> {
+    let mut best = fill(costs, caps, devices, u64::MAX)?;
+    let (mut lo, mut hi) = (
+        costs.iter().copied().max().unwrap_or(0),
+        costs.iter().sum::<u64>(),
+    );
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match fill(costs, caps, devices, mid) {
+            Some(a) => {
+                best = a;
+                hi = mid;
+            }
+            None => lo = mid + 1,
+        }
+    }
+    if let Some(a) = fill(costs, caps, devices, lo) {
+        best = a;
+    }
+    Some(best)
+}
+
+/// A unit tied to an earlier one (an untied-in-name `lm_head` sharing the embedding) runs where
+/// the first lives; its bytes were already counted there.
+fn keep_tied_together(req: &PlanRequest, mut assign: Vec<usize>) -> Vec<usize> {
+    let pos: HashMap<&str, usize> = req
+        .units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| (u.name.as_str(), i))
+        .collect();
+    for (i, u) in req.units.iter().enumerate() {
+        if let Some(j) = u.tied_with.as_deref().and_then(|t| pos.get(t)) {
+            assign[i] = assign[*j];
+        }
+    }
+    assign
+}
+
+fn shortfall(req: &PlanRequest, costs: &[u64], caps: &[u64], fixed: &[u64]) -> DeviceMapError {
+    let need: u64 = costs.iter().sum();
+    let have: u64 = caps.iter().sum();
+    let biggest = req
+        .units
+        .iter()
+        .zip(costs)
+        .max_by_key(|(_, c)| **c)
+        .map(|(u, c)| format!("{} ({})", u.name, human(*c)))
+        .unwrap_or_default();
+    let per_device = req
+        .devices
+        .iter()
+        .zip(caps.iter().zip(fixed))
+        .map(|(d, (cap, f))| {
+            format!(
+                "{}: budget {}, activations+reserve {}, room for weights+KV {}",
+                d.name,
+                human(d.bytes),
+                human(*f),
+                human(*cap)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let gap = need.saturating_sub(have);
+    let detail = if gap > 0 {
+        format!("{} more is needed", human(gap))
+    } else {
+        format!("no contiguous split fits the largest unit {biggest}")
+    };
+    DeviceMapError::DoesNotFit {
+        shortfall: format!(
+            "weights+KV need {} in all, devices hold {}: {detail}. Per device: {per_device}. Add devices, raise --max-memory, lower --batch/--seq, or allow cpu offload",
+            human(need),
+            human(have)
+        ),
+    }
+}
+
+fn build(req: &PlanRequest, costs: &[u64], act: u64, assign: &[usize]) -> Result<Plan, DeviceMapError> {
+    let w = req.workload;
+    let mut stages: Vec<Stage> = Vec::new();
+    let mut by_device: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut map = ExplicitMap::default();
+    for (i, (u, &dev)) in req.units.iter().zip(assign).enumerate() {
+        let s = *by_device.entry(dev).or_insert_with(|| {
+            let d = &req.devices[dev];
+            stages.push(Stage {
+                device: d.clone(),
+                units: Vec::new(),
+                weights: 0,
+                kv: 0,
+                activations: act,
+                reserve: (d.bytes as f64 * req.reserve_fraction) as u64,
+            });
+            stages.len() - 1
+        });
+        let stage = &mut stages[s];
+        stage.units.push(u.name.clone());
+        stage.weights += u.weight_bytes;
+        stage.kv += costs[i] - u.weight_bytes;
+        map.entries.insert(u.name.clone(), req.devices[dev].place);
+    }
+    let plan = Plan {
+        strategy: req.strategy.clone(),
+        stages,
+        cut_bytes_per_token: req.shape.map_or(0, |s| (w.batch * s.hidden * w.elem_bytes) as u64),
+        workload: w,
+        map,
+    };
+    plan.validate(&req.units)?;
+    Ok(plan)
+}
+
+impl Plan {
+    /// Checks the invariants every plan must hold: each unit placed exactly once, tied units
+    /// together, no device over budget.
+    pub fn validate(&self, units: &[Unit]) -> Result<(), DeviceMapError> {
+        let invalid = |reason: String| DeviceMapError::Invalid { reason };
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for s in &self.stages {
+            for u in &s.units {
+                *seen.entry(u.as_str()).or_default() += 1;
+            }
+            if s.free() < 0 {
+                return Err(invalid(format!(
+                    "{} is over budget by {}",
+                    s.device.name,
+                    human((-s.free()) as u64)
+                )));
+            }
+        }
+        for u in units {
+            match seen.get(u.name.as_str()) {
+                Some(1) => {}
+                Some(n) => return Err(invalid(format!("{} is placed {n} times", u.name))),
+                None => return Err(invalid(format!("{} is not placed", u.name))),
+            }
+            if let Some(t) = &u.tied_with {
+                if self.map.entries.get(t) != self.map.entries.get(&u.name) {
+                    return Err(invalid(format!("{} is tied to {t} but placed apart", u.name)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Places every tensor of `inventory` by this plan; a tensor no unit covers is an error.
+    pub fn check_covers(&self, inventory: &Inventory) -> Result<(), DeviceMapError> {
+        for t in inventory.tensors() {
+            if self.map.placement_of(&t.name).is_none() {
+                return Err(DeviceMapError::Invalid {
+                    reason: format!("tensor {} is covered by no entry of the plan", t.name),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan as JSON; its `hf_device_map` field loads back as an explicit map.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "strategy": self.strategy,
+            "workload": {"batch": self.workload.batch, "seq": self.workload.seq, "elem_bytes": self.workload.elem_bytes},
+            "stages": self.stages.iter().map(|s| json!({
+                "device": s.device.name,
+                "placement": s.device.place.to_string(),
+                "budget": s.device.bytes,
+                "weights": s.weights,
+                "kv": s.kv,
+                "activations": s.activations,
+                "reserve": s.reserve,
+                "free": s.free() as i64,
+                "units": s.units,
+            })).collect::<Vec<_>>(),
+            "cut_bytes_per_token": self.cut_bytes_per_token,
+            "hf_device_map": self.map.to_json(),
+        })
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan: {} (batch {}, seq {})",
+            self.strategy, self.workload.batch, self.workload.seq
+        )?;
+        writeln!(
+            f,
+            "{:<10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  units",
+            "device", "budget", "weights", "kv", "activations", "reserve", "free"
+        )?;
+        for s in &self.stages {
+            let first = s.units.first().map(String::as_str).unwrap_or("-");
+            let last = s.units.last().map(String::as_str).unwrap_or("-");
+            writeln!(
+                f,
+                "{:<10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  {} ({first} .. {last})",
+                s.device.name,
+                human(s.device.bytes),
+                human(s.weights),
+                human(s.kv),
+                human(s.activations),
+                human(s.reserve),
+                human(s.free().max(0) as u64),
+                s.units.len()
+            )?;
+        }
+        for pair in self.stages.windows(2) {
+            writeln!(
+                f,
+                "cut {} -> {}: after {}, {} per token",
+                pair[0].device.name,
+                pair[1].device.name,
+                pair[0].units.last().map(String::as_str).unwrap_or("-"),
+                human(self.cut_bytes_per_token)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(i: usize, gib: u64) -> DeviceBudget {
+        DeviceBudget {
+            place: Placement::Device(i),
+            name: format!("tpu:{i}"),
+            bytes: gib,
+        }
+    }
+
+    fn units(costs: &[u64]) -> Vec<Unit> {
+        costs
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| Unit {
+                name: format!("model.layers.{i}"),
+                weight_bytes: c,
+                layer: Some(i),
+                tied_with: None,
+            })
+            .collect()
+    }
+
+    fn request(strategy: &str, devices: Vec<DeviceBudget>, costs: &[u64]) -> PlanRequest {
+        PlanRequest {
+            strategy: strategy.into(),
+            devices,
+            units: units(costs),
+            shape: None,
+            workload: Workload { batch: 1, seq: 1, elem_bytes: 2 },
+            reserve_fraction: 0.0,
+        }
+    }
+
+    /// The best largest stage over every contiguous split, by exhaustive search.
+    fn brute_force(costs: &[u64], caps: &[u64]) -> Option<u64> {
+        fn go(costs: &[u64], caps: &[u64]) -> Option<u64> {
+            if costs.is_empty() {
+                return Some(0);
+            }
+            let (&cap, rest) = caps.split_first()?;
+            let mut best = None;
+            for k in 0..=costs.len() {
+                let load: u64 = costs[..k].iter().sum();
+                if load > cap {
+                    break;
+                }
+                if let Some(r) = go(&costs[k..], rest) {
+                    let m = load.max(r);
+                    best = Some(best.map_or(m, |b: u64| b.min(m)));
+                }
+            }
+            best
+        }
+        go(costs, caps)
+    }
+
+    #[test]
+    fn balanced_is_optimal_on_random_cases() {
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..300 {
+            let n = 1 + (next() % 9) as usize;
+            let d = 1 + (next() % 4) as usize;
+            let costs: Vec<u64> = (0..n).map(|_| 1 + next() % 50).collect();
+            let caps: Vec<u64> = (0..d).map(|_| 20 + next() % 120).collect();
+            let devices = caps.iter().enumerate().map(|(i, &c)| dev(i, c)).collect();
+            let got = plan(&request("balanced", devices, &costs));
+            match (brute_force(&costs, &caps), got) {
+                (Some(best), Ok(p)) => {
+                    let largest = p.stages.iter().map(|s| s.weights).max().unwrap();
+                    assert_eq!(largest, best, "costs {costs:?} caps {caps:?}");
+                }
+                (None, Err(DeviceMapError::DoesNotFit { .. })) => {}
+                (b, g) => panic!("costs {costs:?} caps {caps:?}: best {b:?}, planner {g:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sequential_fills_in_order_and_low0_spares_device_0() {
+        let p = plan(&request("sequential", vec![dev(0, 10), dev(1, 10)], &[4, 4, 4])).unwrap();
+        assert_eq!(p.stages[0].units.len(), 2);
+        let p = plan(&request("balanced_low_0", vec![dev(0, 10), dev(1, 10), dev(2, 10)], &[4, 4, 4])).unwrap();
+        assert!(p.stages.iter().all(|s| s.device.place != Placement::Device(0)));
+    }
+
+    #[test]
+    fn infeasible_names_the_shortfall_per_device() {
+        let err = plan(&request("balanced", vec![dev(0, 10), dev(1, 10)], &[8, 8, 8]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("4 B more is needed"), "{err}");
+        assert!(err.contains("tpu:0") && err.contains("tpu:1"), "{err}");
+        let disk = DeviceBudget { place: Placement::Disk, name: "disk".into(), bytes: 1 };
+        assert!(matches!(
+            plan(&request("balanced", vec![disk], &[1])),
+            Err(DeviceMapError::DiskUnsupported)
+        ));
+    }
+
+    #[test]
+    fn kv_cache_and_activations_are_reserved() {
+        let shape = ModelShape { layers: 2, hidden: 8, intermediate: 16, heads: 2, kv_heads: 1, head_dim: 4, vocab: 10 };
+        let mut req = request("balanced", vec![dev(0, 1 << 20)], &[100, 100]);
+        req.shape = Some(shape);
+        req.workload = Workload { batch: 2, seq: 16, elem_bytes: 2 };
+        let p = plan(&req).unwrap();
+        let s = &p.stages[0];
+        // KV: 2 (k, v) × batch 2 × seq 16 × 1 kv head × dim 4 × 2 bytes per layer, 2 layers;
+        // plus one step of f32 logits (2 × 10 × 4) with the last unit.
+        assert_eq!(s.kv, 2 * (2 * 2 * 16 * 4 * 2) + 80);
+        assert!(s.activations > 0);
+        assert_eq!(p.cut_bytes_per_token, 2 * 8 * 2);
+        let json = p.to_json();
+        assert_eq!(json["hf_device_map"]["model.layers.1"], 0);
+        assert!(p.to_string().contains("tpu:0"));
+    }
+}
