@@ -82,7 +82,7 @@ impl Dtype {
         match self {
             Dtype::Quantized(q) => {
                 let (block, bytes) = q.block();
-                if n_elements % block != 0 {
+                if !n_elements.is_multiple_of(block) {
                     return None;
                 }
                 (n_elements / block).checked_mul(bytes)

@@ -266,7 +266,7 @@ fn extend_f32(dtype: Dtype, d: &[u8], out: &mut Vec<f32>) {
 /// halves interleaved (row 2i of the half-pair block is HF row i, row 2i+1 is HF row i + d/2).
 fn unpermute_qk<T: Copy>(v: Vec<T>, shape: &[usize], heads: usize) -> Vec<T> {
     let rows = shape.first().copied().unwrap_or(0);
-    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 || rows == 0 {
+    if heads == 0 || rows == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
         return v;
     }
     let cols = v.len() / rows;

@@ -1,0 +1,24 @@
+//! zoo-nightly: the parity harness's model-free half.
+//!
+//! - [`case`]: load a parity case folder (format in `nightly/README.md`) and compare a
+//!   port's outputs with the PyTorch reference recorded in it.
+//! - [`dashboard`]: the self-contained static `index.html` drawn from the history.
+//! - [`metrics`]: allclose pass/fail, max abs diff, mean relative diff, mismatch
+//!   percentage, cosine similarity, top-1 agreement, greedy-token match.
+//! - [`results`]: one JSON per run, the history folder, new failures and fixes.
+//! - [`tensor`]: safetensors files read into host tensors.
+//!
+//! The Python reference generator that writes the cases lives in `nightly/reference/`.
+
+#![warn(missing_docs)]
+
+pub mod case;
+pub mod dashboard;
+pub mod metrics;
+pub mod results;
+pub mod tensor;
+
+pub use case::{Case, CaseError, CaseSpec, CompareError, CompareKind, OutputReport};
+pub use metrics::{CloseMetrics, MetricsError, PositionMask, TokenMetrics, Tolerance};
+pub use results::{CaseResult, Changes, RunResults, Status};
+pub use tensor::{HostTensor, TensorData, TensorSet};
