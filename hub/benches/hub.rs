@@ -58,11 +58,26 @@ fn main() {
     if let Some(pos) = args.iter().position(|a| a == "--rss-child") {
         let dir = &args[pos + 1];
         let before = vm_hwm_kib().unwrap_or(0);
-        let w = Weights::open(Pretrained::open(dir).unwrap().checkpoint().unwrap().inventory).unwrap();
-        let names: Vec<String> = w.inventory().tensors().iter().map(|t| t.name.clone()).collect();
+        let w = Weights::open(
+            Pretrained::open(dir)
+                .unwrap()
+                .checkpoint()
+                .unwrap()
+                .inventory,
+        )
+        .unwrap();
+        let names: Vec<String> = w
+            .inventory()
+            .tensors()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
         let kept: Vec<Vec<f32>> = names.iter().map(|n| w.load_f32(n).unwrap()).collect();
         let after = vm_hwm_kib().unwrap_or(0);
-        println!("{before} {after} {}", kept.iter().map(Vec::len).sum::<usize>());
+        println!(
+            "{before} {after} {}",
+            kept.iter().map(Vec::len).sum::<usize>()
+        );
         return;
     }
 
@@ -85,7 +100,9 @@ fn main() {
     );
 
     let Some(minilm) = std::env::var_os("ZOO_MINILM_DIR") else {
-        println!("MiniLM figures need ZOO_MINILM_DIR: eval \"$(scripts/fetch-test-assets.sh)\" first");
+        println!(
+            "MiniLM figures need ZOO_MINILM_DIR: eval \"$(scripts/fetch-test-assets.sh)\" first"
+        );
         return;
     };
     let minilm = minilm.to_string_lossy().to_string();
@@ -106,7 +123,14 @@ fn main() {
         (0..5)
             .map(|_| {
                 let t = Instant::now();
-                let w = Weights::open(Pretrained::open(&minilm).unwrap().checkpoint().unwrap().inventory).unwrap();
+                let w = Weights::open(
+                    Pretrained::open(&minilm)
+                        .unwrap()
+                        .checkpoint()
+                        .unwrap()
+                        .inventory,
+                )
+                .unwrap();
                 let n: usize = w
                     .inventory()
                     .tensors()
@@ -131,7 +155,10 @@ fn main() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let nums: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let nums: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     if let [_before, after, _] = nums[..] {
         println!(
             "MiniLM: peak RSS of a fresh process loading every tensor as f32 (kept): {:.1} MiB for a {:.1} MiB file: {:.2}x (target < 1.2x)",
@@ -140,6 +167,9 @@ fn main() {
             after as f64 * 1024.0 / file_len as f64
         );
     } else {
-        println!("peak RSS child failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+        println!(
+            "peak RSS child failed: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

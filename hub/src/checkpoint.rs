@@ -159,7 +159,11 @@ pub fn find_checkpoint(
                     path: dir,
                     looked_for: format!(
                         "one GGUF file, found {}",
-                        ggufs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                        ggufs
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                     hint: "name the GGUF file to load instead of its folder".into(),
                 })
@@ -172,7 +176,8 @@ pub fn find_checkpoint(
         .unwrap_or_else(|| PathBuf::from(files.source().to_string()));
     let hint = match variant {
         Some(v) => format!("no `{v}` variant exists here; try without the variant"),
-        None => "zoo reads safetensors and GGUF; convert PyTorch .bin weights to safetensors first".into(),
+        None => "zoo reads safetensors and GGUF; convert PyTorch .bin weights to safetensors first"
+            .into(),
     };
     Err(HubError::NoWeights {
         path,
@@ -203,7 +208,8 @@ fn sharded(files: &ModelFiles, prefix: &str, index_path: &Path) -> Result<Checkp
     // Every tensor the index lists must be in the shard it names.
     for (tensor, shard) in &index.weight_map {
         let found = inventory.get(tensor);
-        let in_named_shard = found.is_some_and(|t| t.file.file_name() == Path::new(shard).file_name());
+        let in_named_shard =
+            found.is_some_and(|t| t.file.file_name() == Path::new(shard).file_name());
         if !in_named_shard {
             return Err(HubError::Index {
                 path: index_path.to_path_buf(),
@@ -226,7 +232,10 @@ fn sharded(files: &ModelFiles, prefix: &str, index_path: &Path) -> Result<Checkp
 }
 
 fn checkpoint_of_file(path: &Path) -> Result<Checkpoint> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
     if name.ends_with(".gguf") {
         let ck = crate::gguf::open(path)?;
         return Ok(Checkpoint {
@@ -272,7 +281,9 @@ impl ModelIndex {
             field: field.to_string(),
             reason: reason.to_string(),
         };
-        let obj = json.as_object().ok_or_else(|| bad("(root)", "not a JSON object"))?;
+        let obj = json
+            .as_object()
+            .ok_or_else(|| bad("(root)", "not a JSON object"))?;
         let class_name = obj
             .get("_class_name")
             .and_then(Value::as_str)

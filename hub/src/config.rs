@@ -153,7 +153,10 @@ impl PretrainedConfig {
                 let mut per_layer_type = BTreeMap::new();
                 for (kind, p) in obj {
                     let field = format!("rope_parameters.{kind}");
-                    per_layer_type.insert(kind.clone(), RopeParameters::from_json(p, None, &field, &self.path)?);
+                    per_layer_type.insert(
+                        kind.clone(),
+                        RopeParameters::from_json(p, None, &field, &self.path)?,
+                    );
                 }
                 return Ok(Some(Rope::PerLayerType(per_layer_type)));
             }
@@ -209,13 +212,20 @@ pub struct RopeParameters {
 }
 
 impl RopeParameters {
-    fn from_json(v: &Value, theta: Option<f64>, field: &str, path: &Path) -> Result<RopeParameters> {
+    fn from_json(
+        v: &Value,
+        theta: Option<f64>,
+        field: &str,
+        path: &Path,
+    ) -> Result<RopeParameters> {
         let err = |reason: String| HubError::ConfigField {
             path: path.to_path_buf(),
             field: field.to_string(),
             reason,
         };
-        let obj = v.as_object().ok_or_else(|| err("not a JSON object".into()))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| err("not a JSON object".into()))?;
         // v4 configs wrote `type`, later ones `rope_type`.
         let rope_type = match obj.get("rope_type").or_else(|| obj.get("type")) {
             None => "default".to_string(),
@@ -224,7 +234,10 @@ impl RopeParameters {
         };
         let rope_theta = match obj.get("rope_theta") {
             None | Some(Value::Null) => theta,
-            Some(t) => Some(t.as_f64().ok_or_else(|| err("rope_theta is not a number".into()))?),
+            Some(t) => Some(
+                t.as_f64()
+                    .ok_or_else(|| err("rope_theta is not a number".into()))?,
+            ),
         };
         let mut extra = obj.clone();
         for k in ["rope_type", "type", "rope_theta"] {

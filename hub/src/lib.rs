@@ -11,11 +11,13 @@ pub mod safetensors;
 pub mod source;
 pub mod weights;
 
+pub use checkpoint::{find_checkpoint, Checkpoint, Format, ModelIndex, ShardIndex};
+pub use config::{
+    GenerationConfig, PretrainedConfig, Rope, RopeParameters, TokenIds, TokenizerConfig,
+};
 pub use dtype::{Dtype, GgmlType};
 pub use error::{HubError, Result};
 pub use inventory::{Inventory, TensorInfo, Transform};
-pub use weights::{TensorView, Weights};
-pub use config::{GenerationConfig, PretrainedConfig, Rope, RopeParameters, TokenIds, TokenizerConfig};
-pub use source::{hub_cache_dir, CachedRepo, ModelFiles, Source};
-pub use checkpoint::{find_checkpoint, Checkpoint, Format, ModelIndex, ShardIndex};
 pub use pretrained::Pretrained;
+pub use source::{hub_cache_dir, CachedRepo, ModelFiles, Source};
+pub use weights::{TensorView, Weights};

@@ -2,12 +2,14 @@
 //! config, tokenizer files and weights — from a folder, a file, or a Hub repo id.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
 use crate::checkpoint::{find_checkpoint, Checkpoint, ModelIndex};
 use crate::config::{read_json, GenerationConfig, PretrainedConfig, TokenizerConfig};
 use crate::error::{io_err, Result};
+use crate::gguf::GgufCheckpoint;
 use crate::source::{ModelFiles, Source};
 
 /// A model to load, resolved to where its files are.
@@ -18,13 +20,18 @@ pub struct Pretrained {
     subfolder: Option<String>,
     /// A weights variant such as `fp16`.
     variant: Option<String>,
+    /// The parsed GGUF file, read once and shared by clones (config, tokenizer and weights
+    /// all come from it).
+    gguf: Arc<OnceLock<GgufCheckpoint>>,
 }
 
 impl Pretrained {
     /// Resolves `input` (folder, file, or `org/name[@revision]`) with the default Hub cache and
     /// download policy.
     pub fn open(input: &str) -> Result<Pretrained> {
-        Ok(Pretrained::from_files(ModelFiles::new(Source::parse(input)?)))
+        Ok(Pretrained::from_files(ModelFiles::new(Source::parse(
+            input,
+        )?)))
     }
 
     /// Wraps already-resolved files.
@@ -33,6 +40,7 @@ impl Pretrained {
             files,
             subfolder: None,
             variant: None,
+            gguf: Arc::default(),
         }
     }
 
@@ -52,6 +60,7 @@ impl Pretrained {
             files: self.files.clone(),
             subfolder: Some(sub),
             variant: self.variant.clone(),
+            gguf: Arc::default(),
         }
     }
 
@@ -75,11 +84,22 @@ impl Pretrained {
         }
     }
 
+    /// The parsed GGUF checkpoint, when the source is a `.gguf` file; parsed on first use.
+    pub fn gguf(&self) -> Result<Option<&GgufCheckpoint>> {
+        let Some(path) = self.gguf_path() else {
+            return Ok(None);
+        };
+        if let Some(ck) = self.gguf.get() {
+            return Ok(Some(ck));
+        }
+        let ck = crate::gguf::open(path)?;
+        Ok(Some(self.gguf.get_or_init(|| ck)))
+    }
+
     /// `config.json` (for a GGUF file, the config its metadata describes).
     pub fn config(&self) -> Result<PretrainedConfig> {
-        if let Some(path) = self.gguf_path() {
-            let ck = crate::gguf::open(path)?;
-            return PretrainedConfig::from_value(ck.config, path);
+        if let (Some(ck), Some(path)) = (self.gguf()?, self.gguf_path()) {
+            return PretrainedConfig::from_value(ck.config.clone(), path);
         }
         let path = self.files.get(&self.rel("config.json"))?;
         PretrainedConfig::from_file(&path)
@@ -87,7 +107,10 @@ impl Pretrained {
 
     /// `generation_config.json`, when the model has one.
     pub fn generation_config(&self) -> Result<Option<GenerationConfig>> {
-        match self.files.get_optional(&self.rel("generation_config.json"))? {
+        match self
+            .files
+            .get_optional(&self.rel("generation_config.json"))?
+        {
             Some(p) => Ok(Some(GenerationConfig::from_file(&p)?)),
             None => Ok(None),
         }
@@ -96,17 +119,19 @@ impl Pretrained {
     /// `tokenizer_config.json`, with the chat template of a separate `chat_template.jinja`
     /// (where newer checkpoints keep it) filled in when the JSON has none.
     pub fn tokenizer_config(&self) -> Result<Option<TokenizerConfig>> {
-        if let Some(path) = self.gguf_path() {
-            let ck = crate::gguf::open(path)?;
-            return match ck.tokenizer_config {
+        if let (Some(ck), Some(path)) = (self.gguf()?, self.gguf_path()) {
+            return match &ck.tokenizer_config {
                 Some(v) => Ok(Some(crate::config::parse_json(
                     path,
-                    &serde_json::to_vec(&v).unwrap_or_default(),
+                    &serde_json::to_vec(v).unwrap_or_default(),
                 )?)),
                 None => Ok(None),
             };
         }
-        let Some(path) = self.files.get_optional(&self.rel("tokenizer_config.json"))? else {
+        let Some(path) = self
+            .files
+            .get_optional(&self.rel("tokenizer_config.json"))?
+        else {
             return Ok(None);
         };
         let mut config = TokenizerConfig::from_file(&path)?;
@@ -121,8 +146,8 @@ impl Pretrained {
 
     /// `tokenizer.json` as JSON (for a GGUF file, the tokenizer its vocabulary describes).
     pub fn tokenizer_json(&self) -> Result<Option<Value>> {
-        if let Some(path) = self.gguf_path() {
-            return Ok(crate::gguf::open(path)?.tokenizer);
+        if let Some(ck) = self.gguf()? {
+            return Ok(ck.tokenizer.clone());
         }
         match self.files.get_optional(&self.rel("tokenizer.json"))? {
             Some(p) => Ok(Some(read_json(&p)?)),
@@ -145,6 +170,14 @@ impl Pretrained {
 
     /// The weights and their inventory (headers only; no tensor data is read).
     pub fn checkpoint(&self) -> Result<Checkpoint> {
+        if let (Some(ck), Some(path)) = (self.gguf()?, self.gguf_path()) {
+            return Ok(Checkpoint {
+                format: crate::checkpoint::Format::Gguf,
+                index: None,
+                files: vec![path.to_path_buf()],
+                inventory: ck.inventory.clone(),
+            });
+        }
         find_checkpoint(
             &self.files,
             self.subfolder.as_deref(),

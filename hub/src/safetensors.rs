@@ -160,7 +160,9 @@ fn parse_entry(
         _ => return Err(bad("`data_offsets` are not non-negative integers".into())),
     };
     if end < begin {
-        return Err(bad(format!("data_offsets [{begin}, {end}] end before they begin")));
+        return Err(bad(format!(
+            "data_offsets [{begin}, {end}] end before they begin"
+        )));
     }
     if end > data_len {
         return Err(bad(format!(

@@ -31,11 +31,17 @@ impl Source {
         }
         let (id, revision) = match input.split_once('@') {
             Some((id, rev)) if !rev.is_empty() => (id, rev),
-            Some(_) => return Err(HubError::BadSource { input: input.into() }),
+            Some(_) => {
+                return Err(HubError::BadSource {
+                    input: input.into(),
+                })
+            }
             None => (input, "main"),
         };
         if !is_repo_id(id) {
-            return Err(HubError::BadSource { input: input.into() });
+            return Err(HubError::BadSource {
+                input: input.into(),
+            });
         }
         Ok(Source::Repo {
             id: id.to_string(),
@@ -84,7 +90,11 @@ fn is_repo_id(id: &str) -> bool {
 /// `HUGGINGFACE_HUB_CACHE`, then `HF_HOME/hub`, then `$XDG_CACHE_HOME/huggingface/hub`, then
 /// `~/.cache/huggingface/hub`.
 pub fn hub_cache_dir() -> PathBuf {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(p) = var("HF_HUB_CACHE").or_else(|| var("HUGGINGFACE_HUB_CACHE")) {
         return p;
     }
@@ -100,14 +110,22 @@ pub fn hub_cache_dir() -> PathBuf {
 /// Whether downloads are forbidden (`HF_HUB_OFFLINE` set to a true value).
 pub fn offline() -> bool {
     std::env::var("HF_HUB_OFFLINE")
-        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+        .map(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
+        })
         .unwrap_or(false)
 }
 
 /// The Hub token: `HF_TOKEN`, else the file at `HF_TOKEN_PATH`, else `HF_HOME/token`
 /// (`~/.cache/huggingface/token`).
 pub fn hub_token() -> Option<String> {
-    if let Some(t) = std::env::var("HF_TOKEN").ok().filter(|t| !t.trim().is_empty()) {
+    if let Some(t) = std::env::var("HF_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    {
         return Some(t.trim().to_string());
     }
     let path = std::env::var_os("HF_TOKEN_PATH")
@@ -164,7 +182,12 @@ impl CachedRepo {
         if let Some(commit) = self.commit() {
             out.push(self.dir.join("snapshots").join(commit).join(file));
         } else {
-            out.push(self.dir.join("snapshots").join("<commit of refs>").join(file));
+            out.push(
+                self.dir
+                    .join("snapshots")
+                    .join("<commit of refs>")
+                    .join(file),
+            );
         }
         out
     }
@@ -243,7 +266,9 @@ impl ModelFiles {
     /// Like [`ModelFiles::get`], but `Ok(None)` when the file does not exist in the model
     /// (for optional files such as `generation_config.json`).
     pub fn get_optional(&self, file: &str) -> Result<Option<PathBuf>> {
-        if file.split(['/', '\\']).any(|p| p == ".." || p.is_empty()) || Path::new(file).is_absolute() {
+        if file.split(['/', '\\']).any(|p| p == ".." || p.is_empty())
+            || Path::new(file).is_absolute()
+        {
             return Err(HubError::BadSource { input: file.into() });
         }
         match &self.source {
@@ -280,7 +305,9 @@ impl ModelFiles {
         if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
             builder = builder.with_endpoint(endpoint);
         }
-        let api = builder.build().map_err(|e| self.download_error(file, e.to_string()))?;
+        let api = builder
+            .build()
+            .map_err(|e| self.download_error(file, e.to_string()))?;
         let repo = api.repo(hf_hub::Repo::with_revision(
             id.to_string(),
             hf_hub::RepoType::Model,
@@ -352,7 +379,9 @@ impl ModelFiles {
                     self.cache.display()
                 )
             }
-            _ => "check the path, or pass a repo id (org/name) to use the Hugging Face cache".into(),
+            _ => {
+                "check the path, or pass a repo id (org/name) to use the Hugging Face cache".into()
+            }
         }
     }
 }

@@ -151,7 +151,11 @@ impl Weights {
 
     /// The files behind this checkpoint.
     pub fn files(&self) -> Vec<&Path> {
-        self.inventory.files().iter().map(PathBuf::as_path).collect()
+        self.inventory
+            .files()
+            .iter()
+            .map(PathBuf::as_path)
+            .collect()
     }
 }
 

@@ -81,7 +81,10 @@ fn offsets_out_of_range() {
     let h = r#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
     let p = raw_file(dir.path(), "t.safetensors", h, &[0u8; 8]);
     let msg = err_of(&p);
-    assert!(msg.contains("\"w\"") && msg.contains("past the end"), "{msg}");
+    assert!(
+        msg.contains("\"w\"") && msg.contains("past the end"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -98,7 +101,10 @@ fn overlapping_offsets_name_both_tensors() {
     let h = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#;
     let p = raw_file(dir.path(), "t.safetensors", h, &[0u8; 12]);
     let msg = err_of(&p);
-    assert!(msg.contains("overlaps") && msg.contains("\"a\"") && msg.contains("\"b\""), "{msg}");
+    assert!(
+        msg.contains("overlaps") && msg.contains("\"a\"") && msg.contains("\"b\""),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -107,7 +113,10 @@ fn byte_count_not_matching_dtype_times_shape() {
     let h = r#"{"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,8]}}"#;
     let p = raw_file(dir.path(), "t.safetensors", h, &[0u8; 8]);
     let msg = err_of(&p);
-    assert!(msg.contains("holds 8 bytes") && msg.contains("needs 6"), "{msg}");
+    assert!(
+        msg.contains("holds 8 bytes") && msg.contains("needs 6"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -141,8 +150,11 @@ fn malformed_entries() {
 fn file_truncated_after_the_header_was_read() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("t.safetensors");
-    write_safetensors(&p, &[("w", StDtype::F32, vec![4], f32_bytes(&[1.0, 2.0, 3.0, 4.0]))]);
-    let inv = Inventory::from_safetensors(&[p.clone()]).unwrap();
+    write_safetensors(
+        &p,
+        &[("w", StDtype::F32, vec![4], f32_bytes(&[1.0, 2.0, 3.0, 4.0]))],
+    );
+    let inv = Inventory::from_safetensors(std::slice::from_ref(&p)).unwrap();
     let len = std::fs::metadata(&p).unwrap().len();
     let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
     f.set_len(len - 4).unwrap();
@@ -160,5 +172,8 @@ fn invalid_config_json_names_the_file() {
     assert!(err.contains("config.json"), "{err}");
     std::fs::write(&p, "{\"hidden_size\": \"twelve\"}").unwrap();
     let err = PretrainedConfig::from_file(&p).unwrap_err().to_string();
-    assert!(err.contains("config.json") && err.contains("invalid type"), "{err}");
+    assert!(
+        err.contains("config.json") && err.contains("invalid type"),
+        "{err}"
+    );
 }

@@ -10,7 +10,15 @@ use zoo_hub::{HubError, ModelFiles, Pretrained, Rope, Source};
 fn tiny_safetensors() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("m.safetensors");
-    write_safetensors(&p, &[("lm_head.weight", StDtype::F32, vec![2], f32_bytes(&[1.0, 2.0]))]);
+    write_safetensors(
+        &p,
+        &[(
+            "lm_head.weight",
+            StDtype::F32,
+            vec![2],
+            f32_bytes(&[1.0, 2.0]),
+        )],
+    );
     std::fs::read(p).unwrap()
 }
 
@@ -20,11 +28,17 @@ const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 fn repo_id_parsing() {
     assert_eq!(
         Source::parse("org/name").unwrap(),
-        Source::Repo { id: "org/name".into(), revision: "main".into() }
+        Source::Repo {
+            id: "org/name".into(),
+            revision: "main".into()
+        }
     );
     assert_eq!(
         Source::parse("Qwen/Qwen3-0.6B@v1.0").unwrap(),
-        Source::Repo { id: "Qwen/Qwen3-0.6B".into(), revision: "v1.0".into() }
+        Source::Repo {
+            id: "Qwen/Qwen3-0.6B".into(),
+            revision: "v1.0".into()
+        }
     );
     for bad in ["a/b/c", "../x", "org/..", "org/name@", "", "org/na me"] {
         assert!(Source::parse(bad).is_err(), "{bad:?} accepted");
@@ -73,16 +87,28 @@ fn missing_repo_offline_lists_every_place_searched_and_how_to_get_it() {
     let err = files.get("config.json").unwrap_err();
     assert!(matches!(err, HubError::NotFound { .. }));
     let msg = err.to_string();
-    assert!(msg.contains("org/absent") && msg.contains("v2") && msg.contains("config.json"), "{msg}");
+    assert!(
+        msg.contains("org/absent") && msg.contains("v2") && msg.contains("config.json"),
+        "{msg}"
+    );
     assert!(msg.contains("models--org--absent/refs/v2"), "{msg}");
-    assert!(msg.contains("huggingface-cli download org/absent config.json --revision v2"), "{msg}");
+    assert!(
+        msg.contains("huggingface-cli download org/absent config.json --revision v2"),
+        "{msg}"
+    );
     assert!(msg.contains("HF_HOME"), "{msg}");
 }
 
 #[test]
 fn known_absent_marker_is_honoured() {
     let cache = tempfile::tempdir().unwrap();
-    write_cache_repo(cache.path(), "org/m", "main", COMMIT, &[("config.json", b"{}".to_vec())]);
+    write_cache_repo(
+        cache.path(),
+        "org/m",
+        "main",
+        COMMIT,
+        &[("config.json", b"{}".to_vec())],
+    );
     let marker = cache
         .path()
         .join("models--org--m/.no_exist")
@@ -91,8 +117,12 @@ fn known_absent_marker_is_honoured() {
     std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
     std::fs::write(&marker, b"").unwrap();
     // Downloads allowed, yet no network is touched: the marker answers.
-    let files = ModelFiles::new(Source::parse("org/m").unwrap()).with_cache(cache.path().to_path_buf());
-    assert!(files.get_optional("generation_config.json").unwrap().is_none());
+    let files =
+        ModelFiles::new(Source::parse("org/m").unwrap()).with_cache(cache.path().to_path_buf());
+    assert!(files
+        .get_optional("generation_config.json")
+        .unwrap()
+        .is_none());
 }
 
 #[test]
@@ -113,7 +143,9 @@ fn rope_v4_and_v5_forms_agree() {
     let a = zoo_hub::PretrainedConfig::from_file(&v4).unwrap();
     let b = zoo_hub::PretrainedConfig::from_file(&v5).unwrap();
     assert_eq!(a.rope().unwrap(), b.rope().unwrap());
-    let Some(Rope::Single(p)) = a.rope().unwrap() else { panic!("no rope") };
+    let Some(Rope::Single(p)) = a.rope().unwrap() else {
+        panic!("no rope")
+    };
     assert_eq!(p.rope_type, "llama3");
     assert_eq!(p.rope_theta, Some(500000.0));
     assert_eq!(p.f64("factor"), Some(8.0));
@@ -127,7 +159,9 @@ fn rope_v4_and_v5_forms_agree() {
     )
     .unwrap();
     let c = zoo_hub::PretrainedConfig::from_file(&per_type).unwrap();
-    let Some(Rope::PerLayerType(m)) = c.rope().unwrap() else { panic!("not per layer type") };
+    let Some(Rope::PerLayerType(m)) = c.rope().unwrap() else {
+        panic!("not per layer type")
+    };
     assert_eq!(m["sliding_attention"].rope_theta, Some(10000.0));
 }
 
@@ -144,9 +178,15 @@ fn typed_model_config_errors_name_the_field() {
     std::fs::write(&p, r#"{"hidden_size": 64, "eos_token_id": 2}"#).unwrap();
     let c = zoo_hub::PretrainedConfig::from_file(&p).unwrap();
     let err = c.parse_as::<LlamaLike>().unwrap_err().to_string();
-    assert!(err.contains("num_attention_heads") && err.contains("config.json"), "{err}");
+    assert!(
+        err.contains("num_attention_heads") && err.contains("config.json"),
+        "{err}"
+    );
     assert_eq!(c.eos_token_id.as_ref().unwrap().to_vec(), vec![2]);
-    let err = c.require_usize("intermediate_size").unwrap_err().to_string();
+    let err = c
+        .require_usize("intermediate_size")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("intermediate_size"), "{err}");
 }
 
@@ -163,14 +203,21 @@ fn tokenizer_config_special_tokens_and_chat_template() {
     )
     .unwrap();
     std::fs::write(dir.path().join("chat_template.jinja"), "{{ messages }}").unwrap();
-    std::fs::write(dir.path().join("tokenizer.json"), r#"{"version":"1.0","model":{"type":"BPE"}}"#).unwrap();
+    std::fs::write(
+        dir.path().join("tokenizer.json"),
+        r#"{"version":"1.0","model":{"type":"BPE"}}"#,
+    )
+    .unwrap();
     let model = Pretrained::open(dir.path().to_str().unwrap()).unwrap();
     let tc = model.tokenizer_config().unwrap().unwrap();
     assert_eq!(tc.bos_token.as_ref().unwrap().content(), "<s>");
     assert_eq!(tc.eos_token.as_ref().unwrap().content(), "</s>");
     assert_eq!(tc.add_bos_token, Some(true));
     assert_eq!(tc.template(None), Some("{{ messages }}"));
-    assert_eq!(model.tokenizer_json().unwrap().unwrap()["model"]["type"], "BPE");
+    assert_eq!(
+        model.tokenizer_json().unwrap().unwrap()["model"]["type"],
+        "BPE"
+    );
 
     std::fs::write(
         dir.path().join("tokenizer_config.json"),
@@ -218,11 +265,24 @@ fn diffusers_layout_with_components_and_variants() {
     assert_eq!(unet.config().unwrap().get("in_channels").unwrap(), 4);
     let plain = unet.checkpoint().unwrap();
     assert!(plain.files[0].ends_with("unet/diffusion_pytorch_model.safetensors"));
-    let fp16 = pipe.clone().with_variant(Some("fp16")).component("unet").checkpoint().unwrap();
+    let fp16 = pipe
+        .clone()
+        .with_variant(Some("fp16"))
+        .component("unet")
+        .checkpoint()
+        .unwrap();
     assert!(fp16.files[0].ends_with("unet/diffusion_pytorch_model.fp16.safetensors"));
-    let te = pipe.clone().with_variant(Some("fp16")).component("text_encoder").checkpoint().unwrap();
+    let te = pipe
+        .clone()
+        .with_variant(Some("fp16"))
+        .component("text_encoder")
+        .checkpoint()
+        .unwrap();
     assert!(te.files[0].ends_with("text_encoder/model.fp16.safetensors"));
     // The vae only ships fp16: without the variant the error says so.
     let err = pipe.component("vae").checkpoint().unwrap_err().to_string();
-    assert!(err.contains("vae/diffusion_pytorch_model.safetensors"), "{err}");
+    assert!(
+        err.contains("vae/diffusion_pytorch_model.safetensors"),
+        "{err}"
+    );
 }

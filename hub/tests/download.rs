@@ -15,7 +15,11 @@ const COMMIT: &str = "fedcba9876543210fedcba9876543210fedcba98";
 /// A minimal Hub: serves `files` at `/{repo}/resolve/{revision}/{name}` with the headers the
 /// client reads (x-repo-commit, etag, content-range), 404 otherwise. Records request headers.
 /// Stops by itself after `max_requests` or 60 s.
-fn serve(repo: &str, files: HashMap<String, Vec<u8>>, max_requests: usize) -> (String, Arc<Mutex<Vec<String>>>) {
+fn serve(
+    repo: &str,
+    files: HashMap<String, Vec<u8>>,
+    max_requests: usize,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -49,7 +53,11 @@ fn serve(repo: &str, files: HashMap<String, Vec<u8>>, max_requests: usize) -> (S
                     range_end = b.parse().ok();
                 }
             }
-            let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
+            let path = request_line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("")
+                .to_string();
             let mut out = stream;
             match path.strip_prefix(&prefix).and_then(|name| files.get(name)) {
                 Some(body) => {
@@ -63,8 +71,10 @@ fn serve(repo: &str, files: HashMap<String, Vec<u8>>, max_requests: usize) -> (S
                     out.write_all(part).unwrap();
                 }
                 None => {
-                    out.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                        .unwrap();
+                    out.write_all(
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    )
+                    .unwrap();
                 }
             }
         }
@@ -84,7 +94,10 @@ fn safetensors_bytes() -> Vec<u8> {
 #[test]
 fn download_fills_the_hf_cache_and_reads_back_offline() {
     let files: HashMap<String, Vec<u8>> = [
-        ("config.json".to_string(), br#"{"architectures":["LlamaForCausalLM"],"model_type":"llama"}"#.to_vec()),
+        (
+            "config.json".to_string(),
+            br#"{"architectures":["LlamaForCausalLM"],"model_type":"llama"}"#.to_vec(),
+        ),
         ("model.safetensors".to_string(), safetensors_bytes()),
     ]
     .into();
@@ -111,8 +124,16 @@ fn download_fills_the_hf_cache_and_reads_back_offline() {
 
     // The layout Python reads: refs/main → commit, snapshots/<commit>/<file> → blobs.
     let repo = cache.path().join("models--org--remote");
-    assert_eq!(std::fs::read_to_string(repo.join("refs/main")).unwrap().trim(), COMMIT);
-    let snap = repo.join("snapshots").join(COMMIT).join("model.safetensors");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("refs/main"))
+            .unwrap()
+            .trim(),
+        COMMIT
+    );
+    let snap = repo
+        .join("snapshots")
+        .join(COMMIT)
+        .join("model.safetensors");
     assert_eq!(std::fs::read(&snap).unwrap(), safetensors_bytes());
     assert!(std::fs::read_dir(repo.join("blobs")).unwrap().count() >= 2);
 
@@ -120,7 +141,13 @@ fn download_fills_the_hf_cache_and_reads_back_offline() {
     let offline = ModelFiles::new(Source::parse("org/remote").unwrap())
         .with_cache(cache.path().to_path_buf())
         .with_download(false);
-    let w = zoo_hub::Weights::open(Pretrained::from_files(offline).checkpoint().unwrap().inventory).unwrap();
+    let w = zoo_hub::Weights::open(
+        Pretrained::from_files(offline)
+            .checkpoint()
+            .unwrap()
+            .inventory,
+    )
+    .unwrap();
     assert_eq!(w.load_f32("w").unwrap(), vec![1.5, -2.0]);
 
     // A server that does not answer gives a typed download error naming what failed.
@@ -131,8 +158,14 @@ fn download_fills_the_hf_cache_and_reads_back_offline() {
     let err = dead.get("config.json").unwrap_err();
     assert!(matches!(err, HubError::Download { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("org/other") && msg.contains("v3") && msg.contains("config.json"), "{msg}");
-    assert!(msg.contains("huggingface-cli download org/other config.json --revision v3"), "{msg}");
+    assert!(
+        msg.contains("org/other") && msg.contains("v3") && msg.contains("config.json"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("huggingface-cli download org/other config.json --revision v3"),
+        "{msg}"
+    );
     std::env::remove_var("HF_ENDPOINT");
     std::env::remove_var("HF_TOKEN");
 }

@@ -24,7 +24,9 @@ fn minilm_config_inventory_and_every_tensor_as_f32() {
     assert_eq!(emb.dtype, Dtype::F32);
     for layer in 0..6 {
         let q = inv
-            .get(&format!("encoder.layer.{layer}.attention.self.query.weight"))
+            .get(&format!(
+                "encoder.layer.{layer}.attention.self.query.weight"
+            ))
             .unwrap();
         assert_eq!(q.shape, vec![384, 384]);
     }
@@ -38,12 +40,23 @@ fn minilm_config_inventory_and_every_tensor_as_f32() {
     for t in w.inventory().tensors() {
         let v = w.view(t).to_f32().unwrap();
         assert_eq!(v.len(), t.numel(), "{}", t.name);
-        assert!(v.iter().all(|x| x.is_finite()), "{} has non-finite values", t.name);
+        assert!(
+            v.iter().all(|x| x.is_finite()),
+            "{} has non-finite values",
+            t.name
+        );
     }
     // LayerNorm gains of a trained model sit near 1, not at an initialiser's exact 1.
-    let gamma = w.tensor("embeddings.LayerNorm.weight").unwrap().to_f32().unwrap();
+    let gamma = w
+        .tensor("embeddings.LayerNorm.weight")
+        .unwrap()
+        .to_f32()
+        .unwrap();
     let mean = gamma.iter().sum::<f32>() / gamma.len() as f32;
-    assert!(mean > 0.3 && mean < 2.0 && gamma.iter().any(|&g| g != 1.0), "{mean}");
+    assert!(
+        mean > 0.3 && mean < 2.0 && gamma.iter().any(|&g| g != 1.0),
+        "{mean}"
+    );
 
     let tok = model.tokenizer_json().unwrap().unwrap();
     assert_eq!(tok["model"]["type"], "WordPiece");

@@ -30,7 +30,7 @@ fn every_hf_dtype_is_recognised_with_exact_byte_sizes() {
         .map(|(n, st, _, size)| (*n, *st, vec![3, 5], vec![0u8; 15 * size]))
         .collect();
     write_safetensors(&path, &specs);
-    let inv = Inventory::from_safetensors(&[path.clone()]).unwrap();
+    let inv = Inventory::from_safetensors(std::slice::from_ref(&path)).unwrap();
     assert_eq!(inv.len(), cases.len());
     for (name, _, dtype, size) in cases {
         let t = inv.get(name).unwrap();
@@ -52,8 +52,14 @@ fn conversion_on_load_matches_the_stored_values() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.safetensors");
     let vals = [1.5f32, -2.25, 3.0e-3, 65504.0, -0.0, 7.0];
-    let f16s: Vec<u8> = vals.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
-    let bf16s: Vec<u8> = vals.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect();
+    let f16s: Vec<u8> = vals
+        .iter()
+        .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+        .collect();
+    let bf16s: Vec<u8> = vals
+        .iter()
+        .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+        .collect();
     let i64s: Vec<u8> = [3i64, -4, 5].iter().flat_map(|v| v.to_le_bytes()).collect();
     write_safetensors(
         &path,
@@ -82,7 +88,10 @@ fn conversion_on_load_matches_the_stored_values() {
     );
     // f32 → bf16 on load rounds to nearest even, as torch's .to(torch.bfloat16) does.
     let a_bf16 = w.tensor("a").unwrap().to_bf16().unwrap();
-    assert_eq!(a_bf16, vals.iter().map(|v| bf16::from_f32(*v)).collect::<Vec<_>>());
+    assert_eq!(
+        a_bf16,
+        vals.iter().map(|v| bf16::from_f32(*v)).collect::<Vec<_>>()
+    );
     assert_eq!(w.tensor("ids").unwrap().to_i64().unwrap(), vec![3, -4, 5]);
     assert!(matches!(
         w.tensor("a").unwrap().to_i64(),
@@ -99,7 +108,12 @@ fn missing_tensor_error_names_it_and_the_nearest_name() {
     let path = dir.path().join("m.safetensors");
     write_safetensors(
         &path,
-        &[("model.embed_tokens.weight", StDtype::F32, vec![1], f32_bytes(&[1.0]))],
+        &[(
+            "model.embed_tokens.weight",
+            StDtype::F32,
+            vec![1],
+            f32_bytes(&[1.0]),
+        )],
     );
     let w = Weights::from_safetensors(&[path]).unwrap();
     let err = w.tensor("model.embed_tokens.bias").unwrap_err().to_string();
@@ -174,15 +188,23 @@ fn duplicate_tensor_across_shards_is_an_error_naming_both_files() {
     let b = dir.path().join("b.safetensors");
     write_safetensors(&a, &[("w", StDtype::F32, vec![1], f32_bytes(&[1.0]))]);
     write_safetensors(&b, &[("w", StDtype::F32, vec![1], f32_bytes(&[2.0]))]);
-    let err = Inventory::from_safetensors(&[a, b]).unwrap_err().to_string();
-    assert!(err.contains("a.safetensors") && err.contains("b.safetensors"), "{err}");
+    let err = Inventory::from_safetensors(&[a, b])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("a.safetensors") && err.contains("b.safetensors"),
+        "{err}"
+    );
 }
 
 #[test]
 fn single_file_source_uses_sibling_config() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.safetensors");
-    write_safetensors(&path, &[("w", StDtype::F32, vec![2], f32_bytes(&[1.0, 2.0]))]);
+    write_safetensors(
+        &path,
+        &[("w", StDtype::F32, vec![2], f32_bytes(&[1.0, 2.0]))],
+    );
     std::fs::write(
         dir.path().join("config.json"),
         r#"{"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 8}"#,

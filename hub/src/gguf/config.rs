@@ -35,8 +35,11 @@ pub(crate) fn llama_config(file: &GgufFile) -> Result<J, String> {
     let eps = md
         .get_f64("llama.attention.layer_norm_rms_epsilon")
         .ok_or("metadata key llama.attention.layer_norm_rms_epsilon (config.json rms_norm_eps) is missing or not a number")?;
+    // llama.cpp writes key_length only when it differs from hidden / heads; the rotary
+    // dimension equals the head size in llama models.
     let head_dim = md
         .get_u64("llama.attention.key_length")
+        .or_else(|| md.get_u64("llama.rope.dimension_count"))
         .unwrap_or(hidden / heads);
     let tensor_rows = |name: &str| {
         file.tensors

@@ -26,8 +26,9 @@ pub fn dequantize(q: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, String
             q.name()
         ));
     }
-    let expected = n / block * bytes;
-    if data.len() != expected {
+    let expected = (n / block).checked_mul(bytes);
+    if expected != Some(data.len()) {
+        let expected = expected.map_or("more than usize::MAX".to_string(), |e| e.to_string());
         return Err(format!(
             "{n} elements of {} take {expected} bytes, but {} bytes are stored",
             q.name(),

@@ -88,7 +88,8 @@ pub fn from_file(file: GgufFile) -> Result<GgufCheckpoint> {
         };
         if let Transform::UnpermuteQk { heads } = transform {
             let rows = t.dims.last().copied().unwrap_or(0);
-            if heads == 0 || !rows.is_multiple_of(2 * heads as u64) {
+            let pairs = (heads as u64).checked_mul(2).filter(|&p| p != 0);
+            if !pairs.is_some_and(|p| rows.is_multiple_of(p)) {
                 return Err(err(format!(
                     "tensor {:?} has {rows} rows, which do not split into {heads} heads of even size; the head counts in the metadata do not match the tensors",
                     t.name

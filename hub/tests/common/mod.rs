@@ -47,7 +47,8 @@ pub fn write_sharded(dir: &Path, n_tensors: usize, shards: usize) -> Vec<String>
             names.push(n);
         }
     }
-    let index = serde_json::json!({"metadata": {"total_size": n_tensors * 24}, "weight_map": weight_map});
+    let index =
+        serde_json::json!({"metadata": {"total_size": n_tensors * 24}, "weight_map": weight_map});
     std::fs::write(
         dir.join("model.safetensors.index.json"),
         serde_json::to_vec_pretty(&index).unwrap(),
