@@ -1,0 +1,672 @@
+//! Clients, transfers and materialisation: trace → hash → cache lookup → (lower, compile)
+//! → execute → results become device-resident leaves.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use super::cache::{self, Miss};
+use super::graph::{hash_op, Node, NodeOp, State};
+use super::lower::{lower, LowerNode, Ref};
+use super::{matmul_precision, LazyTensor};
+use crate::pjrt::{self, Buffer, Client, ClientOptions, CompileOptions, ElementType, ErrorCode, ExecuteOptions, LoadedExecutable, PjrtError, Plugin};
+use crate::error::BackendContext;
+use crate::{DType, Device, Error, PjrtDevice, PjrtPlatform, Result};
+
+/// How a platform's plugin is chosen; see [`super::configure`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PluginConfig {
+    pub path: Option<PathBuf>,
+    pub cpu_devices: Option<usize>,
+}
+
+/// One client of one plugin, shared by every tensor on its devices.
+pub(crate) struct Backend {
+    pub client: Client,
+    pub devices: Vec<pjrt::Device>,
+    /// Plugin file, API version and platform version: what a disk-cache entry must match.
+    pub identity: String,
+    pub plugin_key: u64,
+    pub config: PluginConfig,
+    exes: Mutex<HashMap<u64, Arc<LoadedExecutable>>>,
+}
+
+static CONFIGS: Mutex<Option<HashMap<PjrtPlatform, PluginConfig>>> = Mutex::new(None);
+static BACKENDS: Mutex<Option<HashMap<PjrtPlatform, Arc<Backend>>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every guarded value is updated by single assignments, so a poisoned lock still holds
+    // a consistent value.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn pjrt_err(op: &'static str, device: PjrtDevice, source: PjrtError) -> Error {
+    match source {
+        PjrtError::Plugin { code: ErrorCode::ResourceExhausted, message, .. } | PjrtError::Compile { code: ErrorCode::ResourceExhausted, message, .. } => Error::OutOfMemory {
+            op,
+            device: Device::Pjrt(device),
+            message,
+        },
+        PjrtError::Plugin { ref message, .. } if message.contains("Out of memory") || message.contains("out of memory") => Error::OutOfMemory {
+            op,
+            device: Device::Pjrt(device),
+            message: message.clone(),
+        },
+        source => Error::Pjrt {
+            op,
+            device: Device::Pjrt(device),
+            source,
+        },
+    }
+}
+
+pub(crate) fn configure(platform: PjrtPlatform, config: PluginConfig) -> Result<()> {
+    if let Some(b) = lock(&BACKENDS).as_ref().and_then(|m| m.get(&platform)) {
+        if b.config != config {
+            return Err(Error::InvalidArgument {
+                op: "lazy::configure",
+                msg: format!("the {platform:?} PJRT client already runs with {:?}; configure before the first PJRT tensor is created", b.config),
+            });
+        }
+        return Ok(());
+    }
+    lock(&CONFIGS).get_or_insert_with(HashMap::new).insert(platform, config);
+    Ok(())
+}
+
+fn platform_name(p: PjrtPlatform) -> &'static str {
+    match p {
+        PjrtPlatform::Cpu => "cpu",
+        PjrtPlatform::Cuda => "cuda",
+        PjrtPlatform::Tpu => "tpu",
+    }
+}
+
+/// The process-wide client of `platform`, created on first use.
+pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend>, PjrtError> {
+    let mut guard = lock(&BACKENDS);
+    let map = guard.get_or_insert_with(HashMap::new);
+    if let Some(b) = map.get(&platform) {
+        return Ok(b.clone());
+    }
+    let config = lock(&CONFIGS).as_ref().and_then(|m| m.get(&platform).cloned()).unwrap_or_default();
+    let name = platform_name(platform);
+    let env_path = match platform {
+        PjrtPlatform::Cpu => std::env::var_os("ZOO_PJRT_CPU_PLUGIN").filter(|v| !v.is_empty()).map(PathBuf::from),
+        _ => None,
+    };
+    let path = config.path.clone().or(env_path);
+    let plugin = match &path {
+        Some(p) => Plugin::load(p)?,
+        None => pjrt::discovery::load_plugin(Some(name), None)?,
+    };
+    let mut options = ClientOptions::new();
+    if platform == PjrtPlatform::Cpu {
+        let n = match config.cpu_devices {
+            Some(n) => n,
+            None => match std::env::var("ZOO_PJRT_CPU_DEVICES") {
+                Ok(v) => v.trim().parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| PjrtError::InvalidArgument(format!("ZOO_PJRT_CPU_DEVICES={v:?} is not a positive device count")))?,
+                Err(_) => 4,
+            },
+        };
+        options = options.cpu_device_count(n as i64);
+    }
+    let client = plugin.client(&options)?;
+    let devices = client.addressable_devices()?;
+    let (major, minor) = plugin.api_version();
+    let identity = format!(
+        "{} api={major}.{minor} platform={} {} devices={}",
+        std::fs::canonicalize(plugin.path()).unwrap_or_else(|_| plugin.path().to_path_buf()).display(),
+        client.platform_name().unwrap_or_default(),
+        client.platform_version().unwrap_or_default(),
+        devices.len()
+    );
+    let plugin_key = cache::fnv1a(identity.as_bytes());
+    let b = Arc::new(Backend {
+        client,
+        devices,
+        identity,
+        plugin_key,
+        config,
+        exes: Mutex::new(HashMap::new()),
+    });
+    map.insert(platform, b.clone());
+    Ok(b)
+}
+
+/// The backend and PJRT device behind `d`, or a typed error naming the device.
+pub(crate) fn device(op: &'static str, d: PjrtDevice) -> Result<(Arc<Backend>, pjrt::Device)> {
+    let b = backend(d.platform).map_err(|e| pjrt_err(op, d, e))?;
+    let dev = b.devices.get(d.ordinal).cloned().ok_or_else(|| Error::Pjrt {
+        op,
+        device: Device::Pjrt(d),
+        source: PjrtError::InvalidArgument(format!(
+            "the {} plugin has {} device(s) (0..{}); for more CPU devices set ZOO_PJRT_CPU_DEVICES",
+            platform_name(d.platform),
+            b.devices.len(),
+            b.devices.len()
+        )),
+    })?;
+    Ok((b, dev))
+}
+
+// ----- the registry of pending nodes -----
+
+/// Pending nodes, weakly: at materialisation, the live ones of the device run in the same
+/// graph (torch_xla's "sync all live tensors"), so state carried across steps (a KV cache
+/// written each step) is materialised with the step's output and graphs never grow.
+static PENDING: Mutex<Vec<Weak<Node>>> = Mutex::new(Vec::new());
+static PRUNE_AT: AtomicU64 = AtomicU64::new(4096);
+
+pub(crate) fn register(n: &Arc<Node>) {
+    let mut p = lock(&PENDING);
+    p.push(Arc::downgrade(n));
+    if p.len() as u64 >= PRUNE_AT.load(Ordering::Relaxed) {
+        p.retain(|w| w.upgrade().is_some_and(|n| n.buffer().is_none()));
+        PRUNE_AT.store((2 * p.len() as u64).max(4096), Ordering::Relaxed);
+    }
+}
+
+fn live_pending(device: PjrtDevice) -> Vec<Arc<Node>> {
+    let mut out = Vec::new();
+    let mut p = lock(&PENDING);
+    p.retain(|w| match w.upgrade() {
+        Some(n) if n.buffer().is_none() => {
+            if n.device == device && n.is_live() {
+                out.push(n);
+            }
+            true
+        }
+        _ => false,
+    });
+    out
+}
+
+// ----- statistics -----
+
+static LAST_REJECT: Mutex<Option<String>> = Mutex::new(None);
+
+pub(crate) fn last_reject() -> Option<String> {
+    lock(&LAST_REJECT).clone()
+}
+
+pub(crate) fn clear_memory_cache() {
+    *lock(&SCALARS) = None;
+    let backends: Vec<Arc<Backend>> = lock(&BACKENDS).as_ref().map(|m| m.values().cloned().collect()).unwrap_or_default();
+    for b in backends {
+        lock(&b.exes).clear();
+    }
+}
+
+/// Counters of the lazy backend since the process started (see [`super::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LazyStats {
+    /// Graphs executed.
+    pub executions: u64,
+    /// Graphs compiled by the plugin (in-memory and disk misses).
+    pub compiles: u64,
+    /// Executables found in the in-memory cache.
+    pub memory_hits: u64,
+    /// Executables loaded from the disk cache.
+    pub disk_hits: u64,
+    /// Executables written to the disk cache.
+    pub disk_writes: u64,
+    /// Disk entries rejected (corrupt, foreign, unloadable) and removed.
+    pub disk_rejects: u64,
+    /// Nanoseconds spent inside the plugin's compile.
+    pub compile_nanos: u64,
+    /// Nanoseconds spent inside the plugin's execute (until the outputs are ready).
+    pub execute_nanos: u64,
+    /// Nanoseconds spent materialising in total (trace, hash, lookup, compile, execute).
+    pub materialize_nanos: u64,
+    /// Nanoseconds spent inside the plugin's host/device transfers (uploads, reads, copies;
+    /// a read also waits for the computation behind it).
+    pub transfer_nanos: u64,
+}
+
+static STATS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+
+fn bump(i: usize, v: u64) {
+    STATS[i].fetch_add(v, Ordering::Relaxed);
+}
+
+pub(crate) fn stats() -> LazyStats {
+    let g = |i: usize| STATS[i].load(Ordering::Relaxed);
+    LazyStats {
+        executions: g(0),
+        compiles: g(1),
+        memory_hits: g(2),
+        disk_hits: g(3),
+        disk_writes: g(4),
+        disk_rejects: g(5),
+        compile_nanos: g(6),
+        execute_nanos: g(7),
+        materialize_nanos: g(8),
+        transfer_nanos: g(9),
+    }
+}
+
+// ----- transfers -----
+
+/// Index tensors up to this many elements keep a host copy for range checks.
+const HOST_INTS_MAX: usize = 4096;
+
+/// Uploads a candle tensor (any candle device) to `d` as a leaf of API dtype `dtype`.
+pub(crate) fn upload(t: &candle_core::Tensor, dtype: DType, d: PjrtDevice) -> Result<LazyTensor> {
+    let op = "to_device";
+    let (b, dev) = device(op, d)?;
+    let shape: Vec<usize> = t.dims().to_vec();
+    let t = t.to_device(&candle_core::Device::Cpu).and_then(|t| t.flatten_all()).op(op)?;
+    let dims: Vec<i64> = shape.iter().map(|&v| v as i64).collect();
+    let host_ints = if dtype.is_int() && t.elem_count() <= HOST_INTS_MAX {
+        let v = t.to_dtype(candle_core::DType::I64).and_then(|t| t.to_vec1::<i64>()).op(op)?;
+        Some(Arc::<[i64]>::from(v))
+    } else {
+        None
+    };
+    // One-element uploads (the -inf of a mask fill, a position) repeat every step of a
+    // decode loop; buffers are immutable, so equal ones share one device buffer.
+    let memo_key = if t.elem_count() == 1 { Some((d, dtype, shape.clone(), scalar_bits(&t, dtype, op)?)) } else { None };
+    if let Some(k) = &memo_key {
+        let hit = lock(&SCALARS).as_ref().and_then(|m| m.get(k).cloned());
+        if let Some(buf) = hit {
+            return Ok(leaf(buf, shape, dtype, d, host_ints));
+        }
+    }
+    let c = &b.client;
+    let started = Instant::now();
+    let buf = match dtype {
+        DType::F32 => c.buffer_from_slice(&t.to_vec1::<f32>().op(op)?, &dims, &dev),
+        DType::F16 => c.buffer_from_slice(&t.to_vec1::<half::f16>().op(op)?, &dims, &dev),
+        DType::BF16 => c.buffer_from_slice(&t.to_vec1::<half::bf16>().op(op)?, &dims, &dev),
+        DType::F64 => c.buffer_from_slice(&t.to_vec1::<f64>().op(op)?, &dims, &dev),
+        DType::I64 => c.buffer_from_slice(&t.to_vec1::<i64>().op(op)?, &dims, &dev),
+        DType::I32 => c.buffer_from_slice(&t.to_vec1::<i32>().op(op)?, &dims, &dev),
+        DType::U8 => c.buffer_from_slice(&t.to_vec1::<u8>().op(op)?, &dims, &dev),
+        DType::Bool => c.buffer_from_bytes(&t.to_vec1::<u8>().op(op)?, ElementType::Pred, &dims, &dev),
+    }
+    .map_err(|e| pjrt_err(op, d, e))?;
+    bump(9, started.elapsed().as_nanos() as u64);
+    let buf = Arc::new(buf);
+    if let Some(k) = memo_key {
+        let mut guard = lock(&SCALARS);
+        let m = guard.get_or_insert_with(HashMap::new);
+        if m.len() >= SCALARS_MAX {
+            m.clear();
+        }
+        m.insert(k, buf.clone());
+    }
+    Ok(leaf(buf, shape, dtype, d, host_ints))
+}
+
+type ScalarKey = (PjrtDevice, DType, Vec<usize>, u64);
+static SCALARS: Mutex<Option<HashMap<ScalarKey, Arc<Buffer>>>> = Mutex::new(None);
+const SCALARS_MAX: usize = 4096;
+
+/// The bit pattern of the single element of `t` (exact for every dtype, unlike an f64).
+fn scalar_bits(t: &candle_core::Tensor, dtype: DType, op: &'static str) -> Result<u64> {
+    let first = |t: &candle_core::Tensor| t.flatten_all().and_then(|t| t.get(0));
+    let e = first(t).op(op)?;
+    Ok(match dtype {
+        DType::F32 => u64::from(e.to_scalar::<f32>().op(op)?.to_bits()),
+        DType::F16 => u64::from(e.to_scalar::<half::f16>().op(op)?.to_bits()),
+        DType::BF16 => u64::from(e.to_scalar::<half::bf16>().op(op)?.to_bits()),
+        DType::F64 => e.to_scalar::<f64>().op(op)?.to_bits(),
+        DType::I64 => e.to_scalar::<i64>().op(op)? as u64,
+        DType::I32 => e.to_scalar::<i32>().op(op)? as u32 as u64,
+        DType::U8 | DType::Bool => u64::from(e.to_scalar::<u8>().op(op)?),
+    })
+}
+
+fn leaf(buf: Arc<Buffer>, shape: Vec<usize>, dtype: DType, d: PjrtDevice, host_ints: Option<Arc<[i64]>>) -> LazyTensor {
+    LazyTensor::new(Arc::new(Node::new(NodeOp::Leaf, shape, dtype, d, State::Ready(buf), host_ints)))
+}
+
+/// The value of `t` as a CPU candle tensor (bool as u8 0/1), materialising it first.
+pub(crate) fn download(t: &LazyTensor, op: &'static str) -> Result<candle_core::Tensor> {
+    let n = &t.node;
+    let buf = ready_buffer(n, op)?;
+    let d = n.device;
+    let pe = |e: PjrtError| pjrt_err(op, d, e);
+    let cpu = candle_core::Device::Cpu;
+    let s = n.shape.as_slice();
+    let started = Instant::now();
+    let ct = match n.dtype {
+        DType::F32 => candle_core::Tensor::from_vec(buf.to_vec::<f32>().map_err(pe)?, s, &cpu),
+        DType::F16 => candle_core::Tensor::from_vec(buf.to_vec::<half::f16>().map_err(pe)?, s, &cpu),
+        DType::BF16 => candle_core::Tensor::from_vec(buf.to_vec::<half::bf16>().map_err(pe)?, s, &cpu),
+        DType::F64 => candle_core::Tensor::from_vec(buf.to_vec::<f64>().map_err(pe)?, s, &cpu),
+        DType::I64 => candle_core::Tensor::from_vec(buf.to_vec::<i64>().map_err(pe)?, s, &cpu),
+        DType::I32 => candle_core::Tensor::from_vec(buf.to_vec::<i32>().map_err(pe)?, s, &cpu),
+        DType::U8 => candle_core::Tensor::from_vec(buf.to_vec::<u8>().map_err(pe)?, s, &cpu),
+        DType::Bool => {
+            let bytes: Vec<u8> = buf.to_host_bytes().map_err(pe)?.into_iter().map(|b| u8::from(b != 0)).collect();
+            candle_core::Tensor::from_vec(bytes, s, &cpu)
+        }
+    };
+    bump(9, started.elapsed().as_nanos() as u64);
+    ct.op(op)
+}
+
+/// Copies `t` to another device of the same plugin (device to device), or through the
+/// host to another plugin.
+pub(crate) fn copy_to(t: &LazyTensor, to: PjrtDevice) -> Result<LazyTensor> {
+    let op = "to_device";
+    let n = &t.node;
+    if n.device.platform != to.platform {
+        let host = download(t, op)?;
+        return upload(&host, n.dtype, to);
+    }
+    let buf = ready_buffer(n, op)?;
+    let (_, dev) = device(op, to)?;
+    let started = Instant::now();
+    let copied = buf.copy_to_device(&dev).map_err(|e| pjrt_err(op, to, e))?;
+    bump(9, started.elapsed().as_nanos() as u64);
+    Ok(leaf(Arc::new(copied), n.shape.clone(), n.dtype, to, n.host_ints.clone()))
+}
+
+fn ready_buffer(n: &Arc<Node>, op: &'static str) -> Result<Arc<Buffer>> {
+    if let Some(b) = n.buffer() {
+        return Ok(b);
+    }
+    materialize(std::slice::from_ref(n), op)?;
+    n.buffer().ok_or_else(|| Error::InvalidArgument {
+        op,
+        msg: "the graph ran but did not produce this tensor (internal error)".into(),
+    })
+}
+
+// ----- materialisation -----
+
+/// Pointers are unique per live node and already well mixed in their middle bits.
+#[derive(Default)]
+struct PtrHasher(u64);
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.0 = (i as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type PtrMap = HashMap<usize, Ref, BuildHasherDefault<PtrHasher>>;
+
+fn key(n: &Arc<Node>) -> usize {
+    Arc::as_ptr(n) as usize
+}
+
+/// A traced graph: what runs, in dependency order, and its structural hash.
+struct Trace {
+    params: Vec<Arc<Node>>,
+    param_bufs: Vec<Arc<Buffer>>,
+    nodes: Vec<Arc<Node>>,
+    /// The operands of every node, flattened; node `i` owns `edges[spans[i].0..spans[i].1]`.
+    edges: Vec<Ref>,
+    spans: Vec<(usize, usize)>,
+    outputs: Vec<usize>,
+    hash: u64,
+}
+
+/// Walks the pending graph behind `outs` once (iterative post-order, so deep graphs cannot
+/// overflow the stack): numbers the ready nodes it meets as parameters, orders the pending
+/// ones, and hashes the structure on the way (ops, attributes, shapes, dtypes, operand
+/// wiring, device, precision; never values).
+fn trace(outs: &[Arc<Node>], device: PjrtDevice, precision: super::Precision) -> Trace {
+    let mut index = PtrMap::default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    device.hash(&mut h);
+    (precision as u8).hash(&mut h);
+    let mut t = Trace {
+        params: Vec::new(),
+        param_bufs: Vec::new(),
+        nodes: Vec::new(),
+        edges: Vec::new(),
+        spans: Vec::new(),
+        outputs: Vec::new(),
+        hash: 0,
+    };
+    let mut stack: Vec<(Arc<Node>, Option<Vec<Arc<Node>>>)> = outs.iter().rev().map(|n| (n.clone(), None)).collect();
+    while let Some((n, expanded)) = stack.pop() {
+        let k = key(&n);
+        if index.contains_key(&k) {
+            continue;
+        }
+        match expanded {
+            Some(inputs) => {
+                let start = t.edges.len();
+                for i in &inputs {
+                    t.edges.push(index[&key(i)]);
+                }
+                let refs = &t.edges[start..];
+                1u8.hash(&mut h);
+                hash_op(&n.op, &mut h);
+                n.shape.hash(&mut h);
+                n.dtype.hash(&mut h);
+                refs.hash(&mut h);
+                index.insert(k, Ref::Node(t.nodes.len()));
+                t.spans.push((start, t.edges.len()));
+                t.nodes.push(n);
+            }
+            None => {
+                let inputs = match &*n.state() {
+                    State::Ready(b) => {
+                        t.param_bufs.push(b.clone());
+                        None
+                    }
+                    State::Pending(inputs) => Some(inputs.clone()),
+                };
+                match inputs {
+                    None => {
+                        0u8.hash(&mut h);
+                        n.shape.hash(&mut h);
+                        n.dtype.hash(&mut h);
+                        index.insert(k, Ref::Param(t.params.len()));
+                        t.params.push(n);
+                    }
+                    Some(inputs) => {
+                        let at = stack.len();
+                        stack.push((n, None));
+                        for c in inputs.iter().rev() {
+                            if !index.contains_key(&key(c)) {
+                                stack.push((c.clone(), None));
+                            }
+                        }
+                        stack[at].1 = Some(inputs);
+                    }
+                }
+            }
+        }
+    }
+    for n in outs {
+        if let Some(Ref::Node(i)) = index.get(&key(n)) {
+            t.outputs.push(*i);
+        }
+    }
+    2u8.hash(&mut h);
+    t.outputs.hash(&mut h);
+    t.hash = h.finish();
+    t
+}
+
+/// Frees traced graphs off the caller's thread: dropping a few thousand nodes takes about
+/// a millisecond that a decode step should not wait for.
+fn reap(t: Trace) {
+    static REAPER: Mutex<Option<std::sync::mpsc::Sender<Trace>>> = Mutex::new(None);
+    let mut guard = lock(&REAPER);
+    if guard.is_none() {
+        let (tx, rx) = std::sync::mpsc::channel::<Trace>();
+        let spawned = std::thread::Builder::new().name("zoo-pjrt-reaper".into()).spawn(move || {
+            for t in rx {
+                drop(t);
+            }
+        });
+        if spawned.is_ok() {
+            *guard = Some(tx);
+        }
+    }
+    match guard.as_ref() {
+        Some(tx) => {
+            if let Err(std::sync::mpsc::SendError(t)) = tx.send(t) {
+                drop(t);
+            }
+        }
+        None => drop(t),
+    }
+}
+
+/// Computes every node of `roots` that is not computed yet, together with every other live
+/// pending tensor of the same device, in one compiled graph per device.
+pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
+    let mut devices: Vec<PjrtDevice> = Vec::new();
+    for r in roots {
+        if r.buffer().is_none() && !devices.contains(&r.device) {
+            devices.push(r.device);
+        }
+    }
+    for d in devices {
+        let start = Instant::now();
+        let mut outs: Vec<Arc<Node>> = Vec::new();
+        let mut seen = PtrMap::default();
+        for n in roots.iter().filter(|n| n.device == d).cloned().chain(live_pending(d)) {
+            if n.buffer().is_none() && seen.insert(key(&n), Ref::Param(0)).is_none() {
+                outs.push(n);
+            }
+        }
+        if outs.is_empty() {
+            continue;
+        }
+        let r = run(&outs, d, op);
+        bump(8, start.elapsed().as_nanos() as u64);
+        r?;
+    }
+    Ok(())
+}
+
+fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str) -> Result<()> {
+    let (b, dev) = device(op, d)?;
+    let precision = matmul_precision();
+    let t = trace(outs, d, precision);
+    let h = t.hash;
+    let cached = lock(&b.exes).get(&h).cloned();
+    let exe = match cached {
+        Some(e) => {
+            bump(2, 1);
+            e
+        }
+        None => {
+            let e = Arc::new(load_or_compile(&b, &dev, &t, d, h, precision, op)?);
+            lock(&b.exes).insert(h, e.clone());
+            e
+        }
+    };
+    let args: Vec<&Buffer> = t.param_bufs.iter().map(|b| b.as_ref()).collect();
+    let start = Instant::now();
+    let result = exe.execute(&[&args], &ExecuteOptions::new());
+    bump(7, start.elapsed().as_nanos() as u64);
+    bump(0, 1);
+    let mut lists = result.map_err(|e| pjrt_err(op, d, e))?;
+    let bufs = lists.pop().unwrap_or_default();
+    if bufs.len() != t.outputs.len() {
+        return Err(Error::Pjrt {
+            op,
+            device: Device::Pjrt(d),
+            source: PjrtError::InvalidArgument(format!("the executable returned {} buffers for {} outputs", bufs.len(), t.outputs.len())),
+        });
+    }
+    for (buf, &i) in bufs.into_iter().zip(&t.outputs) {
+        t.nodes[i].set_ready(Arc::new(buf));
+    }
+    reap(t);
+    Ok(())
+}
+
+/// The StableHLO text of a trace.
+fn lower_trace(t: &Trace, precision: super::Precision) -> Result<String> {
+    let params: Vec<(&[usize], DType)> = t.params.iter().map(|p| (p.shape.as_slice(), p.dtype)).collect();
+    let nodes: Vec<LowerNode<'_>> = t
+        .nodes
+        .iter()
+        .zip(&t.spans)
+        .map(|(n, &(a, b))| LowerNode {
+            op: &n.op,
+            shape: &n.shape,
+            dtype: n.dtype,
+            inputs: &t.edges[a..b],
+        })
+        .collect();
+    lower(&params, &nodes, &t.outputs, precision)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn load_or_compile(b: &Backend, dev: &pjrt::Device, t: &Trace, d: PjrtDevice, h: u64, precision: super::Precision, op: &'static str) -> Result<LoadedExecutable> {
+    let dir = cache::cache_dir();
+    let header = cache::header(&b.identity, h);
+    let path = dir.as_deref().map(|dir| cache::entry_path(dir, h, b.plugin_key));
+    if let Some(p) = &path {
+        match cache::read(p, &header) {
+            Ok(bytes) => match b.client.deserialize_executable(&bytes) {
+                Ok(e) => {
+                    bump(3, 1);
+                    return Ok(e);
+                }
+                Err(e) => {
+                    *lock(&LAST_REJECT) = Some(format!("{}: the plugin cannot load it: {e}", p.display()));
+                    // The plugin refuses its own bytes (e.g. a build with the same version
+                    // string but another layout): drop the entry and recompile.
+                    let _ = std::fs::remove_file(p);
+                    bump(5, 1);
+                }
+            },
+            Err(Miss::Rejected(why)) => {
+                *lock(&LAST_REJECT) = Some(format!("{}: {why}", p.display()));
+                bump(5, 1)
+            }
+            Err(Miss::Absent) => {}
+        }
+    }
+    let text = lower_trace(t, precision)?;
+    let options = CompileOptions::on(dev).map_err(|e| pjrt_err(op, d, e))?;
+    let start = Instant::now();
+    let exe = b.client.compile(&text, &options).map_err(|e| pjrt_err(op, d, e))?;
+    bump(6, start.elapsed().as_nanos() as u64);
+    bump(1, 1);
+    if let Some(p) = &path {
+        // A plugin that cannot serialize keeps the executable in memory only.
+        if let Ok(bytes) = exe.serialize() {
+            if !bytes.is_empty() && cache::write(p, &header, &bytes).is_ok() {
+                bump(4, 1);
+            }
+        }
+    }
+    Ok(exe)
+}
+
+/// The StableHLO text that materialising `roots` would compile (for inspection and tests).
+pub(crate) fn stablehlo_of(roots: &[Arc<Node>]) -> Result<String> {
+    let precision = matmul_precision();
+    let t = trace(roots, roots.first().map_or(PjrtDevice { platform: PjrtPlatform::Cpu, ordinal: 0 }, |n| n.device), precision);
+    lower_trace(&t, precision)
+}
+
+/// Compiles `text` on the device of `d` (the raw path, for tests of compile errors).
+pub(crate) fn compile_text(d: PjrtDevice, text: &str) -> Result<()> {
+    let op = "compile";
+    let (b, dev) = device(op, d)?;
+    let options = CompileOptions::on(&dev).map_err(|e| pjrt_err(op, d, e))?;
+    b.client.compile(text, &options).map(|_| ()).map_err(|e| pjrt_err(op, d, e))
+}
+
+/// The identity string of the plugin behind `platform` (what disk-cache entries record).
+pub(crate) fn identity(platform: PjrtPlatform) -> Result<String> {
+    let d = PjrtDevice { platform, ordinal: 0 };
+    backend(platform).map(|b| b.identity.clone()).map_err(|e| pjrt_err("identity", d, e))
+}

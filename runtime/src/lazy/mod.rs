@@ -1,0 +1,228 @@
+//! The lazy PJRT backend: tensors on [`crate::Device::Pjrt`] record a graph that is lowered
+//! to StableHLO, compiled once per structure, cached, and run on the plugin.
+//!
+//! - Ops on PJRT tensors go through the same [`crate::Tensor::apply`] as eager ones and
+//!   record a node holding the same [`Op`] value ([`graph`]).
+//! - Reading a value (`to_vec`, `to_scalar`), [`crate::Tensor::sync`], or a transfer to
+//!   another device materialises: the pending nodes reachable from the requested tensors
+//!   (and every other live pending tensor of that device, as torch_xla's `mark_step` does)
+//!   are traced into one graph, hashed by structure (ops, attributes, shapes, dtypes,
+//!   device; never leaf values), looked up in memory and on disk ([`cache`]), lowered to a
+//!   StableHLO `func.func @main` and compiled on a miss ([`lower`]), and executed; the
+//!   results become device-resident leaves ([`exec`]).
+//! - One client per platform and process, created from `ZOO_PJRT_CPU_PLUGIN` (or plugin
+//!   discovery) with `ZOO_PJRT_CPU_DEVICES` CPU devices (default 4), unless [`configure`]
+//!   said otherwise first.
+
+pub(crate) mod cache;
+pub(crate) mod exec;
+pub(crate) mod graph;
+pub(crate) mod lower;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use graph::{infer_shape, Node, NodeOp, State};
+
+use crate::op::Op;
+use crate::{DType, Error, PjrtDevice, PjrtPlatform, Result, Tensor};
+
+pub use cache::{cache_dir, set_cache_dir};
+pub use exec::LazyStats;
+
+/// Matmul and convolution precision of f32 programs (`precision_config` of
+/// `stablehlo.dot_general` / `stablehlo.convolution`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Precision {
+    /// The plugin's default: fastest (on TPUs, bf16 passes for f32 operands).
+    #[default]
+    Default = 0,
+    /// Full f32 precision: what parity runs against PyTorch use.
+    Highest = 1,
+}
+
+static PRECISION: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the matmul/convolution precision of graphs compiled from now on, process-wide. It
+/// is part of the graph hash, so switching never reuses an executable of the other one.
+pub fn set_matmul_precision(p: Precision) {
+    PRECISION.store(p as u8, Ordering::Relaxed);
+}
+
+/// The current matmul/convolution precision.
+pub fn matmul_precision() -> Precision {
+    if PRECISION.load(Ordering::Relaxed) == 1 {
+        Precision::Highest
+    } else {
+        Precision::Default
+    }
+}
+
+/// Chooses the plugin file and (for the CPU plugin) the device count of `platform` before
+/// its client is created. Without it the client comes from `ZOO_PJRT_CPU_PLUGIN` /
+/// `ZOO_PJRT_CPU_DEVICES` or plugin discovery. Calling it again with the same values is
+/// fine; other values once the client exists are an error.
+pub fn configure(platform: PjrtPlatform, plugin: Option<PathBuf>, cpu_devices: Option<usize>) -> Result<()> {
+    exec::configure(platform, exec::PluginConfig { path: plugin, cpu_devices })
+}
+
+/// Counters of the lazy backend (compiles, cache hits, time inside the plugin).
+pub fn stats() -> LazyStats {
+    exec::stats()
+}
+
+/// Drops every executable held in memory (the disk cache stays): the next materialisation
+/// of each graph loads it from disk or compiles it again.
+pub fn clear_memory_cache() {
+    exec::clear_memory_cache()
+}
+
+/// Why the disk cache last rejected an entry (bad magic, another plugin, checksum, ...).
+pub fn last_disk_reject() -> Option<String> {
+    exec::last_reject()
+}
+
+/// How many devices the client of `platform` has (creating it if needed).
+pub fn device_count(platform: PjrtPlatform) -> Result<usize> {
+    let d = PjrtDevice { platform, ordinal: 0 };
+    exec::backend(platform).map(|b| b.devices.len()).map_err(|e| exec::pjrt_err("device_count", d, e))
+}
+
+/// The plugin identity (file, API and platform version, device count) of `platform`'s
+/// client: what disk-cache entries are keyed by.
+pub fn plugin_identity(platform: PjrtPlatform) -> Result<String> {
+    exec::identity(platform)
+}
+
+/// Compiles StableHLO text on `device` without running it; a rejected program is
+/// [`Error::Pjrt`] holding [`crate::pjrt::PjrtError::Compile`] with the offending line.
+pub fn compile_stablehlo(device: PjrtDevice, text: &str) -> Result<()> {
+    exec::compile_text(device, text)
+}
+
+/// A handle on a graph node; counts as a live tensor while it exists.
+pub(crate) struct LazyTensor {
+    pub(crate) node: Arc<Node>,
+}
+
+impl LazyTensor {
+    fn new(node: Arc<Node>) -> LazyTensor {
+        node.acquire();
+        LazyTensor { node }
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.node.shape
+    }
+
+    pub(crate) fn device(&self) -> PjrtDevice {
+        self.node.device
+    }
+}
+
+impl Clone for LazyTensor {
+    fn clone(&self) -> Self {
+        LazyTensor::new(self.node.clone())
+    }
+}
+
+impl Drop for LazyTensor {
+    fn drop(&mut self) {
+        self.node.release();
+    }
+}
+
+fn pending(op: NodeOp, shape: Vec<usize>, dtype: DType, device: PjrtDevice, inputs: Vec<Arc<Node>>, host_ints: Option<Arc<[i64]>>) -> LazyTensor {
+    let n = Arc::new(Node::new(op, shape, dtype, device, State::Pending(inputs), host_ints));
+    exec::register(&n);
+    LazyTensor::new(n)
+}
+
+/// Records `op` over `inputs` (validated, same device) with result dtype `dtype`.
+pub(crate) fn record(op: Op, inputs: &[&LazyTensor], dtype: DType) -> Result<LazyTensor> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let shape = infer_shape(&op, &shapes)?;
+    let device = inputs[0].device();
+    // Index values that passed through the host are range-checked now, as the eager
+    // backend checks them; device-computed indices are clamped by XLA's gather.
+    if let Op::IndexSelect { dim } | Op::Gather { dim } = op {
+        if let Some(vals) = &inputs[1].node.host_ints {
+            let size = shapes[0][dim] as i64;
+            if let Some(bad) = vals.iter().find(|&&v| v < 0 || v >= size) {
+                return Err(Error::IndexOutOfRange {
+                    op: op.name(),
+                    index_shape: shapes[1].to_vec(),
+                    shape: shapes[0].to_vec(),
+                    dim,
+                    hint: format!("; index {bad} is outside 0..{size}"),
+                });
+            }
+        }
+    }
+    let host_ints = match op {
+        Op::Reshape(_) | Op::Contiguous => inputs[0].node.host_ints.clone(),
+        Op::Cast(DType::I64) if inputs[0].node.dtype.is_int() => inputs[0].node.host_ints.clone(),
+        _ => None,
+    };
+    let ins: Vec<Arc<Node>> = inputs.iter().map(|t| t.node.clone()).collect();
+    Ok(pending(NodeOp::Op(op), shape, dtype, device, ins, host_ints))
+}
+
+/// A tensor of `shape` filled with `value`, as a constant of the graph.
+pub(crate) fn full(shape: &[usize], value: f64, dtype: DType, device: PjrtDevice) -> Result<LazyTensor> {
+    exec::device("full", device)?;
+    let v = if dtype == DType::Bool { f64::from(u8::from(value != 0.0)) } else { value };
+    Ok(pending(NodeOp::Full(v), shape.to_vec(), dtype, device, Vec::new(), None))
+}
+
+/// `start + i * step` for `i` in `0..n`, as `stablehlo.iota`.
+pub(crate) fn arange(n: usize, start: f64, step: f64, dtype: DType, device: PjrtDevice) -> Result<LazyTensor> {
+    exec::device("arange", device)?;
+    Ok(pending(NodeOp::Iota { start, step }, vec![n], dtype, device, Vec::new(), None))
+}
+
+/// Uploads a candle tensor to a PJRT device.
+pub(crate) fn from_candle(t: &candle_core::Tensor, dtype: DType, device: PjrtDevice) -> Result<LazyTensor> {
+    exec::upload(t, dtype, device)
+}
+
+/// Materialises and downloads to a CPU candle tensor (bool as u8 0/1).
+pub(crate) fn to_candle(t: &LazyTensor, op: &'static str) -> Result<candle_core::Tensor> {
+    exec::download(t, op)
+}
+
+/// Materialises and copies to another PJRT device.
+pub(crate) fn to_pjrt(t: &LazyTensor, device: PjrtDevice) -> Result<LazyTensor> {
+    exec::copy_to(t, device)
+}
+
+impl Tensor {
+    /// Computes this tensor now if it is a pending PJRT value (a no-op for eager tensors and
+    /// computed ones); the value then lives on the device. Other live pending tensors of the
+    /// device are computed in the same graph.
+    pub fn sync(&self) -> Result<()> {
+        Tensor::sync_all(&[self])
+    }
+
+    /// Computes all of `tensors` in one graph per device (see [`Tensor::sync`]).
+    pub fn sync_all(tensors: &[&Tensor]) -> Result<()> {
+        let nodes: Vec<Arc<Node>> = tensors.iter().filter_map(|t| t.lazy().map(|l| l.node.clone())).collect();
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        exec::materialize(&nodes, "sync")
+    }
+
+    /// Whether this is a PJRT tensor whose value is not computed yet.
+    pub fn is_pending(&self) -> bool {
+        self.lazy().is_some_and(|l| l.node.buffer().is_none())
+    }
+
+    /// The StableHLO module that materialising this tensor alone would compile (for
+    /// inspection); `None` for eager tensors.
+    pub fn stablehlo(&self) -> Option<Result<String>> {
+        self.lazy().map(|l| exec::stablehlo_of(std::slice::from_ref(&l.node)))
+    }
+}

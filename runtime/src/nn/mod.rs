@@ -1,0 +1,9 @@
+//! Building blocks shared by model files, loaded by HF weight name.
+
+mod layers;
+mod rope;
+mod weights;
+
+pub use layers::{Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear, RmsNorm};
+pub use rope::{RopeConfig, RopeScaling, RotaryEmbedding};
+pub use weights::{MemWeights, WeightSource, Weights};

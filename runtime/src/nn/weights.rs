@@ -1,0 +1,239 @@
+//! Loading tensors by HF weight name.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Something that holds named tensors: a checkpoint ([`zoo_hub::Weights`]) or an in-memory
+/// map ([`MemWeights`], for tests and for weights built at run time).
+pub trait WeightSource: Send + Sync {
+    /// The stored shape of `name`, or `None` when absent.
+    fn shape(&self, name: &str) -> Option<Vec<usize>>;
+    /// Loads `name` as `dtype` onto `device`.
+    fn load(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor>;
+    /// Every stored name (used to suggest near misses in errors).
+    fn names(&self) -> Vec<String>;
+}
+
+impl WeightSource for zoo_hub::Weights {
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.inventory().get(name).map(|i| i.shape.clone())
+    }
+
+    fn load(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor> {
+        let hub = |source| Error::Hub {
+            name: name.to_string(),
+            source: Box::new(source),
+        };
+        let view = self.tensor(name).map_err(hub)?;
+        let shape = view.info.shape.clone();
+        if DType::from_hub(view.info.dtype).is_none() && !view.info.dtype.is_float() {
+            return Err(Error::WeightDType {
+                name: name.to_string(),
+                stored: view.info.dtype.name().to_string(),
+                hint: "; zoo-runtime holds bool, u8, i32, i64 and float tensors".into(),
+            });
+        }
+        // Convert on the host straight to the asked dtype when the hub can, so bf16/f16
+        // checkpoints load without an f32 round trip.
+        let t = match dtype {
+            DType::F16 => Tensor::from_vec(view.to_f16().map_err(hub)?, &shape, device)?,
+            DType::BF16 => Tensor::from_vec(view.to_bf16().map_err(hub)?, &shape, device)?,
+            DType::F64 => Tensor::from_vec(view.to_f64().map_err(hub)?, &shape, device)?,
+            DType::F32 => Tensor::from_vec(view.to_f32().map_err(hub)?, &shape, device)?,
+            DType::I64 | DType::I32 | DType::U8 | DType::Bool => {
+                Tensor::from_vec(view.to_i64().map_err(hub)?, &shape, device)?.to_dtype(dtype)?
+            }
+        };
+        Ok(t)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.inventory()
+            .tensors()
+            .iter()
+            .map(|i| i.name.clone())
+            .collect()
+    }
+}
+
+/// Named tensors held in memory.
+#[derive(Clone, Debug, Default)]
+pub struct MemWeights {
+    tensors: HashMap<String, Tensor>,
+}
+
+impl MemWeights {
+    /// An empty map.
+    pub fn new() -> MemWeights {
+        MemWeights::default()
+    }
+
+    /// Adds (or replaces) `name`.
+    pub fn insert(&mut self, name: impl Into<String>, t: Tensor) {
+        self.tensors.insert(name.into(), t);
+    }
+}
+
+impl FromIterator<(String, Tensor)> for MemWeights {
+    fn from_iter<I: IntoIterator<Item = (String, Tensor)>>(iter: I) -> Self {
+        MemWeights {
+            tensors: iter.into_iter().collect(),
+        }
+    }
+}
+
+impl WeightSource for MemWeights {
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.tensors.get(name).map(|t| t.shape().to_vec())
+    }
+
+    fn load(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor> {
+        let t = self.tensors.get(name).ok_or_else(|| Error::MissingWeight {
+            name: name.to_string(),
+            hint: String::new(),
+        })?;
+        t.to_dtype(dtype)?.to_device(device)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.tensors.keys().cloned().collect()
+    }
+}
+
+/// A view of a [`WeightSource`] under a name prefix, with the dtype and device tensors load
+/// as: `weights.pp("model.layers.0").pp("self_attn")` then `.get("q_proj.weight", &[o, i])`.
+#[derive(Clone)]
+pub struct Weights {
+    source: Arc<dyn WeightSource>,
+    prefix: String,
+    dtype: DType,
+    device: Device,
+}
+
+impl std::fmt::Debug for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Weights({:?}, {}, {})",
+            self.prefix, self.dtype, self.device
+        )
+    }
+}
+
+impl Weights {
+    /// Loads from `source` as `dtype` onto `device`.
+    pub fn new(source: Arc<dyn WeightSource>, dtype: DType, device: Device) -> Weights {
+        Weights {
+            source,
+            prefix: String::new(),
+            dtype,
+            device,
+        }
+    }
+
+    /// The same source under `prefix.name`.
+    pub fn pp(&self, name: impl AsRef<str>) -> Weights {
+        let name = name.as_ref();
+        let prefix = if self.prefix.is_empty() {
+            name.to_string()
+        } else if name.is_empty() {
+            self.prefix.clone()
+        } else {
+            format!("{}.{}", self.prefix, name)
+        };
+        Weights {
+            prefix,
+            ..self.clone()
+        }
+    }
+
+    /// The same source loading as `dtype` (norm weights kept in f32, for instance).
+    pub fn with_dtype(&self, dtype: DType) -> Weights {
+        Weights {
+            dtype,
+            ..self.clone()
+        }
+    }
+
+    /// The full name of `name` under this prefix.
+    pub fn full_name(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{}", self.prefix, name)
+        }
+    }
+
+    /// The dtype tensors load as.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device tensors load onto.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Whether `name` exists under this prefix.
+    pub fn contains(&self, name: &str) -> bool {
+        self.source.shape(&self.full_name(name)).is_some()
+    }
+
+    /// Loads `name`, checking that its shape is `shape`.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let full = self.full_name(name);
+        let found = self.stored_shape(&full)?;
+        if found != shape {
+            return Err(Error::WeightShape {
+                name: full,
+                expected: shape.to_vec(),
+                found,
+            });
+        }
+        self.source.load(&full, self.dtype, &self.device)
+    }
+
+    /// Loads `name` whatever its shape.
+    pub fn get_unchecked(&self, name: &str) -> Result<Tensor> {
+        let full = self.full_name(name);
+        self.stored_shape(&full)?;
+        self.source.load(&full, self.dtype, &self.device)
+    }
+
+    /// Loads `name` if present (an optional bias), checking its shape.
+    pub fn get_opt(&self, name: &str, shape: &[usize]) -> Result<Option<Tensor>> {
+        if self.contains(name) {
+            self.get(name, shape).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn stored_shape(&self, full: &str) -> Result<Vec<usize>> {
+        self.source.shape(full).ok_or_else(|| Error::MissingWeight {
+            name: full.to_string(),
+            hint: self.near_misses(full),
+        })
+    }
+
+    /// Names under the same parent, to point at a renamed or differently nested weight.
+    fn near_misses(&self, full: &str) -> String {
+        let parent = full.rsplit_once('.').map(|(p, _)| p).unwrap_or("");
+        let leaf = full.rsplit('.').next().unwrap_or(full);
+        let mut near: Vec<String> = self
+            .source
+            .names()
+            .into_iter()
+            .filter(|n| (!parent.is_empty() && n.starts_with(parent)) || n.ends_with(leaf))
+            .collect();
+        near.sort();
+        near.truncate(5);
+        if near.is_empty() {
+            String::new()
+        } else {
+            format!("; similar names present: {}", near.join(", "))
+        }
+    }
+}
