@@ -104,7 +104,10 @@ impl ExplicitMap {
 
     /// Reads `hf_device_map` JSON: a map of prefixes to an index, `"cpu"`, `"disk"` or
     /// `"cuda:N"`; a zoo plan file (whose `hf_device_map` field is read) works too.
-    pub fn from_json(value: &serde_json::Value, path: &Path) -> Result<ExplicitMap, DeviceMapError> {
+    pub fn from_json(
+        value: &serde_json::Value,
+        path: &Path,
+    ) -> Result<ExplicitMap, DeviceMapError> {
         let bad = |reason: String| DeviceMapError::BadMapFile {
             path: path.to_path_buf(),
             reason,
@@ -117,10 +120,11 @@ impl ExplicitMap {
         let mut entries = BTreeMap::new();
         for (prefix, v) in map {
             let place = match v {
-                serde_json::Value::Number(n) => n
-                    .as_u64()
-                    .map(|i| Placement::Device(i as usize))
-                    .ok_or_else(|| bad(format!("{prefix:?}: {n} is not a device index")))?,
+                serde_json::Value::Number(n) => {
+                    n.as_u64()
+                        .map(|i| Placement::Device(i as usize))
+                        .ok_or_else(|| bad(format!("{prefix:?}: {n} is not a device index")))?
+                }
                 serde_json::Value::String(s) => {
                     Placement::parse(s).map_err(|e| bad(format!("{prefix:?}: {e}")))?
                 }
@@ -254,14 +258,22 @@ mod tests {
             "model.norm": 1, "lm_head": "cpu"
         });
         let m = ExplicitMap::from_json(&json, Path::new("map.json")).unwrap();
-        assert_eq!(m.placement_of("model.layers.1.mlp.up_proj.weight"), Some(Placement::Device(1)));
+        assert_eq!(
+            m.placement_of("model.layers.1.mlp.up_proj.weight"),
+            Some(Placement::Device(1))
+        );
         // `model.layers.1` must not capture `model.layers.10`.
         assert_eq!(m.placement_of("model.layers.10.mlp.up_proj.weight"), None);
         assert_eq!(m.placement_of("lm_head.weight"), Some(Placement::Cpu));
         assert_eq!(m.to_json()["model.layers.1"], 1);
-        assert_eq!(ExplicitMap::from_json(&m.to_json(), Path::new("x")).unwrap(), m);
+        assert_eq!(
+            ExplicitMap::from_json(&m.to_json(), Path::new("x")).unwrap(),
+            m
+        );
         let bad = serde_json::json!({"lm_head": [1]});
-        let err = ExplicitMap::from_json(&bad, Path::new("map.json")).unwrap_err().to_string();
+        let err = ExplicitMap::from_json(&bad, Path::new("map.json"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("map.json") && err.contains("lm_head"), "{err}");
     }
 }

@@ -129,7 +129,11 @@ pub fn units_from_inventory(
             Some(d) if t.dtype.is_float() => t.bytes_as(d),
             _ => t.nbytes,
         };
-        let bytes = if tied_first.contains_key(t.name.as_str()) { 0 } else { bytes };
+        let bytes = if tied_first.contains_key(t.name.as_str()) {
+            0
+        } else {
+            bytes
+        };
         let i = *index.entry(name.clone()).or_insert_with(|| {
             units.push(Unit {
                 name: name.clone(),
@@ -151,7 +155,12 @@ pub fn units_from_inventory(
         .map(|(i, u)| {
             let phase = match u.layer {
                 Some(_) => 1,
-                None if u.name.contains("embed") || u.name.ends_with("wte") || u.name.ends_with("wpe") => 0,
+                None if u.name.contains("embed")
+                    || u.name.ends_with("wte")
+                    || u.name.ends_with("wpe") =>
+                {
+                    0
+                }
                 None => 2,
             };
             (phase, u.layer.unwrap_or(0), i, u)
@@ -201,7 +210,8 @@ fn activation_peak(shape: Option<ModelShape>, w: Workload) -> u64 {
     let Some(s) = shape else { return 0 };
     let tokens = (w.batch * w.seq) as u64;
     let e = w.elem_bytes as u64;
-    let streams = tokens * e * (2 * s.hidden + (s.heads + 2 * s.kv_heads) * s.head_dim + s.hidden) as u64;
+    let streams =
+        tokens * e * (2 * s.hidden + (s.heads + 2 * s.kv_heads) * s.head_dim + s.hidden) as u64;
     let mlp = tokens * e * 2 * s.intermediate as u64;
     let scores = (w.batch * s.heads * w.seq * w.seq * 4) as u64;
     streams + mlp + scores
@@ -243,7 +253,9 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, DeviceMapError> {
         "balanced_low_0" => balanced(&costs, &caps, &order),
         other => {
             return Err(DeviceMapError::Invalid {
-                reason: format!("unknown strategy {other:?}; use balanced, balanced_low_0 or sequential"),
+                reason: format!(
+                    "unknown strategy {other:?}; use balanced, balanced_low_0 or sequential"
+                ),
             })
         }
     };
@@ -357,7 +369,12 @@ fn shortfall(req: &PlanRequest, costs: &[u64], caps: &[u64], fixed: &[u64]) -> D
     }
 }
 
-fn build(req: &PlanRequest, costs: &[u64], act: u64, assign: &[usize]) -> Result<Plan, DeviceMapError> {
+fn build(
+    req: &PlanRequest,
+    costs: &[u64],
+    act: u64,
+    assign: &[usize],
+) -> Result<Plan, DeviceMapError> {
     let w = req.workload;
     let mut stages: Vec<Stage> = Vec::new();
     let mut by_device: BTreeMap<usize, usize> = BTreeMap::new();
@@ -384,7 +401,9 @@ fn build(req: &PlanRequest, costs: &[u64], act: u64, assign: &[usize]) -> Result
     let plan = Plan {
         strategy: req.strategy.clone(),
         stages,
-        cut_bytes_per_token: req.shape.map_or(0, |s| (w.batch * s.hidden * w.elem_bytes) as u64),
+        cut_bytes_per_token: req
+            .shape
+            .map_or(0, |s| (w.batch * s.hidden * w.elem_bytes) as u64),
         workload: w,
         map,
     };
@@ -418,7 +437,10 @@ impl Plan {
             }
             if let Some(t) = &u.tied_with {
                 if self.map.entries.get(t) != self.map.entries.get(&u.name) {
-                    return Err(invalid(format!("{} is tied to {t} but placed apart", u.name)));
+                    return Err(invalid(format!(
+                        "{} is tied to {t} but placed apart",
+                        u.name
+                    )));
                 }
             }
         }
@@ -532,7 +554,11 @@ mod tests {
             devices,
             units: units(costs),
             shape: None,
-            workload: Workload { batch: 1, seq: 1, elem_bytes: 2 },
+            workload: Workload {
+                batch: 1,
+                seq: 1,
+                elem_bytes: 2,
+            },
             reserve_fraction: 0.0,
         }
     }
@@ -589,20 +615,41 @@ mod tests {
 
     #[test]
     fn sequential_fills_in_order_and_low0_spares_device_0() {
-        let p = plan(&request("sequential", vec![dev(0, 10), dev(1, 10)], &[4, 4, 4])).unwrap();
+        let p = plan(&request(
+            "sequential",
+            vec![dev(0, 10), dev(1, 10)],
+            &[4, 4, 4],
+        ))
+        .unwrap();
         assert_eq!(p.stages[0].units.len(), 2);
-        let p = plan(&request("balanced_low_0", vec![dev(0, 10), dev(1, 10), dev(2, 10)], &[4, 4, 4])).unwrap();
-        assert!(p.stages.iter().all(|s| s.device.place != Placement::Device(0)));
+        let p = plan(&request(
+            "balanced_low_0",
+            vec![dev(0, 10), dev(1, 10), dev(2, 10)],
+            &[4, 4, 4],
+        ))
+        .unwrap();
+        assert!(p
+            .stages
+            .iter()
+            .all(|s| s.device.place != Placement::Device(0)));
     }
 
     #[test]
     fn infeasible_names_the_shortfall_per_device() {
-        let err = plan(&request("balanced", vec![dev(0, 10), dev(1, 10)], &[8, 8, 8]))
-            .unwrap_err()
-            .to_string();
+        let err = plan(&request(
+            "balanced",
+            vec![dev(0, 10), dev(1, 10)],
+            &[8, 8, 8],
+        ))
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("4 B more is needed"), "{err}");
         assert!(err.contains("tpu:0") && err.contains("tpu:1"), "{err}");
-        let disk = DeviceBudget { place: Placement::Disk, name: "disk".into(), bytes: 1 };
+        let disk = DeviceBudget {
+            place: Placement::Disk,
+            name: "disk".into(),
+            bytes: 1,
+        };
         assert!(matches!(
             plan(&request("balanced", vec![disk], &[1])),
             Err(DeviceMapError::DiskUnsupported)
@@ -611,10 +658,22 @@ mod tests {
 
     #[test]
     fn kv_cache_and_activations_are_reserved() {
-        let shape = ModelShape { layers: 2, hidden: 8, intermediate: 16, heads: 2, kv_heads: 1, head_dim: 4, vocab: 10 };
+        let shape = ModelShape {
+            layers: 2,
+            hidden: 8,
+            intermediate: 16,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 4,
+            vocab: 10,
+        };
         let mut req = request("balanced", vec![dev(0, 1 << 20)], &[100, 100]);
         req.shape = Some(shape);
-        req.workload = Workload { batch: 2, seq: 16, elem_bytes: 2 };
+        req.workload = Workload {
+            batch: 2,
+            seq: 16,
+            elem_bytes: 2,
+        };
         let p = plan(&req).unwrap();
         let s = &p.stages[0];
         // KV: 2 (k, v) × batch 2 × seq 16 × 1 kv head × dim 4 × 2 bytes per layer, 2 layers;
