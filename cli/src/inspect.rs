@@ -79,7 +79,11 @@ pub fn run(args: Args) -> Result<()> {
         Ok(config) => {
             writeln!(out, "config: {}", config.path.display())?;
             writeln!(out, "  architectures: {}", config.architectures.join(", "))?;
-            writeln!(out, "  model_type: {}", config.model_type.as_deref().unwrap_or("-"))?;
+            writeln!(
+                out,
+                "  model_type: {}",
+                config.model_type.as_deref().unwrap_or("-")
+            )?;
             let v = config.to_value();
             for key in [
                 "torch_dtype",
@@ -114,8 +118,18 @@ pub fn run(args: Args) -> Result<()> {
 
     let inv = &checkpoint.inventory;
     writeln!(out, "tensors: {}", inv.len())?;
-    let name_w = inv.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).min(72);
-    writeln!(out, "  {:<name_w$}  {:<7} {:<20} {:>12}", "name", "dtype", "shape", "bytes")?;
+    let name_w = inv
+        .tensors()
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .min(72);
+    writeln!(
+        out,
+        "  {:<name_w$}  {:<7} {:<20} {:>12}",
+        "name", "dtype", "shape", "bytes"
+    )?;
     for t in inv.tensors().iter().take(args.limit.unwrap_or(usize::MAX)) {
         writeln!(
             out,
@@ -127,11 +141,19 @@ pub fn run(args: Args) -> Result<()> {
         )?;
     }
     if let Some(limit) = args.limit.filter(|&l| l < inv.len()) {
-        writeln!(out, "  ... {} more (drop --limit to see all)", inv.len() - limit)?;
+        writeln!(
+            out,
+            "  ... {} more (drop --limit to see all)",
+            inv.len() - limit
+        )?;
     }
     writeln!(out, "totals:")?;
     for (dtype, (count, bytes)) in inv.totals_by_dtype() {
-        writeln!(out, "  {dtype:<7} {count:>6} tensors {:>12}", human_bytes(bytes))?;
+        writeln!(
+            out,
+            "  {dtype:<7} {count:>6} tensors {:>12}",
+            human_bytes(bytes)
+        )?;
     }
     let params: usize = inv.tensors().iter().map(|t| t.numel()).sum();
     writeln!(

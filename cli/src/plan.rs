@@ -81,12 +81,23 @@ pub fn run(args: Args) -> Result<()> {
     for i in 0..n {
         let place = Placement::Device(i);
         let bytes = max_memory.get(&place).with_context(|| {
-            format!("{}:{i} has no memory budget; pass --max-memory {i}=SIZE or one size for all", args.platform)
+            format!(
+                "{}:{i} has no memory budget; pass --max-memory {i}=SIZE or one size for all",
+                args.platform
+            )
         })?;
-        devices.push(DeviceBudget { place, name: format!("{}:{i}", args.platform), bytes });
+        devices.push(DeviceBudget {
+            place,
+            name: format!("{}:{i}", args.platform),
+            bytes,
+        });
     }
     if let Some(bytes) = max_memory.get(&Placement::Cpu) {
-        devices.push(DeviceBudget { place: Placement::Cpu, name: "cpu".into(), bytes });
+        devices.push(DeviceBudget {
+            place: Placement::Cpu,
+            name: "cpu".into(),
+            bytes,
+        });
     }
     if max_memory.get(&Placement::Disk).is_some() {
         bail!("offloading to disk is not supported; give more device or cpu memory");
@@ -112,13 +123,22 @@ pub fn run(args: Args) -> Result<()> {
         config.as_ref().and_then(|c| c.tie_word_embeddings),
     ) {
         (Some(_), Some(_), Some(true)) => {
-            vec![vec!["model.embed_tokens.weight".to_string(), "lm_head.weight".to_string()]]
+            vec![vec![
+                "model.embed_tokens.weight".to_string(),
+                "lm_head.weight".to_string(),
+            ]]
         }
         _ => Vec::new(),
     };
     let units = units_from_inventory(
         inv,
-        &["model.layers", "model.decoder.layers", "transformer.h", "encoder.layer", "layers"],
+        &[
+            "model.layers",
+            "model.decoder.layers",
+            "transformer.h",
+            "encoder.layer",
+            "layers",
+        ],
         dtype,
         &tied,
     );
@@ -127,14 +147,20 @@ pub fn run(args: Args) -> Result<()> {
         devices,
         units,
         shape,
-        workload: Workload { batch: args.batch, seq: args.seq, elem_bytes },
+        workload: Workload {
+            batch: args.batch,
+            seq: args.seq,
+            elem_bytes,
+        },
         reserve_fraction: args.reserve,
     };
     let plan = plan(&request)?;
     plan.check_covers(inv)?;
     print!("{plan}");
     if shape.is_none() {
-        println!("note: the config gives no decoder shape; KV cache and activations are not counted");
+        println!(
+            "note: the config gives no decoder shape; KV cache and activations are not counted"
+        );
     }
     if let Some(out) = &args.out {
         let text = serde_json::to_string_pretty(&plan.to_json())?;

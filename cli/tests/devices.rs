@@ -14,7 +14,11 @@ fn devices_lists_the_plugin_its_version_and_devices() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains(&plugin()), "{text}");
     assert!(text.contains("PJRT API 0."), "{text}");
     assert!(text.contains("platform: cpu"), "{text}");
@@ -33,6 +37,9 @@ fn devices_with_nothing_to_find_names_every_place_searched() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("TPU_LIBRARY_PATH") || err.contains("no TPU"), "{err}");
+    assert!(
+        err.contains("TPU_LIBRARY_PATH") || err.contains("no TPU"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }

@@ -38,7 +38,10 @@ fn inspect_prints_files_config_tensors_and_totals() {
     assert!(out.contains("model.safetensors"), "{out}");
     assert!(out.contains("architectures: LlamaForCausalLM"), "{out}");
     assert!(out.contains("hidden_size: 2"), "{out}");
-    assert!(out.contains("lm_head.weight") && out.contains("[4, 2]") && out.contains("BF16"), "{out}");
+    assert!(
+        out.contains("lm_head.weight") && out.contains("[4, 2]") && out.contains("BF16"),
+        "{out}"
+    );
     assert!(out.contains("tensors: 2"), "{out}");
     assert!(out.contains("BF16") && out.contains("F32"), "{out}");
     assert!(out.contains("(10 parameters)"), "{out}");
@@ -55,7 +58,10 @@ fn inspect_of_a_missing_repo_fails_with_the_places_searched() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("nobody/nothing") && err.contains("huggingface-cli download"), "{err}");
+    assert!(
+        err.contains("nobody/nothing") && err.contains("huggingface-cli download"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -66,12 +72,18 @@ fn inspect_of_a_corrupt_file_names_it() {
     std::fs::write(&p, [200u8, 0, 0, 0, 0, 0, 0, 0, b'{']).unwrap();
     let (ok, _, err) = zoo(&["inspect", p.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("broken.safetensors") && err.contains("past the end"), "{err}");
+    assert!(
+        err.contains("broken.safetensors") && err.contains("past the end"),
+        "{err}"
+    );
 }
 
 #[test]
 fn help_teaches_the_model_forms() {
     let (ok, out, _) = zoo(&["inspect", "--help"]);
     assert!(ok);
-    assert!(out.contains("org/name") && out.contains("--variant") && out.contains("Examples"), "{out}");
+    assert!(
+        out.contains("org/name") && out.contains("--variant") && out.contains("Examples"),
+        "{out}"
+    );
 }

@@ -9,7 +9,10 @@ fn model(dir: &std::path::Path) {
     names.extend((0..4).map(|i| format!("model.layers.{i}.mlp.up_proj.weight")));
     for (i, n) in names.iter().enumerate() {
         let (b, e) = (i * (1 << 20), (i + 1) * (1 << 20));
-        header.insert(n.clone(), serde_json::json!({"dtype": "F32", "shape": [512, 512], "data_offsets": [b, e]}));
+        header.insert(
+            n.clone(),
+            serde_json::json!({"dtype": "F32", "shape": [512, 512], "data_offsets": [b, e]}),
+        );
     }
     let h = serde_json::to_vec(&header).unwrap();
     let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
@@ -24,7 +27,10 @@ fn model(dir: &std::path::Path) {
 }
 
 fn zoo(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zoo")).args(args).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -52,14 +58,23 @@ fn balanced_plan_over_two_tpus_is_written_and_reloadable() {
         out_file.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    assert!(out.contains("tpu:0") && out.contains("tpu:1") && out.contains("cut tpu:0 -> tpu:1"), "{out}");
-    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+    assert!(
+        out.contains("tpu:0") && out.contains("tpu:1") && out.contains("cut tpu:0 -> tpu:1"),
+        "{out}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
     let map = plan["hf_device_map"].as_object().unwrap();
     assert_eq!(map.len(), 5);
     assert_eq!(map["model.embed_tokens"], 0);
     assert_eq!(map["model.layers.3"], 1);
     // Balanced: 5 MiB of weights split 3 + 2 (or 2 + 3), never 4 + 1.
-    let weights: Vec<u64> = plan["stages"].as_array().unwrap().iter().map(|s| s["weights"].as_u64().unwrap()).collect();
+    let weights: Vec<u64> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["weights"].as_u64().unwrap())
+        .collect();
     assert_eq!(weights.iter().max().copied(), Some(3 << 20), "{weights:?}");
 }
 
@@ -70,7 +85,10 @@ fn infeasible_and_unbudgeted_requests_fail_before_loading() {
     let d = dir.path().to_str().unwrap();
     let (ok, _, err) = zoo(&["plan", d, "--max-memory", "0=2MiB,1=2MiB", "--seq", "8"]);
     assert!(!ok);
-    assert!(err.contains("does not fit") && err.contains("device:0") && err.contains("more is needed"), "{err}");
+    assert!(
+        err.contains("does not fit") && err.contains("device:0") && err.contains("more is needed"),
+        "{err}"
+    );
     let (ok, _, err) = zoo(&["plan", d, "--max-memory", "0=2MiB", "--devices", "2"]);
     assert!(!ok);
     assert!(err.contains("device:1 has no memory budget"), "{err}");

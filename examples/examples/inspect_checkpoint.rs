@@ -28,7 +28,12 @@ fn main() -> anyhow::Result<()> {
     let weights = Weights::open(checkpoint.inventory)?;
     if let Some(first) = weights.inventory().tensors().first() {
         let values = weights.load_f32(&first.name)?;
-        println!("{} {:?}: first values {:?}", first.name, first.shape, &values[..values.len().min(4)]);
+        println!(
+            "{} {:?}: first values {:?}",
+            first.name,
+            first.shape,
+            &values[..values.len().min(4)]
+        );
     }
     Ok(())
 }

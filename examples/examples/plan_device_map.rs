@@ -14,16 +14,29 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("usage: plan_device_map <folder | file | org/name>"))?;
     let checkpoint = Pretrained::open(&input)?.checkpoint()?;
     // Each `model.layers.N` stays whole on one device; weights are counted as bf16.
-    let units = units_from_inventory(&checkpoint.inventory, &["model.layers"], Some(Dtype::BF16), &[]);
+    let units = units_from_inventory(
+        &checkpoint.inventory,
+        &["model.layers"],
+        Some(Dtype::BF16),
+        &[],
+    );
     let devices = (0..2)
-        .map(|i| DeviceBudget { place: Placement::Device(i), name: format!("tpu:{i}"), bytes: 2 << 30 })
+        .map(|i| DeviceBudget {
+            place: Placement::Device(i),
+            name: format!("tpu:{i}"),
+            bytes: 2 << 30,
+        })
         .collect();
     let request = PlanRequest {
         strategy: "balanced".into(),
         devices,
         units,
         shape: None, // give a ModelShape to reserve KV cache and activations too
-        workload: Workload { batch: 1, seq: 2048, elem_bytes: 2 },
+        workload: Workload {
+            batch: 1,
+            seq: 2048,
+            elem_bytes: 2,
+        },
         reserve_fraction: 0.05,
     };
     let plan = plan(&request)?;
