@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 exports="$(scripts/fetch-test-assets.sh)"
 eval "$exports"
 export ZOO_TEST_COMMAND=1
-cargo test --workspace "$@"
+cargo test --workspace --no-fail-fast "$@"
