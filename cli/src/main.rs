@@ -1,5 +1,7 @@
 //! `zoo`: the command line of zoo. Parsing and printing only; the work lives in the libraries.
 
+mod devices;
+mod generate;
 mod inspect;
 mod plan;
 
@@ -20,14 +22,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    Devices(devices::Args),
     Inspect(inspect::Args),
+    Generate(generate::Args),
     Plan(plan::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Devices(args) => devices::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Generate(args) => generate::run(args),
         Command::Plan(args) => plan::run(args),
     };
     match result {

@@ -138,7 +138,14 @@ def build_model(spec: LmSpec) -> torch.nn.Module:
     torch.manual_seed(spec.seed)  # only the library's own init reads the global RNG
     model = model_cls._from_config(config, attn_implementation="eager", dtype=torch.float32)
     randomize_parameters(model, spec.seed, spec.weight_std)
+    # `from_pretrained(dir, dtype=bf16)` keeps the rotary `inv_freq` buffers in f32 (they are
+    # computed at init, not loaded); a plain `.to(bf16)` would round them too and give logits no
+    # loader of the saved checkpoint reproduces. Cast, then put the f32 buffers back.
+    rotary = {n: b.clone() for n, b in model.named_buffers() if n.rsplit(".", 1)[-1].endswith("inv_freq")}
     model = model.to(TORCH_DTYPES[spec.dtype]).eval()
+    for name, buf in rotary.items():
+        owner, attr = name.rsplit(".", 1)
+        model.get_submodule(owner)._buffers[attr] = buf
     model.config.dtype = TORCH_DTYPES[spec.dtype]
     return model
 

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use zoo_runtime::{lazy, DType, Device, Generator, PjrtDevice, PjrtPlatform, RopeStyle, SdpaOptions, Tensor};
+use zoo_runtime::{
+    lazy, DType, Device, Generator, PjrtDevice, PjrtPlatform, RopeStyle, SdpaOptions, Tensor,
+};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -31,7 +33,11 @@ const CACHE: usize = 256;
 const STEPS: usize = 24;
 
 fn steps() -> usize {
-    std::env::var("ZOO_BENCH_STEPS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 1).unwrap_or(STEPS)
+    std::env::var("ZOO_BENCH_STEPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 1)
+        .unwrap_or(STEPS)
 }
 
 struct Layer {
@@ -80,7 +86,9 @@ impl Model {
             });
         }
         let theta = 10000f64;
-        let inv: Vec<f32> = (0..HEAD_DIM / 2).map(|i| (1.0 / theta.powf(2.0 * i as f64 / HEAD_DIM as f64)) as f32).collect();
+        let inv: Vec<f32> = (0..HEAD_DIM / 2)
+            .map(|i| (1.0 / theta.powf(2.0 * i as f64 / HEAD_DIM as f64)) as f32)
+            .collect();
         let m = Model {
             emb: weight(&mut g, &[VOCAB, HIDDEN], dev)?,
             layers,
@@ -90,7 +98,9 @@ impl Model {
         };
         let mut all: Vec<&Tensor> = vec![&m.emb, &m.norm, &m.head, &m.inv_freq];
         for l in &m.layers {
-            all.extend([&l.ln1, &l.wq, &l.wk, &l.wv, &l.wo, &l.ln2, &l.wg, &l.wu, &l.wd]);
+            all.extend([
+                &l.ln1, &l.wq, &l.wk, &l.wv, &l.wo, &l.ln2, &l.wg, &l.wu, &l.wd,
+            ]);
         }
         Tensor::sync_all(&all)?;
         Ok(m)
@@ -109,18 +119,29 @@ impl Model {
         let mut x = tok.embedding(&self.emb)?.unsqueeze(0)?; // [1, 1, 576]
         for (l, (kc, vc)) in self.layers.iter().zip(caches.iter_mut()) {
             let h = x.rms_norm(Some(&l.ln1), 1e-6)?;
-            let heads = |w: &Tensor, n: usize| -> Res<Tensor> { Ok(h.matmul(w)?.reshape(&[1, 1, n as isize, HEAD_DIM as isize])?.transpose(1, 2)?) };
+            let heads = |w: &Tensor, n: usize| -> Res<Tensor> {
+                Ok(h.matmul(w)?
+                    .reshape(&[1, 1, n as isize, HEAD_DIM as isize])?
+                    .transpose(1, 2)?)
+            };
             let q = heads(&l.wq, HEADS)?.apply_rotary(&cos, &sin, RopeStyle::RotateHalf)?;
             let k = heads(&l.wk, KV_HEADS)?.apply_rotary(&cos, &sin, RopeStyle::RotateHalf)?;
             let v = heads(&l.wv, KV_HEADS)?;
             *kc = kc.dynamic_update_slice(&k, &start)?;
             *vc = vc.dynamic_update_slice(&v, &start)?;
-            let opts = SdpaOptions { mask: Some(&visible), ..Default::default() };
+            let opts = SdpaOptions {
+                mask: Some(&visible),
+                ..Default::default()
+            };
             let a = Tensor::scaled_dot_product_attention(&q, kc, vc, &opts)?;
             let a = a.transpose(1, 2)?.reshape(&[1, 1, HIDDEN as isize])?;
             x = x.add(&a.matmul(&l.wo)?)?;
             let h2 = x.rms_norm(Some(&l.ln2), 1e-6)?;
-            let m = h2.matmul(&l.wg)?.silu()?.mul(&h2.matmul(&l.wu)?)?.matmul(&l.wd)?;
+            let m = h2
+                .matmul(&l.wg)?
+                .silu()?
+                .mul(&h2.matmul(&l.wu)?)?
+                .matmul(&l.wd)?;
             x = x.add(&m)?;
         }
         let logits = x.rms_norm(Some(&self.norm), 1e-6)?.matmul(&self.head)?; // [1, 1, vocab]
@@ -131,7 +152,10 @@ impl Model {
 fn caches(dev: &Device) -> Res<Vec<(Tensor, Tensor)>> {
     let mut v = Vec::with_capacity(LAYERS);
     for _ in 0..LAYERS {
-        v.push((Tensor::zeros(&[1, KV_HEADS, CACHE, HEAD_DIM], DType::F32, dev)?, Tensor::zeros(&[1, KV_HEADS, CACHE, HEAD_DIM], DType::F32, dev)?));
+        v.push((
+            Tensor::zeros(&[1, KV_HEADS, CACHE, HEAD_DIM], DType::F32, dev)?,
+            Tensor::zeros(&[1, KV_HEADS, CACHE, HEAD_DIM], DType::F32, dev)?,
+        ));
     }
     let refs: Vec<&Tensor> = v.iter().flat_map(|(k, v)| [k, v]).collect();
     Tensor::sync_all(&refs)?;
@@ -149,7 +173,10 @@ fn nanos_ms(n: u64) -> f64 {
 /// The child process: same graph, same cache folder; prints what the first step cost.
 fn child(dir: PathBuf) -> Res<()> {
     lazy::set_cache_dir(Some(dir));
-    let dev = Device::Pjrt(PjrtDevice { platform: PjrtPlatform::Cpu, ordinal: 0 });
+    let dev = Device::Pjrt(PjrtDevice {
+        platform: PjrtPlatform::Cpu,
+        ordinal: 0,
+    });
     let model = Model::new(&dev)?;
     let mut kv = caches(&dev)?;
     let tok = Tensor::from_slice(&[1i64], &[1], &dev)?;
@@ -159,24 +186,47 @@ fn child(dir: PathBuf) -> Res<()> {
     let id = next.to_vec::<i64>()?[0];
     let wall = t.elapsed();
     let s1 = lazy::stats();
-    println!("child compiles={} disk_hits={} first_step_ms={:.1} token={id}", s1.compiles - s0.compiles, s1.disk_hits - s0.disk_hits, ms(wall));
+    println!(
+        "child compiles={} disk_hits={} first_step_ms={:.1} token={id}",
+        s1.compiles - s0.compiles,
+        s1.disk_hits - s0.disk_hits,
+        ms(wall)
+    );
     Ok(())
 }
 
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--zoo-child") {
-        let dir = args.get(i + 1).ok_or("--zoo-child needs the cache folder")?;
+        let dir = args
+            .get(i + 1)
+            .ok_or("--zoo-child needs the cache folder")?;
         return child(PathBuf::from(dir));
     }
     let cache = tempfile::tempdir()?;
     lazy::set_cache_dir(Some(cache.path().to_path_buf()));
-    let dev = Device::Pjrt(PjrtDevice { platform: PjrtPlatform::Cpu, ordinal: 0 });
+    let dev = Device::Pjrt(PjrtDevice {
+        platform: PjrtPlatform::Cpu,
+        ordinal: 0,
+    });
     println!("plugin: {}", lazy::plugin_identity(PjrtPlatform::Cpu)?);
     let t = Instant::now();
     let model = Model::new(&dev)?;
     let mut kv = caches(&dev)?;
     println!("decoder {LAYERS} layers x {HIDDEN} wide, {HEADS}/{KV_HEADS} heads x {HEAD_DIM}, MLP {MLP}, KV cache {CACHE}: weights uploaded in {:.0} ms", ms(t.elapsed()));
+
+    if args.iter().any(|a| a == "--record-only") {
+        // Profiling aid: record the step graph repeatedly, never run it.
+        let tok = Tensor::from_slice(&[1i64], &[1], &dev)?;
+        let t = Instant::now();
+        for _ in 0..300 {
+            let mut kv2 = kv.clone();
+            let next = model.step(&tok, 3, &mut kv2)?;
+            drop((next, kv2));
+        }
+        println!("record-only: {:.3} ms per step", ms(t.elapsed()) / 300.0);
+        return Ok(());
+    }
 
     // Step 1: record, compile, run.
     let mut tok = Tensor::from_slice(&[1i64], &[1], &dev)?;
@@ -215,7 +265,13 @@ fn main() -> Res<()> {
         let exec = nanos_ms(b.execute_nanos - a.execute_nanos);
         let transfer = nanos_ms(b.transfer_nanos - a.transfer_nanos);
         let sync = nanos_ms(b.materialize_nanos - a.materialize_nanos) - exec;
-        rows.push([ms(wall), exec + transfer, ms(wall) - exec - transfer, ms(record), sync]);
+        rows.push([
+            ms(wall),
+            exec + transfer,
+            ms(wall) - exec - transfer,
+            ms(record),
+            sync,
+        ]);
         tok = next;
     }
     let s3 = lazy::stats();
@@ -232,22 +288,42 @@ fn main() -> Res<()> {
         median(1),
         median(2),
     );
+    let min = |col: usize| rows.iter().map(|r| r[col]).fold(f64::INFINITY, f64::min);
     println!(
-        "  host overhead parts (medians): recording the step's ops {:.3} ms; sync = trace + hash + lookup + dispatch {:.3} ms",
+        "  host overhead parts (medians): recording the step's {} ops {:.3} ms; sync = trace + hash + lookup + dispatch {:.3} ms; best step: overhead {:.3} ms (record {:.3} + sync {:.3})",
+        (s3.traced_nodes - s2.traced_nodes) / (n as u64 - 1),
         median(3),
         median(4),
+        min(2),
+        min(3),
+        min(4),
     );
 
     // A second process with the same cache folder.
     let exe = std::env::current_exe()?;
     let t = Instant::now();
-    let out = Command::new(exe).arg("--zoo-child").arg(cache.path()).output()?;
+    let out = Command::new(exe)
+        .arg("--zoo-child")
+        .arg(cache.path())
+        .output()?;
     let child_wall = t.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().find(|l| l.starts_with("child ")).unwrap_or("child: no report").to_string();
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("child "))
+        .unwrap_or("child: no report")
+        .to_string();
     if !out.status.success() {
-        return Err(format!("the child process failed: {}\n{}", line, String::from_utf8_lossy(&out.stderr)).into());
+        return Err(format!(
+            "the child process failed: {}\n{}",
+            line,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
     }
-    println!("second process (disk cache): {line}; process wall {:.0} ms", ms(child_wall));
+    println!(
+        "second process (disk cache): {line}; process wall {:.0} ms",
+        ms(child_wall)
+    );
     Ok(())
 }

@@ -92,13 +92,14 @@ impl Tensor {
             check_same_device(name, first, t)?;
         }
         if let Repr::Lazy(_) = &first.repr {
-            let ls: Vec<&crate::lazy::LazyTensor> = inputs.iter().filter_map(|t| t.lazy()).collect();
-            return Ok(Tensor::from_lazy(crate::lazy::record(op, &ls, dtype)?, dtype));
+            let ls: Vec<&crate::lazy::LazyTensor> =
+                inputs.iter().filter_map(|t| t.lazy()).collect();
+            return Ok(Tensor::from_lazy(
+                crate::lazy::record(op, &ls, dtype)?,
+                dtype,
+            ));
         }
-        let xs: Vec<&candle_core::Tensor> = inputs
-            .iter()
-            .filter_map(|t| t.as_candle())
-            .collect();
+        let xs: Vec<&candle_core::Tensor> = inputs.iter().filter_map(|t| t.as_candle()).collect();
         Ok(Tensor::from_candle_with(eager::run(&op, &xs)?, dtype))
     }
 
@@ -169,7 +170,10 @@ impl Tensor {
         }
         if let Device::Pjrt(d) = device {
             let t = T::into_candle(data, shape, &candle_core::Device::Cpu).op(op)?;
-            return Ok(Tensor::from_lazy(crate::lazy::from_candle(&t, T::DTYPE, *d)?, T::DTYPE));
+            return Ok(Tensor::from_lazy(
+                crate::lazy::from_candle(&t, T::DTYPE, *d)?,
+                T::DTYPE,
+            ));
         }
         let dev = device.candle(op)?;
         let t = T::into_candle(data, shape, &dev).op(op)?;
@@ -212,7 +216,10 @@ impl Tensor {
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
         let op = "full";
         if let Device::Pjrt(d) = device {
-            return Ok(Tensor::from_lazy(crate::lazy::full(shape, value, dtype, *d)?, dtype));
+            return Ok(Tensor::from_lazy(
+                crate::lazy::full(shape, value, dtype, *d)?,
+                dtype,
+            ));
         }
         let dev = device.candle(op)?;
         let base = candle_core::Tensor::zeros(shape, dtype.to_candle(), &dev).op(op)?;
@@ -269,7 +276,10 @@ impl Tensor {
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
         if let Device::Pjrt(d) = device {
-            return Ok(Tensor::from_lazy(crate::lazy::arange(n, start, step, dtype, *d)?, dtype));
+            return Ok(Tensor::from_lazy(
+                crate::lazy::arange(n, start, step, dtype, *d)?,
+                dtype,
+            ));
         }
         let data: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
         Tensor::from_f64s(&data, &[n], dtype, device)
@@ -356,16 +366,27 @@ impl Tensor {
             return Ok(self.clone());
         }
         match (&self.repr, device) {
-            (Repr::Eager(t), Device::Pjrt(d)) => Ok(Tensor::from_lazy(crate::lazy::from_candle(t, self.dtype, *d)?, self.dtype)),
-            (Repr::Lazy(l), Device::Pjrt(d)) => Ok(Tensor::from_lazy(crate::lazy::to_pjrt(l, *d)?, self.dtype)),
+            (Repr::Eager(t), Device::Pjrt(d)) => Ok(Tensor::from_lazy(
+                crate::lazy::from_candle(t, self.dtype, *d)?,
+                self.dtype,
+            )),
+            (Repr::Lazy(l), Device::Pjrt(d)) => {
+                Ok(Tensor::from_lazy(crate::lazy::to_pjrt(l, *d)?, self.dtype))
+            }
             (Repr::Lazy(l), _) => {
                 let dev = device.candle(op)?;
                 let t = crate::lazy::to_candle(l, op)?;
-                Ok(Tensor::from_candle_with(t.to_device(&dev).op(op)?, self.dtype))
+                Ok(Tensor::from_candle_with(
+                    t.to_device(&dev).op(op)?,
+                    self.dtype,
+                ))
             }
             (Repr::Eager(t), _) => {
                 let dev = device.candle(op)?;
-                Ok(Tensor::from_candle_with(t.to_device(&dev).op(op)?, self.dtype))
+                Ok(Tensor::from_candle_with(
+                    t.to_device(&dev).op(op)?,
+                    self.dtype,
+                ))
             }
         }
     }

@@ -19,7 +19,17 @@ macro_rules! groups {
     };
 }
 
-groups!(elementwise, matmul, reduce, shape, creation, conv, norm, attention, errors);
+groups!(
+    elementwise,
+    matmul,
+    reduce,
+    shape,
+    creation,
+    conv,
+    norm,
+    attention,
+    errors
+);
 
 #[test]
 fn attention_on_device_3() {

@@ -19,4 +19,14 @@ macro_rules! groups {
     };
 }
 
-groups!(elementwise, matmul, reduce, shape, creation, conv, norm, attention, errors);
+groups!(
+    elementwise,
+    matmul,
+    reduce,
+    shape,
+    creation,
+    conv,
+    norm,
+    attention,
+    errors
+);

@@ -27,30 +27,52 @@ fn f32s(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
 }
 
 #[test]
 fn four_devices_compute_and_copy() {
     let _g = serial();
     common::setup(VAR);
-    assert_eq!(lazy::device_count(PjrtPlatform::Cpu).expect("device count"), 4);
+    assert_eq!(
+        lazy::device_count(PjrtPlatform::Cpu).expect("device count"),
+        4
+    );
     let a = f32s(12, 1);
     let b = f32s(12, 2);
     let ea = Tensor::from_slice(&a, &[3, 4], &Device::Cpu).expect("a");
     let eb = Tensor::from_slice(&b, &[4, 3], &Device::Cpu).expect("b");
-    let want = ea.matmul(&eb).and_then(|y| y.tanh()).and_then(|y| y.add_scalar(1.0)).and_then(|y| y.to_vec::<f32>()).expect("eager");
+    let want = ea
+        .matmul(&eb)
+        .and_then(|y| y.tanh())
+        .and_then(|y| y.add_scalar(1.0))
+        .and_then(|y| y.to_vec::<f32>())
+        .expect("eager");
     for i in 0..4 {
         let x = Tensor::from_slice(&a, &[3, 4], &device(i)).expect("upload");
         let w = eb.to_device(&device(i)).expect("to_device");
-        let y = x.matmul(&w).and_then(|y| y.tanh()).and_then(|y| y.add_scalar(1.0)).expect("record");
+        let y = x
+            .matmul(&w)
+            .and_then(|y| y.tanh())
+            .and_then(|y| y.add_scalar(1.0))
+            .expect("record");
         assert_eq!(y.device(), device(i));
         assert!(y.is_pending());
-        assert!(close(&y.to_vec::<f32>().expect("read"), &want, 1e-5), "device {i}");
+        assert!(
+            close(&y.to_vec::<f32>().expect("read"), &want, 1e-5),
+            "device {i}"
+        );
         // Device to device: 0 -> i -> (i + 1) % 4, computing on each.
         let z = y.to_device(&device((i + 1) % 4)).expect("copy");
         assert_eq!(z.device(), device((i + 1) % 4));
-        let back = z.mul_scalar(2.0).and_then(|t| t.to_device(&Device::Cpu)).and_then(|t| t.to_vec::<f32>()).expect("compute after copy");
+        let back = z
+            .mul_scalar(2.0)
+            .and_then(|t| t.to_device(&Device::Cpu))
+            .and_then(|t| t.to_vec::<f32>())
+            .expect("compute after copy");
         let want2: Vec<f32> = want.iter().map(|v| v * 2.0).collect();
         assert!(close(&back, &want2, 1e-5));
     }
@@ -58,22 +80,34 @@ fn four_devices_compute_and_copy() {
     let x0 = Tensor::ones(&[2], DType::F32, &device(0)).expect("x0");
     let x1 = Tensor::ones(&[2], DType::F32, &device(1)).expect("x1");
     match x0.add(&x1) {
-        Err(e @ Error::DeviceMismatch { .. }) => assert!(e.to_string().contains("pjrt:cpu:0") && e.to_string().contains("pjrt:cpu:1")),
+        Err(e @ Error::DeviceMismatch { .. }) => {
+            assert!(e.to_string().contains("pjrt:cpu:0") && e.to_string().contains("pjrt:cpu:1"))
+        }
         other => panic!("expected a device mismatch, got {other:?}"),
     }
     // A device the client does not have.
     match Tensor::zeros(&[2], DType::F32, &device(4)) {
-        Err(e @ Error::Pjrt { .. }) => assert!(e.to_string().contains("pjrt:cpu:4") && e.to_string().contains("4 device"), "{e}"),
+        Err(e @ Error::Pjrt { .. }) => assert!(
+            e.to_string().contains("pjrt:cpu:4") && e.to_string().contains("4 device"),
+            "{e}"
+        ),
         other => panic!("expected a typed error for device 4, got {other:?}"),
     }
 }
 
 /// One step of a toy decoder: project the token state, write it into a fixed-size cache at
 /// `pos`, attend over the cache, pick the next state.
-fn step(cache: &Tensor, x: &Tensor, pos: &Tensor, w: &Tensor) -> zoo_runtime::Result<(Tensor, Tensor)> {
+fn step(
+    cache: &Tensor,
+    x: &Tensor,
+    pos: &Tensor,
+    w: &Tensor,
+) -> zoo_runtime::Result<(Tensor, Tensor)> {
     let h = x.matmul(w)?.tanh()?; // [1, 8]
     let cache = cache.dynamic_update_slice(&h.unsqueeze(0)?, pos)?; // [1, 16, 8]
-    let scores = cache.matmul(&h.unsqueeze(0)?.transpose(1, 2)?)?.squeeze(-1)?; // [1, 16]
+    let scores = cache
+        .matmul(&h.unsqueeze(0)?.transpose(1, 2)?)?
+        .squeeze(-1)?; // [1, 16]
     let p = scores.softmax(-1)?;
     let next = p.unsqueeze(1)?.matmul(&cache)?.squeeze(1)?; // [1, 8]
     Ok((cache, next))
@@ -86,27 +120,55 @@ fn decode_steps_after_the_first_compile_nothing() {
     let d = device(1);
     let w = f32s(64, 3);
     let x0 = f32s(8, 4);
-    let (mut lc, mut lx) = (Tensor::zeros(&[1, 16, 8], DType::F32, &d).expect("cache"), Tensor::from_slice(&x0, &[1, 8], &d).expect("x"));
+    let (mut lc, mut lx) = (
+        Tensor::zeros(&[1, 16, 8], DType::F32, &d).expect("cache"),
+        Tensor::from_slice(&x0, &[1, 8], &d).expect("x"),
+    );
     let lw = Tensor::from_slice(&w, &[8, 8], &d).expect("w");
-    let (mut ec, mut ex) = (Tensor::zeros(&[1, 16, 8], DType::F32, &Device::Cpu).expect("cache"), Tensor::from_slice(&x0, &[1, 8], &Device::Cpu).expect("x"));
+    let (mut ec, mut ex) = (
+        Tensor::zeros(&[1, 16, 8], DType::F32, &Device::Cpu).expect("cache"),
+        Tensor::from_slice(&x0, &[1, 8], &Device::Cpu).expect("x"),
+    );
     let ew = Tensor::from_slice(&w, &[8, 8], &Device::Cpu).expect("w");
     lc.sync().expect("the initial cache");
     let mut compiles_after_first = 0;
     for t in 0..6 {
         let pos = [0i64, t, 0];
         let before = lazy::stats();
-        let (c, x) = step(&lc, &lx, &Tensor::from_slice(&pos, &[3], &d).expect("pos"), &lw).expect("lazy step");
+        let (c, x) = step(
+            &lc,
+            &lx,
+            &Tensor::from_slice(&pos, &[3], &d).expect("pos"),
+            &lw,
+        )
+        .expect("lazy step");
         let got = x.to_vec::<f32>().expect("read");
         let after = lazy::stats();
         // The cache written this step was live, so it ran in the same graph.
-        assert!(!c.is_pending(), "step {t}: the live cache was not materialised with the output");
-        assert_eq!(after.executions - before.executions, 1, "step {t}: one graph per step");
+        assert!(
+            !c.is_pending(),
+            "step {t}: the live cache was not materialised with the output"
+        );
+        assert_eq!(
+            after.executions - before.executions,
+            1,
+            "step {t}: one graph per step"
+        );
         if t > 0 {
             compiles_after_first += after.compiles - before.compiles;
             assert!(after.memory_hits > before.memory_hits);
         }
-        let (c2, x2) = step(&ec, &ex, &Tensor::from_slice(&pos, &[3], &Device::Cpu).expect("pos"), &ew).expect("eager step");
-        assert!(close(&got, &x2.to_vec::<f32>().expect("eager"), 1e-5), "step {t}");
+        let (c2, x2) = step(
+            &ec,
+            &ex,
+            &Tensor::from_slice(&pos, &[3], &Device::Cpu).expect("pos"),
+            &ew,
+        )
+        .expect("eager step");
+        assert!(
+            close(&got, &x2.to_vec::<f32>().expect("eager"), 1e-5),
+            "step {t}"
+        );
         (lc, lx, ec, ex) = (c, x, c2, x2);
     }
     assert_eq!(compiles_after_first, 0, "steps 2..6 compiled");
@@ -122,10 +184,18 @@ fn disk_cache_is_reused_and_bad_entries_are_recompiled() {
     // A graph no other test builds: its own shape.
     let run = |seed: u64| -> Vec<f32> {
         let x = Tensor::from_slice(&f32s(7 * 13, seed), &[7, 13], &d).expect("x");
-        x.exp().and_then(|e| e.sum(&[1], false)).and_then(|s| s.to_vec::<f32>()).expect("run")
+        x.exp()
+            .and_then(|e| e.sum(&[1], false))
+            .and_then(|s| s.to_vec::<f32>())
+            .expect("run")
     };
     let entries = || -> Vec<std::path::PathBuf> {
-        let mut v: Vec<_> = std::fs::read_dir(&dir).expect("ls").filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "zpx")).collect();
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "zpx"))
+            .collect();
         v.sort();
         v
     };
@@ -135,7 +205,10 @@ fn disk_cache_is_reused_and_bad_entries_are_recompiled() {
     let s1 = lazy::stats();
     assert_eq!(s1.compiles - s0.compiles, 1);
     assert_eq!(s1.disk_writes - s0.disk_writes, 1);
-    let new: Vec<_> = entries().into_iter().filter(|p| !before_files.contains(p)).collect();
+    let new: Vec<_> = entries()
+        .into_iter()
+        .filter(|p| !before_files.contains(p))
+        .collect();
     assert_eq!(new.len(), 1, "one new cache entry");
     let entry = new[0].clone();
 
@@ -143,7 +216,10 @@ fn disk_cache_is_reused_and_bad_entries_are_recompiled() {
     lazy::clear_memory_cache();
     assert_eq!(run(5), want);
     let s2 = lazy::stats();
-    assert_eq!((s2.compiles - s1.compiles, s2.disk_hits - s1.disk_hits), (0, 1));
+    assert_eq!(
+        (s2.compiles - s1.compiles, s2.disk_hits - s1.disk_hits),
+        (0, 1)
+    );
 
     // Corrupt payload: detected, removed, recompiled, rewritten.
     let mut bytes = std::fs::read(&entry).expect("read entry");
@@ -153,39 +229,65 @@ fn disk_cache_is_reused_and_bad_entries_are_recompiled() {
     lazy::clear_memory_cache();
     assert_eq!(run(5), want);
     let s3 = lazy::stats();
-    assert_eq!((s3.compiles - s2.compiles, s3.disk_rejects - s2.disk_rejects), (1, 1));
-    assert!(lazy::last_disk_reject().unwrap_or_default().contains("checksum"));
+    assert_eq!(
+        (s3.compiles - s2.compiles, s3.disk_rejects - s2.disk_rejects),
+        (1, 1)
+    );
+    assert!(lazy::last_disk_reject()
+        .unwrap_or_default()
+        .contains("checksum"));
     assert!(std::fs::read(&entry).expect("rewritten") != bytes);
 
     // An entry written by another plugin version (same length header, other version).
     let good = std::fs::read(&entry).expect("entry");
     let identity = lazy::plugin_identity(PjrtPlatform::Cpu).expect("identity");
-    let at = good.windows(identity.len()).position(|w| w == identity.as_bytes()).expect("the header names the plugin");
+    let at = good
+        .windows(identity.len())
+        .position(|w| w == identity.as_bytes())
+        .expect("the header names the plugin");
     let mut foreign = good.clone();
     let api = identity.find("api=").expect("api field") + 4;
-    foreign[at + api] = if foreign[at + api] == b'9' { b'8' } else { b'9' };
+    foreign[at + api] = if foreign[at + api] == b'9' {
+        b'8'
+    } else {
+        b'9'
+    };
     std::fs::write(&entry, &foreign).expect("foreign");
     lazy::clear_memory_cache();
     assert_eq!(run(5), want);
     let s4 = lazy::stats();
-    assert_eq!((s4.compiles - s3.compiles, s4.disk_rejects - s3.disk_rejects), (1, 1));
-    assert!(lazy::last_disk_reject().unwrap_or_default().contains("another plugin"));
+    assert_eq!(
+        (s4.compiles - s3.compiles, s4.disk_rejects - s3.disk_rejects),
+        (1, 1)
+    );
+    assert!(lazy::last_disk_reject()
+        .unwrap_or_default()
+        .contains("another plugin"));
 
     // Not a cache file at all, and a truncated one.
-    for bad in [b"definitely not an executable".to_vec(), good[..good.len() / 3].to_vec()] {
+    for bad in [
+        b"definitely not an executable".to_vec(),
+        good[..good.len() / 3].to_vec(),
+    ] {
         std::fs::write(&entry, &bad).expect("garbage");
         lazy::clear_memory_cache();
         let s = lazy::stats();
         assert_eq!(run(5), want);
         let t = lazy::stats();
-        assert_eq!((t.compiles - s.compiles, t.disk_rejects - s.disk_rejects), (1, 1));
+        assert_eq!(
+            (t.compiles - s.compiles, t.disk_rejects - s.disk_rejects),
+            (1, 1)
+        );
     }
     // Other leaf values, same structure: a memory hit.
     let s5 = lazy::stats();
     assert_ne!(run(6), want);
     assert_eq!(lazy::stats().compiles, s5.compiles);
     // No temporary files remain.
-    assert!(std::fs::read_dir(&dir).expect("ls").filter_map(|e| e.ok()).all(|e| !e.file_name().to_string_lossy().ends_with(".tmp")));
+    assert!(std::fs::read_dir(&dir)
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .all(|e| !e.file_name().to_string_lossy().ends_with(".tmp")));
 }
 
 #[test]
@@ -193,12 +295,32 @@ fn compile_errors_show_the_offending_line() {
     let _g = serial();
     common::setup(VAR);
     let text = "module {\n  func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>) {\n    %1 = \"stablehlo.add\"(%arg0, %arg0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n    %2 = \"stablehlo.frobnicate\"(%1) : (tensor<4xf32>) -> tensor<4xf32>\n    \"func.return\"(%2) : (tensor<4xf32>) -> ()\n  }\n}\n";
-    match lazy::compile_stablehlo(zoo_runtime::PjrtDevice { platform: PjrtPlatform::Cpu, ordinal: 0 }, text) {
-        Err(e @ Error::Pjrt { source: PjrtError::Compile { line: Some(_), .. }, .. }) => {
-            let Error::Pjrt { source: PjrtError::Compile { line: Some(l), .. }, .. } = &e else { unreachable!() };
+    match lazy::compile_stablehlo(
+        zoo_runtime::PjrtDevice {
+            platform: PjrtPlatform::Cpu,
+            ordinal: 0,
+        },
+        text,
+    ) {
+        Err(
+            e @ Error::Pjrt {
+                source: PjrtError::Compile { line: Some(_), .. },
+                ..
+            },
+        ) => {
+            let Error::Pjrt {
+                source: PjrtError::Compile { line: Some(l), .. },
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
             assert_eq!(l.line, 4, "{e}");
             assert!(l.text.contains("frobnicate"));
-            assert!(e.to_string().contains("frobnicate") && e.to_string().contains("pjrt:cpu:0"), "{e}");
+            assert!(
+                e.to_string().contains("frobnicate") && e.to_string().contains("pjrt:cpu:0"),
+                "{e}"
+            );
         }
         other => panic!("expected a compile error with a line, got {other:?}"),
     }
@@ -209,16 +331,37 @@ fn out_of_memory_is_a_typed_error() {
     let _g = serial();
     common::setup(VAR);
     let d = device(2);
+    lazy::device_count(PjrtPlatform::Cpu).expect("client");
+    lazy::clear_memory_cache();
+    let before = leak::object_counts();
     // 2^42 f32 (16 TiB): no allocator on this machine grants it.
     let one = Tensor::from_slice(&[1.0f32], &[1], &d).expect("one");
-    let huge = Tensor::zeros(&[1 << 42], DType::F32, &d).and_then(|z| z.add(&one)).expect("recorded lazily");
+    let huge = Tensor::zeros(&[1 << 42], DType::F32, &d)
+        .and_then(|z| z.add(&one))
+        .expect("recorded lazily");
     match huge.sync() {
         Err(e @ Error::OutOfMemory { .. }) => assert!(e.to_string().contains("pjrt:cpu:2"), "{e}"),
         other => panic!("expected an out-of-memory error, got {other:?}"),
     }
+    // The device still works afterwards, even while the failing tensor is alive (pending
+    // tensors normally join every graph of their device).
+    assert_eq!(
+        one.mul_scalar(3.0)
+            .and_then(|t| t.to_vec::<f32>())
+            .expect("with the failing tensor alive"),
+        vec![3.0]
+    );
     drop(huge);
-    // The device still works afterwards.
-    assert_eq!(one.add_scalar(1.0).and_then(|t| t.to_vec::<f32>()).expect("after OOM"), vec![2.0]);
+    assert_eq!(
+        one.add_scalar(1.0)
+            .and_then(|t| t.to_vec::<f32>())
+            .expect("after OOM"),
+        vec![2.0]
+    );
+    drop(one);
+    lazy::clear_memory_cache();
+    let delta = leak::object_counts().since(&before);
+    assert!(delta.balanced(), "the failed execution leaked:\n{delta}");
 }
 
 #[test]
@@ -231,8 +374,14 @@ fn nothing_leaks() {
     {
         let d = device(3);
         let x = Tensor::from_slice(&f32s(24, 9), &[2, 3, 4], &d).expect("x");
-        let y = x.softmax(-1).and_then(|s| s.matmul(&x.transpose(1, 2)?)).expect("y");
-        let z = y.to_device(&device(0)).and_then(|t| t.sum_all()).expect("z");
+        let y = x
+            .softmax(-1)
+            .and_then(|s| s.matmul(&x.transpose(1, 2)?))
+            .expect("y");
+        let z = y
+            .to_device(&device(0))
+            .and_then(|t| t.sum_all())
+            .expect("z");
         z.to_vec::<f32>().expect("read");
         let pending = x.exp().expect("never materialised");
         drop(pending);
@@ -242,7 +391,10 @@ fn nothing_leaks() {
     lazy::clear_memory_cache();
     let delta = leak::object_counts().since(&before);
     assert!(delta.balanced(), "unbalanced PJRT objects:\n{delta}");
-    assert!(delta.created(leak::ObjectKind::Buffer) > 0 && delta.created(leak::ObjectKind::LoadedExecutable) > 0);
+    assert!(
+        delta.created(leak::ObjectKind::Buffer) > 0
+            && delta.created(leak::ObjectKind::LoadedExecutable) > 0
+    );
 }
 
 #[test]
@@ -255,7 +407,12 @@ fn emitted_stablehlo_and_precision() {
     let y = a.matmul(&b).and_then(|y| y.erf()).expect("y");
     let text = y.stablehlo().expect("a lazy tensor").expect("lowers");
     assert!(text.contains("func.func public @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3x2xf32>) -> (tensor<2x2xf32>)"), "{text}");
-    assert!(text.contains("stablehlo.dot_general") && text.contains("precision DEFAULT") && text.contains("chlo.erf"), "{text}");
+    assert!(
+        text.contains("stablehlo.dot_general")
+            && text.contains("precision DEFAULT")
+            && text.contains("chlo.erf"),
+        "{text}"
+    );
     lazy::set_matmul_precision(Precision::Highest);
     let text_hi = y.stablehlo().expect("lazy").expect("lowers");
     let hi = y.to_vec::<f32>();
@@ -264,5 +421,8 @@ fn emitted_stablehlo_and_precision() {
     hi.expect("HIGHEST runs");
     // Once computed, the tensor is a leaf: nothing left to lower, and eager tensors have none.
     assert!(!y.is_pending());
-    assert!(Tensor::zeros(&[1], DType::F32, &Device::Cpu).expect("eager").stablehlo().is_none());
+    assert!(Tensor::zeros(&[1], DType::F32, &Device::Cpu)
+        .expect("eager")
+        .stablehlo()
+        .is_none());
 }

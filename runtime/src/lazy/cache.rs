@@ -32,7 +32,11 @@ pub fn set_cache_dir(dir: Option<PathBuf>) {
 /// (an empty value or `off` turns the disk cache off), else `$XDG_CACHE_HOME/zoo/pjrt`,
 /// else `~/.cache/zoo/pjrt`. `None` when off or no home is known.
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = DIR_OVERRIDE.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+    if let Some(d) = DIR_OVERRIDE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+    {
         return d;
     }
     if let Some(v) = std::env::var_os("ZOO_PJRT_CACHE") {
@@ -44,7 +48,9 @@ pub fn cache_dir() -> Option<PathBuf> {
     if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(x).join("zoo").join("pjrt"));
     }
-    std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache").join("zoo").join("pjrt"))
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache").join("zoo").join("pjrt"))
 }
 
 /// FNV-1a, 64 bit: a checksum for torn or corrupted files (not a defence against tampering;
@@ -103,13 +109,23 @@ fn parse<'a>(b: &'a [u8], expected: &str) -> Result<&'a [u8], String> {
         return Err("bad magic (not a zoo executable cache entry)".into());
     }
     let hl = u32::from_le_bytes(b[8..12].try_into().map_err(|_| "short header")?) as usize;
-    let h_end = 12usize.checked_add(hl).filter(|&e| e + 8 <= b.len()).ok_or("truncated header")?;
+    let h_end = 12usize
+        .checked_add(hl)
+        .filter(|&e| e + 8 <= b.len())
+        .ok_or("truncated header")?;
     if &b[12..h_end] != expected.as_bytes() {
-        return Err(format!("written for another plugin or graph: {:?}", String::from_utf8_lossy(&b[12..h_end])));
+        return Err(format!(
+            "written for another plugin or graph: {:?}",
+            String::from_utf8_lossy(&b[12..h_end])
+        ));
     }
-    let pl = u64::from_le_bytes(b[h_end..h_end + 8].try_into().map_err(|_| "short length")?) as usize;
+    let pl =
+        u64::from_le_bytes(b[h_end..h_end + 8].try_into().map_err(|_| "short length")?) as usize;
     let p_start = h_end + 8;
-    let p_end = p_start.checked_add(pl).filter(|&e| e + 8 == b.len()).ok_or("truncated or oversized payload")?;
+    let p_end = p_start
+        .checked_add(pl)
+        .filter(|&e| e + 8 == b.len())
+        .ok_or("truncated or oversized payload")?;
     let sum = u64::from_le_bytes(b[p_end..].try_into().map_err(|_| "short checksum")?);
     if sum != fnv1a(&b[p_start..p_end]) {
         return Err("checksum mismatch".into());
@@ -121,10 +137,19 @@ static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Writes an entry atomically: temporary file in the same folder, then rename.
 pub(crate) fn write(path: &Path, header: &str, payload: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().ok_or_else(|| std::io::Error::other("cache path has no folder"))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("cache path has no folder"))?;
     std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), TMP_SEQ.fetch_add(1, Ordering::Relaxed)));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         let mut buf = Vec::with_capacity(payload.len() + header.len() + 32);
@@ -157,7 +182,10 @@ mod tests {
         write(&p, &h, b"payload").expect("write");
         assert_eq!(read(&p, &h).expect("hit"), b"payload");
         // Another plugin's header: rejected and removed.
-        assert!(matches!(read(&p, &header("/x/plugin.so 0.115", 7)), Err(Miss::Rejected(_))));
+        assert!(matches!(
+            read(&p, &header("/x/plugin.so 0.115", 7)),
+            Err(Miss::Rejected(_))
+        ));
         assert!(!p.exists());
         // Corruption of the payload: checksum mismatch.
         write(&p, &h, b"payload").expect("write");
@@ -174,7 +202,11 @@ mod tests {
         std::fs::write(&p, &b[..b.len() - 3]).expect("truncate");
         assert!(matches!(read(&p, &h), Err(Miss::Rejected(_))));
         // No temporary files are left behind.
-        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
         assert!(left.is_empty());
     }
 }

@@ -12,8 +12,11 @@ use super::cache::{self, Miss};
 use super::graph::{hash_op, Node, NodeOp, State};
 use super::lower::{lower, LowerNode, Ref};
 use super::{matmul_precision, LazyTensor};
-use crate::pjrt::{self, Buffer, Client, ClientOptions, CompileOptions, ElementType, ErrorCode, ExecuteOptions, LoadedExecutable, PjrtError, Plugin};
 use crate::error::BackendContext;
+use crate::pjrt::{
+    self, Buffer, Client, ClientOptions, CompileOptions, ElementType, ErrorCode, ExecuteOptions,
+    LoadedExecutable, PjrtError, Plugin,
+};
 use crate::{DType, Device, Error, PjrtDevice, PjrtPlatform, Result};
 
 /// How a platform's plugin is chosen; see [`super::configure`].
@@ -45,16 +48,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub(crate) fn pjrt_err(op: &'static str, device: PjrtDevice, source: PjrtError) -> Error {
     match source {
-        PjrtError::Plugin { code: ErrorCode::ResourceExhausted, message, .. } | PjrtError::Compile { code: ErrorCode::ResourceExhausted, message, .. } => Error::OutOfMemory {
+        PjrtError::Plugin {
+            code: ErrorCode::ResourceExhausted,
+            message,
+            ..
+        }
+        | PjrtError::Compile {
+            code: ErrorCode::ResourceExhausted,
+            message,
+            ..
+        } => Error::OutOfMemory {
             op,
             device: Device::Pjrt(device),
             message,
         },
-        PjrtError::Plugin { ref message, .. } if message.contains("Out of memory") || message.contains("out of memory") => Error::OutOfMemory {
-            op,
-            device: Device::Pjrt(device),
-            message: message.clone(),
-        },
+        PjrtError::Plugin { ref message, .. }
+            if message.contains("Out of memory") || message.contains("out of memory") =>
+        {
+            Error::OutOfMemory {
+                op,
+                device: Device::Pjrt(device),
+                message: message.clone(),
+            }
+        }
         source => Error::Pjrt {
             op,
             device: Device::Pjrt(device),
@@ -73,7 +89,9 @@ pub(crate) fn configure(platform: PjrtPlatform, config: PluginConfig) -> Result<
         }
         return Ok(());
     }
-    lock(&CONFIGS).get_or_insert_with(HashMap::new).insert(platform, config);
+    lock(&CONFIGS)
+        .get_or_insert_with(HashMap::new)
+        .insert(platform, config);
     Ok(())
 }
 
@@ -92,10 +110,15 @@ pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend
     if let Some(b) = map.get(&platform) {
         return Ok(b.clone());
     }
-    let config = lock(&CONFIGS).as_ref().and_then(|m| m.get(&platform).cloned()).unwrap_or_default();
+    let config = lock(&CONFIGS)
+        .as_ref()
+        .and_then(|m| m.get(&platform).cloned())
+        .unwrap_or_default();
     let name = platform_name(platform);
     let env_path = match platform {
-        PjrtPlatform::Cpu => std::env::var_os("ZOO_PJRT_CPU_PLUGIN").filter(|v| !v.is_empty()).map(PathBuf::from),
+        PjrtPlatform::Cpu => std::env::var_os("ZOO_PJRT_CPU_PLUGIN")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
         _ => None,
     };
     let path = config.path.clone().or(env_path);
@@ -108,7 +131,16 @@ pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend
         let n = match config.cpu_devices {
             Some(n) => n,
             None => match std::env::var("ZOO_PJRT_CPU_DEVICES") {
-                Ok(v) => v.trim().parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| PjrtError::InvalidArgument(format!("ZOO_PJRT_CPU_DEVICES={v:?} is not a positive device count")))?,
+                Ok(v) => v
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| {
+                        PjrtError::InvalidArgument(format!(
+                            "ZOO_PJRT_CPU_DEVICES={v:?} is not a positive device count"
+                        ))
+                    })?,
                 Err(_) => 4,
             },
         };
@@ -119,7 +151,9 @@ pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend
     let (major, minor) = plugin.api_version();
     let identity = format!(
         "{} api={major}.{minor} platform={} {} devices={}",
-        std::fs::canonicalize(plugin.path()).unwrap_or_else(|_| plugin.path().to_path_buf()).display(),
+        std::fs::canonicalize(plugin.path())
+            .unwrap_or_else(|_| plugin.path().to_path_buf())
+            .display(),
         client.platform_name().unwrap_or_default(),
         client.platform_version().unwrap_or_default(),
         devices.len()
@@ -140,16 +174,20 @@ pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend
 /// The backend and PJRT device behind `d`, or a typed error naming the device.
 pub(crate) fn device(op: &'static str, d: PjrtDevice) -> Result<(Arc<Backend>, pjrt::Device)> {
     let b = backend(d.platform).map_err(|e| pjrt_err(op, d, e))?;
-    let dev = b.devices.get(d.ordinal).cloned().ok_or_else(|| Error::Pjrt {
-        op,
-        device: Device::Pjrt(d),
-        source: PjrtError::InvalidArgument(format!(
+    let dev = b
+        .devices
+        .get(d.ordinal)
+        .cloned()
+        .ok_or_else(|| Error::Pjrt {
+            op,
+            device: Device::Pjrt(d),
+            source: PjrtError::InvalidArgument(format!(
             "the {} plugin has {} device(s) (0..{}); for more CPU devices set ZOO_PJRT_CPU_DEVICES",
             platform_name(d.platform),
             b.devices.len(),
             b.devices.len()
         )),
-    })?;
+        })?;
     Ok((b, dev))
 }
 
@@ -172,16 +210,22 @@ pub(crate) fn register(n: &Arc<Node>) {
 
 fn live_pending(device: PjrtDevice) -> Vec<Arc<Node>> {
     let mut out = Vec::new();
-    let mut p = lock(&PENDING);
-    p.retain(|w| match w.upgrade() {
-        Some(n) if n.buffer().is_none() => {
-            if n.device == device && n.is_live() {
-                out.push(n);
+    let old = std::mem::take(&mut *lock(&PENDING));
+    let mut keep = Vec::new();
+    for w in &old {
+        if let Some(n) = w.upgrade() {
+            if n.buffer().is_none() {
+                keep.push(w.clone());
+                if n.device == device && n.is_live() {
+                    out.push(n);
+                }
             }
-            true
         }
-        _ => false,
-    });
+    }
+    // Nodes recorded meanwhile by other threads landed in the fresh vector.
+    lock(&PENDING).extend(keep);
+    // The last weak references free the dead nodes' memory: not on this thread.
+    reap(Box::new(old));
     out
 }
 
@@ -193,9 +237,21 @@ pub(crate) fn last_reject() -> Option<String> {
     lock(&LAST_REJECT).clone()
 }
 
+/// Waits until the reaper has freed everything sent to it so far.
+fn reap_flush() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    reap(Box::new(tx));
+    // The reaper drops the sender in order, which disconnects the channel.
+    let _ = rx.recv();
+}
+
 pub(crate) fn clear_memory_cache() {
+    reap_flush();
     *lock(&SCALARS) = None;
-    let backends: Vec<Arc<Backend>> = lock(&BACKENDS).as_ref().map(|m| m.values().cloned().collect()).unwrap_or_default();
+    let backends: Vec<Arc<Backend>> = lock(&BACKENDS)
+        .as_ref()
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
     for b in backends {
         lock(&b.exes).clear();
     }
@@ -225,9 +281,11 @@ pub struct LazyStats {
     /// Nanoseconds spent inside the plugin's host/device transfers (uploads, reads, copies;
     /// a read also waits for the computation behind it).
     pub transfer_nanos: u64,
+    /// Pending nodes traced into executed graphs.
+    pub traced_nodes: u64,
 }
 
-static STATS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+static STATS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
 
 fn bump(i: usize, v: u64) {
     STATS[i].fetch_add(v, Ordering::Relaxed);
@@ -246,6 +304,7 @@ pub(crate) fn stats() -> LazyStats {
         execute_nanos: g(7),
         materialize_nanos: g(8),
         transfer_nanos: g(9),
+        traced_nodes: g(10),
     }
 }
 
@@ -259,17 +318,27 @@ pub(crate) fn upload(t: &candle_core::Tensor, dtype: DType, d: PjrtDevice) -> Re
     let op = "to_device";
     let (b, dev) = device(op, d)?;
     let shape: Vec<usize> = t.dims().to_vec();
-    let t = t.to_device(&candle_core::Device::Cpu).and_then(|t| t.flatten_all()).op(op)?;
+    let t = t
+        .to_device(&candle_core::Device::Cpu)
+        .and_then(|t| t.flatten_all())
+        .op(op)?;
     let dims: Vec<i64> = shape.iter().map(|&v| v as i64).collect();
     let host_ints = if dtype.is_int() && t.elem_count() <= HOST_INTS_MAX {
-        let v = t.to_dtype(candle_core::DType::I64).and_then(|t| t.to_vec1::<i64>()).op(op)?;
+        let v = t
+            .to_dtype(candle_core::DType::I64)
+            .and_then(|t| t.to_vec1::<i64>())
+            .op(op)?;
         Some(Arc::<[i64]>::from(v))
     } else {
         None
     };
     // One-element uploads (the -inf of a mask fill, a position) repeat every step of a
     // decode loop; buffers are immutable, so equal ones share one device buffer.
-    let memo_key = if t.elem_count() == 1 { Some((d, dtype, shape.clone(), scalar_bits(&t, dtype, op)?)) } else { None };
+    let memo_key = if t.elem_count() == 1 {
+        Some((d, dtype, shape.clone(), scalar_bits(&t, dtype, op)?))
+    } else {
+        None
+    };
     if let Some(k) = &memo_key {
         let hit = lock(&SCALARS).as_ref().and_then(|m| m.get(k).cloned());
         if let Some(buf) = hit {
@@ -286,7 +355,9 @@ pub(crate) fn upload(t: &candle_core::Tensor, dtype: DType, d: PjrtDevice) -> Re
         DType::I64 => c.buffer_from_slice(&t.to_vec1::<i64>().op(op)?, &dims, &dev),
         DType::I32 => c.buffer_from_slice(&t.to_vec1::<i32>().op(op)?, &dims, &dev),
         DType::U8 => c.buffer_from_slice(&t.to_vec1::<u8>().op(op)?, &dims, &dev),
-        DType::Bool => c.buffer_from_bytes(&t.to_vec1::<u8>().op(op)?, ElementType::Pred, &dims, &dev),
+        DType::Bool => {
+            c.buffer_from_bytes(&t.to_vec1::<u8>().op(op)?, ElementType::Pred, &dims, &dev)
+        }
     }
     .map_err(|e| pjrt_err(op, d, e))?;
     bump(9, started.elapsed().as_nanos() as u64);
@@ -321,8 +392,21 @@ fn scalar_bits(t: &candle_core::Tensor, dtype: DType, op: &'static str) -> Resul
     })
 }
 
-fn leaf(buf: Arc<Buffer>, shape: Vec<usize>, dtype: DType, d: PjrtDevice, host_ints: Option<Arc<[i64]>>) -> LazyTensor {
-    LazyTensor::new(Arc::new(Node::new(NodeOp::Leaf, shape, dtype, d, State::Ready(buf), host_ints)))
+fn leaf(
+    buf: Arc<Buffer>,
+    shape: Vec<usize>,
+    dtype: DType,
+    d: PjrtDevice,
+    host_ints: Option<Arc<[i64]>>,
+) -> LazyTensor {
+    LazyTensor::new(Arc::new(Node::new(
+        NodeOp::Leaf,
+        shape,
+        dtype,
+        d,
+        State::Ready(buf),
+        host_ints,
+    )))
 }
 
 /// The value of `t` as a CPU candle tensor (bool as u8 0/1), materialising it first.
@@ -336,14 +420,23 @@ pub(crate) fn download(t: &LazyTensor, op: &'static str) -> Result<candle_core::
     let started = Instant::now();
     let ct = match n.dtype {
         DType::F32 => candle_core::Tensor::from_vec(buf.to_vec::<f32>().map_err(pe)?, s, &cpu),
-        DType::F16 => candle_core::Tensor::from_vec(buf.to_vec::<half::f16>().map_err(pe)?, s, &cpu),
-        DType::BF16 => candle_core::Tensor::from_vec(buf.to_vec::<half::bf16>().map_err(pe)?, s, &cpu),
+        DType::F16 => {
+            candle_core::Tensor::from_vec(buf.to_vec::<half::f16>().map_err(pe)?, s, &cpu)
+        }
+        DType::BF16 => {
+            candle_core::Tensor::from_vec(buf.to_vec::<half::bf16>().map_err(pe)?, s, &cpu)
+        }
         DType::F64 => candle_core::Tensor::from_vec(buf.to_vec::<f64>().map_err(pe)?, s, &cpu),
         DType::I64 => candle_core::Tensor::from_vec(buf.to_vec::<i64>().map_err(pe)?, s, &cpu),
         DType::I32 => candle_core::Tensor::from_vec(buf.to_vec::<i32>().map_err(pe)?, s, &cpu),
         DType::U8 => candle_core::Tensor::from_vec(buf.to_vec::<u8>().map_err(pe)?, s, &cpu),
         DType::Bool => {
-            let bytes: Vec<u8> = buf.to_host_bytes().map_err(pe)?.into_iter().map(|b| u8::from(b != 0)).collect();
+            let bytes: Vec<u8> = buf
+                .to_host_bytes()
+                .map_err(pe)?
+                .into_iter()
+                .map(|b| u8::from(b != 0))
+                .collect();
             candle_core::Tensor::from_vec(bytes, s, &cpu)
         }
     };
@@ -365,7 +458,13 @@ pub(crate) fn copy_to(t: &LazyTensor, to: PjrtDevice) -> Result<LazyTensor> {
     let started = Instant::now();
     let copied = buf.copy_to_device(&dev).map_err(|e| pjrt_err(op, to, e))?;
     bump(9, started.elapsed().as_nanos() as u64);
-    Ok(leaf(Arc::new(copied), n.shape.clone(), n.dtype, to, n.host_ints.clone()))
+    Ok(leaf(
+        Arc::new(copied),
+        n.shape.clone(),
+        n.dtype,
+        to,
+        n.host_ints.clone(),
+    ))
 }
 
 fn ready_buffer(n: &Arc<Node>, op: &'static str) -> Result<Arc<Buffer>> {
@@ -421,7 +520,28 @@ struct Trace {
 /// ones, and hashes the structure on the way (ops, attributes, shapes, dtypes, operand
 /// wiring, device, precision; never values).
 fn trace(outs: &[Arc<Node>], device: PjrtDevice, precision: super::Precision) -> Trace {
-    let mut index = PtrMap::default();
+    // One walk at a time: the marks on the nodes belong to the walk holding this lock.
+    static WALK: Mutex<()> = Mutex::new(());
+    static EPOCH: AtomicU64 = AtomicU64::new(0);
+    let _walk = lock(&WALK);
+    let epoch = EPOCH.fetch_add(1, Ordering::Relaxed) + 1;
+    let numbered = |n: &Node| n.mark.load(Ordering::Relaxed) == epoch;
+    let number = |n: &Node, r: Ref| {
+        let v = match r {
+            Ref::Param(i) => ((i as u64) << 1) | 1,
+            Ref::Node(i) => (i as u64) << 1,
+        };
+        n.slot.store(v, Ordering::Relaxed);
+        n.mark.store(epoch, Ordering::Relaxed);
+    };
+    let slot = |n: &Node| {
+        let v = n.slot.load(Ordering::Relaxed);
+        if v & 1 == 1 {
+            Ref::Param((v >> 1) as usize)
+        } else {
+            Ref::Node((v >> 1) as usize)
+        }
+    };
     let mut h = std::collections::hash_map::DefaultHasher::new();
     device.hash(&mut h);
     (precision as u8).hash(&mut h);
@@ -434,61 +554,55 @@ fn trace(outs: &[Arc<Node>], device: PjrtDevice, precision: super::Precision) ->
         outputs: Vec::new(),
         hash: 0,
     };
-    let mut stack: Vec<(Arc<Node>, Option<Vec<Arc<Node>>>)> = outs.iter().rev().map(|n| (n.clone(), None)).collect();
+    // (node, whether its inputs are already on the stack above it)
+    let mut stack: Vec<(Arc<Node>, bool)> = outs.iter().rev().map(|n| (n.clone(), false)).collect();
     while let Some((n, expanded)) = stack.pop() {
-        let k = key(&n);
-        if index.contains_key(&k) {
+        if numbered(&n) {
             continue;
         }
-        match expanded {
-            Some(inputs) => {
-                let start = t.edges.len();
-                for i in &inputs {
-                    t.edges.push(index[&key(i)]);
+        let state = n.state();
+        match (&*state, expanded) {
+            (State::Ready(b), _) => {
+                // Ready (possibly computed by another thread since it was pushed): a parameter.
+                t.param_bufs.push(b.clone());
+                drop(state);
+                0u8.hash(&mut h);
+                n.shape.hash(&mut h);
+                n.dtype.hash(&mut h);
+                number(&n, Ref::Param(t.params.len()));
+                t.params.push(n);
+            }
+            (State::Pending(inputs), false) => {
+                stack.push((n.clone(), true));
+                for c in inputs.iter().rev() {
+                    if !numbered(c) {
+                        stack.push((c.clone(), false));
+                    }
                 }
+            }
+            (State::Pending(inputs), true) => {
+                let start = t.edges.len();
+                for i in inputs {
+                    t.edges.push(slot(i));
+                }
+                drop(state);
                 let refs = &t.edges[start..];
                 1u8.hash(&mut h);
                 hash_op(&n.op, &mut h);
                 n.shape.hash(&mut h);
                 n.dtype.hash(&mut h);
                 refs.hash(&mut h);
-                index.insert(k, Ref::Node(t.nodes.len()));
+                number(&n, Ref::Node(t.nodes.len()));
                 t.spans.push((start, t.edges.len()));
                 t.nodes.push(n);
-            }
-            None => {
-                let inputs = match &*n.state() {
-                    State::Ready(b) => {
-                        t.param_bufs.push(b.clone());
-                        None
-                    }
-                    State::Pending(inputs) => Some(inputs.clone()),
-                };
-                match inputs {
-                    None => {
-                        0u8.hash(&mut h);
-                        n.shape.hash(&mut h);
-                        n.dtype.hash(&mut h);
-                        index.insert(k, Ref::Param(t.params.len()));
-                        t.params.push(n);
-                    }
-                    Some(inputs) => {
-                        let at = stack.len();
-                        stack.push((n, None));
-                        for c in inputs.iter().rev() {
-                            if !index.contains_key(&key(c)) {
-                                stack.push((c.clone(), None));
-                            }
-                        }
-                        stack[at].1 = Some(inputs);
-                    }
-                }
             }
         }
     }
     for n in outs {
-        if let Some(Ref::Node(i)) = index.get(&key(n)) {
-            t.outputs.push(*i);
+        if numbered(n) {
+            if let Ref::Node(i) = slot(n) {
+                t.outputs.push(i);
+            }
         }
     }
     2u8.hash(&mut h);
@@ -499,27 +613,30 @@ fn trace(outs: &[Arc<Node>], device: PjrtDevice, precision: super::Precision) ->
 
 /// Frees traced graphs off the caller's thread: dropping a few thousand nodes takes about
 /// a millisecond that a decode step should not wait for.
-fn reap(t: Trace) {
-    static REAPER: Mutex<Option<std::sync::mpsc::Sender<Trace>>> = Mutex::new(None);
+fn reap(garbage: Box<dyn Send>) {
+    type Sender = std::sync::mpsc::Sender<Box<dyn Send>>;
+    static REAPER: Mutex<Option<Sender>> = Mutex::new(None);
     let mut guard = lock(&REAPER);
     if guard.is_none() {
-        let (tx, rx) = std::sync::mpsc::channel::<Trace>();
-        let spawned = std::thread::Builder::new().name("zoo-pjrt-reaper".into()).spawn(move || {
-            for t in rx {
-                drop(t);
-            }
-        });
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();
+        let spawned = std::thread::Builder::new()
+            .name("zoo-pjrt-reaper".into())
+            .spawn(move || {
+                for g in rx {
+                    drop(g);
+                }
+            });
         if spawned.is_ok() {
             *guard = Some(tx);
         }
     }
     match guard.as_ref() {
         Some(tx) => {
-            if let Err(std::sync::mpsc::SendError(t)) = tx.send(t) {
-                drop(t);
+            if let Err(std::sync::mpsc::SendError(g)) = tx.send(garbage) {
+                drop(g);
             }
         }
-        None => drop(t),
+        None => drop(garbage),
     }
 }
 
@@ -536,15 +653,26 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
         let start = Instant::now();
         let mut outs: Vec<Arc<Node>> = Vec::new();
         let mut seen = PtrMap::default();
-        for n in roots.iter().filter(|n| n.device == d).cloned().chain(live_pending(d)) {
+        for n in roots.iter().filter(|n| n.device == d).cloned() {
             if n.buffer().is_none() && seen.insert(key(&n), Ref::Param(0)).is_none() {
+                outs.push(n);
+            }
+        }
+        let asked = outs.len();
+        for n in live_pending(d) {
+            if seen.insert(key(&n), Ref::Param(0)).is_none() {
                 outs.push(n);
             }
         }
         if outs.is_empty() {
             continue;
         }
-        let r = run(&outs, d, op);
+        let mut r = run(&outs, d, op);
+        if r.is_err() && outs.len() > asked && asked > 0 {
+            // Another live tensor may be what fails (one too large for the device, say):
+            // what was asked for must not fail because of it, so run that alone.
+            r = run(&outs[..asked], d, op);
+        }
         bump(8, start.elapsed().as_nanos() as u64);
         r?;
     }
@@ -556,6 +684,7 @@ fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str) -> Result<()> {
     let precision = matmul_precision();
     let t = trace(outs, d, precision);
     let h = t.hash;
+    bump(10, t.nodes.len() as u64);
     let cached = lock(&b.exes).get(&h).cloned();
     let exe = match cached {
         Some(e) => {
@@ -579,19 +708,27 @@ fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str) -> Result<()> {
         return Err(Error::Pjrt {
             op,
             device: Device::Pjrt(d),
-            source: PjrtError::InvalidArgument(format!("the executable returned {} buffers for {} outputs", bufs.len(), t.outputs.len())),
+            source: PjrtError::InvalidArgument(format!(
+                "the executable returned {} buffers for {} outputs",
+                bufs.len(),
+                t.outputs.len()
+            )),
         });
     }
     for (buf, &i) in bufs.into_iter().zip(&t.outputs) {
         t.nodes[i].set_ready(Arc::new(buf));
     }
-    reap(t);
+    reap(Box::new(t));
     Ok(())
 }
 
 /// The StableHLO text of a trace.
 fn lower_trace(t: &Trace, precision: super::Precision) -> Result<String> {
-    let params: Vec<(&[usize], DType)> = t.params.iter().map(|p| (p.shape.as_slice(), p.dtype)).collect();
+    let params: Vec<(&[usize], DType)> = t
+        .params
+        .iter()
+        .map(|p| (p.shape.as_slice(), p.dtype))
+        .collect();
     let nodes: Vec<LowerNode<'_>> = t
         .nodes
         .iter()
@@ -607,10 +744,20 @@ fn lower_trace(t: &Trace, precision: super::Precision) -> Result<String> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn load_or_compile(b: &Backend, dev: &pjrt::Device, t: &Trace, d: PjrtDevice, h: u64, precision: super::Precision, op: &'static str) -> Result<LoadedExecutable> {
+fn load_or_compile(
+    b: &Backend,
+    dev: &pjrt::Device,
+    t: &Trace,
+    d: PjrtDevice,
+    h: u64,
+    precision: super::Precision,
+    op: &'static str,
+) -> Result<LoadedExecutable> {
     let dir = cache::cache_dir();
     let header = cache::header(&b.identity, h);
-    let path = dir.as_deref().map(|dir| cache::entry_path(dir, h, b.plugin_key));
+    let path = dir
+        .as_deref()
+        .map(|dir| cache::entry_path(dir, h, b.plugin_key));
     if let Some(p) = &path {
         match cache::read(p, &header) {
             Ok(bytes) => match b.client.deserialize_executable(&bytes) {
@@ -619,7 +766,8 @@ fn load_or_compile(b: &Backend, dev: &pjrt::Device, t: &Trace, d: PjrtDevice, h:
                     return Ok(e);
                 }
                 Err(e) => {
-                    *lock(&LAST_REJECT) = Some(format!("{}: the plugin cannot load it: {e}", p.display()));
+                    *lock(&LAST_REJECT) =
+                        Some(format!("{}: the plugin cannot load it: {e}", p.display()));
                     // The plugin refuses its own bytes (e.g. a build with the same version
                     // string but another layout): drop the entry and recompile.
                     let _ = std::fs::remove_file(p);
@@ -636,7 +784,10 @@ fn load_or_compile(b: &Backend, dev: &pjrt::Device, t: &Trace, d: PjrtDevice, h:
     let text = lower_trace(t, precision)?;
     let options = CompileOptions::on(dev).map_err(|e| pjrt_err(op, d, e))?;
     let start = Instant::now();
-    let exe = b.client.compile(&text, &options).map_err(|e| pjrt_err(op, d, e))?;
+    let exe = b
+        .client
+        .compile(&text, &options)
+        .map_err(|e| pjrt_err(op, d, e))?;
     bump(6, start.elapsed().as_nanos() as u64);
     bump(1, 1);
     if let Some(p) = &path {
@@ -653,7 +804,17 @@ fn load_or_compile(b: &Backend, dev: &pjrt::Device, t: &Trace, d: PjrtDevice, h:
 /// The StableHLO text that materialising `roots` would compile (for inspection and tests).
 pub(crate) fn stablehlo_of(roots: &[Arc<Node>]) -> Result<String> {
     let precision = matmul_precision();
-    let t = trace(roots, roots.first().map_or(PjrtDevice { platform: PjrtPlatform::Cpu, ordinal: 0 }, |n| n.device), precision);
+    let t = trace(
+        roots,
+        roots.first().map_or(
+            PjrtDevice {
+                platform: PjrtPlatform::Cpu,
+                ordinal: 0,
+            },
+            |n| n.device,
+        ),
+        precision,
+    );
     lower_trace(&t, precision)
 }
 
@@ -662,11 +823,19 @@ pub(crate) fn compile_text(d: PjrtDevice, text: &str) -> Result<()> {
     let op = "compile";
     let (b, dev) = device(op, d)?;
     let options = CompileOptions::on(&dev).map_err(|e| pjrt_err(op, d, e))?;
-    b.client.compile(text, &options).map(|_| ()).map_err(|e| pjrt_err(op, d, e))
+    b.client
+        .compile(text, &options)
+        .map(|_| ())
+        .map_err(|e| pjrt_err(op, d, e))
 }
 
 /// The identity string of the plugin behind `platform` (what disk-cache entries record).
 pub(crate) fn identity(platform: PjrtPlatform) -> Result<String> {
-    let d = PjrtDevice { platform, ordinal: 0 };
-    backend(platform).map(|b| b.identity.clone()).map_err(|e| pjrt_err("identity", d, e))
+    let d = PjrtDevice {
+        platform,
+        ordinal: 0,
+    };
+    backend(platform)
+        .map(|b| b.identity.clone())
+        .map_err(|e| pjrt_err("identity", d, e))
 }

@@ -7,7 +7,7 @@
 //! freed and never recomputed. Leaves (uploads, copies, results) are ready from birth.
 
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::op::{ConvGeom, Op};
@@ -51,10 +51,21 @@ pub(crate) struct Node {
     /// How many `Tensor` handles refer to this node; a pending node with handles is live
     /// and is materialised together with whatever graph of its device runs next.
     handles: AtomicUsize,
+    /// The trace that last numbered this node (see `exec::trace`) and the number it got
+    /// there: marks replace a hash map from node to number during a walk.
+    pub(crate) mark: AtomicU64,
+    pub(crate) slot: AtomicU64,
 }
 
 impl Node {
-    pub(crate) fn new(op: NodeOp, shape: Vec<usize>, dtype: DType, device: PjrtDevice, state: State, host_ints: Option<Arc<[i64]>>) -> Node {
+    pub(crate) fn new(
+        op: NodeOp,
+        shape: Vec<usize>,
+        dtype: DType,
+        device: PjrtDevice,
+        state: State,
+        host_ints: Option<Arc<[i64]>>,
+    ) -> Node {
         Node {
             op,
             shape,
@@ -63,6 +74,8 @@ impl Node {
             host_ints,
             state: Mutex::new(state),
             handles: AtomicUsize::new(0),
+            mark: AtomicU64::new(0),
+            slot: AtomicU64::new(0),
         }
     }
 
@@ -110,13 +123,19 @@ impl Drop for Node {
     fn drop(&mut self) {
         // Release input chains iteratively: a long unmaterialised history would otherwise
         // recurse once per node and could overflow the stack.
-        let mut stack = match std::mem::replace(self.state.get_mut().unwrap_or_else(|p| p.into_inner()), State::Pending(Vec::new())) {
+        let mut stack = match std::mem::replace(
+            self.state.get_mut().unwrap_or_else(|p| p.into_inner()),
+            State::Pending(Vec::new()),
+        ) {
             State::Pending(v) => v,
             State::Ready(_) => return,
         };
         while let Some(n) = stack.pop() {
             if let Ok(mut inner) = Arc::try_unwrap(n) {
-                if let State::Pending(v) = std::mem::replace(inner.state.get_mut().unwrap_or_else(|p| p.into_inner()), State::Pending(Vec::new())) {
+                if let State::Pending(v) = std::mem::replace(
+                    inner.state.get_mut().unwrap_or_else(|p| p.into_inner()),
+                    State::Pending(Vec::new()),
+                ) {
                     stack.extend(v);
                 }
             }
@@ -139,7 +158,14 @@ fn shape_err(op: &'static str, lhs: &[usize], rhs: &[usize], hint: String) -> Er
 pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
     let name = op.name();
     let arity = match op {
-        Op::Binary(_) | Op::Compare(_) | Op::Matmul | Op::IndexSelect { .. } | Op::Gather { .. } | Op::DynamicSlice { .. } | Op::Conv2d(_) | Op::ConvTranspose2d(_) => 2,
+        Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Matmul
+        | Op::IndexSelect { .. }
+        | Op::Gather { .. }
+        | Op::DynamicSlice { .. }
+        | Op::Conv2d(_)
+        | Op::ConvTranspose2d(_) => 2,
         Op::Where | Op::DynamicUpdateSlice => 3,
         Op::Concat { .. } => ins.len().max(1),
         _ => 1,
@@ -163,13 +189,24 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
         }
     };
     Ok(match op {
-        Op::Unary(_) | Op::Affine { .. } | Op::PowScalar(_) | Op::Clamp { .. } | Op::Cast(_) | Op::Contiguous | Op::ArgSortLastDim { .. } => x.to_vec(),
+        Op::Unary(_)
+        | Op::Affine { .. }
+        | Op::PowScalar(_)
+        | Op::Clamp { .. }
+        | Op::Cast(_)
+        | Op::Contiguous
+        | Op::ArgSortLastDim { .. } => x.to_vec(),
         Op::Binary(_) | Op::Compare(_) => broadcast_shape(name, x, ins[1])?,
         Op::Where => broadcast_shape(name, &broadcast_shape(name, x, ins[1])?, ins[2])?,
         Op::Matmul => {
             let (a, b) = (x, ins[1]);
             if a.len() < 2 || b.len() < 2 || a[a.len() - 1] != b[b.len() - 2] {
-                return Err(shape_err(name, a, b, "; matmul needs [.., m, k] x [.., k, n]".into()));
+                return Err(shape_err(
+                    name,
+                    a,
+                    b,
+                    "; matmul needs [.., m, k] x [.., k, n]".into(),
+                ));
             }
             let mut out = broadcast_shape(name, &a[..a.len() - 2], &b[..b.len() - 2])?;
             out.extend([a[a.len() - 2], b[b.len() - 1]]);
@@ -193,13 +230,24 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
         }
         Op::Permute(p) => {
             let mut seen = vec![false; x.len()];
-            if p.len() != x.len() || p.iter().any(|&d| d >= x.len() || std::mem::replace(&mut seen[d], true)) {
-                return Err(shape_err(name, x, p, "; not a permutation of the dims".into()));
+            if p.len() != x.len()
+                || p.iter()
+                    .any(|&d| d >= x.len() || std::mem::replace(&mut seen[d], true))
+            {
+                return Err(shape_err(
+                    name,
+                    x,
+                    p,
+                    "; not a permutation of the dims".into(),
+                ));
             }
             p.iter().map(|&d| x[d]).collect()
         }
         Op::Broadcast(s) => {
-            let lead = s.len().checked_sub(x.len()).ok_or_else(|| shape_err(name, x, s, "; the target has fewer dims".into()))?;
+            let lead = s
+                .len()
+                .checked_sub(x.len())
+                .ok_or_else(|| shape_err(name, x, s, "; the target has fewer dims".into()))?;
             if x.iter().zip(&s[lead..]).any(|(&a, &b)| a != b && a != 1) {
                 return Err(shape_err(name, x, s, "; only size-1 dims stretch".into()));
             }
@@ -213,7 +261,10 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                     index_shape: vec![],
                     shape: x.to_vec(),
                     dim: *dim,
-                    hint: format!("; range {start}..{} exceeds the dim", start.saturating_add(*len)),
+                    hint: format!(
+                        "; range {start}..{} exceeds the dim",
+                        start.saturating_add(*len)
+                    ),
                 });
             }
             let mut s = x.to_vec();
@@ -232,8 +283,19 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
         Op::Gather { dim } => {
             dim_ok(*dim)?;
             let idx = ins[1];
-            if idx.len() != x.len() || idx.iter().zip(x).enumerate().any(|(i, (&a, &b))| i != *dim && a > b) {
-                return Err(shape_err(name, x, idx, "; index must have the input's rank and fit in it".into()));
+            if idx.len() != x.len()
+                || idx
+                    .iter()
+                    .zip(x)
+                    .enumerate()
+                    .any(|(i, (&a, &b))| i != *dim && a > b)
+            {
+                return Err(shape_err(
+                    name,
+                    x,
+                    idx,
+                    "; index must have the input's rank and fit in it".into(),
+                ));
             }
             idx.to_vec()
         }
@@ -241,30 +303,59 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
             dim_ok(*dim)?;
             let mut s = x.to_vec();
             for other in &ins[1..] {
-                if other.len() != x.len() || other.iter().zip(x).enumerate().any(|(i, (a, b))| i != *dim && a != b) {
-                    return Err(shape_err(name, x, other, format!("; all dims but {dim} must match")));
+                if other.len() != x.len()
+                    || other
+                        .iter()
+                        .zip(x)
+                        .enumerate()
+                        .any(|(i, (a, b))| i != *dim && a != b)
+                {
+                    return Err(shape_err(
+                        name,
+                        x,
+                        other,
+                        format!("; all dims but {dim} must match"),
+                    ));
                 }
                 s[*dim] += other[*dim];
             }
             s
         }
         Op::DynamicSlice { sizes } => {
-            if sizes.len() != x.len() || sizes.iter().zip(x).any(|(a, b)| a > b) || ins[1] != [x.len()] {
-                return Err(shape_err(name, x, sizes, "; the block must fit and start must hold one index per dim".into()));
+            if sizes.len() != x.len()
+                || sizes.iter().zip(x).any(|(a, b)| a > b)
+                || ins[1] != [x.len()]
+            {
+                return Err(shape_err(
+                    name,
+                    x,
+                    sizes,
+                    "; the block must fit and start must hold one index per dim".into(),
+                ));
             }
             sizes.clone()
         }
         Op::DynamicUpdateSlice => {
             let u = ins[1];
             if u.len() != x.len() || u.iter().zip(x).any(|(a, b)| a > b) || ins[2] != [x.len()] {
-                return Err(shape_err(name, x, u, "; the update must fit and start must hold one index per dim".into()));
+                return Err(shape_err(
+                    name,
+                    x,
+                    u,
+                    "; the update must fit and start must hold one index per dim".into(),
+                ));
             }
             x.to_vec()
         }
         Op::Conv2d(g) => {
             let w = ins[1];
             if x.len() != 4 || w.len() != 4 || g.groups == 0 || g.stride == 0 {
-                return Err(shape_err(name, x, w, "; conv2d needs NCHW input and OIHW weight".into()));
+                return Err(shape_err(
+                    name,
+                    x,
+                    w,
+                    "; conv2d needs NCHW input and OIHW weight".into(),
+                ));
             }
             let out = |n: usize, k: usize| -> Option<usize> {
                 let ek = g.dilation * (k.checked_sub(1)?) + 1;
@@ -272,18 +363,44 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
             };
             match (out(x[2], w[2]), out(x[3], w[3])) {
                 (Some(h), Some(wd)) => vec![x[0], w[0], h, wd],
-                _ => return Err(shape_err(name, x, w, "; the kernel is larger than the padded input".into())),
+                _ => {
+                    return Err(shape_err(
+                        name,
+                        x,
+                        w,
+                        "; the kernel is larger than the padded input".into(),
+                    ))
+                }
             }
         }
         Op::ConvTranspose2d(g) => {
             let w = ins[1];
             if x.len() != 4 || w.len() != 4 || g.groups == 0 {
-                return Err(shape_err(name, x, w, "; conv_transpose2d needs NCHW input and IOHW weight".into()));
+                return Err(shape_err(
+                    name,
+                    x,
+                    w,
+                    "; conv_transpose2d needs NCHW input and IOHW weight".into(),
+                ));
             }
-            let out = |n: usize, k: usize| -> Option<usize> { ((n.checked_sub(1)?) * g.stride + g.dilation * (k.checked_sub(1)?) + g.output_padding + 1).checked_sub(2 * g.padding).filter(|&v| v > 0) };
+            let out = |n: usize, k: usize| -> Option<usize> {
+                ((n.checked_sub(1)?) * g.stride
+                    + g.dilation * (k.checked_sub(1)?)
+                    + g.output_padding
+                    + 1)
+                .checked_sub(2 * g.padding)
+                .filter(|&v| v > 0)
+            };
             match (out(x[2], w[2]), out(x[3], w[3])) {
                 (Some(h), Some(wd)) => vec![x[0], w[1] * g.groups, h, wd],
-                _ => return Err(shape_err(name, x, w, "; the padding leaves no output".into())),
+                _ => {
+                    return Err(shape_err(
+                        name,
+                        x,
+                        w,
+                        "; the padding leaves no output".into(),
+                    ))
+                }
             }
         }
         Op::UpsampleNearest2d { h, w } => {
@@ -385,13 +502,51 @@ mod tests {
     #[test]
     fn shapes_follow_the_eager_backend() {
         let s = |op: Op, ins: &[&[usize]]| infer_shape(&op, ins).expect("shape");
-        assert_eq!(s(Op::Binary(BinaryOp::Add), &[&[3, 1, 5], &[4, 5]]), vec![3, 4, 5]);
-        assert_eq!(s(Op::Matmul, &[&[2, 1, 4, 8], &[3, 8, 6]]), vec![2, 3, 4, 6]);
-        assert_eq!(s(Op::Reduce { op: ReduceOp::Sum, dims: vec![0, 2], keepdim: false }, &[&[3, 4, 5]]), vec![4]);
-        assert_eq!(s(Op::Reduce { op: ReduceOp::Sum, dims: vec![1], keepdim: true }, &[&[3, 4, 5]]), vec![3, 1, 5]);
-        let g = ConvGeom { stride: 2, padding: 1, dilation: 1, groups: 1, output_padding: 1 };
-        assert_eq!(s(Op::ConvTranspose2d(g), &[&[2, 4, 5, 6], &[4, 3, 3, 3]]), vec![2, 3, 10, 12]);
-        assert_eq!(s(Op::Conv2d(g), &[&[2, 4, 9, 8], &[6, 4, 3, 3]]), vec![2, 6, 5, 4]);
+        assert_eq!(
+            s(Op::Binary(BinaryOp::Add), &[&[3, 1, 5], &[4, 5]]),
+            vec![3, 4, 5]
+        );
+        assert_eq!(
+            s(Op::Matmul, &[&[2, 1, 4, 8], &[3, 8, 6]]),
+            vec![2, 3, 4, 6]
+        );
+        assert_eq!(
+            s(
+                Op::Reduce {
+                    op: ReduceOp::Sum,
+                    dims: vec![0, 2],
+                    keepdim: false
+                },
+                &[&[3, 4, 5]]
+            ),
+            vec![4]
+        );
+        assert_eq!(
+            s(
+                Op::Reduce {
+                    op: ReduceOp::Sum,
+                    dims: vec![1],
+                    keepdim: true
+                },
+                &[&[3, 4, 5]]
+            ),
+            vec![3, 1, 5]
+        );
+        let g = ConvGeom {
+            stride: 2,
+            padding: 1,
+            dilation: 1,
+            groups: 1,
+            output_padding: 1,
+        };
+        assert_eq!(
+            s(Op::ConvTranspose2d(g), &[&[2, 4, 5, 6], &[4, 3, 3, 3]]),
+            vec![2, 3, 10, 12]
+        );
+        assert_eq!(
+            s(Op::Conv2d(g), &[&[2, 4, 9, 8], &[6, 4, 3, 3]]),
+            vec![2, 6, 5, 4]
+        );
         assert!(infer_shape(&Op::Matmul, &[&[2, 3], &[4, 5]]).is_err());
         assert!(infer_shape(&Op::Reshape(vec![7]), &[&[2, 3]]).is_err());
     }
@@ -404,8 +559,17 @@ mod tests {
             h.finish()
         };
         assert_ne!(hash(NodeOp::Full(1.0)), hash(NodeOp::Full(2.0)));
-        assert_ne!(hash(NodeOp::Op(Op::Affine { mul: 1.0, add: 0.5 })), hash(NodeOp::Op(Op::Affine { mul: 1.0, add: 0.25 })));
-        assert_ne!(hash(NodeOp::Op(Op::Reshape(vec![2, 3]))), hash(NodeOp::Op(Op::Permute(vec![2, 3]))));
+        assert_ne!(
+            hash(NodeOp::Op(Op::Affine { mul: 1.0, add: 0.5 })),
+            hash(NodeOp::Op(Op::Affine {
+                mul: 1.0,
+                add: 0.25
+            }))
+        );
+        assert_ne!(
+            hash(NodeOp::Op(Op::Reshape(vec![2, 3]))),
+            hash(NodeOp::Op(Op::Permute(vec![2, 3])))
+        );
         assert_eq!(hash(NodeOp::Op(Op::Matmul)), hash(NodeOp::Op(Op::Matmul)));
     }
 }

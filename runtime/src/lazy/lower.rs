@@ -233,16 +233,39 @@ impl Emitter {
     /// A reduction of `x` over `dims` with a two-argument body op (`stablehlo.add`, ...).
     fn reduce(&mut self, x: &V, init: &V, body_op: &str, dims: &[usize]) -> V {
         let r = self.fresh();
-        let shape: Vec<usize> = x.shape.iter().enumerate().filter(|(i, _)| !dims.contains(i)).map(|(_, &d)| d).collect();
+        let shape: Vec<usize> = x
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !dims.contains(i))
+            .map(|(_, &d)| d)
+            .collect();
         let st = ty(&[], x.dt);
         let (a, b) = (region_arg(&r, "a"), region_arg(&r, "b"));
-        let _ = writeln!(self.body, "    {r} = \"stablehlo.reduce\"({}, {}) ({{", x.name, init.name);
+        let _ = writeln!(
+            self.body,
+            "    {r} = \"stablehlo.reduce\"({}, {}) ({{",
+            x.name, init.name
+        );
         let _ = writeln!(self.body, "    ^bb0({a}: {st}, {b}: {st}):");
         let s = self.fresh();
-        let _ = writeln!(self.body, "      {s} = \"{body_op}\"({a}, {b}) : ({st}, {st}) -> {st}");
+        let _ = writeln!(
+            self.body,
+            "      {s} = \"{body_op}\"({a}, {b}) : ({st}, {st}) -> {st}"
+        );
         let _ = writeln!(self.body, "      \"stablehlo.return\"({s}) : ({st}) -> ()");
-        let _ = writeln!(self.body, "    }}) {{dimensions = {}}} : ({}, {st}) -> {}", arr(dims.iter().copied()), x.ty(), ty(&shape, x.dt));
-        V { name: r, shape, dt: x.dt }
+        let _ = writeln!(
+            self.body,
+            "    }}) {{dimensions = {}}} : ({}, {st}) -> {}",
+            arr(dims.iter().copied()),
+            x.ty(),
+            ty(&shape, x.dt)
+        );
+        V {
+            name: r,
+            shape,
+            dt: x.dt,
+        }
     }
 
     fn dot(&mut self, a: &V, b: &V, dims: &str, shape: &[usize], dt: DType) -> V {
@@ -275,12 +298,25 @@ impl Emitter {
         if !offset.is_empty() {
             let _ = write!(dn, "offset_dims = {}, ", list(offset));
         }
-        let _ = write!(dn, "collapsed_slice_dims = [{dim}], start_index_map = [{dim}], index_vector_dim = 1");
+        let _ = write!(
+            dn,
+            "collapsed_slice_dims = [{dim}], start_index_map = [{dim}], index_vector_dim = 1"
+        );
         let attrs = format!("{{dimension_numbers = #stablehlo.gather<{dn}>, indices_are_sorted = false, slice_sizes = {}}}", arr(sizes));
         self.op("stablehlo.gather", &[x, &idx2], &attrs, &out, x.dt)
     }
 
-    fn conv(&mut self, x: &V, w: &V, g: &ConvGeom, lhs_dil: usize, stride: usize, pads: [(i64, i64); 2], shape: &[usize]) -> V {
+    /// `stablehlo.convolution` in NCHW/OIHW; `lhs_dil` dilates the input (transposed
+    /// convolutions), `pads` are (low, high) per spatial dim.
+    fn conv(
+        &mut self,
+        (x, w): (&V, &V),
+        g: &ConvGeom,
+        lhs_dil: usize,
+        stride: usize,
+        pads: [(i64, i64); 2],
+        shape: &[usize],
+    ) -> V {
         let attrs = format!(
             "{{batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, feature_group_count = {} : i64, lhs_dilation = array<i64: {lhs_dil}, {lhs_dil}>, padding = dense<[[{}, {}], [{}, {}]]> : tensor<2x2xi64>, precision_config = [#stablehlo<precision {p}>, #stablehlo<precision {p}>], rhs_dilation = array<i64: {d}, {d}>, window_strides = array<i64: {stride}, {stride}>}}",
             g.groups,
@@ -297,7 +333,12 @@ impl Emitter {
 
 /// Writes the module for `nodes` (in dependency order) with parameters of the given
 /// shapes and dtypes, returning the nodes at `outputs`.
-pub(crate) fn lower(params: &[(&[usize], DType)], nodes: &[LowerNode<'_>], outputs: &[usize], precision: Precision) -> Result<String> {
+pub(crate) fn lower(
+    params: &[(&[usize], DType)],
+    nodes: &[LowerNode<'_>],
+    outputs: &[usize],
+    precision: Precision,
+) -> Result<String> {
     let mut e = Emitter {
         body: String::new(),
         next: 0,
@@ -331,13 +372,26 @@ pub(crate) fn lower(params: &[(&[usize], DType)], nodes: &[LowerNode<'_>], outpu
     }
     let mut text = String::with_capacity(e.body.len() + 512);
     text.push_str("module @zoo_graph attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n");
-    let args: Vec<String> = pvals.iter().map(|p| format!("{}: {}", p.name, p.ty())).collect();
+    let args: Vec<String> = pvals
+        .iter()
+        .map(|p| format!("{}: {}", p.name, p.ty()))
+        .collect();
     let outs: Vec<&V> = outputs.iter().map(|&i| &vals[i]).collect();
     let out_tys: Vec<String> = outs.iter().map(|v| v.ty()).collect();
-    let _ = writeln!(text, "  func.func public @main({}) -> ({}) {{", args.join(", "), out_tys.join(", "));
+    let _ = writeln!(
+        text,
+        "  func.func public @main({}) -> ({}) {{",
+        args.join(", "),
+        out_tys.join(", ")
+    );
     text.push_str(&e.body);
     let names: Vec<&str> = outs.iter().map(|v| v.name.as_str()).collect();
-    let _ = writeln!(text, "    \"func.return\"({}) : ({}) -> ()", names.join(", "), out_tys.join(", "));
+    let _ = writeln!(
+        text,
+        "    \"func.return\"({}) : ({}) -> ()",
+        names.join(", "),
+        out_tys.join(", ")
+    );
     text.push_str("  }\n}\n");
     Ok(text)
 }
@@ -384,7 +438,13 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
                 match b {
                     BinaryOp::Maximum | BinaryOp::Add => e.same("stablehlo.or", &[&a, &c]),
                     BinaryOp::Minimum | BinaryOp::Mul => e.same("stablehlo.and", &[&a, &c]),
-                    _ => return Err(unsupported("binary", dt, "bool tensors only take logical ops")),
+                    _ => {
+                        return Err(unsupported(
+                            "binary",
+                            dt,
+                            "bool tensors only take logical ops",
+                        ))
+                    }
                 }
             } else if *b == BinaryOp::Pow && is16(dt) {
                 let (af, cf) = (e.convert(&a, DType::F32), e.convert(&c, DType::F32));
@@ -457,7 +517,8 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             }
         }
         Op::Matmul => matmul(e, x, &ins[1], shape, dt),
-        Op::Reduce { op, dims, keepdim } => {
+        // keepdim only changes the final shape, which the reshape to `shape` applies.
+        Op::Reduce { op, dims, .. } => {
             if dims.is_empty() {
                 return Ok(x.clone());
             }
@@ -473,7 +534,6 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             let mut sorted = dims.clone();
             sorted.sort_unstable();
             let r = e.reduce(x, &i, body, &sorted);
-            let _ = keepdim;
             e.reshape(&r, shape)
         }
         Op::ArgReduce { max, dim, .. } => argreduce(e, x, *max, *dim, shape),
@@ -506,7 +566,13 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             let mut full = idx.shape.clone();
             full.push(r);
             let refs: Vec<&V> = coords.iter().collect();
-            let cat = e.op("stablehlo.concatenate", &refs, &format!("{{dimension = {} : i64}}", idx.shape.len()), &full, DType::I64);
+            let cat = e.op(
+                "stablehlo.concatenate",
+                &refs,
+                &format!("{{dimension = {} : i64}}", idx.shape.len()),
+                &full,
+                DType::I64,
+            );
             let all = list(0..r);
             let attrs = format!(
                 "{{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = {all}, start_index_map = {all}, index_vector_dim = {}>, indices_are_sorted = false, slice_sizes = {}}}",
@@ -517,7 +583,13 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
         }
         Op::Concat { dim } => {
             let refs: Vec<&V> = ins.iter().collect();
-            e.op("stablehlo.concatenate", &refs, &format!("{{dimension = {dim} : i64}}"), shape, dt)
+            e.op(
+                "stablehlo.concatenate",
+                &refs,
+                &format!("{{dimension = {dim} : i64}}"),
+                shape,
+                dt,
+            )
         }
         Op::DynamicSlice { sizes } => {
             let starts = e.starts(&ins[1]);
@@ -536,7 +608,7 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             let ct = if is16(dt) { DType::F32 } else { dt };
             let (xf, wf) = (e.convert(x, ct), e.convert(&ins[1], ct));
             let p = g.padding as i64;
-            let y = e.conv(&xf, &wf, g, 1, g.stride, [(p, p), (p, p)], shape);
+            let y = e.conv((&xf, &wf), g, 1, g.stride, [(p, p), (p, p)], shape);
             let y = V { dt: ct, ..y };
             e.convert(&y, dt)
         }
@@ -550,12 +622,18 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             let w5 = e.reshape(&wf, &[gr, c / gr, og, kh, kw]);
             let w5 = e.transpose(&w5, &[0, 2, 1, 3, 4]);
             let w4 = e.reshape(&w5, &[gr * og, c / gr, kh, kw]);
-            let wr = e.op("stablehlo.reverse", &[&w4], "{dimensions = array<i64: 2, 3>}", &[gr * og, c / gr, kh, kw], ct);
+            let wr = e.op(
+                "stablehlo.reverse",
+                &[&w4],
+                "{dimensions = array<i64: 2, 3>}",
+                &[gr * og, c / gr, kh, kw],
+                ct,
+            );
             let pad = |k: usize| {
                 let lo = (g.dilation * (k - 1)) as i64 - g.padding as i64;
                 (lo, lo + g.output_padding as i64)
             };
-            let y = e.conv(&xf, &wr, g, g.stride, 1, [pad(kh), pad(kw)], shape);
+            let y = e.conv((&xf, &wr), g, g.stride, 1, [pad(kh), pad(kw)], shape);
             let y = V { dt: ct, ..y };
             e.convert(&y, dt)
         }
@@ -563,7 +641,9 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             // Source index floor(dst * in / out), clamped, as candle's CPU kernel computes it.
             let idx = |dst: usize, src: usize| -> Vec<i64> {
                 let scale = src as f64 / dst as f64;
-                (0..dst).map(|i| ((i as f64 * scale) as usize).min(src - 1) as i64).collect()
+                (0..dst)
+                    .map(|i| ((i as f64 * scale) as usize).min(src - 1) as i64)
+                    .collect()
             };
             let hi = e.constant_i64s(&idx(*h, x.shape[2]));
             let y = e.take(x, &hi, 2);
@@ -599,7 +679,11 @@ fn unary(e: &mut Emitter, u: UnaryOp, x: &V) -> Result<V> {
             UnaryOp::Neg => Ok(e.same("stablehlo.negate", &[x])),
             UnaryOp::Abs => Ok(e.same("stablehlo.abs", &[x])),
             UnaryOp::Floor | UnaryOp::Ceil => Ok(x.clone()),
-            _ => Err(unsupported("unary", dt, &format!("{u:?} needs a float input"))),
+            _ => Err(unsupported(
+                "unary",
+                dt,
+                &format!("{u:?} needs a float input"),
+            )),
         };
     }
     let simple = match u {
@@ -649,7 +733,9 @@ fn unary(e: &mut Emitter, u: UnaryOp, x: &V) -> Result<V> {
             let th = e.same("stablehlo.tanh", &[&t]);
             gelu_tail(e, &xf, &th)
         }
-        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Ceil => unreachable!("handled above"),
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Ceil => {
+            unreachable!("handled above")
+        }
     };
     Ok(e.convert(&r, dt))
 }
@@ -677,7 +763,10 @@ fn matmul(e: &mut Emitter, a: &V, b: &V, shape: &[usize], dt: DType) -> V {
         let b2 = e.reshape(b, &[k, n]);
         let mut out: Vec<usize> = a.shape[..ra - 1].to_vec();
         out.push(n);
-        let dims = format!("lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [0]", ra - 1);
+        let dims = format!(
+            "lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [0]",
+            ra - 1
+        );
         let y = e.dot(a, &b2, &dims, &out, acc);
         e.reshape(&y, shape)
     } else {
@@ -702,13 +791,40 @@ fn argreduce(e: &mut Emitter, x: &V, max: bool, dim: usize, shape: &[usize]) -> 
     let init_v = e.constant(if max { lowest(dt) } else { highest(dt) }, dt);
     let init_i = e.constant(0.0, DType::I64);
     let r = e.fresh();
-    let out: Vec<usize> = x.shape.iter().enumerate().filter(|(i, _)| *i != dim).map(|(_, &d)| d).collect();
+    let out: Vec<usize> = x
+        .shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != dim)
+        .map(|(_, &d)| d)
+        .collect();
     let (st, it) = (ty(&[], dt), ty(&[], DType::I64));
-    let (av, ai, bv, bi) = (region_arg(&r, "av"), region_arg(&r, "ai"), region_arg(&r, "bv"), region_arg(&r, "bi"));
-    let _ = writeln!(e.body, "    {r}:2 = \"stablehlo.reduce\"({}, {}, {}, {}) ({{", x.name, idx.name, init_v.name, init_i.name);
-    let _ = writeln!(e.body, "    ^bb0({av}: {st}, {ai}: {it}, {bv}: {st}, {bi}: {it}):");
-    let mk = |name: &str, d: DType| V { name: name.to_string(), shape: vec![], dt: d };
-    let (va, ia, vb, ib) = (mk(&av, dt), mk(&ai, DType::I64), mk(&bv, dt), mk(&bi, DType::I64));
+    let (av, ai, bv, bi) = (
+        region_arg(&r, "av"),
+        region_arg(&r, "ai"),
+        region_arg(&r, "bv"),
+        region_arg(&r, "bi"),
+    );
+    let _ = writeln!(
+        e.body,
+        "    {r}:2 = \"stablehlo.reduce\"({}, {}, {}, {}) ({{",
+        x.name, idx.name, init_v.name, init_i.name
+    );
+    let _ = writeln!(
+        e.body,
+        "    ^bb0({av}: {st}, {ai}: {it}, {bv}: {st}, {bi}: {it}):"
+    );
+    let mk = |name: &str, d: DType| V {
+        name: name.to_string(),
+        shape: vec![],
+        dt: d,
+    };
+    let (va, ia, vb, ib) = (
+        mk(&av, dt),
+        mk(&ai, DType::I64),
+        mk(&bv, dt),
+        mk(&bi, DType::I64),
+    );
     // Keep `a` when it is strictly better, or equal with the lower index (first on ties).
     let better = e.compare(if max { "GT" } else { "LT" }, &va, &vb);
     let eq = e.compare("EQ", &va, &vb);
@@ -717,7 +833,11 @@ fn argreduce(e: &mut Emitter, x: &V, max: bool, dim: usize, shape: &[usize]) -> 
     let pick = e.same("stablehlo.or", &[&better, &tie]);
     let v = e.select(&pick, &va, &vb);
     let i = e.select(&pick, &ia, &ib);
-    let _ = writeln!(e.body, "      \"stablehlo.return\"({}, {}) : ({st}, {it}) -> ()", v.name, i.name);
+    let _ = writeln!(
+        e.body,
+        "      \"stablehlo.return\"({}, {}) : ({st}, {it}) -> ()",
+        v.name, i.name
+    );
     let _ = writeln!(
         e.body,
         "    }}) {{dimensions = array<i64: {dim}>}} : ({}, {}, {st}, {it}) -> ({}, {})",
@@ -739,14 +859,45 @@ fn argsort(e: &mut Emitter, x: &V, descending: bool) -> V {
     let idx = e.iota(&x.shape, last, DType::I64);
     let r = e.fresh();
     let (st, it) = (ty(&[], x.dt), ty(&[], DType::I64));
-    let (a, b, c, d) = (region_arg(&r, "a"), region_arg(&r, "b"), region_arg(&r, "c"), region_arg(&r, "d"));
-    let _ = writeln!(e.body, "    {r}:2 = \"stablehlo.sort\"({}, {}) ({{", x.name, idx.name);
-    let _ = writeln!(e.body, "    ^bb0({a}: {st}, {b}: {st}, {c}: {it}, {d}: {it}):");
-    let va = V { name: a, shape: vec![], dt: x.dt };
-    let vb = V { name: b, shape: vec![], dt: x.dt };
+    let (a, b, c, d) = (
+        region_arg(&r, "a"),
+        region_arg(&r, "b"),
+        region_arg(&r, "c"),
+        region_arg(&r, "d"),
+    );
+    let _ = writeln!(
+        e.body,
+        "    {r}:2 = \"stablehlo.sort\"({}, {}) ({{",
+        x.name, idx.name
+    );
+    let _ = writeln!(
+        e.body,
+        "    ^bb0({a}: {st}, {b}: {st}, {c}: {it}, {d}: {it}):"
+    );
+    let va = V {
+        name: a,
+        shape: vec![],
+        dt: x.dt,
+    };
+    let vb = V {
+        name: b,
+        shape: vec![],
+        dt: x.dt,
+    };
     let p = e.compare(if descending { "GT" } else { "LT" }, &va, &vb);
-    let _ = writeln!(e.body, "      \"stablehlo.return\"({}) : (tensor<i1>) -> ()", p.name);
-    let _ = writeln!(e.body, "    }}) {{dimension = {last} : i64, is_stable = true}} : ({}, {}) -> ({}, {})", x.ty(), idx.ty(), x.ty(), idx.ty());
+    let _ = writeln!(
+        e.body,
+        "      \"stablehlo.return\"({}) : (tensor<i1>) -> ()",
+        p.name
+    );
+    let _ = writeln!(
+        e.body,
+        "    }}) {{dimension = {last} : i64, is_stable = true}} : ({}, {}) -> ({}, {})",
+        x.ty(),
+        idx.ty(),
+        x.ty(),
+        idx.ty()
+    );
     V {
         name: format!("{r}#1"),
         shape: x.shape.clone(),
@@ -778,7 +929,13 @@ mod tests {
             dtype: DType::F32,
             inputs: &[Ref::Param(0), Ref::Param(1)],
         }];
-        let text = lower(&[(&[2, 3], DType::F32), (&[3], DType::F32)], &nodes, &[0], Precision::Default).expect("lowers");
+        let text = lower(
+            &[(&[2, 3], DType::F32), (&[3], DType::F32)],
+            &nodes,
+            &[0],
+            Precision::Default,
+        )
+        .expect("lowers");
         assert!(text.contains("func.func public @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3xf32>) -> (tensor<2x3xf32>)"), "{text}");
         assert!(text.contains("stablehlo.broadcast_in_dim"), "{text}");
         assert!(text.contains("\"func.return\"(%2)"), "{text}");

@@ -1,15 +1,15 @@
 //! The lazy PJRT backend: tensors on [`crate::Device::Pjrt`] record a graph that is lowered
 //! to StableHLO, compiled once per structure, cached, and run on the plugin.
 //!
-//! - Ops on PJRT tensors go through the same [`crate::Tensor::apply`] as eager ones and
-//!   record a node holding the same [`Op`] value ([`graph`]).
+//! - Ops on PJRT tensors go through the same `Tensor::apply` as eager ones and
+//!   record a node holding the same `Op` value (`graph.rs`).
 //! - Reading a value (`to_vec`, `to_scalar`), [`crate::Tensor::sync`], or a transfer to
 //!   another device materialises: the pending nodes reachable from the requested tensors
 //!   (and every other live pending tensor of that device, as torch_xla's `mark_step` does)
 //!   are traced into one graph, hashed by structure (ops, attributes, shapes, dtypes,
-//!   device; never leaf values), looked up in memory and on disk ([`cache`]), lowered to a
-//!   StableHLO `func.func @main` and compiled on a miss ([`lower`]), and executed; the
-//!   results become device-resident leaves ([`exec`]).
+//!   device; never leaf values), looked up in memory and on disk (`cache.rs`), lowered to a
+//!   StableHLO `func.func @main` and compiled on a miss (`lower.rs`), and executed; the
+//!   results become device-resident leaves (`exec.rs`).
 //! - One client per platform and process, created from `ZOO_PJRT_CPU_PLUGIN` (or plugin
 //!   discovery) with `ZOO_PJRT_CPU_DEVICES` CPU devices (default 4), unless [`configure`]
 //!   said otherwise first.
@@ -64,8 +64,18 @@ pub fn matmul_precision() -> Precision {
 /// its client is created. Without it the client comes from `ZOO_PJRT_CPU_PLUGIN` /
 /// `ZOO_PJRT_CPU_DEVICES` or plugin discovery. Calling it again with the same values is
 /// fine; other values once the client exists are an error.
-pub fn configure(platform: PjrtPlatform, plugin: Option<PathBuf>, cpu_devices: Option<usize>) -> Result<()> {
-    exec::configure(platform, exec::PluginConfig { path: plugin, cpu_devices })
+pub fn configure(
+    platform: PjrtPlatform,
+    plugin: Option<PathBuf>,
+    cpu_devices: Option<usize>,
+) -> Result<()> {
+    exec::configure(
+        platform,
+        exec::PluginConfig {
+            path: plugin,
+            cpu_devices,
+        },
+    )
 }
 
 /// Counters of the lazy backend (compiles, cache hits, time inside the plugin).
@@ -73,7 +83,8 @@ pub fn stats() -> LazyStats {
     exec::stats()
 }
 
-/// Drops every executable held in memory (the disk cache stays): the next materialisation
+/// Drops every executable held in memory and the shared one-element uploads (the disk cache
+/// stays), after waiting for graphs queued for freeing to be freed: the next materialisation
 /// of each graph loads it from disk or compiles it again.
 pub fn clear_memory_cache() {
     exec::clear_memory_cache()
@@ -86,8 +97,13 @@ pub fn last_disk_reject() -> Option<String> {
 
 /// How many devices the client of `platform` has (creating it if needed).
 pub fn device_count(platform: PjrtPlatform) -> Result<usize> {
-    let d = PjrtDevice { platform, ordinal: 0 };
-    exec::backend(platform).map(|b| b.devices.len()).map_err(|e| exec::pjrt_err("device_count", d, e))
+    let d = PjrtDevice {
+        platform,
+        ordinal: 0,
+    };
+    exec::backend(platform)
+        .map(|b| b.devices.len())
+        .map_err(|e| exec::pjrt_err("device_count", d, e))
 }
 
 /// The plugin identity (file, API and platform version, device count) of `platform`'s
@@ -134,16 +150,41 @@ impl Drop for LazyTensor {
     }
 }
 
-fn pending(op: NodeOp, shape: Vec<usize>, dtype: DType, device: PjrtDevice, inputs: Vec<Arc<Node>>, host_ints: Option<Arc<[i64]>>) -> LazyTensor {
-    let n = Arc::new(Node::new(op, shape, dtype, device, State::Pending(inputs), host_ints));
+fn pending(
+    op: NodeOp,
+    shape: Vec<usize>,
+    dtype: DType,
+    device: PjrtDevice,
+    inputs: Vec<Arc<Node>>,
+    host_ints: Option<Arc<[i64]>>,
+) -> LazyTensor {
+    let n = Arc::new(Node::new(
+        op,
+        shape,
+        dtype,
+        device,
+        State::Pending(inputs),
+        host_ints,
+    ));
     exec::register(&n);
     LazyTensor::new(n)
 }
 
 /// Records `op` over `inputs` (validated, same device) with result dtype `dtype`.
 pub(crate) fn record(op: Op, inputs: &[&LazyTensor], dtype: DType) -> Result<LazyTensor> {
-    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
-    let shape = infer_shape(&op, &shapes)?;
+    // Up to four operands (all but `cat`) need no allocation for their shapes.
+    let mut small: [&[usize]; 4] = [&[]; 4];
+    let many: Vec<&[usize]>;
+    let shapes: &[&[usize]] = if inputs.len() <= small.len() {
+        for (s, t) in small.iter_mut().zip(inputs) {
+            *s = t.shape();
+        }
+        &small[..inputs.len()]
+    } else {
+        many = inputs.iter().map(|t| t.shape()).collect();
+        &many
+    };
+    let shape = infer_shape(&op, shapes)?;
     let device = inputs[0].device();
     // Index values that passed through the host are range-checked now, as the eager
     // backend checks them; device-computed indices are clamped by XLA's gather.
@@ -167,24 +208,64 @@ pub(crate) fn record(op: Op, inputs: &[&LazyTensor], dtype: DType) -> Result<Laz
         _ => None,
     };
     let ins: Vec<Arc<Node>> = inputs.iter().map(|t| t.node.clone()).collect();
-    Ok(pending(NodeOp::Op(op), shape, dtype, device, ins, host_ints))
+    Ok(pending(
+        NodeOp::Op(op),
+        shape,
+        dtype,
+        device,
+        ins,
+        host_ints,
+    ))
 }
 
 /// A tensor of `shape` filled with `value`, as a constant of the graph.
-pub(crate) fn full(shape: &[usize], value: f64, dtype: DType, device: PjrtDevice) -> Result<LazyTensor> {
+pub(crate) fn full(
+    shape: &[usize],
+    value: f64,
+    dtype: DType,
+    device: PjrtDevice,
+) -> Result<LazyTensor> {
     exec::device("full", device)?;
-    let v = if dtype == DType::Bool { f64::from(u8::from(value != 0.0)) } else { value };
-    Ok(pending(NodeOp::Full(v), shape.to_vec(), dtype, device, Vec::new(), None))
+    let v = if dtype == DType::Bool {
+        f64::from(u8::from(value != 0.0))
+    } else {
+        value
+    };
+    Ok(pending(
+        NodeOp::Full(v),
+        shape.to_vec(),
+        dtype,
+        device,
+        Vec::new(),
+        None,
+    ))
 }
 
 /// `start + i * step` for `i` in `0..n`, as `stablehlo.iota`.
-pub(crate) fn arange(n: usize, start: f64, step: f64, dtype: DType, device: PjrtDevice) -> Result<LazyTensor> {
+pub(crate) fn arange(
+    n: usize,
+    start: f64,
+    step: f64,
+    dtype: DType,
+    device: PjrtDevice,
+) -> Result<LazyTensor> {
     exec::device("arange", device)?;
-    Ok(pending(NodeOp::Iota { start, step }, vec![n], dtype, device, Vec::new(), None))
+    Ok(pending(
+        NodeOp::Iota { start, step },
+        vec![n],
+        dtype,
+        device,
+        Vec::new(),
+        None,
+    ))
 }
 
 /// Uploads a candle tensor to a PJRT device.
-pub(crate) fn from_candle(t: &candle_core::Tensor, dtype: DType, device: PjrtDevice) -> Result<LazyTensor> {
+pub(crate) fn from_candle(
+    t: &candle_core::Tensor,
+    dtype: DType,
+    device: PjrtDevice,
+) -> Result<LazyTensor> {
     exec::upload(t, dtype, device)
 }
 
@@ -208,7 +289,10 @@ impl Tensor {
 
     /// Computes all of `tensors` in one graph per device (see [`Tensor::sync`]).
     pub fn sync_all(tensors: &[&Tensor]) -> Result<()> {
-        let nodes: Vec<Arc<Node>> = tensors.iter().filter_map(|t| t.lazy().map(|l| l.node.clone())).collect();
+        let nodes: Vec<Arc<Node>> = tensors
+            .iter()
+            .filter_map(|t| t.lazy().map(|l| l.node.clone()))
+            .collect();
         if nodes.is_empty() {
             return Ok(());
         }
@@ -223,6 +307,7 @@ impl Tensor {
     /// The StableHLO module that materialising this tensor alone would compile (for
     /// inspection); `None` for eager tensors.
     pub fn stablehlo(&self) -> Option<Result<String>> {
-        self.lazy().map(|l| exec::stablehlo_of(std::slice::from_ref(&l.node)))
+        self.lazy()
+            .map(|l| exec::stablehlo_of(std::slice::from_ref(&l.node)))
     }
 }

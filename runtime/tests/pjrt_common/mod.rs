@@ -12,12 +12,14 @@ use zoo_runtime::{lazy, Device, PjrtDevice, PjrtPlatform};
 
 /// The plugin file named by `var`; unset fails the test.
 pub fn plugin_path(var: &str) -> PathBuf {
-    let p = std::env::var_os(var).filter(|v| !v.is_empty()).unwrap_or_else(|| {
-        panic!(
+    let p = std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
             "{var} is not set: run the tests through scripts/run-tests.sh, which downloads the \
              PJRT CPU plugins (scripts/fetch-pjrt-plugins.sh) and exports {var}"
         )
-    });
+        });
     PathBuf::from(p)
 }
 
@@ -26,7 +28,8 @@ pub fn plugin_path(var: &str) -> PathBuf {
 pub fn setup(var: &str) -> PathBuf {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     let path = plugin_path(var);
-    lazy::configure(PjrtPlatform::Cpu, Some(path), Some(4)).unwrap_or_else(|e| panic!("configuring the CPU plugin: {e}"));
+    lazy::configure(PjrtPlatform::Cpu, Some(path), Some(4))
+        .unwrap_or_else(|e| panic!("configuring the CPU plugin: {e}"));
     let dir = DIR.get_or_init(|| tempfile::tempdir().expect("a temporary cache folder"));
     lazy::set_cache_dir(Some(dir.path().to_path_buf()));
     dir.path().to_path_buf()
@@ -34,7 +37,10 @@ pub fn setup(var: &str) -> PathBuf {
 
 /// PJRT CPU device `ordinal`.
 pub fn device(ordinal: usize) -> Device {
-    Device::Pjrt(PjrtDevice { platform: PjrtPlatform::Cpu, ordinal })
+    Device::Pjrt(PjrtDevice {
+        platform: PjrtPlatform::Cpu,
+        ordinal,
+    })
 }
 
 /// Runs one conformance group on device `ordinal` of the plugin of `var`.

@@ -1,0 +1,166 @@
+//! `zoo generate`: load a causal LM and stream its continuation of a prompt.
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+use zoo_runtime::device_map::{parse_max_memory, DeviceMap};
+use zoo_runtime::DType;
+use zoo_transformers::{AutoModelForCausalLM, Message};
+
+/// Generate text with a Llama-family model (Llama, Mistral, Qwen2, Qwen3, and GGUF files of
+/// the llama architecture such as SmolLM2), streaming it as it is produced, then print the load
+/// time, the time to first token and the decode speed.
+///
+/// Decoding is greedy unless a sampling option (--temperature, --top-k, --top-p, --min-p) is
+/// given; defaults not given on the command line come from the model's generation_config.json.
+/// Generation stops at the model's eos token(s), at a --stop string, or after --max-new-tokens.
+///
+/// Examples:
+///   zoo generate ./SmolLM2-135M-Instruct.Q4_1.gguf "What is the capital of France?" --chat
+///   zoo generate HuggingFaceTB/SmolLM2-135M-Instruct "Once upon a time" --max-new-tokens 64
+///   zoo generate ./qwen3-folder "Write a haiku about Rust" --chat --system "You are terse." \
+///       --temperature 0.7 --top-p 0.9 --seed 42
+///   zoo generate model.safetensors "def fib(n):" --dtype bf16 --stop "\n\n"
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Folder (config.json + safetensors), .safetensors/.gguf file, or Hub repo id `org/name[@revision]`.
+    model: String,
+    /// The prompt. With --chat it is the user's message.
+    prompt: String,
+    /// Wrap the prompt in the model's chat template (as a user message) before generating.
+    #[arg(long)]
+    chat: bool,
+    /// A system message for --chat.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// Where the model runs: auto, cpu, cuda:N (cuda builds). tpu, pjrt:PLATFORM[:N],
+    /// balanced and FILE.json maps are parsed but refused until PJRT execution lands.
+    #[arg(long, default_value = "cpu")]
+    device_map: String,
+    /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's; f32 for
+    /// quantized GGUF files).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Memory limits, e.g. `cpu=2GiB`; loading fails early when the weights do not fit.
+    #[arg(long)]
+    max_memory: Option<String>,
+    /// Hub revision (branch, tag or commit) for repo ids.
+    #[arg(long)]
+    revision: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long)]
+    max_new_tokens: Option<usize>,
+    /// Fewest tokens to generate (eos is suppressed until then).
+    #[arg(long)]
+    min_new_tokens: Option<usize>,
+    /// Sampling temperature (> 0); turns sampling on.
+    #[arg(long)]
+    temperature: Option<f64>,
+    /// Sample among the k most likely tokens; turns sampling on.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Nucleus sampling mass in (0, 1]; turns sampling on.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Drop tokens below this fraction of the top probability; turns sampling on.
+    #[arg(long)]
+    min_p: Option<f64>,
+    /// Penalise tokens already present (> 1 discourages repeats).
+    #[arg(long)]
+    repetition_penalty: Option<f64>,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop once the generated text contains this string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Force greedy decoding even if generation_config.json asks for sampling.
+    #[arg(long)]
+    greedy: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let device_map: DeviceMap = args.device_map.parse().context("--device-map")?;
+    let mut builder = AutoModelForCausalLM::builder(&args.model)
+        .device_map(device_map)
+        .progress(true);
+    if let Some(d) = &args.dtype {
+        let dt = match DType::parse(d) {
+            Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => dt,
+            _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
+        };
+        builder = builder.dtype(dt);
+    }
+    if let Some(r) = &args.revision {
+        builder = builder.revision(r.clone());
+    }
+    if let Some(m) = &args.max_memory {
+        builder = builder.max_memory(parse_max_memory(m).context("--max-memory")?);
+    }
+    let model = builder
+        .load()
+        .with_context(|| format!("loading {}", args.model))?;
+    let report = model.load_report();
+    if let Some(note) = &report.note {
+        eprintln!("{note}");
+    }
+
+    let mut opts = model.default_options();
+    if let Some(n) = args.max_new_tokens {
+        opts.max_new_tokens = n;
+    }
+    if let Some(n) = args.min_new_tokens {
+        opts.min_new_tokens = n;
+    }
+    let sampling = args.temperature.is_some()
+        || args.top_k.is_some()
+        || args.top_p.is_some()
+        || args.min_p.is_some();
+    if sampling {
+        opts.do_sample = true;
+    }
+    if args.greedy {
+        opts.do_sample = false;
+    }
+    if let Some(t) = args.temperature {
+        opts.temperature = t;
+    }
+    opts.top_k = args.top_k.or(opts.top_k);
+    opts.top_p = args.top_p.or(opts.top_p);
+    opts.min_p = args.min_p.or(opts.min_p);
+    opts.repetition_penalty = args.repetition_penalty.or(opts.repetition_penalty);
+    opts.seed = args.seed;
+    opts.stop_strings = args.stop.iter().map(|s| s.replace("\\n", "\n")).collect();
+
+    let prompt = if args.chat {
+        let mut messages = Vec::new();
+        if let Some(s) = &args.system {
+            messages.push(Message::new("system", s));
+        }
+        messages.push(Message::new("user", &args.prompt));
+        model.apply_chat_template(&messages)?
+    } else {
+        args.prompt.clone()
+    };
+
+    let mut stdout = std::io::stdout();
+    let (out, stats) = model.generate_stream(&prompt, args.chat, &opts, |piece| {
+        let _ = stdout.write_all(piece.as_bytes());
+        let _ = stdout.flush();
+    })?;
+    println!();
+    eprintln!(
+        "\n{} on {} in {}: load {:.2}s, prompt {} tokens, time to first token {:.3}s, {} tokens, decode {:.1} tok/s ({:?})",
+        model.config().architecture,
+        report.device,
+        report.dtype,
+        report.seconds,
+        stats.prompt_tokens,
+        stats.time_to_first_token,
+        out.token_ids.len(),
+        stats.decode_tokens_per_second(),
+        out.stop_reason,
+    );
+    Ok(())
+}

@@ -1,0 +1,511 @@
+//! `AutoConfig`, `AutoModel` and `AutoModelForCausalLM`: read a checkpoint's config, pick the
+//! family by `architectures` (then `model_type`), and load it onto the device map's device.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use zoo_hub::{Pretrained, PretrainedConfig, Source};
+use zoo_runtime::device_map::{DeviceMap, MaxMemory, Placement};
+use zoo_runtime::nn::Weights;
+use zoo_runtime::{DType, Device};
+
+use crate::chat::{ChatTemplate, Message};
+use crate::config::{DecoderConfig, Family};
+use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
+use crate::loading::HubSource;
+use crate::models::llama::{LlamaForCausalLM, LlamaModel};
+use crate::{Error, Result, Tokenizer};
+
+/// Architectures (`config.json` `architectures`) this crate loads.
+pub const SUPPORTED_ARCHITECTURES: [&str; 8] = [
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "LlamaModel",
+    "MistralModel",
+    "Qwen2Model",
+    "Qwen3Model",
+];
+
+/// A checkpoint's config with its family resolved.
+#[derive(Clone, Debug)]
+pub struct AutoConfig {
+    /// The config as the hub read it.
+    pub pretrained: PretrainedConfig,
+    /// The family dispatch chose.
+    pub family: Family,
+    /// The architecture name dispatch matched (or the family's causal LM when only
+    /// `model_type` matched).
+    pub architecture: String,
+    /// The typed family config.
+    pub decoder: DecoderConfig,
+}
+
+impl AutoConfig {
+    /// Reads and dispatches the config of `repo_or_path`.
+    pub fn from_pretrained(repo_or_path: &str) -> Result<AutoConfig> {
+        AutoConfig::from_config(Pretrained::open(repo_or_path)?.config()?)
+    }
+
+    /// Dispatches an already read config: by `architectures` first, then `model_type`; an
+    /// unknown one is [`Error::UnsupportedArchitecture`] listing what is supported.
+    pub fn from_config(pretrained: PretrainedConfig) -> Result<AutoConfig> {
+        let by_arch = pretrained.architectures.iter().find_map(|a| {
+            Family::ALL.into_iter().find_map(|f| {
+                let p = f.class_prefix();
+                (a == &format!("{p}ForCausalLM") || a == &format!("{p}Model"))
+                    .then(|| (f, a.clone()))
+            })
+        });
+        let found = by_arch.or_else(|| {
+            let f = Family::from_model_type(pretrained.model_type.as_deref()?)?;
+            Some((f, format!("{}ForCausalLM", f.class_prefix())))
+        });
+        let Some((family, architecture)) = found else {
+            let found = if pretrained.architectures.is_empty() {
+                format!(
+                    "(none listed; model_type {:?})",
+                    pretrained.model_type.as_deref().unwrap_or("absent")
+                )
+            } else {
+                format!(
+                    "{} (model_type {:?})",
+                    pretrained.architectures.join(", "),
+                    pretrained.model_type.as_deref().unwrap_or("absent")
+                )
+            };
+            return Err(Error::UnsupportedArchitecture {
+                path: pretrained.path.clone(),
+                found,
+                supported_architectures: SUPPORTED_ARCHITECTURES.to_vec(),
+                supported_model_types: Family::ALL.iter().map(|f| f.model_type()).collect(),
+            });
+        };
+        let decoder = DecoderConfig::from_pretrained(&pretrained, family)?;
+        Ok(AutoConfig {
+            pretrained,
+            family,
+            architecture,
+            decoder,
+        })
+    }
+}
+
+/// Options of `load_pretrained` beyond the device map (the builder of
+/// [`AutoModelForCausalLM::builder`]).
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Dtype of weights and activations; `None` keeps the checkpoint's float dtype (f32 for
+    /// quantized GGUF files), like transformers' `dtype="auto"`.
+    pub dtype: Option<DType>,
+    /// A Hub revision (branch, tag or commit) for repo ids.
+    pub revision: Option<String>,
+    /// Memory limits; on CPU the weights must fit the `cpu` limit.
+    pub max_memory: Option<MaxMemory>,
+    /// Show a progress bar while loading (stderr).
+    pub progress: bool,
+    /// Where the model goes.
+    pub device_map: DeviceMap,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            dtype: None,
+            revision: None,
+            max_memory: None,
+            progress: false,
+            device_map: DeviceMap::Cpu,
+        }
+    }
+}
+
+/// What a load did, for the CLI and logs.
+#[derive(Clone, Debug)]
+pub struct LoadReport {
+    /// The device the weights were loaded onto.
+    pub device: Device,
+    /// The dtype of weights and activations.
+    pub dtype: DType,
+    /// Bytes of weights as loaded (in `dtype`).
+    pub weight_bytes: u64,
+    /// Wall time of the load, tokenizer and configs included.
+    pub seconds: f64,
+    /// A note about what `DeviceMap::Auto` picked, if it was used.
+    pub note: Option<String>,
+}
+
+fn resolve_device(map: &DeviceMap) -> Result<(Device, Option<String>)> {
+    match map {
+        DeviceMap::Cpu => Ok((Device::Cpu, None)),
+        DeviceMap::Cuda(i) => Ok((Device::Cuda(*i), None)),
+        DeviceMap::Auto => Ok((
+            Device::Cpu,
+            Some("device_map auto: picked cpu (candle); PJRT and multi-device placement come with the PJRT/device-map work".into()),
+        )),
+        other => Err(Error::UnsupportedDeviceMap {
+            map: format!("{other:?}"),
+            reason: "zoo-transformers runs on one eager device for now (cpu, or cuda:N in a `cuda` build); \
+                     TPU, PJRT and split maps come with the PJRT lazy backend and device-map execution"
+                .into(),
+        }),
+    }
+}
+
+fn open(repo_or_path: &str, revision: Option<&str>) -> Result<Pretrained> {
+    let mut source = Source::parse(repo_or_path)?;
+    if let Some(r) = revision {
+        source = source.with_revision(r);
+    }
+    Ok(Pretrained::from_files(zoo_hub::ModelFiles::new(source)))
+}
+
+fn checkpoint_dtype(cfg: &PretrainedConfig) -> DType {
+    match cfg.torch_dtype.as_deref().and_then(DType::parse) {
+        Some(d @ (DType::F32 | DType::BF16 | DType::F16)) => d,
+        _ => DType::F32,
+    }
+}
+
+/// Opens the weights of `pretrained` for `opts`, checking the memory budget first.
+fn open_weights(
+    pretrained: &Pretrained,
+    cfg: &AutoConfig,
+    opts: &LoadOptions,
+) -> Result<(Weights, Arc<HubSource>, LoadReport)> {
+    let (device, note) = resolve_device(&opts.device_map)?;
+    let dtype = opts
+        .dtype
+        .unwrap_or_else(|| checkpoint_dtype(&cfg.pretrained));
+    if !dtype.is_float() || dtype == DType::F64 {
+        return Err(Error::UnsupportedDType(dtype));
+    }
+    let ck = pretrained.checkpoint()?;
+    let weight_bytes: u64 = ck
+        .inventory
+        .tensors()
+        .iter()
+        .map(|t| (t.numel() * dtype.size_in_bytes()) as u64)
+        .sum();
+    if let Some(limit) = opts
+        .max_memory
+        .as_ref()
+        .and_then(|m| m.get(&Placement::Cpu))
+    {
+        if device == Device::Cpu && weight_bytes > limit {
+            return Err(Error::UnsupportedDeviceMap {
+                map: "cpu".into(),
+                reason: format!(
+                    "the weights take {weight_bytes} bytes in {dtype} but max_memory allows {limit} on cpu; \
+                     raise the limit or load in a smaller dtype (bf16)"
+                ),
+            });
+        }
+    }
+    let source = Arc::new(HubSource::new(
+        zoo_hub::Weights::open(ck.inventory)?,
+        opts.progress,
+    ));
+    let weights = Weights::new(source.clone(), dtype, device);
+    let report = LoadReport {
+        device,
+        dtype,
+        weight_bytes,
+        seconds: 0.0,
+        note,
+    };
+    Ok((weights, source, report))
+}
+
+/// `AutoModel`: the base model (hidden states) of a checkpoint.
+pub struct AutoModel;
+
+impl AutoModel {
+    /// Loads the base model of `repo_or_path` (a causal-LM checkpoint's `model.*` weights, or a
+    /// base checkpoint's root weights) onto the device `device_map` names.
+    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<LlamaModel> {
+        AutoModel::load_with(
+            repo_or_path,
+            LoadOptions {
+                device_map,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// [`AutoModel::load_pretrained`] with every option.
+    pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<LlamaModel> {
+        let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+        let cfg = AutoConfig::from_config(pretrained.config()?)?;
+        let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
+        let w = if w.contains("model.embed_tokens.weight") {
+            w.pp("model")
+        } else {
+            w
+        };
+        let m = LlamaModel::load(&w, &cfg.decoder);
+        source.finish();
+        m
+    }
+}
+
+/// `AutoModelForCausalLM`: loads a causal LM with its tokenizer, chat template and
+/// generation defaults.
+pub struct AutoModelForCausalLM;
+
+impl AutoModelForCausalLM {
+    /// Loads `repo_or_path` (a folder, a `.safetensors`/`.gguf` file, or `org/name[@rev]`)
+    /// onto the device `device_map` names, in the checkpoint's dtype.
+    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<CausalLM> {
+        AutoModelForCausalLM::builder(repo_or_path)
+            .device_map(device_map)
+            .load()
+    }
+
+    /// A builder for dtype, revision, max_memory and progress.
+    pub fn builder(repo_or_path: &str) -> CausalLMBuilder {
+        CausalLMBuilder {
+            repo_or_path: repo_or_path.to_string(),
+            opts: LoadOptions::default(),
+        }
+    }
+}
+
+/// Builder of [`AutoModelForCausalLM`] loads.
+#[derive(Clone, Debug)]
+pub struct CausalLMBuilder {
+    repo_or_path: String,
+    opts: LoadOptions,
+}
+
+impl CausalLMBuilder {
+    /// Where the model goes.
+    pub fn device_map(mut self, map: DeviceMap) -> Self {
+        self.opts.device_map = map;
+        self
+    }
+    /// The dtype of weights and activations.
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.opts.dtype = Some(dtype);
+        self
+    }
+    /// A Hub revision for repo ids.
+    pub fn revision(mut self, revision: impl Into<String>) -> Self {
+        self.opts.revision = Some(revision.into());
+        self
+    }
+    /// Memory limits per device.
+    pub fn max_memory(mut self, m: MaxMemory) -> Self {
+        self.opts.max_memory = Some(m);
+        self
+    }
+    /// Show a progress bar while loading.
+    pub fn progress(mut self, on: bool) -> Self {
+        self.opts.progress = on;
+        self
+    }
+
+    /// Loads the model.
+    pub fn load(self) -> Result<CausalLM> {
+        let started = Instant::now();
+        let pretrained = open(&self.repo_or_path, self.opts.revision.as_deref())?;
+        let cfg = AutoConfig::from_config(pretrained.config()?)?;
+        let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
+        let model = LlamaForCausalLM::load(&w, &cfg.decoder);
+        source.finish();
+        let model = model?;
+        let tokenizer = match Tokenizer::from_pretrained(&pretrained) {
+            Ok(t) => Some(t),
+            Err(Error::NoTokenizer { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        let tokenizer_config = pretrained.tokenizer_config()?;
+        let generation_config = pretrained.generation_config()?;
+        let mut eos: Vec<u32> = generation_config
+            .as_ref()
+            .and_then(|g| g.eos_token_id.as_ref())
+            .or(cfg.pretrained.eos_token_id.as_ref())
+            .map(|t| t.to_vec())
+            .unwrap_or_default();
+        if eos.is_empty() {
+            // Neither config names one: fall back to the tokenizer's eos token.
+            if let (Some(t), Some(tc)) = (&tokenizer, &tokenizer_config) {
+                if let Some(id) = tc
+                    .eos_token
+                    .as_ref()
+                    .and_then(|e| t.token_to_id(e.content()))
+                {
+                    eos.push(id);
+                }
+            }
+        }
+        let pad = generation_config
+            .as_ref()
+            .and_then(|g| g.pad_token_id.as_ref())
+            .or(cfg.pretrained.pad_token_id.as_ref())
+            .and_then(|t| t.to_vec().first().copied())
+            .or_else(|| eos.first().copied())
+            .unwrap_or(0);
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(CausalLM {
+            model,
+            config: cfg,
+            tokenizer,
+            tokenizer_config,
+            generation_config,
+            eos,
+            pad,
+            report,
+        })
+    }
+}
+
+/// A loaded causal LM with what generation needs: tokenizer, chat template, eos and pad ids.
+pub struct CausalLM {
+    model: LlamaForCausalLM,
+    config: AutoConfig,
+    tokenizer: Option<Tokenizer>,
+    tokenizer_config: Option<zoo_hub::TokenizerConfig>,
+    generation_config: Option<zoo_hub::GenerationConfig>,
+    eos: Vec<u32>,
+    pad: u32,
+    report: LoadReport,
+}
+
+impl CausalLM {
+    /// The model.
+    pub fn model(&self) -> &LlamaForCausalLM {
+        &self.model
+    }
+    /// The dispatched config.
+    pub fn config(&self) -> &AutoConfig {
+        &self.config
+    }
+    /// The tokenizer, when the checkpoint has one.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+    /// Eos ids generation stops on by default.
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.eos
+    }
+    /// The id used for left padding.
+    pub fn pad_token_id(&self) -> u32 {
+        self.pad
+    }
+    /// What the load did (device, dtype, bytes, seconds).
+    pub fn load_report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// Generation defaults from `generation_config.json` (greedy, 20 tokens without one).
+    pub fn default_options(&self) -> GenerationOptions {
+        self.generation_config
+            .as_ref()
+            .map(GenerationOptions::from_generation_config)
+            .unwrap_or_default()
+    }
+
+    fn require_tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| Error::NoTokenizer {
+            source_name: self.config.pretrained.path.display().to_string(),
+        })
+    }
+
+    /// The model's chat template.
+    pub fn chat_template(&self) -> Result<ChatTemplate> {
+        let tc = self.tokenizer_config.as_ref().ok_or_else(|| {
+            Error::ChatTemplate(
+                "this model has no tokenizer_config.json, so no chat template".into(),
+            )
+        })?;
+        ChatTemplate::from_tokenizer_config(tc)
+    }
+
+    /// Renders `messages` with the chat template, ready for generation
+    /// (`add_generation_prompt = true`).
+    pub fn apply_chat_template(&self, messages: &[Message]) -> Result<String> {
+        self.chat_template()?.apply(messages, true)
+    }
+
+    /// Token ids of a prompt: a plain prompt gets the tokenizer's special tokens (BOS), a
+    /// rendered chat template does not (it writes its own), as in transformers.
+    pub fn encode(&self, text: &str, chat_rendered: bool) -> Result<Vec<u32>> {
+        if text.is_empty() {
+            return Err(Error::Generation("the prompt is empty".into()));
+        }
+        self.require_tokenizer()?.encode(text, !chat_rendered)
+    }
+
+    /// Generates from token ids for a batch (left-padded), calling `on_token` per new token.
+    pub fn generate_ids(
+        &self,
+        prompts: &[Vec<u32>],
+        opts: &GenerationOptions,
+        on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    ) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
+        generation::generate(
+            &self.model,
+            self.tokenizer.as_ref(),
+            prompts,
+            opts,
+            &self.eos,
+            self.pad,
+            on_token,
+        )
+    }
+
+    /// Generates for a batch of text prompts.
+    pub fn generate(
+        &self,
+        prompts: &[&str],
+        opts: &GenerationOptions,
+    ) -> Result<Vec<GenerationOutput>> {
+        let ids = prompts
+            .iter()
+            .map(|p| self.encode(p, false))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.generate_ids(&ids, opts, |_| true)?.0)
+    }
+
+    /// Generates for one text prompt and returns the new text.
+    pub fn generate_text(&self, prompt: &str, opts: &GenerationOptions) -> Result<String> {
+        let out = self.generate(&[prompt], opts)?;
+        Ok(out
+            .into_iter()
+            .next()
+            .and_then(|o| o.text)
+            .unwrap_or_default())
+    }
+
+    /// Generates for one prompt (`chat_rendered` when it came from the chat template),
+    /// handing each newly complete piece of text to `on_text`.
+    pub fn generate_stream(
+        &self,
+        prompt: &str,
+        chat_rendered: bool,
+        opts: &GenerationOptions,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<(GenerationOutput, GenerationStats)> {
+        let ids = self.encode(prompt, chat_rendered)?;
+        let mut streamed = 0;
+        let (mut outs, stats) = self.generate_ids(&[ids], opts, |e| {
+            if !e.text.is_empty() {
+                streamed += e.text.len();
+                on_text(e.text);
+            }
+            true
+        })?;
+        let out = outs
+            .pop()
+            .ok_or_else(|| Error::Generation("no output".into()))?;
+        // Text held back at the end (bytes that never formed a character) comes out last.
+        if let Some(rest) = out.text.as_deref().and_then(|t| t.get(streamed..)) {
+            if !rest.is_empty() {
+                on_text(rest);
+            }
+        }
+        Ok((out, stats))
+    }
+}

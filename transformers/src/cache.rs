@@ -1,0 +1,205 @@
+//! The fixed-capacity key/value cache of a decoder, and the attention masks read from it.
+//!
+//! Each layer holds `k` and `v` buffers of shape `[batch, kv_heads, capacity, head_dim]`,
+//! allocated once. A forward pass writes its new keys and values at the cache's fill position
+//! (`dynamic_update_slice` at a position tensor, so shapes never change and a compiled
+//! backend reuses its executable) and attends over the slots filled so far. Per row, the cache
+//! also remembers which slots hold real tokens, so that left padding is masked out.
+
+use zoo_runtime::{DType, Device, Tensor};
+
+use crate::{Error, Result};
+
+/// Keys and values of every layer for a batch of sequences.
+///
+/// Not `Clone`: on eager devices the buffers are written in place, so a copy that shared them
+/// would see the other's writes.
+#[derive(Debug)]
+pub struct KvCache {
+    layers: Vec<(Tensor, Tensor)>,
+    batch: usize,
+    capacity: usize,
+    /// Slots filled so far (the same for every row: rows are left-padded to one length).
+    len: usize,
+    /// `valid[b][s]`: slot `s` of row `b` holds a real token (not padding).
+    valid: Vec<Vec<bool>>,
+    device: Device,
+}
+
+impl KvCache {
+    /// An empty cache for `layers` layers and `batch` rows of up to `capacity` tokens.
+    pub fn new(
+        layers: usize,
+        batch: usize,
+        kv_heads: usize,
+        capacity: usize,
+        head_dim: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<KvCache> {
+        if batch == 0 || capacity == 0 {
+            return Err(Error::Generation(format!(
+                "a KV cache needs at least one row and one slot (batch {batch}, capacity {capacity})"
+            )));
+        }
+        let shape = [batch, kv_heads, capacity, head_dim];
+        let layers = (0..layers)
+            .map(|_| {
+                Ok((
+                    Tensor::zeros(&shape, dtype, device)?,
+                    Tensor::zeros(&shape, dtype, device)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvCache {
+            layers,
+            batch,
+            capacity,
+            len: 0,
+            valid: vec![vec![false; capacity]; batch],
+            device: *device,
+        })
+    }
+
+    /// Rows in the batch.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Slots per row.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Slots filled so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing has been written yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets every token (the buffers are kept and overwritten).
+    pub fn reset(&mut self) {
+        self.len = 0;
+        for row in &mut self.valid {
+            row.fill(false);
+        }
+    }
+
+    /// Reserves `t` slots for the next forward pass, marking which hold real tokens
+    /// (`token_mask[b][i]`, all true when `None`). Returns the first slot.
+    pub fn begin(&mut self, t: usize, token_mask: Option<&[Vec<bool>]>) -> Result<usize> {
+        if self.len + t > self.capacity {
+            return Err(Error::Generation(format!(
+                "the KV cache holds {} tokens; {} more do not fit (context used {}); \
+                 ask for fewer new tokens or a shorter prompt",
+                self.capacity, t, self.len
+            )));
+        }
+        if let Some(m) = token_mask {
+            if m.len() != self.batch || m.iter().any(|r| r.len() != t) {
+                return Err(Error::Generation(format!(
+                    "attention mask must be [{}, {t}] to match the input ids",
+                    self.batch
+                )));
+            }
+        }
+        let start = self.len;
+        for (b, row) in self.valid.iter_mut().enumerate() {
+            for i in 0..t {
+                row[start + i] = token_mask.is_none_or(|m| m[b][i]);
+            }
+        }
+        self.len += t;
+        Ok(start)
+    }
+
+    /// Writes `k`, `v` (`[batch, kv_heads, t, head_dim]`) of `layer` at slot `start` and
+    /// returns the keys and values of every filled slot (`[batch, kv_heads, len, head_dim]`).
+    pub fn update(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        start: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let (ck, cv) = self.layers.get_mut(layer).ok_or_else(|| {
+            Error::Generation(format!(
+                "the KV cache has no layer {layer}; it was built for another model"
+            ))
+        })?;
+        let k = k.to_dtype(ck.dtype())?.contiguous()?;
+        let v = v.to_dtype(cv.dtype())?.contiguous()?;
+        if self.device.is_eager() {
+            write_in_place(ck, &k, start)?;
+            write_in_place(cv, &v, start)?;
+        } else {
+            let at = Tensor::from_vec(vec![0i64, 0, start as i64, 0], &[4], &self.device)?;
+            *ck = ck.dynamic_update_slice(&k, &at)?;
+            *cv = cv.dynamic_update_slice(&v, &at)?;
+        }
+        Ok((ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?))
+    }
+
+    /// Additive attention bias `[batch, 1, t, len]` for the `t` queries written at `start`: 0
+    /// where a query may see a key, the dtype's lowest finite value elsewhere (a finite value,
+    /// as transformers uses, keeps fully masked padding rows free of NaN). A key is visible
+    /// when it is a real token, not in the future, and, with a sliding `window`, less than
+    /// `window` slots back.
+    pub fn attention_bias(
+        &self,
+        start: usize,
+        t: usize,
+        window: Option<usize>,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let len = self.len;
+        let low = match dtype {
+            DType::BF16 => f64::from(half::bf16::MIN),
+            DType::F16 => f64::from(half::f16::MIN),
+            DType::F64 => f64::MIN,
+            _ => f64::from(f32::MIN),
+        };
+        let mut m = vec![0f64; self.batch * t * len];
+        for (b, row) in self.valid.iter().enumerate() {
+            for i in 0..t {
+                let q = start + i;
+                let base = (b * t + i) * len;
+                for (j, &real) in row[..len].iter().enumerate() {
+                    let visible = real && j <= q && window.is_none_or(|w| q - j < w);
+                    if !visible {
+                        m[base + j] = low;
+                    }
+                }
+            }
+        }
+        Ok(Tensor::from_f64s(
+            &m,
+            &[self.batch, 1, t, len],
+            dtype,
+            &self.device,
+        )?)
+    }
+}
+
+/// Writes `src` into `dst` at `start` along dim 2 without copying the rest of the buffer.
+///
+/// The runtime's eager `dynamic_update_slice` returns a new tensor (a copy of the whole
+/// cache per layer per token); candle's `slice_set` writes into the existing storage, which
+/// every clone of `dst` shares. This is the only place zoo-transformers reaches into candle.
+fn write_in_place(dst: &Tensor, src: &Tensor, start: usize) -> Result<()> {
+    match (dst.as_candle(), src.as_candle()) {
+        (Some(d), Some(s)) => d.slice_set(s, 2, start).map_err(|source| {
+            Error::from(zoo_runtime::Error::Backend {
+                op: "kv_cache_write",
+                source: Box::new(source),
+            })
+        }),
+        _ => Err(Error::Generation(
+            "in-place KV-cache write needs eager tensors".into(),
+        )),
+    }
+}

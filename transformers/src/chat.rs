@@ -1,0 +1,134 @@
+//! Chat templates rendered the way transformers' `apply_chat_template` renders them: Jinja
+//! (minijinja) with `trim_blocks` and `lstrip_blocks`, the variables `messages`, `tools`,
+//! `add_generation_prompt`, the special tokens (`bos_token`, `eos_token`, ...), the function
+//! `raise_exception`, and Python string methods (`.strip()`, `.startswith()`, ...).
+
+use minijinja::{Environment, ErrorKind, Value};
+use serde::Serialize;
+
+use crate::{Error, Result};
+
+/// One chat message.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant`, ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with `role` and `content`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template and the special tokens it may use.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+    extra_tokens: Vec<(String, String)>,
+}
+
+impl ChatTemplate {
+    /// Compiles `source` (a template from `tokenizer_config.json` or a GGUF file).
+    pub fn new(
+        source: &str,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<ChatTemplate> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<Value, minijinja::Error> {
+                Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
+        env.add_function("strftime_now", |fmt: String| -> String {
+            // Templates use it for "today's date" lines; a fixed, documented date keeps
+            // rendering deterministic.
+            fmt.replace("%Y", "2026")
+                .replace("%m", "01")
+                .replace("%d", "01")
+                .replace("%B", "January")
+                .replace("%b", "Jan")
+        });
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| Error::ChatTemplate(format!("the template does not compile: {e}")))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.unwrap_or_default().to_string(),
+            eos_token: eos_token.unwrap_or_default().to_string(),
+            extra_tokens: Vec::new(),
+        })
+    }
+
+    /// The template of a model, from `tokenizer_config.json` (or the GGUF metadata).
+    pub fn from_tokenizer_config(config: &zoo_hub::TokenizerConfig) -> Result<ChatTemplate> {
+        let source = config.template(None).ok_or_else(|| {
+            Error::ChatTemplate(
+                "this model has no chat template (tokenizer_config.json `chat_template` or chat_template.jinja); \
+                 use a plain prompt instead of --chat"
+                    .into(),
+            )
+        })?;
+        let mut t = ChatTemplate::new(
+            source,
+            config.bos_token.as_ref().map(|t| t.content()),
+            config.eos_token.as_ref().map(|t| t.content()),
+        )?;
+        for (name, tok) in [
+            ("unk_token", &config.unk_token),
+            ("pad_token", &config.pad_token),
+        ] {
+            if let Some(tok) = tok {
+                t.extra_tokens
+                    .push((name.to_string(), tok.content().to_string()));
+            }
+        }
+        Ok(t)
+    }
+
+    /// Renders `messages`, ending with the assistant's turn header when
+    /// `add_generation_prompt`.
+    pub fn apply(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        if messages.is_empty() {
+            return Err(Error::ChatTemplate("no messages to render".into()));
+        }
+        let tmpl = self
+            .env
+            .get_template("chat")
+            .map_err(|e| Error::ChatTemplate(e.to_string()))?;
+        let mut ctx = std::collections::BTreeMap::new();
+        ctx.insert("messages".to_string(), Value::from_serialize(messages));
+        ctx.insert(
+            "add_generation_prompt".to_string(),
+            Value::from(add_generation_prompt),
+        );
+        ctx.insert("tools".to_string(), Value::from(()));
+        ctx.insert("documents".to_string(), Value::from(()));
+        ctx.insert("bos_token".to_string(), Value::from(self.bos_token.clone()));
+        ctx.insert("eos_token".to_string(), Value::from(self.eos_token.clone()));
+        for (k, v) in &self.extra_tokens {
+            ctx.insert(k.clone(), Value::from(v.clone()));
+        }
+        tmpl.render(ctx).map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            Error::ChatTemplate(msg)
+        })
+    }
+}

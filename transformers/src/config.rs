@@ -1,0 +1,257 @@
+//! The typed `config.json` of the Llama family (llama, mistral, qwen2, qwen3).
+//!
+//! One serde struct reads all four families: their configs share every field the decoder
+//! needs, and each family's own switches (`attention_bias`, `mlp_bias`, `sliding_window`,
+//! `use_sliding_window`, `layer_types`) are optional with transformers' defaults.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use zoo_hub::{PretrainedConfig, Rope};
+use zoo_runtime::nn::RopeConfig;
+
+use crate::{Error, Result};
+
+/// Which transformers family a checkpoint belongs to. Decides the per-family switches that the
+/// config does not spell out (Qwen2's q/k/v bias, Qwen3's q/k norms, Mistral's window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `llama` (`modeling_llama.py`).
+    Llama,
+    /// `mistral` (`modeling_mistral.py`).
+    Mistral,
+    /// `qwen2` (`modeling_qwen2.py`).
+    Qwen2,
+    /// `qwen3` (`modeling_qwen3.py`).
+    Qwen3,
+}
+
+impl Family {
+    /// Every family, in the order errors list them.
+    pub const ALL: [Family; 4] = [Family::Llama, Family::Mistral, Family::Qwen2, Family::Qwen3];
+
+    /// `config.json`'s `model_type` for this family.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        }
+    }
+
+    /// The family of a `model_type`.
+    pub fn from_model_type(s: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.model_type() == s)
+    }
+
+    /// The family's class-name prefix (`Llama` in `LlamaForCausalLM`).
+    pub fn class_prefix(self) -> &'static str {
+        match self {
+            Family::Llama => "Llama",
+            Family::Mistral => "Mistral",
+            Family::Qwen2 => "Qwen2",
+            Family::Qwen3 => "Qwen3",
+        }
+    }
+}
+
+fn default_act() -> String {
+    "silu".into()
+}
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_max_pos() -> usize {
+    2048
+}
+
+/// `config.json` of a Llama-family checkpoint, as transformers' `LlamaConfig` /
+/// `MistralConfig` / `Qwen2Config` / `Qwen3Config` read it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct DecoderConfig {
+    /// Rows of the embedding table and of `lm_head`.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Defaults to `num_attention_heads` (multi-head attention).
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Defaults to `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// The context the model was trained for (rope scaling may stretch it).
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    /// MLP activation (`silu`).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Epsilon of every RMSNorm.
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    /// `lm_head` shares `model.embed_tokens.weight`.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Llama and Qwen3: bias on q/k/v/o.
+    #[serde(default)]
+    pub attention_bias: bool,
+    /// Llama: bias on gate/up/down.
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// Mistral: every layer; Qwen2/3: layers chosen by `use_sliding_window`, `max_window_layers`
+    /// or `layer_types`.
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+    /// Qwen2/3: whether `sliding_window` is used at all.
+    #[serde(default)]
+    pub use_sliding_window: Option<bool>,
+    /// Qwen2/3: the first layer that slides (transformers' default 28).
+    #[serde(default)]
+    pub max_window_layers: Option<usize>,
+    /// v5: `"full_attention"` or `"sliding_attention"` per layer.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
+    /// Fraction of each head that rope rotates (1 when absent).
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f64>,
+    /// The family it was read as (set by [`DecoderConfig::from_pretrained`]).
+    #[serde(skip)]
+    pub family: Option<Family>,
+    /// The `config.json` it came from, for errors.
+    #[serde(skip)]
+    pub path: PathBuf,
+    #[serde(skip)]
+    rope: Option<RopeConfig>,
+}
+
+impl DecoderConfig {
+    /// Reads the typed config of `family` from a hub config; a missing or mistyped field is an
+    /// error naming the file and the field, and impossible combinations are refused here.
+    pub fn from_pretrained(cfg: &PretrainedConfig, family: Family) -> Result<DecoderConfig> {
+        let mut c: DecoderConfig = cfg.parse_as()?;
+        c.family = Some(family);
+        c.path = cfg.path.clone();
+        let bad = |reason: String| Error::Config {
+            path: cfg.path.clone(),
+            reason,
+        };
+        for (name, v) in [
+            ("vocab_size", c.vocab_size),
+            ("hidden_size", c.hidden_size),
+            ("intermediate_size", c.intermediate_size),
+            ("num_hidden_layers", c.num_hidden_layers),
+            ("num_attention_heads", c.num_attention_heads),
+        ] {
+            if v == 0 {
+                return Err(bad(format!("`{name}` is 0; it must be positive")));
+            }
+        }
+        let kv = c.num_kv_heads();
+        if kv == 0 || !c.num_attention_heads.is_multiple_of(kv) {
+            return Err(bad(format!(
+                "`num_attention_heads` ({}) must be a positive multiple of `num_key_value_heads` ({kv})",
+                c.num_attention_heads
+            )));
+        }
+        if c.head_dim.is_none() && !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+            return Err(bad(format!(
+                "`hidden_size` ({}) is not divisible by `num_attention_heads` ({}) and no `head_dim` is given",
+                c.hidden_size, c.num_attention_heads
+            )));
+        }
+        if let Some(types) = &c.layer_types {
+            if types.len() != c.num_hidden_layers {
+                return Err(bad(format!(
+                    "`layer_types` lists {} layers but `num_hidden_layers` is {}",
+                    types.len(),
+                    c.num_hidden_layers
+                )));
+            }
+            if let Some(t) = types
+                .iter()
+                .find(|t| *t != "full_attention" && *t != "sliding_attention")
+            {
+                return Err(bad(format!(
+                    "`layer_types` holds `{t}`; only full_attention and sliding_attention exist in this family"
+                )));
+            }
+        }
+        zoo_runtime::Activation::from_hf(&c.hidden_act)
+            .map_err(|e| bad(format!("`hidden_act`: {e}")))?;
+        let params = match cfg.rope()? {
+            None => zoo_hub::RopeParameters {
+                rope_type: "default".into(),
+                rope_theta: Some(10_000.0),
+                extra: Default::default(),
+            },
+            Some(Rope::Single(p)) => p,
+            Some(Rope::PerLayerType(m)) => m
+                .get("full_attention")
+                .or_else(|| m.values().next())
+                .cloned()
+                .ok_or_else(|| bad("`rope_parameters` is empty".into()))?,
+        };
+        let partial = c.partial_rotary_factor.unwrap_or(1.0);
+        let rope = RopeConfig::from_hub(
+            &params,
+            c.head_dim(),
+            partial,
+            c.max_position_embeddings,
+            None,
+        )
+        .map_err(|e| bad(format!("rope: {e}")))?;
+        c.rope = Some(rope);
+        Ok(c)
+    }
+
+    /// Key/value heads (GQA when fewer than query heads, MQA when 1).
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// Channels per head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    /// The family this config was read as.
+    pub fn family(&self) -> Family {
+        self.family.unwrap_or(Family::Llama)
+    }
+
+    /// The rotary-embedding configuration (every rope type transformers applies here).
+    pub fn rope(&self) -> Result<RopeConfig> {
+        self.rope.clone().ok_or_else(|| Error::Config {
+            path: self.path.clone(),
+            reason: "rope configuration missing; build DecoderConfig with from_pretrained".into(),
+        })
+    }
+
+    /// The sliding window of layer `i`, or `None` for full attention, following each family's
+    /// rule in transformers.
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        let window = self.sliding_window?;
+        if let Some(types) = &self.layer_types {
+            return (types.get(i).map(String::as_str) == Some("sliding_attention"))
+                .then_some(window);
+        }
+        match self.family() {
+            Family::Mistral => Some(window),
+            // Qwen2/3 slide only with use_sliding_window, on the layers from max_window_layers on.
+            Family::Qwen2 | Family::Qwen3 => {
+                let on = self.use_sliding_window.unwrap_or(false);
+                // transformers' default max_window_layers is 28 for both.
+                let from = self.max_window_layers.unwrap_or(28);
+                (on && i >= from).then_some(window)
+            }
+            Family::Llama => None,
+        }
+    }
+}

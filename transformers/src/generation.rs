@@ -1,0 +1,613 @@
+//! Token generation: greedy and sampled decoding over a fixed-capacity KV cache, for a batch
+//! of left-padded prompts, with transformers' logits processors (repetition penalty, min new
+//! tokens, temperature, top-k, top-p, min-p), eos and stop-string stopping, and a callback
+//! that receives each new token.
+
+use zoo_runtime::{DType, Generator, Tensor};
+
+use crate::models::llama::{ForwardArgs, LlamaForCausalLM, LogitsFor};
+use crate::{Error, Result};
+
+/// How to generate, as transformers' `GenerationConfig` spells it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationOptions {
+    /// Tokens to generate at most per prompt.
+    pub max_new_tokens: usize,
+    /// Eos is suppressed until this many tokens were generated.
+    pub min_new_tokens: usize,
+    /// Sample from the processed distribution; greedy (argmax) when false.
+    pub do_sample: bool,
+    /// Divides the logits before sampling (> 0).
+    pub temperature: f64,
+    /// Keep only the `k` most likely tokens when sampling.
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely tokens whose probability reaches `p`, in (0, 1].
+    pub top_p: Option<f64>,
+    /// Drop tokens less likely than `min_p` times the most likely one, in [0, 1].
+    pub min_p: Option<f64>,
+    /// Divides positive (multiplies negative) logits of tokens already present (> 0; 1 = off).
+    pub repetition_penalty: Option<f64>,
+    /// Seed of the sampler.
+    pub seed: u64,
+    /// Token ids that end a sequence; `None` takes the model's (generation_config.json, then
+    /// config.json).
+    pub eos_token_ids: Option<Vec<u32>>,
+    /// Strings that end a sequence once its generated text contains them (kept in the output,
+    /// as transformers keeps them). One that never comes lets the sequence run to
+    /// `max_new_tokens`.
+    pub stop_strings: Vec<String>,
+}
+
+impl Default for GenerationOptions {
+    fn default() -> Self {
+        GenerationOptions {
+            max_new_tokens: 20,
+            min_new_tokens: 0,
+            do_sample: false,
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repetition_penalty: None,
+            seed: 0,
+            eos_token_ids: None,
+            stop_strings: Vec::new(),
+        }
+    }
+}
+
+impl GenerationOptions {
+    /// Greedy decoding of up to `max_new_tokens`.
+    pub fn greedy(max_new_tokens: usize) -> GenerationOptions {
+        GenerationOptions {
+            max_new_tokens,
+            ..Default::default()
+        }
+    }
+
+    /// Starts from a model's `generation_config.json` (its sampling defaults and limits).
+    pub fn from_generation_config(g: &zoo_hub::GenerationConfig) -> GenerationOptions {
+        let d = GenerationOptions::default();
+        GenerationOptions {
+            max_new_tokens: g.max_new_tokens.unwrap_or(d.max_new_tokens),
+            min_new_tokens: g.min_new_tokens.unwrap_or(0),
+            do_sample: g.do_sample.unwrap_or(false),
+            temperature: g.temperature.unwrap_or(1.0),
+            top_k: g.top_k.filter(|&k| k > 0),
+            top_p: g.top_p.filter(|&p| p < 1.0),
+            min_p: g.min_p,
+            repetition_penalty: g.repetition_penalty.filter(|&r| r != 1.0),
+            ..d
+        }
+    }
+
+    /// Refuses values transformers refuses.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Generation(m));
+        if self.max_new_tokens == 0 {
+            return bad("max_new_tokens must be at least 1".into());
+        }
+        if self.min_new_tokens > self.max_new_tokens {
+            return bad(format!(
+                "min_new_tokens ({}) exceeds max_new_tokens ({})",
+                self.min_new_tokens, self.max_new_tokens
+            ));
+        }
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return bad(format!(
+                "temperature must be a positive number, got {}",
+                self.temperature
+            ));
+        }
+        if self.top_k == Some(0) {
+            return bad("top_k must be at least 1".into());
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return bad(format!("top_p must be in (0, 1], got {p}"));
+            }
+        }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                return bad(format!("min_p must be in [0, 1], got {p}"));
+            }
+        }
+        if let Some(r) = self.repetition_penalty {
+            if !(r.is_finite() && r > 0.0) {
+                return bad(format!(
+                    "repetition_penalty must be a positive number, got {r}"
+                ));
+            }
+        }
+        if self.stop_strings.iter().any(String::is_empty) {
+            return bad("stop strings must not be empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why a sequence ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// An eos token was generated (it is included in `token_ids`).
+    Eos,
+    /// A stop string appeared in the generated text.
+    StopString,
+    /// `max_new_tokens` were generated.
+    Length,
+    /// The callback asked to stop.
+    Cancelled,
+}
+
+/// The result for one prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationOutput {
+    /// The prompt's ids.
+    pub prompt_ids: Vec<u32>,
+    /// The generated ids (prompt excluded).
+    pub token_ids: Vec<u32>,
+    /// The generated text (special tokens skipped), when a tokenizer was available; cut
+    /// right after the stop string that ended it.
+    pub text: Option<String>,
+    /// Why the row ended.
+    pub stop_reason: StopReason,
+}
+
+/// Timings of one generate call.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GenerationStats {
+    /// Tokens in the (padded) prompt batch.
+    pub prompt_tokens: usize,
+    /// Seconds from the call to the first sampled token (the prefill).
+    pub time_to_first_token: f64,
+    /// Decode steps after the first token.
+    pub decode_steps: usize,
+    /// Seconds spent in those steps.
+    pub decode_seconds: f64,
+}
+
+impl GenerationStats {
+    /// Decode steps per second (batched rows count once).
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        if self.decode_seconds > 0.0 {
+            self.decode_steps as f64 / self.decode_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A new token handed to the streaming callback.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenEvent<'a> {
+    /// Which prompt of the batch.
+    pub row: usize,
+    /// The token.
+    pub token_id: u32,
+    /// Newly complete text (empty while a multi-byte character is incomplete, or without a
+    /// tokenizer).
+    pub text: &'a str,
+}
+
+/// Generates for a batch of prompts (ids), left-padding them to one length with `pad_id`.
+/// `eos_ids` are used when `opts.eos_token_ids` is `None`. `on_token` sees every token as it
+/// comes and returns `false` to stop all rows.
+pub fn generate(
+    model: &LlamaForCausalLM,
+    tokenizer: Option<&crate::Tokenizer>,
+    prompts: &[Vec<u32>],
+    opts: &GenerationOptions,
+    eos_ids: &[u32],
+    pad_id: u32,
+    mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
+) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
+    opts.validate()?;
+    if prompts.is_empty() {
+        return Err(Error::Generation("no prompts given".into()));
+    }
+    if let Some(i) = prompts.iter().position(Vec::is_empty) {
+        return Err(Error::Generation(format!(
+            "prompt {i} is empty; give at least one token (a plain text prompt gets a BOS token when the tokenizer adds one)"
+        )));
+    }
+    if !opts.stop_strings.is_empty() && tokenizer.is_none() {
+        return Err(Error::Generation(
+            "stop strings need a tokenizer to read the generated text".into(),
+        ));
+    }
+    let cfg = model.model().config();
+    let vocab = cfg.vocab_size;
+    if let Some(&bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
+        return Err(Error::Generation(format!(
+            "prompt token id {bad} is outside the vocabulary of {vocab} ids"
+        )));
+    }
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    // Dynamic NTK rope exists to stretch the context, so transformers' behaviour (run, with
+    // rescaled frequencies) is kept there; other rope types would silently degrade.
+    let stretches = matches!(
+        cfg.rope()?.scaling,
+        zoo_runtime::nn::RopeScaling::Dynamic { .. }
+    );
+    if longest > cfg.max_position_embeddings && !stretches {
+        return Err(Error::Generation(format!(
+            "the prompt has {longest} tokens but the model's context (max_position_embeddings) is {}; shorten it \
+             (generation itself may run past the context, as in transformers)",
+            cfg.max_position_embeddings
+        )));
+    }
+    let eos: Vec<u32> = opts
+        .eos_token_ids
+        .clone()
+        .unwrap_or_else(|| eos_ids.to_vec());
+    let started = std::time::Instant::now();
+    let batch = prompts.len();
+    let device = model.model().device();
+
+    // Left padding: every row ends at the same slot, so one decode step serves all rows.
+    let mut ids = Vec::with_capacity(batch * longest);
+    let mut pos = Vec::with_capacity(batch * longest);
+    let mut mask = Vec::with_capacity(batch);
+    for p in prompts {
+        let pad = longest - p.len();
+        ids.extend(std::iter::repeat_n(pad_id as i64, pad).chain(p.iter().map(|&t| t as i64)));
+        pos.extend(std::iter::repeat_n(0i64, pad).chain(0..p.len() as i64));
+        mask.push((0..longest).map(|i| i >= pad).collect::<Vec<bool>>());
+    }
+    let mut cache = model
+        .model()
+        .new_cache(batch, longest + opts.max_new_tokens)?;
+    let input = Tensor::from_vec(ids, &[batch, longest], &device)?;
+    let positions = Tensor::from_vec(pos, &[batch, longest], &device)?;
+    let args = ForwardArgs {
+        input_ids: &input,
+        position_ids: &positions,
+        attention_mask: Some(&mask),
+        output_hidden_states: false,
+    };
+    let (mut logits, _) = model.forward(args, &mut cache, LogitsFor::Last)?;
+
+    let mut rng = Generator::new(opts.seed);
+    let mut streams: Vec<Option<crate::tokenizer::TextStream<'_>>> = (0..batch)
+        .map(|_| tokenizer.map(|t| t.stream(true)))
+        .collect();
+    let mut texts = vec![String::new(); batch];
+    let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
+    let mut done: Vec<Option<StopReason>> = vec![None; batch];
+    let mut stats = GenerationStats {
+        prompt_tokens: batch * longest,
+        ..Default::default()
+    };
+    let mut decode_started = None;
+    let mut cancelled = false;
+    for step in 0..opts.max_new_tokens {
+        let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        if rows.len() != batch * vocab {
+            return Err(Error::Generation(format!(
+                "the model returned {} logits for {batch} rows of {vocab}",
+                rows.len()
+            )));
+        }
+        let mut next = Vec::with_capacity(batch);
+        for (b, row) in rows.chunks(vocab).enumerate() {
+            if done[b].is_some() {
+                next.push(pad_id);
+                continue;
+            }
+            let mut scores = row.to_vec();
+            let seen: Vec<u32> = prompts[b].iter().chain(&generated[b]).copied().collect();
+            let id = pick(&mut scores, &seen, step, &eos, opts, &mut rng);
+            generated[b].push(id);
+            next.push(id);
+            let mut piece = String::new();
+            if let Some(s) = streams[b].as_mut() {
+                piece = s.push(id)?;
+                texts[b].push_str(&piece);
+            }
+            if !on_token(TokenEvent {
+                row: b,
+                token_id: id,
+                text: &piece,
+            }) {
+                cancelled = true;
+            }
+            if eos.contains(&id) && step + 1 >= opts.min_new_tokens {
+                done[b] = Some(StopReason::Eos);
+            } else if let Some(cut) = stop_string_end(&texts[b], &opts.stop_strings) {
+                texts[b].truncate(cut);
+                done[b] = Some(StopReason::StopString);
+            }
+        }
+        if step == 0 {
+            stats.time_to_first_token = started.elapsed().as_secs_f64();
+            decode_started = Some(std::time::Instant::now());
+        }
+        if cancelled || done.iter().all(Option::is_some) || step + 1 == opts.max_new_tokens {
+            break;
+        }
+        // Finished rows keep receiving pad tokens so the batch stays rectangular, as in
+        // transformers.
+        let input = Tensor::from_vec(
+            next.iter().map(|&t| t as i64).collect(),
+            &[batch, 1],
+            &device,
+        )?;
+        let p: Vec<i64> = prompts.iter().map(|p| (p.len() + step) as i64).collect();
+        let positions = Tensor::from_vec(p, &[batch, 1], &device)?;
+        let args = ForwardArgs {
+            input_ids: &input,
+            position_ids: &positions,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        logits = model.forward(args, &mut cache, LogitsFor::Last)?.0;
+        stats.decode_steps += 1;
+    }
+    if let Some(t) = decode_started {
+        stats.decode_seconds = t.elapsed().as_secs_f64();
+    }
+    let mut outs = Vec::with_capacity(batch);
+    for b in 0..batch {
+        let text = match streams[b].as_mut() {
+            Some(s) if done[b] != Some(StopReason::StopString) => {
+                let rest = s.finish()?;
+                texts[b].push_str(&rest);
+                Some(std::mem::take(&mut texts[b]))
+            }
+            Some(_) => Some(std::mem::take(&mut texts[b])),
+            None => None,
+        };
+        let stop_reason = done[b].unwrap_or(if cancelled {
+            StopReason::Cancelled
+        } else {
+            StopReason::Length
+        });
+        outs.push(GenerationOutput {
+            prompt_ids: prompts[b].clone(),
+            token_ids: std::mem::take(&mut generated[b]),
+            text,
+            stop_reason,
+        });
+    }
+    Ok((outs, stats))
+}
+
+/// The byte offset right after the first stop string found in `text`.
+fn stop_string_end(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter_map(|s| text.find(s.as_str()).map(|i| i + s.len()))
+        .min()
+}
+
+/// Applies the logits processors in transformers' order and picks the next token.
+fn pick(
+    scores: &mut [f32],
+    seen: &[u32],
+    step: usize,
+    eos: &[u32],
+    o: &GenerationOptions,
+    rng: &mut Generator,
+) -> u32 {
+    if let Some(r) = o.repetition_penalty {
+        let r = r as f32;
+        let mut uniq: Vec<u32> = seen.to_vec();
+        uniq.sort_unstable();
+        uniq.dedup();
+        for id in uniq {
+            if let Some(s) = scores.get_mut(id as usize) {
+                *s = if *s < 0.0 { *s * r } else { *s / r };
+            }
+        }
+    }
+    if step < o.min_new_tokens {
+        for &e in eos {
+            if let Some(s) = scores.get_mut(e as usize) {
+                *s = f32::NEG_INFINITY;
+            }
+        }
+    }
+    if !o.do_sample {
+        return argmax(scores);
+    }
+    if o.temperature != 1.0 {
+        let t = o.temperature as f32;
+        scores.iter_mut().for_each(|s| *s /= t);
+    }
+    // Candidates sorted by score, best first (ties keep the lower id first).
+    let mut order: Vec<usize> = (0..scores.len())
+        .filter(|&i| scores[i] > f32::NEG_INFINITY)
+        .collect();
+    if order.is_empty() {
+        return argmax(scores);
+    }
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    if let Some(k) = o.top_k {
+        order.truncate(k.max(1));
+    }
+    let max = scores[order[0]];
+    let mut probs: Vec<f64> = order
+        .iter()
+        .map(|&i| ((scores[i] - max) as f64).exp())
+        .collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    if let Some(top_p) = o.top_p {
+        // Keep tokens until the mass reaches top_p (the token that crosses it included).
+        let mut acc = 0.0;
+        let mut keep = probs.len();
+        for (i, p) in probs.iter().enumerate() {
+            acc += p;
+            if acc >= top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        order.truncate(keep);
+        probs.truncate(keep);
+    }
+    if let Some(min_p) = o.min_p {
+        let floor = probs[0] * min_p;
+        let keep = probs.iter().take_while(|&&p| p >= floor).count().max(1);
+        order.truncate(keep);
+        probs.truncate(keep);
+    }
+    let total: f64 = probs.iter().sum();
+    let mut u = rng.next_f64() * total;
+    for (i, p) in probs.iter().enumerate() {
+        if u < *p {
+            return order[i] as u32;
+        }
+        u -= p;
+    }
+    order[order.len() - 1] as u32
+}
+
+/// Index of the largest score, the first on ties (as `torch.argmax`).
+fn argmax(scores: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &s) in scores.iter().enumerate() {
+        if s > scores[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> GenerationOptions {
+        GenerationOptions {
+            do_sample: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn greedy_picks_first_max_and_min_new_tokens_blocks_eos() {
+        let mut rng = Generator::new(0);
+        let o = GenerationOptions {
+            min_new_tokens: 2,
+            ..GenerationOptions::greedy(4)
+        };
+        let mut s = vec![1.0, 5.0, 5.0, 0.0];
+        assert_eq!(pick(&mut s, &[], 0, &[3], &o, &mut rng), 1);
+        let mut s = vec![1.0, 2.0, 0.0, 9.0];
+        assert_eq!(
+            pick(&mut s, &[], 1, &[3], &o, &mut rng),
+            1,
+            "eos blocked before min_new_tokens"
+        );
+        let mut s = vec![1.0, 2.0, 0.0, 9.0];
+        assert_eq!(pick(&mut s, &[], 2, &[3], &o, &mut rng), 3);
+    }
+
+    #[test]
+    fn repetition_penalty_divides_positive_and_multiplies_negative() {
+        let mut rng = Generator::new(0);
+        let o = GenerationOptions {
+            repetition_penalty: Some(2.0),
+            ..GenerationOptions::greedy(1)
+        };
+        let mut s = vec![3.0, 2.0, -1.0];
+        assert_eq!(pick(&mut s, &[0, 0, 2], 0, &[], &o, &mut rng), 1);
+        assert_eq!(s, vec![1.5, 2.0, -2.0]);
+    }
+
+    #[test]
+    fn top_k_one_and_tiny_top_p_and_full_min_p_are_greedy() {
+        for o in [
+            GenerationOptions {
+                top_k: Some(1),
+                ..opts()
+            },
+            GenerationOptions {
+                top_p: Some(1e-6),
+                ..opts()
+            },
+            GenerationOptions {
+                min_p: Some(1.0),
+                ..opts()
+            },
+        ] {
+            let mut rng = Generator::new(7);
+            for _ in 0..50 {
+                let mut s = vec![0.5, 0.1, 0.9, 0.3];
+                assert_eq!(pick(&mut s, &[], 0, &[], &o, &mut rng), 2, "{o:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn sampling_follows_the_distribution_and_the_seed() {
+        let o = GenerationOptions {
+            temperature: 0.5,
+            ..opts()
+        };
+        let draw = |seed| {
+            let mut rng = Generator::new(seed);
+            (0..2000)
+                .map(|_| {
+                    let mut s = vec![0.0f32, (2.0f32).ln() / 2.0, f32::NEG_INFINITY];
+                    pick(&mut s, &[], 0, &[], &o, &mut rng)
+                })
+                .collect::<Vec<_>>()
+        };
+        let a = draw(1);
+        assert_eq!(a, draw(1), "same seed, same tokens");
+        assert_ne!(a, draw(2));
+        assert!(!a.contains(&2), "a -inf token is never drawn");
+        // With temperature 0.5 the odds of token 1 over token 0 are e^(ln 2) = 2.
+        let ones = a.iter().filter(|&&t| t == 1).count() as f64 / a.len() as f64;
+        assert!((ones - 2.0 / 3.0).abs() < 0.04, "{ones}");
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        for o in [
+            GenerationOptions {
+                max_new_tokens: 0,
+                ..Default::default()
+            },
+            GenerationOptions {
+                min_new_tokens: 30,
+                ..Default::default()
+            },
+            GenerationOptions {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            GenerationOptions {
+                top_p: Some(1.5),
+                ..Default::default()
+            },
+            GenerationOptions {
+                min_p: Some(-0.1),
+                ..Default::default()
+            },
+            GenerationOptions {
+                top_k: Some(0),
+                ..Default::default()
+            },
+            GenerationOptions {
+                repetition_penalty: Some(f64::NAN),
+                ..Default::default()
+            },
+            GenerationOptions {
+                stop_strings: vec![String::new()],
+                ..Default::default()
+            },
+        ] {
+            assert!(matches!(o.validate(), Err(Error::Generation(_))), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn stop_string_cut_is_right_after_the_first_match() {
+        let stops = vec!["END".to_string(), "\n\n".to_string()];
+        assert_eq!(stop_string_end("abc\n\nxEND", &stops), Some(5));
+        assert_eq!(stop_string_end("no stop here", &stops), None);
+    }
+}

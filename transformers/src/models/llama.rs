@@ -1,0 +1,510 @@
+//! Llama: mirrors transformers' `models/llama/modeling_llama.py` (`LlamaModel`,
+//! `LlamaForCausalLM`, eager attention).
+//!
+//! The decoder here is the Llama block every family of this crate shares — Mistral, Qwen2
+//! and Qwen3 are Llama with one switch each, exactly as transformers' `modular_*.py` files
+//! derive them — so the switches live in [`DecoderFeatures`] and each family file says
+//! which ones it turns on. Weight names are the checkpoint's (`model.layers.3.self_attn.q_proj.weight`).
+
+use std::collections::HashMap;
+
+use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, Weights};
+use zoo_runtime::{Activation, DType, Device, RopeStyle, Tensor};
+
+use crate::cache::KvCache;
+use crate::config::{DecoderConfig, Family};
+use crate::{Error, Result};
+
+/// The per-family switches of the Llama block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderFeatures {
+    /// Bias on q/k/v projections (Llama/Qwen3 `attention_bias`; always on in Qwen2).
+    pub qkv_bias: bool,
+    /// Bias on o_proj (Llama/Qwen3 `attention_bias`; never in Qwen2).
+    pub o_bias: bool,
+    /// Bias on gate/up/down (Llama `mlp_bias`).
+    pub mlp_bias: bool,
+    /// RMSNorm over each head of q and k before rope (Qwen3).
+    pub qk_norm: bool,
+    /// Sliding window per layer (`None` = full attention).
+    pub windows: Vec<Option<usize>>,
+}
+
+impl DecoderFeatures {
+    /// The switches `config` turns on for its family.
+    pub fn for_config(config: &DecoderConfig) -> DecoderFeatures {
+        match config.family() {
+            Family::Llama => features(config),
+            Family::Mistral => super::mistral::features(config),
+            Family::Qwen2 => super::qwen2::features(config),
+            Family::Qwen3 => super::qwen3::features(config),
+        }
+    }
+}
+
+/// Llama's own switches: `attention_bias` on all four projections, `mlp_bias`, no window.
+pub(super) fn features(config: &DecoderConfig) -> DecoderFeatures {
+    DecoderFeatures {
+        qkv_bias: config.attention_bias,
+        o_bias: config.attention_bias,
+        mlp_bias: config.mlp_bias,
+        qk_norm: false,
+        windows: (0..config.num_hidden_layers)
+            .map(|i| config.layer_window(i))
+            .collect(),
+    }
+}
+
+/// Where the tokens of a forward pass sit: their rope tables (`[B, 1, T, r/2]`) and the first
+/// cache slot they are written to.
+struct Positions<'a> {
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    start: usize,
+}
+
+/// `LlamaAttention`: projections, optional q/k norms, rope, cache write, grouped attention.
+#[derive(Clone, Debug)]
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+}
+
+impl Attention {
+    fn load(
+        w: &Weights,
+        c: &DecoderConfig,
+        f: &DecoderFeatures,
+        layer: usize,
+    ) -> Result<Attention> {
+        let (h, kv, d) = (c.num_attention_heads, c.num_kv_heads(), c.head_dim());
+        let norm = |name: &str| -> Result<Option<RmsNorm>> {
+            Ok(if f.qk_norm {
+                Some(RmsNorm::load(&w.pp(name), d, c.rms_norm_eps)?)
+            } else {
+                None
+            })
+        };
+        Ok(Attention {
+            q_proj: Linear::load(&w.pp("q_proj"), c.hidden_size, h * d, f.qkv_bias)?,
+            k_proj: Linear::load(&w.pp("k_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
+            v_proj: Linear::load(&w.pp("v_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
+            o_proj: Linear::load(&w.pp("o_proj"), h * d, c.hidden_size, f.o_bias)?,
+            q_norm: norm("q_norm")?,
+            k_norm: norm("k_norm")?,
+            heads: h,
+            kv_heads: kv,
+            head_dim: d,
+            window: f.windows.get(layer).copied().flatten(),
+        })
+    }
+
+    /// `x [B, T, hidden]` → `[B, T, hidden]` at positions `at`; `bias` is the
+    /// additive mask `[B, 1, T, len]` for this layer's window.
+    fn forward(
+        &self,
+        x: &Tensor,
+        at: &Positions<'_>,
+        bias: &Tensor,
+        cache: &mut KvCache,
+        layer: usize,
+    ) -> Result<Tensor> {
+        let (cos, sin, start) = (at.cos, at.sin, at.start);
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let d = self.head_dim;
+        let split = |y: Tensor, heads: usize, norm: &Option<RmsNorm>| -> Result<Tensor> {
+            let y = y.reshape_to(&[b, t, heads, d])?;
+            let y = match norm {
+                Some(n) => n.forward(&y)?,
+                None => y,
+            };
+            Ok(y.transpose(1, 2)?)
+        };
+        let q = split(linear(&self.q_proj, x)?, self.heads, &self.q_norm)?;
+        let k = split(linear(&self.k_proj, x)?, self.kv_heads, &self.k_norm)?;
+        let v = split(linear(&self.v_proj, x)?, self.kv_heads, &None)?;
+        let q = q.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
+        let k = k.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
+        let (k, v) = cache.update(layer, &k, &v, start)?;
+        let len = k.shape()[2];
+        // Grouped-query attention without copying keys: the `rep` query heads that share a
+        // key/value head are stacked along the query axis, so one batched matmul per kv head
+        // serves them all (HF's repeat_kv gives the same numbers with rep copies of the cache).
+        let rep = self.heads / self.kv_heads;
+        let qg = q
+            .contiguous()?
+            .reshape_to(&[b, self.kv_heads, rep * t, d])?;
+        let scores = torch_scalar_mul(&qg.matmul(&k.t()?)?, 1.0 / (d as f64).sqrt())?;
+        let scores = scores
+            .reshape_to(&[b, self.kv_heads, rep, t, len])?
+            .add(&bias.unsqueeze(1)?)?;
+        let probs = scores.softmax(-1)?.to_dtype(q.dtype())?;
+        let out = probs
+            .reshape_to(&[b, self.kv_heads, rep * t, len])?
+            .matmul(&v)?
+            .reshape_to(&[b, self.heads, t, d])?;
+        let out = out.transpose(1, 2)?.reshape_to(&[b, t, self.heads * d])?;
+        linear(&self.o_proj, &out)
+    }
+}
+
+/// `nn.Linear`. With a bias on 16-bit weights, PyTorch's `addmm` adds the bias to the f32
+/// accumulator and rounds once; adding it after a rounded product rounds twice, so that case
+/// runs the product in f32 (which candle's CPU kernel does internally anyway).
+fn linear(l: &Linear, x: &Tensor) -> Result<Tensor> {
+    let dt = x.dtype();
+    match &l.bias {
+        Some(b) if dt != dt.accumulation() => {
+            let acc = dt.accumulation();
+            let f = Linear {
+                weight: l.weight.to_dtype(acc)?,
+                bias: Some(b.to_dtype(acc)?),
+            };
+            Ok(f.forward(&x.to_dtype(acc)?)?.to_dtype(dt)?)
+        }
+        _ if x.elem_count() == x.dim(-1)? => {
+            // One row (a decode step): W x as a matrix-vector product over W's rows, which
+            // streams the weight once in memory order instead of through a transposed view.
+            let n = x.dim(-1)?;
+            let mut shape = x.shape().to_vec();
+            let y = match crate::kernels::matvec(&l.weight, x) {
+                Some(y) => y?,
+                None => l.weight.matmul(&x.reshape_to(&[n, 1])?)?,
+            };
+            *shape.last_mut().unwrap_or(&mut 0) = l.weight.shape()[0];
+            let y = y.reshape_to(&shape)?;
+            match &l.bias {
+                Some(b) => Ok(y.add(b)?),
+                None => Ok(y),
+            }
+        }
+        _ => {
+            // Many rows (a prefill): the AVX-512 kernel when it applies.
+            let n = x.dim(-1)?;
+            let rows = x.elem_count() / n.max(1);
+            match crate::kernels::matmul_wt(&x.reshape_to(&[rows, n])?, &l.weight) {
+                Some(y) => {
+                    let mut shape = x.shape().to_vec();
+                    *shape.last_mut().unwrap_or(&mut 0) = l.weight.shape()[0];
+                    let y = y?.reshape_to(&shape)?;
+                    match &l.bias {
+                        Some(b) => Ok(y.add(b)?),
+                        None => Ok(y),
+                    }
+                }
+                None => Ok(l.forward(x)?),
+            }
+        }
+    }
+}
+
+/// `x * v` rounded once from f32, as PyTorch multiplies a 16-bit tensor by a Python float
+/// (candle would round `v` to the tensor's dtype first).
+fn torch_scalar_mul(x: &Tensor, v: f64) -> Result<Tensor> {
+    let dt = x.dtype();
+    Ok(x.to_dtype(dt.accumulation())?.mul_scalar(v)?.to_dtype(dt)?)
+}
+
+/// `LlamaMLP`: `down(act(gate(x)) * up(x))`.
+#[derive(Clone, Debug)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+    act: Activation,
+}
+
+impl Mlp {
+    fn load(w: &Weights, c: &DecoderConfig, f: &DecoderFeatures) -> Result<Mlp> {
+        let (h, i) = (c.hidden_size, c.intermediate_size);
+        Ok(Mlp {
+            gate_proj: Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
+            up_proj: Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
+            down_proj: Linear::load(&w.pp("down_proj"), i, h, f.mlp_bias)?,
+            act: Activation::from_hf(&c.hidden_act)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let g = linear(&self.gate_proj, x)?;
+        // PyTorch evaluates activations of 16-bit tensors in f32 and rounds once; candle's
+        // 16-bit kernels round every intermediate, which drifts past bf16 tolerances.
+        let g = self
+            .act
+            .apply(&g.to_dtype(g.dtype().accumulation())?)?
+            .to_dtype(g.dtype())?;
+        linear(&self.down_proj, &g.mul(&linear(&self.up_proj, x)?)?)
+    }
+}
+
+/// `LlamaDecoderLayer`: pre-norm attention and MLP, each added to the residual stream.
+#[derive(Clone, Debug)]
+struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+/// Which positions of the last hidden state get logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsFor {
+    /// Every position (`[B, T, vocab]`), for scoring and parity.
+    All,
+    /// The last position only (`[B, 1, vocab]`), all generation needs.
+    Last,
+}
+
+/// One forward call's inputs.
+#[derive(Clone, Copy, Debug)]
+pub struct ForwardArgs<'a> {
+    /// Token ids `[B, T]`, integer.
+    pub input_ids: &'a Tensor,
+    /// Rope positions `[B, T]`, integer (with left padding: `cumsum(mask) - 1`).
+    pub position_ids: &'a Tensor,
+    /// Which of the `T` tokens of each row are real (left padding is false); all when `None`.
+    pub attention_mask: Option<&'a [Vec<bool>]>,
+    /// Also return the input of each layer and the output of the last (HF's `hidden_states`).
+    pub output_hidden_states: bool,
+}
+
+/// What the base model returns.
+#[derive(Clone, Debug)]
+pub struct ModelOutput {
+    /// Output of `model.norm`, `[B, T, hidden]`.
+    pub last_hidden_state: Tensor,
+    /// With `output_hidden_states`: the embeddings, then each layer's output (before the
+    /// final norm), as transformers lists them (`num_hidden_layers + 1` entries; transformers
+    /// replaces the last with the normed one, which is `last_hidden_state` here).
+    pub hidden_states: Vec<Tensor>,
+}
+
+/// `LlamaModel` (and `MistralModel`, `Qwen2Model`, `Qwen3Model`): embeddings, decoder layers,
+/// final norm; returns hidden states.
+#[derive(Clone, Debug)]
+pub struct LlamaModel {
+    embed_tokens: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    rotary: RotaryEmbedding,
+    config: DecoderConfig,
+    features: DecoderFeatures,
+    dtype: DType,
+    device: Device,
+}
+
+impl LlamaModel {
+    /// Loads the weights under `w` (the `model.` prefix of a causal-LM checkpoint, or the root
+    /// of a base-model checkpoint).
+    pub fn load(w: &Weights, config: &DecoderConfig) -> Result<LlamaModel> {
+        let features = DecoderFeatures::for_config(config);
+        let c = config;
+        let embed_tokens = Embedding::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let lw = w.pp(format!("layers.{i}"));
+            layers.push(DecoderLayer {
+                input_layernorm: RmsNorm::load(
+                    &lw.pp("input_layernorm"),
+                    c.hidden_size,
+                    c.rms_norm_eps,
+                )?,
+                self_attn: Attention::load(&lw.pp("self_attn"), c, &features, i)?,
+                post_attention_layernorm: RmsNorm::load(
+                    &lw.pp("post_attention_layernorm"),
+                    c.hidden_size,
+                    c.rms_norm_eps,
+                )?,
+                mlp: Mlp::load(&lw.pp("mlp"), c, &features)?,
+            });
+        }
+        let norm = RmsNorm::load(&w.pp("norm"), c.hidden_size, c.rms_norm_eps)?;
+        Ok(LlamaModel {
+            embed_tokens,
+            layers,
+            norm,
+            rotary: RotaryEmbedding::new(c.rope()?, RopeStyle::RotateHalf),
+            config: c.clone(),
+            features,
+            dtype: w.dtype(),
+            device: w.device(),
+        })
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    /// The switches in use.
+    pub fn features(&self) -> &DecoderFeatures {
+        &self.features
+    }
+
+    /// The dtype of weights and activations.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device holding the weights.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The input embedding table `[vocab, hidden]`.
+    pub fn embed_weight(&self) -> &Tensor {
+        &self.embed_tokens.weight
+    }
+
+    /// An empty cache sized for this model: `batch` rows of up to `capacity` tokens.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        let c = &self.config;
+        KvCache::new(
+            c.num_hidden_layers,
+            batch,
+            c.num_kv_heads(),
+            capacity,
+            c.head_dim(),
+            self.dtype,
+            &self.device,
+        )
+    }
+
+    /// Runs the decoder over `args.input_ids`, appending their keys and values to `cache`.
+    pub fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
+        let ids = args.input_ids;
+        if ids.rank() != 2 || args.position_ids.shape() != ids.shape() {
+            return Err(Error::Generation(format!(
+                "input_ids {:?} and position_ids {:?} must both be [batch, seq]",
+                ids.shape(),
+                args.position_ids.shape()
+            )));
+        }
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        if t == 0 {
+            return Err(Error::Generation(
+                "empty input: at least one token is needed".into(),
+            ));
+        }
+        if b != cache.batch() {
+            return Err(Error::Generation(format!(
+                "input batch {b} differs from the KV cache's {}",
+                cache.batch()
+            )));
+        }
+        let ids = ids.to_dtype(DType::I64)?;
+        let max_id = ids.max(&[0, 1], false)?.to_scalar::<i64>()?;
+        let min_id = ids.min(&[0, 1], false)?.to_scalar::<i64>()?;
+        if min_id < 0 || max_id as usize >= self.config.vocab_size {
+            return Err(Error::Generation(format!(
+                "token id {} is outside the vocabulary of {} ids",
+                if min_id < 0 { min_id } else { max_id },
+                self.config.vocab_size
+            )));
+        }
+        let start = cache.begin(t, args.attention_mask)?;
+        let mut x = self.embed_tokens.forward(&ids)?;
+        let (cos, sin) = self.rotary.cos_sin(args.position_ids, self.dtype)?;
+        let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
+        let mut biases: HashMap<Option<usize>, Tensor> = HashMap::new();
+        let mut hidden_states = Vec::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            if args.output_hidden_states {
+                hidden_states.push(x.clone());
+            }
+            let window = layer.self_attn.window;
+            if let std::collections::hash_map::Entry::Vacant(e) = biases.entry(window) {
+                e.insert(cache.attention_bias(start, t, window, self.dtype)?);
+            }
+            let bias = &biases[&window];
+            let h = layer.input_layernorm.forward(&x)?;
+            let at = Positions {
+                cos: &cos,
+                sin: &sin,
+                start,
+            };
+            let h = layer.self_attn.forward(&h, &at, bias, cache, i)?;
+            x = x.add(&h)?;
+            let h = layer
+                .mlp
+                .forward(&layer.post_attention_layernorm.forward(&x)?)?;
+            x = x.add(&h)?;
+        }
+        if args.output_hidden_states {
+            hidden_states.push(x.clone());
+        }
+        Ok(ModelOutput {
+            last_hidden_state: self.norm.forward(&x)?,
+            hidden_states,
+        })
+    }
+}
+
+/// `LlamaForCausalLM` (and the Mistral, Qwen2 and Qwen3 ones): the base model plus `lm_head`,
+/// tied to `model.embed_tokens` when `tie_word_embeddings` is set or `lm_head.weight` is absent.
+#[derive(Clone, Debug)]
+pub struct LlamaForCausalLM {
+    model: LlamaModel,
+    lm_head: Linear,
+    tied: bool,
+}
+
+impl LlamaForCausalLM {
+    /// Loads from the checkpoint root (`model.*` and `lm_head.weight`).
+    pub fn load(w: &Weights, config: &DecoderConfig) -> Result<LlamaForCausalLM> {
+        let model = LlamaModel::load(&w.pp("model"), config)?;
+        let tied = config.tie_word_embeddings || !w.contains("lm_head.weight");
+        let lm_head = if tied {
+            Linear {
+                weight: model.embed_weight().clone(),
+                bias: None,
+            }
+        } else {
+            Linear::load(
+                &w.pp("lm_head"),
+                config.hidden_size,
+                config.vocab_size,
+                false,
+            )?
+        };
+        Ok(LlamaForCausalLM {
+            model,
+            lm_head,
+            tied,
+        })
+    }
+
+    /// The base model.
+    pub fn model(&self) -> &LlamaModel {
+        &self.model
+    }
+
+    /// Whether `lm_head` shares the embedding table.
+    pub fn tied(&self) -> bool {
+        self.tied
+    }
+
+    /// Logits (`[B, T, vocab]` or `[B, 1, vocab]`, model dtype) and the base model's output.
+    pub fn forward(
+        &self,
+        args: ForwardArgs<'_>,
+        cache: &mut KvCache,
+        which: LogitsFor,
+    ) -> Result<(Tensor, ModelOutput)> {
+        let out = self.model.forward(args, cache)?;
+        let h = &out.last_hidden_state;
+        let h = match which {
+            LogitsFor::All => h.clone(),
+            LogitsFor::Last => h.narrow(1, h.shape()[1] - 1, 1)?,
+        };
+        Ok((linear(&self.lm_head, &h)?, out))
+    }
+}

@@ -1,0 +1,122 @@
+//! Tokenizers from `tokenizer.json` (or the one a GGUF file's vocabulary describes), through
+//! the `tokenizers` crate, plus incremental decoding for streaming.
+
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+/// A model's tokenizer and its special tokens.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokenizer(vocab {})", self.vocab_size())
+    }
+}
+
+impl Tokenizer {
+    /// Builds a tokenizer from the JSON of a `tokenizer.json` file.
+    pub fn from_json(json: &Value) -> Result<Tokenizer> {
+        let text = serde_json::to_string(json).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let inner = text
+            .parse::<tokenizers::Tokenizer>()
+            .map_err(|e| Error::Tokenizer(format!("tokenizer.json cannot be read: {e}")))?;
+        Ok(Tokenizer { inner })
+    }
+
+    /// The tokenizer of a model folder, repo or GGUF file.
+    pub fn from_pretrained(pretrained: &zoo_hub::Pretrained) -> Result<Tokenizer> {
+        match pretrained.tokenizer_json()? {
+            Some(json) => Tokenizer::from_json(&json),
+            None => Err(Error::NoTokenizer {
+                source_name: format!("{:?}", pretrained.files().source()),
+            }),
+        }
+    }
+
+    /// Token ids of `text`; `add_special_tokens` adds what the tokenizer's post-processor adds
+    /// (a BOS for Llama), as transformers does for plain prompts but not for chat templates.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, add_special_tokens)
+            .map_err(|e| Error::Tokenizer(format!("encoding failed: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text of `ids`, special tokens dropped when `skip_special_tokens`.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| Error::Tokenizer(format!("decoding failed: {e}")))
+    }
+
+    /// The id of a token string, if it is in the vocabulary.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// Vocabulary size, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// An incremental decoder for one sequence (see [`TextStream`]).
+    pub fn stream(&self, skip_special_tokens: bool) -> TextStream<'_> {
+        TextStream {
+            tokenizer: self,
+            ids: Vec::new(),
+            emitted: 0,
+            skip_special_tokens,
+        }
+    }
+}
+
+/// Turns tokens into text as they arrive. A character whose UTF-8 bytes span several byte-level
+/// tokens decodes to U+FFFD until its last byte arrives, so text is held back while the decoded
+/// tail is incomplete and released whole once it is not.
+#[derive(Debug)]
+pub struct TextStream<'a> {
+    tokenizer: &'a Tokenizer,
+    ids: Vec<u32>,
+    /// Bytes of the decoded text already handed out.
+    emitted: usize,
+    skip_special_tokens: bool,
+}
+
+impl TextStream<'_> {
+    /// Adds a token; returns the newly complete text (possibly empty).
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = self.tokenizer.decode(&self.ids, self.skip_special_tokens)?;
+        if text.ends_with('\u{FFFD}')
+            || text.len() < self.emitted
+            || !text.is_char_boundary(self.emitted)
+        {
+            return Ok(String::new());
+        }
+        let new = text[self.emitted..].to_string();
+        self.emitted = text.len();
+        Ok(new)
+    }
+
+    /// Whatever is still held back (an incomplete character at the very end), decoded as is.
+    pub fn finish(&mut self) -> Result<String> {
+        let text = self.tokenizer.decode(&self.ids, self.skip_special_tokens)?;
+        let rest = if text.len() > self.emitted && text.is_char_boundary(self.emitted) {
+            text[self.emitted..].to_string()
+        } else {
+            String::new()
+        };
+        self.emitted = text.len();
+        Ok(rest)
+    }
+
+    /// All text decoded so far.
+    pub fn text(&self) -> Result<String> {
+        self.tokenizer.decode(&self.ids, self.skip_special_tokens)
+    }
+}

@@ -1,0 +1,356 @@
+//! The public API on a tiny real checkpoint (the `llama-gqa-f32` fixture plus a byte-level
+//! tokenizer): dispatch, bad input as typed errors, batches, sampling, stop strings, streaming
+//! and chat templates.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use zoo_runtime::device_map::{parse_max_memory, DeviceMap};
+use zoo_transformers::{
+    AutoConfig, AutoModel, AutoModelForCausalLM, ChatTemplate, Error, GenerationOptions, Message,
+    StopReason, Tokenizer,
+};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nightly/fixtures")
+        .join(name)
+}
+
+/// GPT-2's byte → printable character map, so every byte is one token of a byte-level BPE.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| {
+        (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+    };
+    if printable(b) {
+        return b as char;
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).unwrap()
+}
+
+/// A byte-level tokenizer.json with one token per byte (id = byte value), no merges.
+fn byte_tokenizer() -> Value {
+    let vocab: serde_json::Map<String, Value> = (0..=255u8)
+        .map(|b| (byte_char(b).to_string(), json!(b)))
+        .collect();
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "vocab": vocab, "merges": []}
+    })
+}
+
+/// The fixture's checkpoint in a temp folder with a tokenizer and a chat template, after
+/// `edit` has changed its config.
+fn model_dir(edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture("llama-gqa-f32");
+    for f in ["model.safetensors", "generation_config.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let mut config: Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tokenizer.json"),
+        serde_json::to_vec(&byte_tokenizer()).unwrap(),
+    )
+    .unwrap();
+    let tc = json!({
+        "bos_token": "<s>", "eos_token": "</s>",
+        "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] | trim }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+    });
+    std::fs::write(
+        dir.path().join("tokenizer_config.json"),
+        serde_json::to_vec(&tc).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+fn load(dir: &Path) -> zoo_transformers::Result<zoo_transformers::CausalLM> {
+    AutoModelForCausalLM::load_pretrained(dir.to_str().unwrap(), DeviceMap::Cpu)
+}
+
+#[test]
+fn dispatch_by_architecture_then_model_type_and_unsupported_lists_supported() {
+    let c =
+        AutoConfig::from_pretrained(fixture("qwen3-qknorm-tied-f32").to_str().unwrap()).unwrap();
+    assert_eq!(
+        (c.family, c.architecture.as_str()),
+        (zoo_transformers::Family::Qwen3, "Qwen3ForCausalLM")
+    );
+    let dir = model_dir(|c| {
+        c["architectures"] = json!([]);
+        c["model_type"] = json!("mistral");
+    });
+    let c = AutoConfig::from_pretrained(dir.path().to_str().unwrap()).unwrap();
+    assert_eq!(c.architecture, "MistralForCausalLM");
+    let dir = model_dir(|c| {
+        c["architectures"] = json!(["GPT2LMHeadModel"]);
+        c["model_type"] = json!("gpt2");
+    });
+    let err = load(dir.path()).err().expect("gpt2 is refused");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::UnsupportedArchitecture { .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("GPT2LMHeadModel")
+            && msg.contains("Qwen3ForCausalLM")
+            && msg.contains("mistral"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn config_and_weight_errors_name_the_field_and_tensor() {
+    let dir = model_dir(|c| {
+        c.as_object_mut().unwrap().remove("hidden_size");
+    });
+    let msg = load(dir.path()).err().expect("missing field").to_string();
+    assert!(
+        msg.contains("hidden_size") && msg.contains("config.json"),
+        "{msg}"
+    );
+
+    let dir = model_dir(|c| c["intermediate_size"] = json!(48));
+    let msg = load(dir.path()).err().expect("wrong shape").to_string();
+    assert!(
+        msg.contains("model.layers.0.mlp.gate_proj.weight")
+            && msg.contains("[48, 32]")
+            && msg.contains("[64, 32]"),
+        "{msg}"
+    );
+
+    let dir = model_dir(|c| c["num_key_value_heads"] = json!(3));
+    let msg = load(dir.path())
+        .err()
+        .expect("heads not divisible")
+        .to_string();
+    assert!(msg.contains("num_key_value_heads"), "{msg}");
+}
+
+#[test]
+fn device_maps_and_memory_limits() {
+    let dir = model_dir(|_| {});
+    let p = dir.path().to_str().unwrap();
+    let err = AutoModelForCausalLM::load_pretrained(p, DeviceMap::Tpu)
+        .err()
+        .expect("tpu refused for now");
+    assert!(matches!(err, Error::UnsupportedDeviceMap { .. }), "{err}");
+    let m = AutoModelForCausalLM::load_pretrained(p, DeviceMap::Auto).unwrap();
+    assert!(m
+        .load_report()
+        .note
+        .as_deref()
+        .unwrap_or("")
+        .contains("cpu"));
+    let err = AutoModelForCausalLM::builder(p)
+        .max_memory(parse_max_memory("cpu=1KiB").unwrap())
+        .load()
+        .err()
+        .expect("1 KiB is too small");
+    assert!(err.to_string().contains("max_memory"), "{err}");
+    let base = AutoModel::load_pretrained(p, DeviceMap::Cpu).unwrap();
+    assert_eq!(base.config().num_hidden_layers, 2);
+}
+
+#[test]
+fn bad_prompts_are_typed_errors() {
+    let dir = model_dir(|_| {});
+    let m = load(dir.path()).unwrap();
+    let opts = GenerationOptions::greedy(4);
+    assert!(matches!(
+        m.generate(&[""], &opts),
+        Err(Error::Generation(_))
+    ));
+    assert!(matches!(
+        m.generate_ids(&[vec![]], &opts, |_| true),
+        Err(Error::Generation(_))
+    ));
+    assert!(matches!(
+        m.generate_ids(&[], &opts, |_| true),
+        Err(Error::Generation(_))
+    ));
+    let long = vec![5u32; 65];
+    let err = m
+        .generate_ids(&[long], &opts, |_| true)
+        .expect_err("65 > 64 positions");
+    assert!(err.to_string().contains("max_position_embeddings"), "{err}");
+    let err = m
+        .generate_ids(&[vec![999]], &opts, |_| true)
+        .expect_err("id outside vocab");
+    assert!(err.to_string().contains("999"), "{err}");
+    let bad = GenerationOptions {
+        top_p: Some(0.0),
+        ..opts
+    };
+    assert!(matches!(
+        m.generate(&["abc"], &bad),
+        Err(Error::Generation(_))
+    ));
+}
+
+#[test]
+fn left_padded_batch_equals_each_prompt_alone() {
+    let dir = model_dir(|_| {});
+    let m = load(dir.path()).unwrap();
+    let opts = GenerationOptions {
+        min_new_tokens: 12,
+        ..GenerationOptions::greedy(12)
+    };
+    let prompts = vec![vec![1u32, 40, 41, 42, 43, 44, 45], vec![1, 90, 91]];
+    let (batch, _) = m.generate_ids(&prompts, &opts, |_| true).unwrap();
+    for (p, b) in prompts.iter().zip(&batch) {
+        let (single, _) = m
+            .generate_ids(std::slice::from_ref(p), &opts, |_| true)
+            .unwrap();
+        assert_eq!(single[0].token_ids, b.token_ids);
+        assert_eq!(b.token_ids.len(), 12);
+    }
+}
+
+#[test]
+fn sampling_is_seeded_and_eos_and_stop_strings_end_rows() {
+    let dir = model_dir(|_| {});
+    let m = load(dir.path()).unwrap();
+    let sample = |seed| {
+        let o = GenerationOptions {
+            do_sample: true,
+            temperature: 1.5,
+            top_k: Some(50),
+            top_p: Some(0.95),
+            min_p: Some(0.01),
+            repetition_penalty: Some(1.2),
+            min_new_tokens: 16,
+            seed,
+            ..GenerationOptions::greedy(16)
+        };
+        m.generate_ids(&[vec![1, 7, 8, 9]], &o, |_| true)
+            .unwrap()
+            .0
+            .remove(0)
+            .token_ids
+    };
+    assert_eq!(sample(3), sample(3));
+    assert_ne!(sample(3), sample(4));
+
+    // A stop string that never comes: the row runs to max_new_tokens.
+    let o = GenerationOptions {
+        stop_strings: vec!["never-generated \u{10FFFF}".into()],
+        ..GenerationOptions::greedy(10)
+    };
+    let out = m.generate(&["abc"], &o).unwrap().remove(0);
+    assert!(
+        matches!(out.stop_reason, StopReason::Length | StopReason::Eos),
+        "{:?}",
+        out.stop_reason
+    );
+    // One that comes: cut right after it.
+    let free = m
+        .generate(
+            &["abc"],
+            &GenerationOptions {
+                min_new_tokens: 10,
+                ..GenerationOptions::greedy(10)
+            },
+        )
+        .unwrap()
+        .remove(0);
+    let text = free.text.unwrap();
+    let stop: String = text
+        .chars()
+        .filter(|&c| c != '\u{FFFD}' && !c.is_control())
+        .take(1)
+        .collect();
+    assert!(
+        !stop.is_empty(),
+        "the greedy text {text:?} has a printable character to stop on"
+    );
+    let o = GenerationOptions {
+        stop_strings: vec![stop.clone()],
+        min_new_tokens: 10,
+        ..GenerationOptions::greedy(10)
+    };
+    let out = m.generate(&["abc"], &o).unwrap().remove(0);
+    assert_eq!(out.stop_reason, StopReason::StopString);
+    let cut = out.text.unwrap();
+    assert!(
+        cut.ends_with(&stop) && text.starts_with(&cut),
+        "{cut:?} vs {text:?}"
+    );
+    // With every id an eos id, the first token ends the row.
+    let o = GenerationOptions {
+        eos_token_ids: Some((0..256).collect()),
+        ..GenerationOptions::greedy(10)
+    };
+    let out = m
+        .generate_ids(&[vec![1, 5]], &o, |_| true)
+        .unwrap()
+        .0
+        .remove(0);
+    assert_eq!((out.token_ids.len(), out.stop_reason), (1, StopReason::Eos));
+}
+
+#[test]
+fn streaming_holds_back_incomplete_utf8() {
+    let t = Tokenizer::from_json(&byte_tokenizer()).unwrap();
+    let text = "aé日🙂";
+    let ids = t.encode(text, false).unwrap();
+    assert_eq!(ids.len(), text.len(), "one token per byte");
+    let mut s = t.stream(true);
+    let pieces: Vec<String> = ids.iter().map(|&id| s.push(id).unwrap()).collect();
+    assert_eq!(pieces.concat() + &s.finish().unwrap(), text);
+    assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
+    assert_eq!(pieces[1], "", "first byte of é is held back");
+    assert_eq!(pieces[2], "é");
+}
+
+#[test]
+fn chat_templates_render_like_apply_chat_template() {
+    let dir = model_dir(|_| {});
+    let m = load(dir.path()).unwrap();
+    let msgs = [
+        Message::new("system", "  Be brief. "),
+        Message::new("user", "Hi?"),
+    ];
+    assert_eq!(
+        m.apply_chat_template(&msgs).unwrap(),
+        "<s>[system] Be brief.\n[user] Hi?\n[assistant] "
+    );
+
+    let t = ChatTemplate::new(
+        "{% if messages[0].role != 'user' %}{{ raise_exception('first message must be from the user') }}{% endif %}\
+         {% for m in messages %}{{ m | tojson }}{{ m.content.strip().upper() }}{% endfor %}{{ eos_token }}",
+        Some("<s>"),
+        Some("</s>"),
+    )
+    .unwrap();
+    let out = t.apply(&[Message::new("user", " a\"b ")], false).unwrap();
+    assert_eq!(out, r#"{"role":"user","content":" a\"b "}A"B</s>"#);
+    let err = t
+        .apply(&[Message::new("assistant", "x")], false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("first message must be from the user"), "{err}");
+    assert!(matches!(
+        ChatTemplate::new("{% for %}", None, None),
+        Err(Error::ChatTemplate(_))
+    ));
+    assert!(t.apply(&[], true).is_err());
+}

