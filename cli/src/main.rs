@@ -3,6 +3,7 @@
 mod devices;
 mod generate;
 mod inspect;
+mod parity;
 mod plan;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,7 @@ enum Command {
     Inspect(inspect::Args),
     Generate(generate::Args),
     Plan(plan::Args),
+    Parity(parity::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +37,7 @@ fn main() -> std::process::ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Parity(args) => parity::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,8 +1,10 @@
-//! zoo-nightly: the parity harness's model-free half.
+//! zoo-nightly: zoo's parity harness.
 //!
 //! - [`case`]: load a parity case folder (format in `nightly/README.md`) and compare a
 //!   port's outputs with the PyTorch reference recorded in it.
 //! - [`dashboard`]: the self-contained static `index.html` drawn from the history.
+//! - [`harness`]: runs case folders on zoo's models per backend and dtype and records
+//!   the run.
 //! - [`metrics`]: allclose pass/fail, max abs diff, mean relative diff, mismatch
 //!   percentage, cosine similarity, top-1 agreement, greedy-token match.
 //! - [`results`]: one JSON per run, the history folder, new failures and fixes.
@@ -14,6 +16,7 @@
 
 pub mod case;
 pub mod dashboard;
+pub mod harness;
 pub mod metrics;
 pub mod results;
 pub mod tensor;

@@ -1,0 +1,788 @@
+//! The harness: runs every case folder it is pointed at on zoo's models, per backend and
+//! dtype, judges the outputs with [`Case::compare_output`] and records the run with
+//! [`record_run`].
+//!
+//! Rules (see `nightly/README.md`): a backend the models cannot run on here is
+//! [`Status::NotAvailable`] with the reason, never a pass; an architecture zoo has no
+//! model for, a broken case folder, a load or forward error and a panic are each
+//! [`Status::Error`] with a message, and the run goes on with the next case.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::{DType, Tensor};
+use zoo_transformers::{AutoModelForCausalLM, CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
+
+use crate::case::{discover, Case, CaseDtype, CaseError, CaseSpec, CompareKind, Task};
+use crate::results::{
+    record_run, BackendInfo, CaseResult, Environment, ResultsError, RunResults, Status,
+};
+use crate::tensor::HostTensor;
+
+/// Architectures the harness can run, all through `AutoModelForCausalLM`.
+pub const CAUSAL_LM_ARCHITECTURES: [&str; 4] = [
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+];
+
+/// Where a case runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Backend {
+    /// candle, eager, on the host CPU.
+    CandleCpu,
+    /// The XLA CPU PJRT plugin, one device.
+    PjrtCpu,
+    /// The XLA CPU PJRT plugin, four devices.
+    PjrtCpuX4,
+    /// A CUDA PJRT plugin.
+    PjrtCuda,
+    /// libtpu.
+    PjrtTpu,
+}
+
+impl Backend {
+    /// Every backend, in the order runs list them.
+    pub const ALL: [Backend; 5] = [
+        Backend::CandleCpu,
+        Backend::PjrtCpu,
+        Backend::PjrtCpuX4,
+        Backend::PjrtCuda,
+        Backend::PjrtTpu,
+    ];
+
+    /// The name used on the command line and in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::CandleCpu => "candle-cpu",
+            Backend::PjrtCpu => "pjrt-cpu",
+            Backend::PjrtCpuX4 => "pjrt-cpu-x4",
+            Backend::PjrtCuda => "pjrt-cuda",
+            Backend::PjrtTpu => "pjrt-tpu",
+        }
+    }
+
+    /// Reads a name written by [`Backend::as_str`].
+    pub fn parse(s: &str) -> Result<Backend, HarnessError> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| HarnessError::UnknownBackend(s.to_string()))
+    }
+
+    /// The PJRT platform whose plugin the backend needs; `None` for candle.
+    pub fn pjrt_platform(self) -> Option<&'static str> {
+        match self {
+            Backend::CandleCpu => None,
+            Backend::PjrtCpu | Backend::PjrtCpuX4 => Some("cpu"),
+            Backend::PjrtCuda => Some("cuda"),
+            Backend::PjrtTpu => Some("tpu"),
+        }
+    }
+
+    /// The device map a model is loaded with for this backend.
+    pub fn device_map(self) -> DeviceMap {
+        let pjrt = |platform: &str, devices: Option<Vec<usize>>| DeviceMap::Pjrt {
+            platform: platform.to_string(),
+            devices,
+        };
+        match self {
+            Backend::CandleCpu => DeviceMap::Cpu,
+            Backend::PjrtCpu => pjrt("cpu", Some(vec![0])),
+            Backend::PjrtCpuX4 => pjrt("cpu", Some(vec![0, 1, 2, 3])),
+            Backend::PjrtCuda => pjrt("cuda", None),
+            Backend::PjrtTpu => pjrt("tpu", None),
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Reads a dtype name (`f32`, `bf16`, `f16`).
+pub fn parse_dtype(s: &str) -> Result<CaseDtype, HarnessError> {
+    match s {
+        "f32" => Ok(CaseDtype::F32),
+        "bf16" => Ok(CaseDtype::Bf16),
+        "f16" => Ok(CaseDtype::F16),
+        _ => Err(HarnessError::UnknownDtype(s.to_string())),
+    }
+}
+
+/// Why a run could not be made or recorded (problems of one case are recorded in the run
+/// instead).
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// A backend name that is not one of [`Backend::ALL`].
+    #[error("unknown backend `{0}`; use candle-cpu, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda or pjrt-tpu")]
+    UnknownBackend(String),
+    /// A dtype name that is not f32, bf16 or f16.
+    #[error("unknown dtype `{0}`; use f32, bf16 or f16")]
+    UnknownDtype(String),
+    /// A cases folder could not be listed.
+    #[error(transparent)]
+    Discover(#[from] CaseError),
+    /// The folders hold no case.
+    #[error("no case folder (a folder with case.json) under {0}")]
+    NoCases(String),
+    /// The results could not be written.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+}
+
+/// What [`run`] is asked to do besides the cases.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Backends; empty means every one of [`Backend::ALL`].
+    pub backends: Vec<Backend>,
+    /// Dtypes; empty means each case's own. A case whose dtype is not listed is recorded
+    /// as skipped: its reference outputs were made in its own dtype only.
+    pub dtypes: Vec<CaseDtype>,
+    /// History folder; `None` means `<out>/history`.
+    pub history: Option<PathBuf>,
+    /// The run id (history file name); `None` derives one from the start time.
+    pub run_id: Option<String>,
+}
+
+/// A recorded run.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    /// The run, with its changes against the previous run.
+    pub run: RunResults,
+    /// `<out>/results.json`.
+    pub results_path: PathBuf,
+    /// The history folder the run was added to.
+    pub history_dir: PathBuf,
+}
+
+impl RunSummary {
+    /// True when some result failed or errored.
+    pub fn has_failures(&self) -> bool {
+        self.run.results.iter().any(|r| r.status.is_bad())
+    }
+}
+
+/// Runs every case found under `cases` (each a case folder or a folder of them) on the
+/// asked backends and dtypes, and records the run in `out` and the history folder.
+pub fn run(
+    cases: &[PathBuf],
+    backends: &[Backend],
+    dtypes: &[CaseDtype],
+    out: &Path,
+) -> Result<RunSummary, HarnessError> {
+    run_with(
+        cases,
+        out,
+        &RunOptions {
+            backends: backends.to_vec(),
+            dtypes: dtypes.to_vec(),
+            ..RunOptions::default()
+        },
+    )
+}
+
+/// [`run`] with every option.
+pub fn run_with(
+    cases: &[PathBuf],
+    out: &Path,
+    opts: &RunOptions,
+) -> Result<RunSummary, HarnessError> {
+    let (secs, millis) = now();
+    let started_at = rfc3339(secs);
+    let run_id = opts.run_id.clone().unwrap_or_else(|| run_id(secs, millis));
+    let backends: Vec<Backend> = if opts.backends.is_empty() {
+        Backend::ALL.to_vec()
+    } else {
+        opts.backends.clone()
+    };
+    let mut dirs = Vec::new();
+    for root in cases {
+        dirs.extend(discover(root)?);
+    }
+    if dirs.is_empty() {
+        let roots: Vec<String> = cases.iter().map(|p| p.display().to_string()).collect();
+        return Err(HarnessError::NoCases(roots.join(", ")));
+    }
+    let probes: BTreeMap<Backend, Probe> = backends.iter().map(|&b| (b, probe(b))).collect();
+    let mut results = Vec::new();
+    let mut libraries = BTreeMap::new();
+    for dir in &dirs {
+        run_case_dir(dir, &probes, &opts.dtypes, &mut results, &mut libraries);
+    }
+    let environment = environment(&probes, &results, libraries);
+    let run = RunResults::new(&run_id, &started_at, environment, results);
+    let history_dir = opts.history.clone().unwrap_or_else(|| out.join("history"));
+    let run = record_run(run, out, &history_dir)?;
+    Ok(RunSummary {
+        run,
+        results_path: out.join(crate::results::RESULTS_FILE),
+        history_dir,
+    })
+}
+
+/// What the machine offers for a backend before any model is loaded.
+enum Probe {
+    /// candle: always here.
+    Candle,
+    /// The PJRT plugin file found for the backend's platform.
+    Plugin(PathBuf),
+    /// No plugin: why (every place searched).
+    Absent(String),
+}
+
+fn probe(backend: Backend) -> Probe {
+    match backend.pjrt_platform() {
+        None => Probe::Candle,
+        Some(platform) => match zoo_runtime::pjrt::discovery::find_plugin(Some(platform), None) {
+            Ok(found) => Probe::Plugin(found.path),
+            Err(e) => Probe::Absent(format!("no PJRT {platform} plugin on this machine: {e}")),
+        },
+    }
+}
+
+/// Loads one case folder and runs it on every backend × dtype, appending the results.
+fn run_case_dir(
+    dir: &Path,
+    probes: &BTreeMap<Backend, Probe>,
+    dtypes: &[CaseDtype],
+    results: &mut Vec<CaseResult>,
+    libraries: &mut BTreeMap<String, String>,
+) {
+    let started = Instant::now();
+    let folder = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string());
+    // case.json alone first: its name, architecture and dtype label every result even
+    // when the tensors are broken.
+    let spec = match CaseSpec::read(dir) {
+        Ok(spec) => spec,
+        Err(e) => {
+            for b in probes.keys() {
+                results.push(CaseResult::without_outputs(
+                    &folder,
+                    "unknown",
+                    b.as_str(),
+                    "unknown",
+                    Status::Error,
+                    format!("case folder: {e}"),
+                    started.elapsed().as_secs_f64(),
+                ));
+            }
+            return;
+        }
+    };
+    for (k, v) in &spec.reference.library_versions {
+        libraries.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    let load_started = Instant::now();
+    let loaded = Case::load(dir);
+    let load_time = load_started.elapsed().as_secs_f64();
+    let dtypes: Vec<CaseDtype> = if dtypes.is_empty() {
+        vec![spec.dtype]
+    } else {
+        dtypes.to_vec()
+    };
+    for (&backend, probe) in probes {
+        for &dtype in &dtypes {
+            let label = |status, message: String, time_s| {
+                CaseResult::without_outputs(
+                    &spec.name,
+                    &spec.architecture,
+                    backend.as_str(),
+                    dtype.as_str(),
+                    status,
+                    message,
+                    time_s,
+                )
+            };
+            if dtype != spec.dtype {
+                results.push(label(
+                    Status::Skipped,
+                    format!(
+                        "the reference ran in {}; no {} outputs to compare with",
+                        spec.dtype.as_str(),
+                        dtype.as_str()
+                    ),
+                    0.0,
+                ));
+                continue;
+            }
+            let case = match &loaded {
+                Ok(case) => case,
+                Err(e) => {
+                    results.push(label(Status::Error, format!("case folder: {e}"), load_time));
+                    continue;
+                }
+            };
+            if !CAUSAL_LM_ARCHITECTURES.contains(&spec.architecture.as_str())
+                || spec.task != Task::CausalLm
+            {
+                results.push(label(
+                    Status::Error,
+                    format!(
+                        "unsupported: zoo has no model for {} ({:?}); zoo runs {}",
+                        spec.architecture,
+                        spec.task,
+                        CAUSAL_LM_ARCHITECTURES.join(", ")
+                    ),
+                    0.0,
+                ));
+                continue;
+            }
+            if let Probe::Absent(why) = probe {
+                results.push(label(Status::NotAvailable, why.clone(), 0.0));
+                continue;
+            }
+            let started = Instant::now();
+            let outcome = guarded(|| run_causal_lm(case, backend));
+            let time_s = load_time + started.elapsed().as_secs_f64();
+            results.push(match outcome {
+                Ok(Ok(produced)) => judge(case, backend, produced, time_s),
+                Ok(Err(RunError::NotAvailable(why))) => label(Status::NotAvailable, why, 0.0),
+                Ok(Err(RunError::Failed(why))) => label(Status::Error, why, time_s),
+                Err(panic) => label(Status::Error, panic, time_s),
+            });
+        }
+    }
+}
+
+/// Compares every output the model produced; an expected (non-info) output it did not
+/// produce makes the result an error.
+fn judge(
+    case: &Case,
+    backend: Backend,
+    produced: BTreeMap<String, HostTensor>,
+    time_s: f64,
+) -> CaseResult {
+    let mut reports = Vec::new();
+    let mut problems = Vec::new();
+    for entry in &case.spec.outputs {
+        let kind = entry.compare.unwrap_or(CompareKind::Allclose);
+        match produced.get(&entry.name) {
+            Some(actual) => match case.compare_output(&entry.name, actual) {
+                Ok(report) => reports.push(report),
+                Err(e) => problems.push(e.to_string()),
+            },
+            None if kind == CompareKind::Info => {}
+            None => problems.push(format!("the model produced no `{}`", entry.name)),
+        }
+    }
+    let mut result = CaseResult::compared(case, backend.as_str(), reports, time_s);
+    if !problems.is_empty() {
+        result.status = Status::Error;
+        result.message = Some(problems.join("; "));
+    }
+    result
+}
+
+enum RunError {
+    /// The backend cannot run the model here.
+    NotAvailable(String),
+    /// Loading or running failed.
+    Failed(String),
+}
+
+/// Loads a causal-LM case's checkpoint on `backend` and produces the case's outputs:
+/// a full forward (logits, hidden states, per-layer outputs), the logits of each cached
+/// decode step fed the reference's tokens, and the greedy tokens of `generate`.
+fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostTensor>, RunError> {
+    let failed = |what: &str| {
+        let what = what.to_string();
+        move |e: zoo_transformers::Error| RunError::Failed(format!("{what}: {e}"))
+    };
+    let dtype = match case.spec.dtype {
+        CaseDtype::F32 => DType::F32,
+        CaseDtype::Bf16 => DType::BF16,
+        CaseDtype::F16 => DType::F16,
+    };
+    let ckpt = case.checkpoint_path();
+    let model = AutoModelForCausalLM::builder(&ckpt.to_string_lossy())
+        .device_map(backend.device_map())
+        .dtype(dtype)
+        .load()
+        .map_err(|e| match e {
+            zoo_transformers::Error::UnsupportedDeviceMap { .. } => {
+                RunError::NotAvailable(e.to_string())
+            }
+            e => RunError::Failed(format!("load {}: {e}", ckpt.display())),
+        })?;
+    let input = |name: &str| -> Result<&HostTensor, RunError> {
+        case.inputs
+            .get(name)
+            .ok_or_else(|| RunError::Failed(format!("the case has no input `{name}`")))
+    };
+    let ids_t = input("input_ids")?;
+    let ids = ints(ids_t, "input_ids")?;
+    let [b, t] = ids_t.shape[..] else {
+        return Err(RunError::Failed(format!(
+            "input_ids has shape {:?}; expected [batch, seq]",
+            ids_t.shape
+        )));
+    };
+    let mask: Vec<i64> = match case.inputs.get("attention_mask") {
+        Some(m) if m.shape == ids_t.shape => ints(m, "attention_mask")?.to_vec(),
+        Some(m) => {
+            return Err(RunError::Failed(format!(
+                "attention_mask has shape {:?}, input_ids {:?}",
+                m.shape, ids_t.shape
+            )))
+        }
+        None => vec![1; b * t],
+    };
+    let positions: Vec<i64> = match case.inputs.get("position_ids") {
+        Some(p) if p.shape == ids_t.shape => ints(p, "position_ids")?.to_vec(),
+        Some(p) => {
+            return Err(RunError::Failed(format!(
+                "position_ids has shape {:?}, input_ids {:?}",
+                p.shape, ids_t.shape
+            )))
+        }
+        // transformers' generate: cumsum(mask) - 1, 0 on padding.
+        None => mask
+            .chunks(t.max(1))
+            .flat_map(|row| {
+                let mut n = -1;
+                row.iter()
+                    .map(|&m| {
+                        n += i64::from(m != 0);
+                        if m != 0 {
+                            n
+                        } else {
+                            0
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    };
+    let mut out = BTreeMap::new();
+    full_forward(case, &model, ids, &mask, &positions, (b, t), &mut out)?;
+    let gen_ids = case.expected.get("generated_ids");
+    if let Some(g) = gen_ids.filter(|g| g.shape.len() != 2 || g.shape[0] != b) {
+        return Err(RunError::Failed(format!(
+            "generated_ids has shape {:?}; expected [{b}, new_tokens] for {b} prompts",
+            g.shape
+        )));
+    }
+    if let Some(gen_ids) = gen_ids.filter(|_| case.output_entry("generated_logits").is_some()) {
+        let steps = gen_ids.shape[1];
+        let gen_ids = ints(gen_ids, "generated_ids")?;
+        let logits = decode_steps(&model, ids, &mask, &positions, (b, t), gen_ids, steps)
+            .map_err(failed("cached decode"))?;
+        out.insert("generated_logits".into(), logits);
+    }
+    if let Some(gen) = &case.spec.generation {
+        let steps = gen_ids.and_then(|g| g.shape.get(1).copied());
+        let tokens = generate(&model, ids, &mask, (b, t), gen, steps)?;
+        out.insert("generated_ids".into(), tokens);
+    }
+    Ok(out)
+}
+
+fn ints<'a>(t: &'a HostTensor, name: &str) -> Result<&'a [i64], RunError> {
+    t.as_i64()
+        .ok_or_else(|| RunError::Failed(format!("input `{name}` must hold integers")))
+}
+
+fn host(t: &Tensor) -> Result<HostTensor, zoo_transformers::Error> {
+    let data = t.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    Ok(HostTensor::f32(t.shape().to_vec(), data))
+}
+
+fn mask_rows(mask: &[i64], t: usize) -> Vec<Vec<bool>> {
+    mask.chunks(t.max(1))
+        .map(|r| r.iter().map(|&m| m != 0).collect())
+        .collect()
+}
+
+/// Forward over the whole input, no cache: `logits`, `last_hidden_state` and
+/// `model.embed_tokens.output` / `model.layers.{i}.output`.
+fn full_forward(
+    case: &Case,
+    model: &CausalLM,
+    ids: &[i64],
+    mask: &[i64],
+    positions: &[i64],
+    (b, t): (usize, usize),
+    out: &mut BTreeMap<String, HostTensor>,
+) -> Result<(), RunError> {
+    let failed = |e: zoo_transformers::Error| RunError::Failed(format!("forward: {e}"));
+    let device = model.load_report().device;
+    let lm = model.model();
+    let input = Tensor::from_vec(ids.to_vec(), &[b, t], &device).map_err(|e| failed(e.into()))?;
+    let pos =
+        Tensor::from_vec(positions.to_vec(), &[b, t], &device).map_err(|e| failed(e.into()))?;
+    let rows = mask_rows(mask, t);
+    let mut cache = lm.model().new_cache(b, t).map_err(failed)?;
+    let args = ForwardArgs {
+        input_ids: &input,
+        position_ids: &pos,
+        attention_mask: Some(&rows),
+        output_hidden_states: true,
+    };
+    let (logits, states) = lm
+        .forward(args, &mut cache, LogitsFor::All)
+        .map_err(failed)?;
+    out.insert("logits".into(), host(&logits).map_err(failed)?);
+    out.insert(
+        "last_hidden_state".into(),
+        host(&states.last_hidden_state).map_err(failed)?,
+    );
+    // hidden_states: the embeddings, then each layer's output; the last entry is the
+    // normed output, already `last_hidden_state`.
+    let layers = states.hidden_states.len().saturating_sub(1);
+    for (i, h) in states.hidden_states.iter().enumerate().take(layers + 1) {
+        let name = if i == 0 {
+            "model.embed_tokens.output".to_string()
+        } else {
+            format!("model.layers.{}.output", i - 1)
+        };
+        if case.output_entry(&name).is_some() {
+            out.insert(name, host(h).map_err(failed)?);
+        }
+    }
+    Ok(())
+}
+
+/// Prefill, then one cached step per reference token: the logits of every step,
+/// `[batch, steps, vocab]`.
+fn decode_steps(
+    model: &CausalLM,
+    ids: &[i64],
+    mask: &[i64],
+    positions: &[i64],
+    (b, t): (usize, usize),
+    gen_ids: &[i64],
+    steps: usize,
+) -> Result<HostTensor, zoo_transformers::Error> {
+    let device = model.load_report().device;
+    let lm = model.model();
+    let input = Tensor::from_vec(ids.to_vec(), &[b, t], &device)?;
+    let pos = Tensor::from_vec(positions.to_vec(), &[b, t], &device)?;
+    let rows = mask_rows(mask, t);
+    let real: Vec<i64> = rows
+        .iter()
+        .map(|r| r.iter().filter(|&&m| m).count() as i64)
+        .collect();
+    let mut cache = lm.model().new_cache(b, t + steps)?;
+    let args = ForwardArgs {
+        input_ids: &input,
+        position_ids: &pos,
+        attention_mask: Some(&rows),
+        output_hidden_states: false,
+    };
+    let (mut logits, _) = lm.forward(args, &mut cache, LogitsFor::Last)?;
+    let mut per_step: Vec<Vec<f32>> = Vec::with_capacity(steps);
+    let mut vocab = 0;
+    for s in 0..steps {
+        vocab = *logits.shape().last().unwrap_or(&0);
+        per_step.push(logits.to_dtype(DType::F32)?.to_vec::<f32>()?);
+        if s + 1 == steps {
+            break;
+        }
+        let next: Vec<i64> = (0..b).map(|r| gen_ids[r * steps + s]).collect();
+        let p: Vec<i64> = real.iter().map(|&n| n + s as i64).collect();
+        let next = Tensor::from_vec(next, &[b, 1], &device)?;
+        let p = Tensor::from_vec(p, &[b, 1], &device)?;
+        let args = ForwardArgs {
+            input_ids: &next,
+            position_ids: &p,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        logits = lm.forward(args, &mut cache, LogitsFor::Last)?.0;
+    }
+    // per_step[s] is [b, vocab]; the reference stores [b, steps, vocab].
+    let mut data = Vec::with_capacity(b * steps * vocab);
+    for r in 0..b {
+        for step in &per_step {
+            data.extend_from_slice(&step[r * vocab..(r + 1) * vocab]);
+        }
+    }
+    Ok(HostTensor::f32(vec![b, steps, vocab], data))
+}
+
+/// Greedy `generate` on the unpadded prompts; rows shorter than the reference (an early
+/// eos) are padded with -1 so the token metrics show where they diverge.
+fn generate(
+    model: &CausalLM,
+    ids: &[i64],
+    mask: &[i64],
+    (b, t): (usize, usize),
+    gen: &crate::case::GenerationSpec,
+    steps: Option<usize>,
+) -> Result<HostTensor, RunError> {
+    let prompts: Vec<Vec<u32>> = (0..b)
+        .map(|r| {
+            (0..t)
+                .filter(|&i| mask[r * t + i] != 0)
+                .map(|i| u32::try_from(ids[r * t + i]))
+                .collect::<Result<Vec<u32>, _>>()
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|_| RunError::Failed("input_ids holds an id outside 0..2^32".into()))?;
+    let eos = gen.eos_token_id.as_ref().map(|e| {
+        e.to_vec()
+            .into_iter()
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect()
+    });
+    let opts = GenerationOptions {
+        max_new_tokens: gen.max_new_tokens,
+        min_new_tokens: gen.min_new_tokens,
+        eos_token_ids: eos,
+        ..Default::default()
+    };
+    let (outs, _) = model
+        .generate_ids(&prompts, &opts, |_| true)
+        .map_err(|e| RunError::Failed(format!("generate: {e}")))?;
+    let width = steps.unwrap_or_else(|| outs.iter().map(|o| o.token_ids.len()).max().unwrap_or(0));
+    let mut data = Vec::with_capacity(b * width);
+    for o in &outs {
+        let row: Vec<i64> = o.token_ids.iter().map(|&i| i64::from(i)).collect();
+        data.extend(row.iter().copied().chain(std::iter::repeat(-1)).take(width));
+    }
+    Ok(HostTensor::i64(vec![outs.len(), width], data))
+}
+
+/// Runs `f`, turning a panic into `Err("panicked: <message>")` so one case cannot end
+/// the run.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        let message = if let Some(s) = panic.downcast_ref::<&str>() {
+            s.to_string()
+        } else if let Some(s) = panic.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "a panic without a message".to_string()
+        };
+        format!("panicked: {message}")
+    })
+}
+
+/// The run's environment: per backend whether any case ran there (and why not otherwise).
+fn environment(
+    probes: &BTreeMap<Backend, Probe>,
+    results: &[CaseResult],
+    libraries: BTreeMap<String, String>,
+) -> Environment {
+    let mut env = Environment {
+        commit: std::env::var("ZOO_COMMIT")
+            .or_else(|_| std::env::var("GITHUB_SHA"))
+            .ok()
+            .filter(|c| !c.is_empty()),
+        zoo_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        host: Some(format!(
+            "{} {}",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )),
+        libraries,
+        ..Environment::default()
+    };
+    for (&b, probe) in probes {
+        let mine: Vec<&CaseResult> = results.iter().filter(|r| r.backend == b.as_str()).collect();
+        let absent = mine.iter().find(|r| r.status == Status::NotAvailable);
+        let ran = mine
+            .iter()
+            .any(|r| matches!(r.status, Status::Passed | Status::Failed));
+        let plugin = match probe {
+            Probe::Plugin(path) => Some(format!("plugin {}", path.display())),
+            Probe::Candle | Probe::Absent(_) => None,
+        };
+        let why = match (ran, absent) {
+            (true, _) => None,
+            (false, Some(r)) => r.message.clone(),
+            (false, None) => Some("no case ran on it in this run".into()),
+        };
+        let detail = match (plugin, why) {
+            (Some(p), Some(w)) => Some(format!("{p}; {w}")),
+            (p, w) => p.or(w),
+        };
+        let info = BackendInfo {
+            available: ran,
+            version: None,
+            detail,
+        };
+        env.backends.insert(b.as_str().to_string(), info);
+    }
+    env
+}
+
+fn now() -> (u64, u32) {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs(), d.subsec_millis())
+}
+
+/// (year, month, day, hour, minute, second) of a Unix time, UTC.
+fn civil(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn rfc3339(secs: u64) -> String {
+    let (y, mo, d, h, mi, s) = civil(secs);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+/// Sortable and a safe file name; milliseconds keep two runs in one second apart.
+fn run_id(secs: u64, millis: u32) -> String {
+    let (y, mo, d, h, mi, s) = civil(secs);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}-{mi:02}-{s:02}.{millis:03}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_parse_back_and_reject_unknown_names() {
+        for b in Backend::ALL {
+            assert_eq!(Backend::parse(b.as_str()).unwrap(), b);
+        }
+        assert!(matches!(
+            Backend::parse("pjrt-gpu"),
+            Err(HarnessError::UnknownBackend(_))
+        ));
+        assert!(parse_dtype("f64").is_err());
+        assert_eq!(parse_dtype("bf16").unwrap(), CaseDtype::Bf16);
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_message() {
+        assert_eq!(guarded(|| 7), Ok(7));
+        let err = guarded(|| -> u8 { panic!("bad shape {}", 3) }).unwrap_err();
+        assert_eq!(err, "panicked: bad shape 3");
+        let err = guarded(|| std::panic::panic_any(5u8)).unwrap_err();
+        assert_eq!(err, "panicked: a panic without a message");
+    }
+
+    #[test]
+    fn timestamps_are_utc_calendar_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        // 2024-02-29 12:34:56 UTC, a leap day.
+        assert_eq!(rfc3339(1_709_210_096), "2024-02-29T12:34:56Z");
+        assert_eq!(run_id(1_709_210_096, 7), "2024-02-29T12-34-56.007Z");
+    }
+}

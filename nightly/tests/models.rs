@@ -1,0 +1,84 @@
+//! Parity with transformers on every committed fixture, through the harness: each
+//! Llama-family case passes on candle-cpu (logits, hidden states, per-layer outputs, the
+//! logits of each cached decode step fed the reference's tokens, and the greedy tokens of
+//! `generate`); pjrt-cpu is recorded as not available while zoo-transformers refuses PJRT
+//! device maps; architectures zoo has no model for are errors, never passes.
+//!
+//! The case list is read from disk, so new fixtures are picked up without editing this file.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use zoo_nightly::harness::{self, Backend, CAUSAL_LM_ARCHITECTURES};
+use zoo_nightly::Status;
+
+#[test]
+fn every_fixture_runs_and_every_llama_family_case_matches_transformers() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let out = tempfile::tempdir().unwrap();
+    let summary = harness::run(
+        std::slice::from_ref(&fixtures),
+        &[Backend::CandleCpu, Backend::PjrtCpu],
+        &[],
+        out.path(),
+    )
+    .unwrap();
+    let run = &summary.run;
+    let cases = zoo_nightly::case::discover(&fixtures).unwrap();
+    assert_eq!(
+        run.results.len(),
+        2 * cases.len(),
+        "one result per case × backend"
+    );
+
+    let mut failures = Vec::new();
+    let mut architectures = BTreeSet::new();
+    let mut dtypes = BTreeSet::new();
+    for r in &run.results {
+        let ported = CAUSAL_LM_ARCHITECTURES.contains(&r.architecture.as_str());
+        let want = match (ported, r.backend.as_str()) {
+            (false, _) => Status::Error,
+            (true, "candle-cpu") => Status::Passed,
+            (true, _) => Status::NotAvailable,
+        };
+        if r.status != want {
+            let bad: Vec<&str> = r
+                .outputs
+                .iter()
+                .filter(|o| !o.passed)
+                .map(|o| o.name.as_str())
+                .collect();
+            failures.push(format!(
+                "{} on {}: {} (want {}), failing outputs {bad:?}, worst {:?}, {}",
+                r.case,
+                r.backend,
+                r.status.as_str(),
+                want.as_str(),
+                r.worst,
+                r.message.as_deref().unwrap_or("")
+            ));
+        }
+        if r.status == Status::Passed {
+            architectures.insert(r.architecture.clone());
+            dtypes.insert(r.dtype.clone());
+            assert_eq!(r.worst.greedy_match, Some(true), "{}", r.case);
+            assert_eq!(r.worst.top1_agreement, Some(1.0), "{}", r.case);
+        }
+        if !ported {
+            let m = r.message.as_deref().unwrap_or("");
+            assert!(m.contains("unsupported"), "{}: {m}", r.case);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} results off:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert_eq!(architectures.len(), 4, "{architectures:?}");
+    assert!(
+        ["f32", "bf16", "f16"].iter().all(|d| dtypes.contains(*d)),
+        "{dtypes:?}"
+    );
+    assert!(summary.results_path.is_file());
+}
