@@ -8,28 +8,7 @@ mod common;
 
 const VAR: &str = "ZOO_PJRT_CPU_PLUGIN";
 
-macro_rules! groups {
-    ($($g:ident),*) => {
-        $(
-            #[test]
-            fn $g() {
-                common::run_group(VAR, stringify!($g), 0);
-            }
-        )*
-    };
-}
-
-groups!(
-    elementwise,
-    matmul,
-    reduce,
-    shape,
-    creation,
-    conv,
-    norm,
-    attention,
-    errors
-);
+conformance_groups!(VAR);
 
 #[test]
 fn attention_on_device_3() {

@@ -8,25 +8,4 @@ mod common;
 
 const VAR: &str = "ZOO_PJRT_CPU_PLUGIN_SKEW";
 
-macro_rules! groups {
-    ($($g:ident),*) => {
-        $(
-            #[test]
-            fn $g() {
-                common::run_group(VAR, stringify!($g), 0);
-            }
-        )*
-    };
-}
-
-groups!(
-    elementwise,
-    matmul,
-    reduce,
-    shape,
-    creation,
-    conv,
-    norm,
-    attention,
-    errors
-);
+conformance_groups!(VAR);

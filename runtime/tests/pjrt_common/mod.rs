@@ -51,3 +51,24 @@ pub fn run_group(var: &str, group: &str, ordinal: usize) {
         Err(report) => panic!("{report}"),
     }
 }
+
+/// One `#[test]` per conformance group on device 0 of the plugin named by the environment
+/// variable `$var`. Each plugin needs its own test binary: a process holds one client per
+/// platform.
+#[macro_export]
+macro_rules! conformance_groups {
+    ($var:expr) => {
+        $crate::conformance_groups!(
+            $var;
+            elementwise, matmul, reduce, shape, creation, conv, norm, attention, errors
+        );
+    };
+    ($var:expr; $($g:ident),*) => {
+        $(
+            #[test]
+            fn $g() {
+                common::run_group($var, stringify!($g), 0);
+            }
+        )*
+    };
+}
