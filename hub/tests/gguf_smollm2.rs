@@ -5,11 +5,13 @@
 //!
 //! The file comes from `ZOO_SMOLLM2_GGUF`, which scripts/run-tests.sh exports.
 
+mod common;
+
 use std::path::PathBuf;
 
 use serde_json::Value as J;
 use zoo_hub::gguf::{self, GgufCheckpoint};
-use zoo_hub::{Transform, Weights};
+use zoo_hub::Weights;
 
 fn smollm2() -> PathBuf {
     match std::env::var_os("ZOO_SMOLLM2_GGUF") {
@@ -56,24 +58,7 @@ fn names_shapes_and_types_match_transformers() {
     let tensors = r["tensors"].as_array().unwrap();
     assert_eq!(ck.inventory.len(), tensors.len());
     for t in tensors {
-        let hf = t["hf_name"].as_str().unwrap();
-        let info = ck.inventory.require(hf).unwrap();
-        let shape: Vec<usize> = t["hf_shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap() as usize)
-            .collect();
-        assert_eq!(info.shape, shape, "{hf}");
-        assert_eq!(info.dtype.name(), t["type"].as_str().unwrap(), "{hf}");
-        let want = if hf.ends_with("q_proj.weight") {
-            Transform::UnpermuteQk { heads: 9 }
-        } else if hf.ends_with("k_proj.weight") {
-            Transform::UnpermuteQk { heads: 3 }
-        } else {
-            Transform::None
-        };
-        assert_eq!(info.transform, want, "{hf}");
+        common::check_gguf_reference_tensor(&ck.inventory, t, 9, 3);
     }
     assert!(
         ck.inventory.get("lm_head.weight").is_none(),

@@ -4,11 +4,13 @@
 //! quantized type among the weights, linear rope scaling, and a llama-3 style tokenizer that adds
 //! BOS and has user-defined tokens.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value as J};
 use zoo_hub::gguf;
-use zoo_hub::{Transform, Weights};
+use zoo_hub::Weights;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -41,23 +43,7 @@ fn tensors_match_transformers() {
     let w = Weights::open(ck.inventory.clone()).unwrap();
     for t in tensors {
         let hf = t["hf_name"].as_str().unwrap();
-        let info = ck.inventory.require(hf).unwrap();
-        let shape: Vec<usize> = t["hf_shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap() as usize)
-            .collect();
-        assert_eq!(info.shape, shape, "{hf}");
-        assert_eq!(info.dtype.name(), t["type"].as_str().unwrap(), "{hf}");
-        let want_transform = if hf.ends_with("q_proj.weight") {
-            Transform::UnpermuteQk { heads: 4 }
-        } else if hf.ends_with("k_proj.weight") {
-            Transform::UnpermuteQk { heads: 2 }
-        } else {
-            Transform::None
-        };
-        assert_eq!(info.transform, want_transform, "{hf}");
+        common::check_gguf_reference_tensor(&ck.inventory, t, 4, 2);
         let v = w.tensor(hf).unwrap().to_f32().unwrap();
         let first: Vec<f32> = t["first"]
             .as_array()

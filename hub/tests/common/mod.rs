@@ -109,3 +109,33 @@ pub fn asset(var: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("scripts/fetch-test-assets.sh exported no {var}"));
     PathBuf::from(line.trim())
 }
+
+/// Checks one tensor entry of a transformers-written GGUF reference (`hf_name`, `hf_shape`,
+/// `type`) against `inventory`, including the Q/K row transform for `heads` query and
+/// `kv_heads` key heads, and returns the tensor's info.
+pub fn check_gguf_reference_tensor<'a>(
+    inventory: &'a zoo_hub::Inventory,
+    t: &serde_json::Value,
+    heads: usize,
+    kv_heads: usize,
+) -> &'a zoo_hub::TensorInfo {
+    let hf = t["hf_name"].as_str().unwrap();
+    let info = inventory.require(hf).unwrap();
+    let shape: Vec<usize> = t["hf_shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(info.shape, shape, "{hf}");
+    assert_eq!(info.dtype.name(), t["type"].as_str().unwrap(), "{hf}");
+    let want = if hf.ends_with("q_proj.weight") {
+        zoo_hub::Transform::UnpermuteQk { heads }
+    } else if hf.ends_with("k_proj.weight") {
+        zoo_hub::Transform::UnpermuteQk { heads: kv_heads }
+    } else {
+        zoo_hub::Transform::None
+    };
+    assert_eq!(info.transform, want, "{hf}");
+    info
+}
