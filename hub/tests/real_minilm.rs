@@ -7,7 +7,7 @@ use zoo_hub::{Dtype, Pretrained, Weights};
 
 #[test]
 fn minilm_config_inventory_and_every_tensor_as_f32() {
-    let dir = common::asset("ZOO_MINILM_DIR");
+    let dir = common::assets::asset("ZOO_MINILM_DIR");
     let model = Pretrained::open(dir.to_str().unwrap()).unwrap();
     let config = model.config().unwrap();
     assert_eq!(config.architectures, ["BertModel"]);

