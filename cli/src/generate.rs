@@ -34,15 +34,21 @@ pub struct Args {
     /// A system message for --chat.
     #[arg(long, requires = "chat")]
     system: Option<String>,
-    /// Where the model runs: auto, cpu, cuda:N (cuda builds). tpu, pjrt:PLATFORM[:N],
-    /// balanced and FILE.json maps are parsed but refused until PJRT execution lands.
+    /// Where the model runs: cpu (candle), cuda:N (candle, cuda builds), pjrt:PLATFORM
+    /// (every device of a PJRT plugin: cpu, cuda or tpu; several devices split the layers
+    /// in balanced stages), pjrt:PLATFORM:0,1 (those devices), tpu (every TPU chip),
+    /// balanced / balanced_low_0 / sequential (over this host's accelerators), auto (TPU,
+    /// then CUDA, then cpu), or a FILE.json device map (transformers' hf_device_map, or a
+    /// plan written by `zoo plan --out`). On PJRT devices the first call of each prompt
+    /// length bucket compiles; compiled programs are cached on disk (ZOO_PJRT_CACHE).
     #[arg(long, default_value = "cpu")]
     device_map: String,
     /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's; f32 for
     /// quantized GGUF files).
     #[arg(long)]
     dtype: Option<String>,
-    /// Memory limits, e.g. `cpu=2GiB`; loading fails early when the weights do not fit.
+    /// Memory limits, e.g. `cpu=2GiB` or `0=2GiB,1=2GiB`: budgets of a split (instead of
+    /// what the devices report); loading fails early when the weights do not fit.
     #[arg(long)]
     max_memory: Option<String>,
     /// Hub revision (branch, tag or commit) for repo ids.
@@ -105,6 +111,9 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(note) = &report.note {
         eprintln!("{note}");
     }
+    if let Some(plan) = &report.plan {
+        eprint!("{plan}");
+    }
 
     let mut opts = model.default_options();
     if let Some(n) = args.max_new_tokens {
@@ -153,7 +162,12 @@ pub fn run(args: Args) -> Result<()> {
     eprintln!(
         "\n{} on {} in {}: load {:.2}s, prompt {} tokens, time to first token {:.3}s, {} tokens, decode {:.1} tok/s ({:?})",
         model.config().architecture,
-        report.device,
+        report
+            .devices
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(" → "),
         report.dtype,
         report.seconds,
         stats.prompt_tokens,

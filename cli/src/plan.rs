@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use zoo_hub::{Dtype, Pretrained};
 use zoo_runtime::device_map::{
-    parse_max_memory, plan, units_from_inventory, DeviceBudget, ModelShape, Placement, PlanRequest,
+    decoder_units, parse_max_memory, plan, DeviceBudget, ModelShape, Placement, PlanRequest,
     Workload,
 };
 
@@ -103,45 +103,9 @@ pub fn run(args: Args) -> Result<()> {
         bail!("offloading to disk is not supported; give more device or cpu memory");
     }
 
-    let shape = config.as_ref().and_then(|c| {
-        let heads = c.num_attention_heads?;
-        let hidden = c.hidden_size?;
-        Some(ModelShape {
-            layers: c.num_hidden_layers?,
-            hidden,
-            intermediate: c.intermediate_size.unwrap_or(4 * hidden),
-            heads,
-            kv_heads: c.num_key_value_heads.unwrap_or(heads),
-            head_dim: c.head_dim.unwrap_or(hidden / heads.max(1)),
-            vocab: c.vocab_size.unwrap_or(0),
-        })
-    });
+    let shape = config.as_ref().and_then(ModelShape::from_config);
     let inv = &checkpoint.inventory;
-    let tied = match (
-        inv.get("model.embed_tokens.weight"),
-        inv.get("lm_head.weight"),
-        config.as_ref().and_then(|c| c.tie_word_embeddings),
-    ) {
-        (Some(_), Some(_), Some(true)) => {
-            vec![vec![
-                "model.embed_tokens.weight".to_string(),
-                "lm_head.weight".to_string(),
-            ]]
-        }
-        _ => Vec::new(),
-    };
-    let units = units_from_inventory(
-        inv,
-        &[
-            "model.layers",
-            "model.decoder.layers",
-            "transformer.h",
-            "encoder.layer",
-            "layers",
-        ],
-        dtype,
-        &tied,
-    );
+    let units = decoder_units(inv, config.as_ref(), dtype);
     let request = PlanRequest {
         strategy: args.device_map.clone(),
         devices,

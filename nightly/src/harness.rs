@@ -66,6 +66,17 @@ impl Backend {
         }
     }
 
+    /// The PJRT platform of the backend's devices.
+    pub fn pjrt_device_platform(self) -> Option<zoo_runtime::PjrtPlatform> {
+        use zoo_runtime::PjrtPlatform as P;
+        match self {
+            Backend::CandleCpu => None,
+            Backend::PjrtCpu | Backend::PjrtCpuX4 => Some(P::Cpu),
+            Backend::PjrtCuda => Some(P::Cuda),
+            Backend::PjrtTpu => Some(P::Tpu),
+        }
+    }
+
     /// Reads a name written by [`Backend::as_str`].
     pub fn parse(s: &str) -> Result<Backend, HarnessError> {
         Backend::ALL
@@ -232,7 +243,7 @@ enum Probe {
     /// candle: always here.
     Candle,
     /// The PJRT plugin file found for the backend's platform.
-    Plugin(PathBuf),
+    Plugin(String),
     /// No plugin: why (every place searched).
     Absent(String),
 }
@@ -240,9 +251,16 @@ enum Probe {
 fn probe(backend: Backend) -> Probe {
     match backend.pjrt_platform() {
         None => Probe::Candle,
-        Some(platform) => match zoo_runtime::pjrt::discovery::find_plugin(Some(platform), None) {
-            Ok(found) => Probe::Plugin(found.path),
-            Err(e) => Probe::Absent(format!("no PJRT {platform} plugin on this machine: {e}")),
+        // The plugin the lazy backend itself will use (ZOO_PJRT_CPU_PLUGIN, else discovery).
+        Some(platform) => match backend
+            .pjrt_device_platform()
+            .map(zoo_runtime::lazy::plugin_identity)
+        {
+            Some(Ok(identity)) => Probe::Plugin(identity),
+            Some(Err(e)) => {
+                Probe::Absent(format!("no PJRT {platform} plugin on this machine: {e}"))
+            }
+            None => Probe::Absent(format!("unknown PJRT platform {platform}")),
         },
     }
 }
@@ -403,13 +421,18 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
         CaseDtype::Bf16 => DType::BF16,
         CaseDtype::F16 => DType::F16,
     };
+    if backend.pjrt_platform().is_some() {
+        // Parity compares against PyTorch's f32 matmuls: no reduced-precision passes.
+        zoo_runtime::set_matmul_precision(zoo_runtime::Precision::Highest);
+    }
     let ckpt = case.checkpoint_path();
     let model = AutoModelForCausalLM::builder(&ckpt.to_string_lossy())
         .device_map(backend.device_map())
         .dtype(dtype)
         .load()
         .map_err(|e| match e {
-            zoo_transformers::Error::UnsupportedDeviceMap { .. } => {
+            zoo_transformers::Error::UnsupportedDeviceMap { .. }
+            | zoo_transformers::Error::DeviceUnavailable { .. } => {
                 RunError::NotAvailable(e.to_string())
             }
             e => RunError::Failed(format!("load {}: {e}", ckpt.display())),
@@ -695,7 +718,7 @@ fn environment(
             .iter()
             .any(|r| matches!(r.status, Status::Passed | Status::Failed));
         let plugin = match probe {
-            Probe::Plugin(path) => Some(format!("plugin {}", path.display())),
+            Probe::Plugin(identity) => Some(format!("plugin {identity}")),
             Probe::Candle | Probe::Absent(_) => None,
         };
         let why = match (ran, absent) {

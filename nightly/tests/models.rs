@@ -1,8 +1,9 @@
 //! Parity with transformers on every committed fixture, through the harness: each
-//! Llama-family case passes on candle-cpu (logits, hidden states, per-layer outputs, the
-//! logits of each cached decode step fed the reference's tokens, and the greedy tokens of
-//! `generate`); pjrt-cpu is recorded as not available while zoo-transformers refuses PJRT
-//! device maps; architectures zoo has no model for are errors, never passes.
+//! Llama-family case passes on candle-cpu, on one device of the XLA CPU PJRT plugin
+//! (pjrt-cpu) and split over four of its devices (pjrt-cpu-x4): logits, hidden states,
+//! per-layer outputs, the logits of each cached decode step fed the reference's tokens, and
+//! the greedy tokens of `generate`. Architectures zoo has no model for are errors, never
+//! passes. A missing PJRT plugin fails the PJRT results.
 //!
 //! The case list is read from disk, so new fixtures are picked up without editing this file.
 
@@ -12,22 +13,23 @@ use std::path::Path;
 use zoo_nightly::harness::{self, Backend, CAUSAL_LM_ARCHITECTURES};
 use zoo_nightly::Status;
 
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+
 #[test]
 fn every_fixture_runs_and_every_llama_family_case_matches_transformers() {
+    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
+    zoo_runtime::lazy::configure(zoo_runtime::PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let out = tempfile::tempdir().unwrap();
-    let summary = harness::run(
-        std::slice::from_ref(&fixtures),
-        &[Backend::CandleCpu, Backend::PjrtCpu],
-        &[],
-        out.path(),
-    )
-    .unwrap();
+    let backends = [Backend::CandleCpu, Backend::PjrtCpu, Backend::PjrtCpuX4];
+    let summary =
+        harness::run(std::slice::from_ref(&fixtures), &backends, &[], out.path()).unwrap();
     let run = &summary.run;
     let cases = zoo_nightly::case::discover(&fixtures).unwrap();
     assert_eq!(
         run.results.len(),
-        2 * cases.len(),
+        backends.len() * cases.len(),
         "one result per case × backend"
     );
 
@@ -36,10 +38,10 @@ fn every_fixture_runs_and_every_llama_family_case_matches_transformers() {
     let mut dtypes = BTreeSet::new();
     for r in &run.results {
         let ported = CAUSAL_LM_ARCHITECTURES.contains(&r.architecture.as_str());
-        let want = match (ported, r.backend.as_str()) {
-            (false, _) => Status::Error,
-            (true, "candle-cpu") => Status::Passed,
-            (true, _) => Status::NotAvailable,
+        let want = if ported {
+            Status::Passed
+        } else {
+            Status::Error
         };
         if r.status != want {
             let bad: Vec<&str> = r

@@ -59,6 +59,18 @@ impl fmt::Display for PjrtDevice {
 }
 
 impl Device {
+    /// Whether candle can open a CUDA device here: a `cuda` build on a host with a driver.
+    pub fn cuda_is_available() -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            candle_core::utils::cuda_is_available()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
     /// Whether ops on this device run at once (candle) rather than being recorded (PJRT).
     pub fn is_eager(&self) -> bool {
         !matches!(self, Device::Pjrt(_))

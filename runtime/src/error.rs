@@ -114,6 +114,9 @@ pub enum Error {
     /// A rotary-embedding configuration that cannot be used.
     #[error("rope config: {0}")]
     RopeConfig(String),
+    /// A device map that cannot be planned or resolved (no budget, does not fit, ...).
+    #[error(transparent)]
+    DeviceMap(#[from] crate::device_map::DeviceMapError),
     /// An error raised by the candle eager backend, with the zoo operation that called it.
     #[error("{op}: candle backend error: {source}")]
     Backend {

@@ -66,6 +66,20 @@ impl Tensor {
         }
     }
 
+    /// The values of an integer tensor when the host has them without a device round trip:
+    /// an eager tensor's values, or those a PJRT tensor was uploaded from (positions, token
+    /// ids, indices). `None` for floats and for PJRT values computed on the device, whose
+    /// reading would run the pending graph.
+    pub fn host_known_i64(&self) -> Option<Vec<i64>> {
+        if !self.dtype.is_int() {
+            return None;
+        }
+        match &self.repr {
+            Repr::Eager(_) => self.to_dtype(DType::I64).ok()?.to_vec::<i64>().ok(),
+            Repr::Lazy(l) => l.node.host_ints.as_ref().map(|v| v.to_vec()),
+        }
+    }
+
     /// Wraps a candle tensor (interop escape hatch). Fails for dtypes zoo does not model.
     pub fn from_candle(t: candle_core::Tensor) -> Result<Tensor> {
         let dtype = DType::from_candle(t.dtype()).ok_or_else(|| Error::InvalidArgument {

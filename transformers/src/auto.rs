@@ -14,6 +14,7 @@ use crate::config::{DecoderConfig, Family};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
 use crate::loading::HubSource;
 use crate::models::llama::{LlamaForCausalLM, LlamaModel};
+use crate::placement;
 use crate::{Error, Result, Tokenizer};
 
 /// Architectures (`config.json` `architectures`) this crate loads.
@@ -124,7 +125,7 @@ impl Default for LoadOptions {
 /// What a load did, for the CLI and logs.
 #[derive(Clone, Debug)]
 pub struct LoadReport {
-    /// The device the weights were loaded onto.
+    /// The device inputs go to (the one holding the embeddings).
     pub device: Device,
     /// The dtype of weights and activations.
     pub dtype: DType,
@@ -132,25 +133,13 @@ pub struct LoadReport {
     pub weight_bytes: u64,
     /// Wall time of the load, tokenizer and configs included.
     pub seconds: f64,
+    /// Every device the model runs on, in execution order (several for a split model).
+    pub devices: Vec<Device>,
     /// A note about what `DeviceMap::Auto` picked, if it was used.
     pub note: Option<String>,
-}
-
-fn resolve_device(map: &DeviceMap) -> Result<(Device, Option<String>)> {
-    match map {
-        DeviceMap::Cpu => Ok((Device::Cpu, None)),
-        DeviceMap::Cuda(i) => Ok((Device::Cuda(*i), None)),
-        DeviceMap::Auto => Ok((
-            Device::Cpu,
-            Some("device_map auto: picked cpu (candle); PJRT and multi-device placement come with the PJRT/device-map work".into()),
-        )),
-        other => Err(Error::UnsupportedDeviceMap {
-            map: format!("{other:?}"),
-            reason: "zoo-transformers runs on one eager device for now (cpu, or cuda:N in a `cuda` build); \
-                     TPU, PJRT and split maps come with the PJRT lazy backend and device-map execution"
-                .into(),
-        }),
-    }
+    /// The plan a strategy device map (balanced, sequential, a multi-device PJRT map) was
+    /// resolved with: per-device bytes and the cuts.
+    pub plan: Option<zoo_runtime::device_map::Plan>,
 }
 
 fn open(repo_or_path: &str, revision: Option<&str>) -> Result<Pretrained> {
@@ -174,7 +163,6 @@ fn open_weights(
     cfg: &AutoConfig,
     opts: &LoadOptions,
 ) -> Result<(Weights, Arc<HubSource>, LoadReport)> {
-    let (device, note) = resolve_device(&opts.device_map)?;
     let dtype = opts
         .dtype
         .unwrap_or_else(|| checkpoint_dtype(&cfg.pretrained));
@@ -188,12 +176,23 @@ fn open_weights(
         .iter()
         .map(|t| (t.numel() * dtype.size_in_bytes()) as u64)
         .sum();
+    // Planned from the inventory alone: an infeasible map fails before a weight is read.
+    let resolved = placement::resolve(
+        &opts.device_map,
+        &placement::ModelFacts {
+            inventory: &ck.inventory,
+            config: &cfg.pretrained,
+            dtype,
+            max_memory: opts.max_memory.as_ref(),
+        },
+    )?;
+    let device = resolved.device;
     if let Some(limit) = opts
         .max_memory
         .as_ref()
         .and_then(|m| m.get(&Placement::Cpu))
     {
-        if device == Device::Cpu && weight_bytes > limit {
+        if device == Device::Cpu && resolved.placement.is_none() && weight_bytes > limit {
             return Err(Error::UnsupportedDeviceMap {
                 map: "cpu".into(),
                 reason: format!(
@@ -207,13 +206,18 @@ fn open_weights(
         zoo_hub::Weights::open(ck.inventory)?,
         opts.progress,
     ));
-    let weights = Weights::new(source.clone(), dtype, device);
+    let mut weights = Weights::new(source.clone(), dtype, device);
+    if let Some(p) = resolved.placement.clone() {
+        weights = weights.with_placement(p);
+    }
     let report = LoadReport {
         device,
+        devices: vec![device],
         dtype,
         weight_bytes,
         seconds: 0.0,
-        note,
+        note: resolved.note,
+        plan: resolved.plan,
     };
     Ok((weights, source, report))
 }
@@ -315,6 +319,7 @@ impl CausalLMBuilder {
         let model = LlamaForCausalLM::load(&w, &cfg.decoder);
         source.finish();
         let model = model?;
+        report.devices = model.model().devices();
         let tokenizer = match Tokenizer::from_pretrained(&pretrained) {
             Ok(t) => Some(t),
             Err(Error::NoTokenizer { .. }) => None,

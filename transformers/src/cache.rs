@@ -1,10 +1,12 @@
 //! The fixed-capacity key/value cache of a decoder, and the attention masks read from it.
 //!
 //! Each layer holds `k` and `v` buffers of shape `[batch, kv_heads, capacity, head_dim]`,
-//! allocated once. A forward pass writes its new keys and values at the cache's fill position
-//! (`dynamic_update_slice` at a position tensor, so shapes never change and a compiled
-//! backend reuses its executable) and attends over the slots filled so far. Per row, the cache
-//! also remembers which slots hold real tokens, so that left padding is masked out.
+//! allocated once on that layer's device. On eager devices a forward pass writes its keys and
+//! values in place and attends over the slots filled so far. On compiled (PJRT) devices every
+//! shape must stay the same from one decode step to the next, or each step would compile a
+//! new program: the write is a `dynamic_update_slice` at a position tensor, attention spans
+//! the whole capacity, and the mask hides the slots not filled yet. Per row, the cache also
+//! remembers which slots hold real tokens, so that left padding is masked out.
 
 use zoo_runtime::{DType, Device, Tensor};
 
@@ -23,7 +25,11 @@ pub struct KvCache {
     len: usize,
     /// `valid[b][s]`: slot `s` of row `b` holds a real token (not padding).
     valid: Vec<Vec<bool>>,
-    device: Device,
+    /// The device of each layer's buffers.
+    devices: Vec<Device>,
+    /// The write position `[0, 0, start, 0]` uploaded once per device and forward pass,
+    /// not once per layer.
+    write_at: std::collections::HashMap<Device, (usize, Tensor)>,
 }
 
 impl KvCache {
@@ -37,14 +43,28 @@ impl KvCache {
         dtype: DType,
         device: &Device,
     ) -> Result<KvCache> {
+        let devices = vec![*device; layers];
+        KvCache::on_devices(&devices, batch, kv_heads, capacity, head_dim, dtype)
+    }
+
+    /// An empty cache with layer `i` on `devices[i]` (a model split over several devices).
+    pub fn on_devices(
+        devices: &[Device],
+        batch: usize,
+        kv_heads: usize,
+        capacity: usize,
+        head_dim: usize,
+        dtype: DType,
+    ) -> Result<KvCache> {
         if batch == 0 || capacity == 0 {
             return Err(Error::Generation(format!(
                 "a KV cache needs at least one row and one slot (batch {batch}, capacity {capacity})"
             )));
         }
         let shape = [batch, kv_heads, capacity, head_dim];
-        let layers = (0..layers)
-            .map(|_| {
+        let layers = devices
+            .iter()
+            .map(|device| {
                 Ok((
                     Tensor::zeros(&shape, dtype, device)?,
                     Tensor::zeros(&shape, dtype, device)?,
@@ -57,8 +77,14 @@ impl KvCache {
             capacity,
             len: 0,
             valid: vec![vec![false; capacity]; batch],
-            device: *device,
+            devices: devices.to_vec(),
+            write_at: std::collections::HashMap::new(),
         })
+    }
+
+    /// The device of each layer's buffers.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
     }
 
     /// Rows in the batch.
@@ -133,30 +159,50 @@ impl KvCache {
         })?;
         let k = k.to_dtype(ck.dtype())?.contiguous()?;
         let v = v.to_dtype(cv.dtype())?.contiguous()?;
-        if self.device.is_eager() {
+        let device = ck.device();
+        if device.is_eager() {
             write_in_place(ck, &k, start)?;
             write_in_place(cv, &v, start)?;
+            Ok((ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?))
         } else {
-            let at = Tensor::from_vec(vec![0i64, 0, start as i64, 0], &[4], &self.device)?;
+            let at = match self.write_at.get(&device) {
+                Some((s, at)) if *s == start => at.clone(),
+                _ => {
+                    let at = Tensor::from_vec(vec![0i64, 0, start as i64, 0], &[4], &device)?;
+                    self.write_at.insert(device, (start, at.clone()));
+                    at
+                }
+            };
             *ck = ck.dynamic_update_slice(&k, &at)?;
             *cv = cv.dynamic_update_slice(&v, &at)?;
+            Ok((ck.clone(), cv.clone()))
         }
-        Ok((ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?))
     }
 
-    /// Additive attention bias `[batch, 1, t, len]` for the `t` queries written at `start`: 0
-    /// where a query may see a key, the dtype's lowest finite value elsewhere (a finite value,
-    /// as transformers uses, keeps fully masked padding rows free of NaN). A key is visible
-    /// when it is a real token, not in the future, and, with a sliding `window`, less than
-    /// `window` slots back.
+    /// The slots attention reads on `device`: those filled so far on eager devices, the
+    /// whole capacity on compiled ones (see the module docs).
+    pub fn attended_len(&self, device: &Device) -> usize {
+        if device.is_eager() {
+            self.len
+        } else {
+            self.capacity
+        }
+    }
+
+    /// Additive attention bias `[batch, 1, t, len]` on `device` for the `t` queries written at
+    /// `start`, `len` being [`KvCache::attended_len`]: 0 where a query may see a key, the
+    /// dtype's lowest finite value elsewhere (a finite value, as transformers uses, keeps fully
+    /// masked padding rows free of NaN). A key is visible when it is a real token, not in the
+    /// future, and, with a sliding `window`, less than `window` slots back.
     pub fn attention_bias(
         &self,
         start: usize,
         t: usize,
         window: Option<usize>,
         dtype: DType,
+        device: &Device,
     ) -> Result<Tensor> {
-        let len = self.len;
+        let len = self.attended_len(device);
         let low = match dtype {
             DType::BF16 => f64::from(half::bf16::MIN),
             DType::F16 => f64::from(half::f16::MIN),
@@ -180,7 +226,7 @@ impl KvCache {
             &m,
             &[self.batch, 1, t, len],
             dtype,
-            &self.device,
+            device,
         )?)
     }
 }

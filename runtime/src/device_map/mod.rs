@@ -2,15 +2,18 @@
 //! the exact planner that turns a checkpoint's inventory and device budgets into a validated
 //! [`Plan`] before a single weight is read.
 
+mod budgets;
 mod memory;
 mod plan;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub use budgets::{pjrt_budgets, platform_name};
 pub use memory::{human, parse_max_memory, parse_size, MaxMemory};
 pub use plan::{
-    plan, units_from_inventory, DeviceBudget, ModelShape, Plan, PlanRequest, Stage, Unit, Workload,
+    decoder_units, plan, units_from_inventory, DeviceBudget, ModelShape, Plan, PlanRequest, Stage,
+    Unit, Workload, LAYER_CONTAINERS,
 };
 
 /// Why a device map or plan was refused.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde_json::json;
-use zoo_hub::{Dtype, Inventory};
+use zoo_hub::{Dtype, Inventory, PretrainedConfig};
 
 use super::memory::human;
 use super::{DeviceMapError, ExplicitMap, Placement};
@@ -103,6 +103,54 @@ pub struct Plan {
     pub cut_bytes_per_token: u64,
     pub workload: Workload,
     pub map: ExplicitMap,
+}
+
+impl ModelShape {
+    /// The decoder shape `config.json` gives (`None` when it names no attention heads or
+    /// hidden size, as for non-decoder models).
+    pub fn from_config(c: &PretrainedConfig) -> Option<ModelShape> {
+        let heads = c.num_attention_heads?;
+        let hidden = c.hidden_size?;
+        Some(ModelShape {
+            layers: c.num_hidden_layers?,
+            hidden,
+            intermediate: c.intermediate_size.unwrap_or(4 * hidden),
+            heads,
+            kv_heads: c.num_key_value_heads.unwrap_or(heads),
+            head_dim: c.head_dim.unwrap_or(hidden / heads.max(1)),
+            vocab: c.vocab_size.unwrap_or(0),
+        })
+    }
+}
+
+/// Module containers whose numbered children are no-split units (a decoder or encoder layer),
+/// across the layouts of transformers' families.
+pub const LAYER_CONTAINERS: [&str; 5] = [
+    "model.layers",
+    "model.decoder.layers",
+    "transformer.h",
+    "encoder.layer",
+    "layers",
+];
+
+/// The no-split units of a transformers checkpoint: [`units_from_inventory`] over
+/// [`LAYER_CONTAINERS`], with `lm_head.weight` tied to `model.embed_tokens.weight` when
+/// `tie_word_embeddings` says so and both are stored.
+pub fn decoder_units(
+    inventory: &Inventory,
+    config: Option<&PretrainedConfig>,
+    dtype: Option<Dtype>,
+) -> Vec<Unit> {
+    let (embed, head) = ("model.embed_tokens.weight", "lm_head.weight");
+    let tied = match (
+        inventory.get(embed),
+        inventory.get(head),
+        config.and_then(|c| c.tie_word_embeddings),
+    ) {
+        (Some(_), Some(_), Some(true)) => vec![vec![embed.to_string(), head.to_string()]],
+        _ => Vec::new(),
+    };
+    units_from_inventory(inventory, &LAYER_CONTAINERS, dtype, &tied)
 }
 
 /// Groups an inventory into no-split units: every tensor under `container.N` (e.g.

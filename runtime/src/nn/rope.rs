@@ -381,12 +381,16 @@ impl RotaryEmbedding {
     /// `dynamic`/`longrope` the sequence length is read back as `max(positions) + 1`.
     pub fn cos_sin(&self, positions: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
         let seq_len = if self.depends_on_len() && positions.elem_count() > 0 {
-            positions
-                .max(&(0..positions.rank() as isize).collect::<Vec<_>>(), false)?
-                .to_dtype(DType::I64)?
-                .to_scalar::<i64>()?
-                .max(0) as usize
-                + 1
+            // Positions usually come from the host; reading them back from a device would
+            // run its pending graph.
+            let max = match positions.host_known_i64() {
+                Some(v) => v.into_iter().max().unwrap_or(0),
+                None => positions
+                    .max(&(0..positions.rank() as isize).collect::<Vec<_>>(), false)?
+                    .to_dtype(DType::I64)?
+                    .to_scalar::<i64>()?,
+            };
+            max.max(0) as usize + 1
         } else {
             0
         };

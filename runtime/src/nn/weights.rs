@@ -1,6 +1,6 @@
 //! Loading tensors by HF weight name.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::{DType, Device, Error, Result, Tensor};
@@ -102,6 +102,47 @@ impl WeightSource for MemWeights {
     }
 }
 
+/// Which device each module's tensors load onto, for a model split over several devices:
+/// the longest module prefix covering a name wins (`model.layers.1` never covers
+/// `model.layers.10`), as in transformers' `hf_device_map`; names no prefix covers load onto
+/// the default device of the [`Weights`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DevicePlacement {
+    entries: BTreeMap<String, Device>,
+}
+
+impl DevicePlacement {
+    /// No entries: everything on the default device.
+    pub fn new() -> DevicePlacement {
+        DevicePlacement::default()
+    }
+
+    /// Places the module `prefix` (and everything under it) on `device`.
+    pub fn insert(&mut self, prefix: impl Into<String>, device: Device) {
+        self.entries.insert(prefix.into(), device);
+    }
+
+    /// The device of `name` (a module or tensor name), if a prefix covers it.
+    pub fn device_of(&self, name: &str) -> Option<Device> {
+        self.entries
+            .iter()
+            .filter(|(prefix, _)| {
+                prefix.is_empty()
+                    || name == prefix.as_str()
+                    || name
+                        .strip_prefix(prefix.as_str())
+                        .is_some_and(|rest| rest.starts_with('.'))
+            })
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, d)| *d)
+    }
+
+    /// The module prefixes and their devices.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, Device)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+}
+
 /// A view of a [`WeightSource`] under a name prefix, with the dtype and device tensors load
 /// as: `weights.pp("model.layers.0").pp("self_attn")` then `.get("q_proj.weight", &[o, i])`.
 #[derive(Clone)]
@@ -110,6 +151,7 @@ pub struct Weights {
     prefix: String,
     dtype: DType,
     device: Device,
+    placement: Option<Arc<DevicePlacement>>,
 }
 
 impl std::fmt::Debug for Weights {
@@ -130,7 +172,25 @@ impl Weights {
             prefix: String::new(),
             dtype,
             device,
+            placement: None,
         }
+    }
+
+    /// The same source with each module loading onto the device `placement` gives it (the
+    /// default device for the rest).
+    pub fn with_placement(&self, placement: DevicePlacement) -> Weights {
+        Weights {
+            placement: Some(Arc::new(placement)),
+            ..self.clone()
+        }
+    }
+
+    /// The device `name` (a full tensor or module name) loads onto.
+    fn device_for(&self, name: &str) -> Device {
+        self.placement
+            .as_ref()
+            .and_then(|p| p.device_of(name))
+            .unwrap_or(self.device)
     }
 
     /// The same source under `prefix.name`.
@@ -171,9 +231,10 @@ impl Weights {
         self.dtype
     }
 
-    /// The device tensors load onto.
+    /// The device the module under this prefix loads onto (its placement's, else the
+    /// default device).
     pub fn device(&self) -> Device {
-        self.device
+        self.device_for(&self.prefix)
     }
 
     /// Whether `name` exists under this prefix.
@@ -192,14 +253,14 @@ impl Weights {
                 found,
             });
         }
-        self.source.load(&full, self.dtype, &self.device)
+        self.source.load(&full, self.dtype, &self.device_for(&full))
     }
 
     /// Loads `name` whatever its shape.
     pub fn get_unchecked(&self, name: &str) -> Result<Tensor> {
         let full = self.full_name(name);
         self.stored_shape(&full)?;
-        self.source.load(&full, self.dtype, &self.device)
+        self.source.load(&full, self.dtype, &self.device_for(&full))
     }
 
     /// Loads `name` if present (an optional bias), checking its shape.

@@ -206,6 +206,18 @@ fn linear(l: &Linear, x: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// `t` on `device`: re-uploaded from the host when its values are known there (positions,
+/// ids), since copying a PJRT value would first run the graph pending on its device.
+fn on_device(t: &Tensor, device: &Device) -> Result<Tensor> {
+    if t.device() == *device {
+        return Ok(t.clone());
+    }
+    match t.host_known_i64() {
+        Some(v) => Ok(Tensor::from_vec(v, t.shape(), device)?.to_dtype(t.dtype())?),
+        None => Ok(t.to_device(device)?),
+    }
+}
+
 /// `x * v` rounded once from f32, as PyTorch multiplies a 16-bit tensor by a Python float
 /// (candle would round `v` to the tensor's dtype first).
 fn torch_scalar_mul(x: &Tensor, v: f64) -> Result<Tensor> {
@@ -298,7 +310,8 @@ pub struct LlamaModel {
     config: DecoderConfig,
     features: DecoderFeatures,
     dtype: DType,
-    device: Device,
+    /// Where each decoder layer runs; activations move between devices at the cuts.
+    layer_devices: Vec<Device>,
 }
 
 impl LlamaModel {
@@ -309,8 +322,10 @@ impl LlamaModel {
         let c = config;
         let embed_tokens = Embedding::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
             let lw = w.pp(format!("layers.{i}"));
+            layer_devices.push(lw.device());
             layers.push(DecoderLayer {
                 input_layernorm: RmsNorm::load(
                     &lw.pp("input_layernorm"),
@@ -335,7 +350,7 @@ impl LlamaModel {
             config: c.clone(),
             features,
             dtype: w.dtype(),
-            device: w.device(),
+            layer_devices,
         })
     }
 
@@ -354,9 +369,24 @@ impl LlamaModel {
         self.dtype
     }
 
-    /// The device holding the weights.
+    /// The device inputs go to: the one holding the embeddings.
     pub fn device(&self) -> Device {
-        self.device
+        self.embed_tokens.weight.device()
+    }
+
+    /// Every device the model runs on, in execution order, each once.
+    pub fn devices(&self) -> Vec<Device> {
+        let mut out = vec![self.device()];
+        for d in self
+            .layer_devices
+            .iter()
+            .chain([&self.norm.weight.device()])
+        {
+            if !out.contains(d) {
+                out.push(*d);
+            }
+        }
+        out
     }
 
     /// The input embedding table `[vocab, hidden]`.
@@ -367,14 +397,13 @@ impl LlamaModel {
     /// An empty cache sized for this model: `batch` rows of up to `capacity` tokens.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         let c = &self.config;
-        KvCache::new(
-            c.num_hidden_layers,
+        KvCache::on_devices(
+            &self.layer_devices,
             batch,
             c.num_kv_heads(),
             capacity,
             c.head_dim(),
             self.dtype,
-            &self.device,
         )
     }
 
@@ -400,37 +429,49 @@ impl LlamaModel {
                 cache.batch()
             )));
         }
-        let ids = ids.to_dtype(DType::I64)?;
-        let max_id = ids.max(&[0, 1], false)?.to_scalar::<i64>()?;
-        let min_id = ids.min(&[0, 1], false)?.to_scalar::<i64>()?;
-        if min_id < 0 || max_id as usize >= self.config.vocab_size {
+        let device = self.device();
+        let ids = on_device(ids, &device)?.to_dtype(DType::I64)?;
+        // Ids uploaded from the host are checked there; ids computed on a device (sampled
+        // tokens) come from `argmax` over the vocabulary and cannot be out of range.
+        let known = ids.host_known_i64();
+        if let Some(&bad) = known
+            .iter()
+            .flatten()
+            .find(|&&id| id < 0 || id as usize >= self.config.vocab_size)
+        {
             return Err(Error::Generation(format!(
-                "token id {} is outside the vocabulary of {} ids",
-                if min_id < 0 { min_id } else { max_id },
+                "token id {bad} is outside the vocabulary of {} ids",
                 self.config.vocab_size
             )));
         }
         let start = cache.begin(t, args.attention_mask)?;
         let mut x = self.embed_tokens.forward(&ids)?;
-        let (cos, sin) = self.rotary.cos_sin(args.position_ids, self.dtype)?;
-        let (cos, sin) = (cos.unsqueeze(1)?, sin.unsqueeze(1)?);
-        let mut biases: HashMap<Option<usize>, Tensor> = HashMap::new();
+        // Rope tables and masks are made once per device the layers run on.
+        let mut tables: HashMap<Device, (Tensor, Tensor)> = HashMap::new();
+        let mut biases: HashMap<(Option<usize>, Device), Tensor> = HashMap::new();
         let mut hidden_states = Vec::new();
         for (i, layer) in self.layers.iter().enumerate() {
+            let dev = self.layer_devices[i];
+            if x.device() != dev {
+                // A cut: the stage so far runs on its device and the activations move.
+                x = x.to_device(&dev)?;
+            }
             if args.output_hidden_states {
                 hidden_states.push(x.clone());
             }
-            let window = layer.self_attn.window;
-            if let std::collections::hash_map::Entry::Vacant(e) = biases.entry(window) {
-                e.insert(cache.attention_bias(start, t, window, self.dtype)?);
+            if let std::collections::hash_map::Entry::Vacant(e) = tables.entry(dev) {
+                let pos = on_device(args.position_ids, &dev)?;
+                let (cos, sin) = self.rotary.cos_sin(&pos, self.dtype)?;
+                e.insert((cos.unsqueeze(1)?, sin.unsqueeze(1)?));
             }
-            let bias = &biases[&window];
+            let window = layer.self_attn.window;
+            if let std::collections::hash_map::Entry::Vacant(e) = biases.entry((window, dev)) {
+                e.insert(cache.attention_bias(start, t, window, self.dtype, &dev)?);
+            }
+            let bias = &biases[&(window, dev)];
+            let (cos, sin) = &tables[&dev];
             let h = layer.input_layernorm.forward(&x)?;
-            let at = Positions {
-                cos: &cos,
-                sin: &sin,
-                start,
-            };
+            let at = Positions { cos, sin, start };
             let h = layer.self_attn.forward(&h, &at, bias, cache, i)?;
             x = x.add(&h)?;
             let h = layer
@@ -438,6 +479,7 @@ impl LlamaModel {
                 .forward(&layer.post_attention_layernorm.forward(&x)?)?;
             x = x.add(&h)?;
         }
+        let x = on_device(&x, &self.norm.weight.device())?;
         if args.output_hidden_states {
             hidden_states.push(x.clone());
         }
@@ -487,6 +529,11 @@ impl LlamaForCausalLM {
         &self.model
     }
 
+    /// The device logits are computed on (the one holding `lm_head`).
+    pub fn logits_device(&self) -> Device {
+        self.lm_head.weight.device()
+    }
+
     /// Whether `lm_head` shares the embedding table.
     pub fn tied(&self) -> bool {
         self.tied
@@ -505,6 +552,7 @@ impl LlamaForCausalLM {
             LogitsFor::All => h.clone(),
             LogitsFor::Last => h.narrow(1, h.shape()[1] - 1, 1)?,
         };
+        let h = on_device(&h, &self.lm_head.weight.device())?;
         Ok((linear(&self.lm_head, &h)?, out))
     }
 }

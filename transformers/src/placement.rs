@@ -1,0 +1,337 @@
+//! From a [`DeviceMap`] to devices: which device each module of a checkpoint loads onto.
+//!
+//! One-device maps give that device. Maps over several devices are planned exactly from the
+//! checkpoint's inventory before any weight is read (`zoo_runtime::device_map::plan`), with
+//! budgets from `max_memory` or the devices' own memory statistics; the plan's module →
+//! device map then steers every weight straight onto its device, and the model moves
+//! activations at the cuts.
+
+use zoo_hub::{Dtype, Inventory, PretrainedConfig};
+use zoo_runtime::device_map::{
+    decoder_units, pjrt_budgets, plan, platform_name, DeviceBudget, DeviceMap, DeviceMapError,
+    ExplicitMap, MaxMemory, ModelShape, Placement, Plan, PlanRequest, Workload,
+};
+use zoo_runtime::nn::DevicePlacement;
+use zoo_runtime::pjrt::discovery;
+use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform};
+
+use crate::{Error, Result};
+
+/// Where a load puts the model.
+#[derive(Clone, Debug)]
+pub(crate) struct Resolved {
+    /// Where inputs go, and modules no placement entry covers.
+    pub device: Device,
+    /// Per-module devices of a split model.
+    pub placement: Option<DevicePlacement>,
+    /// The plan a strategy map was resolved with.
+    pub plan: Option<Plan>,
+    /// What `Auto` (or a strategy without accelerators) picked, for the user.
+    pub note: Option<String>,
+}
+
+impl Resolved {
+    fn one(device: Device, note: Option<String>) -> Resolved {
+        Resolved {
+            device,
+            placement: None,
+            plan: None,
+            note,
+        }
+    }
+}
+
+/// What a plan needs to know about the checkpoint.
+pub(crate) struct ModelFacts<'a> {
+    pub inventory: &'a Inventory,
+    pub config: &'a PretrainedConfig,
+    pub dtype: DType,
+    pub max_memory: Option<&'a MaxMemory>,
+}
+
+/// The sequence length KV caches are planned for: the model's context, at most this.
+const PLANNED_SEQ: usize = 4096;
+
+/// Resolves `map` for the model `facts` describes.
+pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolved> {
+    let unsupported = |reason: String| Error::UnsupportedDeviceMap {
+        map: format!("{map:?}"),
+        reason,
+    };
+    match map {
+        DeviceMap::Cpu => Ok(Resolved::one(Device::Cpu, None)),
+        DeviceMap::Cuda(i) => Ok(Resolved::one(Device::Cuda(*i), None)),
+        DeviceMap::Pjrt { platform, devices } => {
+            let p = parse_platform(platform).map_err(unsupported)?;
+            if p == PjrtPlatform::Tpu {
+                require_tpu()?;
+            }
+            let ordinals = match devices {
+                Some(d) if !d.is_empty() => d.clone(),
+                _ => (0..lazy::device_count(p)?).collect(),
+            };
+            spread(p, &ordinals, "balanced", facts, None)
+        }
+        DeviceMap::Tpu => {
+            require_tpu()?;
+            let n = lazy::device_count(PjrtPlatform::Tpu)?;
+            spread(
+                PjrtPlatform::Tpu,
+                &(0..n).collect::<Vec<_>>(),
+                "balanced",
+                facts,
+                None,
+            )
+        }
+        DeviceMap::Auto => match accelerator()? {
+            Some(Accelerator::Pjrt(p, n)) => {
+                let note = format!(
+                    "device_map auto: picked {} ({n} device{})",
+                    platform_name(p),
+                    if n == 1 { "" } else { "s, balanced" }
+                );
+                spread(
+                    p,
+                    &(0..n).collect::<Vec<_>>(),
+                    "balanced",
+                    facts,
+                    Some(note),
+                )
+            }
+            Some(Accelerator::CandleCuda) => Ok(Resolved::one(
+                Device::Cuda(0),
+                Some("device_map auto: picked cuda:0 (candle)".into()),
+            )),
+            None => Ok(Resolved::one(
+                Device::Cpu,
+                Some("device_map auto: no TPU or CUDA device found; picked cpu (candle)".into()),
+            )),
+        },
+        DeviceMap::Balanced | DeviceMap::BalancedLow0 | DeviceMap::Sequential => {
+            let strategy = match map {
+                DeviceMap::Balanced => "balanced",
+                DeviceMap::BalancedLow0 => "balanced_low_0",
+                _ => "sequential",
+            };
+            match accelerator()? {
+                Some(Accelerator::Pjrt(p, n)) => {
+                    spread(p, &(0..n).collect::<Vec<_>>(), strategy, facts, None)
+                }
+                Some(Accelerator::CandleCuda) => Err(unsupported(
+                    "splitting over candle CUDA devices is not built; use a PJRT CUDA plugin \
+                     (device_map pjrt:cuda) or one device (cuda:N)"
+                        .into(),
+                )),
+                None => Ok(Resolved::one(
+                    Device::Cpu,
+                    Some(format!(
+                        "device_map {strategy}: no TPU or CUDA device found; everything on cpu (candle)"
+                    )),
+                )),
+            }
+        }
+        DeviceMap::Explicit(m) => explicit(m),
+    }
+}
+
+/// `cpu`, `cuda`/`gpu` or `tpu`.
+fn parse_platform(s: &str) -> std::result::Result<PjrtPlatform, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "cpu" => Ok(PjrtPlatform::Cpu),
+        "cuda" | "gpu" => Ok(PjrtPlatform::Cuda),
+        "tpu" => Ok(PjrtPlatform::Tpu),
+        other => Err(format!(
+            "unknown PJRT platform {other:?}; use pjrt:cpu, pjrt:cuda or pjrt:tpu"
+        )),
+    }
+}
+
+/// Fails at once, with the plugin search report, on a host without TPUs.
+fn require_tpu() -> Result<()> {
+    discovery::tpu_allowed().map_err(tpu_err)?;
+    discovery::find_plugin(Some("tpu"), None).map_err(tpu_err)?;
+    Ok(())
+}
+
+fn tpu_err(e: zoo_runtime::pjrt::PjrtError) -> Error {
+    Error::DeviceUnavailable {
+        map: "tpu".into(),
+        reason: format!("this host has no usable TPU: {e}"),
+    }
+}
+
+enum Accelerator {
+    Pjrt(PjrtPlatform, usize),
+    CandleCuda,
+}
+
+/// The best accelerator here: TPU, then CUDA (a PJRT plugin, else candle's), else none.
+fn accelerator() -> Result<Option<Accelerator>> {
+    if require_tpu().is_ok() {
+        return Ok(Some(Accelerator::Pjrt(
+            PjrtPlatform::Tpu,
+            lazy::device_count(PjrtPlatform::Tpu)?,
+        )));
+    }
+    if discovery::find_plugin(Some("cuda"), None).is_ok() {
+        if let Ok(n) = lazy::device_count(PjrtPlatform::Cuda) {
+            return Ok(Some(Accelerator::Pjrt(PjrtPlatform::Cuda, n)));
+        }
+    }
+    if Device::cuda_is_available() {
+        return Ok(Some(Accelerator::CandleCuda));
+    }
+    Ok(None)
+}
+
+/// The model on `ordinals` of `platform`: one device as is, several planned by `strategy`.
+fn spread(
+    platform: PjrtPlatform,
+    ordinals: &[usize],
+    strategy: &str,
+    facts: &ModelFacts<'_>,
+    note: Option<String>,
+) -> Result<Resolved> {
+    let device = |i: usize| {
+        Device::Pjrt(PjrtDevice {
+            platform,
+            ordinal: i,
+        })
+    };
+    if let [only] = ordinals {
+        // Still check that the device exists.
+        pjrt_budgets(platform, ordinals, facts.max_memory).map_err(Error::from)?;
+        return Ok(Resolved::one(device(*only), note));
+    }
+    let mut devices: Vec<DeviceBudget> = pjrt_budgets(platform, ordinals, facts.max_memory)?;
+    if let Some(bytes) = facts.max_memory.and_then(|m| m.get(&Placement::Cpu)) {
+        devices.push(DeviceBudget {
+            place: Placement::Cpu,
+            name: "cpu".into(),
+            bytes,
+        });
+    }
+    let dtype = match facts.dtype {
+        DType::BF16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
+        _ => Dtype::F32,
+    };
+    let shape = ModelShape::from_config(facts.config);
+    let request = PlanRequest {
+        strategy: strategy.to_string(),
+        devices,
+        units: decoder_units(facts.inventory, Some(facts.config), Some(dtype)),
+        shape,
+        workload: Workload {
+            batch: 1,
+            seq: facts
+                .config
+                .max_position_embeddings
+                .unwrap_or(PLANNED_SEQ)
+                .min(PLANNED_SEQ),
+            elem_bytes: facts.dtype.size_in_bytes(),
+        },
+        reserve_fraction: 0.05,
+    };
+    let plan = plan(&request).map_err(Error::from)?;
+    plan.check_covers(facts.inventory).map_err(Error::from)?;
+    let placement = placement_of(&plan.map, |i| Ok(device(i)))?;
+    let first = first_device(&plan, &placement);
+    Ok(Resolved {
+        device: first,
+        placement: Some(placement),
+        plan: Some(plan),
+        note,
+    })
+}
+
+/// An explicit `hf_device_map`: indices are devices of the best accelerator, or of the PJRT
+/// CPU plugin on a host without one; `"cpu"` is candle's CPU.
+fn explicit(m: &ExplicitMap) -> Result<Resolved> {
+    let needs_devices = m
+        .entries
+        .values()
+        .any(|p| matches!(p, Placement::Device(_)));
+    let (platform, note) = if !needs_devices {
+        (PjrtPlatform::Cpu, None)
+    } else {
+        match accelerator()? {
+            Some(Accelerator::Pjrt(p, _)) => (p, None),
+            Some(Accelerator::CandleCuda) => {
+                return Err(Error::UnsupportedDeviceMap {
+                    map: "explicit".into(),
+                    reason: "device indices need a PJRT plugin; this host only has candle CUDA"
+                        .into(),
+                })
+            }
+            None => (
+                PjrtPlatform::Cpu,
+                Some("device map file: no TPU or CUDA device; indices are PJRT CPU devices".into()),
+            ),
+        }
+    };
+    let count = if needs_devices {
+        lazy::device_count(platform)?
+    } else {
+        0
+    };
+    let placement = placement_of(m, |i| {
+        if i < count {
+            Ok(Device::Pjrt(PjrtDevice {
+                platform,
+                ordinal: i,
+            }))
+        } else {
+            Err(Error::DeviceUnavailable {
+                map: "explicit".into(),
+                reason: format!(
+                    "the map names device {i} but the {} plugin has {count} devices",
+                    platform_name(platform)
+                ),
+            })
+        }
+    })?;
+    let device = m
+        .placement_of("model.embed_tokens.weight")
+        .or_else(|| m.entries.values().next().copied())
+        .map(|p| match p {
+            Placement::Device(i) => Device::Pjrt(PjrtDevice {
+                platform,
+                ordinal: i,
+            }),
+            _ => Device::Cpu,
+        })
+        .unwrap_or(Device::Cpu);
+    Ok(Resolved {
+        device,
+        placement: Some(placement),
+        plan: None,
+        note,
+    })
+}
+
+fn placement_of(
+    m: &ExplicitMap,
+    device: impl Fn(usize) -> Result<Device>,
+) -> Result<DevicePlacement> {
+    let mut out = DevicePlacement::new();
+    for (prefix, p) in &m.entries {
+        let d = match *p {
+            Placement::Device(i) => device(i)?,
+            Placement::Cpu => Device::Cpu,
+            Placement::Disk => return Err(Error::from(DeviceMapError::DiskUnsupported)),
+        };
+        out.insert(prefix.clone(), d);
+    }
+    Ok(out)
+}
+
+/// The device of the plan's first stage (where the embeddings are).
+fn first_device(plan: &Plan, placement: &DevicePlacement) -> Device {
+    plan.stages
+        .iter()
+        .flat_map(|s| s.units.first())
+        .next()
+        .and_then(|u| placement.device_of(u))
+        .unwrap_or(Device::Cpu)
+}
