@@ -6,6 +6,10 @@
 //! file (else `scripts/fetch-test-assets.sh` is run); `PYTHON` overrides the interpreter
 //! (default `.venv/bin/python` at the repository root). Targets: decode >= 2.0x PyTorch,
 //! prefill >= 1.2x, peak RSS < 1.3x the weight bytes.
+//!
+//! Then the same greedy decode on the XLA CPU PJRT plugin (`ZOO_PJRT_CPU_PLUGIN`, 4 devices):
+//! on one device, and split in balanced stages over all four (target: under 10% more wall
+//! time than one device on the same cores).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -141,6 +145,9 @@ fn main() {
         decode = decode.max(stats.decode_tokens_per_second());
     }
     let rss = peak_rss();
+    drop(model);
+    let pjrt_one = pjrt_decode(&path, &prompt, &opts, &[0]);
+    let pjrt_four = pjrt_decode(&path, &prompt, &opts, &[0, 1, 2, 3]);
 
     let torch = torch_figures(&path);
     let tf = |k: &str| torch.as_ref().and_then(|v| v[k].as_f64());
@@ -172,4 +179,39 @@ fn main() {
         weight_bytes as f64 / 1048576.0,
         tf("peak_rss_bytes").map_or("n/a".to_string(), |b| format!("{:.0}", b / 1048576.0)),
     );
+    println!(
+        "  greedy decode, XLA CPU plugin, 1 device    zoo {pjrt_one:.1} tok/s  ({} of candle's)",
+        format_args!("{:.2}x", pjrt_one / decode)
+    );
+    println!(
+        "  greedy decode, XLA CPU plugin, 4 devices   zoo {pjrt_four:.1} tok/s  (wall {:.2}x one device; target < 1.10x)",
+        pjrt_one / pjrt_four
+    );
+}
+
+/// Greedy decode tok/s on PJRT CPU devices `devices` (best of 3, after a warm-up call that
+/// compiles or loads the programs).
+fn pjrt_decode(path: &Path, prompt: &[u32], opts: &GenerationOptions, devices: &[usize]) -> f64 {
+    zoo_runtime::lazy::configure(
+        zoo_runtime::PjrtPlatform::Cpu,
+        Some(assets::asset("ZOO_PJRT_CPU_PLUGIN")),
+        Some(4),
+    )
+    .expect("PJRT CPU plugin");
+    let model = AutoModelForCausalLM::builder(path.to_str().unwrap())
+        .device_map(DeviceMap::Pjrt {
+            platform: "cpu".into(),
+            devices: Some(devices.to_vec()),
+        })
+        .dtype(DType::F32)
+        .load()
+        .expect("load SmolLM2 on PJRT");
+    let prompts = std::slice::from_ref(&prompt.to_vec()).to_vec();
+    model.generate_ids(&prompts, opts, |_| true).unwrap();
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let (_, stats) = model.generate_ids(&prompts, opts, |_| true).unwrap();
+        best = best.max(stats.decode_tokens_per_second());
+    }
+    best
 }
