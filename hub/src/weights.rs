@@ -239,6 +239,22 @@ impl TensorView<'_> {
         })
     }
 
+    /// The stored bytes with rows in HF order (the layout transform undone row by row, no
+    /// conversion): the blocks of a quantized tensor as they are, for kernels that compute
+    /// from them. Rows never share a block, since quantized rows hold whole blocks.
+    pub fn row_bytes(&self) -> Vec<u8> {
+        let rows = self.info.shape.first().copied().unwrap_or(1).max(1);
+        match self.info.transform {
+            Transform::None => self.data.to_vec(),
+            Transform::UnpermuteQk { heads } if self.data.len().is_multiple_of(rows) => {
+                let row_len = self.data.len() / rows;
+                let chunks: Vec<&[u8]> = self.data.chunks_exact(row_len).collect();
+                unpermute_qk(chunks, &[rows], heads).concat()
+            }
+            Transform::UnpermuteQk { .. } => self.data.to_vec(),
+        }
+    }
+
     fn untransform<T: Copy>(&self, v: Vec<T>) -> Vec<T> {
         match self.info.transform {
             Transform::None => v,

@@ -9,8 +9,14 @@
 //! - steps 2..N: compiles (target 0), wall time per step, the plugin's execute time, and
 //!   zoo's host overhead = wall - execute (target < 1 ms), split into recording the graph
 //!   and materialising it (trace + hash + lookup + dispatch);
+//! - KV-cache donation: each step's `*kc = kc.dynamic_update_slice(..)` drops the last
+//!   handle on the old cache, so its buffer is donated to the update (written in place);
+//!   printed: the buffers the plugin consumed per step (target: 2 per layer);
 //! - a second process (this binary, `--zoo-child`) builds the same graph with the same
 //!   cache folder: it must load the executable from disk and compile nothing.
+//!
+//! `--record-only` records the step graph `ZOO_ITERS` times (default 300) without running it
+//! (a profiling aid); `ZOO_BENCH_STEPS` sets the number of decode steps (default 24).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -219,12 +225,19 @@ fn main() -> Res<()> {
         // Profiling aid: record the step graph repeatedly, never run it.
         let tok = Tensor::from_slice(&[1i64], &[1], &dev)?;
         let t = Instant::now();
-        for _ in 0..300 {
+        let iters: usize = std::env::var("ZOO_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300);
+        for _ in 0..iters {
             let mut kv2 = kv.clone();
             let next = model.step(&tok, 3, &mut kv2)?;
             drop((next, kv2));
         }
-        println!("record-only: {:.3} ms per step", ms(t.elapsed()) / 300.0);
+        println!(
+            "record-only: {:.3} ms per step",
+            ms(t.elapsed()) / iters as f64
+        );
         return Ok(());
     }
 
@@ -289,6 +302,12 @@ fn main() -> Res<()> {
         median(2),
     );
     let min = |col: usize| rows.iter().map(|r| r[col]).fold(f64::INFINITY, f64::min);
+    println!(
+        "  KV-cache donation: {:.1} buffers donated per step (target {}: every K and V cache updated in place; step 1 donated {})",
+        (s3.donated_buffers - s2.donated_buffers) as f64 / (n - 1) as f64,
+        2 * LAYERS,
+        s1.donated_buffers - s0.donated_buffers,
+    );
     println!(
         "  host overhead parts (medians): recording the step's {} ops {:.3} ms; sync = trace + hash + lookup + dispatch {:.3} ms; best step: overhead {:.3} ms (record {:.3} + sync {:.3})",
         (s3.traced_nodes - s2.traced_nodes) / (n as u64 - 1),

@@ -105,7 +105,19 @@ impl Tensor {
         for t in &inputs[1..] {
             check_same_device(name, first, t)?;
         }
-        if let Repr::Lazy(_) = &first.repr {
+        if let Repr::Lazy(l0) = &first.repr {
+            // Recording is the per-op cost of a traced step: up to four operands (all but
+            // `cat`) go without a heap allocation.
+            if inputs.len() <= 4 {
+                let mut ls = [l0; 4];
+                for (slot, t) in ls.iter_mut().zip(inputs) {
+                    *slot = t.lazy().unwrap_or(l0);
+                }
+                return Ok(Tensor::from_lazy(
+                    crate::lazy::record(op, &ls[..inputs.len()], dtype)?,
+                    dtype,
+                ));
+            }
             let ls: Vec<&crate::lazy::LazyTensor> =
                 inputs.iter().filter_map(|t| t.lazy()).collect();
             return Ok(Tensor::from_lazy(

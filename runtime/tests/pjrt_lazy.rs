@@ -426,3 +426,106 @@ fn emitted_stablehlo_and_precision() {
         .stablehlo()
         .is_none());
 }
+
+/// `cache` `[2, 8, 4]` with `update` `[2, 1, 4]` written at row `row`, on the host.
+fn write_row(cache: &[f32], update: &[f32], row: usize) -> Vec<f32> {
+    let mut out = cache.to_vec();
+    for b in 0..2 {
+        for c in 0..4 {
+            out[b * 32 + row * 4 + c] = update[b * 4 + c];
+        }
+    }
+    out
+}
+
+#[test]
+fn cache_updates_donate_leaves_no_tensor_holds() {
+    let _g = serial();
+    common::setup(VAR);
+    let d = device(2);
+    let init = f32s(64, 11);
+    let upd = f32s(8, 12);
+    let u = Tensor::from_slice(&upd, &[2, 1, 4], &d).expect("update");
+    let at = |row: i64| Tensor::from_slice(&[0i64, row, 0], &[3], &d).expect("start");
+
+    // The decode pattern: the old cache handle is replaced, so only the pending update reads
+    // the old buffer, which is donated to it (consumed by the plugin: it reads as deleted).
+    let mut cache = Tensor::from_slice(&init, &[2, 8, 4], &d).expect("cache");
+    let mut want = init.clone();
+    let s0 = lazy::stats();
+    for row in [3usize, 5, 0] {
+        let before = lazy::stats();
+        cache = cache
+            .dynamic_update_slice(&u, &at(row as i64))
+            .expect("update");
+        want = write_row(&want, &upd, row);
+        assert_eq!(cache.to_vec::<f32>().expect("read"), want, "row {row}");
+        let after = lazy::stats();
+        assert_eq!(
+            after.donated_buffers - before.donated_buffers,
+            1,
+            "row {row}: the unheld cache leaf was not donated"
+        );
+    }
+    let s1 = lazy::stats();
+    assert_eq!(s1.compiles - s0.compiles, 1, "steps 2 and 3 compiled");
+
+    // The same structure with the old cache still held: nothing is donated, the held value
+    // stays readable and unchanged, and the aliasing executable is not reused for it.
+    let held = Tensor::from_slice(&init, &[2, 8, 4], &d).expect("held");
+    let next = held.dynamic_update_slice(&u, &at(3)).expect("update");
+    assert_eq!(
+        next.to_vec::<f32>().expect("read"),
+        write_row(&init, &upd, 3)
+    );
+    let s2 = lazy::stats();
+    assert_eq!(
+        s2.donated_buffers, s1.donated_buffers,
+        "a held leaf was donated"
+    );
+    assert_eq!(
+        s2.compiles - s1.compiles,
+        1,
+        "the graph without donation must be its own executable"
+    );
+    assert_eq!(held.to_vec::<f32>().expect("the held cache"), init);
+    // And it is cached under its own key: again, no compile and still no donation.
+    let again = held.dynamic_update_slice(&u, &at(4)).expect("update");
+    assert_eq!(
+        again.to_vec::<f32>().expect("read"),
+        write_row(&init, &upd, 4)
+    );
+    let s3 = lazy::stats();
+    assert_eq!(
+        (s3.compiles, s3.donated_buffers),
+        (s2.compiles, s2.donated_buffers)
+    );
+    assert_eq!(held.to_vec::<f32>().expect("the held cache"), init);
+
+    // A donated leaf that another live tensor of the same graph also reads: both values are
+    // right (XLA orders the read before the in-place write).
+    let old = Tensor::from_slice(&init, &[2, 8, 4], &d).expect("old");
+    let doubled = old.mul_scalar(2.0).expect("doubled");
+    let updated = old.dynamic_update_slice(&u, &at(7)).expect("update");
+    drop(old);
+    let before = lazy::stats();
+    Tensor::sync_all(&[&doubled, &updated]).expect("one graph");
+    assert_eq!(lazy::stats().donated_buffers - before.donated_buffers, 1);
+    assert_eq!(
+        updated.to_vec::<f32>().expect("read"),
+        write_row(&init, &upd, 7)
+    );
+    let twice: Vec<f32> = init.iter().map(|v| v * 2.0).collect();
+    assert_eq!(doubled.to_vec::<f32>().expect("read"), twice);
+
+    // A one-element upload shares its buffer with every equal upload: never donated, even
+    // when its own handle is gone.
+    let five = Tensor::from_slice(&[5.0f32], &[1], &d).expect("five");
+    let six = five.add_scalar(1.0).expect("six");
+    drop(five);
+    let before = lazy::stats();
+    assert_eq!(six.to_vec::<f32>().expect("read"), vec![6.0]);
+    assert_eq!(lazy::stats().donated_buffers, before.donated_buffers);
+    let five_again = Tensor::from_slice(&[5.0f32], &[1], &d).expect("five");
+    assert_eq!(five_again.to_vec::<f32>().expect("shared"), vec![5.0]);
+}

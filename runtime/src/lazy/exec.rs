@@ -4,15 +4,16 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use super::cache::{self, Miss};
-use super::graph::{hash_op, Node, NodeOp, State};
+use super::graph::{Dims, Node, NodeOp, State, StructHasher};
 use super::lower::{lower, LowerNode, Ref};
 use super::{matmul_precision, LazyTensor};
 use crate::error::BackendContext;
+use crate::op::Op;
 use crate::pjrt::{
     self, Buffer, Client, ClientOptions, CompileOptions, ElementType, ErrorCode, ExecuteOptions,
     LoadedExecutable, PjrtError, Plugin,
@@ -203,7 +204,9 @@ pub(crate) fn register(n: &Arc<Node>) {
     let mut p = lock(&PENDING);
     p.push(Arc::downgrade(n));
     if p.len() as u64 >= PRUNE_AT.load(Ordering::Relaxed) {
-        p.retain(|w| w.upgrade().is_some_and(|n| n.buffer().is_none()));
+        // A pending node without handles is dead for good (handles are only ever added to
+        // a node that has one), and a computed one never becomes pending again.
+        p.retain(|w| w.upgrade().is_some_and(|n| n.is_live() && !n.is_ready()));
         PRUNE_AT.store((2 * p.len() as u64).max(4096), Ordering::Relaxed);
     }
 }
@@ -214,9 +217,9 @@ fn live_pending(device: PjrtDevice) -> Vec<Arc<Node>> {
     let mut keep = Vec::new();
     for w in &old {
         if let Some(n) = w.upgrade() {
-            if n.buffer().is_none() {
+            if n.is_live() && !n.is_ready() {
                 keep.push(w.clone());
-                if n.device == device && n.is_live() {
+                if n.device == device {
                     out.push(n);
                 }
             }
@@ -283,9 +286,12 @@ pub struct LazyStats {
     pub transfer_nanos: u64,
     /// Pending nodes traced into executed graphs.
     pub traced_nodes: u64,
+    /// Leaf buffers donated to an output of the graph that read them last (a KV cache
+    /// updated in place) and consumed by the plugin.
+    pub donated_buffers: u64,
 }
 
-static STATS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
+static STATS: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
 
 fn bump(i: usize, v: u64) {
     STATS[i].fetch_add(v, Ordering::Relaxed);
@@ -305,6 +311,7 @@ pub(crate) fn stats() -> LazyStats {
         materialize_nanos: g(8),
         transfer_nanos: g(9),
         traced_nodes: g(10),
+        donated_buffers: g(11),
     }
 }
 
@@ -342,7 +349,7 @@ pub(crate) fn upload(t: &candle_core::Tensor, dtype: DType, d: PjrtDevice) -> Re
     if let Some(k) = &memo_key {
         let hit = lock(&SCALARS).as_ref().and_then(|m| m.get(k).cloned());
         if let Some(buf) = hit {
-            return Ok(leaf(buf, shape, dtype, d, host_ints));
+            return Ok(leaf(buf, Dims::from(shape), dtype, d, host_ints));
         }
     }
     let c = &b.client;
@@ -370,7 +377,7 @@ pub(crate) fn upload(t: &candle_core::Tensor, dtype: DType, d: PjrtDevice) -> Re
         }
         m.insert(k, buf.clone());
     }
-    Ok(leaf(buf, shape, dtype, d, host_ints))
+    Ok(leaf(buf, Dims::from(shape), dtype, d, host_ints))
 }
 
 type ScalarKey = (PjrtDevice, DType, Vec<usize>, u64);
@@ -394,7 +401,7 @@ fn scalar_bits(t: &candle_core::Tensor, dtype: DType, op: &'static str) -> Resul
 
 fn leaf(
     buf: Arc<Buffer>,
-    shape: Vec<usize>,
+    shape: Dims,
     dtype: DType,
     d: PjrtDevice,
     host_ints: Option<Arc<[i64]>>,
@@ -416,7 +423,7 @@ pub(crate) fn download(t: &LazyTensor, op: &'static str) -> Result<candle_core::
     let d = n.device;
     let pe = |e: PjrtError| pjrt_err(op, d, e);
     let cpu = candle_core::Device::Cpu;
-    let s = n.shape.as_slice();
+    let s: &[usize] = &n.shape;
     let started = Instant::now();
     let ct = match n.dtype {
         DType::F32 => candle_core::Tensor::from_vec(buf.to_vec::<f32>().map_err(pe)?, s, &cpu),
@@ -512,14 +519,39 @@ struct Trace {
     edges: Vec<Ref>,
     spans: Vec<(usize, usize)>,
     outputs: Vec<usize>,
+    /// Parameters donated to an output, as (parameter, position in `outputs`): the program
+    /// aliases them (`tf.aliasing_output`) and the plugin consumes their buffers.
+    aliases: Vec<(usize, usize)>,
     hash: u64,
 }
+
+/// Capacities of the last trace, so the next one (a decode step is the same graph again)
+/// does not grow its vectors step by step.
+static TRACE_SIZES: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// Words that separate the kinds of entries fed to the structural hash.
+const TAG_PARAM: u64 = 0x5041_5241_4d00_0001;
+const TAG_NODE: u64 = 0x4e4f_4445_0000_0002;
+const TAG_OUTPUTS: u64 = 0x4f55_5450_5554_0003;
+const TAG_ALIASES: u64 = 0x414c_4941_5300_0004;
 
 /// Walks the pending graph behind `outs` once (iterative post-order, so deep graphs cannot
 /// overflow the stack): numbers the ready nodes it meets as parameters, orders the pending
 /// ones, and hashes the structure on the way (ops, attributes, shapes, dtypes, operand
-/// wiring, device, precision; never values).
-fn trace(outs: &[Arc<Node>], device: PjrtDevice, precision: super::Precision) -> Trace {
+/// wiring, device, precision, donation; never values). Each node's own structure was hashed
+/// when it was recorded (`Node::local`), so the walk feeds a few words per node.
+///
+/// With `donate`, every parameter whose buffer nothing else can read any more (no tensor
+/// handle on its node, and no other owner of the buffer) is donated to an output of the same
+/// shape and dtype, preferring the `dynamic_update_slice` that writes into it (a KV cache
+/// update then happens in place). Only pass `donate` when `outs` holds every live pending
+/// tensor of the device: a pending tensor outside the graph could still read the leaf.
+fn trace(
+    outs: &[Arc<Node>],
+    device: PjrtDevice,
+    precision: super::Precision,
+    donate: bool,
+) -> Trace {
     // One walk at a time: the marks on the nodes belong to the walk holding this lock.
     static WALK: Mutex<()> = Mutex::new(());
     static EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -527,88 +559,206 @@ fn trace(outs: &[Arc<Node>], device: PjrtDevice, precision: super::Precision) ->
     let epoch = EPOCH.fetch_add(1, Ordering::Relaxed) + 1;
     let numbered = |n: &Node| n.mark.load(Ordering::Relaxed) == epoch;
     let number = |n: &Node, r: Ref| {
-        let v = match r {
-            Ref::Param(i) => ((i as u64) << 1) | 1,
-            Ref::Node(i) => (i as u64) << 1,
-        };
-        n.slot.store(v, Ordering::Relaxed);
+        n.slot.store(encode(r), Ordering::Relaxed);
         n.mark.store(epoch, Ordering::Relaxed);
     };
-    let slot = |n: &Node| {
-        let v = n.slot.load(Ordering::Relaxed);
-        if v & 1 == 1 {
-            Ref::Param((v >> 1) as usize)
-        } else {
-            Ref::Node((v >> 1) as usize)
-        }
-    };
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let slot = |n: &Node| n.slot.load(Ordering::Relaxed);
+    let mut h = StructHasher::new();
     device.hash(&mut h);
-    (precision as u8).hash(&mut h);
+    h.word(precision as u64);
+    let cap = |i: usize| TRACE_SIZES[i].load(Ordering::Relaxed);
     let mut t = Trace {
-        params: Vec::new(),
-        param_bufs: Vec::new(),
-        nodes: Vec::new(),
-        edges: Vec::new(),
-        spans: Vec::new(),
-        outputs: Vec::new(),
+        params: Vec::with_capacity(cap(0)),
+        param_bufs: Vec::with_capacity(cap(0)),
+        nodes: Vec::with_capacity(cap(1)),
+        edges: Vec::with_capacity(cap(2)),
+        spans: Vec::with_capacity(cap(1)),
+        outputs: Vec::with_capacity(outs.len()),
+        aliases: Vec::new(),
         hash: 0,
     };
-    // (node, whether its inputs are already on the stack above it)
-    let mut stack: Vec<(Arc<Node>, bool)> = outs.iter().rev().map(|n| (n.clone(), false)).collect();
-    while let Some((n, expanded)) = stack.pop() {
-        if numbered(&n) {
-            continue;
-        }
-        let state = n.state();
-        match (&*state, expanded) {
-            (State::Ready(b), _) => {
-                // Ready (possibly computed by another thread since it was pushed): a parameter.
-                t.param_bufs.push(b.clone());
-                drop(state);
-                0u8.hash(&mut h);
-                n.shape.hash(&mut h);
-                n.dtype.hash(&mut h);
-                number(&n, Ref::Param(t.params.len()));
-                t.params.push(n);
-            }
-            (State::Pending(inputs), false) => {
-                stack.push((n.clone(), true));
-                for c in inputs.iter().rev() {
-                    if !numbered(c) {
-                        stack.push((c.clone(), false));
+    // Operands of the nodes waiting on the stack for theirs to be numbered. Each one is
+    // alive until its parent finishes: it is either numbered already (then `t` holds it) or
+    // held by a `Visit` frame above the parent's `Finish` until it is numbered.
+    let mut operands: Vec<*const Node> = Vec::with_capacity(64);
+    let mut stack: Vec<Frame> = Vec::with_capacity(64);
+    stack.extend(outs.iter().rev().map(|n| Frame::Visit(n.clone())));
+    while let Some(frame) = stack.pop() {
+        match frame {
+            Frame::Visit(n) => {
+                if numbered(&n) {
+                    continue;
+                }
+                let state = n.state();
+                match &*state {
+                    State::Ready(b) => {
+                        // Ready (possibly computed by another thread since it was pushed).
+                        t.param_bufs.push(b.clone());
+                        drop(state);
+                        // A parameter is its shape and dtype, whatever computed it.
+                        h.word(TAG_PARAM);
+                        h.word(n.shape.len() as u64);
+                        for &d in n.shape.iter() {
+                            h.word(d as u64);
+                        }
+                        n.dtype.hash(&mut h);
+                        number(&n, Ref::Param(t.params.len()));
+                        t.params.push(n);
+                    }
+                    State::Pending(inputs) => {
+                        if inputs.iter().all(|c| numbered(c)) {
+                            // Every operand is numbered: finish now, under this one lock.
+                            let slots = inputs.iter().map(|c| slot(c));
+                            finish(&mut t, &mut h, &n, inputs.len(), slots);
+                            drop(state);
+                            number(&n, Ref::Node(t.nodes.len()));
+                            t.nodes.push(n);
+                        } else {
+                            let start = operands.len();
+                            operands.extend(inputs.iter().map(Arc::as_ptr));
+                            let at = stack.len();
+                            for c in inputs.iter().rev() {
+                                if !numbered(c) {
+                                    stack.push(Frame::Visit(c.clone()));
+                                }
+                            }
+                            drop(state);
+                            // Below its operands: finished once they are.
+                            stack.insert(at, Frame::Finish(n, start));
+                        }
                     }
                 }
             }
-            (State::Pending(inputs), true) => {
-                let start = t.edges.len();
-                for i in inputs {
-                    t.edges.push(slot(i));
-                }
-                drop(state);
-                let refs = &t.edges[start..];
-                1u8.hash(&mut h);
-                hash_op(&n.op, &mut h);
-                n.shape.hash(&mut h);
-                n.dtype.hash(&mut h);
-                refs.hash(&mut h);
+            Frame::Finish(n, start) => {
+                let ops = &operands[start..];
+                // SAFETY: see `operands`: every operand of `n` is numbered by now, so the
+                // trace holds an `Arc` to it.
+                let slots = ops.iter().map(|&p| slot(unsafe { &*p }));
+                finish(&mut t, &mut h, &n, ops.len(), slots);
+                operands.truncate(start);
                 number(&n, Ref::Node(t.nodes.len()));
-                t.spans.push((start, t.edges.len()));
                 t.nodes.push(n);
             }
         }
     }
     for n in outs {
         if numbered(n) {
-            if let Ref::Node(i) = slot(n) {
+            if let Ref::Node(i) = decode(slot(n)) {
                 t.outputs.push(i);
             }
         }
     }
-    2u8.hash(&mut h);
-    t.outputs.hash(&mut h);
+    h.word(TAG_OUTPUTS);
+    h.word(t.outputs.len() as u64);
+    for &o in &t.outputs {
+        h.word(o as u64);
+    }
+    if donate {
+        t.aliases = choose_aliases(&t);
+    }
+    h.word(TAG_ALIASES);
+    h.word(t.aliases.len() as u64);
+    for &(p, o) in &t.aliases {
+        h.word(p as u64);
+        h.word(o as u64);
+    }
     t.hash = h.finish();
+    TRACE_SIZES[0].store(t.params.len(), Ordering::Relaxed);
+    TRACE_SIZES[1].store(t.nodes.len(), Ordering::Relaxed);
+    TRACE_SIZES[2].store(t.edges.len(), Ordering::Relaxed);
     t
+}
+
+/// A step of the walk in [`trace`].
+enum Frame {
+    /// Number this node (a parameter), or finish it now, or queue its operands first.
+    Visit(Arc<Node>),
+    /// Finish this node: its operands (from the given index of the operand stack on) are
+    /// all numbered.
+    Finish(Arc<Node>, usize),
+}
+
+/// Appends a pending node with operand numbers `slots` to `t` and the hash.
+fn finish(
+    t: &mut Trace,
+    h: &mut StructHasher,
+    n: &Node,
+    count: usize,
+    slots: impl Iterator<Item = u64>,
+) {
+    let start = t.edges.len();
+    h.word(TAG_NODE);
+    h.word(n.local);
+    h.word(count as u64);
+    for s in slots {
+        h.word(s);
+        t.edges.push(decode(s));
+    }
+    t.spans.push((start, t.edges.len()));
+}
+
+/// A node's number in a walk as one word: parameters odd, nodes even.
+fn encode(r: Ref) -> u64 {
+    match r {
+        Ref::Param(i) => ((i as u64) << 1) | 1,
+        Ref::Node(i) => (i as u64) << 1,
+    }
+}
+
+fn decode(v: u64) -> Ref {
+    if v & 1 == 1 {
+        Ref::Param((v >> 1) as usize)
+    } else {
+        Ref::Node((v >> 1) as usize)
+    }
+}
+
+/// Which parameters of `t` to donate, and to which output (see [`trace`]). A parameter is
+/// donatable when no tensor handle refers to its node and the trace and the node are the
+/// only owners of its buffer (a shared one-element upload, or a buffer being read on
+/// another thread, is not). Decided from the handles before the hash, so a graph whose leaf
+/// is still held compiles (and is cached) without the alias.
+fn choose_aliases(t: &Trace) -> Vec<(usize, usize)> {
+    let donatable =
+        |p: usize| -> bool { !t.params[p].is_live() && Arc::strong_count(&t.param_bufs[p]) == 2 };
+    let mut aliases = Vec::new();
+    let mut param_taken: Vec<bool> = Vec::new();
+    let mut out_taken = vec![false; t.outputs.len()];
+    // First the in-place updates: an output `dynamic_update_slice` of a donatable leaf.
+    for (o, &i) in t.outputs.iter().enumerate() {
+        let n = &t.nodes[i];
+        if !matches!(n.op, NodeOp::Op(Op::DynamicUpdateSlice)) {
+            continue;
+        }
+        let (a, _) = t.spans[i];
+        if let Ref::Param(p) = t.edges[a] {
+            if param_taken.len() <= p {
+                param_taken.resize(t.params.len(), false);
+            }
+            if !param_taken[p] && donatable(p) {
+                param_taken[p] = true;
+                out_taken[o] = true;
+                aliases.push((p, o));
+            }
+        }
+    }
+    // Then any other donatable leaf, to a free output of the same shape and dtype: its
+    // memory is reused instead of allocated.
+    for p in 0..t.params.len() {
+        if param_taken.get(p).copied().unwrap_or(false) || !donatable(p) {
+            continue;
+        }
+        let leaf = &t.params[p];
+        let free = t.outputs.iter().enumerate().position(|(o, &i)| {
+            !out_taken[o] && t.nodes[i].dtype == leaf.dtype && t.nodes[i].shape == leaf.shape
+        });
+        if let Some(o) = free {
+            out_taken[o] = true;
+            aliases.push((p, o));
+        }
+    }
+    aliases.sort_unstable();
+    aliases
 }
 
 /// Frees traced graphs off the caller's thread: dropping a few thousand nodes takes about
@@ -645,7 +795,7 @@ fn reap(garbage: Box<dyn Send>) {
 pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
     let mut devices: Vec<PjrtDevice> = Vec::new();
     for r in roots {
-        if r.buffer().is_none() && !devices.contains(&r.device) {
+        if !r.is_ready() && !devices.contains(&r.device) {
             devices.push(r.device);
         }
     }
@@ -654,7 +804,7 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
         let mut outs: Vec<Arc<Node>> = Vec::new();
         let mut seen = PtrMap::default();
         for n in roots.iter().filter(|n| n.device == d).cloned() {
-            if n.buffer().is_none() && seen.insert(key(&n), Ref::Param(0)).is_none() {
+            if !n.is_ready() && seen.insert(key(&n), Ref::Param(0)).is_none() {
                 outs.push(n);
             }
         }
@@ -667,11 +817,14 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
         if outs.is_empty() {
             continue;
         }
-        let mut r = run(&outs, d, op);
+        // Every live pending tensor of the device is in this graph, so leaves only it reads
+        // may be donated.
+        let mut r = run(&outs, d, op, true);
         if r.is_err() && outs.len() > asked && asked > 0 {
             // Another live tensor may be what fails (one too large for the device, say):
-            // what was asked for must not fail because of it, so run that alone.
-            r = run(&outs[..asked], d, op);
+            // what was asked for must not fail because of it, so run that alone, donating
+            // nothing (the live tensors left out may still read any leaf).
+            r = run(&outs[..asked], d, op, false);
         }
         bump(8, start.elapsed().as_nanos() as u64);
         r?;
@@ -679,10 +832,10 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
     Ok(())
 }
 
-fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str) -> Result<()> {
+fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str, donate: bool) -> Result<()> {
     let (b, dev) = device(op, d)?;
     let precision = matmul_precision();
-    let t = trace(outs, d, precision);
+    let t = trace(outs, d, precision, donate);
     let h = t.hash;
     bump(10, t.nodes.len() as u64);
     let cached = lock(&b.exes).get(&h).cloned();
@@ -702,6 +855,7 @@ fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str) -> Result<()> {
     let result = exe.execute(&[&args], &ExecuteOptions::new());
     bump(7, start.elapsed().as_nanos() as u64);
     bump(0, 1);
+    drop(args);
     let mut lists = result.map_err(|e| pjrt_err(op, d, e))?;
     let bufs = lists.pop().unwrap_or_default();
     if bufs.len() != t.outputs.len() {
@@ -715,6 +869,15 @@ fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str) -> Result<()> {
             )),
         });
     }
+    if !t.aliases.is_empty() {
+        // Count what the plugin really consumed (a plugin may copy instead of aliasing).
+        let consumed = t
+            .aliases
+            .iter()
+            .filter(|&&(p, _)| t.param_bufs[p].is_deleted().unwrap_or(false))
+            .count();
+        bump(11, consumed as u64);
+    }
     for (buf, &i) in bufs.into_iter().zip(&t.outputs) {
         t.nodes[i].set_ready(Arc::new(buf));
     }
@@ -724,11 +887,7 @@ fn run(outs: &[Arc<Node>], d: PjrtDevice, op: &'static str) -> Result<()> {
 
 /// The StableHLO text of a trace.
 fn lower_trace(t: &Trace, precision: super::Precision) -> Result<String> {
-    let params: Vec<(&[usize], DType)> = t
-        .params
-        .iter()
-        .map(|p| (p.shape.as_slice(), p.dtype))
-        .collect();
+    let params: Vec<(&[usize], DType)> = t.params.iter().map(|p| (&*p.shape, p.dtype)).collect();
     let nodes: Vec<LowerNode<'_>> = t
         .nodes
         .iter()
@@ -740,7 +899,11 @@ fn lower_trace(t: &Trace, precision: super::Precision) -> Result<String> {
             inputs: &t.edges[a..b],
         })
         .collect();
-    lower(&params, &nodes, &t.outputs, precision)
+    let mut aliases = vec![None; t.params.len()];
+    for &(p, o) in &t.aliases {
+        aliases[p] = Some(o);
+    }
+    lower(&params, &aliases, &nodes, &t.outputs, precision)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -782,7 +945,9 @@ fn load_or_compile(
         }
     }
     let text = lower_trace(t, precision)?;
-    let options = CompileOptions::on(dev).map_err(|e| pjrt_err(op, d, e))?;
+    let options = CompileOptions::on(dev)
+        .map_err(|e| pjrt_err(op, d, e))?
+        .strict_rounding(super::matmul_precision() == super::Precision::Highest);
     let start = Instant::now();
     let exe = b
         .client
@@ -814,6 +979,7 @@ pub(crate) fn stablehlo_of(roots: &[Arc<Node>]) -> Result<String> {
             |n| n.device,
         ),
         precision,
+        false,
     );
     lower_trace(&t, precision)
 }
@@ -822,7 +988,9 @@ pub(crate) fn stablehlo_of(roots: &[Arc<Node>]) -> Result<String> {
 pub(crate) fn compile_text(d: PjrtDevice, text: &str) -> Result<()> {
     let op = "compile";
     let (b, dev) = device(op, d)?;
-    let options = CompileOptions::on(&dev).map_err(|e| pjrt_err(op, d, e))?;
+    let options = CompileOptions::on(&dev)
+        .map_err(|e| pjrt_err(op, d, e))?
+        .strict_rounding(super::matmul_precision() == super::Precision::Highest);
     b.client
         .compile(text, &options)
         .map(|_| ())

@@ -7,6 +7,7 @@
 //! freed and never recomputed. Leaves (uploads, copies, results) are ready from birth.
 
 use std::hash::{Hash, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,6 +15,262 @@ use crate::op::{ConvGeom, Op};
 use crate::pjrt::Buffer;
 use crate::tensor::broadcast_shape;
 use crate::{DType, Error, PjrtDevice, Result};
+
+/// Dims stored inline up to this rank (every op zoo records stays at rank 6 or below).
+const INLINE_RANK: usize = 6;
+
+/// A node's shape: inline up to rank 6, so recording a node allocates no shape vector.
+#[derive(Clone)]
+pub(crate) enum Dims {
+    Inline { len: u8, dims: [usize; INLINE_RANK] },
+    Heap(Vec<usize>),
+}
+
+impl Dims {
+    pub(crate) fn new() -> Dims {
+        Dims::Inline {
+            len: 0,
+            dims: [0; INLINE_RANK],
+        }
+    }
+
+    pub(crate) fn push(&mut self, d: usize) {
+        match self {
+            Dims::Inline { len, dims } if (*len as usize) < INLINE_RANK => {
+                dims[*len as usize] = d;
+                *len += 1;
+            }
+            Dims::Inline { len, dims } => {
+                let mut v = dims[..*len as usize].to_vec();
+                v.push(d);
+                *self = Dims::Heap(v);
+            }
+            Dims::Heap(v) => v.push(d),
+        }
+    }
+}
+
+impl Deref for Dims {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        match self {
+            Dims::Inline { len, dims } => &dims[..*len as usize],
+            Dims::Heap(v) => v,
+        }
+    }
+}
+
+impl DerefMut for Dims {
+    fn deref_mut(&mut self) -> &mut [usize] {
+        match self {
+            Dims::Inline { len, dims } => &mut dims[..*len as usize],
+            Dims::Heap(v) => v,
+        }
+    }
+}
+
+impl From<&[usize]> for Dims {
+    fn from(s: &[usize]) -> Dims {
+        if s.len() <= INLINE_RANK {
+            let mut dims = [0; INLINE_RANK];
+            dims[..s.len()].copy_from_slice(s);
+            Dims::Inline {
+                len: s.len() as u8,
+                dims,
+            }
+        } else {
+            Dims::Heap(s.to_vec())
+        }
+    }
+}
+
+impl From<Vec<usize>> for Dims {
+    fn from(v: Vec<usize>) -> Dims {
+        if v.len() <= INLINE_RANK {
+            Dims::from(v.as_slice())
+        } else {
+            Dims::Heap(v)
+        }
+    }
+}
+
+impl FromIterator<usize> for Dims {
+    fn from_iter<I: IntoIterator<Item = usize>>(it: I) -> Dims {
+        let mut d = Dims::new();
+        for v in it {
+            d.push(v);
+        }
+        d
+    }
+}
+
+impl PartialEq for Dims {
+    fn eq(&self, o: &Dims) -> bool {
+        **self == **o
+    }
+}
+
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// The operands of a pending node: inline up to three (every op but `cat`), so recording
+/// allocates no operand vector.
+pub(crate) enum Inputs {
+    Zero,
+    One([Arc<Node>; 1]),
+    Two([Arc<Node>; 2]),
+    Three([Arc<Node>; 3]),
+    Many(Vec<Arc<Node>>),
+}
+
+impl Inputs {
+    /// The operands, in order.
+    pub(crate) fn from_fn(n: usize, mut f: impl FnMut(usize) -> Arc<Node>) -> Inputs {
+        match n {
+            0 => Inputs::Zero,
+            1 => Inputs::One([f(0)]),
+            2 => Inputs::Two([f(0), f(1)]),
+            3 => Inputs::Three([f(0), f(1), f(2)]),
+            _ => Inputs::Many((0..n).map(f).collect()),
+        }
+    }
+
+    /// Moves the operands onto `out` (to release chains without recursion).
+    fn drain_into(self, out: &mut Vec<Arc<Node>>) {
+        match self {
+            Inputs::Zero => {}
+            Inputs::One(a) => out.extend(a),
+            Inputs::Two(a) => out.extend(a),
+            Inputs::Three(a) => out.extend(a),
+            Inputs::Many(v) => out.extend(v),
+        }
+    }
+}
+
+impl Deref for Inputs {
+    type Target = [Arc<Node>];
+    fn deref(&self) -> &[Arc<Node>] {
+        match self {
+            Inputs::Zero => &[],
+            Inputs::One(a) => a,
+            Inputs::Two(a) => a,
+            Inputs::Three(a) => a,
+            Inputs::Many(v) => v,
+        }
+    }
+}
+
+/// The structural hash of graphs (what keys compiled executables, in memory and on disk):
+/// two independent 64-bit multiply-rotate lanes (128 bits of state) over 64-bit words,
+/// folded with murmur3's finaliser. A few cycles per word, where SipHash costs a few per
+/// byte; not meant to resist adversaries (graph structures are not secret or hostile), only
+/// to make an accidental collision between two structures as unlikely as a 64-bit key can.
+#[derive(Clone, Copy)]
+pub(crate) struct StructHasher {
+    a: u64,
+    b: u64,
+}
+
+impl Default for StructHasher {
+    fn default() -> Self {
+        StructHasher::new()
+    }
+}
+
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
+}
+
+impl StructHasher {
+    pub(crate) const fn new() -> StructHasher {
+        StructHasher {
+            a: 0x243f_6a88_85a3_08d3,
+            b: 0x1319_8a2e_0370_7344,
+        }
+    }
+
+    /// Feeds one 64-bit word.
+    #[inline]
+    pub(crate) fn word(&mut self, v: u64) {
+        self.a = (self.a ^ v)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29);
+        self.b = (self.b.rotate_left(23) ^ v)
+            .wrapping_mul(0xd6e8_feb8_6659_fd93)
+            .wrapping_add(0x2545_f491_4f6c_dd1d);
+    }
+}
+
+impl Hasher for StructHasher {
+    fn finish(&self) -> u64 {
+        fmix64(self.a ^ fmix64(self.b).rotate_left(17))
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.word(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.word(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.word(u64::from(v));
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.word(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.word(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.word(v);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.word(v as u64);
+    }
+    fn write_i8(&mut self, v: i8) {
+        self.word(v as u64);
+    }
+    fn write_i16(&mut self, v: i16) {
+        self.word(v as u64);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.word(v as u64);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.word(v as u64);
+    }
+    fn write_isize(&mut self, v: isize) {
+        self.word(v as u64);
+    }
+}
+
+/// The structure of one node on its own (op, attributes, shape, dtype; not its operands):
+/// computed once when the node is recorded, while it is hot, so the walk that keys a graph
+/// feeds one word per node instead of re-hashing every op.
+fn local_hash(op: &NodeOp, shape: &[usize], dtype: DType) -> u64 {
+    let mut h = StructHasher::new();
+    hash_op(op, &mut h);
+    h.word(shape.len() as u64);
+    for &d in shape {
+        h.word(d as u64);
+    }
+    dtype.hash(&mut h);
+    h.finish()
+}
 
 /// What a node computes.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,7 +288,7 @@ pub(crate) enum NodeOp {
 /// The evaluation state of a node.
 pub(crate) enum State {
     /// Not computed yet; holds the input nodes in the order the op documents.
-    Pending(Vec<Arc<Node>>),
+    Pending(Inputs),
     /// Computed: the device buffer holding the value.
     Ready(Arc<Buffer>),
 }
@@ -39,7 +296,9 @@ pub(crate) enum State {
 /// One value of a lazy graph on one device.
 pub(crate) struct Node {
     pub op: NodeOp,
-    pub shape: Vec<usize>,
+    pub shape: Dims,
+    /// [`local_hash`] of `op`, `shape` and `dtype`.
+    pub local: u64,
     /// The API dtype (`Bool` is stored as PJRT `pred`).
     pub dtype: DType,
     pub device: PjrtDevice,
@@ -60,13 +319,14 @@ pub(crate) struct Node {
 impl Node {
     pub(crate) fn new(
         op: NodeOp,
-        shape: Vec<usize>,
+        shape: Dims,
         dtype: DType,
         device: PjrtDevice,
         state: State,
         host_ints: Option<Arc<[i64]>>,
     ) -> Node {
         Node {
+            local: local_hash(&op, &shape, dtype),
             op,
             shape,
             dtype,
@@ -91,6 +351,11 @@ impl Node {
             State::Ready(b) => Some(b.clone()),
             State::Pending(_) => None,
         }
+    }
+
+    /// Whether the node is computed (no buffer clone, unlike [`Node::buffer`]).
+    pub(crate) fn is_ready(&self) -> bool {
+        matches!(&*self.state(), State::Ready(_))
     }
 
     /// Marks the node computed, dropping its inputs (kept when it already was).
@@ -123,20 +388,27 @@ impl Drop for Node {
     fn drop(&mut self) {
         // Release input chains iteratively: a long unmaterialised history would otherwise
         // recurse once per node and could overflow the stack.
-        let mut stack = match std::mem::replace(
+        let inputs = match std::mem::replace(
             self.state.get_mut().unwrap_or_else(|p| p.into_inner()),
-            State::Pending(Vec::new()),
+            State::Pending(Inputs::Zero),
         ) {
             State::Pending(v) => v,
             State::Ready(_) => return,
         };
+        // Most nodes hold no chain of their own: only operands whose last reference this
+        // is need the explicit stack.
+        if inputs.iter().all(|n| Arc::strong_count(n) > 1) {
+            return;
+        }
+        let mut stack = Vec::new();
+        inputs.drain_into(&mut stack);
         while let Some(n) = stack.pop() {
             if let Ok(mut inner) = Arc::try_unwrap(n) {
                 if let State::Pending(v) = std::mem::replace(
                     inner.state.get_mut().unwrap_or_else(|p| p.into_inner()),
-                    State::Pending(Vec::new()),
+                    State::Pending(Inputs::Zero),
                 ) {
-                    stack.extend(v);
+                    v.drain_into(&mut stack);
                 }
             }
         }
@@ -155,7 +427,7 @@ fn shape_err(op: &'static str, lhs: &[usize], rhs: &[usize], hint: String) -> Er
 /// The output shape of `op` over inputs of shapes `ins`. `Tensor` validated the operands
 /// already; this re-derives the shape the eager backend would produce, and refuses what
 /// it cannot (with the operands named) instead of panicking.
-pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
+pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
     let name = op.name();
     let arity = match op {
         Op::Binary(_)
@@ -195,9 +467,9 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
         | Op::Clamp { .. }
         | Op::Cast(_)
         | Op::Contiguous
-        | Op::ArgSortLastDim { .. } => x.to_vec(),
-        Op::Binary(_) | Op::Compare(_) => broadcast_shape(name, x, ins[1])?,
-        Op::Where => broadcast_shape(name, &broadcast_shape(name, x, ins[1])?, ins[2])?,
+        | Op::ArgSortLastDim { .. } => Dims::from(x),
+        Op::Binary(_) | Op::Compare(_) => broadcast(name, x, ins[1])?,
+        Op::Where => broadcast(name, &broadcast(name, x, ins[1])?, ins[2])?,
         Op::Matmul => {
             let (a, b) = (x, ins[1]);
             if a.len() < 2 || b.len() < 2 || a[a.len() - 1] != b[b.len() - 2] {
@@ -208,8 +480,9 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                     "; matmul needs [.., m, k] x [.., k, n]".into(),
                 ));
             }
-            let mut out = broadcast_shape(name, &a[..a.len() - 2], &b[..b.len() - 2])?;
-            out.extend([a[a.len() - 2], b[b.len() - 1]]);
+            let mut out = broadcast(name, &a[..a.len() - 2], &b[..b.len() - 2])?;
+            out.push(a[a.len() - 2]);
+            out.push(b[b.len() - 1]);
             out
         }
         Op::Reduce { dims, keepdim, .. } => {
@@ -226,7 +499,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
             if s.iter().product::<usize>() != x.iter().product::<usize>() {
                 return Err(shape_err(name, x, s, "; element counts differ".into()));
             }
-            s.clone()
+            Dims::from(s.as_slice())
         }
         Op::Permute(p) => {
             let mut seen = vec![false; x.len()];
@@ -251,7 +524,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
             if x.iter().zip(&s[lead..]).any(|(&a, &b)| a != b && a != 1) {
                 return Err(shape_err(name, x, s, "; only size-1 dims stretch".into()));
             }
-            s.clone()
+            Dims::from(s.as_slice())
         }
         Op::Narrow { dim, start, len } => {
             dim_ok(*dim)?;
@@ -267,7 +540,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                     ),
                 });
             }
-            let mut s = x.to_vec();
+            let mut s = Dims::from(x);
             s[*dim] = *len;
             s
         }
@@ -276,7 +549,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
             if ins[1].len() != 1 {
                 return Err(shape_err(name, x, ins[1], "; indices must be 1-D".into()));
             }
-            let mut s = x.to_vec();
+            let mut s = Dims::from(x);
             s[*dim] = ins[1][0];
             s
         }
@@ -297,11 +570,11 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                     "; index must have the input's rank and fit in it".into(),
                 ));
             }
-            idx.to_vec()
+            Dims::from(idx)
         }
         Op::Concat { dim } => {
             dim_ok(*dim)?;
-            let mut s = x.to_vec();
+            let mut s = Dims::from(x);
             for other in &ins[1..] {
                 if other.len() != x.len()
                     || other
@@ -333,7 +606,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                     "; the block must fit and start must hold one index per dim".into(),
                 ));
             }
-            sizes.clone()
+            Dims::from(sizes.as_slice())
         }
         Op::DynamicUpdateSlice => {
             let u = ins[1];
@@ -345,7 +618,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                     "; the update must fit and start must hold one index per dim".into(),
                 ));
             }
-            x.to_vec()
+            Dims::from(x)
         }
         Op::Conv2d(g) => {
             let w = ins[1];
@@ -362,7 +635,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                 Some((n + 2 * g.padding).checked_sub(ek)? / g.stride + 1)
             };
             match (out(x[2], w[2]), out(x[3], w[3])) {
-                (Some(h), Some(wd)) => vec![x[0], w[0], h, wd],
+                (Some(h), Some(wd)) => Dims::from(&[x[0], w[0], h, wd][..]),
                 _ => {
                     return Err(shape_err(
                         name,
@@ -392,7 +665,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                 .filter(|&v| v > 0)
             };
             match (out(x[2], w[2]), out(x[3], w[3])) {
-                (Some(h), Some(wd)) => vec![x[0], w[1] * g.groups, h, wd],
+                (Some(h), Some(wd)) => Dims::from(&[x[0], w[1] * g.groups, h, wd][..]),
                 _ => {
                     return Err(shape_err(
                         name,
@@ -410,13 +683,42 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Vec<usize>> {
                     msg: format!("input {x:?} must be [N, C, H, W]"),
                 });
             }
-            vec![x[0], x[1], *h, *w]
+            Dims::from(&[x[0], x[1], *h, *w][..])
         }
     })
 }
 
-fn reduced(x: &[usize], dims: &[usize], keepdim: bool) -> Vec<usize> {
-    let mut s = Vec::with_capacity(x.len());
+/// PyTorch's broadcast of two shapes (`tensor::broadcast_shape`, without its allocation on
+/// the common path); incompatible shapes get that function's error.
+fn broadcast(name: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
+    if a == b {
+        return Ok(Dims::from(a));
+    }
+    let n = a.len().max(b.len());
+    let mut out = Dims::new();
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out.push(match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return broadcast_shape(name, a, b).map(Dims::from),
+        });
+    }
+    Ok(out)
+}
+
+fn reduced(x: &[usize], dims: &[usize], keepdim: bool) -> Dims {
+    let mut s = Dims::new();
     for (i, &d) in x.iter().enumerate() {
         if dims.contains(&i) {
             if keepdim {
@@ -501,7 +803,7 @@ mod tests {
 
     #[test]
     fn shapes_follow_the_eager_backend() {
-        let s = |op: Op, ins: &[&[usize]]| infer_shape(&op, ins).expect("shape");
+        let s = |op: Op, ins: &[&[usize]]| infer_shape(&op, ins).expect("shape").to_vec();
         assert_eq!(
             s(Op::Binary(BinaryOp::Add), &[&[3, 1, 5], &[4, 5]]),
             vec![3, 4, 5]
@@ -571,5 +873,40 @@ mod tests {
             hash(NodeOp::Op(Op::Permute(vec![2, 3])))
         );
         assert_eq!(hash(NodeOp::Op(Op::Matmul)), hash(NodeOp::Op(Op::Matmul)));
+    }
+
+    #[test]
+    fn node_hash_sees_shape_dtype_and_op() {
+        let add = || NodeOp::Op(Op::Binary(BinaryOp::Add));
+        let base = local_hash(&add(), &[2, 3], DType::F32);
+        assert_eq!(base, local_hash(&add(), &[2, 3], DType::F32));
+        assert_ne!(base, local_hash(&add(), &[3, 2], DType::F32));
+        assert_ne!(base, local_hash(&add(), &[2, 3, 1], DType::F32));
+        assert_ne!(base, local_hash(&add(), &[2, 3], DType::BF16));
+        assert_ne!(
+            base,
+            local_hash(&NodeOp::Op(Op::Binary(BinaryOp::Mul)), &[2, 3], DType::F32)
+        );
+        // Word order matters: [a, b] and [b, a] differ.
+        let words = |ws: &[u64]| {
+            let mut h = StructHasher::new();
+            for &w in ws {
+                h.word(w);
+            }
+            h.finish()
+        };
+        assert_ne!(words(&[1, 2]), words(&[2, 1]));
+        assert_ne!(words(&[0]), words(&[0, 0]));
+    }
+
+    #[test]
+    fn dims_spill_past_rank_six() {
+        let mut d = Dims::from(&[1, 2, 3, 4, 5, 6][..]);
+        assert!(matches!(d, Dims::Inline { .. }));
+        d.push(7);
+        assert!(matches!(d, Dims::Heap(_)));
+        assert_eq!(&d[..], &[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(d, Dims::from(vec![1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(&(0..3).collect::<Dims>()[..], &[0, 1, 2]);
     }
 }

@@ -335,6 +335,7 @@ impl Emitter {
 /// shapes and dtypes, returning the nodes at `outputs`.
 pub(crate) fn lower(
     params: &[(&[usize], DType)],
+    aliases: &[Option<usize>],
     nodes: &[LowerNode<'_>],
     outputs: &[usize],
     precision: Precision,
@@ -372,9 +373,14 @@ pub(crate) fn lower(
     }
     let mut text = String::with_capacity(e.body.len() + 512);
     text.push_str("module @zoo_graph attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n");
+    // A donated parameter names the output that reuses its buffer.
     let args: Vec<String> = pvals
         .iter()
-        .map(|p| format!("{}: {}", p.name, p.ty()))
+        .zip(aliases.iter().chain(std::iter::repeat(&None)))
+        .map(|(p, a)| match a {
+            Some(o) => format!("{}: {} {{tf.aliasing_output = {o} : i32}}", p.name, p.ty()),
+            None => format!("{}: {}", p.name, p.ty()),
+        })
         .collect();
     let outs: Vec<&V> = outputs.iter().map(|&i| &vals[i]).collect();
     let out_tys: Vec<String> = outs.iter().map(|v| v.ty()).collect();
@@ -929,14 +935,13 @@ mod tests {
             dtype: DType::F32,
             inputs: &[Ref::Param(0), Ref::Param(1)],
         }];
-        let text = lower(
-            &[(&[2, 3], DType::F32), (&[3], DType::F32)],
-            &nodes,
-            &[0],
-            Precision::Default,
-        )
-        .expect("lowers");
+        let params: [(&[usize], DType); 2] = [(&[2, 3], DType::F32), (&[3], DType::F32)];
+        let text = lower(&params, &[], &nodes, &[0], Precision::Default).expect("lowers");
         assert!(text.contains("func.func public @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3xf32>) -> (tensor<2x3xf32>)"), "{text}");
+        // A donated parameter carries the output it is aliased to.
+        let donated =
+            lower(&params, &[Some(0), None], &nodes, &[0], Precision::Default).expect("lowers");
+        assert!(donated.contains("func.func public @main(%arg0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<3xf32>)"), "{donated}");
         assert!(text.contains("stablehlo.broadcast_in_dim"), "{text}");
         assert!(text.contains("\"func.return\"(%2)"), "{text}");
     }

@@ -9,7 +9,9 @@
 //!   are traced into one graph, hashed by structure (ops, attributes, shapes, dtypes,
 //!   device; never leaf values), looked up in memory and on disk (`cache.rs`), lowered to a
 //!   StableHLO `func.func @main` and compiled on a miss (`lower.rs`), and executed; the
-//!   results become device-resident leaves (`exec.rs`).
+//!   results become device-resident leaves (`exec.rs`). A leaf no tensor handle refers to
+//!   any more (the old KV cache after `*ck = ck.dynamic_update_slice(..)`) is donated to an
+//!   output of its shape, so the update is written in place; donation is part of the hash.
 //! - One client per platform and process, created from `ZOO_PJRT_CPU_PLUGIN` (or plugin
 //!   discovery) with `ZOO_PJRT_CPU_DEVICES` CPU devices (default 4), unless [`configure`]
 //!   said otherwise first.
@@ -23,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use graph::{infer_shape, Node, NodeOp, State};
+use graph::{infer_shape, Dims, Inputs, Node, NodeOp, State};
 
 use crate::op::Op;
 use crate::{DType, Error, PjrtDevice, PjrtPlatform, Result, Tensor};
@@ -39,7 +41,9 @@ pub enum Precision {
     /// The plugin's default: fastest (on TPUs, bf16 passes for f32 operands).
     #[default]
     Default = 0,
-    /// Full f32 precision: what parity runs against PyTorch use.
+    /// Full f32 precision, and 16-bit values rounded after every op as PyTorch rounds them
+    /// (XLA otherwise keeps fused intermediates in f32): what parity runs against PyTorch
+    /// use. With it, bf16 decoders match transformers bit for bit on the XLA CPU plugin.
     Highest = 1,
 }
 
@@ -152,22 +156,24 @@ impl Drop for LazyTensor {
 
 fn pending(
     op: NodeOp,
-    shape: Vec<usize>,
+    shape: Dims,
     dtype: DType,
     device: PjrtDevice,
-    inputs: Vec<Arc<Node>>,
+    inputs: Inputs,
     host_ints: Option<Arc<[i64]>>,
 ) -> LazyTensor {
-    let n = Arc::new(Node::new(
+    let t = LazyTensor::new(Arc::new(Node::new(
         op,
         shape,
         dtype,
         device,
         State::Pending(inputs),
         host_ints,
-    ));
-    exec::register(&n);
-    LazyTensor::new(n)
+    )));
+    // Registered once it has its handle: a materialisation on another thread never sees it
+    // handle-less (which would read as dead).
+    exec::register(&t.node);
+    t
 }
 
 /// Records `op` over `inputs` (validated, same device) with result dtype `dtype`.
@@ -207,7 +213,7 @@ pub(crate) fn record(op: Op, inputs: &[&LazyTensor], dtype: DType) -> Result<Laz
         Op::Cast(DType::I64) if inputs[0].node.dtype.is_int() => inputs[0].node.host_ints.clone(),
         _ => None,
     };
-    let ins: Vec<Arc<Node>> = inputs.iter().map(|t| t.node.clone()).collect();
+    let ins = Inputs::from_fn(inputs.len(), |i| inputs[i].node.clone());
     Ok(pending(
         NodeOp::Op(op),
         shape,
@@ -233,10 +239,10 @@ pub(crate) fn full(
     };
     Ok(pending(
         NodeOp::Full(v),
-        shape.to_vec(),
+        Dims::from(shape),
         dtype,
         device,
-        Vec::new(),
+        Inputs::Zero,
         None,
     ))
 }
@@ -252,10 +258,10 @@ pub(crate) fn arange(
     exec::device("arange", device)?;
     Ok(pending(
         NodeOp::Iota { start, step },
-        vec![n],
+        Dims::from(&[n][..]),
         dtype,
         device,
-        Vec::new(),
+        Inputs::Zero,
         None,
     ))
 }
@@ -301,7 +307,7 @@ impl Tensor {
 
     /// Whether this is a PJRT tensor whose value is not computed yet.
     pub fn is_pending(&self) -> bool {
-        self.lazy().is_some_and(|l| l.node.buffer().is_none())
+        self.lazy().is_some_and(|l| !l.node.is_ready())
     }
 
     /// The StableHLO module that materialising this tensor alone would compile (for

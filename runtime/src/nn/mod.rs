@@ -6,4 +6,4 @@ mod weights;
 
 pub use layers::{Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear, RmsNorm};
 pub use rope::{RopeConfig, RopeScaling, RotaryEmbedding};
-pub use weights::{DevicePlacement, MemWeights, WeightSource, Weights};
+pub use weights::{DevicePlacement, MemWeights, QuantizedWeight, WeightSource, Weights};

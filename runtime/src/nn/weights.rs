@@ -14,6 +14,24 @@ pub trait WeightSource: Send + Sync {
     fn load(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor>;
     /// Every stored name (used to suggest near misses in errors).
     fn names(&self) -> Vec<String>;
+    /// The blocks of a GGUF block-quantized tensor, rows in HF order, for kernels that compute
+    /// from them without widening the weights; `None` for plain tensors (the default).
+    fn quantized(&self, _name: &str) -> Option<Result<QuantizedWeight>> {
+        None
+    }
+}
+
+/// A block-quantized weight as stored (`ggml` blocks, rows in HF order).
+#[derive(Clone, Debug)]
+pub struct QuantizedWeight {
+    /// The full tensor name.
+    pub name: String,
+    /// The block type.
+    pub ggml: zoo_hub::GgmlType,
+    /// The HF shape, `[rows, cols]` for a matrix.
+    pub shape: Vec<usize>,
+    /// `rows` rows of `cols / block` blocks each.
+    pub data: Vec<u8>,
 }
 
 impl WeightSource for zoo_hub::Weights {
@@ -254,6 +272,24 @@ impl Weights {
             });
         }
         self.source.load(&full, self.dtype, &self.device_for(&full))
+    }
+
+    /// The stored blocks of `name` when it is block-quantized and loads as f32 onto the CPU
+    /// (checking its shape is `shape`); `None` otherwise, and the caller loads it as a tensor.
+    pub fn get_quantized(&self, name: &str, shape: &[usize]) -> Result<Option<QuantizedWeight>> {
+        let full = self.full_name(name);
+        if self.dtype != DType::F32 || self.device_for(&full) != Device::Cpu {
+            return Ok(None);
+        }
+        let found = self.stored_shape(&full)?;
+        if found != shape {
+            return Err(Error::WeightShape {
+                name: full,
+                expected: shape.to_vec(),
+                found,
+            });
+        }
+        self.source.quantized(&full).transpose()
     }
 
     /// Loads `name` whatever its shape.

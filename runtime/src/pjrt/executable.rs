@@ -18,6 +18,9 @@ use super::leak::{self, ObjectKind};
 pub struct CompileOptions {
     /// Device ids, one per replica; empty means one replica on the plugin's default device.
     pub device_ids: Vec<i32>,
+    /// Round 16-bit values after every op, as PyTorch does, instead of letting XLA keep
+    /// fused intermediates in f32 (`xla_allow_excess_precision = false`).
+    pub strict_rounding: bool,
 }
 
 impl CompileOptions {
@@ -30,6 +33,7 @@ impl CompileOptions {
     pub fn on(device: &Device) -> Result<Self> {
         Ok(Self {
             device_ids: vec![device.id()?],
+            ..Self::default()
         })
     }
 
@@ -37,7 +41,14 @@ impl CompileOptions {
     pub fn replicated(devices: &[Device]) -> Result<Self> {
         Ok(Self {
             device_ids: devices.iter().map(|d| d.id()).collect::<Result<_>>()?,
+            ..Self::default()
         })
+    }
+
+    /// With [`CompileOptions::strict_rounding`] set to `on`.
+    pub fn strict_rounding(mut self, on: bool) -> Self {
+        self.strict_rounding = on;
+        self
     }
 
     /// The serialized `CompileOptionsProto`.
@@ -65,6 +76,16 @@ impl CompileOptions {
         }
         let mut out = Vec::new();
         proto::bytes_field(&mut out, 3, &build); // executable_build_options
+        if self.strict_rounding {
+            // env_option_overrides (field 7, map<string, OptionOverrideProto>): the
+            // DebugOptions flag `xla_allow_excess_precision` = false (bool_field = 2).
+            let mut value = Vec::new();
+            proto::varint_field(&mut value, 2, 0);
+            let mut entry = Vec::new();
+            proto::bytes_field(&mut entry, 1, b"xla_allow_excess_precision");
+            proto::bytes_field(&mut entry, 2, &value);
+            proto::bytes_field(&mut out, 7, &entry);
+        }
         out
     }
 }
@@ -500,6 +521,7 @@ mod tests {
     fn compile_options_encode_replicas_and_assignment() {
         let o = CompileOptions {
             device_ids: vec![0, 3],
+            ..CompileOptions::default()
         };
         let p = o.to_proto();
         // field 3 (executable_build_options), length-delimited
