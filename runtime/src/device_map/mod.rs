@@ -92,17 +92,18 @@ pub struct ExplicitMap {
 impl ExplicitMap {
     /// The placement of `tensor` (`model.layers.3.mlp.up_proj.weight`), if any prefix covers it.
     pub fn placement_of(&self, tensor: &str) -> Option<Placement> {
-        self.entries
-            .iter()
-            .filter(|(prefix, _)| {
-                prefix.is_empty()
-                    || tensor == prefix.as_str()
-                    || tensor
-                        .strip_prefix(prefix.as_str())
-                        .is_some_and(|rest| rest.starts_with('.'))
-            })
-            .max_by_key(|(prefix, _)| prefix.len())
-            .map(|(_, p)| *p)
+        // Longest prefix first: the name itself, then each parent module, then `""`; one
+        // map lookup per level, so a whole checkpoint resolves in O(tensors × depth).
+        let mut key = tensor;
+        loop {
+            if let Some(p) = self.entries.get(key) {
+                return Some(*p);
+            }
+            if key.is_empty() {
+                return None;
+            }
+            key = key.rsplit_once('.').map_or("", |(parent, _)| parent);
+        }
     }
 
     /// Reads `hf_device_map` JSON: a map of prefixes to an index, `"cpu"`, `"disk"` or

@@ -142,17 +142,18 @@ impl DevicePlacement {
 
     /// The device of `name` (a module or tensor name), if a prefix covers it.
     pub fn device_of(&self, name: &str) -> Option<Device> {
-        self.entries
-            .iter()
-            .filter(|(prefix, _)| {
-                prefix.is_empty()
-                    || name == prefix.as_str()
-                    || name
-                        .strip_prefix(prefix.as_str())
-                        .is_some_and(|rest| rest.starts_with('.'))
-            })
-            .max_by_key(|(prefix, _)| prefix.len())
-            .map(|(_, d)| *d)
+        // Longest prefix first: the name itself, then each parent module, then `""`; one
+        // map lookup per level, so a whole checkpoint resolves in O(tensors × depth).
+        let mut key = name;
+        loop {
+            if let Some(p) = self.entries.get(key) {
+                return Some(*p);
+            }
+            if key.is_empty() {
+                return None;
+            }
+            key = key.rsplit_once('.').map_or("", |(parent, _)| parent);
+        }
     }
 
     /// The module prefixes and their devices.
