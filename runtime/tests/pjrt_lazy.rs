@@ -529,3 +529,47 @@ fn cache_updates_donate_leaves_no_tensor_holds() {
     let five_again = Tensor::from_slice(&[5.0f32], &[1], &d).expect("five");
     assert_eq!(five_again.to_vec::<f32>().expect("shared"), vec![5.0]);
 }
+
+/// Threads sharing a device each run the decode pattern (unheld cache leaves donated to their
+/// updates) at once, and every value stays right. A thread's materialisation takes the other
+/// threads' pending nodes along; before materialisation held one lock per device, two threads
+/// could run the same nodes and one read a leaf the other had donated ("buffer has been
+/// deleted or donated"), which split models generating on shared devices in parallel
+/// (transformers/tests/pjrt.rs) hit.
+#[test]
+fn threads_sharing_a_device_never_read_a_donated_buffer() {
+    let _g = serial();
+    common::setup(VAR);
+    let d = device(3);
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                // Big enough that runs take a while and overlap.
+                let (rows, width) = (64usize, 4096usize);
+                let init = f32s(rows * width, 20 + t);
+                let upd = f32s(width, 30 + t);
+                let u = Tensor::from_slice(&upd, &[1, width], &d).expect("update");
+                let mut cache = Tensor::from_slice(&init, &[rows, width], &d).expect("cache");
+                let mut want = init.clone();
+                for i in 0..20usize {
+                    let row = (i * 7 + t as usize) % rows;
+                    let at = Tensor::from_slice(&[row as i64, 0], &[2], &d).expect("at");
+                    cache = cache.dynamic_update_slice(&u, &at).expect("update");
+                    want[row * width..(row + 1) * width].copy_from_slice(&upd);
+                    // A reduction over the whole cache: work for the plugin each step.
+                    let total = cache.sum(&[0, 1], false).expect("sum");
+                    let got = total.to_vec::<f32>().expect("read")[0];
+                    let exp: f32 = want.iter().sum();
+                    assert!(
+                        (got - exp).abs() <= 1e-2 * (1.0 + exp.abs()),
+                        "thread {t} step {i}"
+                    );
+                }
+                assert_eq!(cache.to_vec::<f32>().expect("read"), want, "thread {t}");
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("a thread failed");
+    }
+}

@@ -1,19 +1,25 @@
-//! CPU fast paths for the products of `Linear` layers on f32 CPU tensors.
+//! CPU fast paths for the products of `Linear` layers and for attention on f32 CPU tensors.
 //!
 //! With one token per row, every `Linear` is a matrix-vector product that reads each weight
 //! once: its speed is the memory bandwidth. The runtime's eager matmul hands it to a GEMM
 //! kernel that reaches about a third of the bandwidth for a single row, so on f32 CPU tensors
 //! zoo-transformers runs those products here instead: AVX2/FMA dot products over four weight
-//! rows at a time, rows split across the rayon pool candle also uses.
+//! rows at a time.
 //!
 //! A prefill multiplies many rows by each weight: there the runtime's GEMM uses 256-bit
-//! vectors only, so on CPUs with AVX-512 [`matmul_wt`] runs a register-tiled 8×32 kernel over
-//! weight panels packed on the fly (each rayon task packs its own panel, so nothing is kept).
+//! vectors only, so on CPUs with AVX-512 [`matmul_wt`] runs a register-tiled 14×32 kernel,
+//! k-blocked, over weight panels packed on the fly (each task packs its own panel, so nothing
+//! is kept; [`matmul_wt_with`] takes the packing as a callback for other weight formats).
+//! [`attention`] fuses scores, mask, softmax and the product with v (skipping fully masked
+//! column ranges), and [`silu_mul`] the MLP's `silu(gate) * up`.
+//!
+//! Everything here runs on candle's own CPU thread pool (see [`par_units`]).
 //!
 //! Any other case (another device, dtype or layout, or a CPU without the instructions)
 //! returns `None` and takes the runtime's path, so results never depend on this module.
 
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use zoo_runtime::{DType, Device, Tensor};
 
 use crate::Result;
@@ -54,17 +60,36 @@ pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
         let mut y = vec![0f32; out];
         // Blocks of rows big enough to amortise scheduling, small enough to balance 2+ threads.
         const ROWS: usize = 64;
-        y.par_chunks_mut(ROWS).enumerate().for_each(|(b, ys)| {
-            let rows = &wv[b * ROWS * k..(b * ROWS + ys.len()) * k];
-            // SAFETY: AVX2 and FMA were detected above.
+        let yp = OutPtr(y.as_mut_ptr());
+        par_units(out.div_ceil(ROWS), |blk| {
+            let (r0, r1) = (blk * ROWS, ((blk + 1) * ROWS).min(out));
+            let rows = &wv[r0 * k..r1 * k];
+            // SAFETY: AVX2 and FMA were detected above; each block writes its own rows of y.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                dot_rows_avx2(rows, &xv, ys)
+                dot_rows_avx2(
+                    rows,
+                    &xv,
+                    std::slice::from_raw_parts_mut(yp.get().add(r0), r1 - r0),
+                )
             }
         });
         y
     })?;
     Some(Tensor::from_vec(y, &[out], &Device::Cpu).map_err(Into::into))
+}
+
+/// The sum of the 8 lanes of `v`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps(v, 1);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
 }
 
 /// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns).
@@ -74,14 +99,7 @@ unsafe fn dot_rows_avx2(rows: &[f32], x: &[f32], ys: &mut [f32]) {
     use std::arch::x86_64::*;
     let k = x.len();
     let vk = k / 8 * 8;
-    let hsum = |v: __m256| -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps(v, 1);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
-    };
+    let hsum = |v: __m256| hsum256(v);
     let xp = x.as_ptr();
     let mut r = 0;
     // Four rows at a time share each load of x.
@@ -135,15 +153,65 @@ fn has_avx512() -> bool {
     }
 }
 
-/// Columns per packed weight panel: two 16-lane registers.
-const NR: usize = 32;
-/// Rows of the activation per register tile.
-const MR: usize = 8;
+/// Runs `f(unit)` for every unit in `0..n` on candle's CPU thread pool, handing units out
+/// from a shared counter (a straggler on a busy machine is absorbed by the other threads).
+///
+/// Not rayon: candle's elementwise ops run on its own barrier pool, whose worker spins for a
+/// while after each op; work handed to rayon's separate threads then shares the cores with
+/// that spinning worker (the profile showed a fifth of prefill time in candle's barrier).
+/// One pool for everything keeps exactly one busy thread per core.
+pub(crate) fn par_units(n: usize, f: impl Fn(usize) + Sync) {
+    let pool = candle_core::utils::barrier_pool();
+    if n <= 1 || pool.n_workers() == 0 {
+        (0..n).for_each(f);
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    pool.execute(|_| loop {
+        let u = next.fetch_add(1, Ordering::Relaxed);
+        if u >= n {
+            break;
+        }
+        f(u);
+    });
+}
 
-/// A pointer to the output shared by tasks that write disjoint column panels.
+/// `f(i, chunk)` for each `chunk`-long piece of `out` (the last may be shorter), on the pool
+/// of [`par_units`].
+pub(crate) fn par_chunks(out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let (len, p) = (out.len(), OutPtr(out.as_mut_ptr()));
+    let chunk = chunk.max(1);
+    par_units(len.div_ceil(chunk), |i| {
+        let (a, b) = (i * chunk, ((i + 1) * chunk).min(len));
+        // SAFETY: the pieces are disjoint and inside `out`, which outlives the call.
+        f(i, unsafe {
+            std::slice::from_raw_parts_mut(p.get().add(a), b - a)
+        })
+    });
+}
+
+/// Threads of the pool [`par_units`] runs on.
+fn pool_threads() -> usize {
+    candle_core::utils::barrier_pool().n_workers() + 1
+}
+
+/// Columns per packed weight panel: two 16-lane registers. A packed panel holds `NR` weight
+/// rows (output columns) transposed: `k` groups of `NR` values, `packed[kk * NR + j] =
+/// w[panel * NR + j][kk]`.
+pub(crate) const NR: usize = 32;
+/// Rows of the activation per register tile: 14 × 2 accumulators and the two panel
+/// vectors use 30 of the 32 zmm registers (the activation is broadcast from memory).
+pub(crate) const MR: usize = 14;
+/// Depth of one k block: a `KC × NR` slice of the panel (32 KiB) stays in L1 while every
+/// row tile of the task passes over it.
+const KC: usize = 256;
+/// Fewer rows than this take the runtime's matmul (packing a panel per call does not pay).
+const MIN_ROWS: usize = 8;
+
+/// A pointer to the output shared by tasks that write disjoint tiles.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
-// SAFETY: every task writes only the columns of its own panel.
+// SAFETY: every task writes only the elements of its own tiles.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
@@ -154,83 +222,603 @@ impl OutPtr {
     }
 }
 
+thread_local! {
+    /// Per-thread scratch for packed panels, reused across calls.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Packs `rows` (up to [`NR`] weight rows of `k` values each) into one panel `out` of
+/// `k * NR` values laid out `[k][NR]`; columns past `rows.len()` are zero. With AVX-512 the
+/// transpose runs in 16 × 16 register blocks.
+pub(crate) fn pack_rows(rows: &[&[f32]], k: usize, out: &mut [f32]) {
+    assert!(rows.len() <= NR && out.len() >= k * NR && rows.iter().all(|r| r.len() >= k));
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if rows.len() == NR && has_avx512() {
+        // SAFETY: AVX-512F was detected; every row holds k values and out k*NR (asserted).
+        unsafe { pack_avx512(rows, k, out) };
+        done = k / 16 * 16;
+    }
+    for kk in done..k {
+        let o = &mut out[kk * NR..kk * NR + NR];
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = rows.get(j).map_or(0.0, |r| r[kk]);
+        }
+    }
+}
+
+/// The first `k / 16 * 16` columns of [`pack_rows`] for a full panel.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_avx512(rows: &[&[f32]], k: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let o = out.as_mut_ptr();
+    let mut kk = 0;
+    while kk + 16 <= k {
+        for g in 0..2 {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (i, v) in r.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(rows[g * 16 + i].as_ptr().add(kk));
+            }
+            let mut t = [_mm512_setzero_ps(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            for i in 0..4 {
+                let b = 4 * i;
+                r[b] = _mm512_shuffle_ps::<0x44>(t[b], t[b + 2]);
+                r[b + 1] = _mm512_shuffle_ps::<0xEE>(t[b], t[b + 2]);
+                r[b + 2] = _mm512_shuffle_ps::<0x44>(t[b + 1], t[b + 3]);
+                r[b + 3] = _mm512_shuffle_ps::<0xEE>(t[b + 1], t[b + 3]);
+            }
+            for h in 0..2 {
+                let b = 8 * h;
+                for i in 0..4 {
+                    t[b + i] = _mm512_shuffle_f32x4::<0x88>(r[b + i], r[b + 4 + i]);
+                    t[b + 4 + i] = _mm512_shuffle_f32x4::<0xDD>(r[b + i], r[b + 4 + i]);
+                }
+            }
+            for i in 0..8 {
+                r[i] = _mm512_shuffle_f32x4::<0x88>(t[i], t[8 + i]);
+                r[8 + i] = _mm512_shuffle_f32x4::<0xDD>(t[i], t[8 + i]);
+            }
+            for (c, v) in r.iter().enumerate() {
+                _mm512_storeu_ps(o.add((kk + c) * NR + g * 16), *v);
+            }
+        }
+        kk += 16;
+    }
+}
+
 /// `x [m, k] @ w [n, k]^T` (`nn.Linear` without bias) for f32 CPU tensors, or `None` when this
-/// path does not apply (no AVX-512, `n` not a multiple of 32, fewer than 8 rows).
+/// path does not apply (no AVX-512, `n` not a multiple of 32, fewer than 8 rows, another
+/// device, dtype or layout).
 pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
-    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !has_avx512() {
+    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] {
         return None;
     }
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
-    if n % NR != 0 || m < MR || k == 0 {
-        return None;
-    }
     let c = with_f32(x, |a| {
         with_f32(w, |b| {
-            let mut c = vec![0f32; m * n];
-            let out = OutPtr(c.as_mut_ptr());
-            (0..n / NR).into_par_iter().for_each(|panel| {
-                // Pack columns panel*32.. as [k][32] so the kernel reads one contiguous row per k.
-                let mut packed = vec![0f32; k * NR];
-                for j in 0..NR {
-                    let row = &b[(panel * NR + j) * k..(panel * NR + j + 1) * k];
-                    for (kk, &v) in row.iter().enumerate() {
-                        packed[kk * NR + j] = v;
-                    }
-                }
-                let mut r = 0;
-                while r < m {
-                    let rows = (m - r).min(MR);
-                    // SAFETY: AVX-512F was detected; `a` holds m*k values, `packed` k*32, and
-                    // the tile writes rows r..r+rows of columns panel*32..+32 of the m*n output.
-                    #[cfg(target_arch = "x86_64")]
-                    unsafe {
-                        let (ap, cp) = (a.as_ptr().add(r * k), out.get().add(r * n + panel * NR));
-                        match rows {
-                            8 => tile::<8>(ap, k, packed.as_ptr(), cp, n),
-                            7 => tile::<7>(ap, k, packed.as_ptr(), cp, n),
-                            6 => tile::<6>(ap, k, packed.as_ptr(), cp, n),
-                            5 => tile::<5>(ap, k, packed.as_ptr(), cp, n),
-                            4 => tile::<4>(ap, k, packed.as_ptr(), cp, n),
-                            3 => tile::<3>(ap, k, packed.as_ptr(), cp, n),
-                            2 => tile::<2>(ap, k, packed.as_ptr(), cp, n),
-                            _ => tile::<1>(ap, k, packed.as_ptr(), cp, n),
-                        }
-                    }
-                    r += rows;
-                }
-            });
-            c
+            matmul_wt_with(a, m, k, n, &|panel, out| {
+                let rows: [&[f32]; NR] =
+                    std::array::from_fn(|j| &b[(panel * NR + j) * k..(panel * NR + j + 1) * k]);
+                pack_rows(&rows, k, out)
+            })
         })
-    })??;
+    })???;
     Some(Tensor::from_vec(c, &[m, n], &Device::Cpu).map_err(Into::into))
 }
 
-/// One `R × 32` tile of the output: `c[i][j] = Σ_k a[i][k] · packed[k][j]`, accumulated in
-/// registers over the whole `k` (one broadcast of `a` per row and k, two FMAs).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn tile<const R: usize>(
-    a: *const f32,
+/// The GEMM core of [`matmul_wt`]: `x [m, k]` (row-major) times a weight `[n, k]` whose
+/// panels the caller supplies. `pack_panel(p, out)` must fill all of `out` (`k * NR` values)
+/// with output columns `p * NR .. p * NR + NR` laid out as [`pack_rows`] writes them (it is
+/// called once per panel and task, from several threads). Returns the `[m, n]` product, or
+/// `None` without AVX-512, when `n` is not a multiple of [`NR`] or `m` is below 8.
+pub(crate) fn matmul_wt_with(
+    x: &[f32],
+    m: usize,
     k: usize,
-    packed: *const f32,
+    n: usize,
+    pack_panel: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Option<Vec<f32>> {
+    if !has_avx512() || !n.is_multiple_of(NR) || m < MIN_ROWS || k == 0 || x.len() < m * k {
+        return None;
+    }
+    let panels = n / NR;
+    let tiles = m.div_ceil(MR);
+    // Whole panels per task when there are enough of them to balance the threads; else each
+    // panel's rows are split too (that panel is then packed once per task).
+    let want = 4 * pool_threads();
+    let chunks = if panels >= want {
+        1
+    } else {
+        want.div_ceil(panels).min(tiles)
+    };
+    let chunk_rows = tiles.div_ceil(chunks) * MR;
+    let chunks = m.div_ceil(chunk_rows);
+    // The activation packed per row tile as [k][MR] (rows past m zero): the kernel then
+    // broadcasts from one pointer at fixed offsets instead of computing MR row addresses.
+    let mut ap: Vec<f32> = Vec::with_capacity(tiles * k * MR);
+    let app = OutPtr(ap.as_mut_ptr());
+    par_units(tiles, |tl| {
+        // SAFETY: each tile writes its own k*MR values of ap.
+        let dst = unsafe { std::slice::from_raw_parts_mut(app.get().add(tl * k * MR), k * MR) };
+        let rows: [Option<&[f32]>; MR] = std::array::from_fn(|i| {
+            let r = tl * MR + i;
+            (r < m).then(|| &x[r * k..r * k + k])
+        });
+        for (kk, d) in dst.chunks_exact_mut(MR).enumerate() {
+            for (v, row) in d.iter_mut().zip(&rows) {
+                *v = row.map_or(0.0, |row| row[kk]);
+            }
+        }
+    });
+    // SAFETY: the tiles above wrote all tiles*k*MR values.
+    unsafe { ap.set_len(tiles * k * MR) };
+    let mut c: Vec<f32> = Vec::with_capacity(m * n);
+    let out = OutPtr(c.as_mut_ptr());
+    let kc = k.div_ceil(k.div_ceil(KC));
+    par_units(panels * chunks, |u| {
+        let (panel, chunk) = (u / chunks, u % chunks);
+        let (r0, r1) = (chunk * chunk_rows, ((chunk + 1) * chunk_rows).min(m));
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < k * NR {
+                s.resize(k * NR, 0.0);
+            }
+            let packed = &mut s[..k * NR];
+            pack_panel(panel, packed);
+            let mut k0 = 0;
+            while k0 < k {
+                let kb = kc.min(k - k0);
+                let mut r = r0;
+                while r < r1 {
+                    let rows = (r1 - r).min(MR);
+                    // SAFETY: AVX-512F was detected; x holds m*k values, `packed` k*NR, and
+                    // the tile covers rows r..r+rows, columns panel*NR..+NR of the m*n output,
+                    // which belong to this task only.
+                    #[cfg(target_arch = "x86_64")]
+                    unsafe {
+                        let t = Tile {
+                            a: ap.as_ptr().add(r * k + k0 * MR),
+                            lda: PACKED_A,
+                            b: packed.as_ptr().add(k0 * NR),
+                            ldb: NR,
+                            depth: kb,
+                            c: out.get().add(r * n + panel * NR),
+                            ldc: n,
+                            accumulate: k0 > 0,
+                        };
+                        t.run(rows);
+                    }
+                    r += rows;
+                }
+                k0 += kb;
+            }
+        });
+    });
+    // SAFETY: the tasks above wrote every element (each tile's first k block stores).
+    unsafe { c.set_len(m * n) };
+    Some(c)
+}
+
+/// `Tile::lda` of an activation packed as [`matmul_wt_with`] does: `a[kk * MR + i]`.
+const PACKED_A: usize = usize::MAX;
+
+/// One register tile `c[i][0..32] (+)= Σ_kk a[i * lda + kk] · b[kk * ldb + 0..32]` for the
+/// first `rows` rows (`a[kk * MR + i]` when `lda` is [`PACKED_A`]).
+#[derive(Clone, Copy)]
+struct Tile {
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    depth: usize,
     c: *mut f32,
     ldc: usize,
-) {
+    /// Add to `c` instead of overwriting it.
+    accumulate: bool,
+}
+
+impl Tile {
+    /// SAFETY: AVX-512F must be available and every pointer valid for the extents above.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run(self, rows: usize) {
+        match rows {
+            14 => tile::<14>(self),
+            13 => tile::<13>(self),
+            12 => tile::<12>(self),
+            11 => tile::<11>(self),
+            10 => tile::<10>(self),
+            9 => tile::<9>(self),
+            8 => tile::<8>(self),
+            7 => tile::<7>(self),
+            6 => tile::<6>(self),
+            5 => tile::<5>(self),
+            4 => tile::<4>(self),
+            3 => tile::<3>(self),
+            2 => tile::<2>(self),
+            1 => tile::<1>(self),
+            _ => unreachable!("tiles have 1 to {MR} rows"),
+        }
+    }
+}
+
+/// [`Tile`] with `R` rows: accumulated in registers over `depth` (one broadcast of `a` per
+/// row and kk, two FMAs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile<const R: usize>(t: Tile) {
     use std::arch::x86_64::*;
     let mut lo = [_mm512_setzero_ps(); R];
     let mut hi = [_mm512_setzero_ps(); R];
-    for kk in 0..k {
-        let b0 = _mm512_loadu_ps(packed.add(kk * NR));
-        let b1 = _mm512_loadu_ps(packed.add(kk * NR + 16));
-        for i in 0..R {
-            let av = _mm512_set1_ps(*a.add(i * k + kk));
-            lo[i] = _mm512_fmadd_ps(av, b0, lo[i]);
-            hi[i] = _mm512_fmadd_ps(av, b1, hi[i]);
+    let (mut a, mut b) = (t.a, t.b);
+    if t.lda == PACKED_A {
+        for _ in 0..t.depth {
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(16));
+            for i in 0..R {
+                let av = _mm512_set1_ps(*a.add(i));
+                lo[i] = _mm512_fmadd_ps(av, b0, lo[i]);
+                hi[i] = _mm512_fmadd_ps(av, b1, hi[i]);
+            }
+            a = a.add(MR);
+            b = b.add(t.ldb);
+        }
+    } else {
+        for _ in 0..t.depth {
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(16));
+            for i in 0..R {
+                let av = _mm512_set1_ps(*a.add(i * t.lda));
+                lo[i] = _mm512_fmadd_ps(av, b0, lo[i]);
+                hi[i] = _mm512_fmadd_ps(av, b1, hi[i]);
+            }
+            a = a.add(1);
+            b = b.add(t.ldb);
         }
     }
     for i in 0..R {
-        _mm512_storeu_ps(c.add(i * ldc), lo[i]);
-        _mm512_storeu_ps(c.add(i * ldc + 16), hi[i]);
+        let c = t.c.add(i * t.ldc);
+        if t.accumulate {
+            lo[i] = _mm512_add_ps(lo[i], _mm512_loadu_ps(c));
+            hi[i] = _mm512_add_ps(hi[i], _mm512_loadu_ps(c.add(16)));
+        }
+        _mm512_storeu_ps(c, lo[i]);
+        _mm512_storeu_ps(c.add(16), hi[i]);
+    }
+}
+
+/// The f32 storage of an eager CPU tensor from its first element, with its strides.
+fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Option<R> {
+    if t.dtype() != DType::F32 || t.device() != Device::Cpu {
+        return None;
+    }
+    let c = t.as_candle()?;
+    let (storage, layout) = c.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => {
+            Some(f(&v[layout.start_offset()..], layout.stride()))
+        }
+        _ => None,
+    }
+}
+
+/// Eager attention, fused: `softmax(q kᵀ · scale + bias) v` with the heads concatenated,
+/// for f32 CPU tensors `q [B, H, T, D]`, `k`, `v [B, KV, L, D]` (query head `h` reads kv
+/// head `h / (H / KV)`, as `repeat_kv`) and the additive mask `bias [B, 1, T, L]`. Returns
+/// `[B, T, H * D]` (what `o_proj` takes), or `None` when this path does not apply (no
+/// AVX-512, `D` not a multiple of 32, a last dimension that is not contiguous).
+///
+/// Same operations in the same order as the eager path (product, scale, mask add, max,
+/// `exp(x - max)`, sum, divide, product with v), with one exception that changes nothing:
+/// columns whose mask is the lowest f32 at either end of a row are skipped, since
+/// `exp(x + f32::MIN - max)` is exactly 0 in any row with one visible key (a row with none
+/// is computed whole). For a causal prefill that halves the work and keeps the scores in L1.
+pub(crate) fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: &Tensor,
+    scale: f64,
+) -> Option<Result<Tensor>> {
+    if !has_avx512() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || bias.rank() != 4 {
+        return None;
+    }
+    let [b, h, t, d] = [0, 1, 2, 3].map(|i| q.shape()[i]);
+    let [kb, kv, l, kd] = [0, 1, 2, 3].map(|i| k.shape()[i]);
+    if kb != b || kd != d || v.shape() != k.shape() || kv == 0 || !h.is_multiple_of(kv) || l == 0 {
+        return None;
+    }
+    if bias.shape() != [b, 1, t, l] || !d.is_multiple_of(NR) || t == 0 {
+        return None;
+    }
+    let scale = scale as f32;
+    let out = with_f32_strided(q, |qv, qs| {
+        with_f32_strided(k, |kv_, ks| {
+            with_f32_strided(v, |vv, vs| {
+                with_f32_strided(bias, |bv, bs| {
+                    if qs[3] != 1 || ks[3] != 1 || vs[3] != 1 || bs[3] != 1 {
+                        return None;
+                    }
+                    let geo = AttnGeo {
+                        b,
+                        h,
+                        kv,
+                        t,
+                        l,
+                        d,
+                        qs: [qs[0], qs[1], qs[2]],
+                        vs: [vs[0], vs[1], vs[2]],
+                        bs: [bs[0], bs[2]],
+                        scale,
+                    };
+                    Some(attention_f32(&geo, qv, kv_, [ks[0], ks[1], ks[2]], vv, bv))
+                })
+            })
+        })
+    })?????;
+    Some(Tensor::from_vec(out, &[b, t, h * d], &Device::Cpu).map_err(Into::into))
+}
+
+/// Shapes and strides of one [`attention`] call.
+struct AttnGeo {
+    b: usize,
+    h: usize,
+    kv: usize,
+    t: usize,
+    l: usize,
+    d: usize,
+    /// q strides of B, H, T.
+    qs: [usize; 3],
+    /// v strides of B, KV, L.
+    vs: [usize; 3],
+    /// bias strides of B, T.
+    bs: [usize; 2],
+    scale: f32,
+}
+
+fn attention_f32(
+    g: &AttnGeo,
+    q: &[f32],
+    k: &[f32],
+    ks: [usize; 3],
+    v: &[f32],
+    bias: &[f32],
+) -> Vec<f32> {
+    let (b, h, kv, t, l, d) = (g.b, g.h, g.kv, g.t, g.l, g.d);
+    let lp = l.div_ceil(NR);
+    // The visible columns [lo, hi) of each mask row: outside them the mask is f32::MIN.
+    let ranges: Vec<(usize, usize)> = (0..b * t)
+        .map(|bt| {
+            let row = &bias[(bt / t) * g.bs[0] + (bt % t) * g.bs[1]..][..l];
+            match row.iter().position(|&x| x != f32::MIN) {
+                Some(lo) => (
+                    lo,
+                    l - row.iter().rev().position(|&x| x != f32::MIN).unwrap_or(0),
+                ),
+                None => (0, l),
+            }
+        })
+        .collect();
+    // Keys packed as the GEMM's weight panels: for each (batch, kv head), [L/32][D][32].
+    let mut kp = vec![0f32; b * kv * lp * d * NR];
+    let kpp = OutPtr(kp.as_mut_ptr());
+    par_units(b * kv * lp, |u| {
+        let (bg, p) = (u / lp, u % lp);
+        let base = (bg / kv) * ks[0] + (bg % kv) * ks[1];
+        let rows: Vec<&[f32]> = (p * NR..(p * NR + NR).min(l))
+            .map(|j| &k[base + j * ks[2]..][..d])
+            .collect();
+        // SAFETY: each unit fills its own d*NR values of kp.
+        let out = unsafe { std::slice::from_raw_parts_mut(kpp.get().add(u * d * NR), d * NR) };
+        pack_rows(&rows, d, out);
+    });
+    let mut o: Vec<f32> = Vec::with_capacity(b * t * h * d);
+    let op = OutPtr(o.as_mut_ptr());
+    let tiles = t.div_ceil(MR);
+    let rep = h / kv;
+    // Later query tiles see more keys: hand them out first so the last units are short.
+    par_units(b * h * tiles, |u| {
+        let (tile, bh) = (tiles - 1 - u / (b * h), u % (b * h));
+        let (bi, hi) = (bh / h, bh % h);
+        let (r0, r1) = (tile * MR, (tile * MR + MR).min(t));
+        let rr = &ranges[bi * t + r0..bi * t + r1];
+        let lo = rr.iter().map(|r| r.0).min().unwrap_or(0) / NR * NR;
+        let hi_ = rr.iter().map(|r| r.1).max().unwrap_or(l);
+        let width = lp * NR;
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < MR * width {
+                s.resize(MR * width, 0.0);
+            }
+            let sc = s.as_mut_ptr();
+            let kvh = bi * kv + hi / rep;
+            // SAFETY: AVX-512F was detected by `attention`; the pointers stay inside q, the
+            // packed keys, v, the scratch (MR rows of `width`) and this tile's rows of the
+            // output, which no other unit writes.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                let qp = q.as_ptr().add(bi * g.qs[0] + hi * g.qs[1] + r0 * g.qs[2]);
+                for p in lo / NR..hi_.div_ceil(NR) {
+                    Tile {
+                        a: qp,
+                        lda: g.qs[2],
+                        b: kp.as_ptr().add((kvh * lp + p) * d * NR),
+                        ldb: NR,
+                        depth: d,
+                        c: sc.add(p * NR),
+                        ldc: width,
+                        accumulate: false,
+                    }
+                    .run(r1 - r0);
+                }
+                for (i, &(rlo, rhi)) in rr.iter().enumerate() {
+                    let brow = bias.as_ptr().add(bi * g.bs[0] + (r0 + i) * g.bs[1]);
+                    softmax_row(sc.add(i * width), brow, g.scale, lo, rlo, rhi, hi_);
+                }
+                let vp = v
+                    .as_ptr()
+                    .add(bi * g.vs[0] + (hi / rep) * g.vs[1] + lo * g.vs[2]);
+                for p in 0..d / NR {
+                    Tile {
+                        a: sc.add(lo),
+                        lda: width,
+                        b: vp.add(p * NR),
+                        ldb: g.vs[2],
+                        depth: hi_ - lo,
+                        c: op.get().add((bi * t + r0) * h * d + hi * d + p * NR),
+                        ldc: h * d,
+                        accumulate: false,
+                    }
+                    .run(r1 - r0);
+                }
+            }
+        });
+    });
+    // SAFETY: every (batch, position, head) tile wrote its d values above.
+    unsafe { o.set_len(b * t * h * d) };
+    o
+}
+
+/// One row of scores `s` in place: `s[j] * scale + bias[j]`, softmax over `[rlo, rhi)`, and
+/// zero in the rest of `[lo, hi)` (columns the tile's product reads).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn softmax_row(
+    s: *mut f32,
+    bias: *const f32,
+    scale: f32,
+    lo: usize,
+    rlo: usize,
+    rhi: usize,
+    hi: usize,
+) {
+    use std::arch::x86_64::*;
+    let mask = |j: usize, end: usize| -> __mmask16 {
+        if end - j >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << (end - j)) - 1) as __mmask16
+        }
+    };
+    let vs = _mm512_set1_ps(scale);
+    let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut j = rlo;
+    while j < rhi {
+        let m = mask(j, rhi);
+        let x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vs);
+        let x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias.add(j)));
+        _mm512_mask_storeu_ps(s.add(j), m, x);
+        mx = _mm512_mask_max_ps(mx, m, mx, x);
+        j += 16;
+    }
+    let vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    // Partial sums in 16 lanes, then reduced: the eager sum's order differs as much.
+    let mut sum = _mm512_setzero_ps();
+    let mut j = rlo;
+    while j < rhi {
+        let m = mask(j, rhi);
+        let e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vmax));
+        sum = _mm512_mask_add_ps(sum, m, sum, e);
+        _mm512_mask_storeu_ps(s.add(j), m, e);
+        j += 16;
+    }
+    let vsum = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+    let mut j = rlo;
+    while j < rhi {
+        let m = mask(j, rhi);
+        let p = _mm512_div_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vsum);
+        _mm512_mask_storeu_ps(s.add(j), m, p);
+        j += 16;
+    }
+    for j in (lo..rlo).chain(rhi..hi) {
+        *s.add(j) = 0.0;
+    }
+}
+
+/// `e^x` in 16 lanes, within about 1 ulp (Cephes' `expf` polynomial; `scalef` applies the
+/// power of two, so results that underflow go through the subnormals to 0 as `expf` does).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let x = _mm512_max_ps(
+        _mm512_min_ps(x, _mm512_set1_ps(88.7)),
+        _mm512_set1_ps(-104.0),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm512_set1_ps(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let p = _mm512_fmadd_ps(
+        _mm512_mul_ps(p, r),
+        r,
+        _mm512_add_ps(r, _mm512_set1_ps(1.0)),
+    );
+    _mm512_scalef_ps(p, n)
+}
+
+/// `silu(g) * u` (`LlamaMLP`'s `act_fn(gate) * up`) for f32 CPU tensors of one shape, as
+/// PyTorch computes it (`g / (1 + e^-g)`, then the product), in one pass; `None` when this
+/// path does not apply.
+pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
+    if g.shape() != u.shape() || !has_avx512() {
+        return None;
+    }
+    let y = with_f32(g, |gv| {
+        with_f32(u, |uv| {
+            let n = gv.len();
+            let mut y: Vec<f32> = Vec::with_capacity(n);
+            let yp = OutPtr(y.as_mut_ptr());
+            const CHUNK: usize = 16 * 1024;
+            par_units(n.div_ceil(CHUNK), |c| {
+                let (a, e) = (c * CHUNK, (c * CHUNK + CHUNK).min(n));
+                // SAFETY: AVX-512F was detected; each chunk writes its own range of y.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    silu_mul_avx512(&gv[a..e], &uv[a..e], yp.get().add(a))
+                }
+            });
+            // SAFETY: the chunks wrote all n values.
+            unsafe { y.set_len(n) };
+            y
+        })
+    })??;
+    Some(Tensor::from_vec(y, g.shape(), &Device::Cpu).map_err(Into::into))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn silu_mul_avx512(g: &[f32], u: &[f32], y: *mut f32) {
+    use std::arch::x86_64::*;
+    let one = _mm512_set1_ps(1.0);
+    let mut j = 0;
+    while j < g.len() {
+        let m: __mmask16 = if g.len() - j >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << (g.len() - j)) - 1) as __mmask16
+        };
+        let x = _mm512_maskz_loadu_ps(m, g.as_ptr().add(j));
+        let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
+        let p = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u.as_ptr().add(j)));
+        _mm512_mask_storeu_ps(y.add(j), m, p);
+        j += 16;
     }
 }
 
@@ -247,6 +835,8 @@ mod tests {
             (13, 64, 64),
             (512, 96, 96),
             (9, 1, 32),
+            (29, 600, 64),
+            (40, 1536, 192),
         ] {
             let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
             let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
@@ -293,6 +883,123 @@ mod tests {
                     "{out}x{k}: {a} vs {b}"
                 );
             }
+        }
+    }
+
+    fn close(fast: &[f32], slow: &[f32], what: &str) {
+        assert_eq!(fast.len(), slow.len(), "{what}");
+        for (a, b) in fast.iter().zip(slow) {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "{what}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn pack_rows_transposes_full_and_partial_panels() {
+        let k = 37;
+        let w: Vec<Vec<f32>> = (0..NR)
+            .map(|j| (0..k).map(|kk| (j * 100 + kk) as f32).collect())
+            .collect();
+        for n in [NR, 5] {
+            let rows: Vec<&[f32]> = w[..n].iter().map(|r| r.as_slice()).collect();
+            let mut out = vec![f32::NAN; k * NR];
+            pack_rows(&rows, k, &mut out);
+            for kk in 0..k {
+                for j in 0..NR {
+                    let want = if j < n { w[j][kk] } else { 0.0 };
+                    assert_eq!(out[kk * NR + j], want, "rows {n}, k {kk}, j {j}");
+                }
+            }
+        }
+    }
+
+    /// The eager path of `Attention::forward` for one kv group layout.
+    fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor) -> Vec<f32> {
+        let (b, h, t, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
+        let (kv, l) = (k.shape()[1], k.shape()[2]);
+        let rep = h / kv;
+        let qg = q
+            .contiguous()
+            .unwrap()
+            .reshape_to(&[b, kv, rep * t, d])
+            .unwrap();
+        let s = qg.matmul(&k.t().unwrap()).unwrap();
+        let s = s.mul_scalar(1.0 / (d as f64).sqrt()).unwrap();
+        let s = s
+            .reshape_to(&[b, kv, rep, t, l])
+            .unwrap()
+            .add(&bias.unsqueeze(1).unwrap())
+            .unwrap();
+        let p = s
+            .softmax(-1)
+            .unwrap()
+            .reshape_to(&[b, kv, rep * t, l])
+            .unwrap();
+        let o = p.matmul(v).unwrap().reshape_to(&[b, h, t, d]).unwrap();
+        let o = o
+            .transpose(1, 2)
+            .unwrap()
+            .reshape_to(&[b, t, h * d])
+            .unwrap();
+        o.to_vec::<f32>().unwrap()
+    }
+
+    #[test]
+    fn attention_matches_the_eager_path() {
+        let mut g = Generator::new(7);
+        // (batch, heads, kv heads, new tokens, cached before them, head dim)
+        for (b, h, kv, t, past, d) in [
+            (1usize, 9usize, 3usize, 40usize, 0usize, 64usize),
+            (2, 4, 2, 3, 33, 32),
+            (1, 2, 1, 1, 70, 64),
+        ] {
+            let l = past + t;
+            let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
+            let k = g.randn(&[b, kv, l, d], DType::F32, &Device::Cpu).unwrap();
+            let v = g.randn(&[b, kv, l, d], DType::F32, &Device::Cpu).unwrap();
+            // Causal, the first two slots of batch row 1 padding, and in that row the first
+            // query fully masked (as a padding query is).
+            let mut m = vec![0f32; b * t * l];
+            for bi in 0..b {
+                for i in 0..t {
+                    for j in 0..l {
+                        let hidden = j > past + i || (bi == 1 && (j < 2 || i == 0));
+                        if hidden {
+                            m[(bi * t + i) * l + j] = f32::MIN;
+                        }
+                    }
+                }
+            }
+            let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
+            let Some(fast) = attention(&q, &k, &v, &bias, 1.0 / (d as f64).sqrt()) else {
+                eprintln!("no AVX-512 here: the fast path is off");
+                return;
+            };
+            let fast = fast.unwrap();
+            assert_eq!(fast.shape(), [b, t, h * d]);
+            let slow = attention_reference(&q, &k, &v, &bias);
+            close(&fast.to_vec::<f32>().unwrap(), &slow, "attention");
+        }
+    }
+
+    #[test]
+    fn silu_mul_matches_the_runtime_ops() {
+        let mut g = Generator::new(11);
+        for n in [1usize, 17, 40000] {
+            let a = g
+                .randn(&[n], DType::F32, &Device::Cpu)
+                .unwrap()
+                .mul_scalar(8.0)
+                .unwrap();
+            let u = g.randn(&[n], DType::F32, &Device::Cpu).unwrap();
+            let Some(fast) = silu_mul(&a, &u) else {
+                eprintln!("no AVX-512 here: the fast path is off");
+                return;
+            };
+            let slow = a.silu().unwrap().mul(&u).unwrap().to_vec::<f32>().unwrap();
+            close(&fast.unwrap().to_vec::<f32>().unwrap(), &slow, "silu_mul");
         }
     }
 }

@@ -21,6 +21,7 @@ mod kernels;
 mod loading;
 pub mod models;
 mod placement;
+mod quant;
 mod sampling;
 pub mod tokenizer;
 

@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use zoo_runtime::nn::WeightSource;
+use zoo_runtime::nn::{QuantizedWeight, WeightSource};
 use zoo_runtime::{DType, Device, Error, Result, Tensor};
 
 /// A hub checkpoint as a [`WeightSource`] that counts loaded tensors on a progress bar and
@@ -75,5 +75,24 @@ impl WeightSource for HubSource {
 
     fn names(&self) -> Vec<String> {
         self.weights.names()
+    }
+
+    fn quantized(&self, name: &str) -> Option<Result<QuantizedWeight>> {
+        let view = self.weights.tensor(name).ok()?;
+        let zoo_hub::Dtype::Quantized(ggml) = view.info.dtype else {
+            return None;
+        };
+        let q = QuantizedWeight {
+            name: name.to_string(),
+            ggml,
+            shape: view.info.shape.clone(),
+            data: view.row_bytes(),
+        };
+        // The copy is what stays resident; the file's pages can go.
+        self.weights.release(name);
+        if let Some(bar) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            bar.inc(1);
+        }
+        Some(Ok(q))
     }
 }

@@ -237,7 +237,11 @@ mod tests {
                         opts,
                         &mut || host_rng.next(),
                     );
-                    assert_eq!(got[b], i64::from(want), "variant {v}, trial {trial}, row {b}");
+                    assert_eq!(
+                        got[b],
+                        i64::from(want),
+                        "variant {v}, trial {trial}, row {b}"
+                    );
                 }
             }
         }

@@ -149,10 +149,11 @@ fn config_and_weight_errors_name_the_field_and_tensor() {
 fn device_maps_and_memory_limits() {
     let dir = model_dir(|_| {});
     let p = dir.path().to_str().unwrap();
+    // No TPU on this host (tests/pjrt.rs checks the search report that comes with it).
     let err = AutoModelForCausalLM::load_pretrained(p, DeviceMap::Tpu)
         .err()
-        .expect("tpu refused for now");
-    assert!(matches!(err, Error::UnsupportedDeviceMap { .. }), "{err}");
+        .expect("no TPU here");
+    assert!(matches!(err, Error::DeviceUnavailable { .. }), "{err}");
     let m = AutoModelForCausalLM::load_pretrained(p, DeviceMap::Auto).unwrap();
     assert!(m
         .load_report()

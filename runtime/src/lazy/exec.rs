@@ -792,6 +792,19 @@ fn reap(garbage: Box<dyn Send>) {
 
 /// Computes every node of `roots` that is not computed yet, together with every other live
 /// pending tensor of the same device, in one compiled graph per device.
+/// One lock per device, held from tracing a device's pending graph until its results are
+/// set: two threads must never run the same pending nodes, since the first run may donate a
+/// leaf the second still reads.
+static DEVICE_LOCKS: Mutex<Option<HashMap<PjrtDevice, Arc<Mutex<()>>>>> = Mutex::new(None);
+
+fn device_lock(d: PjrtDevice) -> Arc<Mutex<()>> {
+    lock(&DEVICE_LOCKS)
+        .get_or_insert_with(HashMap::new)
+        .entry(d)
+        .or_default()
+        .clone()
+}
+
 pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
     let mut devices: Vec<PjrtDevice> = Vec::new();
     for r in roots {
@@ -800,6 +813,9 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
         }
     }
     for d in devices {
+        let device_lock = device_lock(d);
+        // Whatever another thread computed while this one waited is ready now and skipped.
+        let _running = lock(&device_lock);
         let start = Instant::now();
         let mut outs: Vec<Arc<Node>> = Vec::new();
         let mut seen = PtrMap::default();

@@ -7,12 +7,14 @@
 //! which ones it turns on. Weight names are the checkpoint's (`model.layers.3.self_attn.q_proj.weight`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, Tensor};
 
 use crate::cache::KvCache;
 use crate::config::{DecoderConfig, Family};
+use crate::quant::QMatrix;
 use crate::{Error, Result};
 
 /// The per-family switches of the Llama block.
@@ -66,10 +68,10 @@ struct Positions<'a> {
 /// `LlamaAttention`: projections, optional q/k norms, rope, cache write, grouped attention.
 #[derive(Clone, Debug)]
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
+    q_proj: Proj,
+    k_proj: Proj,
+    v_proj: Proj,
+    o_proj: Proj,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     heads: usize,
@@ -94,10 +96,10 @@ impl Attention {
             })
         };
         Ok(Attention {
-            q_proj: Linear::load(&w.pp("q_proj"), c.hidden_size, h * d, f.qkv_bias)?,
-            k_proj: Linear::load(&w.pp("k_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
-            v_proj: Linear::load(&w.pp("v_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
-            o_proj: Linear::load(&w.pp("o_proj"), h * d, c.hidden_size, f.o_bias)?,
+            q_proj: Proj::load(&w.pp("q_proj"), c.hidden_size, h * d, f.qkv_bias)?,
+            k_proj: Proj::load(&w.pp("k_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
+            v_proj: Proj::load(&w.pp("v_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
+            o_proj: Proj::load(&w.pp("o_proj"), h * d, c.hidden_size, f.o_bias)?,
             q_norm: norm("q_norm")?,
             k_norm: norm("k_norm")?,
             heads: h,
@@ -134,6 +136,10 @@ impl Attention {
         let q = q.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
         let k = k.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
         let (k, v) = cache.update(layer, &k, &v, start)?;
+        // f32 on the CPU: one fused pass, same operations (see `kernels::attention`).
+        if let Some(out) = crate::kernels::attention(&q, &k, &v, bias, 1.0 / (d as f64).sqrt()) {
+            return linear(&self.o_proj, &out?);
+        }
         let len = k.shape()[2];
         // Grouped-query attention without copying keys: the `rep` query heads that share a
         // key/value head are stacked along the query axis, so one batched matmul per kv head
@@ -156,10 +162,130 @@ impl Attention {
     }
 }
 
+/// The weights of a projection: a plain `nn.Linear`, or GGUF blocks multiplied as stored
+/// (f32 on the CPU; see `quant.rs`).
+#[derive(Clone, Debug)]
+enum Proj {
+    Dense(Linear),
+    Blocks {
+        weight: Arc<QMatrix>,
+        bias: Option<Tensor>,
+    },
+}
+
+impl Proj {
+    /// Loads `weight` `[out, in]` (and `bias` `[out]` when `bias`), keeping blocks when the
+    /// checkpoint stores them in a kind `quant.rs` multiplies.
+    fn load(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
+        if let Some(q) = w.get_quantized("weight", &[out_dim, in_dim])? {
+            if let Some(weight) = QMatrix::new(q)? {
+                let bias = if bias {
+                    Some(w.get("bias", &[out_dim])?)
+                } else {
+                    None
+                };
+                return Ok(Proj::Blocks {
+                    weight: Arc::new(weight),
+                    bias,
+                });
+            }
+        }
+        Ok(Proj::Dense(Linear::load(w, in_dim, out_dim, bias)?))
+    }
+
+    fn device(&self) -> Device {
+        match self {
+            Proj::Dense(l) => l.weight.device(),
+            Proj::Blocks { .. } => Device::Cpu,
+        }
+    }
+}
+
+/// `x [.., in] @ W^T + b` for either kind of weights.
+fn linear(p: &Proj, x: &Tensor) -> Result<Tensor> {
+    let (weight, bias) = match p {
+        Proj::Dense(l) => return dense(l, x),
+        Proj::Blocks { weight, bias } => (weight, bias),
+    };
+    let n = x.dim(-1)?;
+    let rows = x.elem_count() / n.max(1);
+    let xv = x.contiguous()?.to_vec::<f32>()?;
+    let y = if rows == 1 {
+        weight.matvec(&xv)
+    } else {
+        weight.matmul_t(&xv, rows)
+    };
+    let mut shape = x.shape().to_vec();
+    *shape.last_mut().unwrap_or(&mut 0) = weight.rows();
+    let y = Tensor::from_vec(y, &shape, &Device::Cpu)?;
+    match bias {
+        Some(b) => Ok(y.add(b)?),
+        None => Ok(y),
+    }
+}
+
+/// The token embeddings: a plain table, or GGUF blocks whose rows are rebuilt on lookup.
+#[derive(Clone, Debug)]
+enum Embed {
+    Dense(Embedding),
+    Blocks(Arc<QMatrix>),
+}
+
+impl Embed {
+    fn load(w: &Weights, vocab: usize, hidden: usize) -> Result<Embed> {
+        if let Some(q) = w.get_quantized("weight", &[vocab, hidden])? {
+            if let Some(table) = QMatrix::new(q)? {
+                return Ok(Embed::Blocks(Arc::new(table)));
+            }
+        }
+        Ok(Embed::Dense(Embedding::load(w, vocab, hidden)?))
+    }
+
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        match self {
+            Embed::Dense(e) => Ok(e.forward(ids)?),
+            Embed::Blocks(table) => {
+                let host = match ids.host_known_i64() {
+                    Some(v) => v,
+                    None => ids.to_dtype(DType::I64)?.to_vec::<i64>()?,
+                };
+                let mut shape = ids.shape().to_vec();
+                shape.push(table.cols());
+                Ok(Tensor::from_vec(
+                    table.gather_rows(&host)?,
+                    &shape,
+                    &Device::Cpu,
+                )?)
+            }
+        }
+    }
+
+    fn device(&self) -> Device {
+        match self {
+            Embed::Dense(e) => e.weight.device(),
+            Embed::Blocks(_) => Device::Cpu,
+        }
+    }
+
+    /// The matching output projection (`lm_head` tied to the embeddings).
+    fn tied_head(&self) -> Proj {
+        match self {
+            Embed::Dense(e) => Proj::Dense(Linear {
+                weight: e.weight.clone(),
+                bias: None,
+            }),
+            Embed::Blocks(table) => Proj::Blocks {
+                weight: table.clone(),
+                bias: None,
+            },
+        }
+    }
+}
+
 /// `nn.Linear`. With a bias on 16-bit weights, PyTorch's `addmm` adds the bias to the f32
 /// accumulator and rounds once; adding it after a rounded product rounds twice, so that case
 /// runs the product in f32 (which candle's CPU kernel does internally anyway).
-fn linear(l: &Linear, x: &Tensor) -> Result<Tensor> {
+fn dense(l: &Linear, x: &Tensor) -> Result<Tensor> {
     let dt = x.dtype();
     match &l.bias {
         Some(b) if dt != dt.accumulation() => {
@@ -228,9 +354,9 @@ fn torch_scalar_mul(x: &Tensor, v: f64) -> Result<Tensor> {
 /// `LlamaMLP`: `down(act(gate(x)) * up(x))`.
 #[derive(Clone, Debug)]
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    gate_proj: Proj,
+    up_proj: Proj,
+    down_proj: Proj,
     act: Activation,
 }
 
@@ -238,22 +364,29 @@ impl Mlp {
     fn load(w: &Weights, c: &DecoderConfig, f: &DecoderFeatures) -> Result<Mlp> {
         let (h, i) = (c.hidden_size, c.intermediate_size);
         Ok(Mlp {
-            gate_proj: Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
-            up_proj: Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
-            down_proj: Linear::load(&w.pp("down_proj"), i, h, f.mlp_bias)?,
+            gate_proj: Proj::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
+            up_proj: Proj::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
+            down_proj: Proj::load(&w.pp("down_proj"), i, h, f.mlp_bias)?,
             act: Activation::from_hf(&c.hidden_act)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let g = linear(&self.gate_proj, x)?;
+        let u = linear(&self.up_proj, x)?;
+        if self.act == Activation::Silu {
+            // f32 on the CPU: silu and product in one pass (see `kernels::silu_mul`).
+            if let Some(h) = crate::kernels::silu_mul(&g, &u) {
+                return linear(&self.down_proj, &h?);
+            }
+        }
         // PyTorch evaluates activations of 16-bit tensors in f32 and rounds once; candle's
         // 16-bit kernels round every intermediate, which drifts past bf16 tolerances.
         let g = self
             .act
             .apply(&g.to_dtype(g.dtype().accumulation())?)?
             .to_dtype(g.dtype())?;
-        linear(&self.down_proj, &g.mul(&linear(&self.up_proj, x)?)?)
+        linear(&self.down_proj, &g.mul(&u)?)
     }
 }
 
@@ -303,7 +436,7 @@ pub struct ModelOutput {
 /// final norm; returns hidden states.
 #[derive(Clone, Debug)]
 pub struct LlamaModel {
-    embed_tokens: Embedding,
+    embed_tokens: Embed,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     rotary: RotaryEmbedding,
@@ -320,7 +453,7 @@ impl LlamaModel {
     pub fn load(w: &Weights, config: &DecoderConfig) -> Result<LlamaModel> {
         let features = DecoderFeatures::for_config(config);
         let c = config;
-        let embed_tokens = Embedding::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
+        let embed_tokens = Embed::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
@@ -371,7 +504,7 @@ impl LlamaModel {
 
     /// The device inputs go to: the one holding the embeddings.
     pub fn device(&self) -> Device {
-        self.embed_tokens.weight.device()
+        self.embed_tokens.device()
     }
 
     /// Every device the model runs on, in execution order, each once.
@@ -389,9 +522,13 @@ impl LlamaModel {
         out
     }
 
-    /// The input embedding table `[vocab, hidden]`.
-    pub fn embed_weight(&self) -> &Tensor {
-        &self.embed_tokens.weight
+    /// The input embedding table `[vocab, hidden]`, as a tensor (GGUF blocks kept as stored
+    /// are widened to f32 for the call).
+    pub fn embed_weight(&self) -> Result<Tensor> {
+        match &self.embed_tokens {
+            Embed::Dense(e) => Ok(e.weight.clone()),
+            Embed::Blocks(table) => table.to_tensor(),
+        }
     }
 
     /// An empty cache sized for this model: `batch` rows of up to `capacity` tokens.
@@ -495,7 +632,7 @@ impl LlamaModel {
 #[derive(Clone, Debug)]
 pub struct LlamaForCausalLM {
     model: LlamaModel,
-    lm_head: Linear,
+    lm_head: Proj,
     tied: bool,
 }
 
@@ -505,12 +642,9 @@ impl LlamaForCausalLM {
         let model = LlamaModel::load(&w.pp("model"), config)?;
         let tied = config.tie_word_embeddings || !w.contains("lm_head.weight");
         let lm_head = if tied {
-            Linear {
-                weight: model.embed_weight().clone(),
-                bias: None,
-            }
+            model.embed_tokens.tied_head()
         } else {
-            Linear::load(
+            Proj::load(
                 &w.pp("lm_head"),
                 config.hidden_size,
                 config.vocab_size,
@@ -531,7 +665,7 @@ impl LlamaForCausalLM {
 
     /// The device logits are computed on (the one holding `lm_head`).
     pub fn logits_device(&self) -> Device {
-        self.lm_head.weight.device()
+        self.lm_head.device()
     }
 
     /// Whether `lm_head` shares the embedding table.
@@ -552,7 +686,7 @@ impl LlamaForCausalLM {
             LogitsFor::All => h.clone(),
             LogitsFor::Last => h.narrow(1, h.shape()[1] - 1, 1)?,
         };
-        let h = on_device(&h, &self.lm_head.weight.device())?;
+        let h = on_device(&h, &self.lm_head.device())?;
         Ok((linear(&self.lm_head, &h)?, out))
     }
 }

@@ -1,0 +1,524 @@
+//! GGUF block-quantized weights kept as stored on the CPU, multiplied straight from their
+//! blocks.
+//!
+//! A decode step reads every weight once, so its speed is the bytes it streams. A Q4_1 GGUF
+//! loaded as f32 streams 6.4 times the bytes of its blocks; kept as blocks, each weight is
+//! rebuilt in registers with exactly the arithmetic of [`zoo_hub::gguf::dequantize`]
+//! (`d * q + m`, rounded as there) and multiplied in f32. The products are those of the
+//! dequantized f32 matrix, summed in another order: f32 results, like transformers' on the
+//! same file, at a fraction of the memory traffic and of the resident memory.
+//!
+//! Q4_0, Q4_1 and Q8_0 are kept; other block types load as f32 tensors. Only f32 loads on the
+//! CPU use blocks (on PJRT devices, or in 16-bit, weights are plain tensors).
+
+use half::f16;
+use zoo_hub::GgmlType;
+use zoo_runtime::nn::QuantizedWeight;
+use zoo_runtime::{Device, Tensor};
+
+use crate::kernels::par_chunks;
+use crate::{Error, Result};
+
+/// The block types kept as blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QKind {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+}
+
+impl QKind {
+    fn of(g: GgmlType) -> Option<QKind> {
+        match g {
+            GgmlType::Q4_0 => Some(QKind::Q4_0),
+            GgmlType::Q4_1 => Some(QKind::Q4_1),
+            GgmlType::Q8_0 => Some(QKind::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes per block of 32 weights.
+    fn block_bytes(self) -> usize {
+        match self {
+            QKind::Q4_0 => 18,
+            QKind::Q4_1 => 20,
+            QKind::Q8_0 => 34,
+        }
+    }
+}
+
+const BLOCK: usize = 32;
+
+/// A `[rows, cols]` matrix of quantized blocks, row-major, rows in HF order.
+#[derive(Debug)]
+pub(crate) struct QMatrix {
+    kind: QKind,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+impl QMatrix {
+    /// The blocks of `w`, or `None` for a block type or shape kept as f32 instead.
+    pub(crate) fn new(w: QuantizedWeight) -> Result<Option<QMatrix>> {
+        let Some(kind) = QKind::of(w.ggml) else {
+            return Ok(None);
+        };
+        let &[rows, cols] = &w.shape[..] else {
+            return Ok(None);
+        };
+        if cols % BLOCK != 0 {
+            return Ok(None);
+        }
+        let want = rows * cols / BLOCK * kind.block_bytes();
+        if w.data.len() != want {
+            return Err(Error::Runtime(Box::new(zoo_runtime::Error::InvalidArgument {
+                op: "load",
+                msg: format!(
+                    "weight `{}`: {} bytes of {:?} blocks for shape {:?}, expected {want}; the file is damaged",
+                    w.name,
+                    w.data.len(),
+                    kind,
+                    w.shape
+                ),
+            })));
+        }
+        Ok(Some(QMatrix {
+            kind,
+            rows,
+            cols,
+            data: w.data,
+        }))
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / BLOCK * self.kind.block_bytes()
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        let n = self.row_bytes();
+        &self.data[r * n..(r + 1) * n]
+    }
+
+    /// Row `r` as f32, exactly as `zoo_hub::gguf::dequantize` computes it.
+    pub(crate) fn dequant_row(&self, r: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2_fma() {
+            // SAFETY: AVX2, FMA and F16C were detected; `out` holds the row's cols values.
+            unsafe { dequant_avx2(self.kind, self.row(r), &mut out[..self.cols]) };
+            return;
+        }
+        let bb = self.kind.block_bytes();
+        for (b, y) in self
+            .row(r)
+            .chunks_exact(bb)
+            .zip(out.chunks_exact_mut(BLOCK))
+        {
+            match self.kind {
+                QKind::Q4_0 => {
+                    let d = f16_at(b, 0);
+                    for j in 0..16 {
+                        y[j] = d * ((b[2 + j] & 0x0f) as i32 - 8) as f32;
+                        y[j + 16] = d * ((b[2 + j] >> 4) as i32 - 8) as f32;
+                    }
+                }
+                QKind::Q4_1 => {
+                    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+                    for j in 0..16 {
+                        y[j] = d * (b[4 + j] & 0x0f) as f32 + m;
+                        y[j + 16] = d * (b[4 + j] >> 4) as f32 + m;
+                    }
+                }
+                QKind::Q8_0 => {
+                    let d = f16_at(b, 0);
+                    for (y, &q) in y.iter_mut().zip(&b[2..34]) {
+                        *y = d * q as i8 as f32;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rows `ids` as f32 (an embedding lookup), `[ids.len(), cols]` row-major.
+    pub(crate) fn gather_rows(&self, ids: &[i64]) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; ids.len() * self.cols];
+        for (&id, y) in ids.iter().zip(out.chunks_exact_mut(self.cols)) {
+            if id < 0 || id as usize >= self.rows {
+                return Err(Error::Generation(format!(
+                    "token id {id} is outside the vocabulary of {} ids",
+                    self.rows
+                )));
+            }
+            self.dequant_row(id as usize, y);
+        }
+        Ok(out)
+    }
+
+    /// The whole matrix as f32, row-major.
+    pub(crate) fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        par_chunks(&mut out, self.cols, |r, y| self.dequant_row(r, y));
+        out
+    }
+
+    /// `self @ x` for one vector `x` of `cols` values.
+    pub(crate) fn matvec(&self, x: &[f32]) -> Vec<f32> {
+        let mut y = vec![0f32; self.rows];
+        // Blocks of rows big enough to amortise scheduling, small enough to balance 2+ threads.
+        const ROWS: usize = 64;
+        let fast = has_avx2_fma();
+        let wide = has_avx512();
+        par_chunks(&mut y, ROWS, |c, ys| {
+            let mut w = vec![0f32; if fast { 0 } else { self.cols }];
+            for (i, y) in ys.iter_mut().enumerate() {
+                let r = c * ROWS + i;
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: AVX-512F and F16C were detected; the row holds cols/32 blocks
+                    // and `x` holds cols values.
+                    *y = unsafe { dot_avx512(self.kind, self.row(r), x) };
+                    continue;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if fast {
+                    // SAFETY: AVX2, FMA and F16C were detected; the row holds cols/32 blocks
+                    // and `x` holds cols values.
+                    *y = unsafe { dot_avx2(self.kind, self.row(r), x) };
+                    continue;
+                }
+                self.dequant_row(r, &mut w);
+                *y = w.iter().zip(x).map(|(a, b)| a * b).sum();
+            }
+        });
+        y
+    }
+
+    /// `x [m, cols] @ self^T` → `[m, rows]`: rows of weights are rebuilt into f32 panels for
+    /// the GEMM kernel as it goes, so the f32 matrix never exists whole.
+    pub(crate) fn matmul_t(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let k = self.cols;
+        let fast = crate::kernels::matmul_wt_with(x, m, k, self.rows, &|panel, out| {
+            use crate::kernels::{pack_rows, NR};
+            PANEL.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.resize(NR * k, 0.0);
+                for (j, row) in buf.chunks_exact_mut(k).enumerate() {
+                    self.dequant_row(panel * NR + j, row);
+                }
+                let rows: [&[f32]; NR] = std::array::from_fn(|j| &buf[j * k..(j + 1) * k]);
+                pack_rows(&rows, k, out);
+            })
+        });
+        if let Some(y) = fast {
+            return y;
+        }
+        // No fast kernel here: one f32 copy of the matrix for the runtime's GEMM.
+        let w = self.dequantize();
+        let mut y = vec![0f32; m * self.rows];
+        par_chunks(&mut y, self.rows, |i, yr| {
+            let xr = &x[i * k..(i + 1) * k];
+            for (o, yv) in yr.iter_mut().enumerate() {
+                *yv = w[o * k..(o + 1) * k]
+                    .iter()
+                    .zip(xr)
+                    .map(|(a, b)| a * b)
+                    .sum();
+            }
+        });
+        y
+    }
+
+    /// The matrix as an f32 CPU tensor (for paths without a block kernel).
+    pub(crate) fn to_tensor(&self) -> Result<Tensor> {
+        Ok(Tensor::from_vec(
+            self.dequantize(),
+            &[self.rows, self.cols],
+            &Device::Cpu,
+        )?)
+    }
+}
+
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f") && has_avx2_fma()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+thread_local! {
+    /// Per-thread rows of one weight panel, rebuilt from blocks before packing.
+    static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The 32 weights of one block, in element order, as four 8-lane f32 vectors: the
+/// dequantization's own arithmetic (`d * q + m` as a mul then an add, never fused).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn block_weights(kind: QKind, blk: &[u8]) -> [std::arch::x86_64::__m256; 4] {
+    use std::arch::x86_64::*;
+    // The block's f16 scale (and Q4_1's f16 minimum) through F16C: lanes 0 and 1.
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+        blk[0], blk[1], blk[2], blk[3],
+    ])));
+    let d = _mm256_broadcastss_ps(dm);
+    match kind {
+        QKind::Q4_0 | QKind::Q4_1 => {
+            let off = if kind == QKind::Q4_0 { 2 } else { 4 };
+            let low = _mm_set1_epi8(0x0f);
+            let qs = _mm_loadu_si128(blk.as_ptr().add(off) as *const __m128i);
+            let lo = _mm_and_si128(qs, low);
+            let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), low);
+            let q = [
+                _mm256_cvtepu8_epi32(lo),
+                _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)),
+                _mm256_cvtepu8_epi32(hi),
+                _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)),
+            ];
+            if kind == QKind::Q4_0 {
+                let eight = _mm256_set1_epi32(8);
+                q.map(|q| _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(q, eight))))
+            } else {
+                let m = _mm256_broadcastss_ps(_mm_shuffle_ps::<0x55>(dm, dm));
+                q.map(|q| _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m))
+            }
+        }
+        QKind::Q8_0 => {
+            let p = blk.as_ptr().add(2);
+            [0, 8, 16, 24].map(|o| {
+                let q = _mm_loadl_epi64(p.add(o) as *const __m128i);
+                _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)))
+            })
+        }
+    }
+}
+
+/// `row · x` for one row of blocks: each weight rebuilt in a register, then FMA'd with x.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_avx2(kind: QKind, row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    for (b, blk) in row.chunks_exact(kind.block_bytes()).enumerate() {
+        let xp = x.as_ptr().add(b * BLOCK);
+        let w = block_weights(kind, blk);
+        acc0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xp), acc0);
+        acc1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xp.add(8)), acc1);
+        acc0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xp.add(16)), acc0);
+        acc1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xp.add(24)), acc1);
+    }
+    crate::kernels::hsum256(_mm256_add_ps(acc0, acc1))
+}
+
+/// `row · x` with 16-lane vectors: a block's 32 weights are two registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot_avx512(kind: QKind, row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc0 = _mm512_setzero_ps();
+    let mut acc1 = _mm512_setzero_ps();
+    for (b, blk) in row.chunks_exact(kind.block_bytes()).enumerate() {
+        let xp = x.as_ptr().add(b * BLOCK);
+        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+            blk[0], blk[1], blk[2], blk[3],
+        ])));
+        let d = _mm512_broadcastss_ps(dm);
+        let (w0, w1) = match kind {
+            QKind::Q4_0 | QKind::Q4_1 => {
+                let off = if kind == QKind::Q4_0 { 2 } else { 4 };
+                let low = _mm_set1_epi8(0x0f);
+                let qs = _mm_loadu_si128(blk.as_ptr().add(off) as *const __m128i);
+                let lo = _mm512_cvtepu8_epi32(_mm_and_si128(qs, low));
+                let hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), low));
+                // Q4_0: d * (q - 8); Q4_1: d * q + m (mul then add, as dequantized).
+                let (lo, hi, m) = if kind == QKind::Q4_0 {
+                    let eight = _mm512_set1_epi32(8);
+                    let (lo, hi) = (_mm512_sub_epi32(lo, eight), _mm512_sub_epi32(hi, eight));
+                    (lo, hi, None)
+                } else {
+                    (
+                        lo,
+                        hi,
+                        Some(_mm512_broadcastss_ps(_mm_shuffle_ps::<0x55>(dm, dm))),
+                    )
+                };
+                let w = |q: __m512i| {
+                    let dq = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+                    m.map_or(dq, |m| _mm512_add_ps(dq, m))
+                };
+                (w(lo), w(hi))
+            }
+            QKind::Q8_0 => {
+                let p = blk.as_ptr().add(2) as *const __m128i;
+                (
+                    _mm512_mul_ps(
+                        d,
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p))),
+                    ),
+                    _mm512_mul_ps(
+                        d,
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(1)))),
+                    ),
+                )
+            }
+        };
+        acc0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), acc0);
+        acc1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), acc1);
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+}
+
+/// One row of blocks written out as f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_avx2(kind: QKind, row: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    for (blk, y) in row
+        .chunks_exact(kind.block_bytes())
+        .zip(out.chunks_exact_mut(BLOCK))
+    {
+        for (i, w) in block_weights(kind, blk).into_iter().enumerate() {
+            _mm256_storeu_ps(y.as_mut_ptr().add(8 * i), w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zoo_runtime::Generator;
+
+    /// Random blocks of `kind` (finite f16 scales) for a `[rows, cols]` matrix.
+    fn random(kind: QKind, rows: usize, cols: usize, seed: u64) -> QMatrix {
+        let mut g = Generator::new(seed);
+        let bb = kind.block_bytes();
+        let mut data = vec![0u8; rows * cols / BLOCK * bb];
+        for blk in data.chunks_exact_mut(bb) {
+            for b in blk.iter_mut() {
+                *b = (g.next_f64() * 256.0) as u8;
+            }
+            let d = f16::from_f32((g.next_f64() as f32 - 0.5) * 0.1).to_bits();
+            blk[0..2].copy_from_slice(&d.to_le_bytes());
+            if kind == QKind::Q4_1 {
+                let m = f16::from_f32((g.next_f64() as f32 - 0.5) * 0.2).to_bits();
+                blk[2..4].copy_from_slice(&m.to_le_bytes());
+            }
+        }
+        let ggml = match kind {
+            QKind::Q4_0 => GgmlType::Q4_0,
+            QKind::Q4_1 => GgmlType::Q4_1,
+            QKind::Q8_0 => GgmlType::Q8_0,
+        };
+        QMatrix::new(QuantizedWeight {
+            name: "w".into(),
+            ggml,
+            shape: vec![rows, cols],
+            data,
+        })
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_dequantize_as_the_hub_does_and_products_match_f32() {
+        for kind in [QKind::Q4_0, QKind::Q4_1, QKind::Q8_0] {
+            let (rows, cols) = (70, 96);
+            let q = random(kind, rows, cols, 3);
+            let ggml = match kind {
+                QKind::Q4_0 => GgmlType::Q4_0,
+                QKind::Q4_1 => GgmlType::Q4_1,
+                QKind::Q8_0 => GgmlType::Q8_0,
+            };
+            let hub = zoo_hub::gguf::dequantize(ggml, &q.data, rows * cols).unwrap();
+            assert_eq!(
+                q.dequantize(),
+                hub,
+                "{kind:?}: bit-equal to the hub's dequantization"
+            );
+
+            let mut g = Generator::new(9);
+            let x: Vec<f32> = (0..cols).map(|_| g.next_f64() as f32 - 0.5).collect();
+            let y = q.matvec(&x);
+            for (r, y) in y.iter().enumerate() {
+                let want: f64 = (0..cols)
+                    .map(|c| f64::from(hub[r * cols + c]) * f64::from(x[c]))
+                    .sum();
+                assert!(
+                    (f64::from(*y) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{kind:?} row {r}"
+                );
+            }
+            let m = 11;
+            let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
+            let ys = q.matmul_t(&xs, m);
+            for i in 0..m {
+                for r in 0..rows {
+                    let want: f64 = (0..cols)
+                        .map(|c| f64::from(hub[r * cols + c]) * f64::from(xs[i * cols + c]))
+                        .sum();
+                    let got = f64::from(ys[i * rows + r]);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{kind:?} {i},{r}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_range_ids_and_damaged_blocks_are_errors() {
+        let q = random(QKind::Q8_0, 4, 32, 1);
+        assert!(q.gather_rows(&[0, 3]).is_ok());
+        assert!(q.gather_rows(&[4]).is_err());
+        let bad = QMatrix::new(QuantizedWeight {
+            name: "model.embed_tokens.weight".into(),
+            ggml: GgmlType::Q8_0,
+            shape: vec![4, 32],
+            data: vec![0; 10],
+        })
+        .unwrap_err();
+        assert!(
+            bad.to_string().contains("model.embed_tokens.weight"),
+            "{bad}"
+        );
+        let kept_as_f32 = QMatrix::new(QuantizedWeight {
+            name: "w".into(),
+            ggml: GgmlType::Q6_K,
+            shape: vec![1, 256],
+            data: vec![0; 210],
+        })
+        .unwrap();
+        assert!(kept_as_f32.is_none());
+    }
+}
