@@ -6,6 +6,9 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+
 fn zoo(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
         .args(args)
@@ -91,6 +94,33 @@ fn generate_streams_text_and_reports_speed() {
     ]);
     assert_eq!(out, again);
 
+    // The same greedy text from the XLA CPU plugin, the model split in planned stages over
+    // two of its devices (the plan is printed).
+    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
+    let split = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args([
+            "generate",
+            p,
+            "hello",
+            "--max-new-tokens",
+            "6",
+            "--min-new-tokens",
+            "6",
+            "--device-map",
+            "pjrt:cpu:0,1",
+        ])
+        .env("HF_HUB_OFFLINE", "1")
+        .env("ZOO_PJRT_CPU_PLUGIN", plugin)
+        .output()
+        .expect("run zoo");
+    let err = String::from_utf8_lossy(&split.stderr);
+    assert!(split.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&split.stdout), out);
+    assert!(
+        err.contains("pjrt:cpu:0 → pjrt:cpu:1") && err.contains("cpu:1"),
+        "{err}"
+    );
+
     let (ok, _, err) = zoo(&[
         "generate",
         p,
@@ -126,7 +156,7 @@ fn generate_refuses_bad_input_with_a_message() {
     for (args, needle) in [
         (
             vec!["generate", p, "hi", "--device-map", "tpu"],
-            "not supported yet",
+            "no usable TPU",
         ),
         (
             vec!["generate", p, "hi", "--device-map", "gpu7"],

@@ -5,6 +5,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+
 const LLAMA: &str = "llama-gqa-f32";
 const BERT: &str = "bert-base-f32";
 
@@ -32,9 +35,11 @@ fn copy_case(name: &str, cases: &Path, as_name: &str) -> PathBuf {
     to
 }
 
+/// Runs `zoo` with the XLA CPU plugin the test command provides (pjrt-cpu runs for real).
 fn zoo(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
         .args(args)
+        .env("ZOO_PJRT_CPU_PLUGIN", assets::asset("ZOO_PJRT_CPU_PLUGIN"))
         .output()
         .unwrap();
     (
@@ -63,6 +68,7 @@ fn p(path: &Path) -> &str {
 
 #[test]
 fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
+    // candle-cpu and pjrt-cpu pass, pjrt-tpu is not available here, BERT has no model.
     let tmp = tempfile::tempdir().unwrap();
     let cases = tmp.path().join("cases");
     copy_case(LLAMA, &cases, LLAMA);
@@ -74,7 +80,7 @@ fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
         "--cases",
         p(&cases),
         "--backends",
-        "candle-cpu,pjrt-cpu",
+        "candle-cpu,pjrt-cpu,pjrt-tpu",
         "--out",
         p(&out),
     ]);
@@ -83,7 +89,7 @@ fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
         "the unported BERT case must make the run fail\n{stdout}"
     );
     assert!(
-        stderr.contains("2 of 4 results failed or errored"),
+        stderr.contains("3 of 6 results failed or errored"),
         "{stderr}"
     );
     assert!(
@@ -120,30 +126,27 @@ fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
     }
 
     let pjrt = result(&run, LLAMA, "pjrt-cpu");
-    assert_eq!(pjrt["status"], "not-available", "{pjrt}");
-    // Without a plugin the search says so; with one, zoo-transformers refuses PJRT maps.
-    let why = pjrt["message"].as_str().unwrap();
-    assert!(
-        why.contains("no PJRT cpu plugin") || why.contains("is not supported yet"),
-        "{why}"
-    );
-    for backend in ["candle-cpu", "pjrt-cpu"] {
+    assert_eq!(pjrt["status"], "passed", "{pjrt}");
+    assert!(pjrt["worst"]["max_abs_diff"].as_f64().unwrap() < 1e-4);
+    assert_eq!(pjrt["worst"]["greedy_match"], true);
+    // This host has no TPU: the search report says so, and it is not a failure.
+    let tpu = result(&run, LLAMA, "pjrt-tpu");
+    assert_eq!(tpu["status"], "not-available", "{tpu}");
+    let why = tpu["message"].as_str().unwrap();
+    assert!(why.contains("tpu") || why.contains("TPU"), "{why}");
+    for backend in ["candle-cpu", "pjrt-cpu", "pjrt-tpu"] {
         let bert = result(&run, BERT, backend);
         assert_eq!(bert["status"], "error", "{bert}");
         assert!(bert["message"].as_str().unwrap().contains("unsupported"));
     }
     let summary = &run["summary"];
-    assert_eq!(summary["success"], 1);
-    assert_eq!(summary["errors"], 2);
+    assert_eq!(summary["success"], 2);
+    assert_eq!(summary["errors"], 3);
     assert_eq!(summary["not_available"], 1);
-    assert_eq!(
-        run["environment"]["backends"]["candle-cpu"]["available"],
-        true
-    );
-    assert_eq!(
-        run["environment"]["backends"]["pjrt-cpu"]["available"],
-        false
-    );
+    let backends = &run["environment"]["backends"];
+    assert_eq!(backends["candle-cpu"]["available"], true);
+    assert_eq!(backends["pjrt-cpu"]["available"], true);
+    assert_eq!(backends["pjrt-tpu"]["available"], false);
     let history: Vec<_> = std::fs::read_dir(out.join("history")).unwrap().collect();
     assert_eq!(history.len(), 1);
 

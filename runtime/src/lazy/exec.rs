@@ -723,8 +723,7 @@ fn choose_aliases(t: &Trace) -> Vec<(usize, usize)> {
         |p: usize| -> bool { !t.params[p].is_live() && Arc::strong_count(&t.param_bufs[p]) == 2 };
     let mut aliases = Vec::new();
     let mut param_taken: Vec<bool> = Vec::new();
-    let mut out_taken = vec![false; t.outputs.len()];
-    // First the in-place updates: an output `dynamic_update_slice` of a donatable leaf.
+    // In-place updates: an output `dynamic_update_slice` of a donatable leaf.
     for (o, &i) in t.outputs.iter().enumerate() {
         let n = &t.nodes[i];
         if !matches!(n.op, NodeOp::Op(Op::DynamicUpdateSlice)) {
@@ -737,26 +736,14 @@ fn choose_aliases(t: &Trace) -> Vec<(usize, usize)> {
             }
             if !param_taken[p] && donatable(p) {
                 param_taken[p] = true;
-                out_taken[o] = true;
                 aliases.push((p, o));
             }
         }
     }
-    // Then any other donatable leaf, to a free output of the same shape and dtype: its
-    // memory is reused instead of allocated.
-    for p in 0..t.params.len() {
-        if param_taken.get(p).copied().unwrap_or(false) || !donatable(p) {
-            continue;
-        }
-        let leaf = &t.params[p];
-        let free = t.outputs.iter().enumerate().position(|(o, &i)| {
-            !out_taken[o] && t.nodes[i].dtype == leaf.dtype && t.nodes[i].shape == leaf.shape
-        });
-        if let Some(o) = free {
-            out_taken[o] = true;
-            aliases.push((p, o));
-        }
-    }
+    // Only those: donating any other unheld leaf to a free output of its shape and dtype
+    // let a split model running beside another model on the same devices read a donated
+    // buffer (cause not found; tests/pjrt.rs in zoo-transformers caught it), so the
+    // allocator keeps that memory.
     aliases.sort_unstable();
     aliases
 }
