@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 use zoo_hub::{Pretrained, Source};
+use zoo_runtime::device_map::human;
 
 /// Show a model's resolved files, its config's architecture and key fields, and every tensor
 /// (name, dtype, shape, bytes) with totals per dtype. Reads headers only: inspecting a 100 GB
@@ -72,7 +73,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     for f in &checkpoint.files {
         let len = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
-        writeln!(out, "  {} ({})", f.display(), human_bytes(len))?;
+        writeln!(out, "  {} ({})", f.display(), human(len))?;
     }
 
     match model.config() {
@@ -149,36 +150,16 @@ pub fn run(args: Args) -> Result<()> {
     }
     writeln!(out, "totals:")?;
     for (dtype, (count, bytes)) in inv.totals_by_dtype() {
-        writeln!(
-            out,
-            "  {dtype:<7} {count:>6} tensors {:>12}",
-            human_bytes(bytes)
-        )?;
+        writeln!(out, "  {dtype:<7} {count:>6} tensors {:>12}", human(bytes))?;
     }
     let params: usize = inv.tensors().iter().map(|t| t.numel()).sum();
     writeln!(
         out,
         "  all     {:>6} tensors {:>12}  ({} parameters)",
         inv.len(),
-        human_bytes(inv.total_bytes()),
+        human(inv.total_bytes()),
         params
     )?;
     print!("{out}");
     Ok(())
-}
-
-/// Bytes in binary units, as accelerate's `max_memory` strings read them.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
 }

@@ -336,19 +336,9 @@ pub fn load_plugin(platform: Option<&str>, explicit: Option<&Path>) -> Result<Pl
     Plugin::load(&c.path)
 }
 
+/// Bytes in binary units; PJRT reports byte counts as `i64`.
 fn human_bytes(b: i64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v.abs() >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    crate::device_map::human(u64::try_from(b).unwrap_or(0))
 }
 
 /// Writes one plugin's section of the devices report. Errors are written, not returned, so
