@@ -2,25 +2,14 @@
 //! parity fixture) with a byte-level tokenizer and a chat template.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{json, Value};
 
+mod common;
+use common::zoo;
+
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
-
-fn zoo(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args(args)
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("run zoo");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// GPT-2's byte → printable character map (one token per byte).
 fn byte_char(b: u8) -> char {
@@ -97,8 +86,8 @@ fn generate_streams_text_and_reports_speed() {
     // The same greedy text from the XLA CPU plugin, the model split in planned stages over
     // two of its devices (the plan is printed).
     let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
-    let split = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args([
+    let (ok, split_out, err) = common::zoo_with(
+        &[
             "generate",
             p,
             "hello",
@@ -108,14 +97,11 @@ fn generate_streams_text_and_reports_speed() {
             "6",
             "--device-map",
             "pjrt:cpu:0,1",
-        ])
-        .env("HF_HUB_OFFLINE", "1")
-        .env("ZOO_PJRT_CPU_PLUGIN", plugin)
-        .output()
-        .expect("run zoo");
-    let err = String::from_utf8_lossy(&split.stderr);
-    assert!(split.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&split.stdout), out);
+        ],
+        &[("ZOO_PJRT_CPU_PLUGIN", plugin.as_os_str())],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(split_out, out);
     assert!(
         err.contains("pjrt:cpu:0 → pjrt:cpu:1") && err.contains("cpu:1"),
         "{err}"

@@ -2,18 +2,8 @@
 
 use std::process::Command;
 
-fn zoo(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args(args)
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("run zoo");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::zoo;
 
 /// A folder with a config and a two-tensor checkpoint written by hand in the safetensors layout.
 fn tiny_model(dir: &std::path::Path) {

@@ -1,12 +1,12 @@
 //! `zoo parity run` and `zoo parity dashboard` end to end on copies of committed fixtures.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
+mod common;
 
 const LLAMA: &str = "llama-gqa-f32";
 const BERT: &str = "bert-base-f32";
@@ -37,16 +37,8 @@ fn copy_case(name: &str, cases: &Path, as_name: &str) -> PathBuf {
 
 /// Runs `zoo` with the XLA CPU plugin the test command provides (pjrt-cpu runs for real).
 fn zoo(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args(args)
-        .env("ZOO_PJRT_CPU_PLUGIN", assets::asset("ZOO_PJRT_CPU_PLUGIN"))
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
+    common::zoo_with(args, &[("ZOO_PJRT_CPU_PLUGIN", plugin.as_os_str())])
 }
 
 fn results(out: &Path) -> Value {

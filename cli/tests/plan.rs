@@ -1,6 +1,7 @@
 //! `zoo plan` end to end on a hand-laid checkpoint: the table, the JSON, and the refusals.
 
-use std::process::Command;
+mod common;
+use common::zoo;
 
 fn model(dir: &std::path::Path) {
     // Four decoder layers of 1 MiB each (f32 [512, 512]) plus 1 MiB of embeddings.
@@ -24,18 +25,6 @@ fn model(dir: &std::path::Path) {
         r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":512,"intermediate_size":512,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":8,"vocab_size":512}"#,
     )
     .unwrap();
-}
-
-fn zoo(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

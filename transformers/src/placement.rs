@@ -291,16 +291,10 @@ fn explicit(m: &ExplicitMap) -> Result<Resolved> {
             })
         }
     })?;
-    let device = m
-        .placement_of("model.embed_tokens.weight")
-        .or_else(|| m.entries.values().next().copied())
-        .map(|p| match p {
-            Placement::Device(i) => Device::Pjrt(PjrtDevice {
-                platform,
-                ordinal: i,
-            }),
-            _ => Device::Cpu,
-        })
+    // Inputs go where the embeddings are (else the map's first entry).
+    let device = placement
+        .device_of("model.embed_tokens.weight")
+        .or_else(|| placement.entries().next().map(|(_, d)| d))
         .unwrap_or(Device::Cpu);
     Ok(Resolved {
         device,

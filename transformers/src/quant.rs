@@ -11,9 +11,8 @@
 //! Q4_0, Q4_1 and Q8_0 are kept; other block types load as f32 tensors. Only f32 loads on the
 //! CPU use blocks (on PJRT devices, or in 16-bit, weights are plain tensors).
 
-use half::f16;
 use zoo_hub::GgmlType;
-use zoo_runtime::nn::QuantizedWeight;
+use zoo_runtime::nn::{QuantizedWeight, Weights};
 use zoo_runtime::{Device, Tensor};
 
 use crate::kernels::par_chunks;
@@ -52,14 +51,11 @@ const BLOCK: usize = 32;
 /// A `[rows, cols]` matrix of quantized blocks, row-major, rows in HF order.
 #[derive(Debug)]
 pub(crate) struct QMatrix {
+    ggml: GgmlType,
     kind: QKind,
     rows: usize,
     cols: usize,
     data: Vec<u8>,
-}
-
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 impl QMatrix {
@@ -88,11 +84,21 @@ impl QMatrix {
             })));
         }
         Ok(Some(QMatrix {
+            ggml: w.ggml,
             kind,
             rows,
             cols,
             data: w.data,
         }))
+    }
+
+    /// The blocks of `w`'s `weight` (`shape`) when the checkpoint stores it in a kind kept
+    /// as blocks and it loads as f32 onto the CPU; `None` when it loads as a tensor.
+    pub(crate) fn load(w: &Weights, shape: &[usize]) -> Result<Option<QMatrix>> {
+        match w.get_quantized("weight", shape)? {
+            Some(q) => QMatrix::new(q),
+            None => Ok(None),
+        }
     }
 
     pub(crate) fn rows(&self) -> usize {
@@ -120,35 +126,8 @@ impl QMatrix {
             unsafe { dequant_avx2(self.kind, self.row(r), &mut out[..self.cols]) };
             return;
         }
-        let bb = self.kind.block_bytes();
-        for (b, y) in self
-            .row(r)
-            .chunks_exact(bb)
-            .zip(out.chunks_exact_mut(BLOCK))
-        {
-            match self.kind {
-                QKind::Q4_0 => {
-                    let d = f16_at(b, 0);
-                    for j in 0..16 {
-                        y[j] = d * ((b[2 + j] & 0x0f) as i32 - 8) as f32;
-                        y[j + 16] = d * ((b[2 + j] >> 4) as i32 - 8) as f32;
-                    }
-                }
-                QKind::Q4_1 => {
-                    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-                    for j in 0..16 {
-                        y[j] = d * (b[4 + j] & 0x0f) as f32 + m;
-                        y[j + 16] = d * (b[4 + j] >> 4) as f32 + m;
-                    }
-                }
-                QKind::Q8_0 => {
-                    let d = f16_at(b, 0);
-                    for (y, &q) in y.iter_mut().zip(&b[2..34]) {
-                        *y = d * q as i8 as f32;
-                    }
-                }
-            }
-        }
+        // Whole blocks of a kind `new` accepted: the hub's dequantizer cannot fail here.
+        let _ = zoo_hub::gguf::dequantize_into(self.ggml, self.row(r), &mut out[..self.cols]);
     }
 
     /// The rows `ids` as f32 (an embedding lookup), `[ids.len(), cols]` row-major.
@@ -251,14 +230,7 @@ impl QMatrix {
 }
 
 fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f") && has_avx2_fma()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::kernels::has_avx512() && has_avx2_fma()
 }
 
 thread_local! {
@@ -266,12 +238,11 @@ thread_local! {
     static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// The block kernels also convert f16 scales with F16C.
 fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
+        crate::kernels::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -415,6 +386,8 @@ unsafe fn dequant_avx2(kind: QKind, row: &[u8], out: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    use half::f16;
+
     use super::*;
     use zoo_runtime::Generator;
 

@@ -18,6 +18,15 @@ const QK_K: usize = 256;
 /// `data` must hold exactly the whole blocks of `n` elements; anything else is an error saying
 /// what was expected.
 pub fn dequantize(q: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, String> {
+    let mut out = vec![0f32; n];
+    dequantize_into(q, data, &mut out)?;
+    Ok(out)
+}
+
+/// [`dequantize`] into `out` (`out.len()` elements), without allocating: for kernels that
+/// rebuild rows of a block-quantized matrix as they go.
+pub fn dequantize_into(q: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), String> {
+    let n = out.len();
     let (block, bytes) = q.block();
     let (block, bytes) = (block as usize, bytes as usize);
     if !n.is_multiple_of(block) {
@@ -35,7 +44,6 @@ pub fn dequantize(q: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, String
             data.len()
         ));
     }
-    let mut out = vec![0f32; n];
     let f: fn(&[u8], &mut [f32]) = match q {
         GgmlType::Q4_0 => q4_0,
         GgmlType::Q4_1 => q4_1,
@@ -53,7 +61,7 @@ pub fn dequantize(q: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, String
     for (b, y) in data.chunks_exact(bytes).zip(out.chunks_exact_mut(block)) {
         f(b, y);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn h(b: &[u8], at: usize) -> f32 {

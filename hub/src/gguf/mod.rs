@@ -17,7 +17,7 @@ use std::path::Path;
 use crate::error::{HubError, Result};
 use crate::inventory::{Inventory, TensorInfo, Transform};
 
-pub use dequant::dequantize;
+pub use dequant::{dequantize, dequantize_into};
 pub use reader::{parse, read, Array, GgufFile, GgufTensor, Metadata, Value};
 
 /// The architectures whose tensors and config zoo maps to HF.

@@ -177,20 +177,18 @@ impl Proj {
     /// Loads `weight` `[out, in]` (and `bias` `[out]` when `bias`), keeping blocks when the
     /// checkpoint stores them in a kind `quant.rs` multiplies.
     fn load(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
-        if let Some(q) = w.get_quantized("weight", &[out_dim, in_dim])? {
-            if let Some(weight) = QMatrix::new(q)? {
-                let bias = if bias {
-                    Some(w.get("bias", &[out_dim])?)
-                } else {
-                    None
-                };
-                return Ok(Proj::Blocks {
-                    weight: Arc::new(weight),
-                    bias,
-                });
-            }
-        }
-        Ok(Proj::Dense(Linear::load(w, in_dim, out_dim, bias)?))
+        let Some(weight) = QMatrix::load(w, &[out_dim, in_dim])? else {
+            return Ok(Proj::Dense(Linear::load(w, in_dim, out_dim, bias)?));
+        };
+        let bias = if bias {
+            Some(w.get("bias", &[out_dim])?)
+        } else {
+            None
+        };
+        Ok(Proj::Blocks {
+            weight: Arc::new(weight),
+            bias,
+        })
     }
 
     fn device(&self) -> Device {
@@ -233,12 +231,10 @@ enum Embed {
 
 impl Embed {
     fn load(w: &Weights, vocab: usize, hidden: usize) -> Result<Embed> {
-        if let Some(q) = w.get_quantized("weight", &[vocab, hidden])? {
-            if let Some(table) = QMatrix::new(q)? {
-                return Ok(Embed::Blocks(Arc::new(table)));
-            }
-        }
-        Ok(Embed::Dense(Embedding::load(w, vocab, hidden)?))
+        Ok(match QMatrix::load(w, &[vocab, hidden])? {
+            Some(table) => Embed::Blocks(Arc::new(table)),
+            None => Embed::Dense(Embedding::load(w, vocab, hidden)?),
+        })
     }
 
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
