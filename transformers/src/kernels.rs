@@ -191,7 +191,7 @@ pub(crate) fn par_chunks(out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [
 }
 
 /// Threads of the pool [`par_units`] runs on.
-fn pool_threads() -> usize {
+pub(crate) fn pool_threads() -> usize {
     candle_core::utils::barrier_pool().n_workers() + 1
 }
 
@@ -256,38 +256,46 @@ unsafe fn pack_avx512(rows: &[&[f32]], k: usize, out: &mut [f32]) {
     let mut kk = 0;
     while kk + 16 <= k {
         for g in 0..2 {
-            let mut r = [_mm512_setzero_ps(); 16];
-            for (i, v) in r.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(rows[g * 16 + i].as_ptr().add(kk));
-            }
-            let mut t = [_mm512_setzero_ps(); 16];
-            for i in 0..8 {
-                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-            }
-            for i in 0..4 {
-                let b = 4 * i;
-                r[b] = _mm512_shuffle_ps::<0x44>(t[b], t[b + 2]);
-                r[b + 1] = _mm512_shuffle_ps::<0xEE>(t[b], t[b + 2]);
-                r[b + 2] = _mm512_shuffle_ps::<0x44>(t[b + 1], t[b + 3]);
-                r[b + 3] = _mm512_shuffle_ps::<0xEE>(t[b + 1], t[b + 3]);
-            }
-            for h in 0..2 {
-                let b = 8 * h;
-                for i in 0..4 {
-                    t[b + i] = _mm512_shuffle_f32x4::<0x88>(r[b + i], r[b + 4 + i]);
-                    t[b + 4 + i] = _mm512_shuffle_f32x4::<0xDD>(r[b + i], r[b + 4 + i]);
-                }
-            }
-            for i in 0..8 {
-                r[i] = _mm512_shuffle_f32x4::<0x88>(t[i], t[8 + i]);
-                r[8 + i] = _mm512_shuffle_f32x4::<0xDD>(t[i], t[8 + i]);
-            }
+            let mut r: [__m512i; 16] = std::array::from_fn(|i| {
+                _mm512_castps_si512(_mm512_loadu_ps(rows[g * 16 + i].as_ptr().add(kk)))
+            });
+            transpose16(&mut r);
             for (c, v) in r.iter().enumerate() {
-                _mm512_storeu_ps(o.add((kk + c) * NR + g * 16), *v);
+                _mm512_storeu_si512(o.add((kk + c) * NR + g * 16) as *mut __m512i, *v);
             }
         }
         kk += 16;
+    }
+}
+
+/// Transposes a 16 × 16 matrix of 32-bit values held one row per register: afterwards
+/// `r[j]` lane `i` is the former `r[i]` lane `j`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512i; 16]) {
+    use std::arch::x86_64::*;
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for i in 0..4 {
+        let b = 4 * i;
+        r[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
+        r[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
+        r[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
+        r[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
+    }
+    for h in 0..2 {
+        let b = 8 * h;
+        for i in 0..4 {
+            t[b + i] = _mm512_shuffle_i32x4::<0x88>(r[b + i], r[b + 4 + i]);
+            t[b + 4 + i] = _mm512_shuffle_i32x4::<0xDD>(r[b + i], r[b + 4 + i]);
+        }
+    }
+    for i in 0..8 {
+        r[i] = _mm512_shuffle_i32x4::<0x88>(t[i], t[8 + i]);
+        r[8 + i] = _mm512_shuffle_i32x4::<0xDD>(t[i], t[8 + i]);
     }
 }
 
@@ -359,7 +367,11 @@ pub(crate) fn matmul_wt_with(
     unsafe { ap.set_len(tiles * k * MR) };
     let mut c: Vec<f32> = Vec::with_capacity(m * n);
     let out = OutPtr(c.as_mut_ptr());
-    let kc = k.div_ceil(k.div_ceil(KC));
+    let kcx: usize = std::env::var("KC")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(KC);
+    let kc = k.div_ceil(k.div_ceil(kcx));
     par_units(panels * chunks, |u| {
         let (panel, chunk) = (u / chunks, u % chunks);
         let (r0, r1) = (chunk * chunk_rows, ((chunk + 1) * chunk_rows).min(m));

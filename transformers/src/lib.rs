@@ -11,6 +11,7 @@
 //! # Ok::<(), zoo_transformers::Error>(())
 //! ```
 
+mod amx;
 pub mod auto;
 pub mod cache;
 pub mod chat;

@@ -188,6 +188,18 @@ impl QMatrix {
     /// the GEMM kernel as it goes, so the f32 matrix never exists whole.
     pub(crate) fn matmul_t(&self, x: &[f32], m: usize) -> Vec<f32> {
         let k = self.cols;
+        let with_min = self.kind == QKind::Q4_1;
+        if let Some(y) =
+            crate::amx::matmul_blocks(x, m, k, self.rows, with_min, &|g, p| self.fill_panel(g, p))
+        {
+            return y;
+        }
+        self.matmul_t_f32(x, m)
+    }
+
+    /// [`QMatrix::matmul_t`] without AMX tiles.
+    fn matmul_t_f32(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let k = self.cols;
         let fast = crate::kernels::matmul_wt_with(x, m, k, self.rows, &|panel, out| {
             use crate::kernels::{pack_rows, NR};
             PANEL.with(|buf| {
@@ -217,6 +229,77 @@ impl QMatrix {
             }
         });
         y
+    }
+
+    /// Columns `g * 32 ..` (weight rows) of the AMX path: each block's quantized values as
+    /// bf16 pairs, its scale and (Q4_1) minimum.
+    fn fill_panel(&self, g: usize, p: &mut crate::amx::Panel) {
+        use crate::amx::GROUP;
+        let bb = self.kind.block_bytes();
+        let half = |b: &[u8], i: usize| f32::from(half::f16::from_le_bytes([b[i], b[i + 1]]));
+        for c in 0..GROUP {
+            for (b, blk) in self.row(g * GROUP + c).chunks_exact(bb).enumerate() {
+                p.scale[b * GROUP + c] = half(blk, 0);
+                if self.kind == QKind::Q4_1 {
+                    p.min[b * GROUP + c] = half(blk, 2);
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW; the
+        // group's rows exist (n is a multiple of 32) and `pairs` holds cols / 2 * 32 values.
+        unsafe {
+            self.fill_pairs(g, p.pairs)
+        };
+    }
+
+    /// The quantized values of [`QMatrix::fill_panel`]: per block and 16 columns, each
+    /// column's 32 values become one register of bf16 pairs, and a 16 × 16 transpose turns
+    /// those into the panel's k-pair rows.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn fill_pairs(&self, g: usize, pairs: &mut [u32]) {
+        use crate::amx::{bf16_int, GROUP};
+        use std::arch::x86_64::*;
+        // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
+        let lut: [u16; 32] = std::array::from_fn(|v| {
+            bf16_int(v as i32 - if self.kind == QKind::Q4_0 { 8 } else { 0 })
+        });
+        let lut = _mm512_loadu_si512(lut.as_ptr() as *const __m512i);
+        let bb = self.kind.block_bytes();
+        let column = |blk: *const u8| -> __m512i {
+            match self.kind {
+                QKind::Q4_0 | QKind::Q4_1 => {
+                    let qs = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
+                    let low = _mm_set1_epi8(0x0f);
+                    let lo = _mm_and_si128(qs, low);
+                    let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), low);
+                    let idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
+                    _mm512_permutexvar_epi16(idx, lut)
+                }
+                QKind::Q8_0 => {
+                    let bf = |o: usize| {
+                        let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(o) as *const __m128i));
+                        let f = _mm512_castps_si512(_mm512_cvtepi32_ps(q));
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(f))
+                    };
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bf(2)), bf(18))
+                }
+            }
+        };
+        let o = pairs.as_mut_ptr();
+        for b in 0..self.cols / BLOCK {
+            for ct in 0..2 {
+                let mut r: [__m512i; 16] = std::array::from_fn(|c| {
+                    column(self.row(g * GROUP + ct * 16 + c).as_ptr().add(b * bb))
+                });
+                crate::kernels::transpose16(&mut r);
+                for (kp, v) in r.iter().enumerate() {
+                    let dst = o.add((b * BLOCK / 2 + kp) * GROUP + ct * 16);
+                    _mm512_storeu_si512(dst as *mut __m512i, *v);
+                }
+            }
+        }
     }
 
     /// The matrix as an f32 CPU tensor (for paths without a block kernel).
@@ -464,6 +547,39 @@ mod tests {
                         (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
                         "{kind:?} {i},{r}"
                     );
+                }
+            }
+        }
+    }
+
+    /// The row-block products (AMX tiles where the CPU has them) against f64 sums over the
+    /// hub's dequantized weights, for row counts that fill tiles partly, once and several times.
+    #[test]
+    fn products_of_many_rows_match_f64_sums() {
+        let amx = crate::amx::available();
+        eprintln!("AMX tiles: {amx}");
+        for kind in [QKind::Q4_0, QKind::Q4_1, QKind::Q8_0] {
+            let (rows, cols) = (64, 160);
+            let q = random(kind, rows, cols, 5);
+            let w = q.dequantize();
+            let mut g = Generator::new(17);
+            for m in [2, 16, 37] {
+                let xs: Vec<f32> = (0..m * cols)
+                    .map(|i| (g.next_f64() as f32 - 0.5) * if i % 7 == 0 { 300.0 } else { 1.0 })
+                    .collect();
+                let ys = q.matmul_t(&xs, m);
+                for i in 0..m {
+                    for r in 0..rows {
+                        let terms = (0..cols)
+                            .map(|c| f64::from(w[r * cols + c]) * f64::from(xs[i * cols + c]));
+                        let want: f64 = terms.clone().sum();
+                        let scale: f64 = terms.map(f64::abs).sum();
+                        let got = f64::from(ys[i * rows + r]);
+                        assert!(
+                            (got - want).abs() <= 1e-6 * (1.0 + scale),
+                            "{kind:?} m={m} {i},{r}: {got} vs {want}"
+                        );
+                    }
                 }
             }
         }

@@ -1,0 +1,427 @@
+//! Products of many activation rows with GGUF block weights on AMX tiles, with f32 results.
+//!
+//! A prefill multiplies hundreds of rows by every weight; on CPUs with AMX (Intel Sapphire
+//! Rapids and later) the tile unit does bf16 dot products at many times the rate of AVX-512
+//! f32 FMAs. It stays f32 arithmetic because both operands are split exactly:
+//! - a block's quantized values are small integers (Q4_0: -8..7, Q4_1: 0..15, Q8_0:
+//!   -128..127), each exact in bf16;
+//! - an f32 activation is the sum of three bf16 parts (8 significant bits each, 24 in all),
+//!   so every part × quantized value product is exact, and the tile unit sums them in f32.
+//!
+//! Each 32-value block's sum `Σ x·q` is then scaled in f32: `d · Σ x·q (+ m · Σ x)`, the same
+//! real number as `Σ x · (d·q + m)` over the dequantized weights, rounded in another order.
+//! Without AMX (or with `ZOO_NO_AMX=1`) the block kernels of `quant.rs` run instead.
+
+use std::sync::OnceLock;
+
+use crate::kernels::par_units;
+
+/// Values per GGUF block, and k values per tile row (32 bf16 = 64 bytes).
+pub(crate) const BLOCK: usize = 32;
+/// Output columns per task group: two 16-column tiles.
+pub(crate) const GROUP: usize = 32;
+/// Rows per tile.
+const TR: usize = 16;
+/// bf16 parts per activation.
+const PARTS: usize = 3;
+/// u16 values in one tile (16 rows × 32 bf16).
+const TILE_U16: usize = TR * BLOCK;
+
+/// Whether the AMX path runs here: the CPU has AMX-TILE and AMX-BF16 (and AVX-512F/BW), Linux
+/// granted the process the tile state, and `ZOO_NO_AMX` is not set to `1`.
+pub(crate) fn available() -> bool {
+    static AMX: OnceLock<bool> = OnceLock::new();
+    *AMX.get_or_init(|| {
+        if std::env::var("ZOO_NO_AMX").is_ok_and(|v| v == "1") {
+            return false;
+        }
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            // CPUID.(EAX=7,ECX=0):EDX bit 22 = AMX-BF16, bit 24 = AMX-TILE.
+            let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+            let bw = std::arch::is_x86_feature_detected!("avx512bw");
+            if !crate::kernels::has_avx512() || !bw || edx & (1 << 22) == 0 || edx & (1 << 24) == 0
+            {
+                return false;
+            }
+            request_tile_state()
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        {
+            false
+        }
+    })
+}
+
+/// Asks Linux for the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)`), which
+/// a process must hold before its first tile instruction; false where the kernel refuses.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn request_tile_state() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: arch_prctl with these arguments only changes the process's permitted xsave
+    // features; the syscall clobbers rcx and r11 and returns in rax.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+/// The weights of [`GROUP`] output columns as the tiles read them, filled by the caller.
+pub(crate) struct Panel<'a> {
+    /// Quantized values as bf16 bit patterns, two consecutive k values per u32 (low half
+    /// first), laid out `[k / 2][GROUP]`: `pairs[(kk / 2) * GROUP + c]` holds column `c`'s
+    /// values `kk` and `kk + 1`.
+    pub pairs: &'a mut [u32],
+    /// Each block's scale, `[k / 32][GROUP]`.
+    pub scale: &'a mut [f32],
+    /// Each block's minimum (Q4_1), `[k / 32][GROUP]`; ignored unless `with_min`.
+    pub min: &'a mut [f32],
+}
+
+/// The bf16 bit pattern of a small integer (exact: |v| < 256).
+pub(crate) fn bf16_int(v: i32) -> u16 {
+    ((v as f32).to_bits() >> 16) as u16
+}
+
+/// `x [m, k] @ wᵀ` for a weight `[n, k]` of quantized blocks whose panels the caller fills:
+/// `fill(g, panel)` writes columns `g * 32 .. g * 32 + 32` (called once per group, from
+/// several threads). `with_min` adds `min · Σ x` per block (Q4_1). `None` when the AMX
+/// path does not apply (no AMX, `k` or `n` not a multiple of 32, no rows).
+pub(crate) fn matmul_blocks(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    with_min: bool,
+    fill: &(dyn Fn(usize, &mut Panel) + Sync),
+) -> Option<Vec<f32>> {
+    if !available() || m == 0 || k == 0 || !k.is_multiple_of(BLOCK) || !n.is_multiple_of(GROUP) {
+        return None;
+    }
+    if x.len() < m * k {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        Some(run(x, m, k, n, with_min, fill))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = fill;
+        None
+    }
+}
+
+/// Pairs of row tiles per row block: a block's packed activation (at most a few hundred
+/// KiB) stays in L2 while every weight panel passes over it.
+const BLOCK_PAIRS: usize = 4;
+
+#[cfg(target_arch = "x86_64")]
+fn run(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    with_min: bool,
+    fill: &(dyn Fn(usize, &mut Panel) + Sync),
+) -> Vec<f32> {
+    let nb = k / BLOCK;
+    // Row tiles come in pairs (a 32 × 32 output block per step); padding rows are zero.
+    let tiles = m.div_ceil(2 * TR) * 2;
+    let tile_len = nb * PARTS * TILE_U16;
+    let mut a: Vec<u16> = Vec::with_capacity(tiles * tile_len);
+    let mut sums: Vec<f32> = Vec::with_capacity(tiles * nb * TR);
+    let (ap, sp) = (Ptr(a.as_mut_ptr()), Ptr(sums.as_mut_ptr()));
+    par_units(tiles, |t| {
+        // SAFETY: tile t owns a[t * tile_len..][..tile_len] and sums[t * nb * TR..][..nb * TR].
+        let (at, st) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(ap.get().add(t * tile_len), tile_len),
+                std::slice::from_raw_parts_mut(sp.get().add(t * nb * TR), nb * TR),
+            )
+        };
+        let rows = TR.min(m.saturating_sub(t * TR));
+        if rows < TR {
+            at.fill(0);
+            st.fill(0.0);
+        }
+        for r in 0..rows {
+            let row = &x[(t * TR + r) * k..][..k];
+            // SAFETY: AVX-512F is part of `available`; the row holds k = nb * 32 values.
+            unsafe { split_row(row, nb, r, at, st) };
+        }
+    });
+    // SAFETY: the tiles above wrote every value (padding rows as zeros).
+    unsafe {
+        a.set_len(tiles * tile_len);
+        sums.set_len(tiles * nb * TR);
+    }
+    // Every panel once, shared by all tasks.
+    let groups = n / GROUP;
+    let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
+    let mut pairs: Vec<u32> = Vec::with_capacity(groups * pl);
+    let mut scales = vec![0f32; 2 * groups * sl];
+    let (pp, scp) = (Ptr(pairs.as_mut_ptr()), Ptr(scales.as_mut_ptr()));
+    par_units(groups, |g| {
+        // SAFETY: group g owns its pl pairs and 2 * sl scales.
+        let (pairs, sc) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(pp.get().add(g * pl), pl),
+                std::slice::from_raw_parts_mut(scp.get().add(2 * g * sl), 2 * sl),
+            )
+        };
+        let (scale, min) = sc.split_at_mut(sl);
+        fill(g, &mut Panel { pairs, scale, min });
+    });
+    // SAFETY: `fill` writes every pair of its panel.
+    unsafe { pairs.set_len(groups * pl) };
+    let pair_count = tiles / 2;
+    let row_blocks = pair_count.div_ceil(BLOCK_PAIRS);
+    let mut c: Vec<f32> = Vec::with_capacity(m * n);
+    let out = Ptr(c.as_mut_ptr());
+    // Units in row-block order: both threads work on one row block's activation at a time.
+    par_units(row_blocks * groups, |u| {
+        let (rb, g) = (u / groups, u % groups);
+        let step = Step {
+            a: &a,
+            sums: &sums,
+            nb,
+            with_min,
+            pairs: &pairs[g * pl..][..pl],
+            scale: &scales[2 * g * sl..][..sl],
+            min: &scales[(2 * g + 1) * sl..][..sl],
+        };
+        let p0 = rb * BLOCK_PAIRS;
+        let p1 = (p0 + BLOCK_PAIRS).min(pair_count);
+        // SAFETY: AVX-512F and the tile state were checked by `available`; each unit writes
+        // only rows of its pairs of tiles in columns g*32..g*32+32.
+        unsafe { step.run(p0..p1, m, n, out.get().add(g * GROUP)) };
+    });
+    // SAFETY: the units wrote every row below m of every group's 32 columns.
+    unsafe { c.set_len(m * n) };
+    c
+}
+
+/// A raw pointer shared by tasks that write disjoint parts.
+#[derive(Clone, Copy)]
+struct Ptr<T>(*mut T);
+// SAFETY: every task writes only its own elements.
+unsafe impl<T> Send for Ptr<T> {}
+unsafe impl<T> Sync for Ptr<T> {}
+impl<T> Ptr<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// Row `r` of a tile: its three bf16 parts per block into `at` (`[nb][PARTS][16][32]`) and
+/// its block sums into `st` (`[nb][16]`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn split_row(row: &[f32], nb: usize, r: usize, at: &mut [u16], st: &mut [f32]) {
+    use std::arch::x86_64::*;
+    // Round to the nearest bf16 (ties to even): the high half of the result's bits.
+    let round = |v: __m512| -> __m512i {
+        let b = _mm512_castps_si512(v);
+        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+        let b = _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+        _mm512_and_si512(b, _mm512_set1_epi32(0xffff_0000u32 as i32))
+    };
+    for b in 0..nb {
+        let mut sum = _mm512_setzero_ps();
+        for h in 0..2 {
+            let mut v = _mm512_loadu_ps(row.as_ptr().add(b * BLOCK + h * 16));
+            sum = _mm512_add_ps(sum, v);
+            for p in 0..PARTS {
+                // The last part is the exact remainder (at most 8 significant bits left).
+                let hi = round(v);
+                v = _mm512_sub_ps(v, _mm512_castsi512_ps(hi));
+                let half = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(hi));
+                let dst = at
+                    .as_mut_ptr()
+                    .add(((b * PARTS + p) * TR + r) * BLOCK + h * 16);
+                _mm256_storeu_si256(dst as *mut __m256i, half);
+            }
+        }
+        st[b * TR + r] = _mm512_reduce_add_ps(sum);
+    }
+}
+
+/// One task's view: the packed activation and its panel.
+struct Step<'a> {
+    a: &'a [u16],
+    sums: &'a [f32],
+    nb: usize,
+    with_min: bool,
+    pairs: &'a [u32],
+    scale: &'a [f32],
+    min: &'a [f32],
+}
+
+/// The tile configuration: all eight tiles 16 rows × 64 bytes.
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+impl Step<'_> {
+    /// Output rows of the tile pairs `pairs` (tiles `2p`, `2p + 1`) into the 32 columns at
+    /// `c` (row stride `n`), rows at or past `m` skipped.
+    ///
+    /// Per block: tmm6/tmm7 take the two column tiles once, then for each pair tmm4/tmm5 take
+    /// the two row tiles' parts and tmm0..tmm3 the 2 × 2 products `Σ x·q`, which AVX-512
+    /// then scales into f32 accumulators.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn run(&self, pairs: std::ops::Range<usize>, m: usize, n: usize, c: *mut f32) {
+        use std::arch::asm;
+        use std::arch::x86_64::*;
+        let mut cfg = TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [0; 16],
+            rows: [0; 16],
+        };
+        for t in 0..8 {
+            cfg.colsb[t] = 64;
+            cfg.rows[t] = TR as u8;
+        }
+        asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+        let tile_len = self.nb * PARTS * TILE_U16;
+        let mut prod = Aligned([0f32; 4 * TR * 16]);
+        let mut acc = Aligned([0f32; BLOCK_PAIRS * 2 * TR * GROUP]);
+        let count = pairs.len();
+        assert!(count <= BLOCK_PAIRS, "a unit covers at most one row block");
+        // The tiles of pair `i` (of this unit) at block `b`, part 0.
+        let a_at = |i: usize, b: usize| {
+            let a0 = self
+                .a
+                .as_ptr()
+                .add(2 * (pairs.start + i) * tile_len + b * PARTS * TILE_U16);
+            (a0, a0.add(tile_len))
+        };
+        for b in 0..self.nb {
+            // The block's two column tiles stay in tmm6/tmm7 for every pair.
+            let w = self.pairs.as_ptr().add(b * (BLOCK / 2) * GROUP);
+            asm!(
+                "tileloadd tmm6, [{w} + {ws}]",
+                "tileloadd tmm7, [{w1} + {ws}]",
+                w = in(reg) w,
+                w1 = in(reg) w.add(16),
+                ws = in(reg) GROUP * 4,
+                options(nostack, readonly),
+            );
+            let d = [0, 1].map(|ct| _mm512_loadu_ps(self.scale.as_ptr().add(b * GROUP + ct * 16)));
+            let mn = [0, 1].map(|ct| _mm512_loadu_ps(self.min.as_ptr().add(b * GROUP + ct * 16)));
+            for i in 0..count {
+                let (a0, a1) = a_at(i, b);
+                asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    "tileloadd tmm4, [{a0} + {s}]",
+                    "tileloadd tmm5, [{a1} + {s}]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "tileloadd tmm4, [{a0} + {s} + 1024]",
+                    "tileloadd tmm5, [{a1} + {s} + 1024]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "tileloadd tmm4, [{a0} + {s} + 2048]",
+                    "tileloadd tmm5, [{a1} + {s} + 2048]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "tilestored [{p} + {s}], tmm0",
+                    "tilestored [{p} + {s} + 1024], tmm1",
+                    "tilestored [{p} + {s} + 2048], tmm2",
+                    "tilestored [{p} + {s} + 3072], tmm3",
+                    a0 = in(reg) a0,
+                    a1 = in(reg) a1,
+                    s = in(reg) BLOCK * 2,
+                    p = in(reg) prod.0.as_mut_ptr(),
+                    options(nostack),
+                );
+                // The next step's activation tiles into L1 while the epilogue runs: a tile
+                // load that misses L1 waits for each of its rows in turn.
+                let next = if i + 1 < count {
+                    Some((i + 1, b))
+                } else if b + 1 < self.nb {
+                    Some((0, b + 1))
+                } else {
+                    None
+                };
+                if let Some((ni, nb_)) = next {
+                    let (n0, n1) = a_at(ni, nb_);
+                    for line in 0..PARTS * TILE_U16 * 2 / 64 {
+                        _mm_prefetch::<_MM_HINT_T0>(n0.add(line * 32) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(n1.add(line * 32) as *const i8);
+                    }
+                }
+                // acc[row][col] += d[col] · prod (+ m[col] · Σ x of the row's block).
+                let acc_i = acc.0.as_mut_ptr().add(i * 2 * TR * GROUP);
+                for ct in 0..2 {
+                    for rt in 0..2 {
+                        let pt = prod.0.as_ptr().add((rt * 2 + ct) * TR * 16);
+                        let sums = self
+                            .sums
+                            .as_ptr()
+                            .add(((2 * (pairs.start + i) + rt) * self.nb + b) * TR);
+                        for r in 0..TR {
+                            let dst = acc_i.add((rt * TR + r) * GROUP + ct * 16);
+                            let prev = if b == 0 {
+                                _mm512_setzero_ps()
+                            } else {
+                                _mm512_loadu_ps(dst)
+                            };
+                            let mut v =
+                                _mm512_fmadd_ps(d[ct], _mm512_loadu_ps(pt.add(r * 16)), prev);
+                            if self.with_min {
+                                v = _mm512_fmadd_ps(mn[ct], _mm512_set1_ps(*sums.add(r)), v);
+                            }
+                            _mm512_storeu_ps(dst, v);
+                        }
+                    }
+                }
+            }
+        }
+        for i in 0..count {
+            for r in 0..2 * TR {
+                let row = 2 * (pairs.start + i) * TR + r;
+                if row >= m {
+                    break;
+                }
+                let src = acc.0.as_ptr().add((i * 2 * TR + r) * GROUP);
+                let dst = c.add(row * n);
+                _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+                _mm512_storeu_ps(dst.add(16), _mm512_loadu_ps(src.add(16)));
+            }
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
+}
+
+#[repr(C, align(64))]
+struct Aligned<T>(T);
