@@ -10,7 +10,8 @@
 //!
 //! Each 32-value block's sum `Σ x·q` is then scaled in f32: `d · Σ x·q (+ m · Σ x)`, the same
 //! real number as `Σ x · (d·q + m)` over the dequantized weights, rounded in another order.
-//! Without AMX (or with `ZOO_NO_AMX=1`) the block kernels of `quant.rs` run instead.
+//! Without AMX (or with `ZOO_NO_AMX=1`) the block kernels of `quant.rs` run instead. x86-64
+//! only.
 
 use std::sync::OnceLock;
 
@@ -26,6 +27,9 @@ const TR: usize = 16;
 const PARTS: usize = 3;
 /// u16 values in one tile (16 rows × 32 bf16).
 const TILE_U16: usize = TR * BLOCK;
+/// Pairs of row tiles per row block: a block's packed activation (at most a few hundred
+/// KiB) stays in L2 while every weight panel passes over it.
+const BLOCK_PAIRS: usize = 4;
 
 /// Whether the AMX path runs here: the CPU has AMX-TILE and AMX-BF16 (and AVX-512F/BW), Linux
 /// granted the process the tile state, and `ZOO_NO_AMX` is not set to `1`.
@@ -46,7 +50,7 @@ pub(crate) fn available() -> bool {
             }
             request_tile_state()
         }
-        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        #[cfg(not(target_os = "linux"))]
         {
             false
         }
@@ -55,7 +59,7 @@ pub(crate) fn available() -> bool {
 
 /// Asks Linux for the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)`), which
 /// a process must hold before its first tile instruction; false where the kernel refuses.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 fn request_tile_state() -> bool {
     const SYS_ARCH_PRCTL: i64 = 158;
     const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
@@ -106,36 +110,12 @@ pub(crate) fn matmul_blocks(
     with_min: bool,
     fill: &(dyn Fn(usize, &mut Panel) + Sync),
 ) -> Option<Vec<f32>> {
-    if !available() || m == 0 || k == 0 || !k.is_multiple_of(BLOCK) || !n.is_multiple_of(GROUP) {
+    if !available() || m == 0 || !k.is_multiple_of(BLOCK) || !n.is_multiple_of(GROUP) {
         return None;
     }
-    if x.len() < m * k {
+    if k == 0 || x.len() < m * k {
         return None;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        Some(run(x, m, k, n, with_min, fill))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = fill;
-        None
-    }
-}
-
-/// Pairs of row tiles per row block: a block's packed activation (at most a few hundred
-/// KiB) stays in L2 while every weight panel passes over it.
-const BLOCK_PAIRS: usize = 4;
-
-#[cfg(target_arch = "x86_64")]
-fn run(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    with_min: bool,
-    fill: &(dyn Fn(usize, &mut Panel) + Sync),
-) -> Vec<f32> {
     let nb = k / BLOCK;
     // Row tiles come in pairs (a 32 × 32 output block per step); padding rows are zero.
     let tiles = m.div_ceil(2 * TR) * 2;
@@ -210,7 +190,7 @@ fn run(
     });
     // SAFETY: the units wrote every row below m of every group's 32 columns.
     unsafe { c.set_len(m * n) };
-    c
+    Some(c)
 }
 
 /// A raw pointer shared by tasks that write disjoint parts.
@@ -227,7 +207,6 @@ impl<T> Ptr<T> {
 
 /// Row `r` of a tile: its three bf16 parts per block into `at` (`[nb][PARTS][16][32]`) and
 /// its block sums into `st` (`[nb][16]`).
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn split_row(row: &[f32], nb: usize, r: usize, at: &mut [u16], st: &mut [f32]) {
     use std::arch::x86_64::*;
@@ -286,7 +265,6 @@ impl Step<'_> {
     /// Per block: tmm6/tmm7 take the two column tiles once, then for each pair tmm4/tmm5 take
     /// the two row tiles' parts and tmm0..tmm3 the 2 × 2 products `Σ x·q`, which AVX-512
     /// then scales into f32 accumulators.
-    #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn run(&self, pairs: std::ops::Range<usize>, m: usize, n: usize, c: *mut f32) {
         use std::arch::asm;

@@ -11,6 +11,7 @@
 //! # Ok::<(), zoo_transformers::Error>(())
 //! ```
 
+#[cfg(target_arch = "x86_64")]
 mod amx;
 pub mod auto;
 pub mod cache;

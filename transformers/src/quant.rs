@@ -184,14 +184,19 @@ impl QMatrix {
         y
     }
 
-    /// `x [m, cols] @ self^T` → `[m, rows]`: rows of weights are rebuilt into f32 panels for
-    /// the GEMM kernel as it goes, so the f32 matrix never exists whole.
+    /// `x [m, cols] @ self^T` → `[m, rows]`: on AMX tiles where the CPU has them (see
+    /// `amx.rs`), else with rows of weights rebuilt into f32 panels for the GEMM kernel as it
+    /// goes; the f32 matrix never exists whole.
     pub(crate) fn matmul_t(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let k = self.cols;
-        let with_min = self.kind == QKind::Q4_1;
-        if let Some(y) =
-            crate::amx::matmul_blocks(x, m, k, self.rows, with_min, &|g, p| self.fill_panel(g, p))
-        {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(y) = crate::amx::matmul_blocks(
+            x,
+            m,
+            self.cols,
+            self.rows,
+            self.kind == QKind::Q4_1,
+            &|g, p| self.fill_panel(g, p),
+        ) {
             return y;
         }
         self.matmul_t_f32(x, m)
@@ -233,6 +238,7 @@ impl QMatrix {
 
     /// Columns `g * 32 ..` (weight rows) of the AMX path: each block's quantized values as
     /// bf16 pairs, its scale and (Q4_1) minimum.
+    #[cfg(target_arch = "x86_64")]
     fn fill_panel(&self, g: usize, p: &mut crate::amx::Panel) {
         use crate::amx::GROUP;
         let bb = self.kind.block_bytes();
@@ -245,12 +251,9 @@ impl QMatrix {
                 }
             }
         }
-        #[cfg(target_arch = "x86_64")]
         // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW; the
         // group's rows exist (n is a multiple of 32) and `pairs` holds cols / 2 * 32 values.
-        unsafe {
-            self.fill_pairs(g, p.pairs)
-        };
+        unsafe { self.fill_pairs(g, p.pairs) };
     }
 
     /// The quantized values of [`QMatrix::fill_panel`]: per block and 16 columns, each
