@@ -147,7 +147,7 @@ fn main() {
     // side is measured in two windows, zoo and PyTorch alternating, 3 runs per window, and
     // keeps its best run.
     let (mut prefill, mut decode) = (0f64, 0f64);
-    let mut torch: Option<serde_json::Value> = None;
+    let mut torch = Vec::new();
     for _ in 0..2 {
         for _ in 0..3 {
             prefill = prefill.max(prefill_once());
@@ -155,28 +155,17 @@ fn main() {
         for _ in 0..3 {
             decode = decode.max(decode_once());
         }
-        if let Some(t) = torch_figures(&path) {
-            torch = Some(match torch {
-                Some(mut best) => {
-                    for key in ["prefill_tok_s", "decode_tok_s"] {
-                        if let (Some(a), Some(b)) = (best[key].as_f64(), t[key].as_f64()) {
-                            if b > a {
-                                best[key] = serde_json::json!(b);
-                            }
-                        }
-                    }
-                    best
-                }
-                None => t,
-            });
-        }
+        torch.extend(torch_figures(&path));
     }
     let rss = peak_rss();
     drop(model);
     let pjrt_one = pjrt_decode(&path, &prompt, &opts, &[0]);
     let pjrt_four = pjrt_decode(&path, &prompt, &opts, &[0, 1, 2, 3]);
 
-    let tf = |k: &str| torch.as_ref().and_then(|v| v[k].as_f64());
+    // PyTorch's best window: the fastest load and tok/s, the highest peak RSS.
+    let pick =
+        |k: &str, f: fn(f64, f64) -> f64| torch.iter().filter_map(|v| v[k].as_f64()).reduce(f);
+    let tf = |k: &str| pick(k, if k == "load_s" { f64::min } else { f64::max });
     let ratio = |ours: f64, theirs: Option<f64>| {
         theirs.map_or("n/a".to_string(), |t| format!("{:.2}x", ours / t))
     };

@@ -15,7 +15,7 @@
 
 use std::sync::OnceLock;
 
-use crate::kernels::par_units;
+use crate::kernels::{par_units, OutPtr};
 
 /// Values per GGUF block, and k values per tile row (32 bf16 = 64 bytes).
 pub(crate) const BLOCK: usize = 32;
@@ -110,10 +110,8 @@ pub(crate) fn matmul_blocks(
     with_min: bool,
     fill: &(dyn Fn(usize, &mut Panel) + Sync),
 ) -> Option<Vec<f32>> {
-    if !available() || m == 0 || !k.is_multiple_of(BLOCK) || !n.is_multiple_of(GROUP) {
-        return None;
-    }
-    if k == 0 || x.len() < m * k {
+    let fits = m > 0 && k > 0 && k.is_multiple_of(BLOCK) && n.is_multiple_of(GROUP);
+    if !fits || x.len() < m * k || !available() {
         return None;
     }
     let nb = k / BLOCK;
@@ -122,13 +120,13 @@ pub(crate) fn matmul_blocks(
     let tile_len = nb * PARTS * TILE_U16;
     let mut a: Vec<u16> = Vec::with_capacity(tiles * tile_len);
     let mut sums: Vec<f32> = Vec::with_capacity(tiles * nb * TR);
-    let (ap, sp) = (Ptr(a.as_mut_ptr()), Ptr(sums.as_mut_ptr()));
+    let (ap, sp) = (OutPtr(a.as_mut_ptr()), OutPtr(sums.as_mut_ptr()));
     par_units(tiles, |t| {
         // SAFETY: tile t owns a[t * tile_len..][..tile_len] and sums[t * nb * TR..][..nb * TR].
         let (at, st) = unsafe {
             (
-                std::slice::from_raw_parts_mut(ap.get().add(t * tile_len), tile_len),
-                std::slice::from_raw_parts_mut(sp.get().add(t * nb * TR), nb * TR),
+                ap.part(t * tile_len, tile_len),
+                sp.part(t * nb * TR, nb * TR),
             )
         };
         let rows = TR.min(m.saturating_sub(t * TR));
@@ -152,15 +150,10 @@ pub(crate) fn matmul_blocks(
     let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
     let mut pairs: Vec<u32> = Vec::with_capacity(groups * pl);
     let mut scales = vec![0f32; 2 * groups * sl];
-    let (pp, scp) = (Ptr(pairs.as_mut_ptr()), Ptr(scales.as_mut_ptr()));
+    let (pp, scp) = (OutPtr(pairs.as_mut_ptr()), OutPtr(scales.as_mut_ptr()));
     par_units(groups, |g| {
         // SAFETY: group g owns its pl pairs and 2 * sl scales.
-        let (pairs, sc) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(pp.get().add(g * pl), pl),
-                std::slice::from_raw_parts_mut(scp.get().add(2 * g * sl), 2 * sl),
-            )
-        };
+        let (pairs, sc) = unsafe { (pp.part(g * pl, pl), scp.part(2 * g * sl, 2 * sl)) };
         let (scale, min) = sc.split_at_mut(sl);
         fill(g, &mut Panel { pairs, scale, min });
     });
@@ -169,7 +162,7 @@ pub(crate) fn matmul_blocks(
     let pair_count = tiles / 2;
     let row_blocks = pair_count.div_ceil(BLOCK_PAIRS);
     let mut c: Vec<f32> = Vec::with_capacity(m * n);
-    let out = Ptr(c.as_mut_ptr());
+    let out = OutPtr(c.as_mut_ptr());
     // Units in row-block order: both threads work on one row block's activation at a time.
     par_units(row_blocks * groups, |u| {
         let (rb, g) = (u / groups, u % groups);
@@ -191,18 +184,6 @@ pub(crate) fn matmul_blocks(
     // SAFETY: the units wrote every row below m of every group's 32 columns.
     unsafe { c.set_len(m * n) };
     Some(c)
-}
-
-/// A raw pointer shared by tasks that write disjoint parts.
-#[derive(Clone, Copy)]
-struct Ptr<T>(*mut T);
-// SAFETY: every task writes only its own elements.
-unsafe impl<T> Send for Ptr<T> {}
-unsafe impl<T> Sync for Ptr<T> {}
-impl<T> Ptr<T> {
-    fn get(self) -> *mut T {
-        self.0
-    }
 }
 
 /// Row `r` of a tile: its three bf16 parts per block into `at` (`[nb][PARTS][16][32]`) and

@@ -67,11 +67,7 @@ pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
             // SAFETY: AVX2 and FMA were detected above; each block writes its own rows of y.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                dot_rows_avx2(
-                    rows,
-                    &xv,
-                    std::slice::from_raw_parts_mut(yp.get().add(r0), r1 - r0),
-                )
+                dot_rows_avx2(rows, &xv, yp.part(r0, r1 - r0))
             }
         });
         y
@@ -184,9 +180,7 @@ pub(crate) fn par_chunks(out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [
     par_units(len.div_ceil(chunk), |i| {
         let (a, b) = (i * chunk, ((i + 1) * chunk).min(len));
         // SAFETY: the pieces are disjoint and inside `out`, which outlives the call.
-        f(i, unsafe {
-            std::slice::from_raw_parts_mut(p.get().add(a), b - a)
-        })
+        f(i, unsafe { p.part(a, b - a) })
     });
 }
 
@@ -208,17 +202,25 @@ const KC: usize = 256;
 /// Fewer rows than this take the runtime's matmul (packing a panel per call does not pay).
 const MIN_ROWS: usize = 8;
 
-/// A pointer to the output shared by tasks that write disjoint tiles.
+/// A pointer to a buffer shared by tasks that write disjoint parts of it.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: every task writes only the elements of its own tiles.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+pub(crate) struct OutPtr<T = f32>(pub(crate) *mut T);
+// SAFETY: every task writes only the elements of its own part.
+unsafe impl<T> Send for OutPtr<T> {}
+unsafe impl<T> Sync for OutPtr<T> {}
 
-impl OutPtr {
+impl<T> OutPtr<T> {
     /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
-    fn get(self) -> *mut f32 {
+    pub(crate) fn get(self) -> *mut T {
         self.0
+    }
+
+    /// The `len` elements from `at` as one task's part.
+    ///
+    /// SAFETY: they lie inside the buffer, which outlives the part, and no other live part
+    /// overlaps them.
+    pub(crate) unsafe fn part<'a>(self, at: usize, len: usize) -> &'a mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(at), len)
     }
 }
 
@@ -352,7 +354,7 @@ pub(crate) fn matmul_wt_with(
     let app = OutPtr(ap.as_mut_ptr());
     par_units(tiles, |tl| {
         // SAFETY: each tile writes its own k*MR values of ap.
-        let dst = unsafe { std::slice::from_raw_parts_mut(app.get().add(tl * k * MR), k * MR) };
+        let dst = unsafe { app.part(tl * k * MR, k * MR) };
         let rows: [Option<&[f32]>; MR] = std::array::from_fn(|i| {
             let r = tl * MR + i;
             (r < m).then(|| &x[r * k..r * k + k])
@@ -625,7 +627,7 @@ fn attention_f32(
             .map(|j| &k[base + j * ks[2]..][..d])
             .collect();
         // SAFETY: each unit fills its own d*NR values of kp.
-        let out = unsafe { std::slice::from_raw_parts_mut(kpp.get().add(u * d * NR), d * NR) };
+        let out = unsafe { kpp.part(u * d * NR, d * NR) };
         pack_rows(&rows, d, out);
     });
     let mut o: Vec<f32> = Vec::with_capacity(b * t * h * d);

@@ -251,8 +251,12 @@ impl QMatrix {
                 }
             }
         }
+        assert!(
+            p.pairs.len() >= self.cols / 2 * GROUP,
+            "a panel holds every k pair"
+        );
         // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW; the
-        // group's rows exist (n is a multiple of 32) and `pairs` holds cols / 2 * 32 values.
+        // group's rows exist (row() checks) and `pairs` holds cols / 2 * 32 values (asserted).
         unsafe { self.fill_pairs(g, p.pairs) };
     }
 
@@ -555,12 +559,12 @@ mod tests {
         }
     }
 
-    /// The row-block products (AMX tiles where the CPU has them) against f64 sums over the
-    /// hub's dequantized weights, for row counts that fill tiles partly, once and several times.
+    /// The row-block products (through `matmul_t`, AMX tiles where the CPU has them, and
+    /// through the f32 kernels) against f64 sums over the hub's dequantized weights, for row counts that fill tiles partly, once and several times.
     #[test]
     fn products_of_many_rows_match_f64_sums() {
-        let amx = crate::amx::available();
-        eprintln!("AMX tiles: {amx}");
+        #[cfg(target_arch = "x86_64")]
+        eprintln!("AMX tiles: {}", crate::amx::available());
         for kind in [QKind::Q4_0, QKind::Q4_1, QKind::Q8_0] {
             let (rows, cols) = (64, 160);
             let q = random(kind, rows, cols, 5);
@@ -570,18 +574,24 @@ mod tests {
                 let xs: Vec<f32> = (0..m * cols)
                     .map(|i| (g.next_f64() as f32 - 0.5) * if i % 7 == 0 { 300.0 } else { 1.0 })
                     .collect();
-                let ys = q.matmul_t(&xs, m);
-                for i in 0..m {
-                    for r in 0..rows {
-                        let terms = (0..cols)
-                            .map(|c| f64::from(w[r * cols + c]) * f64::from(xs[i * cols + c]));
-                        let want: f64 = terms.clone().sum();
-                        let scale: f64 = terms.map(f64::abs).sum();
-                        let got = f64::from(ys[i * rows + r]);
-                        assert!(
-                            (got - want).abs() <= 1e-6 * (1.0 + scale),
-                            "{kind:?} m={m} {i},{r}: {got} vs {want}"
-                        );
+                // The dispatching entry point (AMX where present) and the f32 kernels.
+                let paths = [
+                    ("matmul_t", q.matmul_t(&xs, m)),
+                    ("f32", q.matmul_t_f32(&xs, m)),
+                ];
+                for (path, ys) in paths {
+                    for i in 0..m {
+                        for r in 0..rows {
+                            let terms = (0..cols)
+                                .map(|c| f64::from(w[r * cols + c]) * f64::from(xs[i * cols + c]));
+                            let want: f64 = terms.clone().sum();
+                            let scale: f64 = terms.map(f64::abs).sum();
+                            let got = f64::from(ys[i * rows + r]);
+                            assert!(
+                                (got - want).abs() <= 1e-6 * (1.0 + scale),
+                                "{kind:?} {path} m={m} {i},{r}: {got} vs {want}"
+                            );
+                        }
                     }
                 }
             }

@@ -89,21 +89,26 @@ pub struct ExplicitMap {
     pub entries: BTreeMap<String, Placement>,
 }
 
+/// The value of the longest module prefix of `name` in `entries` (`model.layers.1` never
+/// covers `model.layers.10`): the name itself, then each parent module, then `""`; one map
+/// lookup per level, so a whole checkpoint resolves in O(tensors × depth).
+pub(crate) fn longest_prefix<'m, V>(entries: &'m BTreeMap<String, V>, name: &str) -> Option<&'m V> {
+    let mut key = name;
+    loop {
+        if let Some(v) = entries.get(key) {
+            return Some(v);
+        }
+        if key.is_empty() {
+            return None;
+        }
+        key = key.rsplit_once('.').map_or("", |(parent, _)| parent);
+    }
+}
+
 impl ExplicitMap {
     /// The placement of `tensor` (`model.layers.3.mlp.up_proj.weight`), if any prefix covers it.
     pub fn placement_of(&self, tensor: &str) -> Option<Placement> {
-        // Longest prefix first: the name itself, then each parent module, then `""`; one
-        // map lookup per level, so a whole checkpoint resolves in O(tensors × depth).
-        let mut key = tensor;
-        loop {
-            if let Some(p) = self.entries.get(key) {
-                return Some(*p);
-            }
-            if key.is_empty() {
-                return None;
-            }
-            key = key.rsplit_once('.').map_or("", |(parent, _)| parent);
-        }
+        longest_prefix(&self.entries, tensor).copied()
     }
 
     /// Reads `hf_device_map` JSON: a map of prefixes to an index, `"cpu"`, `"disk"` or

@@ -142,18 +142,7 @@ impl DevicePlacement {
 
     /// The device of `name` (a module or tensor name), if a prefix covers it.
     pub fn device_of(&self, name: &str) -> Option<Device> {
-        // Longest prefix first: the name itself, then each parent module, then `""`; one
-        // map lookup per level, so a whole checkpoint resolves in O(tensors × depth).
-        let mut key = name;
-        loop {
-            if let Some(p) = self.entries.get(key) {
-                return Some(*p);
-            }
-            if key.is_empty() {
-                return None;
-            }
-            key = key.rsplit_once('.').map_or("", |(parent, _)| parent);
-        }
+        crate::device_map::longest_prefix(&self.entries, name).copied()
     }
 
     /// The module prefixes and their devices.
