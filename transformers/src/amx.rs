@@ -12,6 +12,13 @@
 //! real number as `Σ x · (d·q + m)` over the dequantized weights, rounded in another order.
 //! Without AMX (or with `ZOO_NO_AMX=1`) the block kernels of `quant.rs` run instead. x86-64
 //! only.
+//!
+//! Layout: one row tile against three column tiles (16 × 48 outputs in tmm0..tmm2, the
+//! block's weights in tmm3..tmm5, activation parts in tmm6/tmm7). Tile loads and stores,
+//! not the dot products, bound this kernel (measured: a 1 KiB tile load costs several
+//! products' time), so each loaded activation tile feeds three products and each block's
+//! weight tiles serve a whole row block. An activation is split once for all the weights
+//! that take it ([`Split`]).
 
 use std::sync::OnceLock;
 
@@ -19,17 +26,19 @@ use crate::kernels::{par_units, OutPtr};
 
 /// Values per GGUF block, and k values per tile row (32 bf16 = 64 bytes).
 pub(crate) const BLOCK: usize = 32;
-/// Output columns per task group: two 16-column tiles.
-pub(crate) const GROUP: usize = 32;
+/// Output columns per task group: three 16-column tiles.
+pub(crate) const GROUP: usize = 48;
+/// Column tiles per group.
+const CT: usize = GROUP / 16;
 /// Rows per tile.
 const TR: usize = 16;
 /// bf16 parts per activation.
 const PARTS: usize = 3;
 /// u16 values in one tile (16 rows × 32 bf16).
 const TILE_U16: usize = TR * BLOCK;
-/// Pairs of row tiles per row block: a block's packed activation (at most a few hundred
-/// KiB) stays in L2 while every weight panel passes over it.
-const BLOCK_PAIRS: usize = 4;
+/// Row tiles per row block: a block's packed activation (at most a few hundred KiB) stays
+/// in L2 while every weight panel passes over it.
+const BLOCK_TILES: usize = 8;
 
 /// Whether the AMX path runs here: the CPU has AMX-TILE and AMX-BF16 (and AVX-512F/BW), Linux
 /// granted the process the tile state, and `ZOO_NO_AMX` is not set to `1`.
@@ -81,7 +90,8 @@ fn request_tile_state() -> bool {
     ret == 0
 }
 
-/// The weights of [`GROUP`] output columns as the tiles read them, filled by the caller.
+/// The weights of [`GROUP`] output columns as the tiles read them, filled by the caller
+/// (columns past the weight's last as zeros).
 pub(crate) struct Panel<'a> {
     /// Quantized values as bf16 bit patterns, two consecutive k values per u32 (low half
     /// first), laid out `[k / 2][GROUP]`: `pairs[(kk / 2) * GROUP + c]` holds column `c`'s
@@ -98,92 +108,111 @@ pub(crate) fn bf16_int(v: i32) -> u16 {
     ((v as f32).to_bits() >> 16) as u16
 }
 
-/// `x [m, k] @ wᵀ` for a weight `[n, k]` of quantized blocks whose panels the caller fills:
-/// `fill(g, panel)` writes columns `g * 32 .. g * 32 + 32` (called once per group, from
-/// several threads). `with_min` adds `min · Σ x` per block (Q4_1). `None` when the AMX
-/// path does not apply (no AMX, `k` or `n` not a multiple of 32, no rows).
-pub(crate) fn matmul_blocks(
-    x: &[f32],
+/// An activation `x [m, k]` split for the tiles once, multiplied by any number of weights
+/// `[n, k]` (the q/k/v projections of a layer share their input, as do gate and up).
+pub(crate) struct Split {
+    /// Per row tile `[k / 32][PARTS][16][32]` bf16 bit patterns (rows past m zero).
+    a: Vec<u16>,
+    /// Per row tile `[k / 32][16]`: each block's `Σ x` (for Q4_1's minimum).
+    sums: Vec<f32>,
     m: usize,
     k: usize,
-    n: usize,
-    with_min: bool,
-    fill: &(dyn Fn(usize, &mut Panel) + Sync),
-) -> Option<Vec<f32>> {
-    let fits = m > 0 && k > 0 && k.is_multiple_of(BLOCK) && n.is_multiple_of(GROUP);
-    if !fits || x.len() < m * k || !available() {
-        return None;
-    }
-    let nb = k / BLOCK;
-    // Row tiles come in pairs (a 32 × 32 output block per step); padding rows are zero.
-    let tiles = m.div_ceil(2 * TR) * 2;
-    let tile_len = nb * PARTS * TILE_U16;
-    let mut a: Vec<u16> = Vec::with_capacity(tiles * tile_len);
-    let mut sums: Vec<f32> = Vec::with_capacity(tiles * nb * TR);
-    let (ap, sp) = (OutPtr(a.as_mut_ptr()), OutPtr(sums.as_mut_ptr()));
-    par_units(tiles, |t| {
-        // SAFETY: tile t owns a[t * tile_len..][..tile_len] and sums[t * nb * TR..][..nb * TR].
-        let (at, st) = unsafe {
-            (
-                ap.part(t * tile_len, tile_len),
-                sp.part(t * nb * TR, nb * TR),
-            )
-        };
-        let rows = TR.min(m.saturating_sub(t * TR));
-        if rows < TR {
-            at.fill(0);
-            st.fill(0.0);
+}
+
+impl Split {
+    /// `x`'s parts, or `None` when the AMX path does not apply (no AMX, `k` not a multiple
+    /// of 32, no rows).
+    pub(crate) fn new(x: &[f32], m: usize, k: usize) -> Option<Split> {
+        let fits = m > 0 && k > 0 && k.is_multiple_of(BLOCK);
+        if !fits || x.len() < m * k || !available() {
+            return None;
         }
-        for r in 0..rows {
-            let row = &x[(t * TR + r) * k..][..k];
-            // SAFETY: AVX-512F is part of `available`; the row holds k = nb * 32 values.
-            unsafe { split_row(row, nb, r, at, st) };
+        let nb = k / BLOCK;
+        // Rows past m in the last tile are zero.
+        let tiles = m.div_ceil(TR);
+        let tile_len = nb * PARTS * TILE_U16;
+        let mut a: Vec<u16> = Vec::with_capacity(tiles * tile_len);
+        let mut sums: Vec<f32> = Vec::with_capacity(tiles * nb * TR);
+        let (ap, sp) = (OutPtr(a.as_mut_ptr()), OutPtr(sums.as_mut_ptr()));
+        par_units(tiles, |t| {
+            // SAFETY: tile t owns a[t * tile_len..][..tile_len] and sums[t * nb * TR..][..nb * TR].
+            let (at, st) = unsafe {
+                (
+                    ap.part(t * tile_len, tile_len),
+                    sp.part(t * nb * TR, nb * TR),
+                )
+            };
+            let rows = TR.min(m.saturating_sub(t * TR));
+            if rows < TR {
+                at.fill(0);
+                st.fill(0.0);
+            }
+            for r in 0..rows {
+                let row = &x[(t * TR + r) * k..][..k];
+                // SAFETY: AVX-512F is part of `available`; the row holds k = nb * 32 values.
+                unsafe { split_row(row, nb, r, at, st) };
+            }
+        });
+        // SAFETY: the tiles above wrote every value (padding rows as zeros).
+        unsafe {
+            a.set_len(tiles * tile_len);
+            sums.set_len(tiles * nb * TR);
         }
-    });
-    // SAFETY: the tiles above wrote every value (padding rows as zeros).
-    unsafe {
-        a.set_len(tiles * tile_len);
-        sums.set_len(tiles * nb * TR);
+        Some(Split { a, sums, m, k })
     }
-    // Every panel once, shared by all tasks.
-    let groups = n / GROUP;
-    let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
-    let mut pairs: Vec<u32> = Vec::with_capacity(groups * pl);
-    let mut scales = vec![0f32; 2 * groups * sl];
-    let (pp, scp) = (OutPtr(pairs.as_mut_ptr()), OutPtr(scales.as_mut_ptr()));
-    par_units(groups, |g| {
-        // SAFETY: group g owns its pl pairs and 2 * sl scales.
-        let (pairs, sc) = unsafe { (pp.part(g * pl, pl), scp.part(2 * g * sl, 2 * sl)) };
-        let (scale, min) = sc.split_at_mut(sl);
-        fill(g, &mut Panel { pairs, scale, min });
-    });
-    // SAFETY: `fill` writes every pair of its panel.
-    unsafe { pairs.set_len(groups * pl) };
-    let pair_count = tiles / 2;
-    let row_blocks = pair_count.div_ceil(BLOCK_PAIRS);
-    let mut c: Vec<f32> = Vec::with_capacity(m * n);
-    let out = OutPtr(c.as_mut_ptr());
-    // Units in row-block order: both threads work on one row block's activation at a time.
-    par_units(row_blocks * groups, |u| {
-        let (rb, g) = (u / groups, u % groups);
-        let step = Step {
-            a: &a,
-            sums: &sums,
-            nb,
-            with_min,
-            pairs: &pairs[g * pl..][..pl],
-            scale: &scales[2 * g * sl..][..sl],
-            min: &scales[(2 * g + 1) * sl..][..sl],
-        };
-        let p0 = rb * BLOCK_PAIRS;
-        let p1 = (p0 + BLOCK_PAIRS).min(pair_count);
-        // SAFETY: AVX-512F and the tile state were checked by `available`; each unit writes
-        // only rows of its pairs of tiles in columns g*32..g*32+32.
-        unsafe { step.run(p0..p1, m, n, out.get().add(g * GROUP)) };
-    });
-    // SAFETY: the units wrote every row below m of every group's 32 columns.
-    unsafe { c.set_len(m * n) };
-    Some(c)
+
+    /// `x @ wᵀ` (`[m, n]`) for a weight `[n, k]` of quantized blocks whose panels the
+    /// caller fills: `fill(g, panel)` writes columns `g * 48 .. g * 48 + 48` (called once
+    /// per group, from several threads). `with_min` adds `min · Σ x` per block (Q4_1).
+    pub(crate) fn matmul(
+        &self,
+        n: usize,
+        with_min: bool,
+        fill: &(dyn Fn(usize, &mut Panel) + Sync),
+    ) -> Vec<f32> {
+        let (m, k) = (self.m, self.k);
+        let nb = k / BLOCK;
+        // Every panel once, shared by all tasks.
+        let groups = n.div_ceil(GROUP);
+        let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
+        let mut pairs: Vec<u32> = Vec::with_capacity(groups * pl);
+        let mut scales = vec![0f32; 2 * groups * sl];
+        let (pp, scp) = (OutPtr(pairs.as_mut_ptr()), OutPtr(scales.as_mut_ptr()));
+        par_units(groups, |g| {
+            // SAFETY: group g owns its pl pairs and 2 * sl scales.
+            let (pairs, sc) = unsafe { (pp.part(g * pl, pl), scp.part(2 * g * sl, 2 * sl)) };
+            let (scale, min) = sc.split_at_mut(sl);
+            fill(g, &mut Panel { pairs, scale, min });
+        });
+        // SAFETY: `fill` writes every pair of its panel.
+        unsafe { pairs.set_len(groups * pl) };
+        let tiles = m.div_ceil(TR);
+        let row_blocks = tiles.div_ceil(BLOCK_TILES);
+        let mut c: Vec<f32> = Vec::with_capacity(m * n);
+        let out = OutPtr(c.as_mut_ptr());
+        // Units in row-block order: both threads work on one row block's activation at a time.
+        par_units(row_blocks * groups, |u| {
+            let (rb, g) = (u / groups, u % groups);
+            let step = Step {
+                a: &self.a,
+                sums: &self.sums,
+                nb,
+                with_min,
+                pairs: &pairs[g * pl..][..pl],
+                scale: &scales[2 * g * sl..][..sl],
+                min: &scales[(2 * g + 1) * sl..][..sl],
+            };
+            let t0 = rb * BLOCK_TILES;
+            let t1 = (t0 + BLOCK_TILES).min(tiles);
+            let cols = GROUP.min(n - g * GROUP);
+            // SAFETY: AVX-512F and the tile state were checked by `available`; each unit
+            // writes only rows of its tiles in columns g*48..g*48+cols.
+            unsafe { step.run(t0..t1, m, n, cols, out.get().add(g * GROUP)) };
+        });
+        // SAFETY: the units wrote every row below m of every column.
+        unsafe { c.set_len(m * n) };
+        c
+    }
 }
 
 /// Row `r` of a tile: its three bf16 parts per block into `at` (`[nb][PARTS][16][32]`) and
@@ -240,14 +269,21 @@ struct TileConfig {
 }
 
 impl Step<'_> {
-    /// Output rows of the tile pairs `pairs` (tiles `2p`, `2p + 1`) into the 32 columns at
-    /// `c` (row stride `n`), rows at or past `m` skipped.
+    /// Output rows of the row tiles `tiles` into the first `cols` of the 48 columns at `c`
+    /// (row stride `n`), rows at or past `m` skipped.
     ///
-    /// Per block: tmm6/tmm7 take the two column tiles once, then for each pair tmm4/tmm5 take
-    /// the two row tiles' parts and tmm0..tmm3 the 2 × 2 products `Σ x·q`, which AVX-512
-    /// then scales into f32 accumulators.
+    /// Per block: tmm3..tmm5 take the three column tiles once, then for each row tile
+    /// tmm6/tmm7 take its three parts in turn and tmm0..tmm2 the 1 × 3 products `Σ x·q`,
+    /// which AVX-512 then scales into f32 accumulators.
     #[target_feature(enable = "avx512f")]
-    unsafe fn run(&self, pairs: std::ops::Range<usize>, m: usize, n: usize, c: *mut f32) {
+    unsafe fn run(
+        &self,
+        tiles: std::ops::Range<usize>,
+        m: usize,
+        n: usize,
+        cols: usize,
+        c: *mut f32,
+    ) {
         use std::arch::asm;
         use std::arch::x86_64::*;
         let mut cfg = TileConfig {
@@ -263,68 +299,57 @@ impl Step<'_> {
         }
         asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
         let tile_len = self.nb * PARTS * TILE_U16;
-        let mut prod = Aligned([0f32; 4 * TR * 16]);
-        let mut acc = Aligned([0f32; BLOCK_PAIRS * 2 * TR * GROUP]);
-        let count = pairs.len();
-        assert!(count <= BLOCK_PAIRS, "a unit covers at most one row block");
-        // The tiles of pair `i` (of this unit) at block `b`, part 0.
+        let mut prod = Aligned([0f32; CT * TR * 16]);
+        let mut acc = Aligned([0f32; BLOCK_TILES * TR * GROUP]);
+        let count = tiles.len();
+        assert!(count <= BLOCK_TILES, "a unit covers at most one row block");
         let a_at = |i: usize, b: usize| {
-            let a0 = self
-                .a
+            self.a
                 .as_ptr()
-                .add(2 * (pairs.start + i) * tile_len + b * PARTS * TILE_U16);
-            (a0, a0.add(tile_len))
+                .add((tiles.start + i) * tile_len + b * PARTS * TILE_U16)
         };
         for b in 0..self.nb {
-            // The block's two column tiles stay in tmm6/tmm7 for every pair.
             let w = self.pairs.as_ptr().add(b * (BLOCK / 2) * GROUP);
             asm!(
-                "tileloadd tmm6, [{w} + {ws}]",
-                "tileloadd tmm7, [{w1} + {ws}]",
+                "tileloadd tmm3, [{w} + {ws}]",
+                "tileloadd tmm4, [{w} + {ws} + 64]",
+                "tileloadd tmm5, [{w} + {ws} + 128]",
                 w = in(reg) w,
-                w1 = in(reg) w.add(16),
                 ws = in(reg) GROUP * 4,
                 options(nostack, readonly),
             );
-            let d = [0, 1].map(|ct| _mm512_loadu_ps(self.scale.as_ptr().add(b * GROUP + ct * 16)));
-            let mn = [0, 1].map(|ct| _mm512_loadu_ps(self.min.as_ptr().add(b * GROUP + ct * 16)));
+            let d: [__m512; CT] = std::array::from_fn(|ct| {
+                _mm512_loadu_ps(self.scale.as_ptr().add(b * GROUP + ct * 16))
+            });
+            let mn: [__m512; CT] = std::array::from_fn(|ct| {
+                _mm512_loadu_ps(self.min.as_ptr().add(b * GROUP + ct * 16))
+            });
             for i in 0..count {
-                let (a0, a1) = a_at(i, b);
+                let a0 = a_at(i, b);
                 asm!(
                     "tilezero tmm0",
                     "tilezero tmm1",
                     "tilezero tmm2",
-                    "tilezero tmm3",
-                    "tileloadd tmm4, [{a0} + {s}]",
-                    "tileloadd tmm5, [{a1} + {s}]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    "tileloadd tmm4, [{a0} + {s} + 1024]",
-                    "tileloadd tmm5, [{a1} + {s} + 1024]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    "tileloadd tmm4, [{a0} + {s} + 2048]",
-                    "tileloadd tmm5, [{a1} + {s} + 2048]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "tileloadd tmm6, [{a0} + {s}]",
+                    "tileloadd tmm7, [{a0} + {s} + 1024]",
+                    "tdpbf16ps tmm0, tmm6, tmm3",
+                    "tdpbf16ps tmm1, tmm6, tmm4",
+                    "tdpbf16ps tmm2, tmm6, tmm5",
+                    "tileloadd tmm6, [{a0} + {s} + 2048]",
+                    "tdpbf16ps tmm0, tmm7, tmm3",
+                    "tdpbf16ps tmm1, tmm7, tmm4",
+                    "tdpbf16ps tmm2, tmm7, tmm5",
+                    "tdpbf16ps tmm0, tmm6, tmm3",
+                    "tdpbf16ps tmm1, tmm6, tmm4",
+                    "tdpbf16ps tmm2, tmm6, tmm5",
                     "tilestored [{p} + {s}], tmm0",
                     "tilestored [{p} + {s} + 1024], tmm1",
                     "tilestored [{p} + {s} + 2048], tmm2",
-                    "tilestored [{p} + {s} + 3072], tmm3",
                     a0 = in(reg) a0,
-                    a1 = in(reg) a1,
                     s = in(reg) BLOCK * 2,
                     p = in(reg) prod.0.as_mut_ptr(),
                     options(nostack),
                 );
-                // The next step's activation tiles into L1 while the epilogue runs: a tile
-                // load that misses L1 waits for each of its rows in turn.
                 let next = if i + 1 < count {
                     Some((i + 1, b))
                 } else if b + 1 < self.nb {
@@ -333,49 +358,42 @@ impl Step<'_> {
                     None
                 };
                 if let Some((ni, nb_)) = next {
-                    let (n0, n1) = a_at(ni, nb_);
+                    let n0 = a_at(ni, nb_);
                     for line in 0..PARTS * TILE_U16 * 2 / 64 {
                         _mm_prefetch::<_MM_HINT_T0>(n0.add(line * 32) as *const i8);
-                        _mm_prefetch::<_MM_HINT_T0>(n1.add(line * 32) as *const i8);
                     }
                 }
-                // acc[row][col] += d[col] · prod (+ m[col] · Σ x of the row's block).
-                let acc_i = acc.0.as_mut_ptr().add(i * 2 * TR * GROUP);
-                for ct in 0..2 {
-                    for rt in 0..2 {
-                        let pt = prod.0.as_ptr().add((rt * 2 + ct) * TR * 16);
-                        let sums = self
-                            .sums
-                            .as_ptr()
-                            .add(((2 * (pairs.start + i) + rt) * self.nb + b) * TR);
-                        for r in 0..TR {
-                            let dst = acc_i.add((rt * TR + r) * GROUP + ct * 16);
-                            let prev = if b == 0 {
-                                _mm512_setzero_ps()
-                            } else {
-                                _mm512_loadu_ps(dst)
-                            };
-                            let mut v =
-                                _mm512_fmadd_ps(d[ct], _mm512_loadu_ps(pt.add(r * 16)), prev);
-                            if self.with_min {
-                                v = _mm512_fmadd_ps(mn[ct], _mm512_set1_ps(*sums.add(r)), v);
-                            }
-                            _mm512_storeu_ps(dst, v);
+                let acc_i = acc.0.as_mut_ptr().add(i * TR * GROUP);
+                let sums = self
+                    .sums
+                    .as_ptr()
+                    .add(((tiles.start + i) * self.nb + b) * TR);
+                for ct in 0..CT {
+                    let pt = prod.0.as_ptr().add(ct * TR * 16);
+                    for r in 0..TR {
+                        let dst = acc_i.add(r * GROUP + ct * 16);
+                        let prev = if b == 0 {
+                            _mm512_setzero_ps()
+                        } else {
+                            _mm512_loadu_ps(dst)
+                        };
+                        let mut v = _mm512_fmadd_ps(d[ct], _mm512_loadu_ps(pt.add(r * 16)), prev);
+                        if self.with_min {
+                            v = _mm512_fmadd_ps(mn[ct], _mm512_set1_ps(*sums.add(r)), v);
                         }
+                        _mm512_storeu_ps(dst, v);
                     }
                 }
             }
         }
         for i in 0..count {
-            for r in 0..2 * TR {
-                let row = 2 * (pairs.start + i) * TR + r;
+            for r in 0..TR {
+                let row = (tiles.start + i) * TR + r;
                 if row >= m {
                     break;
                 }
-                let src = acc.0.as_ptr().add((i * 2 * TR + r) * GROUP);
-                let dst = c.add(row * n);
-                _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
-                _mm512_storeu_ps(dst.add(16), _mm512_loadu_ps(src.add(16)));
+                let src = acc.0.as_ptr().add((i * TR + r) * GROUP);
+                std::ptr::copy_nonoverlapping(src, c.add(row * n), cols);
             }
         }
         asm!("tilerelease", options(nostack, nomem));

@@ -25,7 +25,7 @@ use zoo_runtime::{DType, Device, Tensor};
 use crate::Result;
 
 /// The f32 contents of a contiguous eager CPU tensor, borrowed.
-fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
+pub(crate) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
     if t.dtype() != DType::F32 || t.device() != Device::Cpu {
         return None;
     }
@@ -369,11 +369,8 @@ pub(crate) fn matmul_wt_with(
     unsafe { ap.set_len(tiles * k * MR) };
     let mut c: Vec<f32> = Vec::with_capacity(m * n);
     let out = OutPtr(c.as_mut_ptr());
-    let kcx: usize = std::env::var("KC")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(KC);
-    let kc = k.div_ceil(k.div_ceil(kcx));
+    // k in equal slices of at most KC (a slice of the panel and of the row tile stay in L1).
+    let kc = k.div_ceil(k.div_ceil(KC));
     par_units(panels * chunks, |u| {
         let (panel, chunk) = (u / chunks, u % chunks);
         let (r0, r1) = (chunk * chunk_rows, ((chunk + 1) * chunk_rows).min(m));

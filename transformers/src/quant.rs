@@ -184,25 +184,28 @@ impl QMatrix {
         y
     }
 
-    /// `x [m, cols] @ self^T` → `[m, rows]`: on AMX tiles where the CPU has them (see
-    /// `amx.rs`), else with rows of weights rebuilt into f32 panels for the GEMM kernel as it
-    /// goes; the f32 matrix never exists whole.
-    pub(crate) fn matmul_t(&self, x: &[f32], m: usize) -> Vec<f32> {
+    /// `x [m, cols] @ wᵀ` → `[m, rows]` for each of several weights that take the same
+    /// input (a layer's q, k and v projections; gate and up): on AMX tiles where the CPU has
+    /// them (see `amx.rs`; the input is split for the tiles once), else with rows of weights
+    /// rebuilt into f32 panels for the GEMM kernel as it goes; no f32 matrix exists whole.
+    pub(crate) fn matmul_t_each(ws: &[&QMatrix], x: &[f32], m: usize) -> Vec<Vec<f32>> {
         #[cfg(target_arch = "x86_64")]
-        if let Some(y) = crate::amx::matmul_blocks(
-            x,
-            m,
-            self.cols,
-            self.rows,
-            self.kind == QKind::Q4_1,
-            &|g, p| self.fill_panel(g, p),
-        ) {
-            return y;
+        if let Some(k) = ws.first().map(|w| w.cols) {
+            let same = ws.iter().all(|w| w.cols == k);
+            if let Some(split) = same.then(|| crate::amx::Split::new(x, m, k)).flatten() {
+                return ws
+                    .iter()
+                    .map(|w| {
+                        let fill = |g: usize, p: &mut crate::amx::Panel| w.fill_panel(g, p);
+                        split.matmul(w.rows, w.kind == QKind::Q4_1, &fill)
+                    })
+                    .collect();
+            }
         }
-        self.matmul_t_f32(x, m)
+        ws.iter().map(|w| w.matmul_t_f32(x, m)).collect()
     }
 
-    /// [`QMatrix::matmul_t`] without AMX tiles.
+    /// One product of [`QMatrix::matmul_t_each`] without AMX tiles.
     fn matmul_t_f32(&self, x: &[f32], m: usize) -> Vec<f32> {
         let k = self.cols;
         let fast = crate::kernels::matmul_wt_with(x, m, k, self.rows, &|panel, out| {
@@ -236,14 +239,17 @@ impl QMatrix {
         y
     }
 
-    /// Columns `g * 32 ..` (weight rows) of the AMX path: each block's quantized values as
-    /// bf16 pairs, its scale and (Q4_1) minimum.
+    /// Columns `g * 48 ..` (weight rows) of the AMX path: each block's quantized values as
+    /// bf16 pairs, its scale and (Q4_1) minimum; columns past the last weight row as zeros.
     #[cfg(target_arch = "x86_64")]
     fn fill_panel(&self, g: usize, p: &mut crate::amx::Panel) {
         use crate::amx::GROUP;
         let bb = self.kind.block_bytes();
         let half = |b: &[u8], i: usize| f32::from(half::f16::from_le_bytes([b[i], b[i + 1]]));
-        for c in 0..GROUP {
+        let cols = GROUP.min(self.rows - g * GROUP);
+        p.scale.fill(0.0);
+        p.min.fill(0.0);
+        for c in 0..cols {
             for (b, blk) in self.row(g * GROUP + c).chunks_exact(bb).enumerate() {
                 p.scale[b * GROUP + c] = half(blk, 0);
                 if self.kind == QKind::Q4_1 {
@@ -255,17 +261,17 @@ impl QMatrix {
             p.pairs.len() >= self.cols / 2 * GROUP,
             "a panel holds every k pair"
         );
-        // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW; the
-        // group's rows exist (row() checks) and `pairs` holds cols / 2 * 32 values (asserted).
-        unsafe { self.fill_pairs(g, p.pairs) };
+        // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW; only
+        // existing rows are read and `pairs` holds cols / 2 * 48 values (asserted).
+        unsafe { self.fill_pairs(g, cols, p.pairs) };
     }
 
-    /// The quantized values of [`QMatrix::fill_panel`]: per block and 16 columns, each
-    /// column's 32 values become one register of bf16 pairs, and a 16 × 16 transpose turns
-    /// those into the panel's k-pair rows.
+    /// The quantized values of [`QMatrix::fill_panel`] for its first `cols` columns: per
+    /// block and 16 columns, each column's 32 values become one register of bf16 pairs, and
+    /// a 16 × 16 transpose turns those into the panel's k-pair rows.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn fill_pairs(&self, g: usize, pairs: &mut [u32]) {
+    unsafe fn fill_pairs(&self, g: usize, cols: usize, pairs: &mut [u32]) {
         use crate::amx::{bf16_int, GROUP};
         use std::arch::x86_64::*;
         // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
@@ -296,9 +302,13 @@ impl QMatrix {
         };
         let o = pairs.as_mut_ptr();
         for b in 0..self.cols / BLOCK {
-            for ct in 0..2 {
+            for ct in 0..GROUP / 16 {
                 let mut r: [__m512i; 16] = std::array::from_fn(|c| {
-                    column(self.row(g * GROUP + ct * 16 + c).as_ptr().add(b * bb))
+                    if ct * 16 + c < cols {
+                        column(self.row(g * GROUP + ct * 16 + c).as_ptr().add(b * bb))
+                    } else {
+                        _mm512_setzero_si512()
+                    }
                 });
                 crate::kernels::transpose16(&mut r);
                 for (kp, v) in r.iter().enumerate() {
@@ -543,7 +553,7 @@ mod tests {
             }
             let m = 11;
             let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
-            let ys = q.matmul_t(&xs, m);
+            let ys = QMatrix::matmul_t_each(&[&q], &xs, m).remove(0);
             for i in 0..m {
                 for r in 0..rows {
                     let want: f64 = (0..cols)
@@ -559,7 +569,7 @@ mod tests {
         }
     }
 
-    /// The row-block products (through `matmul_t`, AMX tiles where the CPU has them, and
+    /// The row-block products (through `matmul_t_each`, AMX tiles where the CPU has them, and
     /// through the f32 kernels) against f64 sums over the hub's dequantized weights, for row counts that fill tiles partly, once and several times.
     #[test]
     fn products_of_many_rows_match_f64_sums() {
@@ -574,9 +584,15 @@ mod tests {
                 let xs: Vec<f32> = (0..m * cols)
                     .map(|i| (g.next_f64() as f32 - 0.5) * if i % 7 == 0 { 300.0 } else { 1.0 })
                     .collect();
-                // The dispatching entry point (AMX where present) and the f32 kernels.
+                // The dispatching entry point (AMX where present; one input split shared by
+                // two products) and the f32 kernels.
+                let both = QMatrix::matmul_t_each(&[&q, &q], &xs, m);
+                assert_eq!(
+                    both[0], both[1],
+                    "{kind:?}: a shared split gives equal products"
+                );
                 let paths = [
-                    ("matmul_t", q.matmul_t(&xs, m)),
+                    ("matmul_t_each", both[0].clone()),
                     ("f32", q.matmul_t_f32(&xs, m)),
                 ];
                 for (path, ys) in paths {

@@ -130,9 +130,10 @@ impl Attention {
             };
             Ok(y.transpose(1, 2)?)
         };
-        let q = split(linear(&self.q_proj, x)?, self.heads, &self.q_norm)?;
-        let k = split(linear(&self.k_proj, x)?, self.kv_heads, &self.k_norm)?;
-        let v = split(linear(&self.v_proj, x)?, self.kv_heads, &None)?;
+        let [q, k, v] = linear_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let q = split(q, self.heads, &self.q_norm)?;
+        let k = split(k, self.kv_heads, &self.k_norm)?;
+        let v = split(v, self.kv_heads, &None)?;
         let q = q.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
         let k = k.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
         let (k, v) = cache.update(layer, &k, &v, start)?;
@@ -201,25 +202,62 @@ impl Proj {
 
 /// `x [.., in] @ W^T + b` for either kind of weights.
 fn linear(p: &Proj, x: &Tensor) -> Result<Tensor> {
-    let (weight, bias) = match p {
-        Proj::Dense(l) => return dense(l, x),
-        Proj::Blocks { weight, bias } => (weight, bias),
+    let [y] = linear_each([p], x)?;
+    Ok(y)
+}
+
+/// [`linear`] for projections that take the same input (a layer's q, k and v; gate and up):
+/// GGUF blocks prepare a many-row input for the AMX tiles once (`QMatrix::matmul_t_each`).
+fn linear_each<const N: usize>(ps: [&Proj; N], x: &Tensor) -> Result<[Tensor; N]> {
+    let weights: Option<Vec<&QMatrix>> = ps
+        .iter()
+        .map(|p| match p {
+            Proj::Blocks { weight, .. } => Some(&**weight),
+            Proj::Dense(_) => None,
+        })
+        .collect();
+    let ys: Vec<Tensor> = match weights {
+        Some(ws) => {
+            let n = x.dim(-1)?;
+            let rows = x.elem_count() / n.max(1);
+            let product = |xv: &[f32]| {
+                if rows == 1 {
+                    ws.iter().map(|w| w.matvec(xv)).collect()
+                } else {
+                    QMatrix::matmul_t_each(&ws, xv, rows)
+                }
+            };
+            // The activation's own storage when it is contiguous f32 (a prefill's is
+            // megabytes).
+            let x = x.contiguous()?;
+            let ys = match crate::kernels::with_f32(&x, product) {
+                Some(ys) => ys,
+                None => product(&x.to_vec::<f32>()?),
+            };
+            ps.iter()
+                .zip(ys)
+                .zip(&ws)
+                .map(|((p, y), w)| {
+                    let mut shape = x.shape().to_vec();
+                    *shape.last_mut().unwrap_or(&mut 0) = w.rows();
+                    let y = Tensor::from_vec(y, &shape, &Device::Cpu)?;
+                    match p {
+                        Proj::Blocks { bias: Some(b), .. } => Ok(y.add(b)?),
+                        _ => Ok(y),
+                    }
+                })
+                .collect::<Result<_>>()?
+        }
+        None => ps
+            .iter()
+            .map(|p| match p {
+                Proj::Dense(l) => dense(l, x),
+                Proj::Blocks { .. } => linear(p, x),
+            })
+            .collect::<Result<_>>()?,
     };
-    let n = x.dim(-1)?;
-    let rows = x.elem_count() / n.max(1);
-    let xv = x.contiguous()?.to_vec::<f32>()?;
-    let y = if rows == 1 {
-        weight.matvec(&xv)
-    } else {
-        weight.matmul_t(&xv, rows)
-    };
-    let mut shape = x.shape().to_vec();
-    *shape.last_mut().unwrap_or(&mut 0) = weight.rows();
-    let y = Tensor::from_vec(y, &shape, &Device::Cpu)?;
-    match bias {
-        Some(b) => Ok(y.add(b)?),
-        None => Ok(y),
-    }
+    ys.try_into()
+        .map_err(|_| Error::Generation("a projection returned no output".into()))
 }
 
 /// The token embeddings: a plain table, or GGUF blocks whose rows are rebuilt on lookup.
@@ -368,8 +406,7 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let g = linear(&self.gate_proj, x)?;
-        let u = linear(&self.up_proj, x)?;
+        let [g, u] = linear_each([&self.gate_proj, &self.up_proj], x)?;
         if self.act == Activation::Silu {
             // f32 on the CPU: silu and product in one pass (see `kernels::silu_mul`).
             if let Some(h) = crate::kernels::silu_mul(&g, &u) {
