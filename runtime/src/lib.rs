@@ -6,6 +6,7 @@
 
 pub mod conformance;
 mod device;
+mod dims;
 mod dtype;
 mod eager;
 mod error;

@@ -7,6 +7,7 @@
 //! attention, rotary embedding, activations) are written in terms of these primitives in
 //! `Tensor` code, so they need nothing from a backend.
 
+use crate::dims::Dims;
 use crate::DType;
 
 /// Elementwise unary primitives. Inputs are float unless noted.
@@ -101,7 +102,7 @@ pub(crate) enum Op {
     /// `[x]`
     Reduce {
         op: ReduceOp,
-        dims: Vec<usize>,
+        dims: Dims,
         keepdim: bool,
     },
     /// `[x]`: index of the max (or min) along `dim`, i64.
@@ -113,11 +114,11 @@ pub(crate) enum Op {
     /// `[x]`: indices (i64) that sort the last dim.
     ArgSortLastDim { descending: bool },
     /// `[x]`
-    Reshape(Vec<usize>),
+    Reshape(Dims),
     /// `[x]`
-    Permute(Vec<usize>),
+    Permute(Dims),
     /// `[x]`: broadcast to this shape (new leading dims, size-1 dims stretched).
-    Broadcast(Vec<usize>),
+    Broadcast(Dims),
     /// `[x]`
     Narrow {
         dim: usize,
@@ -131,7 +132,7 @@ pub(crate) enum Op {
     /// `[x0, x1, ...]`, same dtype.
     Concat { dim: usize },
     /// `[x, start(1-D int, len = rank)]`: XLA's dynamic_slice, start clamped into range.
-    DynamicSlice { sizes: Vec<usize> },
+    DynamicSlice { sizes: Dims },
     /// `[x, update, start(1-D int)]`: XLA's dynamic_update_slice, start clamped into range.
     DynamicUpdateSlice,
     /// `[x, w]`: NCHW input, OIHW weight.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::dims::Dims;
 use crate::error::BackendContext;
 use crate::op::Op;
 use crate::{eager, DType, Device, Element, Error, Result};
@@ -218,6 +219,13 @@ impl Tensor {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
+        // Repeated scalars (a mask fill in every layer) share the buffer of an equal upload:
+        // find it without building a host tensor first.
+        if let (Device::Pjrt(d), &[v]) = (device, data) {
+            if let Some(t) = crate::lazy::shared_scalar(v, shape, dtype, *d) {
+                return Ok(Tensor::from_lazy(t, dtype));
+            }
+        }
         fn conv<T: Element>(d: &[f64], s: &[usize], dev: &Device) -> Result<Tensor> {
             Tensor::from_vec(d.iter().map(|&v| T::from_f64(v)).collect(), s, dev)
         }
@@ -454,9 +462,12 @@ pub(crate) fn check_same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Res
 }
 
 /// PyTorch's broadcast of two shapes: align trailing dims; each pair must be equal or 1.
-pub(crate) fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+pub(crate) fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
+    if a == b {
+        return Ok(Dims::from(a));
+    }
     let r = a.len().max(b.len());
-    let mut out = vec![0; r];
+    let mut out = Dims::new();
     for i in 0..r {
         let da = if i < r - a.len() {
             1
@@ -468,7 +479,7 @@ pub(crate) fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Res
         } else {
             b[i - (r - b.len())]
         };
-        out[i] = match (da, db) {
+        out.push(match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
@@ -482,7 +493,7 @@ pub(crate) fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Res
                     ),
                 })
             }
-        };
+        });
     }
     Ok(out)
 }

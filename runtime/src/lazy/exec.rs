@@ -213,7 +213,12 @@ pub(crate) fn register(n: &Arc<Node>) {
 
 fn live_pending(device: PjrtDevice) -> Vec<Arc<Node>> {
     let mut out = Vec::new();
-    let old = std::mem::take(&mut *lock(&PENDING));
+    let old = {
+        // The next step registers about as many nodes: one allocation, not a dozen regrowths.
+        let mut p = lock(&PENDING);
+        let cap = p.len();
+        std::mem::replace(&mut *p, Vec::with_capacity(cap))
+    };
     let mut keep = Vec::new();
     for w in &old {
         if let Some(n) = w.upgrade() {
@@ -342,7 +347,12 @@ pub(crate) fn upload(t: &candle_core::Tensor, dtype: DType, d: PjrtDevice) -> Re
     // One-element uploads (the -inf of a mask fill, a position) repeat every step of a
     // decode loop; buffers are immutable, so equal ones share one device buffer.
     let memo_key = if t.elem_count() == 1 {
-        Some((d, dtype, shape.clone(), scalar_bits(&t, dtype, op)?))
+        Some((
+            d,
+            dtype,
+            Dims::from(shape.as_slice()),
+            scalar_bits(&t, dtype, op)?,
+        ))
     } else {
         None
     };
@@ -380,9 +390,36 @@ pub(crate) fn upload(t: &candle_core::Tensor, dtype: DType, d: PjrtDevice) -> Re
     Ok(leaf(buf, Dims::from(shape), dtype, d, host_ints))
 }
 
-type ScalarKey = (PjrtDevice, DType, Vec<usize>, u64);
+type ScalarKey = (PjrtDevice, DType, Dims, u64);
 static SCALARS: Mutex<Option<HashMap<ScalarKey, Arc<Buffer>>>> = Mutex::new(None);
 const SCALARS_MAX: usize = 4096;
+
+/// The shared buffer of a one-element float upload of `value` (rounded to `dtype`) already
+/// made, as a new leaf; `None` when there is none yet (then the caller uploads, which shares
+/// it). Mask fills repeat such scalars for every layer of every step: this finds them
+/// without building and reading back a host tensor first.
+pub(crate) fn shared_scalar(
+    value: f64,
+    shape: &[usize],
+    dtype: DType,
+    d: PjrtDevice,
+) -> Option<LazyTensor> {
+    use crate::Element;
+    // A NaN's payload may not survive the f64 round trip: those take the upload path.
+    if value.is_nan() {
+        return None;
+    }
+    let bits = match dtype {
+        DType::F32 => u64::from(f32::from_f64(value).to_bits()),
+        DType::F16 => u64::from(half::f16::from_f64(value).to_bits()),
+        DType::BF16 => u64::from(half::bf16::from_f64(value).to_bits()),
+        DType::F64 => value.to_bits(),
+        _ => return None,
+    };
+    let key = (d, dtype, Dims::from(shape), bits);
+    let buf = lock(&SCALARS).as_ref()?.get(&key).cloned()?;
+    Some(leaf(buf, key.2, dtype, d, None))
+}
 
 /// The bit pattern of the single element of `t` (exact for every dtype, unlike an f64).
 fn scalar_bits(t: &candle_core::Tensor, dtype: DType, op: &'static str) -> Result<u64> {
@@ -523,6 +560,14 @@ struct Trace {
     /// aliases them (`tf.aliasing_output`) and the plugin consumes their buffers.
     aliases: Vec<(usize, usize)>,
     hash: u64,
+}
+
+/// A dropped trace (on the reaper thread, normally) leaves its nodes as spares for
+/// recording the next graph.
+impl Drop for Trace {
+    fn drop(&mut self) {
+        super::graph::recycle(std::mem::take(&mut self.nodes));
+    }
 }
 
 /// Capacities of the last trace, so the next one (a decode step is the same graph again)

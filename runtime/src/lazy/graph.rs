@@ -7,114 +7,15 @@
 //! freed and never recomputed. Leaves (uploads, copies, results) are ready from birth.
 
 use std::hash::{Hash, Hasher};
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub(crate) use crate::dims::Dims;
 use crate::op::{ConvGeom, Op};
 use crate::pjrt::Buffer;
 use crate::tensor::broadcast_shape;
 use crate::{DType, Error, PjrtDevice, Result};
-
-/// Dims stored inline up to this rank (every op zoo records stays at rank 6 or below).
-const INLINE_RANK: usize = 6;
-
-/// A node's shape: inline up to rank 6, so recording a node allocates no shape vector.
-#[derive(Clone)]
-pub(crate) enum Dims {
-    Inline { len: u8, dims: [usize; INLINE_RANK] },
-    Heap(Vec<usize>),
-}
-
-impl Dims {
-    pub(crate) fn new() -> Dims {
-        Dims::Inline {
-            len: 0,
-            dims: [0; INLINE_RANK],
-        }
-    }
-
-    pub(crate) fn push(&mut self, d: usize) {
-        match self {
-            Dims::Inline { len, dims } if (*len as usize) < INLINE_RANK => {
-                dims[*len as usize] = d;
-                *len += 1;
-            }
-            Dims::Inline { len, dims } => {
-                let mut v = dims[..*len as usize].to_vec();
-                v.push(d);
-                *self = Dims::Heap(v);
-            }
-            Dims::Heap(v) => v.push(d),
-        }
-    }
-}
-
-impl Deref for Dims {
-    type Target = [usize];
-    fn deref(&self) -> &[usize] {
-        match self {
-            Dims::Inline { len, dims } => &dims[..*len as usize],
-            Dims::Heap(v) => v,
-        }
-    }
-}
-
-impl DerefMut for Dims {
-    fn deref_mut(&mut self) -> &mut [usize] {
-        match self {
-            Dims::Inline { len, dims } => &mut dims[..*len as usize],
-            Dims::Heap(v) => v,
-        }
-    }
-}
-
-impl From<&[usize]> for Dims {
-    fn from(s: &[usize]) -> Dims {
-        if s.len() <= INLINE_RANK {
-            let mut dims = [0; INLINE_RANK];
-            dims[..s.len()].copy_from_slice(s);
-            Dims::Inline {
-                len: s.len() as u8,
-                dims,
-            }
-        } else {
-            Dims::Heap(s.to_vec())
-        }
-    }
-}
-
-impl From<Vec<usize>> for Dims {
-    fn from(v: Vec<usize>) -> Dims {
-        if v.len() <= INLINE_RANK {
-            Dims::from(v.as_slice())
-        } else {
-            Dims::Heap(v)
-        }
-    }
-}
-
-impl FromIterator<usize> for Dims {
-    fn from_iter<I: IntoIterator<Item = usize>>(it: I) -> Dims {
-        let mut d = Dims::new();
-        for v in it {
-            d.push(v);
-        }
-        d
-    }
-}
-
-impl PartialEq for Dims {
-    fn eq(&self, o: &Dims) -> bool {
-        **self == **o
-    }
-}
-
-impl std::fmt::Debug for Dims {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (**self).fmt(f)
-    }
-}
 
 /// The operands of a pending node: inline up to three (every op but `cat`), so recording
 /// allocates no operand vector.
@@ -384,6 +285,74 @@ impl Node {
     }
 }
 
+/// Nodes of executed graphs kept for reuse: recording a node then takes a spare allocation
+/// instead of going through the allocator, which, with graphs freed on another thread (see
+/// `exec::reap`), took the slow path of `malloc` for every node of every step.
+static SPARE: Mutex<Vec<Arc<Node>>> = Mutex::new(Vec::new());
+/// Whether [`SPARE`] may hold nodes: recording skips the lock while it is empty.
+static SPARE_FILLED: AtomicBool = AtomicBool::new(false);
+
+/// At most this many spare nodes (about 4 MiB) are kept: a decode step records a few
+/// thousand; the rest of a large graph is freed.
+const SPARE_MAX: usize = 1 << 14;
+
+thread_local! {
+    /// This thread's share of [`SPARE`], taken whole when it runs out (one lock per batch).
+    static LOCAL_SPARE: std::cell::RefCell<Vec<Arc<Node>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn spare() -> MutexGuard<'static, Vec<Arc<Node>>> {
+    // The vector is only pushed to and popped from: a poisoned lock still holds spare nodes.
+    SPARE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `node` in an `Arc`, reusing a spare allocation when there is one.
+pub(crate) fn new_node(node: Node) -> Arc<Node> {
+    let reused = LOCAL_SPARE.with(|local| {
+        let mut local = local.borrow_mut();
+        if local.is_empty() && SPARE_FILLED.load(Ordering::Relaxed) {
+            let mut shared = spare();
+            std::mem::swap(&mut *local, &mut *shared);
+            SPARE_FILLED.store(false, Ordering::Relaxed);
+        }
+        local.pop()
+    });
+    if let Some(mut a) = reused {
+        // Spare nodes have no other owner and no weak reference (see `recycle`).
+        if let Some(slot) = Arc::get_mut(&mut a) {
+            *slot = node;
+            return a;
+        }
+    }
+    Arc::new(node)
+}
+
+/// Frees the nodes of an executed graph, keeping those only `nodes` owns as spares for
+/// [`new_node`]. `nodes` is in dependency order (operands first): going backwards, each node's
+/// consumers in the graph have released it before it is reached.
+pub(crate) fn recycle(nodes: Vec<Arc<Node>>) {
+    let mut kept = Vec::with_capacity(nodes.len().min(SPARE_MAX));
+    for mut a in nodes.into_iter().rev() {
+        // Held elsewhere (a tensor handle, a registry entry, a node recorded since): freed
+        // by its last owner as usual.
+        let Some(n) = Arc::get_mut(&mut a) else {
+            continue;
+        };
+        let state = std::mem::replace(
+            n.state.get_mut().unwrap_or_else(|p| p.into_inner()),
+            State::Pending(Inputs::Zero),
+        );
+        n.host_ints = None;
+        drop(state);
+        kept.push(a);
+    }
+    let mut spare = spare();
+    kept.truncate(SPARE_MAX.saturating_sub(spare.len()));
+    spare.append(&mut kept);
+    SPARE_FILLED.store(!spare.is_empty(), Ordering::Relaxed);
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         // Release input chains iteratively: a long unmaterialised history would otherwise
@@ -468,8 +437,8 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
         | Op::Cast(_)
         | Op::Contiguous
         | Op::ArgSortLastDim { .. } => Dims::from(x),
-        Op::Binary(_) | Op::Compare(_) => broadcast(name, x, ins[1])?,
-        Op::Where => broadcast(name, &broadcast(name, x, ins[1])?, ins[2])?,
+        Op::Binary(_) | Op::Compare(_) => broadcast_shape(name, x, ins[1])?,
+        Op::Where => broadcast_shape(name, &broadcast_shape(name, x, ins[1])?, ins[2])?,
         Op::Matmul => {
             let (a, b) = (x, ins[1]);
             if a.len() < 2 || b.len() < 2 || a[a.len() - 1] != b[b.len() - 2] {
@@ -480,13 +449,13 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
                     "; matmul needs [.., m, k] x [.., k, n]".into(),
                 ));
             }
-            let mut out = broadcast(name, &a[..a.len() - 2], &b[..b.len() - 2])?;
+            let mut out = broadcast_shape(name, &a[..a.len() - 2], &b[..b.len() - 2])?;
             out.push(a[a.len() - 2]);
             out.push(b[b.len() - 1]);
             out
         }
         Op::Reduce { dims, keepdim, .. } => {
-            for &d in dims {
+            for &d in dims.iter() {
                 dim_ok(d)?;
             }
             reduced(x, dims, *keepdim)
@@ -499,13 +468,14 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
             if s.iter().product::<usize>() != x.iter().product::<usize>() {
                 return Err(shape_err(name, x, s, "; element counts differ".into()));
             }
-            Dims::from(s.as_slice())
+            s.clone()
         }
         Op::Permute(p) => {
-            let mut seen = vec![false; x.len()];
+            // Quadratic, but ranks are small and it allocates nothing.
             if p.len() != x.len()
                 || p.iter()
-                    .any(|&d| d >= x.len() || std::mem::replace(&mut seen[d], true))
+                    .enumerate()
+                    .any(|(i, &d)| d >= x.len() || p[..i].contains(&d))
             {
                 return Err(shape_err(
                     name,
@@ -524,7 +494,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
             if x.iter().zip(&s[lead..]).any(|(&a, &b)| a != b && a != 1) {
                 return Err(shape_err(name, x, s, "; only size-1 dims stretch".into()));
             }
-            Dims::from(s.as_slice())
+            s.clone()
         }
         Op::Narrow { dim, start, len } => {
             dim_ok(*dim)?;
@@ -606,7 +576,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
                     "; the block must fit and start must hold one index per dim".into(),
                 ));
             }
-            Dims::from(sizes.as_slice())
+            sizes.clone()
         }
         Op::DynamicUpdateSlice => {
             let u = ins[1];
@@ -686,35 +656,6 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
             Dims::from(&[x[0], x[1], *h, *w][..])
         }
     })
-}
-
-/// PyTorch's broadcast of two shapes (`tensor::broadcast_shape`, without its allocation on
-/// the common path); incompatible shapes get that function's error.
-fn broadcast(name: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
-    if a == b {
-        return Ok(Dims::from(a));
-    }
-    let n = a.len().max(b.len());
-    let mut out = Dims::new();
-    for i in 0..n {
-        let da = if i + a.len() >= n {
-            a[i + a.len() - n]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= n {
-            b[i + b.len() - n]
-        } else {
-            1
-        };
-        out.push(match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => return broadcast_shape(name, a, b).map(Dims::from),
-        });
-    }
-    Ok(out)
 }
 
 fn reduced(x: &[usize], dims: &[usize], keepdim: bool) -> Dims {
@@ -816,7 +757,7 @@ mod tests {
             s(
                 Op::Reduce {
                     op: ReduceOp::Sum,
-                    dims: vec![0, 2],
+                    dims: Dims::from([0, 2]),
                     keepdim: false
                 },
                 &[&[3, 4, 5]]
@@ -827,7 +768,7 @@ mod tests {
             s(
                 Op::Reduce {
                     op: ReduceOp::Sum,
-                    dims: vec![1],
+                    dims: Dims::from([1]),
                     keepdim: true
                 },
                 &[&[3, 4, 5]]
@@ -850,7 +791,42 @@ mod tests {
             vec![2, 6, 5, 4]
         );
         assert!(infer_shape(&Op::Matmul, &[&[2, 3], &[4, 5]]).is_err());
-        assert!(infer_shape(&Op::Reshape(vec![7]), &[&[2, 3]]).is_err());
+        assert!(infer_shape(&Op::Reshape(Dims::from([7])), &[&[2, 3]]).is_err());
+        assert!(infer_shape(&Op::Permute(Dims::from([1, 1])), &[&[2, 2]]).is_err());
+        assert_eq!(
+            s(Op::Permute(Dims::from([2, 0, 1])), &[&[2, 3, 4]]),
+            vec![4, 2, 3]
+        );
+    }
+
+    #[test]
+    fn recycling_reuses_only_nodes_nothing_else_holds() {
+        let dev = PjrtDevice {
+            platform: crate::PjrtPlatform::Cpu,
+            ordinal: 0,
+        };
+        let node = |inputs| {
+            let shape = Dims::from([2]);
+            Node::new(
+                NodeOp::Full(1.0),
+                shape,
+                DType::F32,
+                dev,
+                State::Pending(inputs),
+                None,
+            )
+        };
+        let a = new_node(node(Inputs::Zero));
+        let b = new_node(node(Inputs::One([a.clone()])));
+        let held = new_node(node(Inputs::Zero));
+        let (pa, pb) = (Arc::as_ptr(&a), Arc::as_ptr(&b));
+        // `a` is owned by the list and `b`'s operands; `held` also by this test.
+        recycle(vec![a, b, held.clone()]);
+        let reused: Vec<Arc<Node>> = (0..3).map(|_| new_node(node(Inputs::Zero))).collect();
+        let ptrs: Vec<*const Node> = reused.iter().map(Arc::as_ptr).collect();
+        assert!(ptrs.contains(&pa) && ptrs.contains(&pb));
+        assert!(!ptrs.contains(&Arc::as_ptr(&held)));
+        assert!(reused.iter().all(|n| n.shape[..] == [2] && !n.is_ready()));
     }
 
     #[test]
@@ -869,8 +845,8 @@ mod tests {
             }))
         );
         assert_ne!(
-            hash(NodeOp::Op(Op::Reshape(vec![2, 3]))),
-            hash(NodeOp::Op(Op::Permute(vec![2, 3])))
+            hash(NodeOp::Op(Op::Reshape(Dims::from([2, 3])))),
+            hash(NodeOp::Op(Op::Permute(Dims::from([2, 3]))))
         );
         assert_eq!(hash(NodeOp::Op(Op::Matmul)), hash(NodeOp::Op(Op::Matmul)));
     }
@@ -897,16 +873,5 @@ mod tests {
         };
         assert_ne!(words(&[1, 2]), words(&[2, 1]));
         assert_ne!(words(&[0]), words(&[0, 0]));
-    }
-
-    #[test]
-    fn dims_spill_past_rank_six() {
-        let mut d = Dims::from(&[1, 2, 3, 4, 5, 6][..]);
-        assert!(matches!(d, Dims::Inline { .. }));
-        d.push(7);
-        assert!(matches!(d, Dims::Heap(_)));
-        assert_eq!(&d[..], &[1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(d, Dims::from(vec![1, 2, 3, 4, 5, 6, 7]));
-        assert_eq!(&(0..3).collect::<Dims>()[..], &[0, 1, 2]);
     }
 }

@@ -162,7 +162,7 @@ fn pending(
     inputs: Inputs,
     host_ints: Option<Arc<[i64]>>,
 ) -> LazyTensor {
-    let t = LazyTensor::new(Arc::new(Node::new(
+    let t = LazyTensor::new(graph::new_node(Node::new(
         op,
         shape,
         dtype,
@@ -273,6 +273,17 @@ pub(crate) fn from_candle(
     device: PjrtDevice,
 ) -> Result<LazyTensor> {
     exec::upload(t, dtype, device)
+}
+
+/// The shared buffer of an earlier one-element float upload of `value` to `device`, if any
+/// (see `exec::shared_scalar`).
+pub(crate) fn shared_scalar(
+    value: f64,
+    shape: &[usize],
+    dtype: DType,
+    device: PjrtDevice,
+) -> Option<LazyTensor> {
+    exec::shared_scalar(value, shape, dtype, device)
 }
 
 /// Materialises and downloads to a CPU candle tensor (bool as u8 0/1).

@@ -1,6 +1,7 @@
 //! Elementwise arithmetic, comparisons, matmul and reductions, with PyTorch's broadcasting
 //! and type promotion.
 
+use crate::dims::Dims;
 use crate::op::{BinaryOp, CmpOp, Op, ReduceOp, UnaryOp};
 use crate::tensor::{broadcast_shape, check_same_device};
 use crate::{DType, Error, Result, Tensor};
@@ -387,8 +388,8 @@ impl Tensor {
 
     // ----- reductions -----
 
-    fn reduce_dims(&self, name: &'static str, dims: &[isize]) -> Result<Vec<usize>> {
-        let mut out = Vec::with_capacity(dims.len());
+    fn reduce_dims(&self, name: &'static str, dims: &[isize]) -> Result<Dims> {
+        let mut out = Dims::new();
         for &d in dims {
             let a = self.axis(name, d)?;
             if out.contains(&a) {

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::dims::Dims;
 use crate::op::{ConvGeom, Op, UnaryOp};
 use crate::tensor::{broadcast_shape, check_same_device};
 use crate::{DType, Error, Result, Tensor};
@@ -557,7 +558,7 @@ impl Tensor {
                 hint: format!("; {half} rotary pairs do not fit head_dim {d}"),
             });
         }
-        let mut pair_shape = self.shape().to_vec();
+        let mut pair_shape = Dims::from(self.shape());
         *pair_shape.last_mut().unwrap_or(&mut 0) = half;
         broadcast_shape(op, &pair_shape, cos.shape())?;
         let dt = self.dtype().float_or_default();

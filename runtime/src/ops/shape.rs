@@ -1,5 +1,6 @@
 //! Shape, indexing and joining ops.
 
+use crate::dims::Dims;
 use crate::op::Op;
 use crate::tensor::check_same_device;
 use crate::{DType, Error, Result, Tensor};
@@ -26,7 +27,7 @@ impl Tensor {
             .filter(|&&d| d >= 0)
             .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
             .ok_or_else(|| bad(format!("shape {shape:?} overflows usize")))?;
-        let mut dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        let mut dims: Dims = shape.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(h) = hole {
             if known == 0 || !n.is_multiple_of(known) {
                 return Err(bad(format!(
@@ -41,7 +42,7 @@ impl Tensor {
                 self.shape()
             )));
         }
-        if dims == self.shape() {
+        if dims == *self.shape() {
             return Ok(self.clone());
         }
         self.apply1(Op::Reshape(dims), self.dtype())
@@ -49,8 +50,20 @@ impl Tensor {
 
     /// Reshapes to an exact shape given in `usize`.
     pub fn reshape_to(&self, shape: &[usize]) -> Result<Tensor> {
-        let s: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
-        self.reshape(&s)
+        // The common case (sizes that fit an isize and hold the same element count) is
+        // `reshape`'s answer without converting the shape; anything else gets its checks
+        // and errors.
+        let fits = shape.iter().all(|&d| d <= isize::MAX as usize)
+            && shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                == Some(self.elem_count());
+        if !fits {
+            let s: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+            return self.reshape(&s);
+        }
+        if shape == self.shape() {
+            return Ok(self.clone());
+        }
+        self.apply1(Op::Reshape(Dims::from(shape)), self.dtype())
     }
 
     /// Merges dims `start..=end` into one.
@@ -66,9 +79,9 @@ impl Tensor {
             });
         }
         let sh = self.shape();
-        let mut dims: Vec<usize> = sh[..s].to_vec();
+        let mut dims = Dims::from(&sh[..s]);
         dims.push(sh[s..=e].iter().product());
-        dims.extend_from_slice(&sh[e + 1..]);
+        dims.extend(sh[e + 1..].iter().copied());
         self.reshape_to(&dims)
     }
 
@@ -85,7 +98,7 @@ impl Tensor {
                 ),
             });
         }
-        let mut p = Vec::with_capacity(perm.len());
+        let mut p = Dims::new();
         for &d in perm {
             let a = self.axis(name, d)?;
             if p.contains(&a) {
@@ -105,9 +118,13 @@ impl Tensor {
     /// Swaps two dims.
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
         let (a, b) = (self.axis("transpose", d0)?, self.axis("transpose", d1)?);
-        let mut p: Vec<isize> = (0..self.rank() as isize).collect();
+        if a == b {
+            return Ok(self.clone());
+        }
+        // A valid permutation by construction: `permute`'s checks have nothing to find.
+        let mut p: Dims = (0..self.rank()).collect();
         p.swap(a, b);
-        self.permute(&p)
+        self.apply1(Op::Permute(p), self.dtype())
     }
 
     /// Swaps the last two dims (a matrix transpose).
@@ -129,7 +146,7 @@ impl Tensor {
             });
         }
         let lead = shape.len() - r;
-        let mut out = Vec::with_capacity(shape.len());
+        let mut out = Dims::new();
         for (i, &d) in shape.iter().enumerate() {
             let cur = if i >= lead {
                 Some(self.shape()[i - lead])
@@ -151,7 +168,7 @@ impl Tensor {
             };
             out.push(v);
         }
-        if out == self.shape() {
+        if out == *self.shape() {
             return Ok(self.clone());
         }
         self.apply1(Op::Broadcast(out), self.dtype())
@@ -159,8 +176,7 @@ impl Tensor {
 
     /// Broadcasts to an exact `shape`.
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Tensor> {
-        let s: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
-        self.expand(&s)
+        with_isize(shape, |s| self.expand(s))
     }
 
     /// Removes dim `d` if it has size 1 (otherwise returns `self`, as `torch.squeeze(d)`).
@@ -169,7 +185,7 @@ impl Tensor {
         if self.shape()[a] != 1 {
             return Ok(self.clone());
         }
-        let mut dims = self.shape().to_vec();
+        let mut dims = Dims::from(self.shape());
         dims.remove(a);
         self.reshape_to(&dims)
     }
@@ -185,7 +201,7 @@ impl Tensor {
                 shape: self.shape().to_vec(),
             });
         }
-        let mut dims = self.shape().to_vec();
+        let mut dims = Dims::from(self.shape());
         dims.insert(i as usize, 1);
         self.reshape_to(&dims)
     }
@@ -284,7 +300,7 @@ impl Tensor {
         }
         let flat = self.flatten(0, -1)?;
         let rows = table.index_select(0, &flat)?;
-        let mut dims = self.shape().to_vec();
+        let mut dims = Dims::from(self.shape());
         dims.push(table.shape()[1]);
         rows.reshape_to(&dims)
     }
@@ -320,6 +336,9 @@ impl Tensor {
         }
         if tensors.len() == 1 {
             return first.to_dtype(dt);
+        }
+        if tensors.iter().all(|t| t.dtype() == dt) {
+            return Tensor::apply(Op::Concat { dim: a }, tensors, dt);
         }
         let cast: Vec<Tensor> = tensors
             .iter()
@@ -430,12 +449,12 @@ impl Tensor {
         if repeats == 1 {
             return Ok(self.clone());
         }
-        let mut target: Vec<isize> = self.shape().iter().map(|&x| x as isize).collect();
-        target.insert(a + 1, repeats as isize);
-        let mut merged = self.shape().to_vec();
+        let mut target = Dims::from(self.shape());
+        target.insert(a + 1, repeats);
+        let mut merged = Dims::from(self.shape());
         merged[a] *= repeats;
         self.unsqueeze(a as isize + 1)?
-            .expand(&target)?
+            .broadcast_as(&target)?
             .reshape_to(&merged)
     }
 
@@ -465,7 +484,7 @@ impl Tensor {
         check_start(name, self.shape(), sizes, start)?;
         Tensor::apply(
             Op::DynamicSlice {
-                sizes: sizes.to_vec(),
+                sizes: Dims::from(sizes),
             },
             &[self, start],
             self.dtype(),
@@ -489,6 +508,20 @@ impl Tensor {
         }
         check_start(name, self.shape(), update.shape(), start)?;
         Tensor::apply(Op::DynamicUpdateSlice, &[self, update, start], self.dtype())
+    }
+}
+
+/// Calls `f` with `shape` as `isize` dims, without allocating for the ranks zoo uses.
+fn with_isize<R>(shape: &[usize], f: impl FnOnce(&[isize]) -> R) -> R {
+    const INLINE: usize = 8;
+    if shape.len() <= INLINE {
+        let mut s = [0isize; INLINE];
+        for (o, &d) in s.iter_mut().zip(shape) {
+            *o = d as isize;
+        }
+        f(&s[..shape.len()])
+    } else {
+        f(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())
     }
 }
 
