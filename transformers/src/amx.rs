@@ -111,8 +111,10 @@ pub(crate) fn bf16_int(v: i32) -> u16 {
 /// An activation `x [m, k]` split for the tiles once, multiplied by any number of weights
 /// `[n, k]` (the q/k/v projections of a layer share their input, as do gate and up).
 pub(crate) struct Split {
-    /// Per row tile `[k / 32][PARTS][16][32]` bf16 bit patterns (rows past m zero).
+    /// From `a0` (a 64-byte boundary), per row tile `[k / 32][PARTS][16][32]` bf16 bit
+    /// patterns (rows past m zero).
     a: Vec<u16>,
+    a0: usize,
     /// Per row tile `[k / 32][16]`: each block's `Σ x` (for Q4_1's minimum).
     sums: Vec<f32>,
     m: usize,
@@ -131,9 +133,13 @@ impl Split {
         // Rows past m in the last tile are zero.
         let tiles = m.div_ceil(TR);
         let tile_len = nb * PARTS * TILE_U16;
-        let mut a: Vec<u16> = Vec::with_capacity(tiles * tile_len);
+        let (mut a, a0) = aligned_uninit::<u16>(tiles * tile_len);
         let mut sums: Vec<f32> = Vec::with_capacity(tiles * nb * TR);
-        let (ap, sp) = (OutPtr(a.as_mut_ptr()), OutPtr(sums.as_mut_ptr()));
+        // SAFETY: `aligned_uninit` reserved a0 + tiles * tile_len values.
+        let (ap, sp) = (
+            OutPtr(unsafe { a.as_mut_ptr().add(a0) }),
+            OutPtr(sums.as_mut_ptr()),
+        );
         par_units(tiles, |t| {
             // SAFETY: tile t owns a[t * tile_len..][..tile_len] and sums[t * nb * TR..][..nb * TR].
             let (at, st) = unsafe {
@@ -153,12 +159,13 @@ impl Split {
                 unsafe { split_row(row, nb, r, at, st) };
             }
         });
-        // SAFETY: the tiles above wrote every value (padding rows as zeros).
+        // SAFETY: the tiles above wrote every value (padding rows as zeros), `aligned_uninit`
+        // the padding around them.
         unsafe {
-            a.set_len(tiles * tile_len);
+            a.set_len(a.capacity());
             sums.set_len(tiles * nb * TR);
         }
-        Some(Split { a, sums, m, k })
+        Some(Split { a, a0, sums, m, k })
     }
 
     /// `x @ wᵀ` (`[m, n]`) for a weight `[n, k]` of quantized blocks whose panels the
@@ -175,17 +182,22 @@ impl Split {
         // Every panel once, shared by all tasks.
         let groups = n.div_ceil(GROUP);
         let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
-        let mut pairs: Vec<u32> = Vec::with_capacity(groups * pl);
+        let (mut pairs, p0) = aligned_uninit::<u32>(groups * pl);
         let mut scales = vec![0f32; 2 * groups * sl];
-        let (pp, scp) = (OutPtr(pairs.as_mut_ptr()), OutPtr(scales.as_mut_ptr()));
+        // SAFETY: `aligned_uninit` reserved p0 + groups * pl values.
+        let (pp, scp) = (
+            OutPtr(unsafe { pairs.as_mut_ptr().add(p0) }),
+            OutPtr(scales.as_mut_ptr()),
+        );
         par_units(groups, |g| {
             // SAFETY: group g owns its pl pairs and 2 * sl scales.
             let (pairs, sc) = unsafe { (pp.part(g * pl, pl), scp.part(2 * g * sl, 2 * sl)) };
             let (scale, min) = sc.split_at_mut(sl);
             fill(g, &mut Panel { pairs, scale, min });
         });
-        // SAFETY: `fill` writes every pair of its panel.
-        unsafe { pairs.set_len(groups * pl) };
+        // SAFETY: `fill` writes every pair of its panel, `aligned_uninit` the padding.
+        unsafe { pairs.set_len(pairs.capacity()) };
+        let pairs = &pairs[p0..];
         let tiles = m.div_ceil(TR);
         let row_blocks = tiles.div_ceil(BLOCK_TILES);
         let mut c: Vec<f32> = Vec::with_capacity(m * n);
@@ -194,7 +206,7 @@ impl Split {
         par_units(row_blocks * groups, |u| {
             let (rb, g) = (u / groups, u % groups);
             let step = Step {
-                a: &self.a,
+                a: &self.a[self.a0..],
                 sums: &self.sums,
                 nb,
                 with_min,
@@ -213,6 +225,21 @@ impl Split {
         unsafe { c.set_len(m * n) };
         c
     }
+}
+
+/// A vector with room for `len` values from a 64-byte boundary, returned with that offset;
+/// the values around them are written (zeros), those from the offset are the caller's to
+/// write before `set_len(capacity)`. A tile row is 64 bytes: from an unaligned address each
+/// row load touches two cache lines, and tile loads bound the kernel.
+fn aligned_uninit<T: Copy + Default>(len: usize) -> (Vec<T>, usize) {
+    let pad = 64 / std::mem::size_of::<T>();
+    let mut v: Vec<T> = Vec::with_capacity(len + pad);
+    let off = v.as_ptr().align_offset(64).min(pad);
+    let (head, rest) = v.spare_capacity_mut().split_at_mut(off);
+    for x in head.iter_mut().chain(&mut rest[len..]) {
+        x.write(T::default());
+    }
+    (v, off)
 }
 
 /// Row `r` of a tile: its three bf16 parts per block into `at` (`[nb][PARTS][16][32]`) and
