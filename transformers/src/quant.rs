@@ -48,6 +48,11 @@ impl QKind {
 
 const BLOCK: usize = 32;
 
+/// Below this many rows, products rebuild each block once for all rows
+/// ([`QMatrix::matvec_rows`]); from it on, the weights are unpacked into panels for the
+/// tiles or the GEMM, which pays once the rows share it (measured crossover: 16 rows).
+const FEW_ROWS: usize = 16;
+
 /// A `[rows, cols]` matrix of quantized blocks, row-major, rows in HF order.
 #[derive(Debug)]
 pub(crate) struct QMatrix {
@@ -152,43 +157,88 @@ impl QMatrix {
         out
     }
 
-    /// `self @ x` for one vector `x` of `cols` values.
-    pub(crate) fn matvec(&self, x: &[f32]) -> Vec<f32> {
-        let mut y = vec![0f32; self.rows];
+    /// `x [m, cols] @ self^T` → `[m, rows]` for a few rows (a decode step, batched or not):
+    /// each block is rebuilt once and multiplied with every row, so the weights stream from
+    /// memory once per call whatever `m`. Many rows go through [`QMatrix::matmul_t_each`].
+    pub(crate) fn matvec_rows(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let k = self.cols;
+        // Weight row r's products with every x row, [rows][m]; transposed below.
+        let mut yt = vec![0f32; self.rows * m];
         // Blocks of rows big enough to amortise scheduling, small enough to balance 2+ threads.
         const ROWS: usize = 64;
         let fast = has_avx2_fma();
         let wide = has_avx512();
-        par_chunks(&mut y, ROWS, |c, ys| {
-            let mut w = vec![0f32; if fast { 0 } else { self.cols }];
-            for (i, y) in ys.iter_mut().enumerate() {
+        let xs: Vec<&[f32]> = x.chunks_exact(k).take(m).collect();
+        par_chunks(&mut yt, ROWS * m, |c, ys| {
+            let mut w = vec![0f32; if wide { 0 } else { k }];
+            for (i, y) in ys.chunks_exact_mut(m).enumerate() {
                 let r = c * ROWS + i;
                 #[cfg(target_arch = "x86_64")]
                 if wide {
-                    // SAFETY: AVX-512F and F16C were detected; the row holds cols/32 blocks
-                    // and `x` holds cols values.
-                    *y = unsafe { dot_avx512(self.kind, self.row(r), x) };
+                    // Four x rows per pass over the weight row: four accumulator pairs
+                    // and the rebuilt block stay in registers.
+                    for (xs, y) in xs.chunks(4).zip(y.chunks_mut(4)) {
+                        // SAFETY: AVX-512F and F16C were detected; the row holds cols/32
+                        // blocks and each x row holds cols values.
+                        unsafe {
+                            match *xs {
+                                [a] => y.copy_from_slice(&dots_avx512(self.kind, self.row(r), [a])),
+                                [a, b] => {
+                                    y.copy_from_slice(&dots_avx512(self.kind, self.row(r), [a, b]))
+                                }
+                                [a, b, c] => y.copy_from_slice(&dots_avx512(
+                                    self.kind,
+                                    self.row(r),
+                                    [a, b, c],
+                                )),
+                                [a, b, c, d] => y.copy_from_slice(&dots_avx512(
+                                    self.kind,
+                                    self.row(r),
+                                    [a, b, c, d],
+                                )),
+                                _ => unreachable!("chunks(4) yields 1 to 4 rows"),
+                            }
+                        }
+                    }
                     continue;
                 }
-                #[cfg(target_arch = "x86_64")]
-                if fast {
+                if fast && m == 1 {
                     // SAFETY: AVX2, FMA and F16C were detected; the row holds cols/32 blocks
                     // and `x` holds cols values.
-                    *y = unsafe { dot_avx2(self.kind, self.row(r), x) };
-                    continue;
+                    #[cfg(target_arch = "x86_64")]
+                    {
+                        y[0] = unsafe { dot_avx2(self.kind, self.row(r), xs[0]) };
+                        continue;
+                    }
                 }
                 self.dequant_row(r, &mut w);
-                *y = w.iter().zip(x).map(|(a, b)| a * b).sum();
+                for (y, xr) in y.iter_mut().zip(&xs) {
+                    *y = w.iter().zip(*xr).map(|(a, b)| a * b).sum();
+                }
             }
         });
+        if m == 1 {
+            return yt;
+        }
+        let n = self.rows;
+        let mut y = vec![0f32; m * n];
+        for (r, row) in yt.chunks_exact(m).enumerate() {
+            for (i, v) in row.iter().enumerate() {
+                y[i * n + r] = *v;
+            }
+        }
         y
     }
 
     /// `x [m, cols] @ wᵀ` → `[m, rows]` for each of several weights that take the same
-    /// input (a layer's q, k and v projections; gate and up): on AMX tiles where the CPU has
-    /// them (see `amx.rs`; the input is split for the tiles once), else with rows of weights
-    /// rebuilt into f32 panels for the GEMM kernel as it goes; no f32 matrix exists whole.
+    /// input (a layer's q, k and v projections; gate and up). A few rows: block by block
+    /// ([`QMatrix::matvec_rows`]); many: on AMX tiles where the CPU has them (see `amx.rs`;
+    /// the input is split for the tiles once), else with rows of weights rebuilt into f32
+    /// panels for the GEMM kernel as it goes; no f32 matrix exists whole.
     pub(crate) fn matmul_t_each(ws: &[&QMatrix], x: &[f32], m: usize) -> Vec<Vec<f32>> {
+        if m < FEW_ROWS {
+            return ws.iter().map(|w| w.matvec_rows(x, m)).collect();
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = ws.first().map(|w| w.cols) {
             let same = ws.iter().all(|w| w.cols == k);
@@ -411,15 +461,15 @@ unsafe fn dot_avx2(kind: QKind, row: &[u8], x: &[f32]) -> f32 {
     crate::kernels::hsum256(_mm256_add_ps(acc0, acc1))
 }
 
-/// `row · x` with 16-lane vectors: a block's 32 weights are two registers.
+/// `row · x` for each of `R` vectors `x`, with 16-lane vectors: a block's 32 weights are
+/// two registers, rebuilt once for all `R`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot_avx512(kind: QKind, row: &[u8], x: &[f32]) -> f32 {
+unsafe fn dots_avx512<const R: usize>(kind: QKind, row: &[u8], x: [&[f32]; R]) -> [f32; R] {
     use std::arch::x86_64::*;
-    let mut acc0 = _mm512_setzero_ps();
-    let mut acc1 = _mm512_setzero_ps();
+    let mut acc0 = [_mm512_setzero_ps(); R];
+    let mut acc1 = [_mm512_setzero_ps(); R];
     for (b, blk) in row.chunks_exact(kind.block_bytes()).enumerate() {
-        let xp = x.as_ptr().add(b * BLOCK);
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
             blk[0], blk[1], blk[2], blk[3],
         ])));
@@ -463,10 +513,13 @@ unsafe fn dot_avx512(kind: QKind, row: &[u8], x: &[f32]) -> f32 {
                 )
             }
         };
-        acc0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), acc0);
-        acc1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), acc1);
+        for i in 0..R {
+            let xp = x[i].as_ptr().add(b * BLOCK);
+            acc0[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), acc0[i]);
+            acc1[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), acc1[i]);
+        }
     }
-    _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+    std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i])))
 }
 
 /// One row of blocks written out as f32.
@@ -541,7 +594,7 @@ mod tests {
 
             let mut g = Generator::new(9);
             let x: Vec<f32> = (0..cols).map(|_| g.next_f64() as f32 - 0.5).collect();
-            let y = q.matvec(&x);
+            let y = q.matvec_rows(&x, 1);
             for (r, y) in y.iter().enumerate() {
                 let want: f64 = (0..cols)
                     .map(|c| f64::from(hub[r * cols + c]) * f64::from(x[c]))
@@ -551,19 +604,22 @@ mod tests {
                     "{kind:?} row {r}"
                 );
             }
-            let m = 11;
-            let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
-            let ys = QMatrix::matmul_t_each(&[&q], &xs, m).remove(0);
-            for i in 0..m {
-                for r in 0..rows {
-                    let want: f64 = (0..cols)
-                        .map(|c| f64::from(hub[r * cols + c]) * f64::from(xs[i * cols + c]))
-                        .sum();
-                    let got = f64::from(ys[i * rows + r]);
-                    assert!(
-                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                        "{kind:?} {i},{r}"
-                    );
+            // A few rows block by block (1 to 4 per pass), and enough rows for the panels
+            // (AMX tiles here; a 70-wide output zero-pads its last group).
+            for m in [2, 5, 11, 20] {
+                let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
+                let ys = QMatrix::matmul_t_each(&[&q], &xs, m).remove(0);
+                for i in 0..m {
+                    for r in 0..rows {
+                        let want: f64 = (0..cols)
+                            .map(|c| f64::from(hub[r * cols + c]) * f64::from(xs[i * cols + c]))
+                            .sum();
+                        let got = f64::from(ys[i * rows + r]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "{kind:?} m={m} {i},{r}"
+                        );
+                    }
                 }
             }
         }

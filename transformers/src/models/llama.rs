@@ -207,7 +207,8 @@ fn linear(p: &Proj, x: &Tensor) -> Result<Tensor> {
 }
 
 /// [`linear`] for projections that take the same input (a layer's q, k and v; gate and up):
-/// GGUF blocks prepare a many-row input for the AMX tiles once (`QMatrix::matmul_t_each`).
+/// GGUF blocks prepare a many-row input for the AMX tiles once, and multiply a few rows
+/// block by block (`QMatrix::matmul_t_each`).
 fn linear_each<const N: usize>(ps: [&Proj; N], x: &Tensor) -> Result<[Tensor; N]> {
     let weights: Option<Vec<&QMatrix>> = ps
         .iter()
@@ -220,13 +221,7 @@ fn linear_each<const N: usize>(ps: [&Proj; N], x: &Tensor) -> Result<[Tensor; N]
         Some(ws) => {
             let n = x.dim(-1)?;
             let rows = x.elem_count() / n.max(1);
-            let product = |xv: &[f32]| {
-                if rows == 1 {
-                    ws.iter().map(|w| w.matvec(xv)).collect()
-                } else {
-                    QMatrix::matmul_t_each(&ws, xv, rows)
-                }
-            };
+            let product = |xv: &[f32]| QMatrix::matmul_t_each(&ws, xv, rows);
             // The activation's own storage when it is contiguous f32 (a prefill's is
             // megabytes).
             let x = x.contiguous()?;
