@@ -170,38 +170,30 @@ impl QMatrix {
         let wide = has_avx512();
         let xs: Vec<&[f32]> = x.chunks_exact(k).take(m).collect();
         par_chunks(&mut yt, ROWS * m, |c, ys| {
-            let mut w = vec![0f32; if wide { 0 } else { k }];
-            for (i, y) in ys.chunks_exact_mut(m).enumerate() {
-                let r = c * ROWS + i;
-                #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // Four x rows per pass over the weight row: four accumulator pairs
-                    // and the rebuilt block stay in registers.
-                    for (xs, y) in xs.chunks(4).zip(y.chunks_mut(4)) {
-                        // SAFETY: AVX-512F and F16C were detected; the row holds cols/32
-                        // blocks and each x row holds cols values.
-                        unsafe {
-                            match *xs {
-                                [a] => y.copy_from_slice(&dots_avx512(self.kind, self.row(r), [a])),
-                                [a, b] => {
-                                    y.copy_from_slice(&dots_avx512(self.kind, self.row(r), [a, b]))
-                                }
-                                [a, b, c] => y.copy_from_slice(&dots_avx512(
-                                    self.kind,
-                                    self.row(r),
-                                    [a, b, c],
-                                )),
-                                [a, b, c, d] => y.copy_from_slice(&dots_avx512(
-                                    self.kind,
-                                    self.row(r),
-                                    [a, b, c, d],
-                                )),
-                                _ => unreachable!("chunks(4) yields 1 to 4 rows"),
-                            }
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // Up to four x rows per pass over the chunk's weight rows (still in cache for
+                // the next pass): four accumulator pairs and the rebuilt block stay in
+                // registers.
+                for (g, xg) in xs.chunks(4).enumerate() {
+                    let at = 4 * g;
+                    // SAFETY: AVX-512F and F16C were detected; every weight row holds cols/32
+                    // blocks and each x row cols values.
+                    unsafe {
+                        match *xg {
+                            [a] => self.dots_rows(c * ROWS, [a], ys, m, at),
+                            [a, b] => self.dots_rows(c * ROWS, [a, b], ys, m, at),
+                            [a, b, d] => self.dots_rows(c * ROWS, [a, b, d], ys, m, at),
+                            [a, b, d, e] => self.dots_rows(c * ROWS, [a, b, d, e], ys, m, at),
+                            _ => unreachable!("chunks(4) yields 1 to 4 rows"),
                         }
                     }
-                    continue;
                 }
+                return;
+            }
+            let mut w = vec![0f32; k];
+            for (i, y) in ys.chunks_exact_mut(m).enumerate() {
+                let r = c * ROWS + i;
                 if fast && m == 1 {
                     // SAFETY: AVX2, FMA and F16C were detected; the row holds cols/32 blocks
                     // and `x` holds cols values.
@@ -228,6 +220,23 @@ impl QMatrix {
             }
         }
         y
+    }
+
+    /// Columns `at..at + R` of `ys` (`[weight rows][m]`, from weight row `r0`): each weight
+    /// row's products with the `R` vectors `x`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn dots_rows<const R: usize>(
+        &self,
+        r0: usize,
+        x: [&[f32]; R],
+        ys: &mut [f32],
+        m: usize,
+        at: usize,
+    ) {
+        for (i, y) in ys.chunks_exact_mut(m).enumerate() {
+            y[at..at + R].copy_from_slice(&dots_avx512(self.kind, self.row(r0 + i), x));
+        }
     }
 
     /// `x [m, cols] @ wᵀ` → `[m, rows]` for each of several weights that take the same
