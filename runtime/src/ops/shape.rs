@@ -57,8 +57,7 @@ impl Tensor {
             && shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
                 == Some(self.elem_count());
         if !fits {
-            let s: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
-            return self.reshape(&s);
+            return with_isize(shape, |s| self.reshape(s));
         }
         if shape == self.shape() {
             return Ok(self.clone());
