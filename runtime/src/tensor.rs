@@ -393,6 +393,25 @@ impl Tensor {
         self.apply1(Op::Cast(dtype), dtype)
     }
 
+    /// [`Tensor::to_dtype`] for operands inside ops: borrows `self` when the dtype already
+    /// matches, so a no-op cast costs no handle (on a PJRT device each clone and drop of a
+    /// handle is a pair of atomic updates, a noticeable share of recording a step).
+    pub(crate) fn cast(&self, dtype: DType) -> Result<std::borrow::Cow<'_, Tensor>> {
+        if dtype == self.dtype {
+            return Ok(std::borrow::Cow::Borrowed(self));
+        }
+        self.apply1(Op::Cast(dtype), dtype)
+            .map(std::borrow::Cow::Owned)
+    }
+
+    /// [`Tensor::to_dtype`] consuming `self`: returns it as it is when the dtype matches.
+    pub(crate) fn into_dtype(self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return Ok(self);
+        }
+        self.apply1(Op::Cast(dtype), dtype)
+    }
+
     /// Copies to `device` (a no-op when already there).
     pub fn to_device(&self, device: &Device) -> Result<Tensor> {
         let op = "to_device";

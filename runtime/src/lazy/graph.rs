@@ -6,10 +6,11 @@
 //! has run; a ready node drops its inputs, so the history behind a materialised value is
 //! freed and never recomputed. Leaves (uploads, copies, results) are ready from birth.
 
+use std::cell::UnsafeCell;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, MutexGuard, OnceLock};
 
 pub(crate) use crate::dims::Dims;
 use crate::op::{ConvGeom, Op};
@@ -186,7 +187,7 @@ pub(crate) enum NodeOp {
     Op(Op),
 }
 
-/// The evaluation state of a node.
+/// How a node starts out (see [`Node::new`]).
 pub(crate) enum State {
     /// Not computed yet; holds the input nodes in the order the op documents.
     Pending(Inputs),
@@ -194,28 +195,51 @@ pub(crate) enum State {
     Ready(Arc<Buffer>),
 }
 
+/// Proof that the caller holds the run lock of `device` (see `exec::materialize`): the
+/// operands of that device's pending nodes are read and released only under it.
+pub(crate) struct Running<'a> {
+    pub(crate) device: PjrtDevice,
+    pub(crate) _guard: MutexGuard<'a, ()>,
+}
+
 /// One value of a lazy graph on one device.
+///
+/// `repr(C)` keeps the fields a graph walk reads (marks, value, operands, structure hash,
+/// handles) together at the front, next to the reference counts: a walk then touches about
+/// two cache lines per node instead of one per field.
+#[repr(C)]
 pub(crate) struct Node {
-    pub op: NodeOp,
-    pub shape: Dims,
-    /// [`local_hash`] of `op`, `shape` and `dtype`.
-    pub local: u64,
-    /// The API dtype (`Bool` is stored as PJRT `pred`).
-    pub dtype: DType,
-    pub device: PjrtDevice,
-    /// The values of a small integer tensor whose data passed through the host (uploads and
-    /// reshapes of them): index ops check their range at record time, as eager ops do,
-    /// instead of letting XLA clamp silently.
-    pub host_ints: Option<Arc<[i64]>>,
-    state: Mutex<State>,
-    /// How many `Tensor` handles refer to this node; a pending node with handles is live
-    /// and is materialised together with whatever graph of its device runs next.
-    handles: AtomicUsize,
     /// The trace that last numbered this node (see `exec::trace`) and the number it got
     /// there: marks replace a hash map from node to number during a walk.
     pub(crate) mark: AtomicU64,
     pub(crate) slot: AtomicU64,
+    /// How many `Tensor` handles refer to this node; a pending node with handles is live
+    /// and is materialised together with whatever graph of its device runs next.
+    handles: AtomicUsize,
+    /// The device buffer once computed (set once; readable from any thread without a lock).
+    value: OnceLock<Arc<Buffer>>,
+    /// The operands while pending, emptied when the value is set (so the history behind a
+    /// computed value is freed). Read and written only under the run lock of `device` (see
+    /// [`Node::inputs`]) or through `&mut Node`: a graph walk then takes no lock per node.
+    inputs: UnsafeCell<Inputs>,
+    /// [`local_hash`] of `op`, `shape` and `dtype`.
+    pub local: u64,
+    pub device: PjrtDevice,
+    /// The API dtype (`Bool` is stored as PJRT `pred`).
+    pub dtype: DType,
+    pub shape: Dims,
+    pub op: NodeOp,
+    /// The values of a small integer tensor whose data passed through the host (uploads and
+    /// reshapes of them): index ops check their range at record time, as eager ops do,
+    /// instead of letting XLA clamp silently.
+    pub host_ints: Option<Arc<[i64]>>,
 }
+
+// SAFETY: every field but `inputs` is `Sync`. `inputs` is only read through
+// `Node::inputs`, which takes the proof that the run lock of the node's device is held,
+// and only written by `Node::set_ready` (same proof) or through `&mut Node`; so no write
+// ever races with another access.
+unsafe impl Sync for Node {}
 
 impl Node {
     pub(crate) fn new(
@@ -226,6 +250,10 @@ impl Node {
         state: State,
         host_ints: Option<Arc<[i64]>>,
     ) -> Node {
+        let (value, inputs) = match state {
+            State::Pending(inputs) => (OnceLock::new(), inputs),
+            State::Ready(b) => (OnceLock::from(b), Inputs::Zero),
+        };
         Node {
             local: local_hash(&op, &shape, dtype),
             op,
@@ -233,43 +261,63 @@ impl Node {
             dtype,
             device,
             host_ints,
-            state: Mutex::new(state),
+            value,
+            inputs: UnsafeCell::new(inputs),
             handles: AtomicUsize::new(0),
             mark: AtomicU64::new(0),
             slot: AtomicU64::new(0),
         }
     }
 
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
-        // A poisoned lock only means another thread panicked mid-update of this node's
-        // state, which is always left consistent (one assignment).
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// The operands of a pending node (empty once computed), under its device's run lock.
+    pub(crate) fn inputs<'a>(&'a self, running: &'a Running<'_>) -> &'a Inputs {
+        // Operands share their consumer's device (`Tensor::apply` checks), so a walk from
+        // nodes of the locked device only meets nodes of that device.
+        debug_assert_eq!(
+            running.device, self.device,
+            "a node's operands read under another device's lock"
+        );
+        // SAFETY: writers hold the same lock (`set_ready`) or `&mut self`; see `Sync`.
+        unsafe { &*self.inputs.get() }
     }
 
     /// The buffer if computed.
-    pub(crate) fn buffer(&self) -> Option<Arc<Buffer>> {
-        match &*self.state() {
-            State::Ready(b) => Some(b.clone()),
-            State::Pending(_) => None,
-        }
+    pub(crate) fn buffer(&self) -> Option<&Arc<Buffer>> {
+        self.value.get()
     }
 
-    /// Whether the node is computed (no buffer clone, unlike [`Node::buffer`]).
+    /// Whether the node is computed.
     pub(crate) fn is_ready(&self) -> bool {
-        matches!(&*self.state(), State::Ready(_))
+        self.value.get().is_some()
     }
 
-    /// Marks the node computed, dropping its inputs (kept when it already was).
-    pub(crate) fn set_ready(&self, b: Arc<Buffer>) {
-        let old = {
-            let mut s = self.state();
-            if matches!(*s, State::Ready(_)) {
-                return;
-            }
-            std::mem::replace(&mut *s, State::Ready(b))
-        };
-        // Drop the history outside the lock (it may release long chains).
-        drop(old);
+    /// Marks the node computed (kept when it already was) and hands back its operands: the
+    /// history behind the value, for the caller to release (see [`recycle`]).
+    #[must_use = "the released operands should go to `recycle`"]
+    pub(crate) fn set_ready(&self, b: Arc<Buffer>, running: &Running<'_>) -> Inputs {
+        assert_eq!(
+            running.device, self.device,
+            "a node computed under another device's lock"
+        );
+        if self.value.set(b).is_err() {
+            return Inputs::Zero;
+        }
+        // SAFETY: the run lock of this node's device is held, so no reader of `inputs`
+        // runs (see `Sync`).
+        unsafe { std::mem::replace(&mut *self.inputs.get(), Inputs::Zero) }
+    }
+
+    /// Clears the node for reuse through `&mut` (no other owner), handing back its
+    /// operands and its value.
+    fn clear(&mut self) -> (Inputs, Option<Arc<Buffer>>) {
+        // Owning nothing afterwards is what lets `new_node` overwrite fields unread.
+        self.host_ints = None;
+        self.op = NodeOp::Leaf;
+        self.shape = Dims::new();
+        (
+            std::mem::replace(self.inputs.get_mut(), Inputs::Zero),
+            self.value.take(),
+        )
     }
 
     pub(crate) fn is_live(&self) -> bool {
@@ -285,85 +333,137 @@ impl Node {
     }
 }
 
-/// Nodes of executed graphs kept for reuse: recording a node then takes a spare allocation
-/// instead of going through the allocator, which, with graphs freed on another thread (see
-/// `exec::reap`), took the slow path of `malloc` for every node of every step.
-static SPARE: Mutex<Vec<Arc<Node>>> = Mutex::new(Vec::new());
-/// Whether [`SPARE`] may hold nodes: recording skips the lock while it is empty.
-static SPARE_FILLED: AtomicBool = AtomicBool::new(false);
-
-/// At most this many spare nodes (about 4 MiB) are kept: a decode step records a few
-/// thousand; the rest of a large graph is freed.
+/// At most this many spare nodes (about 4 MiB) are kept per thread: a decode step records a
+/// few thousand; the rest of a large graph is freed.
 const SPARE_MAX: usize = 1 << 14;
 
 thread_local! {
-    /// This thread's share of [`SPARE`], taken whole when it runs out (one lock per batch).
-    static LOCAL_SPARE: std::cell::RefCell<Vec<Arc<Node>>> =
+    /// Nodes of graphs this thread ran, kept for reuse: recording a node then takes a spare
+    /// allocation instead of going through the allocator. A graph is released by the thread
+    /// that ran it, while the device computes, so the next recording on that thread (a decode
+    /// loop) finds its nodes here.
+    static SPARE: std::cell::RefCell<Vec<Arc<Node>>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn spare() -> MutexGuard<'static, Vec<Arc<Node>>> {
-    // The vector is only pushed to and popped from: a poisoned lock still holds spare nodes.
-    SPARE.lock().unwrap_or_else(|p| p.into_inner())
+/// Spare nodes are fetched into the cache this many pops ahead: they were last touched
+/// before the previous graph ran, which evicted them, and recording writes all of each.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Starts loading the cache lines of `n`'s allocation (a hint; no effect on values).
+#[inline]
+pub(crate) fn prefetch(n: &Arc<Node>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // The allocation (two reference counts, then the node): every cache line it
+        // touches, since it rarely starts on a line boundary.
+        let start = (Arc::as_ptr(n) as *const i8).wrapping_sub(16);
+        let skew = start as usize & 63;
+        let first = start.wrapping_sub(skew);
+        for off in (0..skew + std::mem::size_of::<Node>() + 16).step_by(64) {
+            // SAFETY: prefetching has no architectural effect and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(off)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = n;
 }
 
-/// `node` in an `Arc`, reusing a spare allocation when there is one.
-pub(crate) fn new_node(node: Node) -> Arc<Node> {
-    let reused = LOCAL_SPARE.with(|local| {
-        let mut local = local.borrow_mut();
-        if local.is_empty() && SPARE_FILLED.load(Ordering::Relaxed) {
-            let mut shared = spare();
-            std::mem::swap(&mut *local, &mut *shared);
-            SPARE_FILLED.store(false, Ordering::Relaxed);
+/// A node in an `Arc`, reusing a spare allocation of this thread when there is one (its
+/// fields overwritten in place).
+pub(crate) fn new_node(
+    op: NodeOp,
+    shape: Dims,
+    dtype: DType,
+    device: PjrtDevice,
+    inputs: Inputs,
+    host_ints: Option<Arc<[i64]>>,
+) -> Arc<Node> {
+    let reused = SPARE.with(|spare| {
+        let mut spare = spare.borrow_mut();
+        let a = spare.pop()?;
+        if let Some(ahead) = spare.len().checked_sub(PREFETCH_AHEAD) {
+            prefetch(&spare[ahead]);
         }
-        local.pop()
+        Some(a)
     });
-    if let Some(mut a) = reused {
-        // Spare nodes have no other owner and no weak reference (see `recycle`).
-        if let Some(slot) = Arc::get_mut(&mut a) {
-            *slot = node;
-            return a;
+    if let Some(a) = reused {
+        // SAFETY: a spare has no other owner and no weak reference: `recycle` checked that
+        // with `Arc::get_mut` before keeping it, zoo never makes weak references to nodes,
+        // and nothing clones a spare before it is handed out here. So this is the only
+        // access to the node, through the allocation's own pointer (as `get_mut` would
+        // give; its check would only cost an atomic operation per recorded node).
+        let n = unsafe { &mut *Arc::as_ptr(&a).cast_mut() };
+        n.local = local_hash(&op, &shape, dtype);
+        n.dtype = dtype;
+        n.device = device;
+        // SAFETY: `clear` left these fields owning nothing (a leaf op, inline empty dims,
+        // no ints, no operands), so overwriting them without a drop leaks nothing, and
+        // skips reading memory the previous graph's run evicted.
+        unsafe {
+            std::ptr::write(&mut n.op, op);
+            std::ptr::write(&mut n.shape, shape);
+            std::ptr::write(&mut n.host_ints, host_ints);
+            std::ptr::write(n.inputs.get_mut(), inputs);
         }
+        return a;
     }
-    Arc::new(node)
+    Arc::new(Node::new(
+        op,
+        shape,
+        dtype,
+        device,
+        State::Pending(inputs),
+        host_ints,
+    ))
 }
 
-/// Frees the nodes of an executed graph, keeping those only `nodes` owns as spares for
-/// [`new_node`]. `nodes` is in dependency order (operands first): going backwards, each node's
-/// consumers in the graph have released it before it is reached.
-pub(crate) fn recycle(nodes: Vec<Arc<Node>>) {
-    let mut kept = Vec::with_capacity(nodes.len().min(SPARE_MAX));
-    for mut a in nodes.into_iter().rev() {
-        // Held elsewhere (a tensor handle, a registry entry, a node recorded since): freed
-        // by its last owner as usual.
-        let Some(n) = Arc::get_mut(&mut a) else {
-            continue;
-        };
-        let state = std::mem::replace(
-            n.state.get_mut().unwrap_or_else(|p| p.into_inner()),
-            State::Pending(Inputs::Zero),
-        );
-        n.host_ints = None;
-        drop(state);
-        kept.push(a);
+/// Releases the history of computed values (the operands `Node::set_ready` handed back):
+/// every node only that history owns is cleared and kept as a spare of this thread for
+/// [`new_node`]; the others (held by a tensor, a weight, a node recorded since) lose one
+/// reference. Iterative, so a long history cannot overflow the stack.
+///
+/// The buffers of cleared nodes (leaves only the graph read, such as a donated KV cache)
+/// go to `released`: destroying a buffer waits for the programs using it, so the caller
+/// drops them once the graph has run.
+pub(crate) fn recycle(history: Vec<Inputs>, released: &mut Vec<Arc<Buffer>>) {
+    let mut stack: Vec<Arc<Node>> = Vec::new();
+    for inputs in history {
+        inputs.drain_into(&mut stack);
     }
-    let mut spare = spare();
-    kept.truncate(SPARE_MAX.saturating_sub(spare.len()));
-    spare.append(&mut kept);
-    SPARE_FILLED.store(!spare.is_empty(), Ordering::Relaxed);
+    let mut release = |mut a: Arc<Node>, stack: &mut Vec<Arc<Node>>| -> Option<Arc<Node>> {
+        // A node with several consumers is reached once per consumer: the last one finds
+        // it unique.
+        let n = Arc::get_mut(&mut a)?;
+        let (inputs, value) = n.clear();
+        inputs.drain_into(stack);
+        released.extend(value);
+        Some(a)
+    };
+    // A thread that is exiting has no spares any more: the nodes are cleared and freed.
+    let recycled = SPARE.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        while let Some(a) = stack.pop() {
+            if let Some(a) = release(a, &mut stack) {
+                if spare.len() < SPARE_MAX {
+                    spare.push(a);
+                }
+            }
+        }
+    });
+    if recycled.is_err() {
+        while let Some(a) = stack.pop() {
+            drop(release(a, &mut stack));
+        }
+    }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
         // Release input chains iteratively: a long unmaterialised history would otherwise
         // recurse once per node and could overflow the stack.
-        let inputs = match std::mem::replace(
-            self.state.get_mut().unwrap_or_else(|p| p.into_inner()),
-            State::Pending(Inputs::Zero),
-        ) {
-            State::Pending(v) => v,
-            State::Ready(_) => return,
-        };
+        let inputs = std::mem::replace(self.inputs.get_mut(), Inputs::Zero);
         // Most nodes hold no chain of their own: only operands whose last reference this
         // is need the explicit stack.
         if inputs.iter().all(|n| Arc::strong_count(n) > 1) {
@@ -373,12 +473,7 @@ impl Drop for Node {
         inputs.drain_into(&mut stack);
         while let Some(n) = stack.pop() {
             if let Ok(mut inner) = Arc::try_unwrap(n) {
-                if let State::Pending(v) = std::mem::replace(
-                    inner.state.get_mut().unwrap_or_else(|p| p.into_inner()),
-                    State::Pending(Inputs::Zero),
-                ) {
-                    v.drain_into(&mut stack);
-                }
+                std::mem::replace(inner.inputs.get_mut(), Inputs::Zero).drain_into(&mut stack);
             }
         }
     }
@@ -806,23 +901,25 @@ mod tests {
             ordinal: 0,
         };
         let node = |inputs| {
-            let shape = Dims::from([2]);
-            Node::new(
+            new_node(
                 NodeOp::Full(1.0),
-                shape,
+                Dims::from([2]),
                 DType::F32,
                 dev,
-                State::Pending(inputs),
+                inputs,
                 None,
             )
         };
-        let a = new_node(node(Inputs::Zero));
-        let b = new_node(node(Inputs::One([a.clone()])));
-        let held = new_node(node(Inputs::Zero));
+        let a = node(Inputs::Zero);
+        let b = node(Inputs::One([a.clone()]));
+        let held = node(Inputs::Zero);
         let (pa, pb) = (Arc::as_ptr(&a), Arc::as_ptr(&b));
-        // `a` is owned by the list and `b`'s operands; `held` also by this test.
-        recycle(vec![a, b, held.clone()]);
-        let reused: Vec<Arc<Node>> = (0..3).map(|_| new_node(node(Inputs::Zero))).collect();
+        // `a` is owned by `b`'s operands, `b` by the history; `held` also by this test.
+        drop(a);
+        let mut released = Vec::new();
+        recycle(vec![Inputs::Two([b, held.clone()])], &mut released);
+        assert!(released.is_empty());
+        let reused: Vec<Arc<Node>> = (0..3).map(|_| node(Inputs::Zero)).collect();
         let ptrs: Vec<*const Node> = reused.iter().map(Arc::as_ptr).collect();
         assert!(ptrs.contains(&pa) && ptrs.contains(&pb));
         assert!(!ptrs.contains(&Arc::as_ptr(&held)));

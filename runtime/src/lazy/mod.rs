@@ -5,9 +5,10 @@
 //!   record a node holding the same `Op` value (`graph.rs`).
 //! - Reading a value (`to_vec`, `to_scalar`), [`crate::Tensor::sync`], or a transfer to
 //!   another device materialises: the pending nodes reachable from the requested tensors
-//!   (and every other live pending tensor of that device, as torch_xla's `mark_step` does)
-//!   are traced into one graph, hashed by structure (ops, attributes, shapes, dtypes,
-//!   device; never leaf values), looked up in memory and on disk (`cache.rs`), lowered to a
+//!   (and every other live pending tensor of that device, as torch_xla's `mark_step` does;
+//!   `registry.rs` finds them) are traced into one graph, hashed by structure (ops,
+//!   attributes, shapes, dtypes, device; never leaf values), looked up in memory and on
+//!   disk (`cache.rs`), lowered to a
 //!   StableHLO `func.func @main` and compiled on a miss (`lower.rs`), and executed; the
 //!   results become device-resident leaves (`exec.rs`). A leaf no tensor handle refers to
 //!   any more (the old KV cache after `*ck = ck.dynamic_update_slice(..)`) is donated to an
@@ -20,12 +21,13 @@ pub(crate) mod cache;
 pub(crate) mod exec;
 pub(crate) mod graph;
 pub(crate) mod lower;
+pub(crate) mod registry;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use graph::{infer_shape, Dims, Inputs, Node, NodeOp, State};
+use graph::{infer_shape, Dims, Inputs, Node, NodeOp};
 
 use crate::op::Op;
 use crate::{DType, Error, PjrtDevice, PjrtPlatform, Result, Tensor};
@@ -162,17 +164,10 @@ fn pending(
     inputs: Inputs,
     host_ints: Option<Arc<[i64]>>,
 ) -> LazyTensor {
-    let t = LazyTensor::new(graph::new_node(Node::new(
-        op,
-        shape,
-        dtype,
-        device,
-        State::Pending(inputs),
-        host_ints,
-    )));
+    let t = LazyTensor::new(graph::new_node(op, shape, dtype, device, inputs, host_ints));
     // Registered once it has its handle: a materialisation on another thread never sees it
     // handle-less (which would read as dead).
-    exec::register(&t.node);
+    registry::register(&t.node);
     t
 }
 

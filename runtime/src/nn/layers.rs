@@ -98,9 +98,9 @@ impl RmsNorm {
         }
         let out = x.dtype().float_or_default();
         let acc = out.accumulation();
-        let y = x.to_dtype(acc)?.rms_norm(None, self.eps)?;
+        let y = x.cast(acc)?.rms_norm(None, self.eps)?;
         let scale = self.weight.to_dtype(acc)?.add_scalar(1.0)?;
-        y.mul(&scale)?.to_dtype(out)
+        y.mul(&scale)?.into_dtype(out)
     }
 }
 

@@ -387,7 +387,7 @@ impl RotaryEmbedding {
                 Some(v) => v.into_iter().max().unwrap_or(0),
                 None => positions
                     .max(&(0..positions.rank() as isize).collect::<Vec<_>>(), false)?
-                    .to_dtype(DType::I64)?
+                    .into_dtype(DType::I64)?
                     .to_scalar::<i64>()?,
             };
             max.max(0) as usize + 1

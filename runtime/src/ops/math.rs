@@ -11,7 +11,11 @@ impl Tensor {
 
     fn binary(&self, rhs: &Tensor, op: BinaryOp, name: &'static str) -> Result<Tensor> {
         check_same_device(name, self, rhs)?;
-        broadcast_shape(name, self.shape(), rhs.shape())?;
+        if self.lazy().is_none() {
+            // Recording derives (and checks) the shape anyway; candle would fail with a
+            // message that names neither op nor shapes.
+            broadcast_shape(name, self.shape(), rhs.shape())?;
+        }
         let mut dt = DType::promote(self.dtype(), rhs.dtype());
         // True division and pow are float ops in PyTorch (int / int gives float).
         if matches!(op, BinaryOp::Div | BinaryOp::Pow) {
@@ -37,12 +41,12 @@ impl Tensor {
         {
             // Narrow integers compute in i64 and wrap on the way back, as PyTorch wraps;
             // candle's own kernels would trip Rust's overflow checks in debug builds.
-            let a = self.to_dtype(DType::I64)?;
-            let b = rhs.to_dtype(DType::I64)?;
-            return Tensor::apply(Op::Binary(op), &[&a, &b], DType::I64)?.to_dtype(dt);
+            let a = self.cast(DType::I64)?;
+            let b = rhs.cast(DType::I64)?;
+            return Tensor::apply(Op::Binary(op), &[&a, &b], DType::I64)?.into_dtype(dt);
         }
-        let a = self.to_dtype(dt)?;
-        let b = rhs.to_dtype(dt)?;
+        let a = self.cast(dt)?;
+        let b = rhs.cast(dt)?;
         Tensor::apply(Op::Binary(op), &[&a, &b], dt)
     }
 
@@ -86,10 +90,12 @@ impl Tensor {
         let dt = if dt == DType::Bool { DType::I64 } else { dt };
         if matches!(dt, DType::U8 | DType::I32) {
             // Wrap like PyTorch instead of overflowing inside candle (see `binary`).
-            let x = self.to_dtype(DType::I64)?;
-            return x.apply1(Op::Affine { mul, add }, DType::I64)?.to_dtype(dt);
+            let x = self.cast(DType::I64)?;
+            return x
+                .apply1(Op::Affine { mul, add }, DType::I64)?
+                .into_dtype(dt);
         }
-        let x = self.to_dtype(dt)?;
+        let x = self.cast(dt)?;
         x.apply1(Op::Affine { mul, add }, dt)
     }
     /// `self + v`.
@@ -106,12 +112,12 @@ impl Tensor {
     }
     /// `self / v` (true division: integer tensors give f32).
     pub fn div_scalar(&self, v: f64) -> Result<Tensor> {
-        let x = self.to_dtype(self.dtype().float_or_default())?;
+        let x = self.cast(self.dtype().float_or_default())?;
         x.affine(1.0 / v, 0.0)
     }
     /// `self ^ e` for a scalar exponent, computed in floating point.
     pub fn pow_scalar(&self, e: f64) -> Result<Tensor> {
-        let x = self.to_dtype(self.dtype().float_or_default())?;
+        let x = self.cast(self.dtype().float_or_default())?;
         let dt = x.dtype();
         if e == 2.0 {
             return x.mul(&x);
@@ -135,7 +141,7 @@ impl Tensor {
             }
         };
         let dt = promote(min).max_float(promote(max));
-        let x = self.to_dtype(if dt == DType::Bool { DType::I64 } else { dt })?;
+        let x = self.cast(if dt == DType::Bool { DType::I64 } else { dt })?;
         let dt = x.dtype();
         // Integer dtypes cannot hold infinities: clamp the bounds into their range.
         let (lo, hi) = match dt {
@@ -153,8 +159,8 @@ impl Tensor {
         check_same_device(name, self, rhs)?;
         broadcast_shape(name, self.shape(), rhs.shape())?;
         let dt = DType::promote(self.dtype(), rhs.dtype());
-        let a = self.to_dtype(dt)?;
-        let b = rhs.to_dtype(dt)?;
+        let a = self.cast(dt)?;
+        let b = rhs.cast(dt)?;
         Tensor::apply(Op::Compare(op), &[&a, &b], DType::Bool)
     }
     /// `self == rhs` (bool), broadcasting.
@@ -202,7 +208,7 @@ impl Tensor {
     /// Logical and of two bool tensors, broadcasting.
     pub fn logical_and(&self, rhs: &Tensor) -> Result<Tensor> {
         self.to_dtype(DType::Bool)?.binary(
-            &rhs.to_dtype(DType::Bool)?,
+            &*rhs.cast(DType::Bool)?,
             BinaryOp::Minimum,
             "logical_and",
         )
@@ -210,7 +216,7 @@ impl Tensor {
     /// Logical or of two bool tensors, broadcasting.
     pub fn logical_or(&self, rhs: &Tensor) -> Result<Tensor> {
         self.to_dtype(DType::Bool)?.binary(
-            &rhs.to_dtype(DType::Bool)?,
+            &*rhs.cast(DType::Bool)?,
             BinaryOp::Maximum,
             "logical_or",
         )
@@ -230,9 +236,9 @@ impl Tensor {
         let s = broadcast_shape(name, self.shape(), on_true.shape())?;
         broadcast_shape(name, &s, on_false.shape())?;
         let dt = DType::promote(on_true.dtype(), on_false.dtype());
-        let c = self.to_dtype(DType::Bool)?;
-        let a = on_true.to_dtype(dt)?;
-        let b = on_false.to_dtype(dt)?;
+        let c = self.cast(DType::Bool)?;
+        let a = on_true.cast(dt)?;
+        let b = on_false.cast(dt)?;
         Tensor::apply(Op::Where, &[&c, &a, &b], dt)
     }
 
@@ -252,7 +258,7 @@ impl Tensor {
     // ----- unary -----
 
     fn float_unary(&self, op: UnaryOp) -> Result<Tensor> {
-        let x = self.to_dtype(self.dtype().float_or_default())?;
+        let x = self.cast(self.dtype().float_or_default())?;
         let dt = x.dtype();
         x.apply1(Op::Unary(op), dt)
     }
@@ -381,8 +387,8 @@ impl Tensor {
                 hint: "; matmul runs on float dtypes, cast first".into(),
             });
         }
-        let x = self.to_dtype(dt)?;
-        let y = rhs.to_dtype(dt)?;
+        let x = self.cast(dt)?;
+        let y = rhs.cast(dt)?;
         Tensor::apply(Op::Matmul, &[&x, &y], dt)
     }
 
@@ -412,7 +418,7 @@ impl Tensor {
         } else {
             DType::I64
         };
-        let x = self.to_dtype(self.dtype().accumulation().max_int64())?;
+        let x = self.cast(self.dtype().accumulation().max_int64())?;
         let acc = x.dtype();
         x.apply1(
             Op::Reduce {
@@ -422,7 +428,7 @@ impl Tensor {
             },
             acc,
         )?
-        .to_dtype(out)
+        .into_dtype(out)
     }
 
     /// Sum of every element (0-d result).
@@ -443,7 +449,7 @@ impl Tensor {
         }
         let ds = self.reduce_dims(name, dims)?;
         let n: usize = ds.iter().map(|&d| self.shape()[d]).product();
-        let x = self.to_dtype(self.dtype().accumulation())?;
+        let x = self.cast(self.dtype().accumulation())?;
         let acc = x.dtype();
         x.apply1(
             Op::Reduce {
@@ -454,7 +460,7 @@ impl Tensor {
             acc,
         )?
         .affine(1.0 / n as f64, 0.0)?
-        .to_dtype(self.dtype())
+        .into_dtype(self.dtype())
     }
 
     /// Variance over `dims` with `correction` (1 = unbiased, PyTorch's default; 0 = biased).
@@ -469,7 +475,7 @@ impl Tensor {
         }
         let ds = self.reduce_dims(name, dims)?;
         let n: usize = ds.iter().map(|&d| self.shape()[d]).product();
-        let x = self.to_dtype(self.dtype().accumulation())?;
+        let x = self.cast(self.dtype().accumulation())?;
         let mean = x.mean(dims, true)?;
         let d = x.sub(&mean)?;
         let acc = x.dtype();
@@ -485,7 +491,7 @@ impl Tensor {
                 acc,
             )?
             .affine(1.0 / denom, 0.0)?
-            .to_dtype(self.dtype())
+            .into_dtype(self.dtype())
     }
 
     fn extreme(
@@ -555,19 +561,19 @@ impl Tensor {
     /// 16-bit inputs; the result has the input's float dtype.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         let out = self.dtype().float_or_default();
-        let x = self.to_dtype(out.accumulation())?;
+        let x = self.cast(out.accumulation())?;
         let m = x.max(&[dim], true)?;
         let e = x.sub(&m)?.exp()?;
-        e.div(&e.sum(&[dim], true)?)?.to_dtype(out)
+        e.div(&e.sum(&[dim], true)?)?.into_dtype(out)
     }
 
     /// Numerically stable log-softmax along `dim`: `x - max - log(sum(exp(x - max)))`.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         let out = self.dtype().float_or_default();
-        let x = self.to_dtype(out.accumulation())?;
+        let x = self.cast(out.accumulation())?;
         let s = x.sub(&x.max(&[dim], true)?)?;
         let lse = s.exp()?.sum(&[dim], true)?.log()?;
-        s.sub(&lse)?.to_dtype(out)
+        s.sub(&lse)?.into_dtype(out)
     }
 
     /// Inclusive prefix sum along `dim` (integers and bool accumulate as i64, 16-bit floats
@@ -588,7 +594,7 @@ impl Tensor {
             x = x.add(&shifted)?;
             shift *= 2;
         }
-        x.to_dtype(out)
+        x.into_dtype(out)
     }
 
     /// The `k` largest values along `dim` and their indices (i64), largest first.

@@ -171,7 +171,7 @@ impl Tensor {
     }
 
     fn float_op(&self, op: UnaryOp) -> Result<Tensor> {
-        let x = self.to_dtype(self.dtype().float_or_default())?;
+        let x = self.cast(self.dtype().float_or_default())?;
         let dt = x.dtype();
         x.apply1(Op::Unary(op), dt)
     }
@@ -209,18 +209,18 @@ impl Tensor {
         self.check_param(op, weight, n)?;
         self.check_param(op, bias, n)?;
         let out = self.dtype().float_or_default();
-        let x = self.to_dtype(out.accumulation())?;
+        let x = self.cast(out.accumulation())?;
         let mean = x.mean(&[-1], true)?;
         let xc = x.sub(&mean)?;
         let var = xc.mul(&xc)?.mean(&[-1], true)?;
         let mut y = xc.mul(&var.add_scalar(eps)?.rsqrt()?)?;
         if let Some(w) = weight {
-            y = y.mul(&w.to_dtype(y.dtype())?)?;
+            y = y.mul(&*w.cast(y.dtype())?)?;
         }
         if let Some(b) = bias {
-            y = y.add(&b.to_dtype(y.dtype())?)?;
+            y = y.add(&*b.cast(y.dtype())?)?;
         }
-        y.to_dtype(out)
+        y.into_dtype(out)
     }
 
     /// RMS norm over the last dim as Llama defines it: normalise in f32, cast back to the
@@ -233,9 +233,9 @@ impl Tensor {
         })?;
         self.check_param(op, weight, n)?;
         let out = self.dtype().float_or_default();
-        let x = self.to_dtype(out.accumulation())?;
+        let x = self.cast(out.accumulation())?;
         let ms = x.mul(&x)?.mean(&[-1], true)?;
-        let y = x.mul(&ms.add_scalar(eps)?.rsqrt()?)?.to_dtype(out)?;
+        let y = x.mul(&ms.add_scalar(eps)?.rsqrt()?)?.into_dtype(out)?;
         match weight {
             Some(w) => w.mul(&y),
             None => Ok(y),
@@ -265,7 +265,7 @@ impl Tensor {
         self.check_param(op, weight, c)?;
         self.check_param(op, bias, c)?;
         let out = self.dtype().float_or_default();
-        let x = self.to_dtype(out.accumulation())?;
+        let x = self.cast(out.accumulation())?;
         let n = self.shape()[0] as isize;
         let g = x.reshape(&[n, groups as isize, -1])?;
         let mean = g.mean(&[-1], true)?;
@@ -278,12 +278,12 @@ impl Tensor {
         pshape[1] = c;
         let mut y = y;
         if let Some(w) = weight {
-            y = y.mul(&w.to_dtype(y.dtype())?.reshape_to(&pshape)?)?;
+            y = y.mul(&w.cast(y.dtype())?.reshape_to(&pshape)?)?;
         }
         if let Some(b) = bias {
-            y = y.add(&b.to_dtype(y.dtype())?.reshape_to(&pshape)?)?;
+            y = y.add(&b.cast(y.dtype())?.reshape_to(&pshape)?)?;
         }
-        y.to_dtype(out)
+        y.into_dtype(out)
     }
 
     // ----- convolution and resampling -----
@@ -320,7 +320,7 @@ impl Tensor {
                 hint: format!("; bias must be [{c}]"),
             });
         }
-        let b = b.to_dtype(y.dtype())?.reshape_to(&[1, c, 1, 1])?;
+        let b = b.cast(y.dtype())?.reshape_to(&[1, c, 1, 1])?;
         y.add(&b)
     }
 
@@ -503,12 +503,12 @@ impl Tensor {
             });
         }
         let rep = hq / hkv;
-        let k = k.to_dtype(dt)?.repeat_interleave(rep, 1)?;
-        let v = v.to_dtype(dt)?.repeat_interleave(rep, 1)?;
-        let q = q.to_dtype(dt)?;
+        let k = k.cast(dt)?.repeat_interleave(rep, 1)?;
+        let v = v.cast(dt)?.repeat_interleave(rep, 1)?;
+        let q = q.cast(dt)?;
         let scale = opts.scale.unwrap_or(1.0 / (d as f64).sqrt());
         let acc = dt.accumulation();
-        let mut s = q.matmul(&k.t()?)?.to_dtype(acc)?.affine(scale, 0.0)?;
+        let mut s = q.matmul(&k.t()?)?.into_dtype(acc)?.affine(scale, 0.0)?;
         if let Some(cap) = opts.softcap {
             s = s.affine(1.0 / cap, 0.0)?.tanh()?.affine(cap, 0.0)?;
         }
@@ -519,14 +519,14 @@ impl Tensor {
                 let neg = Tensor::scalar(f64::NEG_INFINITY, acc, &s.device())?;
                 m.where_cond(&s, &neg)?
             } else {
-                s.add(&m.to_dtype(acc)?)?
+                s.add(&*m.cast(acc)?)?
             };
         }
         if opts.causal || opts.sliding_window.is_some() {
             let m = position_mask(lq, lk, opts.causal, opts.sliding_window, acc, &s.device())?;
             s = s.add(&m)?;
         }
-        s.softmax(-1)?.to_dtype(dt)?.matmul(&v)
+        s.softmax(-1)?.into_dtype(dt)?.matmul(&v)
     }
 
     // ----- rotary embedding -----
@@ -562,8 +562,8 @@ impl Tensor {
         *pair_shape.last_mut().unwrap_or(&mut 0) = half;
         broadcast_shape(op, &pair_shape, cos.shape())?;
         let dt = self.dtype().float_or_default();
-        let x = self.to_dtype(dt)?;
-        let (c, s) = (cos.to_dtype(dt)?, sin.to_dtype(dt)?);
+        let x = self.cast(dt)?;
+        let (c, s) = (cos.cast(dt)?, sin.cast(dt)?);
         let rot = x.narrow(-1, 0, r)?;
         let rotated = match style {
             RopeStyle::RotateHalf => {
