@@ -399,14 +399,14 @@ fn leaf(
     d: PjrtDevice,
     host_ints: Option<Arc<[i64]>>,
 ) -> LazyTensor {
-    LazyTensor::new(Arc::new(Node::new(
+    LazyTensor::new(super::graph::new_node(
         NodeOp::Leaf,
         shape,
         dtype,
         d,
         State::Ready(buf),
         host_ints,
-    )))
+    ))
 }
 
 /// The value of `t` as a CPU candle tensor (bool as u8 0/1), materialising it first.

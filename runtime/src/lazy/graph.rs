@@ -352,7 +352,20 @@ const PREFETCH_AHEAD: usize = 4;
 
 /// Starts loading the cache lines of `n`'s allocation (a hint; no effect on values).
 #[inline]
-pub(crate) fn prefetch(n: &Arc<Node>) {
+fn prefetch(n: &Arc<Node>) {
+    prefetch_bytes(n, std::mem::size_of::<Node>());
+}
+
+/// Starts loading the lines holding what a graph walk reads of `n` (its reference counts and
+/// the fields `repr(C)` puts first).
+#[inline]
+pub(crate) fn prefetch_walked(n: &Arc<Node>) {
+    prefetch_bytes(n, std::mem::offset_of!(Node, device));
+}
+
+/// Starts loading the reference counts and the first `len` bytes of `n`.
+#[inline]
+fn prefetch_bytes(n: &Arc<Node>, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -361,13 +374,13 @@ pub(crate) fn prefetch(n: &Arc<Node>) {
         let start = (Arc::as_ptr(n) as *const i8).wrapping_sub(16);
         let skew = start as usize & 63;
         let first = start.wrapping_sub(skew);
-        for off in (0..skew + std::mem::size_of::<Node>() + 16).step_by(64) {
+        for off in (0..skew + len + 16).step_by(64) {
             // SAFETY: prefetching has no architectural effect and never faults.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(off)) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = n;
+    let _ = (n, len);
 }
 
 /// A node in an `Arc`, reusing a spare allocation of this thread when there is one (its
@@ -377,7 +390,7 @@ pub(crate) fn new_node(
     shape: Dims,
     dtype: DType,
     device: PjrtDevice,
-    inputs: Inputs,
+    state: State,
     host_ints: Option<Arc<[i64]>>,
 ) -> Arc<Node> {
     let reused = SPARE.with(|spare| {
@@ -399,24 +412,20 @@ pub(crate) fn new_node(
         n.dtype = dtype;
         n.device = device;
         // SAFETY: `clear` left these fields owning nothing (a leaf op, inline empty dims,
-        // no ints, no operands), so overwriting them without a drop leaks nothing, and
-        // skips reading memory the previous graph's run evicted.
+        // no ints, no operands, no value), so overwriting them without a drop leaks
+        // nothing, and skips reading memory the previous graph's run evicted.
         unsafe {
             std::ptr::write(&mut n.op, op);
             std::ptr::write(&mut n.shape, shape);
             std::ptr::write(&mut n.host_ints, host_ints);
-            std::ptr::write(n.inputs.get_mut(), inputs);
+            match state {
+                State::Pending(inputs) => std::ptr::write(n.inputs.get_mut(), inputs),
+                State::Ready(b) => std::ptr::write(&mut n.value, OnceLock::from(b)),
+            }
         }
         return a;
     }
-    Arc::new(Node::new(
-        op,
-        shape,
-        dtype,
-        device,
-        State::Pending(inputs),
-        host_ints,
-    ))
+    Arc::new(Node::new(op, shape, dtype, device, state, host_ints))
 }
 
 /// Releases the history of computed values (the operands `Node::set_ready` handed back):
@@ -906,7 +915,7 @@ mod tests {
                 Dims::from([2]),
                 DType::F32,
                 dev,
-                inputs,
+                State::Pending(inputs),
                 None,
             )
         };

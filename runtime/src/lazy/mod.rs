@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use graph::{infer_shape, Dims, Inputs, Node, NodeOp};
+use graph::{infer_shape, Dims, Inputs, Node, NodeOp, State};
 
 use crate::op::Op;
 use crate::{DType, Error, PjrtDevice, PjrtPlatform, Result, Tensor};
@@ -164,7 +164,14 @@ fn pending(
     inputs: Inputs,
     host_ints: Option<Arc<[i64]>>,
 ) -> LazyTensor {
-    let t = LazyTensor::new(graph::new_node(op, shape, dtype, device, inputs, host_ints));
+    let t = LazyTensor::new(graph::new_node(
+        op,
+        shape,
+        dtype,
+        device,
+        State::Pending(inputs),
+        host_ints,
+    ));
     // Registered once it has its handle: a materialisation on another thread never sees it
     // handle-less (which would read as dead).
     registry::register(&t.node);

@@ -157,7 +157,7 @@ pub(crate) fn live_pending(device: PjrtDevice) -> (Vec<Arc<Node>>, Vec<Arc<Node>
     let live: Vec<bool> = (0..all.len())
         .map(|i| {
             if let Some(ahead) = all.get(i + PREFETCH_AHEAD) {
-                super::graph::prefetch(ahead);
+                super::graph::prefetch_walked(ahead);
             }
             still_pending(&all[i])
         })
