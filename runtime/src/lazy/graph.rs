@@ -242,7 +242,7 @@ pub(crate) struct Node {
 unsafe impl Sync for Node {}
 
 impl Node {
-    pub(crate) fn new(
+    fn new(
         op: NodeOp,
         shape: Dims,
         dtype: DType,

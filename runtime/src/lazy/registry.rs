@@ -61,8 +61,9 @@ impl Ring {
         true
     }
 
-    /// Moves every entry out (under the registry lock, which `_lock` proves).
-    fn drain_into(&self, out: &mut Vec<Arc<Node>>, _lock: &MutexGuard<'_, Shared>) {
+    /// Moves every entry out (under the registry lock: `Shared` is only reachable through
+    /// it, so `_registry` proves it is held).
+    fn drain_into(&self, out: &mut Vec<Arc<Node>>, _registry: &Shared) {
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Acquire);
         for i in head..tail {
@@ -92,6 +93,28 @@ impl Drop for Ring {
 struct Shared {
     rings: Vec<Arc<Ring>>,
     kept: Vec<Arc<Node>>,
+}
+
+impl Shared {
+    /// Takes every entry out: the kept ones, then those of this thread's ring or of all.
+    fn drain(&mut self, only_mine: bool) -> Vec<Arc<Node>> {
+        let mut all = std::mem::take(&mut self.kept);
+        if only_mine {
+            let _ = MINE.try_with(|ring| ring.drain_into(&mut all, self));
+        } else {
+            for ring in &self.rings {
+                ring.drain_into(&mut all, self);
+            }
+        }
+        all
+    }
+
+    /// Keeps the entries of `all` that are still pending; returns the others.
+    fn keep_pending(&mut self, all: Vec<Arc<Node>>) -> Vec<Arc<Node>> {
+        let (keep, dead) = all.into_iter().partition(|n| still_pending(n));
+        self.kept = keep;
+        dead
+    }
 }
 
 static SHARED: Mutex<Shared> = Mutex::new(Shared {
@@ -128,11 +151,9 @@ pub(crate) fn register(n: &Arc<Node>) {
     // This thread's ring is full (or the thread is exiting): move its entries to the
     // shared list, dropping the dead ones there.
     let mut shared = shared();
-    let mut all = std::mem::take(&mut shared.kept);
-    let _ = MINE.try_with(|ring| ring.drain_into(&mut all, &shared));
+    let mut all = shared.drain(true);
     all.push(n.clone());
-    let (keep, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|n| still_pending(n));
-    shared.kept = keep;
+    let dead = shared.keep_pending(all);
     drop(shared);
     // Dropping may free whole dead subgraphs: not on this thread.
     super::exec::reap(Box::new(dead));
@@ -144,10 +165,7 @@ pub(crate) fn register(n: &Arc<Node>) {
 /// caller drops those once the graph no longer needs its nodes.
 pub(crate) fn live_pending(device: PjrtDevice) -> (Vec<Arc<Node>>, Vec<Arc<Node>>) {
     let mut shared = shared();
-    let mut all = std::mem::take(&mut shared.kept);
-    for ring in &shared.rings {
-        ring.drain_into(&mut all, &shared);
-    }
+    let all = shared.drain(false);
     // Rings of threads that have exited (only this list holds them) and are empty go.
     shared
         .rings
@@ -189,13 +207,8 @@ pub(crate) fn restore(nodes: &[Arc<Node>]) {
 pub(crate) fn prune() {
     let dead = {
         let mut shared = shared();
-        let mut all = std::mem::take(&mut shared.kept);
-        for ring in &shared.rings {
-            ring.drain_into(&mut all, &shared);
-        }
-        let (keep, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|n| still_pending(n));
-        shared.kept = keep;
-        dead
+        let all = shared.drain(false);
+        shared.keep_pending(all)
     };
     drop(dead);
 }
