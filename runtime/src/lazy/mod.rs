@@ -178,8 +178,14 @@ fn pending(
     t
 }
 
-/// Records `op` over `inputs` (validated, same device) with result dtype `dtype`.
+/// Records `op` over `inputs` (validated, same device) with result dtype `dtype`. Graph
+/// walks rely on the shared device (`Tensor::apply` checks it) to read a node's operands
+/// under that device's run lock only.
 pub(crate) fn record(op: Op, inputs: &[&LazyTensor], dtype: DType) -> Result<LazyTensor> {
+    debug_assert!(
+        inputs.iter().all(|t| t.device() == inputs[0].device()),
+        "operands recorded across devices"
+    );
     // Up to four operands (all but `cat`) need no allocation for their shapes.
     let mut small: [&[usize]; 4] = [&[]; 4];
     let many: Vec<&[usize]>;
