@@ -817,14 +817,16 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
         // Every live pending tensor of the device is in this graph, so leaves only it reads
         // may be donated.
         let mut r = run(&outs, &running, op, true, &mut held);
-        if r.is_err() && outs.len() > asked && asked > 0 {
-            // Another live tensor may be what fails (one too large for the device, say):
-            // what was asked for must not fail because of it, so run that alone, donating
-            // nothing (the live tensors left out may still read any leaf).
-            r = run(&outs[..asked], &running, op, false, &mut held);
+        if r.is_err() {
+            if outs.len() > asked && asked > 0 {
+                // Another live tensor may be what fails (one too large for the device,
+                // say): what was asked for must not fail because of it, so run that alone,
+                // donating nothing (the live tensors left out may still read any leaf).
+                r = run(&outs[..asked], &running, op, false, &mut held);
+            }
+            // What the failed graph left pending joins the next one again.
+            super::registry::restore(&outs);
         }
-        // What a failed graph left pending joins the next one again.
-        super::registry::restore(&outs);
         if !held.is_empty() {
             reap(Box::new(held));
         }

@@ -187,7 +187,7 @@ pub(crate) enum NodeOp {
     Op(Op),
 }
 
-/// How a node starts out (see [`Node::new`]).
+/// How a node starts out (see [`new_node`]).
 pub(crate) enum State {
     /// Not computed yet; holds the input nodes in the order the op documents.
     Pending(Inputs),
@@ -242,33 +242,6 @@ pub(crate) struct Node {
 unsafe impl Sync for Node {}
 
 impl Node {
-    fn new(
-        op: NodeOp,
-        shape: Dims,
-        dtype: DType,
-        device: PjrtDevice,
-        state: State,
-        host_ints: Option<Arc<[i64]>>,
-    ) -> Node {
-        let (value, inputs) = match state {
-            State::Pending(inputs) => (OnceLock::new(), inputs),
-            State::Ready(b) => (OnceLock::from(b), Inputs::Zero),
-        };
-        Node {
-            local: local_hash(&op, &shape, dtype),
-            op,
-            shape,
-            dtype,
-            device,
-            host_ints,
-            value,
-            inputs: UnsafeCell::new(inputs),
-            handles: AtomicUsize::new(0),
-            mark: AtomicU64::new(0),
-            slot: AtomicU64::new(0),
-        }
-    }
-
     /// The operands of a pending node (empty once computed), under its device's run lock.
     pub(crate) fn inputs<'a>(&'a self, running: &'a Running<'_>) -> &'a Inputs {
         // Operands share their consumer's device (`Tensor::apply` checks), so a walk from
@@ -401,6 +374,7 @@ pub(crate) fn new_node(
         }
         Some(a)
     });
+    let local = local_hash(&op, &shape, dtype);
     if let Some(a) = reused {
         // SAFETY: a spare has no other owner and no weak reference: `recycle` checked that
         // with `Arc::get_mut` before keeping it, zoo never makes weak references to nodes,
@@ -408,7 +382,7 @@ pub(crate) fn new_node(
         // access to the node, through the allocation's own pointer (as `get_mut` would
         // give; its check would only cost an atomic operation per recorded node).
         let n = unsafe { &mut *Arc::as_ptr(&a).cast_mut() };
-        n.local = local_hash(&op, &shape, dtype);
+        n.local = local;
         n.dtype = dtype;
         n.device = device;
         // SAFETY: `clear` left these fields owning nothing (a leaf op, inline empty dims,
@@ -425,7 +399,23 @@ pub(crate) fn new_node(
         }
         return a;
     }
-    Arc::new(Node::new(op, shape, dtype, device, state, host_ints))
+    let (value, inputs) = match state {
+        State::Pending(inputs) => (OnceLock::new(), inputs),
+        State::Ready(b) => (OnceLock::from(b), Inputs::Zero),
+    };
+    Arc::new(Node {
+        mark: AtomicU64::new(0),
+        slot: AtomicU64::new(0),
+        handles: AtomicUsize::new(0),
+        value,
+        inputs: UnsafeCell::new(inputs),
+        local,
+        device,
+        dtype,
+        shape,
+        op,
+        host_ints,
+    })
 }
 
 /// Releases the history of computed values (the operands `Node::set_ready` handed back):
