@@ -6,6 +6,7 @@
 
 use candle_core::{DType as CDType, Tensor as CT};
 
+use crate::composite::Prims;
 use crate::error::BackendContext;
 use crate::op::{BinaryOp, CmpOp, ConvGeom, Op, ReduceOp, UnaryOp};
 use crate::{DType, Error, Result};
@@ -105,8 +106,31 @@ pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
         Op::ConvTranspose2d(g) => return conv_transpose2d(x[0], x[1], g),
         Op::UpsampleNearest2d { h, w } => x[0].upsample_nearest2d(*h, *w),
         Op::Contiguous => x[0].contiguous(),
+        Op::Composite(c) => return c.expand(&mut Candle, x),
     };
     r.op(name)
+}
+
+/// Composites expand into [`run`] calls, one candle kernel per primitive.
+struct Candle;
+
+impl Prims for Candle {
+    type V = CT;
+    fn shape(v: &CT) -> &[usize] {
+        v.dims()
+    }
+    fn dtype(v: &CT) -> DType {
+        // Expansions ask only of float operands; other dtypes never pass as floats.
+        DType::from_candle(v.dtype()).unwrap_or(DType::U8)
+    }
+    fn prim(&mut self, op: Op, ins: &[&CT], _dt: DType) -> Result<CT> {
+        run(&op, ins)
+    }
+    fn scalar(&mut self, v: f64, dt: DType, like: &CT) -> Result<CT> {
+        CT::new(v, like.device())
+            .and_then(|t| t.to_dtype(dt.to_candle()))
+            .op("scalar")
+    }
 }
 
 fn unary(u: UnaryOp, t: &CT) -> Result<CT> {

@@ -4,6 +4,7 @@
 //! tensor's [`Device`]: candle runs CPU and CUDA tensors eagerly, PJRT devices record a lazy
 //! graph. Every op validates its operands and returns a typed [`Error`] instead of panicking.
 
+mod composite;
 pub mod conformance;
 mod device;
 mod dims;

@@ -3,10 +3,11 @@
 //! `Tensor` methods validate their operands (shapes, dtypes, devices), apply PyTorch's
 //! promotion, and then describe the work as one [`Op`] over already-compatible inputs.
 //! The eager backend executes an `Op` at once ([`crate::eager`]); the PJRT backend records
-//! it as a graph node and lowers it to StableHLO later. Composite ops (softmax, norms,
-//! attention, rotary embedding, activations) are written in terms of these primitives in
-//! `Tensor` code, so they need nothing from a backend.
+//! it as a graph node and lowers it to StableHLO later. The hot composites (norms, softmax,
+//! rotary embedding, attention) are ops too, each with one expansion into these primitives
+//! ([`crate::composite`]) that both backends run; the rest are written in `Tensor` code.
 
+pub(crate) use crate::composite::Composite;
 use crate::dims::Dims;
 use crate::DType;
 
@@ -143,6 +144,8 @@ pub(crate) enum Op {
     UpsampleNearest2d { h: usize, w: usize },
     /// `[x]`: a copy laid out densely.
     Contiguous,
+    /// Inputs as the composite documents: one node, expanded into the primitives above.
+    Composite(Composite),
 }
 
 impl Op {
@@ -174,6 +177,7 @@ impl Op {
             Op::ConvTranspose2d(_) => "conv_transpose2d",
             Op::UpsampleNearest2d { .. } => "upsample_nearest2d",
             Op::Contiguous => "contiguous",
+            Op::Composite(c) => c.name(),
         }
     }
 }

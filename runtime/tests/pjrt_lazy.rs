@@ -176,6 +176,66 @@ fn decode_steps_after_the_first_compile_nothing() {
     assert!(close(&cache_l, &ec.to_vec::<f32>().expect("cache"), 1e-5));
 }
 
+/// Norms, softmax, rotary embedding and attention are one recorded node each (a decoder
+/// step records a few nodes per layer, not dozens) and agree with the eager backend.
+#[test]
+fn composites_record_one_node_each() {
+    let _g = serial();
+    common::setup(VAR);
+    let d = device(0);
+    let both = |data: &[f32], shape: &[usize]| {
+        (
+            Tensor::from_slice(data, shape, &d).expect("lazy"),
+            Tensor::from_slice(data, shape, &Device::Cpu).expect("eager"),
+        )
+    };
+    let (x, ex) = both(&f32s(64, 5), &[1, 2, 4, 8]);
+    let (k, ek) = both(&f32s(48, 6), &[1, 1, 6, 8]);
+    let (c, ec) = both(&f32s(12, 7), &[4, 3]);
+    let (s, es) = both(&f32s(12, 8), &[4, 3]);
+    let keep: Vec<u8> = (0..24).map(|i| (i % 5 != 3) as u8).collect();
+    let mask = Tensor::from_slice(&keep, &[4, 6], &d)
+        .and_then(|m| m.to_dtype(DType::Bool))
+        .expect("mask");
+    let emask = Tensor::from_slice(&keep, &[4, 6], &Device::Cpu)
+        .and_then(|m| m.to_dtype(DType::Bool))
+        .expect("mask");
+    mask.sync().expect("mask");
+    // Operands: x, k, cos, sin, mask.
+    type Case = fn(&[&Tensor; 5]) -> zoo_runtime::Result<Tensor>;
+    let cases: [(&str, Case); 6] = [
+        ("rms_norm", |t| t[0].rms_norm(None, 1e-6)),
+        ("layer_norm", |t| t[0].layer_norm(None, None, 1e-5)),
+        ("softmax", |t| t[0].softmax(2)),
+        ("apply_rotary rotate-half, partial", |t| {
+            t[0].apply_rotary(t[2], t[3], zoo_runtime::RopeStyle::RotateHalf)
+        }),
+        ("apply_rotary interleaved, partial", |t| {
+            t[0].apply_rotary(t[2], t[3], zoo_runtime::RopeStyle::Interleaved)
+        }),
+        ("attention: GQA, bool mask, causal", |t| {
+            let opts = zoo_runtime::SdpaOptions {
+                mask: Some(t[4]),
+                causal: true,
+                ..Default::default()
+            };
+            Tensor::scaled_dot_product_attention(t[0], t[1], t[1], &opts)
+        }),
+    ];
+    for (name, f) in cases {
+        let before = lazy::stats();
+        let got = f(&[&x, &k, &c, &s, &mask])
+            .and_then(|y| y.to_vec::<f32>())
+            .expect(name);
+        let after = lazy::stats();
+        assert_eq!(after.traced_nodes - before.traced_nodes, 1, "{name}");
+        let want = f(&[&ex, &ek, &ec, &es, &emask])
+            .and_then(|y| y.to_vec::<f32>())
+            .expect(name);
+        assert!(close(&got, &want, 1e-5), "{name}: {got:?} vs {want:?}");
+    }
+}
+
 #[test]
 fn disk_cache_is_reused_and_bad_entries_are_recompiled() {
     let _g = serial();

@@ -503,6 +503,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
         | Op::ConvTranspose2d(_) => 2,
         Op::Where | Op::DynamicUpdateSlice => 3,
         Op::Concat { .. } => ins.len().max(1),
+        Op::Composite(c) => c.arity(),
         _ => 1,
     };
     if ins.len() != arity {
@@ -532,6 +533,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
         | Op::Contiguous
         | Op::ArgSortLastDim { .. } => Dims::from(x),
         Op::Binary(_) | Op::Compare(_) => broadcast_shape(name, x, ins[1])?,
+        Op::Composite(c) => c.shape(ins)?,
         Op::Where => broadcast_shape(name, &broadcast_shape(name, x, ins[1])?, ins[2])?,
         Op::Matmul => {
             let (a, b) = (x, ins[1]);
@@ -821,6 +823,7 @@ pub(crate) fn hash_op<H: Hasher>(op: &NodeOp, h: &mut H) {
                     oh.hash(h);
                     w.hash(h);
                 }
+                Op::Composite(c) => c.hash(h),
                 Op::Where | Op::Matmul | Op::DynamicUpdateSlice | Op::Contiguous => {}
             }
         }

@@ -11,8 +11,9 @@
 
 use std::fmt::Write as _;
 
-use super::graph::NodeOp;
+use super::graph::{infer_shape, NodeOp};
 use super::Precision;
+use crate::composite::Prims;
 use crate::op::{BinaryOp, CmpOp, ConvGeom, Op, ReduceOp, UnaryOp};
 use crate::{DType, Error, Result};
 
@@ -328,6 +329,26 @@ impl Emitter {
             d = g.dilation,
         );
         self.op("stablehlo.convolution", &[x, w], &attrs, shape, x.dt)
+    }
+}
+
+/// Composites lower to their expansion, each primitive as `lower_node` emits it.
+impl Prims for Emitter {
+    type V = V;
+    fn shape(v: &V) -> &[usize] {
+        &v.shape
+    }
+    fn dtype(v: &V) -> DType {
+        v.dt
+    }
+    fn prim(&mut self, op: Op, ins: &[&V], dt: DType) -> Result<V> {
+        let shapes: Vec<&[usize]> = ins.iter().map(|v| v.shape.as_slice()).collect();
+        let shape = infer_shape(&op, &shapes)?;
+        let owned: Vec<V> = ins.iter().map(|&v| v.clone()).collect();
+        lower_node(self, &NodeOp::Op(op), &owned, &shape, dt)
+    }
+    fn scalar(&mut self, v: f64, dt: DType, _like: &V) -> Result<V> {
+        Ok(self.constant(v, dt))
     }
 }
 
@@ -657,6 +678,10 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             e.take(&y, &wi, 3)
         }
         Op::Contiguous => x.clone(),
+        Op::Composite(c) => {
+            let refs: Vec<&V> = ins.iter().collect();
+            c.expand(e, &refs)?
+        }
     })
 }
 

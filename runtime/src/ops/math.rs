@@ -2,7 +2,7 @@
 //! and type promotion.
 
 use crate::dims::Dims;
-use crate::op::{BinaryOp, CmpOp, Op, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, CmpOp, Composite, Op, ReduceOp, UnaryOp};
 use crate::tensor::{broadcast_shape, check_same_device};
 use crate::{DType, Error, Result, Tensor};
 
@@ -560,11 +560,17 @@ impl Tensor {
     /// Numerically stable softmax along `dim` (max subtracted first), computed in f32 for
     /// 16-bit inputs; the result has the input's float dtype.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        let name = "softmax";
+        let d = self.axis(name, dim)?;
+        if self.shape()[d] == 0 {
+            return Err(Error::InvalidArgument {
+                op: name,
+                msg: format!("softmax over an empty dim of shape {:?}", self.shape()),
+            });
+        }
         let out = self.dtype().float_or_default();
-        let x = self.cast(out.accumulation())?;
-        let m = x.max(&[dim], true)?;
-        let e = x.sub(&m)?.exp()?;
-        e.div(&e.sum(&[dim], true)?)?.into_dtype(out)
+        self.cast(out)?
+            .apply1(Op::Composite(Composite::Softmax { dim: d }), out)
     }
 
     /// Numerically stable log-softmax along `dim`: `x - max - log(sum(exp(x - max)))`.

@@ -4,8 +4,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::composite::{Attention, MaskKind};
 use crate::dims::Dims;
-use crate::op::{ConvGeom, Op, UnaryOp};
+use crate::op::{Composite, ConvGeom, Op, UnaryOp};
 use crate::tensor::{broadcast_shape, check_same_device};
 use crate::{DType, Error, Result, Tensor};
 
@@ -209,11 +210,11 @@ impl Tensor {
         self.check_param(op, weight, n)?;
         self.check_param(op, bias, n)?;
         let out = self.dtype().float_or_default();
-        let x = self.cast(out.accumulation())?;
-        let mean = x.mean(&[-1], true)?;
-        let xc = x.sub(&mean)?;
-        let var = xc.mul(&xc)?.mean(&[-1], true)?;
-        let mut y = xc.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+        let x = self.cast(out)?;
+        let mut y = x.apply1(
+            Op::Composite(Composite::LayerNorm { eps }),
+            out.accumulation(),
+        )?;
         if let Some(w) = weight {
             y = y.mul(&*w.cast(y.dtype())?)?;
         }
@@ -233,9 +234,9 @@ impl Tensor {
         })?;
         self.check_param(op, weight, n)?;
         let out = self.dtype().float_or_default();
-        let x = self.cast(out.accumulation())?;
-        let ms = x.mul(&x)?.mean(&[-1], true)?;
-        let y = x.mul(&ms.add_scalar(eps)?.rsqrt()?)?.into_dtype(out)?;
+        let y = self
+            .cast(out)?
+            .apply1(Op::Composite(Composite::RmsNorm { eps }), out)?;
         match weight {
             Some(w) => w.mul(&y),
             None => Ok(y),
@@ -502,31 +503,41 @@ impl Tensor {
                 hint: "; attention runs on float dtypes".into(),
             });
         }
-        let rep = hq / hkv;
-        let k = k.cast(dt)?.repeat_interleave(rep, 1)?;
-        let v = v.cast(dt)?.repeat_interleave(rep, 1)?;
-        let q = q.cast(dt)?;
-        let scale = opts.scale.unwrap_or(1.0 / (d as f64).sqrt());
+        let (q, k, v) = (q.cast(dt)?, k.cast(dt)?, v.cast(dt)?);
+        let scores = [b, hq, lq, lk];
         let acc = dt.accumulation();
-        let mut s = q.matmul(&k.t()?)?.into_dtype(acc)?.affine(scale, 0.0)?;
-        if let Some(cap) = opts.softcap {
-            s = s.affine(1.0 / cap, 0.0)?.tanh()?.affine(cap, 0.0)?;
+        let mut ins: Vec<&Tensor> = vec![&q, &k, &v];
+        let mask = match opts.mask {
+            Some(m) => {
+                check_same_device(op, &q, m)?;
+                if broadcast_shape(op, &scores, m.shape())?.as_slice() != scores {
+                    return Err(bad(
+                        m,
+                        &q,
+                        &format!("the mask must broadcast to the scores {scores:?}"),
+                    ));
+                }
+                ins.push(m);
+                Some(match m.dtype() {
+                    DType::Bool => MaskKind::Keep,
+                    _ => MaskKind::Additive,
+                })
+            }
+            None => None,
+        };
+        let positions = opts.causal || opts.sliding_window.is_some();
+        let pm;
+        if positions {
+            pm = position_mask(lq, lk, opts.causal, opts.sliding_window, acc, &q.device())?;
+            ins.push(&pm);
         }
-        if let Some(m) = opts.mask {
-            check_same_device(op, &s, m)?;
-            broadcast_shape(op, s.shape(), m.shape())?;
-            s = if m.dtype() == DType::Bool {
-                let neg = Tensor::scalar(f64::NEG_INFINITY, acc, &s.device())?;
-                m.where_cond(&s, &neg)?
-            } else {
-                s.add(&*m.cast(acc)?)?
-            };
-        }
-        if opts.causal || opts.sliding_window.is_some() {
-            let m = position_mask(lq, lk, opts.causal, opts.sliding_window, acc, &s.device())?;
-            s = s.add(&m)?;
-        }
-        s.softmax(-1)?.into_dtype(dt)?.matmul(&v)
+        let attn = Attention {
+            scale: opts.scale.unwrap_or(1.0 / (d as f64).sqrt()),
+            softcap: opts.softcap,
+            mask,
+            positions,
+        };
+        Tensor::apply(Op::Composite(Composite::Attention(attn)), &ins, dt)
     }
 
     // ----- rotary embedding -----
@@ -560,38 +571,17 @@ impl Tensor {
         }
         let mut pair_shape = Dims::from(self.shape());
         *pair_shape.last_mut().unwrap_or(&mut 0) = half;
-        broadcast_shape(op, &pair_shape, cos.shape())?;
+        let pairs = broadcast_shape(op, &pair_shape, cos.shape())?;
         let dt = self.dtype().float_or_default();
-        let x = self.cast(dt)?;
-        let (c, s) = (cos.cast(dt)?, sin.cast(dt)?);
-        let rot = x.narrow(-1, 0, r)?;
-        let rotated = match style {
-            RopeStyle::RotateHalf => {
-                let x1 = rot.narrow(-1, 0, half)?;
-                let x2 = rot.narrow(-1, half, half)?;
-                let o1 = x1.mul(&c)?.sub(&x2.mul(&s)?)?;
-                let o2 = x2.mul(&c)?.add(&x1.mul(&s)?)?;
-                Tensor::cat(&[&o1, &o2], -1)?
-            }
-            RopeStyle::Interleaved => {
-                let mut pairs: Vec<isize> = rot.shape()[..rot.rank() - 1]
-                    .iter()
-                    .map(|&v| v as isize)
-                    .collect();
-                pairs.extend([half as isize, 2]);
-                let p = rot.reshape(&pairs)?;
-                let a = p.narrow(-1, 0, 1)?.squeeze(-1)?;
-                let b = p.narrow(-1, 1, 1)?.squeeze(-1)?;
-                let oa = a.mul(&c)?.sub(&b.mul(&s)?)?;
-                let ob = b.mul(&c)?.add(&a.mul(&s)?)?;
-                Tensor::stack(&[&oa, &ob], -1)?.flatten(-2, -1)?
-            }
-        };
-        if r == d {
-            return Ok(rotated);
+        let mut x = self.cast(dt)?;
+        if pairs != pair_shape {
+            // Tables with more leading dims than x (per-batch positions) widen x first.
+            let mut wide = pairs;
+            *wide.last_mut().unwrap_or(&mut 0) = d;
+            x = std::borrow::Cow::Owned(x.broadcast_as(&wide)?);
         }
-        let pass = x.narrow(-1, r, d - r)?;
-        Tensor::cat(&[&rotated, &pass], -1)
+        let (c, s) = (cos.cast(dt)?, sin.cast(dt)?);
+        Tensor::apply(Op::Composite(Composite::Rotary(style)), &[&x, &c, &s], dt)
     }
 }
 
