@@ -118,6 +118,12 @@ impl Composite {
             rhs: rhs.to_vec(),
             hint: format!("; {hint}"),
         };
+        if ins.len() != self.arity() {
+            return Err(Error::InvalidArgument {
+                op: name,
+                msg: format!("{} operands given, {} expected", ins.len(), self.arity()),
+            });
+        }
         let x = ins[0];
         match self {
             Composite::RmsNorm { .. } | Composite::LayerNorm { .. } => {
@@ -186,7 +192,8 @@ impl Composite {
         }
     }
 
-    /// Runs the expansion over `ins` with `p`'s primitives.
+    /// Runs the expansion over `ins` with `p`'s primitives. The operands must pass
+    /// [`Composite::shape`].
     pub(crate) fn expand<P: Prims>(&self, p: &mut P, ins: &[&P::V]) -> Result<P::V> {
         let mut b = Build { p };
         let x = ins[0];

@@ -106,7 +106,11 @@ pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
         Op::ConvTranspose2d(g) => return conv_transpose2d(x[0], x[1], g),
         Op::UpsampleNearest2d { h, w } => x[0].upsample_nearest2d(*h, *w),
         Op::Contiguous => x[0].contiguous(),
-        Op::Composite(c) => return c.expand(&mut Candle, x),
+        Op::Composite(c) => {
+            let shapes: Vec<&[usize]> = x.iter().map(|t| t.dims()).collect();
+            c.shape(&shapes)?;
+            return c.expand(&mut Candle, x);
+        }
     };
     r.op(name)
 }
