@@ -7,8 +7,8 @@ use zoo_runtime::device_map::{parse_max_memory, DeviceMap};
 use zoo_runtime::DType;
 use zoo_transformers::{AutoModelForCausalLM, Message};
 
-/// Generate text with a Llama-family model (Llama, Mistral, Qwen2, Qwen3, and GGUF files of
-/// the llama architecture such as SmolLM2), streaming it as it is produced, then print the load
+/// Generate text with a causal language model (the families below, and GGUF files of the
+/// llama architecture such as SmolLM2), streaming it as it is produced, then print the load
 /// time, the time to first token and the decode speed.
 ///
 /// Decoding is greedy unless a sampling option (--temperature, --top-k, --top-p, --min-p) is
@@ -22,7 +22,7 @@ use zoo_transformers::{AutoModelForCausalLM, Message};
 ///       --temperature 0.7 --top-p 0.9 --seed 42
 ///   zoo generate model.safetensors "def fib(n):" --dtype bf16 --stop "\n\n"
 #[derive(clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(true))]
 pub struct Args {
     /// Folder (config.json + safetensors), .safetensors/.gguf file, or Hub repo id `org/name[@revision]`.
     model: String,

@@ -1,6 +1,7 @@
 //! `zoo`: the command line of zoo. Parsing and printing only; the work lives in the libraries.
 
 mod devices;
+mod embed;
 mod generate;
 mod inspect;
 mod parity;
@@ -26,6 +27,7 @@ enum Command {
     Devices(devices::Args),
     Inspect(inspect::Args),
     Generate(generate::Args),
+    Embed(embed::Args),
     Plan(plan::Args),
     Parity(parity::Args),
 }
@@ -36,6 +38,7 @@ fn main() -> std::process::ExitCode {
         Command::Devices(args) => devices::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Parity(args) => parity::run(args),
     };

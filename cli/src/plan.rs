@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use zoo_hub::{Dtype, Pretrained};
 use zoo_runtime::device_map::{
-    decoder_units, parse_max_memory, plan, DeviceBudget, ModelShape, Placement, PlanRequest,
+    parse_max_memory, plan, units_from_inventory, DeviceBudget, Placement, PlanRequest, UnitRules,
     Workload,
 };
 
@@ -42,9 +42,10 @@ pub struct Args {
     /// Batch size the KV cache and activations are sized for.
     #[arg(long, default_value_t = 1)]
     batch: usize,
-    /// Sequence length (prompt + new tokens) the KV cache is sized for.
-    #[arg(long, default_value_t = 2048)]
-    seq: usize,
+    /// Sequence length the plan is sized for: prompt + new tokens for a decoder's KV cache
+    /// (default 2048), the input length for an encoder (default its max_position_embeddings).
+    #[arg(long)]
+    seq: Option<usize>,
     /// Fraction of each budget kept for the runtime (compiled executables, allocator slack).
     #[arg(long, default_value_t = 0.05)]
     reserve: f64,
@@ -103,9 +104,36 @@ pub fn run(args: Args) -> Result<()> {
         bail!("offloading to disk is not supported; give more device or cpu memory");
     }
 
-    let shape = config.as_ref().and_then(ModelShape::from_config);
     let inv = &checkpoint.inventory;
-    let units = decoder_units(inv, config.as_ref(), dtype);
+    // The family says what its units are and what each costs; a checkpoint of no known
+    // family is planned module by module from its weights alone.
+    let layout = config
+        .as_ref()
+        .and_then(zoo_transformers::registry::layout)
+        .transpose()?;
+    let (units, shape, seq) = match &layout {
+        Some(l) => {
+            let default = if l.shape.kv_cache { 2048 } else { l.context };
+            (
+                l.units(inv, dtype),
+                Some(l.shape),
+                args.seq.unwrap_or(default),
+            )
+        }
+        None => (
+            units_from_inventory(inv, &UnitRules::default(), dtype),
+            None,
+            args.seq.unwrap_or(2048),
+        ),
+    };
+    if let Some(l) = layout.as_ref().filter(|l| !l.shape.kv_cache) {
+        if seq > l.context {
+            bail!(
+                "--seq {seq} is longer than the {} tokens this encoder takes (max_position_embeddings)",
+                l.context
+            );
+        }
+    }
     let request = PlanRequest {
         strategy: args.device_map.clone(),
         devices,
@@ -113,7 +141,7 @@ pub fn run(args: Args) -> Result<()> {
         shape,
         workload: Workload {
             batch: args.batch,
-            seq: args.seq,
+            seq,
             elem_bytes,
         },
         reserve_fraction: args.reserve,
@@ -121,10 +149,14 @@ pub fn run(args: Args) -> Result<()> {
     let plan = plan(&request)?;
     plan.check_covers(inv)?;
     print!("{plan}");
-    if shape.is_none() {
-        println!(
-            "note: the config gives no decoder shape; KV cache and activations are not counted"
-        );
+    match &layout {
+        None => println!(
+            "note: no registered family describes this checkpoint; KV cache and activations are not counted"
+        ),
+        Some(l) if !l.shape.kv_cache => {
+            println!("note: an encoder keeps no KV cache; activations are sized for {seq} tokens")
+        }
+        Some(_) => {}
     }
     if let Some(out) = &args.out {
         let text = serde_json::to_string_pretty(&plan.to_json())?;

@@ -10,6 +10,8 @@ mod common;
 
 const LLAMA: &str = "llama-gqa-f32";
 const BERT: &str = "bert-base-f32";
+/// A copy of the BERT case relabelled as a class zoo has no model for.
+const UNPORTED: &str = "distilbert-unported";
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -60,11 +62,15 @@ fn p(path: &Path) -> &str {
 
 #[test]
 fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
-    // candle-cpu and pjrt-cpu pass, pjrt-tpu is not available here, BERT has no model.
+    // candle-cpu and pjrt-cpu pass, pjrt-tpu is not available here, DistilBERT has no model.
     let tmp = tempfile::tempdir().unwrap();
     let cases = tmp.path().join("cases");
     copy_case(LLAMA, &cases, LLAMA);
-    copy_case(BERT, &cases, BERT);
+    let unported = copy_case(BERT, &cases, UNPORTED).join("case.json");
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&unported).unwrap()).unwrap();
+    doc["architecture"] = "DistilBertModel".into();
+    std::fs::write(&unported, doc.to_string()).unwrap();
     let out = tmp.path().join("out");
     let (ok, stdout, stderr) = zoo(&[
         "parity",
@@ -76,10 +82,7 @@ fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
         "--out",
         p(&out),
     ]);
-    assert!(
-        !ok,
-        "the unported BERT case must make the run fail\n{stdout}"
-    );
+    assert!(!ok, "the unported case must make the run fail\n{stdout}");
     assert!(
         stderr.contains("3 of 6 results failed or errored"),
         "{stderr}"
@@ -127,9 +130,13 @@ fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
     let why = tpu["message"].as_str().unwrap();
     assert!(why.contains("tpu") || why.contains("TPU"), "{why}");
     for backend in ["candle-cpu", "pjrt-cpu", "pjrt-tpu"] {
-        let bert = result(&run, BERT, backend);
+        let bert = result(&run, UNPORTED, backend);
         assert_eq!(bert["status"], "error", "{bert}");
-        assert!(bert["message"].as_str().unwrap().contains("unsupported"));
+        let why = bert["message"].as_str().unwrap();
+        assert!(
+            why.contains("unsupported") && why.contains("BertModel"),
+            "{why}"
+        );
     }
     let summary = &run["summary"];
     assert_eq!(summary["success"], 2);
@@ -154,7 +161,7 @@ fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
     assert!(ok, "{stderr}");
     assert!(stdout.contains("index.html"), "{stdout}");
     let html = std::fs::read_to_string(site.join("index.html")).unwrap();
-    assert!(html.contains(LLAMA) && html.contains(BERT));
+    assert!(html.contains(LLAMA) && html.contains(UNPORTED));
 }
 
 #[test]

@@ -4,22 +4,19 @@
 //! cargo run -p zoo-examples --example plan_device_map -- path/to/model
 
 use zoo_hub::{Dtype, Pretrained};
-use zoo_runtime::device_map::{
-    plan, units_from_inventory, DeviceBudget, Placement, PlanRequest, Workload,
-};
+use zoo_runtime::device_map::{plan, DeviceBudget, Placement, PlanRequest, Workload};
 
 fn main() -> anyhow::Result<()> {
     let input = std::env::args()
         .nth(1)
         .ok_or_else(|| anyhow::anyhow!("usage: plan_device_map <folder | file | org/name>"))?;
-    let checkpoint = Pretrained::open(&input)?.checkpoint()?;
-    // Each `model.layers.N` stays whole on one device; weights are counted as bf16.
-    let units = units_from_inventory(
-        &checkpoint.inventory,
-        &["model.layers"],
-        Some(Dtype::BF16),
-        &[],
-    );
+    let model = Pretrained::open(&input)?;
+    let checkpoint = model.checkpoint()?;
+    // The family names its no-split units (each `model.layers.N` of a Llama stays whole on
+    // one device) and what each costs beyond its weights; weights are counted as bf16.
+    let layout = zoo_transformers::registry::layout(&model.config()?)
+        .ok_or_else(|| anyhow::anyhow!("no zoo family describes {input}"))??;
+    let units = layout.units(&checkpoint.inventory, Some(Dtype::BF16));
     let devices = (0..2)
         .map(|i| DeviceBudget {
             place: Placement::Device(i),
@@ -31,7 +28,7 @@ fn main() -> anyhow::Result<()> {
         strategy: "balanced".into(),
         devices,
         units,
-        shape: None, // give a ModelShape to reserve KV cache and activations too
+        shape: Some(layout.shape), // KV cache (decoders) and activations
         workload: Workload {
             batch: 1,
             seq: 2048,

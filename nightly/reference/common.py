@@ -107,7 +107,9 @@ def randomize_parameters(model: torch.nn.Module, seed: int, std: float) -> None:
 
 def _is_norm_weight(name: str) -> bool:
     lowered = name.lower()
-    return lowered.endswith("weight") and ("norm" in lowered)
+    # GPT-2 names its LayerNorms ln_1, ln_2, ln_f.
+    is_norm = "norm" in lowered or any(part.startswith("ln_") for part in lowered.split("."))
+    return lowered.endswith("weight") and is_norm
 
 
 @dataclass

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes zoo parity cases from the real PyTorch libraries (transformers, diffusers).
 
+Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), GPT-2 (gpt2.py), BERT (bert.py).
+
 Every number a zoo parity test compares against comes from here. A case is one folder:
 the checkpoint (config.json + model.safetensors as save_pretrained writes them),
 inputs.safetensors, expected.safetensors and case.json. nightly/README.md documents the
@@ -48,11 +50,14 @@ DEFAULT_OUT = REPO_ROOT / "nightly" / "fixtures"
 def tiny_builders():
     """Name -> (spec, builder) for every committed tiny random case, in a stable order."""
     import bert
+    import gpt2
     import lm
 
     table = {}
     for spec in lm.SPECS:
         table[spec.name] = (spec, lm.build_case)
+    for spec in gpt2.SPECS:
+        table[spec.name] = (spec, gpt2.build_case)
     for spec in bert.SPECS:
         table[spec.name] = (spec, bert.build_case)
     return table

@@ -3,10 +3,15 @@
 Each spec names one feature a port can get wrong (GQA/MHA/MQA, tied embeddings,
 head_dim != hidden/heads, each rope type, biases, sliding window, left padding, bf16)
 and keeps everything else small so the whole fixture set stays a few megabytes.
+
+The building, greedy seed search and case assembly here are shared with other causal-LM
+families (gpt2.py): a spec's `family` says which base config it starts from, which modules'
+outputs are recorded and what its position ids mean.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,30 @@ BASE_CONFIG: dict[str, Any] = {
 }
 
 
+def decoder_points(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Llama-style `model.embed_tokens`, `model.layers.N`, `model.norm` (the final norm last)."""
+    points = {"model.embed_tokens": model.model.embed_tokens}
+    for i, layer in enumerate(model.model.layers):
+        points[f"model.layers.{i}"] = layer
+    points["model.norm"] = model.model.norm
+    return points
+
+
+@dataclass(frozen=True)
+class LmFamily:
+    """What differs between causal-LM families in how a case is built and recorded."""
+
+    base_config: dict[str, Any]
+    # Module path -> module whose output is recorded; the last entry is the final norm,
+    # whose output is stored as `last_hidden_state`.
+    points: Callable[[torch.nn.Module], dict[str, torch.nn.Module]]
+    position_meaning: str
+
+
+LLAMA_FAMILY = LmFamily(BASE_CONFIG, decoder_points,
+                        "rope positions used for logits/activations: cumsum(mask)-1, 0 on padding")
+
+
 @dataclass
 class LmSpec:
     """One causal-LM case: architecture, config overrides and the shape of its prompt batch."""
@@ -57,6 +86,7 @@ class LmSpec:
     prompt_len: int = 10
     left_pad: int = 0  # pad tokens before the second prompt of the batch
     weight_std: float = 0.1
+    family: LmFamily = LLAMA_FAMILY
 
 
 def _rope(rope_type: str, **params: Any) -> dict[str, Any]:
@@ -133,7 +163,7 @@ SPECS: list[LmSpec] = [
 def build_model(spec: LmSpec) -> torch.nn.Module:
     """Builds the random model in f32, then casts it to the case dtype."""
     model_cls = getattr(transformers, spec.architecture)
-    config = model_cls.config_class(**{**BASE_CONFIG, **spec.config})
+    config = model_cls.config_class(**{**spec.family.base_config, **spec.config})
     config.architectures = [spec.architecture]
     torch.manual_seed(spec.seed)  # only the library's own init reads the global RNG
     model = model_cls._from_config(config, attn_implementation="eager", dtype=torch.float32)
@@ -163,12 +193,11 @@ def make_inputs(spec: LmSpec) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
 
 
-def run_forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Logits plus the outputs of the embedding, each decoder layer and the final norm."""
+def run_forward(
+    model: torch.nn.Module, inputs: dict[str, torch.Tensor], points: dict[str, torch.nn.Module]
+) -> dict[str, torch.Tensor]:
+    """Logits plus the output of every module in `points` (embeddings, each layer, final norm)."""
     captured: dict[str, torch.Tensor] = {}
-    points = {"model.embed_tokens": model.model.embed_tokens, "model.norm": model.model.norm}
-    for i, layer in enumerate(model.model.layers):
-        points[f"model.layers.{i}"] = layer
     hooks = [module.register_forward_hook(_capture(captured, f"{name}.output")) for name, module in points.items()]
     try:
         with torch.no_grad():
@@ -228,17 +257,20 @@ def build_case(spec: LmSpec, out_dir: Path) -> Case:
     model.save_pretrained(out_dir)
     # A fresh model for the forward pass: dynamic rope keeps state across calls (the
     # longest sequence seen), so running after generate() would leak its frequencies.
-    forward = run_forward(build_model(spec), inputs)
+    fresh = build_model(spec)
+    points = spec.family.points(fresh)
+    final_norm = f"{list(points)[-1]}.output"
+    forward = run_forward(fresh, inputs, points)
     stored_as = "" if spec.dtype == "f32" else f", computed in {spec.dtype} and stored as f32 (exact upcast)"
     outputs = [
         TensorSpec("logits", forward["logits"].float(), f"next-token logits for every input position{stored_as}",
                    compare="allclose", mask="attention_mask"),
-        TensorSpec("last_hidden_state", forward["model.norm.output"].float(),
-                   f"output of the base model (after model.norm), what *Model returns{stored_as}",
+        TensorSpec("last_hidden_state", forward[final_norm].float(),
+                   f"output of the base model (after {final_norm[:-7]}), what *Model returns{stored_as}",
                    compare="allclose", mask="attention_mask"),
     ]
     for name, value in forward.items():
-        if name.startswith("model.") and name != "model.norm.output":
+        if name.endswith(".output") and name != final_norm:
             outputs.append(TensorSpec(name, value.float(), f"output of module {name[:-7]}{stored_as}",
                                       compare="allclose", mask="attention_mask"))
     outputs += [
@@ -264,8 +296,7 @@ def build_case(spec: LmSpec, out_dir: Path) -> Case:
         inputs=[
             TensorSpec("input_ids", inputs["input_ids"], "token ids [batch, seq]; left padding uses pad_token_id"),
             TensorSpec("attention_mask", inputs["attention_mask"], "1 for a real token, 0 for padding"),
-            TensorSpec("position_ids", inputs["position_ids"],
-                       "rope positions used for logits/activations: cumsum(mask)-1, 0 on padding"),
+            TensorSpec("position_ids", inputs["position_ids"], spec.family.position_meaning),
         ],
         outputs=outputs,
         generation={

@@ -14,7 +14,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::{DType, Tensor};
-use zoo_transformers::{AutoModelForCausalLM, CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
+use zoo_transformers::registry::{self, Loaders};
+use zoo_transformers::{
+    AutoModelForCausalLM, CausalLM, EncoderArgs, ForwardArgs, GenerationOptions, LoadOptions,
+    LogitsFor,
+};
 
 use crate::case::{discover, Case, CaseDtype, CaseError, CaseSpec, CompareKind, Task};
 use crate::results::{
@@ -22,13 +26,39 @@ use crate::results::{
 };
 use crate::tensor::HostTensor;
 
-/// Architectures the harness can run, all through `AutoModelForCausalLM`.
-pub const CAUSAL_LM_ARCHITECTURES: [&str; 4] = [
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-];
+/// Architectures the harness can run: every class of zoo-transformers' registry that a
+/// case task names (causal LMs through `AutoModelForCausalLM`, encoders through their head).
+pub fn supported_architectures() -> Vec<&'static str> {
+    registry::architectures()
+        .filter(|a| matches!(a.task, registry::Task::CausalLm | registry::Task::Base))
+        .map(|a| a.name)
+        .collect()
+}
+
+/// How a case runs: which kind of model its architecture is.
+#[derive(Clone, Copy, Debug)]
+enum Runner {
+    CausalLm,
+    Encoder(registry::Task),
+}
+
+/// The runner for a case's architecture and task, or why there is none.
+fn runner(spec: &CaseSpec) -> Result<Runner, String> {
+    let unsupported = || {
+        format!(
+            "unsupported: zoo has no model for {} ({:?}); zoo runs {}",
+            spec.architecture,
+            spec.task,
+            supported_architectures().join(", ")
+        )
+    };
+    let (family, arch) = registry::by_architecture(&spec.architecture).ok_or_else(unsupported)?;
+    match (&family.loaders, spec.task, arch.task) {
+        (Loaders::Decoder { .. }, Task::CausalLm, registry::Task::CausalLm) => Ok(Runner::CausalLm),
+        (Loaders::Encoder(_), Task::FeatureExtraction, t) => Ok(Runner::Encoder(t)),
+        _ => Err(unsupported()),
+    }
+}
 
 /// Where a case runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -340,27 +370,22 @@ fn run_case_dir(
                     continue;
                 }
             };
-            if !CAUSAL_LM_ARCHITECTURES.contains(&spec.architecture.as_str())
-                || spec.task != Task::CausalLm
-            {
-                results.push(label(
-                    Status::Error,
-                    format!(
-                        "unsupported: zoo has no model for {} ({:?}); zoo runs {}",
-                        spec.architecture,
-                        spec.task,
-                        CAUSAL_LM_ARCHITECTURES.join(", ")
-                    ),
-                    0.0,
-                ));
-                continue;
-            }
+            let run = match runner(&spec) {
+                Ok(r) => r,
+                Err(why) => {
+                    results.push(label(Status::Error, why, 0.0));
+                    continue;
+                }
+            };
             if let Probe::Absent(why) = probe {
                 results.push(label(Status::NotAvailable, why.clone(), 0.0));
                 continue;
             }
             let started = Instant::now();
-            let outcome = guarded(|| run_causal_lm(case, backend));
+            let outcome = guarded(|| match run {
+                Runner::CausalLm => run_causal_lm(case, backend),
+                Runner::Encoder(task) => run_encoder(case, backend, task),
+            });
             let time_s = load_time + started.elapsed().as_secs_f64();
             results.push(match outcome {
                 Ok(Ok(produced)) => judge(case, backend, produced, time_s),
@@ -411,38 +436,140 @@ enum RunError {
 /// Loads a causal-LM case's checkpoint on `backend` and produces the case's outputs:
 /// a full forward (logits, hidden states, per-layer outputs), the logits of each cached
 /// decode step fed the reference's tokens, and the greedy tokens of `generate`.
+/// The dtype a case's checkpoint loads in; PJRT backends multiply at full precision, since
+/// parity compares against PyTorch's f32 matmuls.
+fn prepare(case: &Case, backend: Backend) -> DType {
+    if backend.pjrt_platform().is_some() {
+        zoo_runtime::set_matmul_precision(zoo_runtime::Precision::Highest);
+    }
+    match case.spec.dtype {
+        CaseDtype::F32 => DType::F32,
+        CaseDtype::Bf16 => DType::BF16,
+        CaseDtype::F16 => DType::F16,
+    }
+}
+
+/// A load error: not available when the backend cannot serve the map, else a failure.
+fn load_error(ckpt: &Path) -> impl Fn(zoo_transformers::Error) -> RunError + '_ {
+    move |e| match e {
+        zoo_transformers::Error::UnsupportedDeviceMap { .. }
+        | zoo_transformers::Error::DeviceUnavailable { .. } => {
+            RunError::NotAvailable(e.to_string())
+        }
+        e => RunError::Failed(format!("load {}: {e}", ckpt.display())),
+    }
+}
+
+fn input<'a>(case: &'a Case, name: &str) -> Result<&'a HostTensor, RunError> {
+    case.inputs
+        .get(name)
+        .ok_or_else(|| RunError::Failed(format!("the case has no input `{name}`")))
+}
+
+/// An integer input of the shape of `input_ids`, if the case has it.
+fn like_ids(case: &Case, name: &str, ids: &HostTensor) -> Result<Option<Vec<i64>>, RunError> {
+    match case.inputs.get(name) {
+        Some(m) if m.shape == ids.shape => Ok(Some(ints(m, name)?.to_vec())),
+        Some(m) => Err(RunError::Failed(format!(
+            "{name} has shape {:?}, input_ids {:?}",
+            m.shape, ids.shape
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// Loads an encoder case's checkpoint with the head of `task` and produces its outputs:
+/// `last_hidden_state`, `pooler_output`, `logits` and the per-module outputs.
+fn run_encoder(
+    case: &Case,
+    backend: Backend,
+    task: registry::Task,
+) -> Result<BTreeMap<String, HostTensor>, RunError> {
+    let failed = |e: zoo_transformers::Error| RunError::Failed(format!("forward: {e}"));
+    let dtype = prepare(case, backend);
+    let ckpt = case.checkpoint_path();
+    let opts = LoadOptions {
+        dtype: Some(dtype),
+        device_map: backend.device_map(),
+        ..Default::default()
+    };
+    let model = zoo_transformers::auto::load_encoder_with(&ckpt.to_string_lossy(), opts, task)
+        .map_err(load_error(&ckpt))?;
+    let ids_t = input(case, "input_ids")?;
+    let device = model.device();
+    let tensor =
+        |v: Vec<i64>| Tensor::from_vec(v, &ids_t.shape, &device).map_err(|e| failed(e.into()));
+    let ids = tensor(ints(ids_t, "input_ids")?.to_vec())?;
+    let optional = |name: &str| -> Result<Option<Tensor>, RunError> {
+        like_ids(case, name, ids_t)?.map(tensor).transpose()
+    };
+    let (mask, types, positions) = (
+        optional("attention_mask")?,
+        optional("token_type_ids")?,
+        optional("position_ids")?,
+    );
+    let out = model
+        .forward(EncoderArgs {
+            input_ids: &ids,
+            attention_mask: mask.as_ref(),
+            token_type_ids: types.as_ref(),
+            position_ids: positions.as_ref(),
+            output_hidden_states: true,
+        })
+        .map_err(failed)?;
+    let mut produced = BTreeMap::new();
+    produced.insert(
+        "last_hidden_state".into(),
+        host(&out.last_hidden_state).map_err(failed)?,
+    );
+    for (name, t) in [
+        ("pooler_output", &out.pooler_output),
+        ("logits", &out.logits),
+    ] {
+        if let Some(t) = t {
+            produced.insert(name.into(), host(t).map_err(failed)?);
+        }
+    }
+    module_outputs(
+        case,
+        &model.hidden_state_modules(),
+        &out.hidden_states,
+        &mut produced,
+    )
+    .map_err(failed)?;
+    Ok(produced)
+}
+
+/// The per-module outputs a case lists (`<module>.output`), from `hidden_states` whose
+/// entries `modules` names in order.
+fn module_outputs(
+    case: &Case,
+    modules: &[String],
+    hidden_states: &[Tensor],
+    out: &mut BTreeMap<String, HostTensor>,
+) -> Result<(), zoo_transformers::Error> {
+    for (module, h) in modules.iter().zip(hidden_states) {
+        let name = format!("{module}.output");
+        if case.output_entry(&name).is_some() {
+            out.insert(name, host(h)?);
+        }
+    }
+    Ok(())
+}
+
 fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostTensor>, RunError> {
     let failed = |what: &str| {
         let what = what.to_string();
         move |e: zoo_transformers::Error| RunError::Failed(format!("{what}: {e}"))
     };
-    let dtype = match case.spec.dtype {
-        CaseDtype::F32 => DType::F32,
-        CaseDtype::Bf16 => DType::BF16,
-        CaseDtype::F16 => DType::F16,
-    };
-    if backend.pjrt_platform().is_some() {
-        // Parity compares against PyTorch's f32 matmuls: no reduced-precision passes.
-        zoo_runtime::set_matmul_precision(zoo_runtime::Precision::Highest);
-    }
+    let dtype = prepare(case, backend);
     let ckpt = case.checkpoint_path();
     let model = AutoModelForCausalLM::builder(&ckpt.to_string_lossy())
         .device_map(backend.device_map())
         .dtype(dtype)
         .load()
-        .map_err(|e| match e {
-            zoo_transformers::Error::UnsupportedDeviceMap { .. }
-            | zoo_transformers::Error::DeviceUnavailable { .. } => {
-                RunError::NotAvailable(e.to_string())
-            }
-            e => RunError::Failed(format!("load {}: {e}", ckpt.display())),
-        })?;
-    let input = |name: &str| -> Result<&HostTensor, RunError> {
-        case.inputs
-            .get(name)
-            .ok_or_else(|| RunError::Failed(format!("the case has no input `{name}`")))
-    };
-    let ids_t = input("input_ids")?;
+        .map_err(load_error(&ckpt))?;
+    let ids_t = input(case, "input_ids")?;
     let ids = ints(ids_t, "input_ids")?;
     let [b, t] = ids_t.shape[..] else {
         return Err(RunError::Failed(format!(
@@ -450,24 +577,9 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
             ids_t.shape
         )));
     };
-    let mask: Vec<i64> = match case.inputs.get("attention_mask") {
-        Some(m) if m.shape == ids_t.shape => ints(m, "attention_mask")?.to_vec(),
-        Some(m) => {
-            return Err(RunError::Failed(format!(
-                "attention_mask has shape {:?}, input_ids {:?}",
-                m.shape, ids_t.shape
-            )))
-        }
-        None => vec![1; b * t],
-    };
-    let positions: Vec<i64> = match case.inputs.get("position_ids") {
-        Some(p) if p.shape == ids_t.shape => ints(p, "position_ids")?.to_vec(),
-        Some(p) => {
-            return Err(RunError::Failed(format!(
-                "position_ids has shape {:?}, input_ids {:?}",
-                p.shape, ids_t.shape
-            )))
-        }
+    let mask: Vec<i64> = like_ids(case, "attention_mask", ids_t)?.unwrap_or_else(|| vec![1; b * t]);
+    let positions: Vec<i64> = match like_ids(case, "position_ids", ids_t)? {
+        Some(p) => p,
         // transformers' generate: cumsum(mask) - 1, 0 on padding.
         None => mask
             .chunks(t.max(1))
@@ -561,15 +673,12 @@ fn full_forward(
     );
     // hidden_states: the embeddings, then each layer's output; the last entry is the
     // normed output, already `last_hidden_state`.
-    let layers = states.hidden_states.len().saturating_sub(1);
-    for (i, h) in states.hidden_states.iter().enumerate().take(layers + 1) {
-        let name = if i == 0 {
-            "model.embed_tokens.output".to_string()
-        } else {
-            format!("model.layers.{}.output", i - 1)
-        };
+    let modules = lm.model().hidden_state_modules();
+    module_outputs(case, &modules, &states.hidden_states, out).map_err(failed)?;
+    for (module, t) in &states.module_outputs {
+        let name = format!("{module}.output");
         if case.output_entry(&name).is_some() {
-            out.insert(name, host(h).map_err(failed)?);
+            out.insert(name, host(t).map_err(failed)?);
         }
     }
     Ok(())

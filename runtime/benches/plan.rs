@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use zoo_hub::{Dtype, Inventory, TensorInfo, Transform};
 use zoo_runtime::device_map::{
-    decoder_units, plan, DeviceBudget, ModelShape, Placement, PlanRequest, Workload,
+    plan, units_from_inventory, DeviceBudget, ModelShape, Placement, PlanRequest, UnitRules,
+    Workload,
 };
 
 const LAYERS: usize = 1000;
@@ -63,6 +64,7 @@ fn main() {
         kv_heads: 4,
         head_dim: 64,
         vocab: 32000,
+        kv_cache: true,
     };
     let workload = Workload {
         batch: 1,
@@ -94,7 +96,15 @@ fn main() {
         let mut stages = 0;
         for _ in 0..5 {
             let t = Instant::now();
-            let units = decoder_units(&inv, None, None);
+            let units = units_from_inventory(
+                &inv,
+                &UnitRules {
+                    layer_containers: &["model.layers"],
+                    inputs: &["model.embed_tokens"],
+                    tied: &[],
+                },
+                None,
+            );
             let request = PlanRequest {
                 strategy: strategy.into(),
                 devices: devices.clone(),

@@ -50,6 +50,12 @@ pub(crate) struct Attention {
     /// A last input: an additive mask in the accumulation dtype (causal or sliding-window
     /// positions), added after `mask`.
     pub positions: bool,
+    /// Round the scores to the input dtype after the product, the scale, the cap and the
+    /// mask, as transformers' eager attention does in 16-bit (each is a 16-bit tensor op
+    /// there); otherwise they stay in the accumulation dtype until the softmax.
+    pub round_scores: bool,
+    /// Multiply f32 copies of q and k (GPT-2's `reorder_and_upcast_attn`).
+    pub upcast_scores: bool,
 }
 
 /// How an attention mask applies.
@@ -104,6 +110,8 @@ impl Composite {
                 a.softcap.map(f64::to_bits).hash(h);
                 a.mask.hash(h);
                 a.positions.hash(h);
+                a.round_scores.hash(h);
+                a.upcast_scores.hash(h);
             }
         }
     }
@@ -383,18 +391,30 @@ impl<P: Prims> Build<'_, P> {
         let (q, k, v) = (ins[0], ins[1], ins[2]);
         let dt = P::dtype(q);
         let acc = dt.accumulation();
+        // Where the scores live between steps: each step computes in `acc` and, with
+        // `round_scores`, rounds to the input dtype as a 16-bit PyTorch op would.
+        let keep = if a.round_scores { dt } else { acc };
         let rep = P::shape(q)[1] / P::shape(k)[1];
         let k = self.repeat_heads(k, rep)?;
         let v = self.repeat_heads(v, rep)?;
-        let kt = self.op(Op::Permute(Dims::from([0, 1, 3, 2])), &[&k], dt)?;
-        let s = self.op(Op::Matmul, &[q, &kt], dt)?;
+        let (q, k, sdt) = if a.upcast_scores {
+            (self.cast(q, acc)?, self.cast(&k, acc)?, acc)
+        } else {
+            (q.clone(), k, dt)
+        };
+        let kt = self.op(Op::Permute(Dims::from([0, 1, 3, 2])), &[&k], sdt)?;
+        let s = self.op(Op::Matmul, &[&q, &kt], sdt)?;
         let s = self.cast(&s, acc)?;
-        let mut s = self.affine(&s, a.scale, 0.0)?;
+        let s = self.affine(&s, a.scale, 0.0)?;
+        let mut s = self.cast(&s, keep)?;
         if let Some(cap) = a.softcap {
-            let t = self.affine(&s, 1.0 / cap, 0.0)?;
+            let s32 = self.cast(&s, acc)?;
+            let t = self.affine(&s32, 1.0 / cap, 0.0)?;
             let t = self.un(UnaryOp::Tanh, &t)?;
-            s = self.affine(&t, cap, 0.0)?;
+            let t = self.affine(&t, cap, 0.0)?;
+            s = self.cast(&t, keep)?;
         }
+        let mut s = self.cast(&s, acc)?;
         let mut masks = ins[3..].iter();
         if let Some(kind) = a.mask {
             let m = masks.next().ok_or_else(|| missing("the mask"))?;
@@ -405,7 +425,9 @@ impl<P: Prims> Build<'_, P> {
                 }
                 MaskKind::Additive => {
                     let m = self.cast(m, acc)?;
-                    self.bin(BinaryOp::Add, &s, &m)?
+                    let sum = self.bin(BinaryOp::Add, &s, &m)?;
+                    let sum = self.cast(&sum, keep)?;
+                    self.cast(&sum, acc)?
                 }
             };
         }

@@ -149,6 +149,22 @@ impl DType {
         }
     }
 
+    /// `v` as a value of this dtype holds it (rounded to nearest even for the float dtypes,
+    /// truncated toward zero for the integer ones): what a 0-d PyTorch tensor of this dtype
+    /// made from the Python number `v` contains.
+    pub fn round_value(self, v: f64) -> f64 {
+        match self {
+            DType::F64 => v,
+            DType::F32 => f64::from(v as f32),
+            DType::BF16 => f64::from(half::bf16::from_f64(v)),
+            DType::F16 => f64::from(half::f16::from_f64(v)),
+            DType::Bool => f64::from(u8::from(v != 0.0)),
+            DType::U8 => f64::from(v as u8),
+            DType::I32 => f64::from(v as i32),
+            DType::I64 => (v as i64) as f64,
+        }
+    }
+
     /// The dtype reductions and normalisations accumulate in: f32 for the 16-bit floats (as
     /// PyTorch's CPU/CUDA kernels do), the dtype itself otherwise.
     pub fn accumulation(self) -> DType {

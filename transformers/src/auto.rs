@@ -10,37 +10,25 @@ use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Device};
 
 use crate::chat::{ChatTemplate, Message};
-use crate::config::{DecoderConfig, Family};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
+use crate::kinds::{CausalLm, DecoderModel, Encoder};
 use crate::loading::HubSource;
-use crate::models::llama::{LlamaForCausalLM, LlamaModel};
 use crate::placement;
+use crate::registry::{self, Family, Loaders, Task};
 use crate::{Error, Result, Tokenizer};
 
-/// Architectures (`config.json` `architectures`) this crate loads.
-pub const SUPPORTED_ARCHITECTURES: [&str; 8] = [
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-    "LlamaModel",
-    "MistralModel",
-    "Qwen2Model",
-    "Qwen3Model",
-];
-
-/// A checkpoint's config with its family resolved.
+/// A checkpoint's config with its family resolved through the registry.
 #[derive(Clone, Debug)]
 pub struct AutoConfig {
     /// The config as the hub read it.
     pub pretrained: PretrainedConfig,
     /// The family dispatch chose.
-    pub family: Family,
-    /// The architecture name dispatch matched (or the family's causal LM when only
+    pub family: &'static Family,
+    /// The architecture name dispatch matched (or the family's default class when only
     /// `model_type` matched).
     pub architecture: String,
-    /// The typed family config.
-    pub decoder: DecoderConfig,
+    /// What that architecture computes.
+    pub task: Task,
 }
 
 impl AutoConfig {
@@ -50,20 +38,19 @@ impl AutoConfig {
     }
 
     /// Dispatches an already read config: by `architectures` first, then `model_type`; an
-    /// unknown one is [`Error::UnsupportedArchitecture`] listing what is supported.
+    /// unknown one is [`Error::UnsupportedArchitecture`] listing what is supported. The
+    /// family then checks the config (a missing field or an impossible value is an error
+    /// naming `config.json` and the field).
     pub fn from_config(pretrained: PretrainedConfig) -> Result<AutoConfig> {
-        let by_arch = pretrained.architectures.iter().find_map(|a| {
-            Family::ALL.into_iter().find_map(|f| {
-                let p = f.class_prefix();
-                (a == &format!("{p}ForCausalLM") || a == &format!("{p}Model"))
-                    .then(|| (f, a.clone()))
-            })
-        });
+        let by_arch = pretrained
+            .architectures
+            .iter()
+            .find_map(|a| registry::by_architecture(a));
         let found = by_arch.or_else(|| {
-            let f = Family::from_model_type(pretrained.model_type.as_deref()?)?;
-            Some((f, format!("{}ForCausalLM", f.class_prefix())))
+            let f = registry::by_model_type(pretrained.model_type.as_deref()?)?;
+            Some((f, &f.architectures[0]))
         });
-        let Some((family, architecture)) = found else {
+        let Some((family, arch)) = found else {
             let found = if pretrained.architectures.is_empty() {
                 format!(
                     "(none listed; model_type {:?})",
@@ -79,17 +66,35 @@ impl AutoConfig {
             return Err(Error::UnsupportedArchitecture {
                 path: pretrained.path.clone(),
                 found,
-                supported_architectures: SUPPORTED_ARCHITECTURES.to_vec(),
-                supported_model_types: Family::ALL.iter().map(|f| f.model_type()).collect(),
+                supported_architectures: registry::architectures().map(|a| a.name).collect(),
+                supported_model_types: registry::model_types(),
             });
         };
-        let decoder = DecoderConfig::from_pretrained(&pretrained, family)?;
+        (family.validate)(&pretrained)?;
         Ok(AutoConfig {
             pretrained,
             family,
-            architecture,
-            decoder,
+            architecture: arch.name.to_string(),
+            task: arch.task,
         })
+    }
+
+    /// The error for a family whose models are not what `asked` loads (decoders for
+    /// generation, encoders for embeddings and classification), naming what fits.
+    pub(crate) fn wrong_kind(&self, asked: &'static str) -> Error {
+        let hint = if self.family.is_decoder() {
+            "it is a causal language model: generate text with AutoModelForCausalLM or `zoo generate`"
+        } else {
+            "it is an encoder: embed sentences with AutoModel / SentenceEmbedder or `zoo embed`, \
+             or load its head with AutoModelForMaskedLM / AutoModelForSequenceClassification / \
+             AutoModelForTokenClassification"
+        };
+        Error::WrongKind {
+            path: self.pretrained.path.clone(),
+            architecture: self.architecture.clone(),
+            asked,
+            hint: hint.into(),
+        }
     }
 }
 
@@ -222,13 +227,41 @@ fn open_weights(
     Ok((weights, source, report))
 }
 
-/// `AutoModel`: the base model (hidden states) of a checkpoint.
+/// The base model of any family: a decoder (hidden states with a KV cache) or an encoder.
+#[derive(Debug)]
+pub enum BaseModel {
+    /// `LlamaModel`, `GPT2Model`, ...
+    Decoder(Box<dyn DecoderModel>),
+    /// `BertModel`, ...
+    Encoder(Box<dyn Encoder>),
+}
+
+impl BaseModel {
+    /// The decoder, for decoder families.
+    pub fn as_decoder(&self) -> Option<&dyn DecoderModel> {
+        match self {
+            BaseModel::Decoder(m) => Some(&**m),
+            BaseModel::Encoder(_) => None,
+        }
+    }
+
+    /// The encoder, for encoder families.
+    pub fn as_encoder(&self) -> Option<&dyn Encoder> {
+        match self {
+            BaseModel::Encoder(m) => Some(&**m),
+            BaseModel::Decoder(_) => None,
+        }
+    }
+}
+
+/// `AutoModel`: the base model (hidden states) of a checkpoint. A checkpoint with a head
+/// (`LlamaForCausalLM`'s `model.*`, `BertForMaskedLM`'s `bert.*`) gives its base model, as
+/// transformers does.
 pub struct AutoModel;
 
 impl AutoModel {
-    /// Loads the base model of `repo_or_path` (a causal-LM checkpoint's `model.*` weights, or a
-    /// base checkpoint's root weights) onto the device `device_map` names.
-    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<LlamaModel> {
+    /// Loads the base model of `repo_or_path` onto the device `device_map` names.
+    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<BaseModel> {
         AutoModel::load_with(
             repo_or_path,
             LoadOptions {
@@ -239,20 +272,82 @@ impl AutoModel {
     }
 
     /// [`AutoModel::load_pretrained`] with every option.
-    pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<LlamaModel> {
+    pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<BaseModel> {
         let pretrained = open(repo_or_path, opts.revision.as_deref())?;
         let cfg = AutoConfig::from_config(pretrained.config()?)?;
         let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
-        let w = if w.contains("model.embed_tokens.weight") {
-            w.pp("model")
-        } else {
-            w
+        let m = match cfg.family.loaders {
+            Loaders::Decoder { base, .. } => base(&w, &cfg.pretrained).map(BaseModel::Decoder),
+            Loaders::Encoder(load) => load(&w, &cfg.pretrained, Task::Base).map(BaseModel::Encoder),
         };
-        let m = LlamaModel::load(&w, &cfg.decoder);
         source.finish();
         m
     }
 }
+
+/// Loads an encoder family's model with the head of `task`, with its config and files.
+pub(crate) fn load_encoder(
+    repo_or_path: &str,
+    opts: &LoadOptions,
+    task: Task,
+) -> Result<(Box<dyn Encoder>, AutoConfig, Pretrained)> {
+    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let Loaders::Encoder(load) = cfg.family.loaders else {
+        return Err(cfg.wrong_kind(task.auto_class()));
+    };
+    let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
+    let m = load(&w, &cfg.pretrained, task);
+    source.finish();
+    Ok((m?, cfg, pretrained))
+}
+
+/// Loads an encoder checkpoint with the head of `task` (what the parity harness and tools
+/// that choose the head by task call; the `AutoModelFor*` classes are this with their task).
+pub fn load_encoder_with(
+    repo_or_path: &str,
+    opts: LoadOptions,
+    task: Task,
+) -> Result<Box<dyn Encoder>> {
+    Ok(load_encoder(repo_or_path, &opts, task)?.0)
+}
+
+macro_rules! encoder_auto_class {
+    ($(#[$doc:meta])* $name:ident, $task:expr) => {
+        $(#[$doc])*
+        pub struct $name;
+
+        impl $name {
+            /// Loads `repo_or_path` onto the device `device_map` names.
+            pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<Box<dyn Encoder>> {
+                $name::load_with(repo_or_path, LoadOptions { device_map, ..Default::default() })
+            }
+
+            /// [`Self::load_pretrained`] with every option.
+            pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<Box<dyn Encoder>> {
+                load_encoder_with(repo_or_path, opts, $task)
+            }
+        }
+    };
+}
+
+encoder_auto_class!(
+    /// `AutoModelForMaskedLM`: an encoder with its masked-token head (`BertForMaskedLM`).
+    AutoModelForMaskedLM,
+    Task::MaskedLm
+);
+encoder_auto_class!(
+    /// `AutoModelForSequenceClassification`: an encoder with a classifier over the pooled
+    /// output (`BertForSequenceClassification`; labels from `id2label`).
+    AutoModelForSequenceClassification,
+    Task::SequenceClassification
+);
+encoder_auto_class!(
+    /// `AutoModelForTokenClassification`: an encoder with a classifier per token
+    /// (`BertForTokenClassification`; labels from `id2label`).
+    AutoModelForTokenClassification,
+    Task::TokenClassification
+);
 
 /// `AutoModelForCausalLM`: loads a causal LM with its tokenizer, chat template and
 /// generation defaults.
@@ -315,8 +410,11 @@ impl CausalLMBuilder {
         let started = Instant::now();
         let pretrained = open(&self.repo_or_path, self.opts.revision.as_deref())?;
         let cfg = AutoConfig::from_config(pretrained.config()?)?;
+        let Loaders::Decoder { causal_lm, .. } = cfg.family.loaders else {
+            return Err(cfg.wrong_kind("AutoModelForCausalLM"));
+        };
         let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
-        let model = LlamaForCausalLM::load(&w, &cfg.decoder);
+        let model = causal_lm(&w, &cfg.pretrained);
         source.finish();
         let model = model?;
         report.devices = model.model().devices();
@@ -368,7 +466,7 @@ impl CausalLMBuilder {
 
 /// A loaded causal LM with what generation needs: tokenizer, chat template, eos and pad ids.
 pub struct CausalLM {
-    model: LlamaForCausalLM,
+    model: Box<dyn CausalLm>,
     config: AutoConfig,
     tokenizer: Option<Tokenizer>,
     tokenizer_config: Option<zoo_hub::TokenizerConfig>,
@@ -380,8 +478,8 @@ pub struct CausalLM {
 
 impl CausalLM {
     /// The model.
-    pub fn model(&self) -> &LlamaForCausalLM {
-        &self.model
+    pub fn model(&self) -> &dyn CausalLm {
+        &*self.model
     }
     /// The dispatched config.
     pub fn config(&self) -> &AutoConfig {
@@ -451,7 +549,7 @@ impl CausalLM {
         on_token: impl FnMut(TokenEvent<'_>) -> bool,
     ) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
         generation::generate(
-            &self.model,
+            &*self.model,
             self.tokenizer.as_ref(),
             prompts,
             opts,

@@ -12,13 +12,69 @@ use zoo_runtime::{DType, Device, Tensor};
 
 use crate::{Error, Result};
 
+/// What the cache holds for one attention layer, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheSpec {
+    /// Self-attention over the tokens so far (with an optional window), or cross-attention
+    /// to an encoder's output.
+    pub attention: CacheAttention,
+    /// Key/value heads of this layer.
+    pub kv_heads: usize,
+    /// Channels per head of this layer.
+    pub head_dim: usize,
+    /// The device of this layer's buffers (the layer's own).
+    pub device: Device,
+}
+
+/// The kind of attention a cached layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheAttention {
+    /// Causal self-attention; a sliding `window` sees only that many slots back.
+    SelfAttention {
+        /// `None` for full attention.
+        window: Option<usize>,
+    },
+    /// Cross-attention: keys and values of the encoder's output, written once
+    /// ([`KvCache::store_cross`]) and read every step.
+    Cross,
+}
+
+impl CacheSpec {
+    /// A causal self-attention layer (full when `window` is `None`).
+    pub fn self_attention(
+        kv_heads: usize,
+        head_dim: usize,
+        window: Option<usize>,
+        device: Device,
+    ) -> CacheSpec {
+        CacheSpec {
+            attention: CacheAttention::SelfAttention { window },
+            kv_heads,
+            head_dim,
+            device,
+        }
+    }
+
+    /// A cross-attention layer.
+    pub fn cross(kv_heads: usize, head_dim: usize, device: Device) -> CacheSpec {
+        CacheSpec {
+            attention: CacheAttention::Cross,
+            kv_heads,
+            head_dim,
+            device,
+        }
+    }
+}
+
 /// Keys and values of every layer for a batch of sequences.
 ///
 /// Not `Clone`: on eager devices the buffers are written in place, so a copy that shared them
 /// would see the other's writes.
 #[derive(Debug)]
 pub struct KvCache {
-    layers: Vec<(Tensor, Tensor)>,
+    /// Per layer: its spec and its buffers (self-attention: allocated at full capacity;
+    /// cross-attention: `None` until [`KvCache::store_cross`]).
+    layers: Vec<(CacheSpec, Option<(Tensor, Tensor)>)>,
     batch: usize,
     capacity: usize,
     /// Slots filled so far (the same for every row: rows are left-padded to one length).
@@ -33,7 +89,45 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// An empty cache for `layers` layers and `batch` rows of up to `capacity` tokens.
+    /// An empty cache for `batch` rows of up to `capacity` tokens, one layer per spec, each
+    /// with its own heads, head size and device.
+    pub fn from_specs(
+        specs: &[CacheSpec],
+        batch: usize,
+        capacity: usize,
+        dtype: DType,
+    ) -> Result<KvCache> {
+        if batch == 0 || capacity == 0 {
+            return Err(Error::Generation(format!(
+                "a KV cache needs at least one row and one slot (batch {batch}, capacity {capacity})"
+            )));
+        }
+        let layers = specs
+            .iter()
+            .map(|spec| {
+                let shape = [batch, spec.kv_heads, capacity, spec.head_dim];
+                let buffers = match spec.attention {
+                    CacheAttention::SelfAttention { .. } => Some((
+                        Tensor::zeros(&shape, dtype, &spec.device)?,
+                        Tensor::zeros(&shape, dtype, &spec.device)?,
+                    )),
+                    CacheAttention::Cross => None,
+                };
+                Ok((spec.clone(), buffers))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvCache {
+            layers,
+            batch,
+            capacity,
+            len: 0,
+            valid: vec![vec![false; capacity]; batch],
+            devices: specs.iter().map(|s| s.device).collect(),
+            write_at: std::collections::HashMap::new(),
+        })
+    }
+
+    /// An empty cache of `layers` full self-attention layers of one shape on `device`.
     pub fn new(
         layers: usize,
         batch: usize,
@@ -43,43 +137,13 @@ impl KvCache {
         dtype: DType,
         device: &Device,
     ) -> Result<KvCache> {
-        let devices = vec![*device; layers];
-        KvCache::on_devices(&devices, batch, kv_heads, capacity, head_dim, dtype)
+        let spec = CacheSpec::self_attention(kv_heads, head_dim, None, *device);
+        KvCache::from_specs(&vec![spec; layers], batch, capacity, dtype)
     }
 
-    /// An empty cache with layer `i` on `devices[i]` (a model split over several devices).
-    pub fn on_devices(
-        devices: &[Device],
-        batch: usize,
-        kv_heads: usize,
-        capacity: usize,
-        head_dim: usize,
-        dtype: DType,
-    ) -> Result<KvCache> {
-        if batch == 0 || capacity == 0 {
-            return Err(Error::Generation(format!(
-                "a KV cache needs at least one row and one slot (batch {batch}, capacity {capacity})"
-            )));
-        }
-        let shape = [batch, kv_heads, capacity, head_dim];
-        let layers = devices
-            .iter()
-            .map(|device| {
-                Ok((
-                    Tensor::zeros(&shape, dtype, device)?,
-                    Tensor::zeros(&shape, dtype, device)?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache {
-            layers,
-            batch,
-            capacity,
-            len: 0,
-            valid: vec![vec![false; capacity]; batch],
-            devices: devices.to_vec(),
-            write_at: std::collections::HashMap::new(),
-        })
+    /// The spec of each layer.
+    pub fn specs(&self) -> impl Iterator<Item = &CacheSpec> {
+        self.layers.iter().map(|(s, _)| s)
     }
 
     /// The device of each layer's buffers.
@@ -152,11 +216,11 @@ impl KvCache {
         v: &Tensor,
         start: usize,
     ) -> Result<(Tensor, Tensor)> {
-        let (ck, cv) = self.layers.get_mut(layer).ok_or_else(|| {
-            Error::Generation(format!(
-                "the KV cache has no layer {layer}; it was built for another model"
-            ))
-        })?;
+        let Some((_, Some((ck, cv)))) = self.layers.get_mut(layer) else {
+            return Err(Error::Generation(format!(
+                "the KV cache has no self-attention layer {layer}; it was built for another model"
+            )));
+        };
         let k = k.to_dtype(ck.dtype())?.contiguous()?;
         let v = v.to_dtype(cv.dtype())?.contiguous()?;
         let device = ck.device();
@@ -176,6 +240,40 @@ impl KvCache {
             *ck = ck.dynamic_update_slice(&k, &at)?;
             *cv = cv.dynamic_update_slice(&v, &at)?;
             Ok((ck.clone(), cv.clone()))
+        }
+    }
+
+    /// Stores the encoder's keys and values (`[batch, kv_heads, encoder_len, head_dim]`) of
+    /// cross-attention `layer`, computed once per prompt.
+    pub fn store_cross(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let batch = self.batch;
+        let Some((spec, slot)) = self.layers.get_mut(layer) else {
+            return Err(Error::Generation(format!(
+                "the KV cache has no layer {layer}; it was built for another model"
+            )));
+        };
+        if spec.attention != CacheAttention::Cross {
+            return Err(Error::Generation(format!(
+                "layer {layer} of the KV cache is a self-attention layer, not cross-attention"
+            )));
+        }
+        let want = [batch, spec.kv_heads, k.dim(2)?, spec.head_dim];
+        if k.shape() != want || v.shape() != want {
+            return Err(Error::Generation(format!(
+                "cross-attention keys {:?} and values {:?} of layer {layer} must be {want:?}",
+                k.shape(),
+                v.shape()
+            )));
+        }
+        *slot = Some((k.to_device(&spec.device)?, v.to_device(&spec.device)?));
+        Ok(())
+    }
+
+    /// The encoder's keys and values of cross-attention `layer`, once stored.
+    pub fn cross(&self, layer: usize) -> Option<(&Tensor, &Tensor)> {
+        match self.layers.get(layer)? {
+            (spec, Some((k, v))) if spec.attention == CacheAttention::Cross => Some((k, v)),
+            _ => None,
         }
     }
 
@@ -247,5 +345,35 @@ fn write_in_place(dst: &Tensor, src: &Tensor, start: usize) -> Result<()> {
         _ => Err(Error::Generation(
             "in-place KV-cache write needs eager tensors".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_follow_their_specs() {
+        let specs = [
+            CacheSpec::self_attention(2, 8, None, Device::Cpu),
+            CacheSpec::self_attention(1, 16, Some(4), Device::Cpu),
+            CacheSpec::cross(2, 8, Device::Cpu),
+        ];
+        let mut cache = KvCache::from_specs(&specs, 1, 6, DType::F32).unwrap();
+        assert_eq!(cache.specs().cloned().collect::<Vec<_>>(), specs);
+        let start = cache.begin(3, None).unwrap();
+        let k = Tensor::ones(&[1, 1, 3, 16], DType::F32, &Device::Cpu).unwrap();
+        let (ck, _) = cache.update(1, &k, &k, start).unwrap();
+        assert_eq!(ck.shape(), [1, 1, 3, 16]);
+        // A layer's own shape is enforced by its buffers; a cross layer takes no update.
+        assert!(cache.update(0, &k, &k, start).is_err());
+        assert!(cache.update(2, &k, &k, start).is_err());
+        assert!(cache.cross(2).is_none());
+        let enc = Tensor::ones(&[1, 2, 5, 8], DType::F32, &Device::Cpu).unwrap();
+        cache.store_cross(2, &enc, &enc).unwrap();
+        assert_eq!(cache.cross(2).unwrap().0.shape(), [1, 2, 5, 8]);
+        assert!(cache.store_cross(0, &enc, &enc).is_err());
+        let wrong = Tensor::ones(&[1, 1, 5, 8], DType::F32, &Device::Cpu).unwrap();
+        assert!(cache.store_cross(2, &wrong, &wrong).is_err());
     }
 }

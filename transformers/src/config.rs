@@ -2,7 +2,8 @@
 //!
 //! One serde struct reads all four families: their configs share every field the decoder
 //! needs, and each family's own switches (`attention_bias`, `mlp_bias`, `sliding_window`,
-//! `use_sliding_window`, `layer_types`) are optional with transformers' defaults.
+//! `use_sliding_window`, `layer_types`) are optional with transformers' defaults. Which
+//! switches a family turns on, its window rule included, is the family file's business.
 
 use std::path::PathBuf;
 
@@ -11,50 +12,6 @@ use zoo_hub::{PretrainedConfig, Rope};
 use zoo_runtime::nn::RopeConfig;
 
 use crate::{Error, Result};
-
-/// Which transformers family a checkpoint belongs to. Decides the per-family switches that the
-/// config does not spell out (Qwen2's q/k/v bias, Qwen3's q/k norms, Mistral's window).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// `llama` (`modeling_llama.py`).
-    Llama,
-    /// `mistral` (`modeling_mistral.py`).
-    Mistral,
-    /// `qwen2` (`modeling_qwen2.py`).
-    Qwen2,
-    /// `qwen3` (`modeling_qwen3.py`).
-    Qwen3,
-}
-
-impl Family {
-    /// Every family, in the order errors list them.
-    pub const ALL: [Family; 4] = [Family::Llama, Family::Mistral, Family::Qwen2, Family::Qwen3];
-
-    /// `config.json`'s `model_type` for this family.
-    pub fn model_type(self) -> &'static str {
-        match self {
-            Family::Llama => "llama",
-            Family::Mistral => "mistral",
-            Family::Qwen2 => "qwen2",
-            Family::Qwen3 => "qwen3",
-        }
-    }
-
-    /// The family of a `model_type`.
-    pub fn from_model_type(s: &str) -> Option<Family> {
-        Family::ALL.into_iter().find(|f| f.model_type() == s)
-    }
-
-    /// The family's class-name prefix (`Llama` in `LlamaForCausalLM`).
-    pub fn class_prefix(self) -> &'static str {
-        match self {
-            Family::Llama => "Llama",
-            Family::Mistral => "Mistral",
-            Family::Qwen2 => "Qwen2",
-            Family::Qwen3 => "Qwen3",
-        }
-    }
-}
 
 fn default_act() -> String {
     "silu".into()
@@ -120,9 +77,6 @@ pub struct DecoderConfig {
     /// Fraction of each head that rope rotates (1 when absent).
     #[serde(default)]
     pub partial_rotary_factor: Option<f64>,
-    /// The family it was read as (set by [`DecoderConfig::from_pretrained`]).
-    #[serde(skip)]
-    pub family: Option<Family>,
     /// The `config.json` it came from, for errors.
     #[serde(skip)]
     pub path: PathBuf,
@@ -131,11 +85,10 @@ pub struct DecoderConfig {
 }
 
 impl DecoderConfig {
-    /// Reads the typed config of `family` from a hub config; a missing or mistyped field is an
-    /// error naming the file and the field, and impossible combinations are refused here.
-    pub fn from_pretrained(cfg: &PretrainedConfig, family: Family) -> Result<DecoderConfig> {
+    /// Reads the typed config from a hub config; a missing or mistyped field is an error
+    /// naming the file and the field, and impossible combinations are refused here.
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<DecoderConfig> {
         let mut c: DecoderConfig = cfg.parse_as()?;
-        c.family = Some(family);
         c.path = cfg.path.clone();
         let bad = |reason: String| Error::Config {
             path: cfg.path.clone(),
@@ -221,11 +174,6 @@ impl DecoderConfig {
             .unwrap_or(self.hidden_size / self.num_attention_heads)
     }
 
-    /// The family this config was read as.
-    pub fn family(&self) -> Family {
-        self.family.unwrap_or(Family::Llama)
-    }
-
     /// The rotary-embedding configuration (every rope type transformers applies here).
     pub fn rope(&self) -> Result<RopeConfig> {
         self.rope.clone().ok_or_else(|| Error::Config {
@@ -234,24 +182,19 @@ impl DecoderConfig {
         })
     }
 
-    /// The sliding window of layer `i`, or `None` for full attention, following each family's
-    /// rule in transformers.
-    pub fn layer_window(&self, i: usize) -> Option<usize> {
-        let window = self.sliding_window?;
-        if let Some(types) = &self.layer_types {
-            return (types.get(i).map(String::as_str) == Some("sliding_attention"))
-                .then_some(window);
-        }
-        match self.family() {
-            Family::Mistral => Some(window),
-            // Qwen2/3 slide only with use_sliding_window, on the layers from max_window_layers on.
-            Family::Qwen2 | Family::Qwen3 => {
-                let on = self.use_sliding_window.unwrap_or(false);
-                // transformers' default max_window_layers is 28 for both.
-                let from = self.max_window_layers.unwrap_or(28);
-                (on && i >= from).then_some(window)
-            }
-            Family::Llama => None,
-        }
+    /// The sliding window of each layer (`None` = full attention): v5 `layer_types` when
+    /// the config lists them, else the family's rule `slides(i)`; no layer slides without
+    /// a `sliding_window`.
+    pub fn windows(&self, slides: impl Fn(usize) -> bool) -> Vec<Option<usize>> {
+        (0..self.num_hidden_layers)
+            .map(|i| {
+                let window = self.sliding_window?;
+                let on = match &self.layer_types {
+                    Some(types) => types.get(i).map(String::as_str) == Some("sliding_attention"),
+                    None => slides(i),
+                };
+                on.then_some(window)
+            })
+            .collect()
     }
 }

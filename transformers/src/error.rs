@@ -40,6 +40,20 @@ pub enum Error {
         supported_model_types: Vec<&'static str>,
     },
 
+    /// The checkpoint's family is not what the asked class or command loads (an encoder
+    /// given to generation, a causal LM given to embedding).
+    #[error("{path}: {architecture} cannot be loaded by {asked}: {hint}")]
+    WrongKind {
+        /// The config file.
+        path: PathBuf,
+        /// The architecture it names.
+        architecture: String,
+        /// The class or command asked.
+        asked: &'static str,
+        /// What fits instead.
+        hint: String,
+    },
+
     /// The device map cannot be served by this build yet.
     #[error("device map `{map}` is not supported yet: {reason}")]
     UnsupportedDeviceMap {

@@ -5,7 +5,7 @@
 
 use zoo_runtime::{DType, Generator, Tensor};
 
-use crate::models::llama::{ForwardArgs, LlamaForCausalLM, LogitsFor};
+use crate::kinds::{CausalLm, ForwardArgs, LogitsFor};
 use crate::sampling::DeviceSampler;
 use crate::{Error, Result};
 
@@ -194,7 +194,7 @@ pub struct TokenEvent<'a> {
 /// `eos_ids` are used when `opts.eos_token_ids` is `None`. `on_token` sees every token as it
 /// comes and returns `false` to stop all rows.
 pub fn generate(
-    model: &LlamaForCausalLM,
+    model: &dyn CausalLm,
     tokenizer: Option<&crate::Tokenizer>,
     prompts: &[Vec<u32>],
     opts: &GenerationOptions,
@@ -216,25 +216,21 @@ pub fn generate(
             "stop strings need a tokenizer to read the generated text".into(),
         ));
     }
-    let cfg = model.model().config();
-    let vocab = cfg.vocab_size;
+    let base = model.model();
+    let vocab = base.vocab_size();
     if let Some(&bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
         return Err(Error::Generation(format!(
             "prompt token id {bad} is outside the vocabulary of {vocab} ids"
         )));
     }
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    // Dynamic NTK rope exists to stretch the context, so transformers' behaviour (run, with
-    // rescaled frequencies) is kept there; other rope types would silently degrade.
-    let stretches = matches!(
-        cfg.rope()?.scaling,
-        zoo_runtime::nn::RopeScaling::Dynamic { .. }
-    );
-    if longest > cfg.max_position_embeddings && !stretches {
+    // A model built to stretch its context (dynamic NTK rope) runs past it, as in
+    // transformers; other models would silently degrade, or index past learned positions.
+    let context = base.max_position_embeddings();
+    if longest > context && !base.stretches_context() {
         return Err(Error::Generation(format!(
-            "the prompt has {longest} tokens but the model's context (max_position_embeddings) is {}; shorten it \
-             (generation itself may run past the context, as in transformers)",
-            cfg.max_position_embeddings
+            "the prompt has {longest} tokens but the model's context (max_position_embeddings) is {context}; \
+             shorten it (generation itself may run past the context, as in transformers)"
         )));
     }
     let eos: Vec<u32> = opts
@@ -243,7 +239,7 @@ pub fn generate(
         .unwrap_or_else(|| eos_ids.to_vec());
     let started = std::time::Instant::now();
     let batch = prompts.len();
-    let device = model.model().device();
+    let device = base.device();
     // On compiled devices every distinct shape is a compile: prompts are padded to a few
     // lengths and the cache to a few capacities, and the processors run on the device.
     let compiled = !model.logits_device().is_eager();
@@ -264,7 +260,7 @@ pub fn generate(
         pos.extend(std::iter::repeat_n(0i64, pad).chain(0..p.len() as i64));
         mask.push((0..padded).map(|i| i >= pad).collect::<Vec<bool>>());
     }
-    let mut cache = model.model().new_cache(batch, capacity)?;
+    let mut cache = base.new_cache(batch, capacity)?;
     let input = Tensor::from_vec(ids, &[batch, padded], &device)?;
     let positions = Tensor::from_vec(pos, &[batch, padded], &device)?;
     let mut sampler = if compiled {

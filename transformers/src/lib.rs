@@ -1,5 +1,7 @@
-//! zoo-transformers: the Llama family (Llama, Mistral, Qwen2, Qwen3) read from Hugging Face
-//! checkpoints as they are, `Auto*` dispatch, tokenizers with chat templates, and generation.
+//! zoo-transformers: transformer families read from Hugging Face checkpoints as they are —
+//! decoders (Llama, Mistral, Qwen2, Qwen3, GPT-2) and encoders (BERT) — one registry that
+//! `Auto*` dispatch reads, model kinds that generation and embedding work over, tokenizers
+//! with chat templates.
 //!
 //! ```no_run
 //! use zoo_runtime::device_map::DeviceMap;
@@ -20,20 +22,35 @@ pub mod config;
 mod error;
 pub mod generation;
 mod kernels;
+pub mod kinds;
 mod loading;
 pub mod models;
 mod placement;
 mod quant;
+pub mod registry;
 mod sampling;
+pub mod sentence;
 pub mod tokenizer;
 
-pub use auto::{AutoConfig, AutoModel, AutoModelForCausalLM, CausalLM, LoadOptions};
-pub use cache::KvCache;
+pub use auto::{
+    AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM,
+    AutoModelForSequenceClassification, AutoModelForTokenClassification, BaseModel, CausalLM,
+    LoadOptions,
+};
+pub use cache::{CacheSpec, KvCache};
 pub use chat::{ChatTemplate, Message};
-pub use config::{DecoderConfig, Family};
+pub use config::DecoderConfig;
 pub use error::{Error, Result};
 pub use generation::{GenerationOptions, GenerationOutput, StopReason};
-pub use models::llama::{ForwardArgs, LlamaForCausalLM, LlamaModel, LogitsFor, ModelOutput};
+pub use kinds::{
+    CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
+    LogitsFor, ModelOutput, Seq2SeqLm,
+};
+pub use models::bert::{
+    BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertModel,
+};
+pub use models::gpt2::{GPT2LMHeadModel, GPT2Model};
+pub use models::llama::{LlamaForCausalLM, LlamaModel};
 pub use models::mistral::{MistralForCausalLM, MistralModel};
 pub use models::qwen2::{Qwen2ForCausalLM, Qwen2Model};
 pub use models::qwen3::{Qwen3ForCausalLM, Qwen3Model};

@@ -8,8 +8,8 @@
 
 use zoo_hub::{Dtype, Inventory, PretrainedConfig};
 use zoo_runtime::device_map::{
-    decoder_units, pjrt_budgets, plan, platform_name, DeviceBudget, DeviceMap, DeviceMapError,
-    ExplicitMap, MaxMemory, ModelShape, Placement, Plan, PlanRequest, Workload,
+    pjrt_budgets, plan, platform_name, DeviceBudget, DeviceMap, DeviceMapError, ExplicitMap,
+    MaxMemory, Placement, Plan, PlanRequest, Workload,
 };
 use zoo_runtime::nn::DevicePlacement;
 use zoo_runtime::pjrt::discovery;
@@ -216,19 +216,19 @@ fn spread(
         DType::F16 => Dtype::F16,
         _ => Dtype::F32,
     };
-    let shape = ModelShape::from_config(facts.config);
+    let layout = crate::registry::layout(facts.config).ok_or_else(|| Error::Config {
+        path: facts.config.path.clone(),
+        reason: "no registered family describes this checkpoint's layers, so it cannot be split"
+            .into(),
+    })??;
     let request = PlanRequest {
         strategy: strategy.to_string(),
         devices,
-        units: decoder_units(facts.inventory, Some(facts.config), Some(dtype)),
-        shape,
+        units: layout.units(facts.inventory, Some(dtype)),
+        shape: Some(layout.shape),
         workload: Workload {
             batch: 1,
-            seq: facts
-                .config
-                .max_position_embeddings
-                .unwrap_or(PLANNED_SEQ)
-                .min(PLANNED_SEQ),
+            seq: layout.context.min(PLANNED_SEQ),
             elem_bytes: facts.dtype.size_in_bytes(),
         },
         reserve_fraction: 0.05,

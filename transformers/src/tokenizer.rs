@@ -21,8 +21,14 @@ impl Tokenizer {
     /// Builds a tokenizer from the JSON of a `tokenizer.json` file.
     pub fn from_json(json: &Value) -> Result<Tokenizer> {
         let text = serde_json::to_string(json).map_err(|e| Error::Tokenizer(e.to_string()))?;
-        let inner = text
+        let mut inner = text
             .parse::<tokenizers::Tokenizer>()
+            .map_err(|e| Error::Tokenizer(format!("tokenizer.json cannot be read: {e}")))?;
+        // transformers ignores the padding and truncation a tokenizer.json may carry and
+        // applies only what the caller asks (all-MiniLM-L6-v2's pads every text to 128).
+        inner.with_padding(None);
+        inner
+            .with_truncation(None)
             .map_err(|e| Error::Tokenizer(format!("tokenizer.json cannot be read: {e}")))?;
         Ok(Tokenizer { inner })
     }
@@ -44,6 +50,30 @@ impl Tokenizer {
             .inner
             .encode(text, add_special_tokens)
             .map_err(|e| Error::Tokenizer(format!("encoding failed: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Token ids of `text` with the tokenizer's special tokens, at most `max_length` of them:
+    /// longer texts lose their last tokens and keep the special ones, as transformers'
+    /// `truncation=True, max_length=...` does.
+    pub fn encode_truncated(&self, text: &str, max_length: usize) -> Result<Vec<u32>> {
+        let fail = |e: tokenizers::Error| Error::Tokenizer(format!("encoding failed: {e}"));
+        let mut enc = self.inner.encode(text, false).map_err(fail)?;
+        let added = self
+            .inner
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
+        if max_length <= added {
+            return Err(Error::Tokenizer(format!(
+                "max_length {max_length} leaves no room beside the {added} special tokens"
+            )));
+        }
+        enc.truncate(
+            max_length - added,
+            0,
+            tokenizers::TruncationDirection::Right,
+        );
+        let enc = self.inner.post_process(enc, None, true).map_err(fail)?;
         Ok(enc.get_ids().to_vec())
     }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use zoo_runtime::device_map::{parse_max_memory, DeviceMap};
 use zoo_transformers::{
-    AutoConfig, AutoModel, AutoModelForCausalLM, ChatTemplate, Error, GenerationOptions, Message,
-    StopReason, Tokenizer,
+    AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, ChatTemplate,
+    EncoderArgs, Error, GenerationOptions, Message, StopReason, Tokenizer,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -51,10 +51,17 @@ fn byte_tokenizer() -> Value {
 /// The fixture's checkpoint in a temp folder with a tokenizer and a chat template, after
 /// `edit` has changed its config.
 fn model_dir(edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    fixture_dir("llama-gqa-f32", edit)
+}
+
+/// [`model_dir`] over any fixture (its vocabulary must have at least 256 ids).
+fn fixture_dir(name: &str, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let src = fixture("llama-gqa-f32");
+    let src = fixture(name);
     for f in ["model.safetensors", "generation_config.json"] {
-        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+        if src.join(f).is_file() {
+            std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+        }
     }
     let mut config: Value =
         serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
@@ -90,8 +97,8 @@ fn dispatch_by_architecture_then_model_type_and_unsupported_lists_supported() {
     let c =
         AutoConfig::from_pretrained(fixture("qwen3-qknorm-tied-f32").to_str().unwrap()).unwrap();
     assert_eq!(
-        (c.family, c.architecture.as_str()),
-        (zoo_transformers::Family::Qwen3, "Qwen3ForCausalLM")
+        (c.family.model_type, c.architecture.as_str()),
+        ("qwen3", "Qwen3ForCausalLM")
     );
     let dir = model_dir(|c| {
         c["architectures"] = json!([]);
@@ -100,19 +107,104 @@ fn dispatch_by_architecture_then_model_type_and_unsupported_lists_supported() {
     let c = AutoConfig::from_pretrained(dir.path().to_str().unwrap()).unwrap();
     assert_eq!(c.architecture, "MistralForCausalLM");
     let dir = model_dir(|c| {
-        c["architectures"] = json!(["GPT2LMHeadModel"]);
-        c["model_type"] = json!("gpt2");
+        c["architectures"] = json!(["T5ForConditionalGeneration"]);
+        c["model_type"] = json!("t5");
     });
-    let err = load(dir.path()).err().expect("gpt2 is refused");
+    let err = load(dir.path()).err().expect("t5 is refused");
     let msg = err.to_string();
     assert!(
         matches!(err, Error::UnsupportedArchitecture { .. }),
         "{msg}"
     );
+    // The list comes from the registry: every family, every class.
     assert!(
-        msg.contains("GPT2LMHeadModel")
+        msg.contains("T5ForConditionalGeneration")
             && msg.contains("Qwen3ForCausalLM")
-            && msg.contains("mistral"),
+            && msg.contains("GPT2LMHeadModel")
+            && msg.contains("BertForTokenClassification")
+            && msg.contains("mistral")
+            && msg.contains("bert"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn gpt2_generates_and_bert_loads_every_head_through_the_registry() {
+    let dir = fixture_dir("gpt2-base-f32", |_| {});
+    let m = load(dir.path()).unwrap();
+    assert_eq!(m.config().family.model_type, "gpt2");
+    assert!(m.model().tied());
+    let out = m
+        .generate(&["hi"], &GenerationOptions::greedy(5))
+        .unwrap()
+        .remove(0);
+    assert_eq!(out.token_ids.len(), 5);
+    // Learned positions end at n_positions (64): a longer prompt is refused.
+    let err = m
+        .generate_ids(&[vec![5u32; 65]], &GenerationOptions::greedy(1), |_| true)
+        .expect_err("past n_positions");
+    assert!(err.to_string().contains("max_position_embeddings"), "{err}");
+
+    let bert = fixture("bert-base-f32");
+    let p = bert.to_str().unwrap();
+    let base = AutoModel::load_pretrained(p, DeviceMap::Cpu).unwrap();
+    let enc = base.as_encoder().expect("bert is an encoder");
+    assert_eq!(enc.hidden_state_modules()[2], "encoder.layer.1");
+    let err = AutoModelForCausalLM::load_pretrained(p, DeviceMap::Cpu)
+        .err()
+        .expect("an encoder cannot generate");
+    assert!(
+        matches!(err, Error::WrongKind { .. }) && err.to_string().contains("zoo embed"),
+        "{err}"
+    );
+    // A base checkpoint has no head weights: each head names the tensor it misses.
+    let err = AutoModelForSequenceClassification::load_pretrained(p, DeviceMap::Cpu)
+        .expect_err("no classifier in a BertModel checkpoint");
+    assert!(
+        err.to_string()
+            .contains("bert.embeddings.word_embeddings.weight"),
+        "{err}"
+    );
+    let ids = zoo_runtime::Tensor::from_vec(vec![1i64, 2, 3], &[1, 3], &enc.device()).unwrap();
+    let args = EncoderArgs {
+        input_ids: &ids,
+        attention_mask: None,
+        token_type_ids: None,
+        position_ids: None,
+        output_hidden_states: true,
+    };
+    let out = enc.forward(args).unwrap();
+    assert_eq!(out.last_hidden_state.shape(), [1, 3, 32]);
+    assert_eq!(out.pooler_output.unwrap().shape(), [1, 32]);
+    assert_eq!(out.hidden_states.len(), 3);
+    let bad = zoo_runtime::Tensor::from_vec(vec![1i64, 200], &[1, 2], &enc.device()).unwrap();
+    let err = enc
+        .forward(EncoderArgs {
+            input_ids: &bad,
+            ..args
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("200"), "{err}");
+}
+
+#[test]
+fn a_bert_checkpoint_missing_or_misshaping_a_tensor_names_it() {
+    let more = fixture_dir("bert-base-f32", |c| c["num_hidden_layers"] = json!(3));
+    let err = AutoModel::load_pretrained(more.path().to_str().unwrap(), DeviceMap::Cpu)
+        .expect_err("layer 2 is missing");
+    assert!(
+        err.to_string()
+            .contains("encoder.layer.2.attention.self.query.weight"),
+        "{err}"
+    );
+    let wide = fixture_dir("bert-base-f32", |c| c["intermediate_size"] = json!(48));
+    let msg = AutoModel::load_pretrained(wide.path().to_str().unwrap(), DeviceMap::Cpu)
+        .expect_err("wrong MLP width")
+        .to_string();
+    assert!(
+        msg.contains("encoder.layer.0.intermediate.dense.weight")
+            && msg.contains("[48, 32]")
+            && msg.contains("[64, 32]"),
         "{msg}"
     );
 }
@@ -168,7 +260,9 @@ fn device_maps_and_memory_limits() {
         .expect("1 KiB is too small");
     assert!(err.to_string().contains("max_memory"), "{err}");
     let base = AutoModel::load_pretrained(p, DeviceMap::Cpu).unwrap();
-    assert_eq!(base.config().num_hidden_layers, 2);
+    // The embeddings, then both layers.
+    let decoder = base.as_decoder().expect("llama is a decoder");
+    assert_eq!(decoder.hidden_state_modules().len(), 3);
 }
 
 #[test]

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use zoo_runtime::device_map::{DeviceMap, ExplicitMap};
 use zoo_runtime::{lazy, DType, Device, PjrtPlatform, Tensor};
-use zoo_transformers::models::llama::{ForwardArgs, LogitsFor};
 use zoo_transformers::{AutoModelForCausalLM, CausalLM, Error, GenerationOptions};
+use zoo_transformers::{ForwardArgs, LogitsFor};
 
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;

@@ -7,12 +7,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde_json::json;
-use zoo_hub::{Dtype, Inventory, PretrainedConfig};
+use zoo_hub::{Dtype, Inventory};
 
 use super::memory::human;
 use super::{DeviceMapError, ExplicitMap, Placement};
 
-/// The shape facts of a decoder that size its KV cache and activations.
+/// The shape facts of a model's layers that size its KV cache and activations; the model
+/// family gives them (the planner knows no architecture).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelShape {
     pub layers: usize,
@@ -21,7 +22,10 @@ pub struct ModelShape {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// Logits per token of the last unit (0 for a model without a vocabulary head).
     pub vocab: usize,
+    /// Whether each layer keeps a KV cache of the sequence (decoders); encoders keep none.
+    pub kv_cache: bool,
 }
 
 /// The work the plan must leave room for.
@@ -105,65 +109,29 @@ pub struct Plan {
     pub map: ExplicitMap,
 }
 
-impl ModelShape {
-    /// The decoder shape `config.json` gives (`None` when it names no attention heads or
-    /// hidden size, as for non-decoder models).
-    pub fn from_config(c: &PretrainedConfig) -> Option<ModelShape> {
-        let heads = c.num_attention_heads?;
-        let hidden = c.hidden_size?;
-        Some(ModelShape {
-            layers: c.num_hidden_layers?,
-            hidden,
-            intermediate: c.intermediate_size.unwrap_or(4 * hidden),
-            heads,
-            kv_heads: c.num_key_value_heads.unwrap_or(heads),
-            head_dim: c.head_dim.unwrap_or(hidden / heads.max(1)),
-            vocab: c.vocab_size.unwrap_or(0),
-        })
-    }
-}
-
-/// Module containers whose numbered children are no-split units (a decoder or encoder layer),
-/// across the layouts of transformers' families.
-pub const LAYER_CONTAINERS: [&str; 5] = [
-    "model.layers",
-    "model.decoder.layers",
-    "transformer.h",
-    "encoder.layer",
-    "layers",
-];
-
-/// The no-split units of a transformers checkpoint: [`units_from_inventory`] over
-/// [`LAYER_CONTAINERS`], with `lm_head.weight` tied to `model.embed_tokens.weight` when
-/// `tie_word_embeddings` says so and both are stored.
-pub fn decoder_units(
-    inventory: &Inventory,
-    config: Option<&PretrainedConfig>,
-    dtype: Option<Dtype>,
-) -> Vec<Unit> {
-    let (embed, head) = ("model.embed_tokens.weight", "lm_head.weight");
-    let tied = match (
-        inventory.get(embed),
-        inventory.get(head),
-        config.and_then(|c| c.tie_word_embeddings),
-    ) {
-        (Some(_), Some(_), Some(true)) => vec![vec![embed.to_string(), head.to_string()]],
-        _ => Vec::new(),
-    };
-    units_from_inventory(inventory, &LAYER_CONTAINERS, dtype, &tied)
+/// How a model's tensors group into no-split units, as its family declares them (the
+/// planner itself names no module).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnitRules<'a> {
+    /// Containers whose numbered children are units (`model.layers` for `model.layers.N`).
+    pub layer_containers: &'a [&'a str],
+    /// Module prefixes that run before the layers (`model.embed_tokens`).
+    pub inputs: &'a [&'a str],
+    /// Groups of tensors that share storage (HF `_tied_weights_keys`).
+    pub tied: &'a [Vec<String>],
 }
 
 /// Groups an inventory into no-split units: every tensor under `container.N` (e.g.
 /// `model.layers.N`) is unit `container.N`; any other tensor belongs to its module (its name less
-/// the last component). Units come in execution order: embeddings, then layers by index, then
-/// the rest in inventory order. `tied` lists groups of tensors that share storage (HF
-/// `_tied_weights_keys`): each is counted once and its later units follow the first.
+/// the last component). Units come in execution order: the `inputs` modules, then layers by
+/// index, then the rest in inventory order. Each `tied` group is counted once and its later
+/// units follow the first.
 pub fn units_from_inventory(
     inventory: &Inventory,
-    layer_containers: &[&str],
+    rules: &UnitRules<'_>,
     dtype: Option<Dtype>,
-    tied: &[Vec<String>],
 ) -> Vec<Unit> {
+    let (layer_containers, tied) = (rules.layer_containers, rules.tied);
     let mut units: Vec<Unit> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let tied_first: HashMap<&str, &str> = tied
@@ -196,16 +164,18 @@ pub fn units_from_inventory(
             units[i].tied_with = Some(unit_of(first, layer_containers).0);
         }
     }
-    // Execution order: embeddings first, layers by index, then heads and norms.
+    // Execution order: inputs (embeddings) first, layers by index, then heads and norms.
     let mut keyed: Vec<(u8, usize, usize, Unit)> = units
         .into_iter()
         .enumerate()
         .map(|(i, u)| {
             let phase = match u.layer {
                 Some(_) => 1,
-                None if u.name.contains("embed")
-                    || u.name.ends_with("wte")
-                    || u.name.ends_with("wpe") =>
+                None if rules.inputs.iter().any(|p| {
+                    u.name
+                        .strip_prefix(p)
+                        .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+                }) =>
                 {
                     0
                 }
@@ -239,7 +209,7 @@ fn unit_costs(req: &PlanRequest) -> Vec<u64> {
         .enumerate()
         .map(|(i, u)| {
             let mut c = u.weight_bytes;
-            if let (Some(_), Some(s)) = (u.layer, req.shape) {
+            if let (Some(_), Some(s)) = (u.layer, req.shape.filter(|s| s.kv_cache)) {
                 c += 2 * (w.batch * w.seq * s.kv_heads * s.head_dim * w.elem_bytes) as u64;
             }
             if i + 1 == req.units.len() {
@@ -714,6 +684,7 @@ mod tests {
             kv_heads: 1,
             head_dim: 4,
             vocab: 10,
+            kv_cache: true,
         };
         let mut req = request("balanced", vec![dev(0, 1 << 20)], &[100, 100]);
         req.shape = Some(shape);

@@ -24,7 +24,20 @@ impl Linear {
 
     /// Applies the layer to `x [.., in]`. Leading dims are folded into one matrix so the
     /// product is a single GEMM against the transposed weight view (no weight copy).
+    ///
+    /// With a bias on 16-bit inputs, PyTorch's `addmm` adds the bias to the f32 accumulator
+    /// and rounds once; adding it to a rounded product would round twice, so that case runs
+    /// in f32 and rounds at the end (candle's CPU kernel accumulates in f32 anyway).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dt = x.dtype();
+        if let (Some(b), true) = (&self.bias, dt != dt.accumulation()) {
+            let acc = dt.accumulation();
+            let wide = Linear {
+                weight: self.weight.to_dtype(acc)?,
+                bias: Some(b.to_dtype(acc)?),
+            };
+            return wide.forward(&x.to_dtype(acc)?)?.into_dtype(dt);
+        }
         let in_dim = x.dim(-1)?;
         let y = if x.rank() == 2 {
             x.matmul(&self.weight.t()?)?

@@ -142,6 +142,16 @@ pub struct SdpaOptions<'a> {
     pub sliding_window: Option<usize>,
     /// Logit soft-capping `cap * tanh(scores / cap)` before masking (Gemma 2).
     pub softcap: Option<f64>,
+    /// Round the scores to the input dtype after the product, the scale, the cap and an
+    /// additive mask, as transformers' eager attention does on 16-bit tensors (bit-exact
+    /// parity in bf16/f16); otherwise they stay in f32 until the softmax, as
+    /// `torch.nn.functional.scaled_dot_product_attention`'s math path keeps them. No effect
+    /// on f32 inputs.
+    pub round_scores: bool,
+    /// Compute the scores from f32 copies of q and k (transformers' GPT-2
+    /// `reorder_and_upcast_attn`); the probabilities still meet v in its dtype. No effect on
+    /// f32 inputs.
+    pub upcast_scores: bool,
 }
 
 impl Tensor {
@@ -536,6 +546,8 @@ impl Tensor {
             softcap: opts.softcap,
             mask,
             positions,
+            round_scores: opts.round_scores && dt != acc,
+            upcast_scores: opts.upcast_scores && dt != acc,
         };
         Tensor::apply(Op::Composite(Composite::Attention(attn)), &ins, dt)
     }

@@ -1,21 +1,110 @@
 //! Llama: mirrors transformers' `models/llama/modeling_llama.py` (`LlamaModel`,
 //! `LlamaForCausalLM`, eager attention).
 //!
-//! The decoder here is the Llama block every family of this crate shares — Mistral, Qwen2
-//! and Qwen3 are Llama with one switch each, exactly as transformers' `modular_*.py` files
-//! derive them — so the switches live in [`DecoderFeatures`] and each family file says
-//! which ones it turns on. Weight names are the checkpoint's (`model.layers.3.self_attn.q_proj.weight`).
+//! The decoder here is the Llama block that Mistral, Qwen2 and Qwen3 reuse — each is Llama
+//! with a few switches, exactly as transformers' `modular_*.py` files derive them — so the
+//! switches live in [`DecoderFeatures`] and each derivative's file says which ones it turns
+//! on and loads through [`load_base_with`] / [`load_causal_lm_with`]. Weight names are the
+//! checkpoint's (`model.layers.3.self_attn.q_proj.weight`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use zoo_hub::PretrainedConfig;
+use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, Weights};
-use zoo_runtime::{Activation, DType, Device, RopeStyle, Tensor};
+use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
-use crate::cache::KvCache;
-use crate::config::{DecoderConfig, Family};
+use crate::cache::{CacheSpec, KvCache};
+use crate::config::DecoderConfig;
+use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
 use crate::quant::QMatrix;
+use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
+
+/// The registry entry of `llama`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "llama",
+    modeling_file: "models/llama/modeling_llama.py",
+    architectures: &[
+        Architecture {
+            name: "LlamaForCausalLM",
+            task: Task::CausalLm,
+        },
+        Architecture {
+            name: "LlamaModel",
+            task: Task::Base,
+        },
+    ],
+    gguf_architectures: &["llama"],
+    no_split_modules: &["LlamaDecoderLayer"],
+    validate,
+    layout,
+    loaders: Loaders::Decoder {
+        base: |w, c| load_base_with(w, c, features),
+        causal_lm: |w, c| load_causal_lm_with(w, c, features),
+    },
+};
+
+/// Reads the config as every family built on this decoder does (errors name the field).
+pub(crate) fn validate(config: &PretrainedConfig) -> Result<()> {
+    DecoderConfig::from_pretrained(config).map(drop)
+}
+
+/// The planner's view of a Llama-shaped decoder: `model.layers.N` are the no-split units,
+/// each with its KV cache; `lm_head` goes with the embeddings when tied.
+pub(crate) fn layout(config: &PretrainedConfig) -> Result<Layout> {
+    let c = DecoderConfig::from_pretrained(config)?;
+    Ok(Layout {
+        layer_containers: vec!["model.layers".into()],
+        inputs: vec!["model.embed_tokens".into()],
+        tied: if c.tie_word_embeddings {
+            vec![vec![
+                "model.embed_tokens.weight".into(),
+                "lm_head.weight".into(),
+            ]]
+        } else {
+            Vec::new()
+        },
+        shape: ModelShape {
+            layers: c.num_hidden_layers,
+            hidden: c.hidden_size,
+            intermediate: c.intermediate_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_kv_heads(),
+            head_dim: c.head_dim(),
+            vocab: c.vocab_size,
+            kv_cache: true,
+        },
+        context: c.max_position_embeddings,
+    })
+}
+
+/// The base decoder of a family built on this one, with its `features`.
+pub(crate) fn load_base_with(
+    w: &Weights,
+    config: &PretrainedConfig,
+    features: fn(&DecoderConfig) -> DecoderFeatures,
+) -> Result<Box<dyn DecoderModel>> {
+    let c = DecoderConfig::from_pretrained(config)?;
+    // A causal-LM checkpoint holds the base model under `model.`.
+    let w = if w.contains("model.embed_tokens.weight") {
+        w.pp("model")
+    } else {
+        w.clone()
+    };
+    Ok(Box::new(LlamaModel::load(&w, &c, features(&c))?))
+}
+
+/// The causal LM of a family built on this one, with its `features`.
+pub(crate) fn load_causal_lm_with(
+    w: &Weights,
+    config: &PretrainedConfig,
+    features: fn(&DecoderConfig) -> DecoderFeatures,
+) -> Result<Box<dyn CausalLm>> {
+    let c = DecoderConfig::from_pretrained(config)?;
+    Ok(Box::new(LlamaForCausalLM::load(w, &c, features(&c))?))
+}
 
 /// The per-family switches of the Llama block.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,28 +121,15 @@ pub struct DecoderFeatures {
     pub windows: Vec<Option<usize>>,
 }
 
-impl DecoderFeatures {
-    /// The switches `config` turns on for its family.
-    pub fn for_config(config: &DecoderConfig) -> DecoderFeatures {
-        match config.family() {
-            Family::Llama => features(config),
-            Family::Mistral => super::mistral::features(config),
-            Family::Qwen2 => super::qwen2::features(config),
-            Family::Qwen3 => super::qwen3::features(config),
-        }
-    }
-}
-
-/// Llama's own switches: `attention_bias` on all four projections, `mlp_bias`, no window.
-pub(super) fn features(config: &DecoderConfig) -> DecoderFeatures {
+/// Llama's own switches: `attention_bias` on all four projections, `mlp_bias`, a window
+/// only where v5 `layer_types` asks for one.
+pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
         qkv_bias: config.attention_bias,
         o_bias: config.attention_bias,
         mlp_bias: config.mlp_bias,
         qk_norm: false,
-        windows: (0..config.num_hidden_layers)
-            .map(|i| config.layer_window(i))
-            .collect(),
+        windows: config.windows(|_| false),
     }
 }
 
@@ -141,23 +217,12 @@ impl Attention {
         if let Some(out) = crate::kernels::attention(&q, &k, &v, bias, 1.0 / (d as f64).sqrt()) {
             return linear(&self.o_proj, &out?);
         }
-        let len = k.shape()[2];
-        // Grouped-query attention without copying keys: the `rep` query heads that share a
-        // key/value head are stacked along the query axis, so one batched matmul per kv head
-        // serves them all (HF's repeat_kv gives the same numbers with rep copies of the cache).
-        let rep = self.heads / self.kv_heads;
-        let qg = q
-            .contiguous()?
-            .reshape_to(&[b, self.kv_heads, rep * t, d])?;
-        let scores = torch_scalar_mul(&qg.matmul(&k.t()?)?, 1.0 / (d as f64).sqrt())?;
-        let scores = scores
-            .reshape_to(&[b, self.kv_heads, rep, t, len])?
-            .add(&bias.unsqueeze(1)?)?;
-        let probs = scores.softmax(-1)?.to_dtype(q.dtype())?;
-        let out = probs
-            .reshape_to(&[b, self.kv_heads, rep * t, len])?
-            .matmul(&v)?
-            .reshape_to(&[b, self.heads, t, d])?;
+        let opts = SdpaOptions {
+            mask: Some(bias),
+            round_scores: true,
+            ..Default::default()
+        };
+        let out = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
         let out = out.transpose(1, 2)?.reshape_to(&[b, t, self.heads * d])?;
         linear(&self.o_proj, &out)
     }
@@ -373,13 +438,6 @@ fn on_device(t: &Tensor, device: &Device) -> Result<Tensor> {
     }
 }
 
-/// `x * v` rounded once from f32, as PyTorch multiplies a 16-bit tensor by a Python float
-/// (candle would round `v` to the tensor's dtype first).
-fn torch_scalar_mul(x: &Tensor, v: f64) -> Result<Tensor> {
-    let dt = x.dtype();
-    Ok(x.to_dtype(dt.accumulation())?.mul_scalar(v)?.to_dtype(dt)?)
-}
-
 /// `LlamaMLP`: `down(act(gate(x)) * up(x))`.
 #[derive(Clone, Debug)]
 struct Mlp {
@@ -427,39 +485,6 @@ struct DecoderLayer {
     mlp: Mlp,
 }
 
-/// Which positions of the last hidden state get logits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogitsFor {
-    /// Every position (`[B, T, vocab]`), for scoring and parity.
-    All,
-    /// The last position only (`[B, 1, vocab]`), all generation needs.
-    Last,
-}
-
-/// One forward call's inputs.
-#[derive(Clone, Copy, Debug)]
-pub struct ForwardArgs<'a> {
-    /// Token ids `[B, T]`, integer.
-    pub input_ids: &'a Tensor,
-    /// Rope positions `[B, T]`, integer (with left padding: `cumsum(mask) - 1`).
-    pub position_ids: &'a Tensor,
-    /// Which of the `T` tokens of each row are real (left padding is false); all when `None`.
-    pub attention_mask: Option<&'a [Vec<bool>]>,
-    /// Also return the input of each layer and the output of the last (HF's `hidden_states`).
-    pub output_hidden_states: bool,
-}
-
-/// What the base model returns.
-#[derive(Clone, Debug)]
-pub struct ModelOutput {
-    /// Output of `model.norm`, `[B, T, hidden]`.
-    pub last_hidden_state: Tensor,
-    /// With `output_hidden_states`: the embeddings, then each layer's output (before the
-    /// final norm), as transformers lists them (`num_hidden_layers + 1` entries; transformers
-    /// replaces the last with the normed one, which is `last_hidden_state` here).
-    pub hidden_states: Vec<Tensor>,
-}
-
 /// `LlamaModel` (and `MistralModel`, `Qwen2Model`, `Qwen3Model`): embeddings, decoder layers,
 /// final norm; returns hidden states.
 #[derive(Clone, Debug)]
@@ -478,8 +503,11 @@ pub struct LlamaModel {
 impl LlamaModel {
     /// Loads the weights under `w` (the `model.` prefix of a causal-LM checkpoint, or the root
     /// of a base-model checkpoint).
-    pub fn load(w: &Weights, config: &DecoderConfig) -> Result<LlamaModel> {
-        let features = DecoderFeatures::for_config(config);
+    pub fn load(
+        w: &Weights,
+        config: &DecoderConfig,
+        features: DecoderFeatures,
+    ) -> Result<LlamaModel> {
         let c = config;
         let embed_tokens = Embed::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
@@ -525,18 +553,48 @@ impl LlamaModel {
         &self.features
     }
 
-    /// The dtype of weights and activations.
-    pub fn dtype(&self) -> DType {
+    /// The input embedding table `[vocab, hidden]`, as a tensor (GGUF blocks kept as stored
+    /// are widened to f32 for the call).
+    pub fn embed_weight(&self) -> Result<Tensor> {
+        match &self.embed_tokens {
+            Embed::Dense(e) => Ok(e.weight.clone()),
+            Embed::Blocks(table) => table.to_tensor(),
+        }
+    }
+}
+
+impl DecoderModel for LlamaModel {
+    fn dtype(&self) -> DType {
         self.dtype
     }
 
-    /// The device inputs go to: the one holding the embeddings.
-    pub fn device(&self) -> Device {
+    fn device(&self) -> Device {
         self.embed_tokens.device()
     }
 
-    /// Every device the model runs on, in execution order, each once.
-    pub fn devices(&self) -> Vec<Device> {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_position_embeddings(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn stretches_context(&self) -> bool {
+        // Dynamic NTK rope exists to stretch the context (transformers runs either way).
+        matches!(
+            self.rotary.config.scaling,
+            zoo_runtime::nn::RopeScaling::Dynamic { .. }
+        )
+    }
+
+    fn hidden_state_modules(&self) -> Vec<String> {
+        std::iter::once("model.embed_tokens".to_string())
+            .chain((0..self.layers.len()).map(|i| format!("model.layers.{i}")))
+            .collect()
+    }
+
+    fn devices(&self) -> Vec<Device> {
         let mut out = vec![self.device()];
         for d in self
             .layer_devices
@@ -550,30 +608,18 @@ impl LlamaModel {
         out
     }
 
-    /// The input embedding table `[vocab, hidden]`, as a tensor (GGUF blocks kept as stored
-    /// are widened to f32 for the call).
-    pub fn embed_weight(&self) -> Result<Tensor> {
-        match &self.embed_tokens {
-            Embed::Dense(e) => Ok(e.weight.clone()),
-            Embed::Blocks(table) => table.to_tensor(),
-        }
-    }
-
-    /// An empty cache sized for this model: `batch` rows of up to `capacity` tokens.
-    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+    fn cache_specs(&self) -> Vec<CacheSpec> {
         let c = &self.config;
-        KvCache::on_devices(
-            &self.layer_devices,
-            batch,
-            c.num_kv_heads(),
-            capacity,
-            c.head_dim(),
-            self.dtype,
-        )
+        self.layers
+            .iter()
+            .zip(&self.layer_devices)
+            .map(|(l, d)| {
+                CacheSpec::self_attention(c.num_kv_heads(), c.head_dim(), l.self_attn.window, *d)
+            })
+            .collect()
     }
 
-    /// Runs the decoder over `args.input_ids`, appending their keys and values to `cache`.
-    pub fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
+    fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
         let ids = args.input_ids;
         if ids.rank() != 2 || args.position_ids.shape() != ids.shape() {
             return Err(Error::Generation(format!(
@@ -651,6 +697,7 @@ impl LlamaModel {
         Ok(ModelOutput {
             last_hidden_state: self.norm.forward(&x)?,
             hidden_states,
+            module_outputs: Vec::new(),
         })
     }
 }
@@ -666,8 +713,12 @@ pub struct LlamaForCausalLM {
 
 impl LlamaForCausalLM {
     /// Loads from the checkpoint root (`model.*` and `lm_head.weight`).
-    pub fn load(w: &Weights, config: &DecoderConfig) -> Result<LlamaForCausalLM> {
-        let model = LlamaModel::load(&w.pp("model"), config)?;
+    pub fn load(
+        w: &Weights,
+        config: &DecoderConfig,
+        features: DecoderFeatures,
+    ) -> Result<LlamaForCausalLM> {
+        let model = LlamaModel::load(&w.pp("model"), config, features)?;
         let tied = config.tie_word_embeddings || !w.contains("lm_head.weight");
         let lm_head = if tied {
             model.embed_tokens.tied_head()
@@ -687,22 +738,25 @@ impl LlamaForCausalLM {
     }
 
     /// The base model.
-    pub fn model(&self) -> &LlamaModel {
+    pub fn base(&self) -> &LlamaModel {
+        &self.model
+    }
+}
+
+impl CausalLm for LlamaForCausalLM {
+    fn model(&self) -> &dyn DecoderModel {
         &self.model
     }
 
-    /// The device logits are computed on (the one holding `lm_head`).
-    pub fn logits_device(&self) -> Device {
+    fn logits_device(&self) -> Device {
         self.lm_head.device()
     }
 
-    /// Whether `lm_head` shares the embedding table.
-    pub fn tied(&self) -> bool {
+    fn tied(&self) -> bool {
         self.tied
     }
 
-    /// Logits (`[B, T, vocab]` or `[B, 1, vocab]`, model dtype) and the base model's output.
-    pub fn forward(
+    fn forward(
         &self,
         args: ForwardArgs<'_>,
         cache: &mut KvCache,

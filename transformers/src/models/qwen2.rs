@@ -5,8 +5,34 @@
 //! sliding windows apply only with `use_sliding_window`, on layers from `max_window_layers` on
 //! (or where v5's `layer_types` says `sliding_attention`).
 
-use super::llama::{DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
+use crate::registry::{Architecture, Family, Loaders, Task};
+
+/// The registry entry of `qwen2`: the Llama decoder with Qwen2's switches.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "qwen2",
+    modeling_file: "models/qwen2/modeling_qwen2.py",
+    architectures: &[
+        Architecture {
+            name: "Qwen2ForCausalLM",
+            task: Task::CausalLm,
+        },
+        Architecture {
+            name: "Qwen2Model",
+            task: Task::Base,
+        },
+    ],
+    // llama.cpp's `qwen2` files are not read by zoo-hub yet.
+    gguf_architectures: &[],
+    no_split_modules: &["Qwen2DecoderLayer"],
+    validate: llama::validate,
+    layout: llama::layout,
+    loaders: Loaders::Decoder {
+        base: |w, c| llama::load_base_with(w, c, features),
+        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
+    },
+};
 
 /// `Qwen2Model`: the Llama decoder with Qwen2's switches.
 pub type Qwen2Model = LlamaModel;
@@ -14,14 +40,18 @@ pub type Qwen2Model = LlamaModel;
 pub type Qwen2ForCausalLM = LlamaForCausalLM;
 
 /// Qwen2's switches: q/k/v bias, no o/mlp bias, windows per layer type.
-pub(super) fn features(config: &DecoderConfig) -> DecoderFeatures {
+pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
         qkv_bias: true,
         o_bias: false,
         mlp_bias: false,
         qk_norm: false,
-        windows: (0..config.num_hidden_layers)
-            .map(|i| config.layer_window(i))
-            .collect(),
+        windows: config.windows(|i| slides(config, i)),
     }
+}
+
+/// Qwen2's window rule without `layer_types`: only with `use_sliding_window`, on the layers
+/// from `max_window_layers` on (transformers' default 28).
+pub(super) fn slides(config: &DecoderConfig, layer: usize) -> bool {
+    config.use_sliding_window.unwrap_or(false) && layer >= config.max_window_layers.unwrap_or(28)
 }

@@ -5,8 +5,34 @@
 //! weights `[head_dim]`) before rope; `attention_bias` on all four projections as in Llama;
 //! no MLP bias; windows as in Qwen2.
 
-use super::llama::{DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
+use crate::registry::{Architecture, Family, Loaders, Task};
+
+/// The registry entry of `qwen3`: the Llama decoder with Qwen3's switches.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "qwen3",
+    modeling_file: "models/qwen3/modeling_qwen3.py",
+    architectures: &[
+        Architecture {
+            name: "Qwen3ForCausalLM",
+            task: Task::CausalLm,
+        },
+        Architecture {
+            name: "Qwen3Model",
+            task: Task::Base,
+        },
+    ],
+    // llama.cpp's `qwen3` files are not read by zoo-hub yet.
+    gguf_architectures: &[],
+    no_split_modules: &["Qwen3DecoderLayer"],
+    validate: llama::validate,
+    layout: llama::layout,
+    loaders: Loaders::Decoder {
+        base: |w, c| llama::load_base_with(w, c, features),
+        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
+    },
+};
 
 /// `Qwen3Model`: the Llama decoder with Qwen3's switches.
 pub type Qwen3Model = LlamaModel;
@@ -14,14 +40,12 @@ pub type Qwen3Model = LlamaModel;
 pub type Qwen3ForCausalLM = LlamaForCausalLM;
 
 /// Qwen3's switches: q/k norms, `attention_bias` on q/k/v/o, windows per layer type.
-pub(super) fn features(config: &DecoderConfig) -> DecoderFeatures {
+pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
         qkv_bias: config.attention_bias,
         o_bias: config.attention_bias,
         mlp_bias: false,
         qk_norm: true,
-        windows: (0..config.num_hidden_layers)
-            .map(|i| config.layer_window(i))
-            .collect(),
+        windows: config.windows(|i| super::qwen2::slides(config, i)),
     }
 }

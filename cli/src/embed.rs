@@ -1,0 +1,117 @@
+//! `zoo embed`: sentence embeddings from an encoder, pooled as its sentence-transformers
+//! folder says, with their cosine similarities.
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::DType;
+use zoo_transformers::sentence::{cosine_similarity, Pooling, SentenceEmbedder};
+use zoo_transformers::LoadOptions;
+
+/// Embed sentences with an encoder (a sentence-transformers folder such as
+/// all-MiniLM-L6-v2, or a plain BERT checkpoint) and print each embedding's norm and first
+/// values; with two or more sentences, their cosine similarity matrix.
+///
+/// Pooling and normalisation come from the folder's modules.json (1_Pooling/config.json,
+/// 2_Normalize) and inputs are cut at sentence_bert_config.json's max_seq_length, as
+/// sentence-transformers does; a checkpoint without them is mean-pooled, not normalised.
+///
+/// Examples:
+///   zoo embed ./all-MiniLM-L6-v2 "The capital of France is Paris." "Paris is in France."
+///   zoo embed sentence-transformers/all-MiniLM-L6-v2 "Hello" --json
+///   zoo embed ./bert-folder "one sentence" "another" --pooling cls --device-map pjrt:cpu
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(false))]
+pub struct Args {
+    /// Folder, .safetensors file, or Hub repo id `org/name[@revision]` of an encoder.
+    model: String,
+    /// The sentences to embed.
+    #[arg(required = true)]
+    sentences: Vec<String>,
+    /// Override the pooling: cls, mean, max, mean_sqrt_len_tokens or lasttoken.
+    #[arg(long)]
+    pooling: Option<String>,
+    /// Where the model runs: cpu, cuda:N, pjrt:PLATFORM[:N,...], tpu, auto, balanced, or a
+    /// FILE.json device map (see `zoo generate --help`).
+    #[arg(long, default_value = "cpu")]
+    device_map: String,
+    /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Print every embedding in full, and the similarities, as JSON.
+    #[arg(long)]
+    json: bool,
+    /// How many leading values of each embedding to print (without --json).
+    #[arg(long, default_value_t = 8)]
+    show: usize,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let device_map: DeviceMap = args.device_map.parse().context("--device-map")?;
+    let dtype = match args.dtype.as_deref() {
+        None => None,
+        Some(d) => match DType::parse(d) {
+            Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => Some(dt),
+            _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
+        },
+    };
+    let opts = LoadOptions {
+        dtype,
+        device_map,
+        progress: true,
+        ..Default::default()
+    };
+    let mut embedder = SentenceEmbedder::load_pretrained(&args.model, opts)
+        .with_context(|| format!("loading {}", args.model))?;
+    if let Some(p) = &args.pooling {
+        let pooling = Pooling::parse(p).with_context(|| {
+            format!("--pooling {p:?}: use cls, mean, max, mean_sqrt_len_tokens or lasttoken")
+        })?;
+        embedder = embedder.with_pooling(pooling);
+    }
+    let sentences: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
+    let embeddings = embedder.embed(&sentences)?;
+    let similarity: Vec<Vec<f32>> = embeddings
+        .iter()
+        .map(|a| embeddings.iter().map(|b| cosine_similarity(a, b)).collect())
+        .collect();
+    if args.json {
+        let out = json!({
+            "model": args.model,
+            "pooling": embedder.pooling().name(),
+            "normalized": embedder.normalizes(),
+            "embeddings": sentences.iter().zip(&embeddings).map(|(s, e)| json!({"sentence": s, "embedding": e})).collect::<Vec<_>>(),
+            "cosine_similarity": similarity,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{} dims, {} pooling{}, at most {} tokens",
+        embeddings.first().map_or(0, Vec::len),
+        embedder.pooling().name(),
+        if embedder.normalizes() {
+            ", normalized"
+        } else {
+            ""
+        },
+        embedder.max_seq_length()
+    );
+    for (i, (s, e)) in sentences.iter().zip(&embeddings).enumerate() {
+        let norm = e.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let head: Vec<String> = e
+            .iter()
+            .take(args.show)
+            .map(|x| format!("{x:.4}"))
+            .collect();
+        println!("[{i}] norm {norm:.4}  [{} ...]  {s}", head.join(", "));
+    }
+    if embeddings.len() > 1 {
+        println!("cosine similarity:");
+        for (i, row) in similarity.iter().enumerate() {
+            let cells: Vec<String> = row.iter().map(|c| format!("{c:7.4}")).collect();
+            println!("[{i}] {}", cells.join(" "));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! Model kinds: what generation, pooling, the parity harness and the planner work against.
+//!
+//! A family implements the kinds its architectures are (Llama's `LlamaModel` is a
+//! [`DecoderModel`], `LlamaForCausalLM` a [`CausalLm`]; BERT's four classes are
+//! [`Encoder`]s), and everything above the model files — `generate`, `zoo embed`, the
+//! harness, the `Auto*` classes — takes a kind, never a concrete model.
+
+use std::fmt::Debug;
+
+use zoo_runtime::{DType, Device, Tensor};
+
+use crate::cache::{CacheSpec, KvCache};
+use crate::Result;
+
+/// Which positions of the last hidden state get logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsFor {
+    /// Every position (`[B, T, vocab]`), for scoring and parity.
+    All,
+    /// The last position only (`[B, 1, vocab]`), all generation needs.
+    Last,
+}
+
+/// One decoder forward call's inputs.
+#[derive(Clone, Copy, Debug)]
+pub struct ForwardArgs<'a> {
+    /// Token ids `[B, T]`, integer.
+    pub input_ids: &'a Tensor,
+    /// Positions `[B, T]`, integer (with left padding: `cumsum(mask) - 1`).
+    pub position_ids: &'a Tensor,
+    /// Which of the `T` tokens of each row are real (left padding is false); all when `None`.
+    pub attention_mask: Option<&'a [Vec<bool>]>,
+    /// Also return the input of each layer and the output of the last (HF's `hidden_states`).
+    pub output_hidden_states: bool,
+}
+
+/// What a base decoder returns.
+#[derive(Clone, Debug)]
+pub struct ModelOutput {
+    /// Output of the final norm, `[B, T, hidden]`.
+    pub last_hidden_state: Tensor,
+    /// With `output_hidden_states`: the embeddings, then each layer's output (before the
+    /// final norm), as transformers lists them (`num_hidden_layers + 1` entries; transformers
+    /// replaces the last with the normed one, which is `last_hidden_state` here).
+    pub hidden_states: Vec<Tensor>,
+    /// With `output_hidden_states`: outputs of modules that are no hidden state, by HF
+    /// module path (GPT-2's `transformer.wte` and `transformer.wpe`, summed into the first).
+    pub module_outputs: Vec<(String, Tensor)>,
+}
+
+/// A base decoder (`LlamaModel`, `GPT2Model`): token ids in, hidden states out, keys and
+/// values appended to a [`KvCache`].
+pub trait DecoderModel: Send + Sync + Debug {
+    /// The dtype of weights and activations.
+    fn dtype(&self) -> DType;
+    /// The device inputs go to (the one holding the embeddings).
+    fn device(&self) -> Device;
+    /// Every device the model runs on, in execution order, each once.
+    fn devices(&self) -> Vec<Device>;
+    /// Tokens in the vocabulary.
+    fn vocab_size(&self) -> usize;
+    /// The context the model was trained for (`max_position_embeddings`, `n_positions`).
+    fn max_position_embeddings(&self) -> usize;
+    /// Whether positions past that context are meant to work (dynamic NTK rope); otherwise
+    /// generation refuses longer prompts.
+    fn stretches_context(&self) -> bool {
+        false
+    }
+    /// One spec per attention layer: what the cache holds for it and where.
+    fn cache_specs(&self) -> Vec<CacheSpec>;
+    /// An empty cache for `batch` rows of up to `capacity` tokens.
+    fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        KvCache::from_specs(&self.cache_specs(), batch, capacity, self.dtype())
+    }
+    /// HF module paths of the `hidden_states` entries but the last (`model.embed_tokens`,
+    /// `model.layers.0`, ...), which name per-module outputs in parity cases.
+    fn hidden_state_modules(&self) -> Vec<String>;
+    /// Runs the decoder over `args.input_ids`, appending their keys and values to `cache`.
+    fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput>;
+}
+
+/// A causal language model (`*ForCausalLM`, `GPT2LMHeadModel`): a [`DecoderModel`] and a
+/// head that turns its last hidden state into next-token logits. Generation works on this.
+pub trait CausalLm: Send + Sync + Debug {
+    /// The base decoder.
+    fn model(&self) -> &dyn DecoderModel;
+    /// The device logits are computed on (the one holding the head).
+    fn logits_device(&self) -> Device;
+    /// Whether the head shares the embedding table.
+    fn tied(&self) -> bool;
+    /// Logits (`[B, T, vocab]` or `[B, 1, vocab]`, model dtype) and the base model's output.
+    fn forward(
+        &self,
+        args: ForwardArgs<'_>,
+        cache: &mut KvCache,
+        which: LogitsFor,
+    ) -> Result<(Tensor, ModelOutput)>;
+}
+
+/// What an encoder's head computes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EncoderHead {
+    /// None: hidden states and (where the family has one) the pooled output (`BertModel`).
+    Base,
+    /// Token logits over the vocabulary (`BertForMaskedLM`).
+    MaskedLm,
+    /// One row of logits per sequence (`BertForSequenceClassification`).
+    SequenceClassification {
+        /// Label names by index (`id2label`).
+        labels: Vec<String>,
+    },
+    /// One row of logits per token (`BertForTokenClassification`).
+    TokenClassification {
+        /// Label names by index (`id2label`).
+        labels: Vec<String>,
+    },
+}
+
+/// One encoder forward call's inputs.
+#[derive(Clone, Copy, Debug)]
+pub struct EncoderArgs<'a> {
+    /// Token ids `[B, T]`, integer.
+    pub input_ids: &'a Tensor,
+    /// `[B, T]`, 1 for a real token and 0 for padding (any integer or bool dtype); all real
+    /// when `None`.
+    pub attention_mask: Option<&'a Tensor>,
+    /// Segment ids `[B, T]`; all 0 when `None`.
+    pub token_type_ids: Option<&'a Tensor>,
+    /// Positions `[B, T]`; `0..T` per row when `None` (as transformers does for encoders).
+    pub position_ids: Option<&'a Tensor>,
+    /// Also return the embeddings and each layer's output.
+    pub output_hidden_states: bool,
+}
+
+/// What an encoder returns.
+#[derive(Clone, Debug)]
+pub struct EncoderOutput {
+    /// Output of the last layer, `[B, T, hidden]`.
+    pub last_hidden_state: Tensor,
+    /// The family's pooled output (`BertPooler`: tanh(dense(first token))), `[B, hidden]`.
+    pub pooler_output: Option<Tensor>,
+    /// With `output_hidden_states`: the embeddings, then each layer's output.
+    pub hidden_states: Vec<Tensor>,
+    /// The head's logits (`[B, T, vocab]`, `[B, labels]` or `[B, T, labels]`).
+    pub logits: Option<Tensor>,
+}
+
+/// A bidirectional encoder with an optional head (`BertModel`, `BertFor*`).
+pub trait Encoder: Send + Sync + Debug {
+    /// The dtype of weights and activations.
+    fn dtype(&self) -> DType;
+    /// The device inputs go to.
+    fn device(&self) -> Device;
+    /// Every device the model runs on, in execution order, each once.
+    fn devices(&self) -> Vec<Device>;
+    /// Tokens in the vocabulary.
+    fn vocab_size(&self) -> usize;
+    /// The longest input the position embeddings cover.
+    fn max_position_embeddings(&self) -> usize;
+    /// What the head computes.
+    fn head(&self) -> &EncoderHead;
+    /// HF module paths of the `hidden_states` entries (`embeddings`, `encoder.layer.0`, ...,
+    /// under the base model's prefix), which name per-module outputs in parity cases.
+    fn hidden_state_modules(&self) -> Vec<String>;
+    /// Runs the encoder (and its head).
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput>;
+}
+
+/// An encoder-decoder language model (T5): the encoder runs once over the prompt, the
+/// decoder generates with a self-attention cache and attends to the encoder's output
+/// through cross-attention layers of the same [`KvCache`] (see [`CacheSpec::cross`]).
+pub trait Seq2SeqLm: Send + Sync + Debug {
+    /// The encoder's output for the prompt.
+    fn encode(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput>;
+    /// The token the decoder starts from (`decoder_start_token_id`).
+    fn decoder_start_token_id(&self) -> u32;
+    /// One spec per decoder attention layer (self and cross).
+    fn cache_specs(&self) -> Vec<CacheSpec>;
+    /// The dtype of weights and activations.
+    fn dtype(&self) -> DType;
+    /// Decoder logits for `args` given the encoder's hidden states and mask.
+    fn decode(
+        &self,
+        args: ForwardArgs<'_>,
+        encoder_hidden_states: &Tensor,
+        encoder_attention_mask: Option<&Tensor>,
+        cache: &mut KvCache,
+        which: LogitsFor,
+    ) -> Result<Tensor>;
+}

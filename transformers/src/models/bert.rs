@@ -1,0 +1,746 @@
+//! BERT: mirrors transformers' `models/bert/modeling_bert.py` (`BertModel`,
+//! `BertForMaskedLM`, `BertForSequenceClassification`, `BertForTokenClassification`, eager
+//! attention).
+//!
+//! A post-norm bidirectional encoder: word + absolute position + token-type embeddings,
+//! LayerNorm; per layer, self-attention over every real token (padding masked by the
+//! attention mask), a residual LayerNorm, a GELU (any `hidden_act`) MLP and another residual
+//! LayerNorm. The pooler is tanh(dense(first token)). Weight names are the checkpoint's
+//! (`encoder.layer.3.attention.self.query.weight`), under `bert.` when a head is present; the
+//! TF-era `LayerNorm.gamma`/`beta` names load as `weight`/`bias`, as transformers renames them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use zoo_hub::PretrainedConfig;
+use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
+use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
+
+use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
+use crate::registry::{Architecture, Family, Layout, Loaders, Task};
+use crate::{Error, Result};
+
+/// The registry entry of `bert`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "bert",
+    modeling_file: "models/bert/modeling_bert.py",
+    architectures: &[
+        Architecture {
+            name: "BertModel",
+            task: Task::Base,
+        },
+        Architecture {
+            name: "BertForMaskedLM",
+            task: Task::MaskedLm,
+        },
+        Architecture {
+            name: "BertForSequenceClassification",
+            task: Task::SequenceClassification,
+        },
+        Architecture {
+            name: "BertForTokenClassification",
+            task: Task::TokenClassification,
+        },
+    ],
+    gguf_architectures: &[],
+    no_split_modules: &["BertEmbeddings", "BertLayer"],
+    validate: |c| BertConfig::from_pretrained(c).map(drop),
+    layout,
+    loaders: Loaders::Encoder(load),
+};
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_max_pos() -> usize {
+    512
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_position_type() -> String {
+    "absolute".into()
+}
+
+/// `config.json` of a BERT checkpoint, as transformers' `BertConfig` reads it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct BertConfig {
+    /// Rows of the word embedding table.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Encoder layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads.
+    pub num_attention_heads: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// MLP activation.
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Rows of the position embedding table.
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    /// Rows of the token-type (segment) table.
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    /// Epsilon of every LayerNorm.
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Only `absolute` positions are defined by current transformers.
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+    /// Label names of a classification head, by index.
+    #[serde(default)]
+    pub id2label: Option<BTreeMap<String, String>>,
+    /// Labels of a classification head when `id2label` is absent (transformers' default 2).
+    #[serde(default)]
+    pub num_labels: Option<usize>,
+    /// The `config.json` it came from, for errors.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl BertConfig {
+    /// Reads the typed config; a missing or mistyped field names the file and the field.
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<BertConfig> {
+        let mut c: BertConfig = cfg.parse_as()?;
+        c.path = cfg.path.clone();
+        let bad = |reason: String| Error::Config {
+            path: cfg.path.clone(),
+            reason,
+        };
+        for (name, v) in [
+            ("vocab_size", c.vocab_size),
+            ("hidden_size", c.hidden_size),
+            ("num_hidden_layers", c.num_hidden_layers),
+            ("num_attention_heads", c.num_attention_heads),
+            ("intermediate_size", c.intermediate_size),
+            ("max_position_embeddings", c.max_position_embeddings),
+        ] {
+            if v == 0 {
+                return Err(bad(format!("`{name}` is 0; it must be positive")));
+            }
+        }
+        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+            return Err(bad(format!(
+                "`hidden_size` ({}) is not a multiple of `num_attention_heads` ({})",
+                c.hidden_size, c.num_attention_heads
+            )));
+        }
+        if c.position_embedding_type != "absolute" {
+            return Err(bad(format!(
+                "`position_embedding_type` is {:?}; transformers' BERT defines only \"absolute\"",
+                c.position_embedding_type
+            )));
+        }
+        Activation::from_hf(&c.hidden_act).map_err(|e| bad(format!("`hidden_act`: {e}")))?;
+        Ok(c)
+    }
+
+    /// Label names by index: `id2label` in index order, else `LABEL_i` for `num_labels`.
+    pub fn labels(&self) -> Result<Vec<String>> {
+        let Some(map) = &self.id2label else {
+            return Ok((0..self.num_labels.unwrap_or(2))
+                .map(|i| format!("LABEL_{i}"))
+                .collect());
+        };
+        let mut labels = vec![None; map.len()];
+        for (k, v) in map {
+            let i = k.parse::<usize>().ok().filter(|&i| i < map.len());
+            let Some(i) = i else {
+                return Err(Error::Config {
+                    path: self.path.clone(),
+                    reason: format!("`id2label` key {k:?} is not an index below {}", map.len()),
+                });
+            };
+            labels[i] = Some(v.clone());
+        }
+        Ok(labels.into_iter().flatten().collect())
+    }
+
+    fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+}
+
+/// The planner's view: embeddings, then `encoder.layer.N` (under `bert.` when a head is
+/// present), no KV cache; planned for the full `max_position_embeddings`.
+fn layout(config: &PretrainedConfig) -> Result<Layout> {
+    let c = BertConfig::from_pretrained(config)?;
+    Ok(Layout {
+        layer_containers: vec!["encoder.layer".into(), "bert.encoder.layer".into()],
+        inputs: vec!["embeddings".into(), "bert.embeddings".into()],
+        tied: vec![vec![
+            "bert.embeddings.word_embeddings.weight".into(),
+            "cls.predictions.decoder.weight".into(),
+        ]],
+        shape: ModelShape {
+            layers: c.num_hidden_layers,
+            hidden: c.hidden_size,
+            intermediate: c.intermediate_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_attention_heads,
+            head_dim: c.head_dim(),
+            vocab: 0,
+            kv_cache: false,
+        },
+        context: c.max_position_embeddings,
+    })
+}
+
+/// The family's loader: the base model for [`Task::Base`], else the head's class.
+fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Encoder>> {
+    let c = BertConfig::from_pretrained(config)?;
+    Ok(match task {
+        Task::Base => Box::new(BertModel::load(&base_weights(w), &c, true)?),
+        Task::MaskedLm => Box::new(BertForMaskedLM::load(w, &c)?),
+        Task::SequenceClassification => Box::new(BertForSequenceClassification::load(w, &c)?),
+        Task::TokenClassification => Box::new(BertForTokenClassification::load(w, &c)?),
+        Task::CausalLm => {
+            return Err(Error::Config {
+                path: c.path.clone(),
+                reason: "BERT is an encoder; zoo does not run it as a causal LM".into(),
+            })
+        }
+    })
+}
+
+/// The base model's weights: under `bert.` in a checkpoint with a head, at the root in a
+/// `BertModel` one.
+fn base_weights(w: &Weights) -> Weights {
+    if w.contains("bert.embeddings.word_embeddings.weight") {
+        w.pp("bert")
+    } else {
+        w.clone()
+    }
+}
+
+/// A LayerNorm stored as `weight`/`bias`, or as TF's `gamma`/`beta`.
+fn layer_norm(w: &Weights, dim: usize, eps: f64) -> Result<LayerNorm> {
+    if !w.contains("weight") && w.contains("gamma") {
+        return Ok(LayerNorm {
+            weight: Some(w.get("gamma", &[dim])?),
+            bias: Some(w.get("beta", &[dim])?),
+            eps,
+        });
+    }
+    Ok(LayerNorm::load(w, dim, eps)?)
+}
+
+/// `act(x)` evaluated in f32 and rounded once, as PyTorch runs activations on 16-bit
+/// tensors (16-bit kernels that round every intermediate would drift).
+fn activate(act: Activation, x: &Tensor) -> Result<Tensor> {
+    let dt = x.dtype();
+    Ok(act.apply(&x.to_dtype(dt.accumulation())?)?.to_dtype(dt)?)
+}
+
+/// `BertEmbeddings`: word + token type + absolute position, then LayerNorm.
+#[derive(Clone, Debug)]
+struct Embeddings {
+    word_embeddings: Embedding,
+    position_embeddings: Embedding,
+    token_type_embeddings: Embedding,
+    layer_norm: LayerNorm,
+}
+
+impl Embeddings {
+    fn load(w: &Weights, c: &BertConfig) -> Result<Embeddings> {
+        let h = c.hidden_size;
+        Ok(Embeddings {
+            word_embeddings: Embedding::load(&w.pp("word_embeddings"), c.vocab_size, h)?,
+            position_embeddings: Embedding::load(
+                &w.pp("position_embeddings"),
+                c.max_position_embeddings,
+                h,
+            )?,
+            token_type_embeddings: Embedding::load(
+                &w.pp("token_type_embeddings"),
+                c.type_vocab_size,
+                h,
+            )?,
+            layer_norm: layer_norm(&w.pp("LayerNorm"), h, c.layer_norm_eps)?,
+        })
+    }
+
+    fn forward(&self, ids: &Tensor, types: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        // transformers adds in this order, each a rounded op in 16-bit.
+        let x = self.word_embeddings.forward(ids)?;
+        let x = x.add(&self.token_type_embeddings.forward(types)?)?;
+        let x = x.add(&self.position_embeddings.forward(positions)?)?;
+        Ok(self.layer_norm.forward(&x)?)
+    }
+}
+
+/// `BertAttention`: `BertSelfAttention` (query/key/value) and `BertSelfOutput` (dense,
+/// residual LayerNorm).
+#[derive(Clone, Debug)]
+struct Attention {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    dense: Linear,
+    layer_norm: LayerNorm,
+    heads: usize,
+}
+
+impl Attention {
+    fn load(w: &Weights, c: &BertConfig) -> Result<Attention> {
+        let h = c.hidden_size;
+        let s = w.pp("self");
+        let o = w.pp("output");
+        Ok(Attention {
+            query: Linear::load(&s.pp("query"), h, h, true)?,
+            key: Linear::load(&s.pp("key"), h, h, true)?,
+            value: Linear::load(&s.pp("value"), h, h, true)?,
+            dense: Linear::load(&o.pp("dense"), h, h, true)?,
+            layer_norm: layer_norm(&o.pp("LayerNorm"), h, c.layer_norm_eps)?,
+            heads: c.num_attention_heads,
+        })
+    }
+
+    /// `x [B, T, hidden]`; `bias` is the additive padding mask `[B, 1, 1, T]`.
+    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        let (b, t, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let d = h / self.heads;
+        let split = |y: Tensor| -> Result<Tensor> {
+            Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
+        };
+        let q = split(self.query.forward(x)?)?;
+        let k = split(self.key.forward(x)?)?;
+        let v = split(self.value.forward(x)?)?;
+        let opts = SdpaOptions {
+            mask: Some(bias),
+            round_scores: true,
+            ..Default::default()
+        };
+        let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
+        let ctx = ctx.transpose(1, 2)?.reshape_to(&[b, t, h])?;
+        let y = self.dense.forward(&ctx)?;
+        Ok(self.layer_norm.forward(&y.add(x)?)?)
+    }
+}
+
+/// `BertLayer`: attention, then `BertIntermediate` (dense, act) and `BertOutput` (dense,
+/// residual LayerNorm).
+#[derive(Clone, Debug)]
+struct Layer {
+    attention: Attention,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: LayerNorm,
+    act: Activation,
+}
+
+impl Layer {
+    fn load(w: &Weights, c: &BertConfig) -> Result<Layer> {
+        let (h, i) = (c.hidden_size, c.intermediate_size);
+        Ok(Layer {
+            attention: Attention::load(&w.pp("attention"), c)?,
+            intermediate: Linear::load(&w.pp("intermediate.dense"), h, i, true)?,
+            output: Linear::load(&w.pp("output.dense"), i, h, true)?,
+            output_norm: layer_norm(&w.pp("output.LayerNorm"), h, c.layer_norm_eps)?,
+            act: Activation::from_hf(&c.hidden_act)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        let a = self.attention.forward(x, bias)?;
+        let m = activate(self.act, &self.intermediate.forward(&a)?)?;
+        let y = self.output.forward(&m)?;
+        Ok(self.output_norm.forward(&y.add(&a)?)?)
+    }
+}
+
+/// `BertModel`: embeddings, encoder layers and (unless a head drops it) the pooler.
+#[derive(Clone, Debug)]
+pub struct BertModel {
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+    pooler: Option<Linear>,
+    config: BertConfig,
+    dtype: DType,
+    /// Where each layer runs; activations move between devices at the cuts.
+    layer_devices: Vec<Device>,
+    /// The module prefix of the base model in its checkpoint (`bert.` under a head).
+    prefix: &'static str,
+}
+
+impl BertModel {
+    /// Loads the base model from the weights under `w` (its root: `embeddings.*`,
+    /// `encoder.*`, `pooler.*`); `pooler` as `add_pooling_layer`.
+    pub fn load(w: &Weights, config: &BertConfig, pooler: bool) -> Result<BertModel> {
+        let c = config;
+        let embeddings = Embeddings::load(&w.pp("embeddings"), c)?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let lw = w.pp(format!("encoder.layer.{i}"));
+            layer_devices.push(lw.device());
+            layers.push(Layer::load(&lw, c)?);
+        }
+        // A checkpoint saved without a pooler (a head that drops it) has none to load.
+        let pooler = if pooler && w.contains("pooler.dense.weight") {
+            Some(Linear::load(
+                &w.pp("pooler.dense"),
+                c.hidden_size,
+                c.hidden_size,
+                true,
+            )?)
+        } else {
+            None
+        };
+        Ok(BertModel {
+            embeddings,
+            layers,
+            pooler,
+            config: c.clone(),
+            dtype: w.dtype(),
+            layer_devices,
+            prefix: "",
+        })
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    fn under(mut self, prefix: &'static str) -> BertModel {
+        self.prefix = prefix;
+        self
+    }
+
+    fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let ids = args.input_ids;
+        if ids.rank() != 2 {
+            return Err(Error::Generation(format!(
+                "input_ids {:?} must be [batch, seq]",
+                ids.shape()
+            )));
+        }
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        let c = &self.config;
+        if t == 0 || t > c.max_position_embeddings {
+            return Err(Error::Generation(format!(
+                "the input has {t} tokens; BERT takes 1 to {} (max_position_embeddings); truncate it",
+                c.max_position_embeddings
+            )));
+        }
+        let device = self.device();
+        let same = |name: &str, x: Option<&Tensor>| -> Result<Option<Tensor>> {
+            match x {
+                Some(x) if x.shape() != ids.shape() => Err(Error::Generation(format!(
+                    "{name} {:?} must have the shape of input_ids {:?}",
+                    x.shape(),
+                    ids.shape()
+                ))),
+                Some(x) => Ok(Some(x.to_device(&device)?.to_dtype(DType::I64)?)),
+                None => Ok(None),
+            }
+        };
+        let ids = ids.to_device(&device)?.to_dtype(DType::I64)?;
+        check_ids(&ids, c.vocab_size, "input_ids")?;
+        let types = match same("token_type_ids", args.token_type_ids)? {
+            Some(t) => t,
+            None => Tensor::from_vec(vec![0i64; b * t], &[b, t], &device)?,
+        };
+        check_ids(&types, c.type_vocab_size, "token_type_ids")?;
+        let positions = match same("position_ids", args.position_ids)? {
+            Some(p) => p,
+            None => {
+                let rows: Vec<i64> = (0..b).flat_map(|_| 0..t as i64).collect();
+                Tensor::from_vec(rows, &[b, t], &device)?
+            }
+        };
+        check_ids(&positions, c.max_position_embeddings, "position_ids")?;
+        let mask = same("attention_mask", args.attention_mask)?;
+        let mut x = self.embeddings.forward(&ids, &types, &positions)?;
+        // transformers' extended mask: 0 where a key is a real token, the dtype's lowest
+        // value where it is padding, `[B, 1, 1, T]`.
+        let keep = match &mask {
+            Some(m) => m.cmp_scalar("!=", 0.0)?,
+            None => Tensor::ones(&[b, t], DType::Bool, &device)?,
+        };
+        let keep = keep.reshape_to(&[b, 1, 1, t])?;
+        let mut biases: Vec<(Device, Tensor)> = Vec::new();
+        let mut hidden_states = Vec::new();
+        for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
+            if x.device() != *dev {
+                x = x.to_device(dev)?;
+            }
+            if args.output_hidden_states {
+                hidden_states.push(x.clone());
+            }
+            let bias = match biases.iter().find(|(d, _)| d == dev) {
+                Some((_, m)) => m.clone(),
+                None => {
+                    let m = additive_mask(&keep.to_device(dev)?, self.dtype)?;
+                    biases.push((*dev, m.clone()));
+                    m
+                }
+            };
+            x = layer.forward(&x, &bias)?;
+        }
+        if args.output_hidden_states {
+            hidden_states.push(x.clone());
+        }
+        let pooler_output = match &self.pooler {
+            Some(p) => {
+                let first = x
+                    .narrow(1, 0, 1)?
+                    .squeeze(1)?
+                    .to_device(&p.weight.device())?;
+                Some(p.forward(&first)?.tanh()?)
+            }
+            None => None,
+        };
+        Ok(EncoderOutput {
+            last_hidden_state: x,
+            pooler_output,
+            hidden_states,
+            logits: None,
+        })
+    }
+}
+
+/// Ids the host knows must index their table; ids computed on a device are left to it.
+fn check_ids(ids: &Tensor, rows: usize, name: &str) -> Result<()> {
+    if let Some(&bad) = ids
+        .host_known_i64()
+        .iter()
+        .flatten()
+        .find(|&&i| i < 0 || i as usize >= rows)
+    {
+        return Err(Error::Generation(format!(
+            "{name} holds {bad}, outside 0..{rows}"
+        )));
+    }
+    Ok(())
+}
+
+/// `keep [B, 1, 1, T]` (bool) as transformers' additive mask in `dtype`: 0 to attend, the
+/// dtype's lowest finite value to ignore.
+fn additive_mask(keep: &Tensor, dtype: DType) -> Result<Tensor> {
+    let low = match dtype {
+        DType::BF16 => f64::from(half::bf16::MIN),
+        DType::F16 => f64::from(half::f16::MIN),
+        DType::F64 => f64::MIN,
+        _ => f64::from(f32::MIN),
+    };
+    let zeros = Tensor::zeros(keep.shape(), dtype, &keep.device())?;
+    let lows = Tensor::full(keep.shape(), low, dtype, &keep.device())?;
+    Ok(keep.where_cond(&zeros, &lows)?)
+}
+
+impl BertModel {
+    fn devices_in_order(&self) -> Vec<Device> {
+        let mut out = vec![self.device()];
+        for d in &self.layer_devices {
+            if !out.contains(d) {
+                out.push(*d);
+            }
+        }
+        out
+    }
+
+    fn modules(&self) -> Vec<String> {
+        let p = self.prefix;
+        std::iter::once(format!("{p}embeddings"))
+            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layer.{i}")))
+            .collect()
+    }
+}
+
+const BASE: EncoderHead = EncoderHead::Base;
+
+impl Encoder for BertModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn device(&self) -> Device {
+        self.embeddings.word_embeddings.weight.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        self.devices_in_order()
+    }
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+    fn head(&self) -> &EncoderHead {
+        &BASE
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.modules()
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        self.run(args)
+    }
+}
+
+/// The [`Encoder`] methods a head answers from its base model (`self.bert`) and `self.head`.
+macro_rules! delegate_to_bert {
+    () => {
+        fn dtype(&self) -> DType {
+            self.bert.dtype
+        }
+        fn device(&self) -> Device {
+            self.bert.device()
+        }
+        fn devices(&self) -> Vec<Device> {
+            self.bert.devices_in_order()
+        }
+        fn vocab_size(&self) -> usize {
+            self.bert.config.vocab_size
+        }
+        fn max_position_embeddings(&self) -> usize {
+            self.bert.config.max_position_embeddings
+        }
+        fn head(&self) -> &EncoderHead {
+            &self.head
+        }
+        fn hidden_state_modules(&self) -> Vec<String> {
+            self.bert.modules()
+        }
+    };
+}
+
+/// `BertForMaskedLM`: the base model without pooler, then `cls.predictions`: a dense +
+/// activation + LayerNorm transform and a decoder tied to the word embeddings, with its
+/// own bias.
+#[derive(Clone, Debug)]
+pub struct BertForMaskedLM {
+    bert: BertModel,
+    transform: Linear,
+    transform_norm: LayerNorm,
+    act: Activation,
+    decoder: Linear,
+    head: EncoderHead,
+}
+
+impl BertForMaskedLM {
+    /// Loads from the checkpoint root (`bert.*`, `cls.predictions.*`).
+    pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForMaskedLM> {
+        let bert = BertModel::load(&w.pp("bert"), c, false)?.under("bert.");
+        let p = w.pp("cls.predictions");
+        let h = c.hidden_size;
+        // The decoder's weight is the word-embedding table (tied), stored or not.
+        let weight = if p.contains("decoder.weight") {
+            p.get("decoder.weight", &[c.vocab_size, h])?
+        } else {
+            bert.embeddings.word_embeddings.weight.clone()
+        };
+        let bias = match p.get_opt("bias", &[c.vocab_size])? {
+            Some(b) => b,
+            None => p.get("decoder.bias", &[c.vocab_size])?,
+        };
+        Ok(BertForMaskedLM {
+            transform: Linear::load(&p.pp("transform.dense"), h, h, true)?,
+            transform_norm: layer_norm(&p.pp("transform.LayerNorm"), h, c.layer_norm_eps)?,
+            act: Activation::from_hf(&c.hidden_act)?,
+            decoder: Linear {
+                weight,
+                bias: Some(bias),
+            },
+            bert,
+            head: EncoderHead::MaskedLm,
+        })
+    }
+}
+
+impl Encoder for BertForMaskedLM {
+    delegate_to_bert!();
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.bert.run(args)?;
+        let x = out
+            .last_hidden_state
+            .to_device(&self.decoder.weight.device())?;
+        let x = activate(self.act, &self.transform.forward(&x)?)?;
+        let x = self.transform_norm.forward(&x)?;
+        out.logits = Some(self.decoder.forward(&x)?);
+        Ok(out)
+    }
+}
+
+/// `BertForSequenceClassification`: the pooled output through `classifier`.
+#[derive(Clone, Debug)]
+pub struct BertForSequenceClassification {
+    bert: BertModel,
+    classifier: Linear,
+    head: EncoderHead,
+}
+
+impl BertForSequenceClassification {
+    /// Loads from the checkpoint root (`bert.*` with its pooler, `classifier.*`).
+    pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForSequenceClassification> {
+        let bert = BertModel::load(&w.pp("bert"), c, true)?.under("bert.");
+        if bert.pooler.is_none() {
+            return Err(Error::Config {
+                path: c.path.clone(),
+                reason: format!(
+                    "BertForSequenceClassification classifies the pooled output, but the checkpoint has no `{}`",
+                    w.full_name("bert.pooler.dense.weight")
+                ),
+            });
+        }
+        let labels = c.labels()?;
+        Ok(BertForSequenceClassification {
+            classifier: Linear::load(&w.pp("classifier"), c.hidden_size, labels.len(), true)?,
+            bert,
+            head: EncoderHead::SequenceClassification { labels },
+        })
+    }
+}
+
+impl Encoder for BertForSequenceClassification {
+    delegate_to_bert!();
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.bert.run(args)?;
+        if let Some(pooled) = &out.pooler_output {
+            let pooled = pooled.to_device(&self.classifier.weight.device())?;
+            out.logits = Some(self.classifier.forward(&pooled)?);
+        }
+        Ok(out)
+    }
+}
+
+/// `BertForTokenClassification`: every token's hidden state through `classifier`.
+#[derive(Clone, Debug)]
+pub struct BertForTokenClassification {
+    bert: BertModel,
+    classifier: Linear,
+    head: EncoderHead,
+}
+
+impl BertForTokenClassification {
+    /// Loads from the checkpoint root (`bert.*` without pooler, `classifier.*`).
+    pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForTokenClassification> {
+        let bert = BertModel::load(&w.pp("bert"), c, false)?.under("bert.");
+        let labels = c.labels()?;
+        Ok(BertForTokenClassification {
+            classifier: Linear::load(&w.pp("classifier"), c.hidden_size, labels.len(), true)?,
+            bert,
+            head: EncoderHead::TokenClassification { labels },
+        })
+    }
+}
+
+impl Encoder for BertForTokenClassification {
+    delegate_to_bert!();
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.bert.run(args)?;
+        let x = out
+            .last_hidden_state
+            .to_device(&self.classifier.weight.device())?;
+        out.logits = Some(self.classifier.forward(&x)?);
+        Ok(out)
+    }
+}

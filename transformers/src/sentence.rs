@@ -1,0 +1,346 @@
+//! Sentence embeddings as sentence-transformers computes them: an encoder, then the pooling
+//! and normalisation its folder's `modules.json` lists (`1_Pooling/config.json`,
+//! `2_Normalize`), with `sentence_bert_config.json`'s `max_seq_length`.
+//!
+//! A plain transformers checkpoint without `modules.json` gets what sentence-transformers
+//! gives it too: mean pooling, no normalisation, the model's own position limit.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+use zoo_runtime::{DType, Tensor};
+
+use crate::auto::{load_encoder, LoadOptions};
+use crate::kinds::{Encoder, EncoderArgs};
+use crate::registry::Task;
+use crate::{Error, Result, Tokenizer};
+
+/// How token embeddings become one sentence embedding (sentence-transformers' `Pooling`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// The first token's embedding (`[CLS]`).
+    Cls,
+    /// The mean over real (unmasked) tokens.
+    Mean,
+    /// The element-wise maximum over real tokens.
+    Max,
+    /// The sum over real tokens divided by the square root of their count.
+    MeanSqrtLen,
+    /// The last real token's embedding (decoder-style embedders).
+    LastToken,
+}
+
+impl Pooling {
+    /// The pooling named `s` (`cls`, `mean`, `max`, `mean_sqrt_len_tokens`, `lasttoken`).
+    pub fn parse(s: &str) -> Option<Pooling> {
+        Some(match s {
+            "cls" => Pooling::Cls,
+            "mean" => Pooling::Mean,
+            "max" => Pooling::Max,
+            "mean_sqrt_len_tokens" => Pooling::MeanSqrtLen,
+            "lasttoken" => Pooling::LastToken,
+            _ => return None,
+        })
+    }
+
+    /// The name [`Pooling::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::Cls => "cls",
+            Pooling::Mean => "mean",
+            Pooling::Max => "max",
+            Pooling::MeanSqrtLen => "mean_sqrt_len_tokens",
+            Pooling::LastToken => "lasttoken",
+        }
+    }
+}
+
+/// `1_Pooling/config.json`: one `pooling_mode_*` flag set.
+#[derive(Debug, Default, Deserialize)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
+    #[serde(default)]
+    pooling_mode_weightedmean_tokens: bool,
+}
+
+/// One entry of `modules.json`.
+#[derive(Debug, Deserialize)]
+struct Module {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// A sentence encoder: tokenizer, encoder, pooling, normalisation.
+#[derive(Debug)]
+pub struct SentenceEmbedder {
+    encoder: Box<dyn Encoder>,
+    tokenizer: Tokenizer,
+    pooling: Pooling,
+    normalize: bool,
+    max_seq_length: usize,
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Config {
+        path: path.to_path_buf(),
+        reason: format!("cannot be read: {e}"),
+    })?;
+    serde_json::from_str(&text).map_err(|e| Error::Config {
+        path: path.to_path_buf(),
+        reason: format!("is not valid JSON: {e}"),
+    })
+}
+
+fn parse<T: serde::de::DeserializeOwned>(path: &Path, v: Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| Error::Config {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+impl SentenceEmbedder {
+    /// Loads the sentence-transformers folder or repo `repo_or_path` (any encoder family
+    /// the registry knows) with its pooling.
+    pub fn load_pretrained(repo_or_path: &str, opts: LoadOptions) -> Result<SentenceEmbedder> {
+        let (encoder, _, pretrained) = load_encoder(repo_or_path, &opts, Task::Base)?;
+        let files = pretrained.files();
+        let tokenizer = Tokenizer::from_pretrained(&pretrained)?;
+        let mut pooling = Pooling::Mean;
+        let mut normalize = false;
+        if let Some(path) = files.get_optional("modules.json")? {
+            let modules: Vec<Module> = parse(&path, read_json(&path)?)?;
+            for m in &modules {
+                match m.kind.rsplit('.').next().unwrap_or_default() {
+                    "Pooling" => {
+                        let p = files.get(&format!("{}/config.json", m.path))?;
+                        pooling = pooling_of(&p, parse(&p, read_json(&p)?)?)?;
+                    }
+                    "Normalize" => normalize = true,
+                    "Transformer" => {}
+                    other => {
+                        return Err(Error::Config {
+                            path: path.clone(),
+                            reason: format!(
+                                "module {other} ({}) is not one zoo runs; supported: Transformer, Pooling, Normalize",
+                                m.kind
+                            ),
+                        })
+                    }
+                }
+            }
+        }
+        let mut max_seq_length = encoder.max_position_embeddings();
+        if let Some(path) = files.get_optional("sentence_bert_config.json")? {
+            if let Some(n) = read_json(&path)?
+                .get("max_seq_length")
+                .and_then(Value::as_u64)
+            {
+                max_seq_length = max_seq_length.min(n as usize);
+            }
+        }
+        Ok(SentenceEmbedder {
+            encoder,
+            tokenizer,
+            pooling,
+            normalize,
+            max_seq_length,
+        })
+    }
+
+    /// Overrides the pooling the folder names.
+    pub fn with_pooling(mut self, pooling: Pooling) -> SentenceEmbedder {
+        self.pooling = pooling;
+        self
+    }
+
+    /// The pooling in use.
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
+    }
+
+    /// Whether embeddings are L2-normalised (a `Normalize` module).
+    pub fn normalizes(&self) -> bool {
+        self.normalize
+    }
+
+    /// Tokens past this are cut (`max_seq_length`).
+    pub fn max_seq_length(&self) -> usize {
+        self.max_seq_length
+    }
+
+    /// The encoder.
+    pub fn encoder(&self) -> &dyn Encoder {
+        &*self.encoder
+    }
+
+    /// One embedding per sentence, as `SentenceTransformer.encode` returns them.
+    pub fn embed(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>> {
+        if sentences.is_empty() {
+            return Err(Error::Generation("no sentences given".into()));
+        }
+        let ids = sentences
+            .iter()
+            .map(|s| self.tokenizer.encode_truncated(s, self.max_seq_length))
+            .collect::<Result<Vec<_>>>()?;
+        let (b, t) = (ids.len(), ids.iter().map(Vec::len).max().unwrap_or(0));
+        // Right padding, as the tokenizer pads a batch; padded keys are masked.
+        let mut flat = Vec::with_capacity(b * t);
+        let mut mask = Vec::with_capacity(b * t);
+        for row in &ids {
+            flat.extend(row.iter().map(|&i| i64::from(i)));
+            flat.extend(std::iter::repeat_n(0, t - row.len()));
+            mask.extend(std::iter::repeat_n(1i64, row.len()));
+            mask.extend(std::iter::repeat_n(0, t - row.len()));
+        }
+        let device = self.encoder.device();
+        let input_ids = Tensor::from_vec(flat, &[b, t], &device)?;
+        let attention_mask = Tensor::from_vec(mask, &[b, t], &device)?;
+        let out = self.encoder.forward(EncoderArgs {
+            input_ids: &input_ids,
+            attention_mask: Some(&attention_mask),
+            token_type_ids: None,
+            position_ids: None,
+            output_hidden_states: false,
+        })?;
+        let h = out
+            .last_hidden_state
+            .to_dtype(DType::F32)?
+            .to_vec::<f32>()?;
+        let dim = h.len() / (b * t).max(1);
+        Ok(ids
+            .iter()
+            .enumerate()
+            .map(|(r, row)| {
+                let tokens = &h[r * t * dim..(r * t + row.len()) * dim];
+                let mut e = pool(self.pooling, tokens, dim);
+                if self.normalize {
+                    normalize(&mut e);
+                }
+                e
+            })
+            .collect())
+    }
+}
+
+fn pooling_of(path: &Path, c: PoolingConfig) -> Result<Pooling> {
+    let modes = [
+        (c.pooling_mode_cls_token, Pooling::Cls),
+        (c.pooling_mode_mean_tokens, Pooling::Mean),
+        (c.pooling_mode_max_tokens, Pooling::Max),
+        (c.pooling_mode_mean_sqrt_len_tokens, Pooling::MeanSqrtLen),
+        (c.pooling_mode_lasttoken, Pooling::LastToken),
+    ];
+    let on: Vec<Pooling> = modes.iter().filter(|m| m.0).map(|m| m.1).collect();
+    match (on.as_slice(), c.pooling_mode_weightedmean_tokens) {
+        ([one], false) => Ok(*one),
+        _ => Err(Error::Config {
+            path: path.to_path_buf(),
+            reason: "exactly one of pooling_mode_cls_token, _mean_tokens, _max_tokens, \
+                     _mean_sqrt_len_tokens, _lasttoken must be true (zoo does not concatenate \
+                     poolings or run weighted mean)"
+                .into(),
+        }),
+    }
+}
+
+/// Pools `tokens` (the real tokens of one sentence, `dim` values each), accumulating in f64.
+fn pool(p: Pooling, tokens: &[f32], dim: usize) -> Vec<f32> {
+    let n = tokens.len() / dim.max(1);
+    let rows = tokens.chunks(dim.max(1));
+    match p {
+        Pooling::Cls => tokens[..dim].to_vec(),
+        Pooling::LastToken => tokens[(n - 1) * dim..].to_vec(),
+        Pooling::Max => (0..dim)
+            .map(|j| rows.clone().map(|r| r[j]).fold(f32::NEG_INFINITY, f32::max))
+            .collect(),
+        Pooling::Mean | Pooling::MeanSqrtLen => {
+            let div = if p == Pooling::Mean {
+                n as f64
+            } else {
+                (n as f64).sqrt()
+            };
+            (0..dim)
+                .map(|j| (rows.clone().map(|r| f64::from(r[j])).sum::<f64>() / div) as f32)
+                .collect()
+        }
+    }
+}
+
+/// L2-normalises `e` in place (`torch.nn.functional.normalize`, eps 1e-12).
+fn normalize(e: &mut [f32]) {
+    let norm = e.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    let norm = norm.max(1e-12);
+    for x in e {
+        *x = (f64::from(*x) / norm) as f32;
+    }
+}
+
+/// Cosine similarity of two embeddings.
+pub fn cosine_similarity(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum();
+    let na: f64 = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    (dot / (na * nb).max(1e-12)) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poolings_follow_sentence_transformers() {
+        // Two tokens of three values.
+        let t = [1.0f32, -2.0, 3.0, 3.0, 4.0, -1.0];
+        assert_eq!(pool(Pooling::Cls, &t, 3), [1.0, -2.0, 3.0]);
+        assert_eq!(pool(Pooling::LastToken, &t, 3), [3.0, 4.0, -1.0]);
+        assert_eq!(pool(Pooling::Max, &t, 3), [3.0, 4.0, 3.0]);
+        assert_eq!(pool(Pooling::Mean, &t, 3), [2.0, 1.0, 1.0]);
+        let s = 2f32.sqrt();
+        let m = pool(Pooling::MeanSqrtLen, &t, 3);
+        assert!((m[0] - 4.0 / s).abs() < 1e-6 && (m[1] - 2.0 / s).abs() < 1e-6);
+        let mut e = vec![3.0f32, 4.0];
+        normalize(&mut e);
+        assert_eq!(e, [0.6, 0.8]);
+        assert!((cosine_similarity(&[1.0, 0.0], &[1.0, 1.0]) - 0.5f32.sqrt()).abs() < 1e-6);
+        for p in ["cls", "mean", "max", "mean_sqrt_len_tokens", "lasttoken"] {
+            assert_eq!(Pooling::parse(p).unwrap().name(), p);
+        }
+        assert!(Pooling::parse("weightedmean").is_none());
+    }
+
+    #[test]
+    fn a_pooling_config_must_name_one_mode() {
+        let p = Path::new("1_Pooling/config.json");
+        let two = PoolingConfig {
+            pooling_mode_cls_token: true,
+            pooling_mode_mean_tokens: true,
+            ..Default::default()
+        };
+        let err = pooling_of(p, two).unwrap_err().to_string();
+        assert!(
+            err.contains("1_Pooling/config.json") && err.contains("exactly one"),
+            "{err}"
+        );
+        let max = PoolingConfig {
+            pooling_mode_max_tokens: true,
+            ..Default::default()
+        };
+        assert_eq!(pooling_of(p, max).unwrap(), Pooling::Max);
+    }
+}
