@@ -5,7 +5,9 @@
 //! graph. Every op validates its operands and returns a typed [`Error`] instead of panicking.
 
 mod composite;
+#[cfg(feature = "conformance")]
 pub mod conformance;
+mod cpu;
 mod device;
 mod dims;
 mod dtype;

@@ -33,7 +33,7 @@ fn linear_loads_by_hf_name_and_matches_matmul() {
     assert_eq!(y.shape(), &[2, 3, 8]);
     let (xv, wv, bv, yv) = (
         x.to_vec::<f32>().unwrap(),
-        lin.weight.to_vec::<f32>().unwrap(),
+        lin.weight().unwrap().to_vec::<f32>().unwrap(),
         lin.bias.as_ref().unwrap().to_vec::<f32>().unwrap(),
         y.to_vec::<f32>().unwrap(),
     );
@@ -126,8 +126,8 @@ fn loads_from_a_hub_checkpoint_in_any_dtype() {
     let hub = zoo_hub::Weights::from_safetensors(&[path]).unwrap();
     let weights = Weights::new(Arc::new(hub), DType::F32, Device::Cpu);
     let lin = Linear::load(&weights.pp("proj"), 2, 3, false).unwrap();
-    assert_eq!(lin.weight.dtype(), DType::F32);
-    assert_eq!(lin.weight.to_vec::<f32>().unwrap(), w);
+    assert_eq!(lin.weight().unwrap().dtype(), DType::F32);
+    assert_eq!(lin.weight().unwrap().to_vec::<f32>().unwrap(), w);
     let as_bf16 = weights
         .with_dtype(DType::BF16)
         .get("proj.weight", &[3, 2])

@@ -225,8 +225,8 @@ impl KvCache {
         let v = v.to_dtype(cv.dtype())?.contiguous()?;
         let device = ck.device();
         if device.is_eager() {
-            write_in_place(ck, &k, start)?;
-            write_in_place(cv, &v, start)?;
+            ck.write_slice_in_place(2, start, &k)?;
+            cv.write_slice_in_place(2, start, &v)?;
             Ok((ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?))
         } else {
             let at = match self.write_at.get(&device) {
@@ -326,25 +326,6 @@ impl KvCache {
             dtype,
             device,
         )?)
-    }
-}
-
-/// Writes `src` into `dst` at `start` along dim 2 without copying the rest of the buffer.
-///
-/// The runtime's eager `dynamic_update_slice` returns a new tensor (a copy of the whole
-/// cache per layer per token); candle's `slice_set` writes into the existing storage, which
-/// every clone of `dst` shares. This is the only place zoo-transformers reaches into candle.
-fn write_in_place(dst: &Tensor, src: &Tensor, start: usize) -> Result<()> {
-    match (dst.as_candle(), src.as_candle()) {
-        (Some(d), Some(s)) => d.slice_set(s, 2, start).map_err(|source| {
-            Error::from(zoo_runtime::Error::Backend {
-                op: "kv_cache_write",
-                source: Box::new(source),
-            })
-        }),
-        _ => Err(Error::Generation(
-            "in-place KV-cache write needs eager tensors".into(),
-        )),
     }
 }
 

@@ -13,6 +13,17 @@ use zoo_runtime::nn::RopeConfig;
 
 use crate::{Error, Result};
 
+/// Refuses a size field of `cfg` that is 0, naming the file and the field.
+pub(crate) fn require_positive(cfg: &PretrainedConfig, fields: &[(&str, usize)]) -> Result<()> {
+    match fields.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(Error::Config {
+            path: cfg.path.clone(),
+            reason: format!("`{name}` is 0; it must be positive"),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn default_act() -> String {
     "silu".into()
 }
@@ -94,17 +105,16 @@ impl DecoderConfig {
             path: cfg.path.clone(),
             reason,
         };
-        for (name, v) in [
-            ("vocab_size", c.vocab_size),
-            ("hidden_size", c.hidden_size),
-            ("intermediate_size", c.intermediate_size),
-            ("num_hidden_layers", c.num_hidden_layers),
-            ("num_attention_heads", c.num_attention_heads),
-        ] {
-            if v == 0 {
-                return Err(bad(format!("`{name}` is 0; it must be positive")));
-            }
-        }
+        require_positive(
+            cfg,
+            &[
+                ("vocab_size", c.vocab_size),
+                ("hidden_size", c.hidden_size),
+                ("intermediate_size", c.intermediate_size),
+                ("num_hidden_layers", c.num_hidden_layers),
+                ("num_attention_heads", c.num_attention_heads),
+            ],
+        )?;
         let kv = c.num_kv_heads();
         if kv == 0 || !c.num_attention_heads.is_multiple_of(kv) {
             return Err(bad(format!(

@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use zoo_runtime::{DType, Device, Tensor};
 
 use crate::cache::{CacheSpec, KvCache};
-use crate::Result;
+use crate::{Error, Result};
 
 /// Which positions of the last hidden state get logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +46,34 @@ pub struct ModelOutput {
     /// With `output_hidden_states`: outputs of modules that are no hidden state, by HF
     /// module path (GPT-2's `transformer.wte` and `transformer.wpe`, summed into the first).
     pub module_outputs: Vec<(String, Tensor)>,
+}
+
+impl ForwardArgs<'_> {
+    /// Checks the inputs against each other and against `cache` (what every decoder's
+    /// forward refuses) and returns `(batch, seq)`.
+    pub fn check(&self, cache: &KvCache) -> Result<(usize, usize)> {
+        let ids = self.input_ids;
+        if ids.rank() != 2 || self.position_ids.shape() != ids.shape() {
+            return Err(Error::Generation(format!(
+                "input_ids {:?} and position_ids {:?} must both be [batch, seq]",
+                ids.shape(),
+                self.position_ids.shape()
+            )));
+        }
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        if t == 0 {
+            return Err(Error::Generation(
+                "empty input: at least one token is needed".into(),
+            ));
+        }
+        if b != cache.batch() {
+            return Err(Error::Generation(format!(
+                "input batch {b} differs from the KV cache's {}",
+                cache.batch()
+            )));
+        }
+        Ok((b, t))
+    }
 }
 
 /// A base decoder (`LlamaModel`, `GPT2Model`): token ids in, hidden states out, keys and

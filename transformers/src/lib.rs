@@ -13,20 +13,16 @@
 //! # Ok::<(), zoo_transformers::Error>(())
 //! ```
 
-#[cfg(target_arch = "x86_64")]
-mod amx;
 pub mod auto;
 pub mod cache;
 pub mod chat;
 pub mod config;
 mod error;
 pub mod generation;
-mod kernels;
 pub mod kinds;
 mod loading;
 pub mod models;
 mod placement;
-mod quant;
 pub mod registry;
 mod sampling;
 pub mod sentence;

@@ -17,8 +17,8 @@ pub fn pjrt_budgets(
     ordinals: &[usize],
     max_memory: Option<&MaxMemory>,
 ) -> Result<Vec<DeviceBudget>> {
-    let backend = crate::lazy::exec::backend(platform).map_err(|e| {
-        crate::lazy::exec::pjrt_err(
+    let backend = crate::lazy::plugins::backend(platform).map_err(|e| {
+        crate::lazy::plugins::pjrt_err(
             "memory_stats",
             PjrtDevice {
                 platform,

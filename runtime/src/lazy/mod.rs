@@ -21,7 +21,10 @@ pub(crate) mod cache;
 pub(crate) mod exec;
 pub(crate) mod graph;
 pub(crate) mod lower;
+pub(crate) mod plugins;
 pub(crate) mod registry;
+mod trace;
+mod transfer;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -75,9 +78,9 @@ pub fn configure(
     plugin: Option<PathBuf>,
     cpu_devices: Option<usize>,
 ) -> Result<()> {
-    exec::configure(
+    plugins::configure(
         platform,
-        exec::PluginConfig {
+        plugins::PluginConfig {
             path: plugin,
             cpu_devices,
         },
@@ -107,9 +110,9 @@ pub fn device_count(platform: PjrtPlatform) -> Result<usize> {
         platform,
         ordinal: 0,
     };
-    exec::backend(platform)
+    plugins::backend(platform)
         .map(|b| b.devices.len())
-        .map_err(|e| exec::pjrt_err("device_count", d, e))
+        .map_err(|e| plugins::pjrt_err("device_count", d, e))
 }
 
 /// The plugin identity (file, API and platform version, device count) of `platform`'s
@@ -239,7 +242,7 @@ pub(crate) fn full(
     dtype: DType,
     device: PjrtDevice,
 ) -> Result<LazyTensor> {
-    exec::device("full", device)?;
+    plugins::device("full", device)?;
     let v = if dtype == DType::Bool {
         f64::from(u8::from(value != 0.0))
     } else {
@@ -263,7 +266,7 @@ pub(crate) fn arange(
     dtype: DType,
     device: PjrtDevice,
 ) -> Result<LazyTensor> {
-    exec::device("arange", device)?;
+    plugins::device("arange", device)?;
     Ok(pending(
         NodeOp::Iota { start, step },
         Dims::from(&[n][..]),
@@ -280,28 +283,28 @@ pub(crate) fn from_candle(
     dtype: DType,
     device: PjrtDevice,
 ) -> Result<LazyTensor> {
-    exec::upload(t, dtype, device)
+    transfer::upload(t, dtype, device)
 }
 
 /// The shared buffer of an earlier one-element float upload of `value` to `device`, if any
-/// (see `exec::shared_scalar`).
+/// (see `transfer::shared_scalar`).
 pub(crate) fn shared_scalar(
     value: f64,
     shape: &[usize],
     dtype: DType,
     device: PjrtDevice,
 ) -> Option<LazyTensor> {
-    exec::shared_scalar(value, shape, dtype, device)
+    transfer::shared_scalar(value, shape, dtype, device)
 }
 
 /// Materialises and downloads to a CPU candle tensor (bool as u8 0/1).
 pub(crate) fn to_candle(t: &LazyTensor, op: &'static str) -> Result<candle_core::Tensor> {
-    exec::download(t, op)
+    transfer::download(t, op)
 }
 
 /// Materialises and copies to another PJRT device.
 pub(crate) fn to_pjrt(t: &LazyTensor, device: PjrtDevice) -> Result<LazyTensor> {
-    exec::copy_to(t, device)
+    transfer::copy_to(t, device)
 }
 
 impl Tensor {

@@ -1,19 +1,81 @@
 //! Layers loaded by HF weight name.
 
-use super::Weights;
-use crate::{ConvParams, Result, Tensor};
+use std::sync::Arc;
 
-/// `y = x W^T + b` with HF's weight layout `[out, in]` and optional bias `[out]`.
+use super::Weights;
+use crate::cpu::kernels;
+use crate::cpu::quant::QMatrix;
+use crate::{ConvParams, DType, Device, Error, Result, Tensor};
+
+/// The weight of a [`Linear`] or an [`Embedding`]: a tensor, or GGUF blocks kept as stored.
+///
+/// Blocks are kept when a checkpoint stores a matrix as Q4_0, Q4_1 or Q8_0 and it loads in
+/// f32 onto the eager CPU device (`Weights::get_quantized`): products and lookups then read
+/// the blocks (`cpu::quant`), a quarter to a sixth of the f32 bytes. On PJRT devices and in
+/// 16-bit the hub dequantizes them at load, so the compiled graph sees plain tensors: the
+/// lowering has no block arithmetic, and TPUs and GPUs run the f32/bf16 matmul natively.
+#[derive(Clone, Debug)]
+enum Matrix {
+    Dense(Tensor),
+    Blocks(Arc<QMatrix>),
+}
+
+impl Matrix {
+    /// The `weight` `[rows, cols]` under `w`, as blocks when they are kept.
+    fn load(w: &Weights, rows: usize, cols: usize) -> Result<Matrix> {
+        if let Some(q) = w.get_quantized("weight", &[rows, cols])? {
+            if let Some(m) = QMatrix::new(q)? {
+                return Ok(Matrix::Blocks(Arc::new(m)));
+            }
+        }
+        Ok(Matrix::Dense(w.get("weight", &[rows, cols])?))
+    }
+
+    fn device(&self) -> Device {
+        match self {
+            Matrix::Dense(t) => t.device(),
+            Matrix::Blocks(_) => Device::Cpu,
+        }
+    }
+
+    fn shape(&self) -> [usize; 2] {
+        match self {
+            Matrix::Dense(t) => [t.shape()[0], t.shape()[1]],
+            Matrix::Blocks(m) => [m.rows(), m.cols()],
+        }
+    }
+
+    fn tensor(&self) -> Result<Tensor> {
+        match self {
+            Matrix::Dense(t) => Ok(t.clone()),
+            Matrix::Blocks(m) => m.to_tensor(),
+        }
+    }
+}
+
+/// `y = x W^T + b` with HF's weight layout `[out, in]` and optional bias `[out]`; the weight
+/// is a tensor or GGUF blocks kept as stored (see `Linear::load`).
 #[derive(Clone, Debug)]
 pub struct Linear {
-    pub weight: Tensor,
+    weight: Matrix,
+    /// `[out]`, added to the product.
     pub bias: Option<Tensor>,
 }
 
 impl Linear {
-    /// Loads `weight` `[out, in]` and, when `bias`, `bias` `[out]`.
+    /// A layer over the tensor `weight` `[out, in]` (a view is fine: a transposed `Conv1D`
+    /// weight multiplies without a copy).
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Linear {
+        Linear {
+            weight: Matrix::Dense(weight),
+            bias,
+        }
+    }
+
+    /// Loads `weight` `[out, in]` and, when `bias`, `bias` `[out]`. A GGUF weight in a block
+    /// type the CPU kernels multiply stays in its blocks when it loads in f32 onto the CPU.
     pub fn load(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Linear> {
-        let weight = w.get("weight", &[out_dim, in_dim])?;
+        let weight = Matrix::load(w, out_dim, in_dim)?;
         let bias = if bias {
             Some(w.get("bias", &[out_dim])?)
         } else {
@@ -22,32 +84,96 @@ impl Linear {
         Ok(Linear { weight, bias })
     }
 
-    /// Applies the layer to `x [.., in]`. Leading dims are folded into one matrix so the
-    /// product is a single GEMM against the transposed weight view (no weight copy).
-    ///
-    /// With a bias on 16-bit inputs, PyTorch's `addmm` adds the bias to the f32 accumulator
-    /// and rounds once; adding it to a rounded product would round twice, so that case runs
-    /// in f32 and rounds at the end (candle's CPU kernel accumulates in f32 anyway).
+    /// The weight `[out, in]` as a tensor (blocks are widened to f32 for the call).
+    pub fn weight(&self) -> Result<Tensor> {
+        self.weight.tensor()
+    }
+
+    /// The device the weight lives on.
+    pub fn device(&self) -> Device {
+        self.weight.device()
+    }
+
+    /// `out` of `[out, in]`.
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+
+    /// Applies the layer to `x [.., in]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let [y] = Linear::forward_each([self], x)?;
+        Ok(y)
+    }
+
+    /// [`Linear::forward`] for layers that take the same input (a layer's q, k and v; gate
+    /// and up): blocks on AMX tiles split the input for the tiles once for all of them.
+    pub fn forward_each<const N: usize>(layers: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let blocks: Option<Vec<&QMatrix>> = layers
+            .iter()
+            .map(|l| match &l.weight {
+                Matrix::Blocks(m) => Some(&**m),
+                Matrix::Dense(_) => None,
+            })
+            .collect();
+        let ys: Vec<Tensor> = match blocks {
+            Some(ms) if x.dtype() == DType::F32 && x.device() == Device::Cpu => {
+                let ys = quantized_products(&ms, x)?;
+                layers
+                    .iter()
+                    .zip(ys)
+                    .map(|(l, y)| match &l.bias {
+                        Some(b) => y.add(b),
+                        None => Ok(y),
+                    })
+                    .collect::<Result<_>>()?
+            }
+            _ => layers
+                .iter()
+                .map(|l| l.forward_one(x))
+                .collect::<Result<_>>()?,
+        };
+        ys.try_into().map_err(|_| Error::InvalidArgument {
+            op: "linear",
+            msg: "a layer returned no output".into(),
+        })
+    }
+
+    fn forward_one(&self, x: &Tensor) -> Result<Tensor> {
+        let w = match &self.weight {
+            Matrix::Dense(w) => w,
+            // Blocks meet an input they have no kernel for (another dtype or device).
+            Matrix::Blocks(m) => return Linear::new(m.to_tensor()?, self.bias.clone()).forward(x),
+        };
         let dt = x.dtype();
+        // With a bias on 16-bit inputs, PyTorch's `addmm` adds the bias to the f32
+        // accumulator and rounds once; adding it to a rounded product would round twice, so
+        // that case runs in f32 and rounds at the end (candle's CPU kernel accumulates in
+        // f32 anyway).
         if let (Some(b), true) = (&self.bias, dt != dt.accumulation()) {
             let acc = dt.accumulation();
-            let wide = Linear {
-                weight: self.weight.to_dtype(acc)?,
-                bias: Some(b.to_dtype(acc)?),
-            };
-            return wide.forward(&x.to_dtype(acc)?)?.into_dtype(dt);
+            let wide = Linear::new(w.to_dtype(acc)?, Some(b.to_dtype(acc)?));
+            return wide.forward_one(&x.to_dtype(acc)?)?.into_dtype(dt);
         }
         let in_dim = x.dim(-1)?;
-        let y = if x.rank() == 2 {
-            x.matmul(&self.weight.t()?)?
+        let rows = x.elem_count() / in_dim.max(1);
+        let mut out = x.shape().to_vec();
+        if let Some(last) = out.last_mut() {
+            *last = w.shape()[0];
+        }
+        // f32 on the CPU: one row streams the weight once in memory order (a decode step),
+        // many rows take the AVX-512 tile kernel; both when the CPU has the instructions.
+        let fast = if rows == 1 {
+            kernels::matvec(w, x)
         } else {
-            let lead = &x.shape()[..x.rank() - 1];
-            let rows: usize = lead.iter().product();
-            let y = x.reshape_to(&[rows, in_dim])?.matmul(&self.weight.t()?)?;
-            let mut out = lead.to_vec();
-            out.push(self.weight.shape()[0]);
-            y.reshape_to(&out)?
+            kernels::matmul_wt(&x.reshape_to(&[rows, in_dim])?, w)
+        };
+        let y = match fast {
+            Some(y) => y?.reshape_to(&out)?,
+            // Leading dims fold into one matrix: a single GEMM against the transposed view.
+            None => x
+                .reshape_to(&[rows, in_dim])?
+                .matmul(&w.t()?)?
+                .reshape_to(&out)?,
         };
         match &self.bias {
             Some(b) => y.add(b),
@@ -56,23 +182,83 @@ impl Linear {
     }
 }
 
-/// Token embedding table `[vocab, hidden]` loaded from `weight`.
+/// `x @ wᵀ` for each block matrix of `ms`, `x [.., cols]` f32 on the CPU; the input's own
+/// storage is borrowed when it is contiguous (a prefill's is megabytes).
+fn quantized_products(ms: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {
+    let n = x.dim(-1)?;
+    let rows = x.elem_count() / n.max(1);
+    let product = |xv: &[f32]| QMatrix::matmul_t_each(ms, xv, rows);
+    let x = x.contiguous()?;
+    let ys = match kernels::with_f32(&x, product) {
+        Some(ys) => ys,
+        None => product(&x.to_vec::<f32>()?),
+    };
+    ms.iter()
+        .zip(ys)
+        .map(|(m, y)| {
+            let mut shape = x.shape().to_vec();
+            if let Some(last) = shape.last_mut() {
+                *last = m.rows();
+            }
+            Tensor::from_vec(y, &shape, &Device::Cpu)
+        })
+        .collect()
+}
+
+/// Token embedding table `[vocab, hidden]` loaded from `weight`: a tensor, or GGUF blocks
+/// whose rows are rebuilt on lookup.
 #[derive(Clone, Debug)]
 pub struct Embedding {
-    pub weight: Tensor,
+    table: Matrix,
 }
 
 impl Embedding {
-    /// Loads `weight` `[vocab, hidden]`.
+    /// A table over the tensor `weight` `[vocab, hidden]`.
+    pub fn new(weight: Tensor) -> Embedding {
+        Embedding {
+            table: Matrix::Dense(weight),
+        }
+    }
+
+    /// Loads `weight` `[vocab, hidden]` (kept as blocks as [`Linear::load`] keeps them).
     pub fn load(w: &Weights, vocab: usize, hidden: usize) -> Result<Embedding> {
         Ok(Embedding {
-            weight: w.get("weight", &[vocab, hidden])?,
+            table: Matrix::load(w, vocab, hidden)?,
         })
+    }
+
+    /// The table `[vocab, hidden]` as a tensor (blocks are widened to f32 for the call).
+    pub fn weight(&self) -> Result<Tensor> {
+        self.table.tensor()
+    }
+
+    /// The device the table lives on.
+    pub fn device(&self) -> Device {
+        self.table.device()
+    }
+
+    /// The output projection that shares this table (a tied `lm_head`), blocks included.
+    pub fn as_linear(&self) -> Linear {
+        Linear {
+            weight: self.table.clone(),
+            bias: None,
+        }
     }
 
     /// Rows for every id in `ids` (any shape): `ids.shape + [hidden]`.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        ids.embedding(&self.weight)
+        match &self.table {
+            Matrix::Dense(w) => ids.embedding(w),
+            Matrix::Blocks(m) => {
+                let host = match ids.host_known_i64() {
+                    Some(v) => v,
+                    None => ids.to_dtype(DType::I64)?.to_vec::<i64>()?,
+                };
+                let mut shape = ids.shape().to_vec();
+                shape.push(m.cols());
+                Tensor::from_vec(m.gather_rows(&host)?, &shape, &Device::Cpu)
+            }
+        }
     }
 }
 

@@ -59,7 +59,14 @@ impl Activation {
     }
 
     /// Applies the activation elementwise.
+    ///
+    /// 16-bit inputs are evaluated in f32 and rounded once, as PyTorch's kernels do (a
+    /// 16-bit evaluation that rounds every intermediate drifts past bf16 tolerances).
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let (dt, acc) = (x.dtype(), x.dtype().accumulation());
+        if dt != acc && dt.is_float() {
+            return self.apply(&x.to_dtype(acc)?)?.into_dtype(dt);
+        }
         match self {
             Activation::Silu => x.silu(),
             Activation::Gelu => x.gelu(),
@@ -71,6 +78,19 @@ impl Activation {
             Activation::Tanh => x.tanh(),
             Activation::Identity => Ok(x.clone()),
         }
+    }
+}
+
+impl Activation {
+    /// `act(gate) * up`, a gated MLP's product (`LlamaMLP`'s `act_fn(gate_proj(x)) *
+    /// up_proj(x)`); SiLU on f32 CPU tensors runs as one fused pass.
+    pub fn apply_gated(&self, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+        if *self == Activation::Silu {
+            if let Some(y) = crate::cpu::kernels::silu_mul(gate, up) {
+                return y;
+            }
+        }
+        self.apply(gate)?.mul(up)
     }
 }
 
@@ -541,8 +561,21 @@ impl Tensor {
             pm = position_mask(lq, lk, opts.causal, opts.sliding_window, acc, &q.device())?;
             ins.push(&pm);
         }
+        let scale = opts.scale.unwrap_or(1.0 / (d as f64).sqrt());
+        // f32 on the CPU with an additive mask and nothing else: one fused pass (the same
+        // operations in the same order), giving `[B, Lq, Hq * D]`, viewed back as heads.
+        if let (Some(m), MaskKind::Additive, false, None) = (
+            opts.mask,
+            mask.unwrap_or(MaskKind::Keep),
+            positions,
+            opts.softcap,
+        ) {
+            if let Some(out) = crate::cpu::kernels::attention(&q, &k, &v, m, scale) {
+                return out?.reshape_to(&[b, lq, hq, d])?.transpose(1, 2);
+            }
+        }
         let attn = Attention {
-            scale: opts.scale.unwrap_or(1.0 / (d as f64).sqrt()),
+            scale,
             softcap: opts.softcap,
             mask,
             positions,

@@ -1,6 +1,7 @@
 //! Shape, indexing and joining ops.
 
 use crate::dims::Dims;
+use crate::error::BackendContext;
 use crate::op::Op;
 use crate::tensor::check_same_device;
 use crate::{DType, Error, Result, Tensor};
@@ -488,6 +489,49 @@ impl Tensor {
             &[self, start],
             self.dtype(),
         )
+    }
+
+    /// Writes `src` into `self` along `dim` from index `start`, in place: the storage every
+    /// clone of `self` shares changes, nothing is copied (an eager KV-cache write, where the
+    /// functional [`Tensor::dynamic_update_slice`] would copy the whole cache per token).
+    /// Eager tensors only; lazy (PJRT) tensors are written with `dynamic_update_slice`,
+    /// whose donated buffer XLA updates in place.
+    pub fn write_slice_in_place(&self, dim: usize, start: usize, src: &Tensor) -> Result<()> {
+        let op = "write_slice_in_place";
+        if src.dtype() != self.dtype() || src.rank() != self.rank() || dim >= self.rank() {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: src.shape().to_vec(),
+                hint: format!(
+                    "; src must match the destination's rank and dtype ({})",
+                    self.dtype()
+                ),
+            });
+        }
+        let fits = (0..self.rank()).all(|i| {
+            if i == dim {
+                start + src.shape()[i] <= self.shape()[i]
+            } else {
+                src.shape()[i] == self.shape()[i]
+            }
+        });
+        if !fits {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: src.shape().to_vec(),
+                hint: format!("; src must fit at index {start} of dim {dim}"),
+            });
+        }
+        match (self.as_candle(), src.as_candle()) {
+            (Some(d), Some(s)) => d.slice_set(s, dim, start).op(op),
+            _ => Err(Error::InvalidArgument {
+                op,
+                msg: "in-place writes need eager tensors; use dynamic_update_slice on PJRT devices"
+                    .into(),
+            }),
+        }
     }
 
     /// XLA's `dynamic_update_slice`: `self` with `update` written at `start` (a 1-D integer

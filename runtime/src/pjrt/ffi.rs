@@ -12,8 +12,9 @@
 //! Only the structs zoo calls are declared; the function table (`PJRT_Api`) is complete so
 //! its layout is exact, with unused entries typed as [`RawFn`]. C enums are plain
 //! integers so that an all-zero struct is a valid value.
-
+// The whole header is mirrored so the layout is exact: not every entry is used.
 #![allow(
+    dead_code,
     non_camel_case_types,
     non_snake_case,
     non_upper_case_globals,

@@ -1,6 +1,6 @@
 //! PJRT: zoo's own bindings to the PJRT C API, plugin discovery and clients.
 //!
-//! - [`ffi`]: `#[repr(C)]` structs and the function table, written against PJRT API 0.114.
+//! - `ffi` (private): `#[repr(C)]` structs and the function table, written against PJRT API 0.114.
 //! - [`Plugin`]: `dlopen` + `GetPjrtApi` + version check + `PJRT_Plugin_Initialize`.
 //! - [`Client`], [`Device`], [`Buffer`], [`Event`], [`LoadedExecutable`]: safe owners of
 //!   the plugin's objects, each freed exactly once on drop ([`leak`] counts them).
@@ -30,7 +30,7 @@ mod client;
 pub mod discovery;
 mod error;
 mod executable;
-pub mod ffi;
+pub(crate) mod ffi;
 pub mod leak;
 
 pub use api::{AttributeValue, Plugin};

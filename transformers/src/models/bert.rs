@@ -18,6 +18,7 @@ use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
+use crate::config::require_positive;
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
 use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
@@ -115,18 +116,17 @@ impl BertConfig {
             path: cfg.path.clone(),
             reason,
         };
-        for (name, v) in [
-            ("vocab_size", c.vocab_size),
-            ("hidden_size", c.hidden_size),
-            ("num_hidden_layers", c.num_hidden_layers),
-            ("num_attention_heads", c.num_attention_heads),
-            ("intermediate_size", c.intermediate_size),
-            ("max_position_embeddings", c.max_position_embeddings),
-        ] {
-            if v == 0 {
-                return Err(bad(format!("`{name}` is 0; it must be positive")));
-            }
-        }
+        require_positive(
+            cfg,
+            &[
+                ("vocab_size", c.vocab_size),
+                ("hidden_size", c.hidden_size),
+                ("num_hidden_layers", c.num_hidden_layers),
+                ("num_attention_heads", c.num_attention_heads),
+                ("intermediate_size", c.intermediate_size),
+                ("max_position_embeddings", c.max_position_embeddings),
+            ],
+        )?;
         if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             return Err(bad(format!(
                 "`hidden_size` ({}) is not a multiple of `num_attention_heads` ({})",
@@ -231,13 +231,6 @@ fn layer_norm(w: &Weights, dim: usize, eps: f64) -> Result<LayerNorm> {
         });
     }
     Ok(LayerNorm::load(w, dim, eps)?)
-}
-
-/// `act(x)` evaluated in f32 and rounded once, as PyTorch runs activations on 16-bit
-/// tensors (16-bit kernels that round every intermediate would drift).
-fn activate(act: Activation, x: &Tensor) -> Result<Tensor> {
-    let dt = x.dtype();
-    Ok(act.apply(&x.to_dtype(dt.accumulation())?)?.to_dtype(dt)?)
 }
 
 /// `BertEmbeddings`: word + token type + absolute position, then LayerNorm.
@@ -351,7 +344,7 @@ impl Layer {
 
     fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
         let a = self.attention.forward(x, bias)?;
-        let m = activate(self.act, &self.intermediate.forward(&a)?)?;
+        let m = self.act.apply(&self.intermediate.forward(&a)?)?;
         let y = self.output.forward(&m)?;
         Ok(self.output_norm.forward(&y.add(&a)?)?)
     }
@@ -492,10 +485,7 @@ impl BertModel {
         }
         let pooler_output = match &self.pooler {
             Some(p) => {
-                let first = x
-                    .narrow(1, 0, 1)?
-                    .squeeze(1)?
-                    .to_device(&p.weight.device())?;
+                let first = x.narrow(1, 0, 1)?.squeeze(1)?.to_device(&p.device())?;
                 Some(p.forward(&first)?.tanh()?)
             }
             None => None,
@@ -564,7 +554,7 @@ impl Encoder for BertModel {
         self.dtype
     }
     fn device(&self) -> Device {
-        self.embeddings.word_embeddings.weight.device()
+        self.embeddings.word_embeddings.device()
     }
     fn devices(&self) -> Vec<Device> {
         self.devices_in_order()
@@ -636,7 +626,7 @@ impl BertForMaskedLM {
         let weight = if p.contains("decoder.weight") {
             p.get("decoder.weight", &[c.vocab_size, h])?
         } else {
-            bert.embeddings.word_embeddings.weight.clone()
+            bert.embeddings.word_embeddings.weight()?
         };
         let bias = match p.get_opt("bias", &[c.vocab_size])? {
             Some(b) => b,
@@ -646,10 +636,7 @@ impl BertForMaskedLM {
             transform: Linear::load(&p.pp("transform.dense"), h, h, true)?,
             transform_norm: layer_norm(&p.pp("transform.LayerNorm"), h, c.layer_norm_eps)?,
             act: Activation::from_hf(&c.hidden_act)?,
-            decoder: Linear {
-                weight,
-                bias: Some(bias),
-            },
+            decoder: Linear::new(weight, Some(bias)),
             bert,
             head: EncoderHead::MaskedLm,
         })
@@ -660,10 +647,8 @@ impl Encoder for BertForMaskedLM {
     delegate_to_bert!();
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.bert.run(args)?;
-        let x = out
-            .last_hidden_state
-            .to_device(&self.decoder.weight.device())?;
-        let x = activate(self.act, &self.transform.forward(&x)?)?;
+        let x = out.last_hidden_state.to_device(&self.decoder.device())?;
+        let x = self.act.apply(&self.transform.forward(&x)?)?;
         let x = self.transform_norm.forward(&x)?;
         out.logits = Some(self.decoder.forward(&x)?);
         Ok(out)
@@ -705,7 +690,7 @@ impl Encoder for BertForSequenceClassification {
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.bert.run(args)?;
         if let Some(pooled) = &out.pooler_output {
-            let pooled = pooled.to_device(&self.classifier.weight.device())?;
+            let pooled = pooled.to_device(&self.classifier.device())?;
             out.logits = Some(self.classifier.forward(&pooled)?);
         }
         Ok(out)
@@ -737,9 +722,7 @@ impl Encoder for BertForTokenClassification {
     delegate_to_bert!();
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.bert.run(args)?;
-        let x = out
-            .last_hidden_state
-            .to_device(&self.classifier.weight.device())?;
+        let x = out.last_hidden_state.to_device(&self.classifier.device())?;
         out.logits = Some(self.classifier.forward(&x)?);
         Ok(out)
     }

@@ -17,6 +17,7 @@ use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::cache::{CacheSpec, KvCache};
+use crate::config::require_positive;
 use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
 use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
@@ -123,17 +124,16 @@ impl GPT2Config {
             path: cfg.path.clone(),
             reason,
         };
-        for (name, v) in [
-            ("vocab_size", c.vocab_size),
-            ("n_positions", c.n_positions),
-            ("n_embd", c.n_embd),
-            ("n_layer", c.n_layer),
-            ("n_head", c.n_head),
-        ] {
-            if v == 0 {
-                return Err(bad(format!("`{name}` is 0; it must be positive")));
-            }
-        }
+        require_positive(
+            cfg,
+            &[
+                ("vocab_size", c.vocab_size),
+                ("n_positions", c.n_positions),
+                ("n_embd", c.n_embd),
+                ("n_layer", c.n_layer),
+                ("n_head", c.n_head),
+            ],
+        )?;
         if !c.n_embd.is_multiple_of(c.n_head) {
             return Err(bad(format!(
                 "`n_embd` ({}) is not a multiple of `n_head` ({})",
@@ -193,10 +193,10 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
 /// A `Conv1D` (`y = x W + b`, `W` stored `[in, out]`) as the `[out, in]` view `nn::Linear`
 /// multiplies with: the transposed view of the stored tensor, no copy.
 fn conv1d(w: &Weights, in_dim: usize, out_dim: usize) -> Result<Linear> {
-    Ok(Linear {
-        weight: w.get("weight", &[in_dim, out_dim])?.t()?,
-        bias: Some(w.get("bias", &[out_dim])?),
-    })
+    Ok(Linear::new(
+        w.get("weight", &[in_dim, out_dim])?.t()?,
+        Some(w.get("bias", &[out_dim])?),
+    ))
 }
 
 /// The device a norm's parameters live on (`fallback` for one without).
@@ -369,7 +369,7 @@ impl DecoderModel for GPT2Model {
     }
 
     fn device(&self) -> Device {
-        self.wte.weight.device()
+        self.wte.device()
     }
 
     fn devices(&self) -> Vec<Device> {
@@ -412,25 +412,7 @@ impl DecoderModel for GPT2Model {
 
     fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
         let ids = args.input_ids;
-        if ids.rank() != 2 || args.position_ids.shape() != ids.shape() {
-            return Err(Error::Generation(format!(
-                "input_ids {:?} and position_ids {:?} must both be [batch, seq]",
-                ids.shape(),
-                args.position_ids.shape()
-            )));
-        }
-        let (b, t) = (ids.shape()[0], ids.shape()[1]);
-        if t == 0 {
-            return Err(Error::Generation(
-                "empty input: at least one token is needed".into(),
-            ));
-        }
-        if b != cache.batch() {
-            return Err(Error::Generation(format!(
-                "input batch {b} differs from the KV cache's {}",
-                cache.batch()
-            )));
-        }
+        let (_, t) = args.check(cache)?;
         let c = &self.config;
         let device = self.device();
         let ids = ids.to_device(&device)?.to_dtype(DType::I64)?;
@@ -512,10 +494,7 @@ impl GPT2LMHeadModel {
         let transformer = GPT2Model::load(&w.pp("transformer"), config)?;
         let tied = !w.contains("lm_head.weight");
         let lm_head = if tied {
-            Linear {
-                weight: transformer.wte.weight.clone(),
-                bias: None,
-            }
+            transformer.wte.as_linear()
         } else {
             Linear::load(&w.pp("lm_head"), config.n_embd, config.vocab_size, false)?
         };
@@ -538,7 +517,7 @@ impl CausalLm for GPT2LMHeadModel {
     }
 
     fn logits_device(&self) -> Device {
-        self.lm_head.weight.device()
+        self.lm_head.device()
     }
 
     fn tied(&self) -> bool {

@@ -8,7 +8,6 @@
 //! checkpoint's (`model.layers.3.self_attn.q_proj.weight`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::ModelShape;
@@ -18,7 +17,6 @@ use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
 use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
-use crate::quant::QMatrix;
 use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
@@ -144,10 +142,10 @@ struct Positions<'a> {
 /// `LlamaAttention`: projections, optional q/k norms, rope, cache write, grouped attention.
 #[derive(Clone, Debug)]
 struct Attention {
-    q_proj: Proj,
-    k_proj: Proj,
-    v_proj: Proj,
-    o_proj: Proj,
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     heads: usize,
@@ -172,10 +170,10 @@ impl Attention {
             })
         };
         Ok(Attention {
-            q_proj: Proj::load(&w.pp("q_proj"), c.hidden_size, h * d, f.qkv_bias)?,
-            k_proj: Proj::load(&w.pp("k_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
-            v_proj: Proj::load(&w.pp("v_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
-            o_proj: Proj::load(&w.pp("o_proj"), h * d, c.hidden_size, f.o_bias)?,
+            q_proj: Linear::load(&w.pp("q_proj"), c.hidden_size, h * d, f.qkv_bias)?,
+            k_proj: Linear::load(&w.pp("k_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
+            v_proj: Linear::load(&w.pp("v_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
+            o_proj: Linear::load(&w.pp("o_proj"), h * d, c.hidden_size, f.o_bias)?,
             q_norm: norm("q_norm")?,
             k_norm: norm("k_norm")?,
             heads: h,
@@ -206,17 +204,13 @@ impl Attention {
             };
             Ok(y.transpose(1, 2)?)
         };
-        let [q, k, v] = linear_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
         let q = split(q, self.heads, &self.q_norm)?;
         let k = split(k, self.kv_heads, &self.k_norm)?;
         let v = split(v, self.kv_heads, &None)?;
         let q = q.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
         let k = k.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
         let (k, v) = cache.update(layer, &k, &v, start)?;
-        // f32 on the CPU: one fused pass, same operations (see `kernels::attention`).
-        if let Some(out) = crate::kernels::attention(&q, &k, &v, bias, 1.0 / (d as f64).sqrt()) {
-            return linear(&self.o_proj, &out?);
-        }
         let opts = SdpaOptions {
             mask: Some(bias),
             round_scores: true,
@@ -224,210 +218,12 @@ impl Attention {
         };
         let out = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
         let out = out.transpose(1, 2)?.reshape_to(&[b, t, self.heads * d])?;
-        linear(&self.o_proj, &out)
-    }
-}
-
-/// The weights of a projection: a plain `nn.Linear`, or GGUF blocks multiplied as stored
-/// (f32 on the CPU; see `quant.rs`).
-#[derive(Clone, Debug)]
-enum Proj {
-    Dense(Linear),
-    Blocks {
-        weight: Arc<QMatrix>,
-        bias: Option<Tensor>,
-    },
-}
-
-impl Proj {
-    /// Loads `weight` `[out, in]` (and `bias` `[out]` when `bias`), keeping blocks when the
-    /// checkpoint stores them in a kind `quant.rs` multiplies.
-    fn load(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
-        let Some(weight) = QMatrix::load(w, &[out_dim, in_dim])? else {
-            return Ok(Proj::Dense(Linear::load(w, in_dim, out_dim, bias)?));
-        };
-        let bias = if bias {
-            Some(w.get("bias", &[out_dim])?)
-        } else {
-            None
-        };
-        Ok(Proj::Blocks {
-            weight: Arc::new(weight),
-            bias,
-        })
-    }
-
-    fn device(&self) -> Device {
-        match self {
-            Proj::Dense(l) => l.weight.device(),
-            Proj::Blocks { .. } => Device::Cpu,
-        }
-    }
-}
-
-/// `x [.., in] @ W^T + b` for either kind of weights.
-fn linear(p: &Proj, x: &Tensor) -> Result<Tensor> {
-    let [y] = linear_each([p], x)?;
-    Ok(y)
-}
-
-/// [`linear`] for projections that take the same input (a layer's q, k and v; gate and up):
-/// GGUF blocks prepare a many-row input for the AMX tiles once, and multiply a few rows
-/// block by block (`QMatrix::matmul_t_each`).
-fn linear_each<const N: usize>(ps: [&Proj; N], x: &Tensor) -> Result<[Tensor; N]> {
-    let weights: Option<Vec<&QMatrix>> = ps
-        .iter()
-        .map(|p| match p {
-            Proj::Blocks { weight, .. } => Some(&**weight),
-            Proj::Dense(_) => None,
-        })
-        .collect();
-    let ys: Vec<Tensor> = match weights {
-        Some(ws) => {
-            let n = x.dim(-1)?;
-            let rows = x.elem_count() / n.max(1);
-            let product = |xv: &[f32]| QMatrix::matmul_t_each(&ws, xv, rows);
-            // The activation's own storage when it is contiguous f32 (a prefill's is
-            // megabytes).
-            let x = x.contiguous()?;
-            let ys = match crate::kernels::with_f32(&x, product) {
-                Some(ys) => ys,
-                None => product(&x.to_vec::<f32>()?),
-            };
-            ps.iter()
-                .zip(ys)
-                .zip(&ws)
-                .map(|((p, y), w)| {
-                    let mut shape = x.shape().to_vec();
-                    *shape.last_mut().unwrap_or(&mut 0) = w.rows();
-                    let y = Tensor::from_vec(y, &shape, &Device::Cpu)?;
-                    match p {
-                        Proj::Blocks { bias: Some(b), .. } => Ok(y.add(b)?),
-                        _ => Ok(y),
-                    }
-                })
-                .collect::<Result<_>>()?
-        }
-        None => ps
-            .iter()
-            .map(|p| match p {
-                Proj::Dense(l) => dense(l, x),
-                Proj::Blocks { .. } => linear(p, x),
-            })
-            .collect::<Result<_>>()?,
-    };
-    ys.try_into()
-        .map_err(|_| Error::Generation("a projection returned no output".into()))
-}
-
-/// The token embeddings: a plain table, or GGUF blocks whose rows are rebuilt on lookup.
-#[derive(Clone, Debug)]
-enum Embed {
-    Dense(Embedding),
-    Blocks(Arc<QMatrix>),
-}
-
-impl Embed {
-    fn load(w: &Weights, vocab: usize, hidden: usize) -> Result<Embed> {
-        Ok(match QMatrix::load(w, &[vocab, hidden])? {
-            Some(table) => Embed::Blocks(Arc::new(table)),
-            None => Embed::Dense(Embedding::load(w, vocab, hidden)?),
-        })
-    }
-
-    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        match self {
-            Embed::Dense(e) => Ok(e.forward(ids)?),
-            Embed::Blocks(table) => {
-                let host = match ids.host_known_i64() {
-                    Some(v) => v,
-                    None => ids.to_dtype(DType::I64)?.to_vec::<i64>()?,
-                };
-                let mut shape = ids.shape().to_vec();
-                shape.push(table.cols());
-                Ok(Tensor::from_vec(
-                    table.gather_rows(&host)?,
-                    &shape,
-                    &Device::Cpu,
-                )?)
-            }
-        }
-    }
-
-    fn device(&self) -> Device {
-        match self {
-            Embed::Dense(e) => e.weight.device(),
-            Embed::Blocks(_) => Device::Cpu,
-        }
-    }
-
-    /// The matching output projection (`lm_head` tied to the embeddings).
-    fn tied_head(&self) -> Proj {
-        match self {
-            Embed::Dense(e) => Proj::Dense(Linear {
-                weight: e.weight.clone(),
-                bias: None,
-            }),
-            Embed::Blocks(table) => Proj::Blocks {
-                weight: table.clone(),
-                bias: None,
-            },
-        }
-    }
-}
-
-/// `nn.Linear`. With a bias on 16-bit weights, PyTorch's `addmm` adds the bias to the f32
-/// accumulator and rounds once; adding it after a rounded product rounds twice, so that case
-/// runs the product in f32 (which candle's CPU kernel does internally anyway).
-fn dense(l: &Linear, x: &Tensor) -> Result<Tensor> {
-    let dt = x.dtype();
-    match &l.bias {
-        Some(b) if dt != dt.accumulation() => {
-            let acc = dt.accumulation();
-            let f = Linear {
-                weight: l.weight.to_dtype(acc)?,
-                bias: Some(b.to_dtype(acc)?),
-            };
-            Ok(f.forward(&x.to_dtype(acc)?)?.to_dtype(dt)?)
-        }
-        _ if x.elem_count() == x.dim(-1)? => {
-            // One row (a decode step): W x as a matrix-vector product over W's rows, which
-            // streams the weight once in memory order instead of through a transposed view.
-            let n = x.dim(-1)?;
-            let mut shape = x.shape().to_vec();
-            let y = match crate::kernels::matvec(&l.weight, x) {
-                Some(y) => y?,
-                None => l.weight.matmul(&x.reshape_to(&[n, 1])?)?,
-            };
-            *shape.last_mut().unwrap_or(&mut 0) = l.weight.shape()[0];
-            let y = y.reshape_to(&shape)?;
-            match &l.bias {
-                Some(b) => Ok(y.add(b)?),
-                None => Ok(y),
-            }
-        }
-        _ => {
-            // Many rows (a prefill): the AVX-512 kernel when it applies.
-            let n = x.dim(-1)?;
-            let rows = x.elem_count() / n.max(1);
-            match crate::kernels::matmul_wt(&x.reshape_to(&[rows, n])?, &l.weight) {
-                Some(y) => {
-                    let mut shape = x.shape().to_vec();
-                    *shape.last_mut().unwrap_or(&mut 0) = l.weight.shape()[0];
-                    let y = y?.reshape_to(&shape)?;
-                    match &l.bias {
-                        Some(b) => Ok(y.add(b)?),
-                        None => Ok(y),
-                    }
-                }
-                None => Ok(l.forward(x)?),
-            }
-        }
+        Ok(self.o_proj.forward(&out)?)
     }
 }
 
 /// `t` on `device`: re-uploaded from the host when its values are known there (positions,
-/// ids), since copying a PJRT value would first run the graph pending on its device.
+/// ids), since copying a lazily computed value would first run the graph pending on its device.
 fn on_device(t: &Tensor, device: &Device) -> Result<Tensor> {
     if t.device() == *device {
         return Ok(t.clone());
@@ -441,9 +237,9 @@ fn on_device(t: &Tensor, device: &Device) -> Result<Tensor> {
 /// `LlamaMLP`: `down(act(gate(x)) * up(x))`.
 #[derive(Clone, Debug)]
 struct Mlp {
-    gate_proj: Proj,
-    up_proj: Proj,
-    down_proj: Proj,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
     act: Activation,
 }
 
@@ -451,28 +247,16 @@ impl Mlp {
     fn load(w: &Weights, c: &DecoderConfig, f: &DecoderFeatures) -> Result<Mlp> {
         let (h, i) = (c.hidden_size, c.intermediate_size);
         Ok(Mlp {
-            gate_proj: Proj::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
-            up_proj: Proj::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
-            down_proj: Proj::load(&w.pp("down_proj"), i, h, f.mlp_bias)?,
+            gate_proj: Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
+            up_proj: Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
+            down_proj: Linear::load(&w.pp("down_proj"), i, h, f.mlp_bias)?,
             act: Activation::from_hf(&c.hidden_act)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let [g, u] = linear_each([&self.gate_proj, &self.up_proj], x)?;
-        if self.act == Activation::Silu {
-            // f32 on the CPU: silu and product in one pass (see `kernels::silu_mul`).
-            if let Some(h) = crate::kernels::silu_mul(&g, &u) {
-                return linear(&self.down_proj, &h?);
-            }
-        }
-        // PyTorch evaluates activations of 16-bit tensors in f32 and rounds once; candle's
-        // 16-bit kernels round every intermediate, which drifts past bf16 tolerances.
-        let g = self
-            .act
-            .apply(&g.to_dtype(g.dtype().accumulation())?)?
-            .to_dtype(g.dtype())?;
-        linear(&self.down_proj, &g.mul(&u)?)
+        let [g, u] = Linear::forward_each([&self.gate_proj, &self.up_proj], x)?;
+        Ok(self.down_proj.forward(&self.act.apply_gated(&g, &u)?)?)
     }
 }
 
@@ -489,7 +273,7 @@ struct DecoderLayer {
 /// final norm; returns hidden states.
 #[derive(Clone, Debug)]
 pub struct LlamaModel {
-    embed_tokens: Embed,
+    embed_tokens: Embedding,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     rotary: RotaryEmbedding,
@@ -509,7 +293,7 @@ impl LlamaModel {
         features: DecoderFeatures,
     ) -> Result<LlamaModel> {
         let c = config;
-        let embed_tokens = Embed::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
+        let embed_tokens = Embedding::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
@@ -556,10 +340,7 @@ impl LlamaModel {
     /// The input embedding table `[vocab, hidden]`, as a tensor (GGUF blocks kept as stored
     /// are widened to f32 for the call).
     pub fn embed_weight(&self) -> Result<Tensor> {
-        match &self.embed_tokens {
-            Embed::Dense(e) => Ok(e.weight.clone()),
-            Embed::Blocks(table) => table.to_tensor(),
-        }
+        Ok(self.embed_tokens.weight()?)
     }
 }
 
@@ -621,25 +402,7 @@ impl DecoderModel for LlamaModel {
 
     fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
         let ids = args.input_ids;
-        if ids.rank() != 2 || args.position_ids.shape() != ids.shape() {
-            return Err(Error::Generation(format!(
-                "input_ids {:?} and position_ids {:?} must both be [batch, seq]",
-                ids.shape(),
-                args.position_ids.shape()
-            )));
-        }
-        let (b, t) = (ids.shape()[0], ids.shape()[1]);
-        if t == 0 {
-            return Err(Error::Generation(
-                "empty input: at least one token is needed".into(),
-            ));
-        }
-        if b != cache.batch() {
-            return Err(Error::Generation(format!(
-                "input batch {b} differs from the KV cache's {}",
-                cache.batch()
-            )));
-        }
+        let (_, t) = args.check(cache)?;
         let device = self.device();
         let ids = on_device(ids, &device)?.to_dtype(DType::I64)?;
         // Ids uploaded from the host are checked there; ids computed on a device (sampled
@@ -707,7 +470,7 @@ impl DecoderModel for LlamaModel {
 #[derive(Clone, Debug)]
 pub struct LlamaForCausalLM {
     model: LlamaModel,
-    lm_head: Proj,
+    lm_head: Linear,
     tied: bool,
 }
 
@@ -721,9 +484,9 @@ impl LlamaForCausalLM {
         let model = LlamaModel::load(&w.pp("model"), config, features)?;
         let tied = config.tie_word_embeddings || !w.contains("lm_head.weight");
         let lm_head = if tied {
-            model.embed_tokens.tied_head()
+            model.embed_tokens.as_linear()
         } else {
-            Proj::load(
+            Linear::load(
                 &w.pp("lm_head"),
                 config.hidden_size,
                 config.vocab_size,
@@ -769,6 +532,6 @@ impl CausalLm for LlamaForCausalLM {
             LogitsFor::Last => h.narrow(1, h.shape()[1] - 1, 1)?,
         };
         let h = on_device(&h, &self.lm_head.device())?;
-        Ok((linear(&self.lm_head, &h)?, out))
+        Ok((self.lm_head.forward(&h)?, out))
     }
 }

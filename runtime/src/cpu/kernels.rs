@@ -20,7 +20,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use zoo_runtime::{DType, Device, Tensor};
+use crate::{DType, Device, Tensor};
 
 use crate::Result;
 
@@ -72,7 +72,7 @@ pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
         });
         y
     })?;
-    Some(Tensor::from_vec(y, &[out], &Device::Cpu).map_err(Into::into))
+    Some(Tensor::from_vec(y, &[out], &Device::Cpu))
 }
 
 /// The sum of the 8 lanes of `v`.
@@ -318,7 +318,7 @@ pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
             })
         })
     })???;
-    Some(Tensor::from_vec(c, &[m, n], &Device::Cpu).map_err(Into::into))
+    Some(Tensor::from_vec(c, &[m, n], &Device::Cpu))
 }
 
 /// The GEMM core of [`matmul_wt`]: `x [m, k]` (row-major) times a weight `[n, k]` whose
@@ -571,7 +571,7 @@ pub(crate) fn attention(
             })
         })
     })?????;
-    Some(Tensor::from_vec(out, &[b, t, h * d], &Device::Cpu).map_err(Into::into))
+    Some(Tensor::from_vec(out, &[b, t, h * d], &Device::Cpu))
 }
 
 /// Shapes and strides of one [`attention`] call.
@@ -809,7 +809,7 @@ pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
             y
         })
     })??;
-    Some(Tensor::from_vec(y, g.shape(), &Device::Cpu).map_err(Into::into))
+    Some(Tensor::from_vec(y, g.shape(), &Device::Cpu))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -836,7 +836,7 @@ unsafe fn silu_mul_avx512(g: &[f32], u: &[f32], y: *mut f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zoo_runtime::Generator;
+    use crate::Generator;
 
     #[test]
     fn matmul_wt_matches_the_runtime_matmul() {

@@ -22,7 +22,7 @@
 
 use std::sync::OnceLock;
 
-use crate::kernels::{par_units, OutPtr};
+use crate::cpu::kernels::{par_units, OutPtr};
 
 /// Values per GGUF block, and k values per tile row (32 bf16 = 64 bytes).
 pub(crate) const BLOCK: usize = 32;
@@ -53,7 +53,10 @@ pub(crate) fn available() -> bool {
             // CPUID.(EAX=7,ECX=0):EDX bit 22 = AMX-BF16, bit 24 = AMX-TILE.
             let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
             let bw = std::arch::is_x86_feature_detected!("avx512bw");
-            if !crate::kernels::has_avx512() || !bw || edx & (1 << 22) == 0 || edx & (1 << 24) == 0
+            if !crate::cpu::kernels::has_avx512()
+                || !bw
+                || edx & (1 << 22) == 0
+                || edx & (1 << 24) == 0
             {
                 return false;
             }

@@ -11,11 +11,11 @@
 //! Q4_0, Q4_1 and Q8_0 are kept; other block types load as f32 tensors. Only f32 loads on the
 //! CPU use blocks (on PJRT devices, or in 16-bit, weights are plain tensors).
 
+use crate::nn::QuantizedWeight;
+use crate::{Device, Tensor};
 use zoo_hub::GgmlType;
-use zoo_runtime::nn::{QuantizedWeight, Weights};
-use zoo_runtime::{Device, Tensor};
 
-use crate::kernels::par_chunks;
+use crate::cpu::kernels::par_chunks;
 use crate::{Error, Result};
 
 /// The block types kept as blocks.
@@ -77,7 +77,7 @@ impl QMatrix {
         }
         let want = rows * cols / BLOCK * kind.block_bytes();
         if w.data.len() != want {
-            return Err(Error::Runtime(Box::new(zoo_runtime::Error::InvalidArgument {
+            return Err(Error::InvalidArgument {
                 op: "load",
                 msg: format!(
                     "weight `{}`: {} bytes of {:?} blocks for shape {:?}, expected {want}; the file is damaged",
@@ -86,7 +86,7 @@ impl QMatrix {
                     kind,
                     w.shape
                 ),
-            })));
+            });
         }
         Ok(Some(QMatrix {
             ggml: w.ggml,
@@ -95,15 +95,6 @@ impl QMatrix {
             cols,
             data: w.data,
         }))
-    }
-
-    /// The blocks of `w`'s `weight` (`shape`) when the checkpoint stores it in a kind kept
-    /// as blocks and it loads as f32 onto the CPU; `None` when it loads as a tensor.
-    pub(crate) fn load(w: &Weights, shape: &[usize]) -> Result<Option<QMatrix>> {
-        match w.get_quantized("weight", shape)? {
-            Some(q) => QMatrix::new(q),
-            None => Ok(None),
-        }
     }
 
     pub(crate) fn rows(&self) -> usize {
@@ -140,10 +131,13 @@ impl QMatrix {
         let mut out = vec![0f32; ids.len() * self.cols];
         for (&id, y) in ids.iter().zip(out.chunks_exact_mut(self.cols)) {
             if id < 0 || id as usize >= self.rows {
-                return Err(Error::Generation(format!(
-                    "token id {id} is outside the vocabulary of {} ids",
-                    self.rows
-                )));
+                return Err(Error::InvalidArgument {
+                    op: "embedding",
+                    msg: format!(
+                        "token id {id} is outside the vocabulary of {} ids",
+                        self.rows
+                    ),
+                });
             }
             self.dequant_row(id as usize, y);
         }
@@ -251,11 +245,11 @@ impl QMatrix {
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = ws.first().map(|w| w.cols) {
             let same = ws.iter().all(|w| w.cols == k);
-            if let Some(split) = same.then(|| crate::amx::Split::new(x, m, k)).flatten() {
+            if let Some(split) = same.then(|| crate::cpu::amx::Split::new(x, m, k)).flatten() {
                 return ws
                     .iter()
                     .map(|w| {
-                        let fill = |g: usize, p: &mut crate::amx::Panel| w.fill_panel(g, p);
+                        let fill = |g: usize, p: &mut crate::cpu::amx::Panel| w.fill_panel(g, p);
                         split.matmul(w.rows, w.kind == QKind::Q4_1, &fill)
                     })
                     .collect();
@@ -267,8 +261,8 @@ impl QMatrix {
     /// One product of [`QMatrix::matmul_t_each`] without AMX tiles.
     fn matmul_t_f32(&self, x: &[f32], m: usize) -> Vec<f32> {
         let k = self.cols;
-        let fast = crate::kernels::matmul_wt_with(x, m, k, self.rows, &|panel, out| {
-            use crate::kernels::{pack_rows, NR};
+        let fast = crate::cpu::kernels::matmul_wt_with(x, m, k, self.rows, &|panel, out| {
+            use crate::cpu::kernels::{pack_rows, NR};
             PANEL.with(|buf| {
                 let mut buf = buf.borrow_mut();
                 buf.resize(NR * k, 0.0);
@@ -301,8 +295,8 @@ impl QMatrix {
     /// Columns `g * 48 ..` (weight rows) of the AMX path: each block's quantized values as
     /// bf16 pairs, its scale and (Q4_1) minimum; columns past the last weight row as zeros.
     #[cfg(target_arch = "x86_64")]
-    fn fill_panel(&self, g: usize, p: &mut crate::amx::Panel) {
-        use crate::amx::GROUP;
+    fn fill_panel(&self, g: usize, p: &mut crate::cpu::amx::Panel) {
+        use crate::cpu::amx::GROUP;
         let bb = self.kind.block_bytes();
         let half = |b: &[u8], i: usize| f32::from(half::f16::from_le_bytes([b[i], b[i + 1]]));
         let cols = GROUP.min(self.rows - g * GROUP);
@@ -331,7 +325,7 @@ impl QMatrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn fill_pairs(&self, g: usize, cols: usize, pairs: &mut [u32]) {
-        use crate::amx::{bf16_int, GROUP};
+        use crate::cpu::amx::{bf16_int, GROUP};
         use std::arch::x86_64::*;
         // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
         let lut: [u16; 32] = std::array::from_fn(|v| {
@@ -369,7 +363,7 @@ impl QMatrix {
                         _mm512_setzero_si512()
                     }
                 });
-                crate::kernels::transpose16(&mut r);
+                crate::cpu::kernels::transpose16(&mut r);
                 for (kp, v) in r.iter().enumerate() {
                     let dst = o.add((b * BLOCK / 2 + kp) * GROUP + ct * 16);
                     _mm512_storeu_si512(dst as *mut __m512i, *v);
@@ -380,16 +374,12 @@ impl QMatrix {
 
     /// The matrix as an f32 CPU tensor (for paths without a block kernel).
     pub(crate) fn to_tensor(&self) -> Result<Tensor> {
-        Ok(Tensor::from_vec(
-            self.dequantize(),
-            &[self.rows, self.cols],
-            &Device::Cpu,
-        )?)
+        Tensor::from_vec(self.dequantize(), &[self.rows, self.cols], &Device::Cpu)
     }
 }
 
 fn has_avx512() -> bool {
-    crate::kernels::has_avx512() && has_avx2_fma()
+    crate::cpu::kernels::has_avx512() && has_avx2_fma()
 }
 
 thread_local! {
@@ -401,7 +391,7 @@ thread_local! {
 fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::kernels::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
+        crate::cpu::kernels::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -467,7 +457,7 @@ unsafe fn dot_avx2(kind: QKind, row: &[u8], x: &[f32]) -> f32 {
         acc0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xp.add(16)), acc0);
         acc1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xp.add(24)), acc1);
     }
-    crate::kernels::hsum256(_mm256_add_ps(acc0, acc1))
+    crate::cpu::kernels::hsum256(_mm256_add_ps(acc0, acc1))
 }
 
 /// `row · x` for each of `R` vectors `x`, with 16-lane vectors: a block's 32 weights are
@@ -551,7 +541,7 @@ mod tests {
     use half::f16;
 
     use super::*;
-    use zoo_runtime::Generator;
+    use crate::Generator;
 
     /// Random blocks of `kind` (finite f16 scales) for a `[rows, cols]` matrix.
     fn random(kind: QKind, rows: usize, cols: usize, seed: u64) -> QMatrix {
@@ -639,7 +629,7 @@ mod tests {
     #[test]
     fn products_of_many_rows_match_f64_sums() {
         #[cfg(target_arch = "x86_64")]
-        eprintln!("AMX tiles: {}", crate::amx::available());
+        eprintln!("AMX tiles: {}", crate::cpu::amx::available());
         for kind in [QKind::Q4_0, QKind::Q4_1, QKind::Q8_0] {
             let (rows, cols) = (64, 160);
             let q = random(kind, rows, cols, 5);

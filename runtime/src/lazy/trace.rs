@@ -1,0 +1,270 @@
+//! Tracing a pending graph: one post-order walk that numbers parameters, orders nodes,
+//! hashes the structure and chooses which parameters to donate.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::graph::{Node, NodeOp, Running, StructHasher};
+use super::lower::Ref;
+use crate::op::Op;
+use crate::pjrt::Buffer;
+
+// ----- materialisation -----
+
+/// Pointers are unique per live node and already well mixed in their middle bits.
+#[derive(Default)]
+pub(super) struct PtrHasher(u64);
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.0 = (i as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+pub(super) type PtrMap = HashMap<usize, Ref, BuildHasherDefault<PtrHasher>>;
+
+pub(super) fn key(n: &Arc<Node>) -> usize {
+    Arc::as_ptr(n) as usize
+}
+
+/// A traced graph: what runs, in dependency order, and its structural hash.
+pub(super) struct Trace<'g> {
+    /// Borrowed: the run lock and the caller's roots keep every traced node alive and its
+    /// operands unchanged until the results are set (see `run`).
+    pub(super) params: Vec<&'g Node>,
+    pub(super) param_bufs: Vec<&'g Arc<Buffer>>,
+    pub(super) nodes: Vec<&'g Node>,
+    /// The operands of every node, flattened; node `i` owns `edges[spans[i].0..spans[i].1]`.
+    pub(super) edges: Vec<Ref>,
+    pub(super) spans: Vec<(usize, usize)>,
+    pub(super) outputs: Vec<usize>,
+    /// Parameters donated to an output, as (parameter, position in `outputs`): the program
+    /// aliases them (`tf.aliasing_output`) and the plugin consumes their buffers.
+    pub(super) aliases: Vec<(usize, usize)>,
+    pub(super) hash: u64,
+}
+
+/// Capacities of the last trace, so the next one (a decode step is the same graph again)
+/// does not grow its vectors step by step.
+static TRACE_SIZES: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// Words that separate the kinds of entries fed to the structural hash.
+const TAG_PARAM: u64 = 0x5041_5241_4d00_0001;
+const TAG_NODE: u64 = 0x4e4f_4445_0000_0002;
+const TAG_OUTPUTS: u64 = 0x4f55_5450_5554_0003;
+const TAG_ALIASES: u64 = 0x414c_4941_5300_0004;
+
+/// Walks the pending graph behind `outs` once (iterative post-order, so deep graphs cannot
+/// overflow the stack): numbers the ready nodes it meets as parameters, orders the pending
+/// ones, and hashes the structure on the way (ops, attributes, shapes, dtypes, operand
+/// wiring, device, precision, donation; never values). Each node's own structure was hashed
+/// when it was recorded (`Node::local`), so the walk feeds a few words per node.
+///
+/// With `donate`, every parameter whose buffer nothing else can read any more (no tensor
+/// handle on its node, and no other owner of the buffer) is donated to an output of the same
+/// shape and dtype, preferring the `dynamic_update_slice` that writes into it (a KV cache
+/// update then happens in place). Only pass `donate` when `outs` holds every live pending
+/// tensor of the device: a pending tensor outside the graph could still read the leaf.
+pub(super) fn trace<'g>(
+    outs: &'g [Arc<Node>],
+    running: &'g Running<'_>,
+    precision: super::Precision,
+    donate: bool,
+) -> Trace<'g> {
+    // Marks are per walk (a fresh epoch each) and a node is only walked under its device's
+    // run lock, so two walks never touch the same node.
+    static EPOCH: AtomicU64 = AtomicU64::new(0);
+    let epoch = EPOCH.fetch_add(1, Ordering::Relaxed) + 1;
+    let numbered = |n: &Node| n.mark.load(Ordering::Relaxed) == epoch;
+    let number = |n: &Node, r: Ref| {
+        n.slot.store(encode(r), Ordering::Relaxed);
+        n.mark.store(epoch, Ordering::Relaxed);
+    };
+    let slot = |n: &Node| n.slot.load(Ordering::Relaxed);
+    let mut h = StructHasher::new();
+    running.device.hash(&mut h);
+    h.word(precision as u64);
+    let cap = |i: usize| TRACE_SIZES[i].load(Ordering::Relaxed);
+    let mut t = Trace {
+        params: Vec::with_capacity(cap(0)),
+        param_bufs: Vec::with_capacity(cap(0)),
+        nodes: Vec::with_capacity(cap(1)),
+        edges: Vec::with_capacity(cap(2)),
+        spans: Vec::with_capacity(cap(1)),
+        outputs: Vec::with_capacity(outs.len()),
+        aliases: Vec::new(),
+        hash: 0,
+    };
+    // The walk borrows: under the run lock no operand list changes, so everything reachable
+    // from `outs` stays alive and in place while the trace exists.
+    let mut operands: Vec<&'g Node> = Vec::with_capacity(64);
+    let mut stack: Vec<Frame<'g>> = Vec::with_capacity(64);
+    stack.extend(outs.iter().rev().map(Frame::Visit));
+    while let Some(frame) = stack.pop() {
+        match frame {
+            Frame::Visit(n) => {
+                if numbered(n) {
+                    continue;
+                }
+                if let Some(b) = n.buffer() {
+                    // Ready (possibly computed by another thread since it was pushed).
+                    t.param_bufs.push(b);
+                    // A parameter is its shape and dtype, whatever computed it.
+                    h.word(TAG_PARAM);
+                    h.word(n.shape.len() as u64);
+                    for &d in n.shape.iter() {
+                        h.word(d as u64);
+                    }
+                    n.dtype.hash(&mut h);
+                    number(n, Ref::Param(t.params.len()));
+                    t.params.push(n);
+                    continue;
+                }
+                let inputs = n.inputs(running);
+                if inputs.iter().all(|c| numbered(c)) {
+                    // Every operand is numbered: finish now.
+                    finish(
+                        &mut t,
+                        &mut h,
+                        n,
+                        inputs.len(),
+                        inputs.iter().map(|c| slot(c)),
+                    );
+                    number(n, Ref::Node(t.nodes.len()));
+                    t.nodes.push(n);
+                } else {
+                    let start = operands.len();
+                    operands.extend(inputs.iter().map(|c| &**c));
+                    // Below its operands: finished once they are.
+                    stack.push(Frame::Finish(n, start));
+                    for c in inputs.iter().rev() {
+                        if !numbered(c) {
+                            stack.push(Frame::Visit(c));
+                        }
+                    }
+                }
+            }
+            Frame::Finish(n, start) => {
+                let ops = &operands[start..];
+                finish(&mut t, &mut h, n, ops.len(), ops.iter().map(|c| slot(c)));
+                operands.truncate(start);
+                number(n, Ref::Node(t.nodes.len()));
+                t.nodes.push(n);
+            }
+        }
+    }
+    for n in outs {
+        if numbered(n) {
+            if let Ref::Node(i) = decode(slot(n)) {
+                t.outputs.push(i);
+            }
+        }
+    }
+    h.word(TAG_OUTPUTS);
+    h.word(t.outputs.len() as u64);
+    for &o in &t.outputs {
+        h.word(o as u64);
+    }
+    if donate {
+        t.aliases = choose_aliases(&t);
+    }
+    h.word(TAG_ALIASES);
+    h.word(t.aliases.len() as u64);
+    for &(p, o) in &t.aliases {
+        h.word(p as u64);
+        h.word(o as u64);
+    }
+    t.hash = h.finish();
+    TRACE_SIZES[0].store(t.params.len(), Ordering::Relaxed);
+    TRACE_SIZES[1].store(t.nodes.len(), Ordering::Relaxed);
+    TRACE_SIZES[2].store(t.edges.len(), Ordering::Relaxed);
+    t
+}
+
+/// A step of the walk in [`trace`].
+enum Frame<'g> {
+    /// Number this node (a parameter), or finish it now, or queue its operands first.
+    Visit(&'g Arc<Node>),
+    /// Finish this node: its operands (from the given index of the operand stack on) are
+    /// all numbered.
+    Finish(&'g Arc<Node>, usize),
+}
+
+/// Appends a pending node with operand numbers `slots` to `t` and the hash.
+fn finish(
+    t: &mut Trace,
+    h: &mut StructHasher,
+    n: &Node,
+    count: usize,
+    slots: impl Iterator<Item = u64>,
+) {
+    let start = t.edges.len();
+    h.word(TAG_NODE);
+    h.word(n.local);
+    h.word(count as u64);
+    for s in slots {
+        h.word(s);
+        t.edges.push(decode(s));
+    }
+    t.spans.push((start, t.edges.len()));
+}
+
+/// A node's number in a walk as one word: parameters odd, nodes even.
+fn encode(r: Ref) -> u64 {
+    match r {
+        Ref::Param(i) => ((i as u64) << 1) | 1,
+        Ref::Node(i) => (i as u64) << 1,
+    }
+}
+
+fn decode(v: u64) -> Ref {
+    if v & 1 == 1 {
+        Ref::Param((v >> 1) as usize)
+    } else {
+        Ref::Node((v >> 1) as usize)
+    }
+}
+
+/// Which parameters of `t` to donate, and to which output (see [`trace`]). A parameter is
+/// donatable when no tensor handle refers to its node and the trace and the node are the
+/// only owners of its buffer (a shared one-element upload, or a buffer being read on
+/// another thread, is not). Decided from the handles before the hash, so a graph whose leaf
+/// is still held compiles (and is cached) without the alias.
+fn choose_aliases(t: &Trace<'_>) -> Vec<(usize, usize)> {
+    let donatable =
+        |p: usize| -> bool { !t.params[p].is_live() && Arc::strong_count(t.param_bufs[p]) == 1 };
+    let mut aliases = Vec::new();
+    let mut param_taken: Vec<bool> = Vec::new();
+    // In-place updates: an output `dynamic_update_slice` of a donatable leaf.
+    for (o, &i) in t.outputs.iter().enumerate() {
+        let n = &t.nodes[i];
+        if !matches!(n.op, NodeOp::Op(Op::DynamicUpdateSlice)) {
+            continue;
+        }
+        let (a, _) = t.spans[i];
+        if let Ref::Param(p) = t.edges[a] {
+            if param_taken.len() <= p {
+                param_taken.resize(t.params.len(), false);
+            }
+            if !param_taken[p] && donatable(p) {
+                param_taken[p] = true;
+                aliases.push((p, o));
+            }
+        }
+    }
+    // Only those: donating any other unheld leaf to a free output of its shape and dtype
+    // let a split model running beside another model on the same devices read a donated
+    // buffer (cause not found; tests/pjrt.rs in zoo-transformers caught it), so the
+    // allocator keeps that memory.
+    aliases.sort_unstable();
+    aliases
+}
