@@ -23,8 +23,15 @@ fn byte_char(b: u8) -> char {
 }
 
 fn model_dir() -> tempfile::TempDir {
+    fixture_dir("llama-gqa-f32")
+}
+
+/// A parity fixture (vocabulary of 256 ids) with a byte-level tokenizer and a chat template.
+fn fixture_dir(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nightly/fixtures/llama-gqa-f32");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nightly/fixtures")
+        .join(name);
     for f in ["config.json", "model.safetensors", "generation_config.json"] {
         std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
     }
@@ -133,6 +140,38 @@ fn generate_streams_text_and_reports_speed() {
     ]);
     assert!(ok, "{err}");
     assert!(err.contains("bfloat16"), "{err}");
+}
+
+#[test]
+fn generate_runs_gpt2_and_lists_the_registered_families() {
+    let dir = fixture_dir("gpt2-base-f32");
+    let p = dir.path().to_str().unwrap();
+    let args = [
+        "generate",
+        p,
+        "hello",
+        "--max-new-tokens",
+        "5",
+        "--min-new-tokens",
+        "5",
+    ];
+    let (ok, out, err) = zoo(&args);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("GPT2LMHeadModel") && err.contains("5 tokens"),
+        "{err}"
+    );
+    let (_, again, _) = zoo(&args);
+    assert_eq!(out, again);
+    // The help's family list comes from the registry: decoders only.
+    let (ok, help, _) = zoo(&["generate", "--help"]);
+    assert!(ok);
+    assert!(
+        help.contains("gpt2 (GPT2LMHeadModel, GPT2Model)")
+            && help.contains("qwen3")
+            && !help.contains("BertModel"),
+        "{help}"
+    );
 }
 
 #[test]

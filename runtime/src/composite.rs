@@ -375,16 +375,14 @@ impl<P: Prims> Build<'_, P> {
     }
 
     /// Shares each key/value head with `rep` query heads (`repeat_interleave` on dim 1).
-    fn repeat_heads(&mut self, x: &P::V, rep: usize) -> Result<P::V> {
-        if rep == 1 {
-            return Ok(x.clone());
-        }
-        let s = P::shape(x).to_vec();
-        let one = [s[0], s[1], 1, s[2], s[3]];
-        let wide = [s[0], s[1], rep, s[2], s[3]];
-        let u = self.reshape(x, &one)?;
-        let w = self.op(Op::Broadcast(Dims::from(wide)), &[&u], P::dtype(x))?;
-        self.reshape(&w, &[s[0], s[1] * rep, s[2], s[3]])
+    /// A mask that broadcasts to the scores `[B, Hkv * rep, Lq, Lk]`, viewed so that it
+    /// broadcasts to the grouped scores `[B, Hkv, rep, Lq, Lk]`.
+    fn group_mask(&mut self, m: &P::V, hkv: usize, rep: usize) -> Result<P::V> {
+        let s = P::shape(m);
+        let mut m4 = vec![1; 4 - s.len().min(4)];
+        m4.extend_from_slice(s);
+        let heads = if m4[1] == 1 { [1, 1] } else { [hkv, rep] };
+        self.reshape(m, &[m4[0], heads[0], heads[1], m4[2], m4[3]])
     }
 
     fn attention(&mut self, a: &Attention, ins: &[&P::V]) -> Result<P::V> {
@@ -394,13 +392,17 @@ impl<P: Prims> Build<'_, P> {
         // Where the scores live between steps: each step computes in `acc` and, with
         // `round_scores`, rounds to the input dtype as a 16-bit PyTorch op would.
         let keep = if a.round_scores { dt } else { acc };
-        let rep = P::shape(q)[1] / P::shape(k)[1];
-        let k = self.repeat_heads(k, rep)?;
-        let v = self.repeat_heads(v, rep)?;
+        let (qs, ks) = (P::shape(q), P::shape(k));
+        let (b, hq, lq, d, hkv, lk) = (qs[0], qs[1], qs[2], qs[3], ks[1], ks[2]);
+        let rep = hq / hkv;
+        // The `rep` query heads that share a key/value head are stacked along the query
+        // axis, so one batched product per kv head serves them all: HF's `repeat_kv` gives
+        // the same sums from `rep` copies of k and v, which this never makes.
+        let q = self.reshape(q, &[b, hkv, rep * lq, d])?;
         let (q, k, sdt) = if a.upcast_scores {
-            (self.cast(q, acc)?, self.cast(&k, acc)?, acc)
+            (self.cast(&q, acc)?, self.cast(k, acc)?, acc)
         } else {
-            (q.clone(), k, dt)
+            (q, k.clone(), dt)
         };
         let kt = self.op(Op::Permute(Dims::from([0, 1, 3, 2])), &[&k], sdt)?;
         let s = self.op(Op::Matmul, &[&q, &kt], sdt)?;
@@ -414,10 +416,22 @@ impl<P: Prims> Build<'_, P> {
             let t = self.affine(&t, cap, 0.0)?;
             s = self.cast(&t, keep)?;
         }
-        let mut s = self.cast(&s, acc)?;
+        let s = self.cast(&s, acc)?;
+        // Masks apply per query head: the scores viewed as `[B, Hkv, rep, Lq, Lk]`.
+        let grouped = [b, hkv, rep, lq, lk];
+        let mut s = if rep > 1 {
+            self.reshape(&s, &grouped)?
+        } else {
+            s
+        };
         let mut masks = ins[3..].iter();
         if let Some(kind) = a.mask {
             let m = masks.next().ok_or_else(|| missing("the mask"))?;
+            let m = &if rep > 1 {
+                self.group_mask(m, hkv, rep)?
+            } else {
+                (*m).clone()
+            };
             s = match kind {
                 MaskKind::Keep => {
                     let neg = self.p.scalar(f64::NEG_INFINITY, acc, &s)?;
@@ -438,6 +452,9 @@ impl<P: Prims> Build<'_, P> {
         let last = P::shape(&s).len() - 1;
         let pr = self.softmax(&s, last)?;
         let pr = self.cast(&pr, dt)?;
-        self.op(Op::Matmul, &[&pr, &v], dt)
+        let pr = self.reshape(&pr, &[b, hkv, rep * lq, lk])?;
+        let out = self.op(Op::Matmul, &[&pr, v], dt)?;
+        let dv = P::shape(&out)[3];
+        self.reshape(&out, &[b, hq, lq, dv])
     }
 }

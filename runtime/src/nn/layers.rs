@@ -169,6 +169,9 @@ impl Linear {
         };
         let y = match fast {
             Some(y) => y?.reshape_to(&out)?,
+            // One row: `W x`, which reads the weight in its stored order (a compiled graph
+            // gets no transpose of the weight to fold or copy per step).
+            None if rows == 1 => w.matmul(&x.reshape_to(&[in_dim, 1])?)?.reshape_to(&out)?,
             // Leading dims fold into one matrix: a single GEMM against the transposed view.
             None => x
                 .reshape_to(&[rows, in_dim])?
