@@ -84,3 +84,58 @@ fn infeasible_and_unbudgeted_requests_fail_before_loading() {
     let (ok, _, err) = zoo(&["plan", d, "--max-memory", "0=1GiB,disk=10GiB"]);
     assert!(!ok && err.contains("disk"), "{err}");
 }
+
+#[test]
+fn an_encoder_plans_without_kv_cache_for_its_own_context() {
+    // all-MiniLM-L6-v2 (BERT, max_position_embeddings 512), from the test command's assets.
+    let model = std::path::PathBuf::from(
+        std::env::var_os("ZOO_MINILM_DIR").expect("ZOO_MINILM_DIR: run scripts/run-tests.sh"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("plan.json");
+    let m = model.to_str().unwrap();
+    let (ok, out, err) = zoo(&[
+        "plan",
+        m,
+        "--max-memory",
+        "0=200MiB,1=200MiB",
+        "--reserve",
+        "0",
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("an encoder keeps no KV cache; activations are sized for 512 tokens"),
+        "{out}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+    assert_eq!(plan["workload"]["seq"], 512);
+    for stage in plan["stages"].as_array().unwrap() {
+        assert_eq!(stage["kv"], 0, "{stage}");
+    }
+    // The family's units: embeddings first, then the six layers whole.
+    let units: Vec<&str> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["units"].as_array().unwrap().iter())
+        .map(|u| u.as_str().unwrap())
+        .collect();
+    assert_eq!(units[0], "embeddings", "{units:?}");
+    assert_eq!(
+        units[1..7],
+        [
+            "encoder.layer.0",
+            "encoder.layer.1",
+            "encoder.layer.2",
+            "encoder.layer.3",
+            "encoder.layer.4",
+            "encoder.layer.5"
+        ]
+    );
+    // Longer than the model takes: refused with the limit.
+    let (ok, _, err) = zoo(&["plan", m, "--max-memory", "1GiB", "--seq", "1024"]);
+    assert!(!ok && err.contains("512") && err.contains("--seq"), "{err}");
+}

@@ -1,4 +1,5 @@
-"""Tiny random BertModel cases: hidden states and pooled output of an encoder."""
+"""Tiny random BERT cases: hidden states and pooled output of BertModel, and the logits of
+the masked-LM, sequence-classification and token-classification heads on the same encoder."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import BertConfig, BertModel
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
 
 from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters
 
@@ -25,6 +32,19 @@ BASE_CONFIG: dict[str, Any] = {
     "layer_norm_eps": 1e-12,
     "pad_token_id": PAD_ID,
 }
+
+# Architecture -> (class, case task). Head classes wrap the encoder as `bert`.
+ARCHITECTURES: dict[str, tuple[type, str]] = {
+    "BertModel": (BertModel, "feature-extraction"),
+    "BertForMaskedLM": (BertForMaskedLM, "fill-mask"),
+    "BertForSequenceClassification": (BertForSequenceClassification, "text-classification"),
+    "BertForTokenClassification": (BertForTokenClassification, "token-classification"),
+}
+
+
+def labels(*names: str) -> dict[str, Any]:
+    """Config overrides for a classification head: id2label and label2id (num_labels follows)."""
+    return {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
 
 
 @dataclass
@@ -53,18 +73,40 @@ SPECS: list[BertSpec] = [
                                    "intermediate_size": 128}, seed=503, seq_len=16, right_pad=6),
     BertSpec("bert-base-bf16", "the bert-base-f32 shape in bfloat16", ["gelu", "padding", "bf16"],
              dtype="bf16", seed=504),
+    BertSpec("bert-mlm-f32", "BertForMaskedLM: prediction transform, decoder tied to the word embeddings, "
+             "output bias", ["gelu", "token-type-ids", "padding", "tied", "head:masked-lm"], seed=505,
+             architecture="BertForMaskedLM"),
+    BertSpec("bert-seqcls-f32", "BertForSequenceClassification: 3 labels (id2label) from the pooled output",
+             ["gelu", "token-type-ids", "padding", "pooler", "head:sequence-classification"],
+             labels("negative", "neutral", "positive"), seed=506, architecture="BertForSequenceClassification"),
+    BertSpec("bert-tokcls-f32", "BertForTokenClassification: 5 BIO labels (id2label) per token",
+             ["gelu", "token-type-ids", "padding", "head:token-classification"],
+             labels("O", "B-PER", "I-PER", "B-LOC", "I-LOC"), seed=507, architecture="BertForTokenClassification"),
 ]
 
 
-def build_model(spec: BertSpec) -> BertModel:
+def build_model(spec: BertSpec) -> torch.nn.Module:
     config = BertConfig(**{**BASE_CONFIG, **spec.config})
     config.architectures = [spec.architecture]
     torch.manual_seed(spec.seed)
-    model = BertModel._from_config(config, attn_implementation="eager", dtype=torch.float32)
+    model_class, _ = ARCHITECTURES[spec.architecture]
+    model = model_class._from_config(config, attn_implementation="eager", dtype=torch.float32)
+    # Every distinct parameter, heads included; a tied decoder shares the embedding's storage,
+    # so it stays tied and save_pretrained stores it once.
     randomize_parameters(model, spec.seed, spec.weight_std)
     model = model.to(TORCH_DTYPES[spec.dtype]).eval()
     model.config.dtype = TORCH_DTYPES[spec.dtype]
     return model
+
+
+LOGITS_MEANING = {
+    "fill-mask": "masked-LM scores [batch, seq, vocab]: cls.predictions transform, then the decoder "
+                 "tied to bert.embeddings.word_embeddings plus cls.predictions.bias",
+    "text-classification": "label scores [batch, num_labels]: classifier(pooler_output); names in "
+                           "config.json id2label",
+    "token-classification": "per-token label scores [batch, seq, num_labels]: classifier(last_hidden_state); "
+                            "names in config.json id2label",
+}
 
 
 def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
@@ -81,11 +123,38 @@ def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types}
 
 
-def run_forward(model: BertModel, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def run_forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """BertModel: hidden states and pooled output. A head: its logits, the encoder's hidden
+    states (and pooled output where the head has a pooler), points named under `bert.`."""
+    if isinstance(model, BertModel):
+        return _run_base(model, inputs)
+    base: BertModel = model.bert
     captured: dict[str, torch.Tensor] = {}
-    points = {"embeddings": model.embeddings}
-    for i, layer in enumerate(model.encoder.layer):
-        points[f"encoder.layer.{i}"] = layer
+
+    def keep(name):
+        def hook(_module, _args, output):
+            captured[name] = output.last_hidden_state if name == "last_hidden_state" else output
+
+        return hook
+
+    hooks = [base.register_forward_hook(keep("last_hidden_state"))]
+    if base.pooler is not None:
+        hooks.append(base.pooler.register_forward_hook(keep("pooler_output")))
+    try:
+        points = _run_base(base, inputs, prefix="bert.", head=model)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {**captured, **points}
+
+
+def _run_base(base: BertModel, inputs: dict[str, torch.Tensor], prefix: str = "",
+              head: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
+    """Runs `head` (default: `base` itself), capturing `base`'s embeddings and layer outputs."""
+    captured: dict[str, torch.Tensor] = {}
+    points = {f"{prefix}embeddings": base.embeddings}
+    for i, layer in enumerate(base.encoder.layer):
+        points[f"{prefix}encoder.layer.{i}"] = layer
 
     def capture(name):
         def hook(_module, _args, output):
@@ -96,10 +165,12 @@ def run_forward(model: BertModel, inputs: dict[str, torch.Tensor]) -> dict[str, 
     hooks = [m.register_forward_hook(capture(f"{n}.output")) for n, m in points.items()]
     try:
         with torch.no_grad():
-            out = model(**inputs)
+            out = (head or base)(**inputs)
     finally:
         for hook in hooks:
             hook.remove()
+    if head is not None:
+        return {"logits": out.logits, **captured}
     return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output, **captured}
 
 
@@ -109,12 +180,18 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
     inputs = make_inputs(spec)
     forward = run_forward(model, inputs)
     stored_as = "" if spec.dtype == "f32" else f", computed in {spec.dtype} and stored as f32 (exact upcast)"
-    outputs = [
-        TensorSpec("last_hidden_state", forward["last_hidden_state"].float(),
-                   f"encoder output [batch, seq, hidden]{stored_as}", compare="allclose", mask="attention_mask"),
-        TensorSpec("pooler_output", forward["pooler_output"].float(),
-                   f"tanh(dense(first token)) [batch, hidden]{stored_as}", compare="allclose"),
-    ]
+    _, task = ARCHITECTURES[spec.architecture]
+    outputs = []
+    if "logits" in forward:
+        per_token = forward["logits"].dim() == 3
+        outputs.append(TensorSpec("logits", forward["logits"].float(), f"{LOGITS_MEANING[task]}{stored_as}",
+                                  compare="allclose", mask="attention_mask" if per_token else None))
+    outputs.append(TensorSpec("last_hidden_state", forward["last_hidden_state"].float(),
+                              f"encoder output [batch, seq, hidden]{stored_as}", compare="allclose",
+                              mask="attention_mask"))
+    if "pooler_output" in forward:
+        outputs.append(TensorSpec("pooler_output", forward["pooler_output"].float(),
+                                  f"tanh(dense(first token)) [batch, hidden]{stored_as}", compare="allclose"))
     for name, value in forward.items():
         if name.endswith(".output"):
             outputs.append(TensorSpec(name, value.float(), f"output of module {name[:-7]}{stored_as}",
@@ -123,7 +200,7 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
         name=spec.name,
         architecture=spec.architecture,
         model_type="bert",
-        task="feature-extraction",
+        task=task,
         dtype=spec.dtype,
         seed=spec.seed,
         description=spec.description,

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes zoo parity cases from the real PyTorch libraries (transformers, diffusers).
 
-Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), GPT-2 (gpt2.py), BERT (bert.py).
+Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), GPT-2 (gpt2.py), BERT and its
+masked-LM, sequence- and token-classification heads (bert.py).
 
 Every number a zoo parity test compares against comes from here. A case is one folder:
 the checkpoint (config.json + model.safetensors as save_pretrained writes them),

@@ -172,6 +172,12 @@ pub enum Task {
     CausalLm,
     /// Hidden states (encoders, base models).
     FeatureExtraction,
+    /// Masked-token logits of an encoder head (`*ForMaskedLM`).
+    FillMask,
+    /// Per-sequence label logits (`*ForSequenceClassification`).
+    TextClassification,
+    /// Per-token label logits (`*ForTokenClassification`).
+    TokenClassification,
 }
 
 /// The dtype the reference ran in and the checkpoint is stored in.

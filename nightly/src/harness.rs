@@ -26,12 +26,14 @@ use crate::results::{
 };
 use crate::tensor::HostTensor;
 
-/// Architectures the harness can run: every class of zoo-transformers' registry that a
-/// case task names (causal LMs through `AutoModelForCausalLM`, encoders through their head).
+/// Architectures the harness can run: the causal LMs of zoo-transformers' registry (through
+/// `AutoModelForCausalLM`) and every encoder class (through its head).
 pub fn supported_architectures() -> Vec<&'static str> {
-    registry::architectures()
-        .filter(|a| matches!(a.task, registry::Task::CausalLm | registry::Task::Base))
-        .map(|a| a.name)
+    registry::FAMILIES
+        .iter()
+        .flat_map(|f| f.architectures.iter().map(move |a| (f, a)))
+        .filter(|(f, a)| !f.is_decoder() || a.task == registry::Task::CausalLm)
+        .map(|(_, a)| a.name)
         .collect()
 }
 
@@ -55,7 +57,18 @@ fn runner(spec: &CaseSpec) -> Result<Runner, String> {
     let (family, arch) = registry::by_architecture(&spec.architecture).ok_or_else(unsupported)?;
     match (&family.loaders, spec.task, arch.task) {
         (Loaders::Decoder { .. }, Task::CausalLm, registry::Task::CausalLm) => Ok(Runner::CausalLm),
-        (Loaders::Encoder(_), Task::FeatureExtraction, t) => Ok(Runner::Encoder(t)),
+        (Loaders::Encoder(_), Task::FeatureExtraction, t @ registry::Task::Base)
+        | (Loaders::Encoder(_), Task::FillMask, t @ registry::Task::MaskedLm)
+        | (
+            Loaders::Encoder(_),
+            Task::TextClassification,
+            t @ registry::Task::SequenceClassification,
+        )
+        | (
+            Loaders::Encoder(_),
+            Task::TokenClassification,
+            t @ registry::Task::TokenClassification,
+        ) => Ok(Runner::Encoder(t)),
         _ => Err(unsupported()),
     }
 }

@@ -3,7 +3,8 @@
 //! (pjrt-cpu) and split over four of its devices (pjrt-cpu-x4). Decoders (Llama, Mistral,
 //! Qwen2, Qwen3, GPT-2): logits, hidden states, per-layer outputs, the logits of each cached
 //! decode step fed the reference's tokens, and the greedy tokens of `generate`. Encoders
-//! (BERT): hidden states, pooled output, per-layer outputs. Architectures zoo has no model
+//! (BERT and its masked-LM, sequence- and token-classification heads): hidden states,
+//! pooled output, per-layer outputs, head logits. Architectures zoo has no model
 //! for are errors, never passes. A missing PJRT plugin fails the PJRT results.
 //!
 //! The case list is read from disk, so new fixtures are picked up without editing this file.
@@ -89,8 +90,8 @@ fn every_fixture_runs_and_every_registered_case_matches_transformers() {
         failures.len(),
         failures.join("\n")
     );
-    // Llama, Mistral, Qwen2, Qwen3, GPT-2 and BERT.
-    assert_eq!(architectures.len(), 6, "{architectures:?}");
+    // Llama, Mistral, Qwen2, Qwen3, GPT-2 and BERT's four classes.
+    assert_eq!(architectures.len(), 9, "{architectures:?}");
     assert!(
         ["f32", "bf16", "f16"].iter().all(|d| dtypes.contains(*d)),
         "{dtypes:?}"

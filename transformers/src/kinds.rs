@@ -21,6 +21,16 @@ pub enum LogitsFor {
     Last,
 }
 
+impl LogitsFor {
+    /// The positions of the hidden states `h [B, T, hidden]` that get logits.
+    pub fn select(self, h: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            LogitsFor::All => h.clone(),
+            LogitsFor::Last => h.narrow(1, h.dim(1)?.saturating_sub(1), 1)?,
+        })
+    }
+}
+
 /// One decoder forward call's inputs.
 #[derive(Clone, Copy, Debug)]
 pub struct ForwardArgs<'a> {

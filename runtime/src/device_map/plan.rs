@@ -115,7 +115,8 @@ pub struct Plan {
 pub struct UnitRules<'a> {
     /// Containers whose numbered children are units (`model.layers` for `model.layers.N`).
     pub layer_containers: &'a [&'a str],
-    /// Module prefixes that run before the layers (`model.embed_tokens`).
+    /// Modules that run before the layers (`model.embed_tokens`, BERT's `embeddings`), each
+    /// one unit however many submodules it has.
     pub inputs: &'a [&'a str],
     /// Groups of tensors that share storage (HF `_tied_weights_keys`).
     pub tied: &'a [Vec<String>],
@@ -131,7 +132,7 @@ pub fn units_from_inventory(
     rules: &UnitRules<'_>,
     dtype: Option<Dtype>,
 ) -> Vec<Unit> {
-    let (layer_containers, tied) = (rules.layer_containers, rules.tied);
+    let tied = rules.tied;
     let mut units: Vec<Unit> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let tied_first: HashMap<&str, &str> = tied
@@ -140,7 +141,7 @@ pub fn units_from_inventory(
         .flat_map(|g| g[1..].iter().map(move |n| (n.as_str(), g[0].as_str())))
         .collect();
     for t in inventory.tensors() {
-        let (name, layer) = unit_of(&t.name, layer_containers);
+        let (name, layer) = unit_of(&t.name, rules);
         let bytes = match dtype {
             Some(d) if t.dtype.is_float() => t.bytes_as(d),
             _ => t.nbytes,
@@ -161,7 +162,7 @@ pub fn units_from_inventory(
         });
         units[i].weight_bytes += bytes;
         if let Some(first) = tied_first.get(t.name.as_str()) {
-            units[i].tied_with = Some(unit_of(first, layer_containers).0);
+            units[i].tied_with = Some(unit_of(first, rules).0);
         }
     }
     // Execution order: inputs (embeddings) first, layers by index, then heads and norms.
@@ -171,14 +172,7 @@ pub fn units_from_inventory(
         .map(|(i, u)| {
             let phase = match u.layer {
                 Some(_) => 1,
-                None if rules.inputs.iter().any(|p| {
-                    u.name
-                        .strip_prefix(p)
-                        .is_some_and(|r| r.is_empty() || r.starts_with('.'))
-                }) =>
-                {
-                    0
-                }
+                None if rules.inputs.iter().any(|p| under(&u.name, p)) => 0,
                 None => 2,
             };
             (phase, u.layer.unwrap_or(0), i, u)
@@ -188,13 +182,24 @@ pub fn units_from_inventory(
     keyed.into_iter().map(|(_, _, _, u)| u).collect()
 }
 
-fn unit_of(tensor: &str, containers: &[&str]) -> (String, Option<usize>) {
-    for c in containers {
+/// Whether `name` is the module `prefix` or inside it (`a.b` is under `a`, `ab` is not).
+fn under(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+}
+
+/// The unit of `tensor`: its numbered layer, the input module it is under (kept whole), or
+/// else its own module.
+fn unit_of(tensor: &str, rules: &UnitRules<'_>) -> (String, Option<usize>) {
+    for c in rules.layer_containers {
         if let Some(rest) = tensor.strip_prefix(c).and_then(|r| r.strip_prefix('.')) {
             if let Some(idx) = rest.split('.').next().and_then(|s| s.parse::<usize>().ok()) {
                 return (format!("{c}.{idx}"), Some(idx));
             }
         }
+    }
+    if let Some(input) = rules.inputs.iter().find(|p| under(tensor, p)) {
+        return (input.to_string(), None);
     }
     let module = tensor.rsplit_once('.').map_or(tensor, |(m, _)| m);
     (module.to_string(), None)

@@ -636,7 +636,12 @@ impl BertForMaskedLM {
             transform: Linear::load(&p.pp("transform.dense"), h, h, true)?,
             transform_norm: layer_norm(&p.pp("transform.LayerNorm"), h, c.layer_norm_eps)?,
             act: Activation::from_hf(&c.hidden_act)?,
-            decoder: Linear::new(weight, Some(bias)),
+            // The bias is the head's own tensor, placed with it; the product runs with the
+            // (tied) weight.
+            decoder: {
+                let on = weight.device();
+                Linear::new(weight, Some(bias.to_device(&on)?))
+            },
             bert,
             head: EncoderHead::MaskedLm,
         })
@@ -647,9 +652,12 @@ impl Encoder for BertForMaskedLM {
     delegate_to_bert!();
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.bert.run(args)?;
-        let x = out.last_hidden_state.to_device(&self.decoder.device())?;
+        // The transform runs where it was placed; the tied decoder lives with the word
+        // embeddings, possibly on another device.
+        let x = out.last_hidden_state.to_device(&self.transform.device())?;
         let x = self.act.apply(&self.transform.forward(&x)?)?;
         let x = self.transform_norm.forward(&x)?;
+        let x = x.to_device(&self.decoder.device())?;
         out.logits = Some(self.decoder.forward(&x)?);
         Ok(out)
     }

@@ -531,11 +531,7 @@ impl CausalLm for GPT2LMHeadModel {
         which: LogitsFor,
     ) -> Result<(Tensor, ModelOutput)> {
         let out = self.transformer.forward(args, cache)?;
-        let h = &out.last_hidden_state;
-        let h = match which {
-            LogitsFor::All => h.clone(),
-            LogitsFor::Last => h.narrow(1, h.shape()[1] - 1, 1)?,
-        };
+        let h = which.select(&out.last_hidden_state)?;
         let h = h.to_device(&self.logits_device())?;
         Ok((self.lm_head.forward(&h)?, out))
     }

@@ -526,11 +526,7 @@ impl CausalLm for LlamaForCausalLM {
         which: LogitsFor,
     ) -> Result<(Tensor, ModelOutput)> {
         let out = self.model.forward(args, cache)?;
-        let h = &out.last_hidden_state;
-        let h = match which {
-            LogitsFor::All => h.clone(),
-            LogitsFor::Last => h.narrow(1, h.shape()[1] - 1, 1)?,
-        };
+        let h = which.select(&out.last_hidden_state)?;
         let h = on_device(&h, &self.lm_head.device())?;
         Ok((self.lm_head.forward(&h)?, out))
     }
