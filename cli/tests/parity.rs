@@ -298,3 +298,59 @@ fn dtypes_the_case_was_not_made_in_are_skipped() {
     assert_eq!(status("bf16").as_deref(), Some("skipped"));
     assert_eq!(run["summary"]["skipped"], 1);
 }
+
+/// Runs `scripts/nightly-parity.sh` (what the nightly workflow runs) with this build's zoo.
+fn nightly_script(args: &[&str]) -> (Option<i32>, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/nightly-parity.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .env("ZOO_BIN", env!("CARGO_BIN_EXE_zoo"))
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("run the nightly script");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_nightly_script_exits_with_zoo_status_and_keeps_the_summary() {
+    // Every committed case on candle-cpu: green, summary kept beside the results.
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, history) = (tmp.path().join("out"), tmp.path().join("history"));
+    let fixtures = fixture("");
+    let (code, err) = nightly_script(&["candle-cpu", p(&fixtures), p(&out), p(&history)]);
+    assert_eq!(code, Some(0), "{err}");
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    let cases = zoo_nightly_case_count(&fixtures);
+    assert!(
+        summary.contains(&format!("{cases} passed, 0 failed, 0 errors")),
+        "{summary}"
+    );
+    assert!(out.join("results.json").is_file());
+    assert_eq!(std::fs::read_dir(&history).unwrap().count(), 1);
+
+    // A case zoo cannot run: the script fails, and the summary and results still exist.
+    let cases_dir = tmp.path().join("cases");
+    let unported = copy_case(BERT, &cases_dir, UNPORTED).join("case.json");
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&unported).unwrap()).unwrap();
+    doc["architecture"] = "DistilBertModel".into();
+    std::fs::write(&unported, doc.to_string()).unwrap();
+    let out2 = tmp.path().join("out2");
+    let (code, err) = nightly_script(&["candle-cpu", p(&cases_dir), p(&out2), p(&history)]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("exited with 1"), "{err}");
+    let summary = std::fs::read_to_string(out2.join("summary.txt")).unwrap();
+    assert!(summary.contains("1 errors"), "{summary}");
+}
+
+/// Case folders under `dir` (each holds a case.json).
+fn zoo_nightly_case_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().join("case.json").is_file())
+        .count()
+}

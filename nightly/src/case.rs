@@ -112,6 +112,13 @@ pub enum CaseError {
         /// The tensor's stored dtype.
         dtype: String,
     },
+    /// The case lists no output to compare (none, or only `info` entries): it would pass
+    /// whatever the port computed.
+    #[error("{path}: field `outputs`: no output is compared (none, or only `info` entries); list what the model must reproduce")]
+    NothingToCompare {
+        /// The case.json file.
+        path: PathBuf,
+    },
     /// An output's `mask` names no input or does not fit the output's shape.
     #[error("{path}: field `{field}`: {problem}")]
     BadMask {
@@ -592,8 +599,18 @@ fn check_listing(
     Ok(())
 }
 
-/// Compare kinds fit the dtypes; masks name integer inputs whose shape prefixes the output.
+/// Something is compared; compare kinds fit the dtypes; masks name integer inputs whose
+/// shape prefixes the output and keep at least one element.
 fn check_outputs(json: &Path, spec: &CaseSpec, inputs: &TensorSet) -> Result<(), CaseError> {
+    if !spec
+        .outputs
+        .iter()
+        .any(|e| e.compare != Some(CompareKind::Info))
+    {
+        return Err(CaseError::NothingToCompare {
+            path: json.to_path_buf(),
+        });
+    }
     for (i, entry) in spec.outputs.iter().enumerate() {
         let is_int = entry.dtype.starts_with('I') || entry.dtype.starts_with('U');
         let kind = entry.compare.unwrap_or(CompareKind::Allclose);
@@ -620,8 +637,13 @@ fn check_outputs(json: &Path, spec: &CaseSpec, inputs: &TensorSet) -> Result<(),
         let tensor = inputs
             .get(mask)
             .ok_or_else(|| bad(format!("`{mask}` is not an input of this case")))?;
-        if tensor.as_i64().is_none() {
+        let Some(values) = tensor.as_i64() else {
             return Err(bad(format!("input `{mask}` must hold integers (0 = skip)")));
+        };
+        if values.iter().all(|&v| v == 0) {
+            return Err(bad(format!(
+                "input `{mask}` is all zeros: the comparison would skip every element"
+            )));
         }
         let prefix = tensor.shape.len() <= entry.shape.len()
             && entry.shape[..tensor.shape.len()] == tensor.shape[..];

@@ -205,3 +205,46 @@ fn compare_output_rejects_wrong_outputs() {
     assert_eq!(metrics.first_divergence, Some([1, 5]));
     assert_eq!(metrics.matched_prefix, vec![width, 5]);
 }
+
+#[test]
+fn a_case_that_compares_nothing_is_refused() {
+    let err = load_err(|d| {
+        for o in d["outputs"].as_array_mut().unwrap() {
+            o["compare"] = "info".into();
+        }
+    });
+    assert!(matches!(err, CaseError::NothingToCompare { .. }), "{err}");
+    assert!(err.to_string().contains("case.json"), "{err}");
+}
+
+#[test]
+fn a_mask_that_hides_every_element_is_refused() {
+    let (_tmp, dir) = copy_case(|_| {});
+    // Rewrite inputs.safetensors with the attention mask zeroed (every input is I64).
+    let path = dir.join("inputs.safetensors");
+    let inputs = zoo_nightly::tensor::read_safetensors(&path).unwrap();
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, t) in &inputs {
+        let values: Vec<i64> = match name.as_str() {
+            "attention_mask" => vec![0; t.len()],
+            _ => t.as_i64().unwrap().to_vec(),
+        };
+        let start = data.len();
+        data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "I64", "shape": t.shape, "data_offsets": [start, data.len()]}),
+        );
+    }
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&h);
+    bytes.extend_from_slice(&data);
+    std::fs::write(&path, bytes).unwrap();
+    let err = Case::load(&dir).expect_err("a fully masked output compares nothing");
+    assert!(
+        matches!(err, CaseError::BadMask { .. }) && err.to_string().contains("all zeros"),
+        "{err}"
+    );
+}
