@@ -324,7 +324,7 @@ fn the_nightly_script_exits_with_zoo_status_and_keeps_the_summary() {
     let (code, err) = nightly_script(&["candle-cpu", p(&fixtures), p(&out), p(&history)]);
     assert_eq!(code, Some(0), "{err}");
     let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
-    let cases = zoo_nightly_case_count(&fixtures);
+    let cases = zoo_nightly::case::discover(&fixtures).unwrap().len();
     assert!(
         summary.contains(&format!("{cases} passed, 0 failed, 0 errors")),
         "{summary}"
@@ -345,12 +345,4 @@ fn the_nightly_script_exits_with_zoo_status_and_keeps_the_summary() {
     assert!(err.contains("exited with 1"), "{err}");
     let summary = std::fs::read_to_string(out2.join("summary.txt")).unwrap();
     assert!(summary.contains("1 errors"), "{summary}");
-}
-
-/// Case folders under `dir` (each holds a case.json).
-fn zoo_nightly_case_count(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().join("case.json").is_file())
-        .count()
 }

@@ -3,6 +3,9 @@
 mod common;
 use common::zoo;
 
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+
 fn model(dir: &std::path::Path) {
     // Four decoder layers of 1 MiB each (f32 [512, 512]) plus 1 MiB of embeddings.
     let mut header = serde_json::Map::new();
@@ -88,9 +91,7 @@ fn infeasible_and_unbudgeted_requests_fail_before_loading() {
 #[test]
 fn an_encoder_plans_without_kv_cache_for_its_own_context() {
     // all-MiniLM-L6-v2 (BERT, max_position_embeddings 512), from the test command's assets.
-    let model = std::path::PathBuf::from(
-        std::env::var_os("ZOO_MINILM_DIR").expect("ZOO_MINILM_DIR: run scripts/run-tests.sh"),
-    );
+    let model = assets::asset("ZOO_MINILM_DIR");
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("plan.json");
     let m = model.to_str().unwrap();

@@ -543,25 +543,19 @@ fn run_encoder(
             produced.insert(name.into(), host(t).map_err(failed)?);
         }
     }
-    module_outputs(
-        case,
-        &model.hidden_state_modules(),
-        &out.hidden_states,
-        &mut produced,
-    )
-    .map_err(failed)?;
+    let modules = model.hidden_state_modules();
+    module_outputs(case, modules.iter().zip(&out.hidden_states), &mut produced).map_err(failed)?;
     Ok(produced)
 }
 
-/// The per-module outputs a case lists (`<module>.output`), from `hidden_states` whose
-/// entries `modules` names in order.
-fn module_outputs(
+/// The per-module outputs a case lists (`<module>.output`), from `(module, output)` pairs:
+/// a model's `hidden_state_modules` zipped with its hidden states, or its `module_outputs`.
+fn module_outputs<'a>(
     case: &Case,
-    modules: &[String],
-    hidden_states: &[Tensor],
+    outputs: impl IntoIterator<Item = (&'a String, &'a Tensor)>,
     out: &mut BTreeMap<String, HostTensor>,
 ) -> Result<(), zoo_transformers::Error> {
-    for (module, h) in modules.iter().zip(hidden_states) {
+    for (module, h) in outputs {
         let name = format!("{module}.output");
         if case.output_entry(&name).is_some() {
             out.insert(name, host(h)?);
@@ -687,14 +681,9 @@ fn full_forward(
     // hidden_states: the embeddings, then each layer's output; the last entry is the
     // normed output, already `last_hidden_state`.
     let modules = lm.model().hidden_state_modules();
-    module_outputs(case, &modules, &states.hidden_states, out).map_err(failed)?;
-    for (module, t) in &states.module_outputs {
-        let name = format!("{module}.output");
-        if case.output_entry(&name).is_some() {
-            out.insert(name, host(t).map_err(failed)?);
-        }
-    }
-    Ok(())
+    module_outputs(case, modules.iter().zip(&states.hidden_states), out).map_err(failed)?;
+    let extra = states.module_outputs.iter().map(|(m, t)| (m, t));
+    module_outputs(case, extra, out).map_err(failed)
 }
 
 /// Prefill, then one cached step per reference token: the logits of every step,

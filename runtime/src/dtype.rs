@@ -149,6 +149,21 @@ impl DType {
         }
     }
 
+    /// The lowest finite value of a float dtype (`torch.finfo(dtype).min`), what
+    /// transformers' additive masks put where attention is not allowed: finite, so a row
+    /// with nothing visible stays free of NaN. Integer dtypes give their minimum.
+    pub fn finite_min(self) -> f64 {
+        match self {
+            DType::F64 => f64::MIN,
+            DType::F32 => f64::from(f32::MIN),
+            DType::BF16 => f64::from(half::bf16::MIN),
+            DType::F16 => f64::from(half::f16::MIN),
+            DType::I64 => i64::MIN as f64,
+            DType::I32 => f64::from(i32::MIN),
+            DType::U8 | DType::Bool => 0.0,
+        }
+    }
+
     /// `v` as a value of this dtype holds it (rounded to nearest even for the float dtypes,
     /// truncated toward zero for the integer ones): what a 0-d PyTorch tensor of this dtype
     /// made from the Python number `v` contains.

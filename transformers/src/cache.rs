@@ -301,12 +301,7 @@ impl KvCache {
         device: &Device,
     ) -> Result<Tensor> {
         let len = self.attended_len(device);
-        let low = match dtype {
-            DType::BF16 => f64::from(half::bf16::MIN),
-            DType::F16 => f64::from(half::f16::MIN),
-            DType::F64 => f64::MIN,
-            _ => f64::from(f32::MIN),
-        };
+        let low = dtype.float_or_default().finite_min();
         let mut m = vec![0f64; self.batch * t * len];
         for (b, row) in self.valid.iter().enumerate() {
             for i in 0..t {

@@ -517,12 +517,7 @@ fn check_ids(ids: &Tensor, rows: usize, name: &str) -> Result<()> {
 /// `keep [B, 1, 1, T]` (bool) as transformers' additive mask in `dtype`: 0 to attend, the
 /// dtype's lowest finite value to ignore.
 fn additive_mask(keep: &Tensor, dtype: DType) -> Result<Tensor> {
-    let low = match dtype {
-        DType::BF16 => f64::from(half::bf16::MIN),
-        DType::F16 => f64::from(half::f16::MIN),
-        DType::F64 => f64::MIN,
-        _ => f64::from(f32::MIN),
-    };
+    let low = dtype.finite_min();
     let zeros = Tensor::zeros(keep.shape(), dtype, &keep.device())?;
     let lows = Tensor::full(keep.shape(), low, dtype, &keep.device())?;
     Ok(keep.where_cond(&zeros, &lows)?)
