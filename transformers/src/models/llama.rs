@@ -4,7 +4,7 @@
 //! The decoder here is the Llama block that Mistral, Qwen2 and Qwen3 reuse — each is Llama
 //! with a few switches, exactly as transformers' `modular_*.py` files derive them — so the
 //! switches live in [`DecoderFeatures`] and each derivative's file says which ones it turns
-//! on and loads through [`load_base_with`] / [`load_causal_lm_with`]. Weight names are the
+//! on and loads through `load_base_with` / `load_causal_lm_with`. Weight names are the
 //! checkpoint's (`model.layers.3.self_attn.q_proj.weight`).
 
 use std::collections::HashMap;
