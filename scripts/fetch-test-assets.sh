@@ -40,3 +40,20 @@ echo "export ZOO_SMOLLM2_GGUF=$gguf"
 if [ -x "$root/scripts/fetch-pjrt-plugins.sh" ]; then
   "$root/scripts/fetch-pjrt-plugins.sh" "$assets/pjrt"
 fi
+
+# --bench: also the benchmarks' f32 weights, the SmolLM2 GGUF dequantized by transformers into
+# an HF safetensors folder (needs the reference venv, $ZOO_REFERENCE_PYTHON or .venv/bin/python).
+if [ "${1:-}" = "--bench" ]; then
+  ref="${ZOO_REFERENCE_PYTHON:-$root/.venv/bin/python}"
+  f32="$assets/smollm2-135m-f32"
+  if [ ! -f "$f32/.complete" ]; then
+    if [ ! -x "$ref" ]; then
+      echo "zoo: $ref not found; the f32 folder is written by transformers: create the venv (python3 -m venv .venv && .venv/bin/pip install -r nightly/reference/requirements.txt)" >&2
+      exit 1
+    fi
+    echo "zoo: writing $f32 (SmolLM2 dequantized by transformers)" >&2
+    rm -rf "$f32" "$f32.partial"
+    "$ref" "$root/nightly/reference/smollm2_export.py" "$gguf" "$f32" >/dev/null
+  fi
+  echo "export ZOO_SMOLLM2_F32_DIR=$f32"
+fi

@@ -43,8 +43,10 @@ pub struct Args {
     /// length bucket compiles; compiled programs are cached on disk (ZOO_PJRT_CACHE).
     #[arg(long, default_value = "cpu")]
     device_map: String,
-    /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's; f32 for
-    /// quantized GGUF files).
+    /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's). A
+    /// quantized GGUF keeps its Q4_0/Q4_1/Q8_0 blocks by default and computes in f32 from
+    /// them, as llama.cpp does; an explicit --dtype dequantizes it at load, as transformers'
+    /// `from_pretrained(dir, gguf_file=...)` does (more memory, the same numbers as PyTorch).
     #[arg(long)]
     dtype: Option<String>,
     /// Memory limits, e.g. `cpu=2GiB` or `0=2GiB,1=2GiB`: budgets of a split (instead of
@@ -168,7 +170,11 @@ pub fn run(args: Args) -> Result<()> {
             .map(|d| d.to_string())
             .collect::<Vec<_>>()
             .join(" → "),
-        report.dtype,
+        if report.blocks_kept {
+            format!("{} (GGUF blocks kept)", report.dtype)
+        } else {
+            report.dtype.to_string()
+        },
         report.seconds,
         stats.prompt_tokens,
         stats.time_to_first_token,

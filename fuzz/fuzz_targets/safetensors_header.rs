@@ -16,9 +16,15 @@ fuzz_target!(|data: &[u8]| {
     }
     let header = &rest[..header_len as usize];
     let file_len = data.len() as u64;
-    if let Ok(h) = zoo_hub::safetensors::parse_header(Path::new("fuzz.safetensors"), header, file_len) {
+    if let Ok(h) =
+        zoo_hub::safetensors::parse_header(Path::new("fuzz.safetensors"), header, file_len)
+    {
         for t in &h.tensors {
-            assert!(t.offset + t.nbytes <= file_len, "tensor {} out of bounds", t.name);
+            assert!(
+                t.offset + t.nbytes <= file_len,
+                "tensor {} out of bounds",
+                t.name
+            );
             assert_eq!(Some(t.nbytes), t.dtype.storage_bytes(t.numel() as u64));
         }
     }

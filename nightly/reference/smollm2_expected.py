@@ -6,11 +6,19 @@ AutoModelForCausalLM.from_pretrained(dir, gguf_file=name) (dequantized to f32), 
 Recorded: the chat-templated prompt (apply_chat_template, add_generation_prompt=True) and its ids,
 - `answer`: greedy, max_new_tokens=64, stopping at eos (what a user sees);
 - `first32`: greedy with min_new_tokens=max_new_tokens=32 (eos suppressed), so exactly 32 tokens
-  are compared even when the answer is shorter.
+  are compared even when the answer is shorter;
+- `prompt_logits`: a slice of the eager forward's logits over the prompt (one forward, no cache):
+  for every prompt position the ids of its TOP highest logits and their values, plus the logits
+  of PROBE fixed vocabulary ids at every position (so low logits are compared too);
+- `step_logits`: for each of the 32 `first32` steps (cached decode), the top TOP ids and values
+  of the raw logits.
+Floats are float(x) of the float32 values: exact. Provenance: the file's sha256, the wheel it
+comes from, library versions, the command.
 
 Run: .venv/bin/python nightly/reference/smollm2_expected.py /path/to/SmolLM2-135M-Instruct.Q4_1.gguf
 """
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -31,6 +39,30 @@ prompt = tok.apply_chat_template([{"role": "user", "content": QUESTION}], tokeni
 ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids
 
 
+TOP = 8
+PROBE = [0, 1, 2, 100, 1000, 5000, 20000, 40000, 49151]
+
+
+def top(row):
+    values, idx = row.float().topk(TOP)
+    return {"ids": idx.tolist(), "values": [float(v) for v in values]}
+
+
+with torch.no_grad():
+    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0]
+    steps = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                           pad_token_id=tok.eos_token_id, max_new_tokens=32, min_new_tokens=32,
+                           output_logits=True, return_dict_in_generate=True)
+prompt_logits = {
+    "top": [top(row) for row in logits],
+    "probe_ids": PROBE,
+    "probe": [[float(row[i]) for i in PROBE] for row in logits],
+}
+step_logits = [top(step[0]) for step in steps.logits]
+with open(PATH, "rb") as f:
+    sha256 = hashlib.sha256(f.read()).hexdigest()
+
+
 def greedy(**kw):
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=tok.eos_token_id, **kw)
@@ -46,6 +78,10 @@ result = {
     "eos_token_id": model.generation_config.eos_token_id,
     "answer": greedy(max_new_tokens=64),
     "first32": greedy(max_new_tokens=32, min_new_tokens=32),
+    "gguf_sha256": sha256,
+    "loaded_as": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=name, dtype=torch.float32), eager CPU",
+    "prompt_logits": prompt_logits,
+    "step_logits": step_logits,
     "command": "/work/main/.venv/bin/python nightly/reference/smollm2_expected.py $ZOO_SMOLLM2_GGUF",
     "library_versions": {p: importlib.metadata.version(p) for p in ["torch", "transformers", "gguf"]},
 }

@@ -86,16 +86,19 @@ pub enum Backend {
     PjrtCuda,
     /// libtpu.
     PjrtTpu,
+    /// candle, eager, on CUDA device 0 (a build with the `cuda` feature).
+    CandleCuda,
 }
 
 impl Backend {
     /// Every backend, in the order runs list them.
-    pub const ALL: [Backend; 5] = [
+    pub const ALL: [Backend; 6] = [
         Backend::CandleCpu,
         Backend::PjrtCpu,
         Backend::PjrtCpuX4,
         Backend::PjrtCuda,
         Backend::PjrtTpu,
+        Backend::CandleCuda,
     ];
 
     /// The name used on the command line and in results.
@@ -106,6 +109,7 @@ impl Backend {
             Backend::PjrtCpuX4 => "pjrt-cpu-x4",
             Backend::PjrtCuda => "pjrt-cuda",
             Backend::PjrtTpu => "pjrt-tpu",
+            Backend::CandleCuda => "candle-cuda",
         }
     }
 
@@ -113,7 +117,7 @@ impl Backend {
     pub fn pjrt_device_platform(self) -> Option<zoo_runtime::PjrtPlatform> {
         use zoo_runtime::PjrtPlatform as P;
         match self {
-            Backend::CandleCpu => None,
+            Backend::CandleCpu | Backend::CandleCuda => None,
             Backend::PjrtCpu | Backend::PjrtCpuX4 => Some(P::Cpu),
             Backend::PjrtCuda => Some(P::Cuda),
             Backend::PjrtTpu => Some(P::Tpu),
@@ -131,7 +135,7 @@ impl Backend {
     /// The PJRT platform whose plugin the backend needs; `None` for candle.
     pub fn pjrt_platform(self) -> Option<&'static str> {
         match self {
-            Backend::CandleCpu => None,
+            Backend::CandleCpu | Backend::CandleCuda => None,
             Backend::PjrtCpu | Backend::PjrtCpuX4 => Some("cpu"),
             Backend::PjrtCuda => Some("cuda"),
             Backend::PjrtTpu => Some("tpu"),
@@ -150,6 +154,7 @@ impl Backend {
             Backend::PjrtCpuX4 => pjrt("cpu", Some(vec![0, 1, 2, 3])),
             Backend::PjrtCuda => pjrt("cuda", None),
             Backend::PjrtTpu => pjrt("tpu", None),
+            Backend::CandleCuda => DeviceMap::Cuda(0),
         }
     }
 }
@@ -175,7 +180,7 @@ pub fn parse_dtype(s: &str) -> Result<CaseDtype, HarnessError> {
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
     /// A backend name that is not one of [`Backend::ALL`].
-    #[error("unknown backend `{0}`; use candle-cpu, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda or pjrt-tpu")]
+    #[error("unknown backend `{0}`; use candle-cpu, candle-cuda, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda or pjrt-tpu")]
     UnknownBackend(String),
     /// A dtype name that is not f32, bf16 or f16.
     #[error("unknown dtype `{0}`; use f32, bf16 or f16")]
@@ -292,6 +297,13 @@ enum Probe {
 }
 
 fn probe(backend: Backend) -> Probe {
+    if backend == Backend::CandleCuda && !zoo_runtime::Device::cuda_is_available() {
+        return Probe::Absent(if cfg!(feature = "cuda") {
+            "no CUDA device visible to candle (driver or GPU missing)".into()
+        } else {
+            "this zoo was built without the `cuda` feature (cargo build --features cuda)".into()
+        });
+    }
     match backend.pjrt_platform() {
         None => Probe::Candle,
         // The plugin the lazy backend itself will use (ZOO_PJRT_CPU_PLUGIN, else discovery).
@@ -571,11 +583,15 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
     };
     let dtype = prepare(case, backend);
     let ckpt = case.checkpoint_path();
-    let model = AutoModelForCausalLM::builder(&ckpt.to_string_lossy())
-        .device_map(backend.device_map())
-        .dtype(dtype)
-        .load()
-        .map_err(load_error(&ckpt))?;
+    let mut builder =
+        AutoModelForCausalLM::builder(&ckpt.to_string_lossy()).device_map(backend.device_map());
+    // An f32 case of a quantized GGUF runs as zoo runs the file by default: blocks kept on
+    // the eager CPU, products computed in f32 from them (the dequantized matrix, summed in
+    // another order), so the parity cases cover the block kernels.
+    if !(dtype == DType::F32 && case.spec.checkpoint.format == "gguf") {
+        builder = builder.dtype(dtype);
+    }
+    let model = builder.load().map_err(load_error(&ckpt))?;
     let ids_t = input(case, "input_ids")?;
     let ids = ints(ids_t, "input_ids")?;
     let [b, t] = ids_t.shape[..] else {

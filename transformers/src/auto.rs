@@ -102,8 +102,10 @@ impl AutoConfig {
 /// [`AutoModelForCausalLM::builder`]).
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// Dtype of weights and activations; `None` keeps the checkpoint's float dtype (f32 for
-    /// quantized GGUF files), like transformers' `dtype="auto"`.
+    /// Dtype of weights and activations; `None` keeps the checkpoint's float dtype, like
+    /// transformers' `dtype="auto"`. A quantized GGUF then keeps its Q4_0/Q4_1/Q8_0 blocks
+    /// and computes in f32 from them (as llama.cpp does); an explicit dtype dequantizes
+    /// every tensor at load, as transformers' `gguf_file=` load does.
     pub dtype: Option<DType>,
     /// A Hub revision (branch, tag or commit) for repo ids.
     pub revision: Option<String>,
@@ -134,8 +136,12 @@ pub struct LoadReport {
     pub device: Device,
     /// The dtype of weights and activations.
     pub dtype: DType,
-    /// Bytes of weights as loaded (in `dtype`).
+    /// Bytes of weights as resident after the load: GGUF blocks at their stored size when
+    /// kept, every other tensor in `dtype`.
     pub weight_bytes: u64,
+    /// Whether GGUF block-quantized matrices were kept as blocks (products compute in f32
+    /// from them) rather than dequantized.
+    pub blocks_kept: bool,
     /// Wall time of the load, tokenizer and configs included.
     pub seconds: f64,
     /// Every device the model runs on, in execution order (several for a split model).
@@ -175,12 +181,9 @@ fn open_weights(
         return Err(Error::UnsupportedDType(dtype));
     }
     let ck = pretrained.checkpoint()?;
-    let weight_bytes: u64 = ck
-        .inventory
-        .tensors()
-        .iter()
-        .map(|t| (t.numel() * dtype.size_in_bytes()) as u64)
-        .sum();
+    // A quantized GGUF keeps its blocks unless a dtype was asked for, as llama.cpp runs it;
+    // an explicit dtype dequantizes at load, as transformers' `gguf_file=` does.
+    let keep_blocks = opts.dtype.is_none();
     // Planned from the inventory alone: an infeasible map fails before a weight is read.
     let resolved = placement::resolve(
         &opts.device_map,
@@ -192,6 +195,30 @@ fn open_weights(
         },
     )?;
     let device = resolved.device;
+    let kept = |t: &zoo_hub::TensorInfo| {
+        let zoo_hub::Dtype::Quantized(q) = t.dtype else {
+            return false;
+        };
+        keep_blocks
+            && dtype == DType::F32
+            && device == Device::Cpu
+            && resolved.placement.is_none()
+            && zoo_runtime::nn::keeps_blocks(q, &t.shape)
+    };
+    // What stays resident: blocks as stored when kept, every other tensor in `dtype`.
+    let weight_bytes: u64 = ck
+        .inventory
+        .tensors()
+        .iter()
+        .map(|t| {
+            if kept(t) {
+                t.nbytes
+            } else {
+                (t.numel() * dtype.size_in_bytes()) as u64
+            }
+        })
+        .sum();
+    let blocks_kept = ck.inventory.tensors().iter().any(kept);
     if let Some(limit) = opts
         .max_memory
         .as_ref()
@@ -211,7 +238,7 @@ fn open_weights(
         zoo_hub::Weights::open(ck.inventory)?,
         opts.progress,
     ));
-    let mut weights = Weights::new(source.clone(), dtype, device);
+    let mut weights = Weights::new(source.clone(), dtype, device).keeping_blocks(keep_blocks);
     if let Some(p) = resolved.placement.clone() {
         weights = weights.with_placement(p);
     }
@@ -220,6 +247,7 @@ fn open_weights(
         devices: vec![device],
         dtype,
         weight_bytes,
+        blocks_kept,
         seconds: 0.0,
         note: resolved.note,
         plan: resolved.plan,
@@ -384,7 +412,8 @@ impl CausalLMBuilder {
         self.opts.device_map = map;
         self
     }
-    /// The dtype of weights and activations.
+    /// The dtype of weights and activations. On a quantized GGUF this dequantizes every
+    /// tensor at load (transformers' `gguf_file=` semantics); without it the blocks are kept.
     pub fn dtype(mut self, dtype: DType) -> Self {
         self.opts.dtype = Some(dtype);
         self

@@ -36,6 +36,9 @@ pub struct ChatTemplate {
     extra_tokens: Vec<(String, String)>,
 }
 
+/// The instructions one render may execute.
+const TEMPLATE_FUEL: u64 = 50_000_000;
+
 impl ChatTemplate {
     /// Compiles `source` (a template from `tokenizer_config.json` or a GGUF file).
     pub fn new(
@@ -46,6 +49,9 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        // A template is user input: bound its work so a runaway loop errors instead of
+        // hanging (real templates spend a few thousand instructions per message).
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",

@@ -8,8 +8,10 @@
 
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
-use zoo_runtime::DType;
-use zoo_transformers::{AutoModelForCausalLM, GenerationOptions, Message, StopReason};
+use zoo_runtime::{DType, Tensor};
+use zoo_transformers::{
+    AutoModelForCausalLM, CausalLM, ForwardArgs, GenerationOptions, LogitsFor, Message, StopReason,
+};
 
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
@@ -25,32 +27,62 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn smollm2_answers_paris_with_transformers_tokens() {
-    answers_paris_with_transformers_tokens(DeviceMap::Cpu);
+    // The default load keeps the Q4_1 blocks, as llama.cpp runs the file.
+    answers_paris_with_transformers_tokens(DeviceMap::Cpu, None);
+}
+
+#[test]
+fn smollm2_dequantized_to_f32_answers_paris_with_transformers_tokens() {
+    // `--dtype f32` dequantizes at load, as transformers' `gguf_file=` does.
+    answers_paris_with_transformers_tokens(DeviceMap::Cpu, Some(DType::F32));
 }
 
 #[test]
 fn smollm2_on_the_pjrt_cpu_plugin_answers_paris_with_transformers_tokens() {
     let plugin = asset("ZOO_PJRT_CPU_PLUGIN");
     zoo_runtime::lazy::configure(zoo_runtime::PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
-    answers_paris_with_transformers_tokens(DeviceMap::Pjrt {
-        platform: "cpu".into(),
-        devices: Some(vec![0]),
-    });
+    answers_paris_with_transformers_tokens(
+        DeviceMap::Pjrt {
+            platform: "cpu".into(),
+            devices: Some(vec![0]),
+        },
+        Some(DType::F32),
+    );
 }
 
-fn answers_paris_with_transformers_tokens(map: DeviceMap) {
+fn answers_paris_with_transformers_tokens(map: DeviceMap, dtype: Option<DType>) {
     let gguf = asset("ZOO_SMOLLM2_GGUF");
     let expected: Value = serde_json::from_str(include_str!("data/smollm2_expected.json")).unwrap();
-    let model = AutoModelForCausalLM::builder(gguf.to_str().unwrap())
-        .device_map(map)
-        .dtype(DType::F32)
-        .load()
-        .expect("SmolLM2 GGUF loads");
+    let on_cpu = map == DeviceMap::Cpu;
+    let mut builder = AutoModelForCausalLM::builder(gguf.to_str().unwrap()).device_map(map);
+    if let Some(d) = dtype {
+        builder = builder.dtype(d);
+    }
+    let model = builder.load().expect("SmolLM2 GGUF loads");
     assert_eq!(model.config().architecture, "LlamaForCausalLM");
     assert!(
         model.model().tied(),
         "SmolLM2 ties lm_head to the embeddings"
     );
+    let report = model.load_report();
+    let file_bytes = std::fs::metadata(&gguf).unwrap().len();
+    if dtype.is_none() && on_cpu {
+        assert!(report.blocks_kept);
+        // Blocks as stored plus the f32 norms: about the file's size.
+        assert!(
+            report.weight_bytes < file_bytes + file_bytes / 10,
+            "{} resident weight bytes for a {file_bytes}-byte file",
+            report.weight_bytes
+        );
+    } else {
+        assert!(!report.blocks_kept);
+        assert!(
+            report.weight_bytes > 5 * file_bytes,
+            "dequantized to f32: {} bytes",
+            report.weight_bytes
+        );
+    }
+    logits_match_transformers(&model, &expected);
 
     // The chat template renders and tokenizes as transformers' apply_chat_template does.
     let prompt = model
@@ -95,4 +127,118 @@ fn answers_paris_with_transformers_tokens(map: DeviceMap) {
     let (outs, _) = model.generate_ids(&[prompt_ids], &opts, |_| true).unwrap();
     assert_eq!(outs[0].token_ids, ids(&expected["first32"]["ids"]));
     assert_eq!(outs[0].token_ids.len(), 32);
+}
+
+/// The largest difference to transformers' logits this test accepts (measured: 7e-5 on
+/// candle CPU, blocks kept or not, 4e-5 on the XLA CPU plugin): f32 on both sides, the
+/// products summed in another order (and, with kept blocks, from the blocks directly).
+const LOGITS_ATOL: f32 = 5e-4;
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// One row of logits against a recorded `{"ids", "values"}` top list: the values at those
+/// ids agree, and the best id is transformers' unless its lead is within the tolerance.
+fn row_matches(row: &[f32], top: &Value, what: &str) -> f32 {
+    let ids = ids(&top["ids"]);
+    let values = floats(&top["values"]);
+    let mut worst = 0f32;
+    for (&id, &v) in ids.iter().zip(&values) {
+        worst = worst.max((row[id as usize] - v).abs());
+    }
+    let best = (0..row.len())
+        .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+        .unwrap() as u32;
+    assert!(
+        best == ids[0] || values[0] - values[1] < 2.0 * LOGITS_ATOL,
+        "{what}: best id {best}, transformers' {}",
+        ids[0]
+    );
+    worst
+}
+
+/// The prompt's logits (one uncached forward) and the raw logits of 32 cached greedy steps,
+/// against the slices `nightly/reference/smollm2_expected.py` recorded.
+fn logits_match_transformers(model: &CausalLM, expected: &Value) {
+    let device = model.load_report().device;
+    let prompt: Vec<i64> = ids(&expected["prompt_ids"])
+        .iter()
+        .map(|&i| i as i64)
+        .collect();
+    let t = prompt.len();
+    let lm = model.model();
+    let mut cache = lm.model().new_cache(1, t + 32).unwrap();
+    let input = Tensor::from_vec(prompt.clone(), &[1, t], &device).unwrap();
+    let positions = Tensor::from_vec((0..t as i64).collect::<Vec<_>>(), &[1, t], &device).unwrap();
+    let args = ForwardArgs {
+        input_ids: &input,
+        position_ids: &positions,
+        attention_mask: None,
+        output_hidden_states: false,
+    };
+    let (logits, _) = lm.forward(args, &mut cache, LogitsFor::All).unwrap();
+    let vocab = logits.shape()[2];
+    let all = logits
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let slices = &expected["prompt_logits"];
+    let probe_ids = ids(&slices["probe_ids"]);
+    let mut worst = 0f32;
+    for (p, row) in all.chunks(vocab).enumerate() {
+        worst = worst.max(row_matches(
+            row,
+            &slices["top"][p],
+            &format!("prompt position {p}"),
+        ));
+        for (&id, &v) in probe_ids.iter().zip(&floats(&slices["probe"][p])) {
+            worst = worst.max((row[id as usize] - v).abs());
+        }
+    }
+    // Cached decode, fed transformers' own greedy tokens.
+    let steps = ids(&expected["first32"]["ids"]);
+    let mut step_worst = 0f32;
+    let mut cache = lm.model().new_cache(1, t + 32).unwrap();
+    let input = Tensor::from_vec(prompt.clone(), &[1, t], &device).unwrap();
+    let args = ForwardArgs {
+        input_ids: &input,
+        position_ids: &positions,
+        attention_mask: None,
+        output_hidden_states: false,
+    };
+    let (mut last, _) = lm.forward(args, &mut cache, LogitsFor::Last).unwrap();
+    for (i, top) in expected["step_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let row = last.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        step_worst = step_worst.max(row_matches(&row, top, &format!("decode step {i}")));
+        let next = i64::from(steps[i]);
+        let pos = (t + i) as i64;
+        let input = Tensor::from_vec(vec![next], &[1, 1], &device).unwrap();
+        let position = Tensor::from_vec(vec![pos], &[1, 1], &device).unwrap();
+        let args = ForwardArgs {
+            input_ids: &input,
+            position_ids: &position,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        last = lm.forward(args, &mut cache, LogitsFor::Last).unwrap().0;
+    }
+    eprintln!(
+        "SmolLM2 logits vs transformers on {device}: prompt max |diff| {worst:.2e}, decode steps {step_worst:.2e}"
+    );
+    assert!(worst <= LOGITS_ATOL, "prompt logits differ by {worst}");
+    assert!(
+        step_worst <= LOGITS_ATOL,
+        "decode-step logits differ by {step_worst}"
+    );
 }

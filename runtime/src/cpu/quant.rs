@@ -48,6 +48,12 @@ impl QKind {
 
 const BLOCK: usize = 32;
 
+/// Whether a stored `ggml` tensor of HF shape `shape` stays as blocks when its matrix is
+/// kept (what [`QMatrix::new`] accepts): what a load's resident bytes are counted from.
+pub fn keeps_blocks(ggml: GgmlType, shape: &[usize]) -> bool {
+    QKind::of(ggml).is_some() && matches!(shape, &[_, cols] if cols % BLOCK == 0)
+}
+
 /// Below this many rows, products rebuild each block once for all rows
 /// ([`QMatrix::matvec_rows`]); from it on, the weights are unpacked into panels for the
 /// tiles or the GEMM, which pays once the rows share it (measured crossover: 16 rows).

@@ -4,6 +4,7 @@ mod layers;
 mod rope;
 mod weights;
 
+pub use crate::cpu::quant::keeps_blocks;
 pub use layers::{Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear, RmsNorm};
 pub use rope::{RopeConfig, RopeScaling, RotaryEmbedding};
 pub use weights::{DevicePlacement, MemWeights, QuantizedWeight, WeightSource, Weights};

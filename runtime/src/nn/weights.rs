@@ -160,6 +160,7 @@ pub struct Weights {
     dtype: DType,
     device: Device,
     placement: Option<Arc<DevicePlacement>>,
+    keep_blocks: bool,
 }
 
 impl std::fmt::Debug for Weights {
@@ -181,6 +182,17 @@ impl Weights {
             dtype,
             device,
             placement: None,
+            keep_blocks: true,
+        }
+    }
+
+    /// The same source with GGUF blocks kept (`true`, the default: products read the
+    /// blocks, as llama.cpp does) or dequantized at load (`false`: plain tensors in the
+    /// asked dtype, as transformers' `gguf_file=` load gives).
+    pub fn keeping_blocks(&self, keep: bool) -> Weights {
+        Weights {
+            keep_blocks: keep,
+            ..self.clone()
         }
     }
 
@@ -264,11 +276,12 @@ impl Weights {
         self.source.load(&full, self.dtype, &self.device_for(&full))
     }
 
-    /// The stored blocks of `name` when it is block-quantized and loads as f32 onto the CPU
-    /// (checking its shape is `shape`); `None` otherwise, and the caller loads it as a tensor.
+    /// The stored blocks of `name` when it is block-quantized, blocks are kept and it loads
+    /// as f32 onto the CPU (checking its shape is `shape`); `None` otherwise, and the caller
+    /// loads it as a tensor.
     pub fn get_quantized(&self, name: &str, shape: &[usize]) -> Result<Option<QuantizedWeight>> {
         let full = self.full_name(name);
-        if self.dtype != DType::F32 || self.device_for(&full) != Device::Cpu {
+        if !self.keep_blocks || self.dtype != DType::F32 || self.device_for(&full) != Device::Cpu {
             return Ok(None);
         }
         let found = self.stored_shape(&full)?;

@@ -1,0 +1,555 @@
+//! SmolLM2-135M-Instruct, zoo beside its peers on the same weights, dtype, prompt and thread
+//! count, every peer measured in the same run.
+//!
+//! - **f32 weights** (the GGUF dequantized by transformers into an HF safetensors folder, read
+//!   by every side): zoo on candle CPU vs transformers on PyTorch CPU vs candle-transformers'
+//!   `models::llama`; zoo on the XLA CPU PJRT plugin on one device and split over four.
+//! - **Q4_1 GGUF** (the file as shipped): zoo keeping the blocks vs candle-transformers'
+//!   `quantized_llama` and llama.cpp's `llama-bench` on the same file.
+//! - **Peak RSS** of each zoo load against the bytes its weights truly hold resident (blocks
+//!   as stored when kept, f32 when dequantized).
+//!
+//! Greedy decode tok/s after the first token (eos suppressed) and the tok/s of one forward
+//! over a 512-token prompt computing the last position's logits, as generation does. Each
+//! figure is the best of `--runs` runs: a shared machine's other load only slows runs down.
+//!
+//! Targets (judged under `--check`, which exits 1 when one is missed or cannot be judged):
+//! - f32 decode >= 2.0x PyTorch and >= 1.0x candle-transformers; prefill >= 1.5x PyTorch and
+//!   >= 1.0x candle-transformers;
+//! - XLA CPU plugin, one device: decode >= 1.0x zoo eager and >= 2.0x PyTorch, prefill >= 1.5x
+//!   PyTorch; four devices: decode within 10% of one device (>= 0.91x);
+//! - Q4_1 decode and prefill >= 1.0x llama.cpp and >= 1.0x candle-transformers;
+//! - peak RSS <= 1.3x the resident weight bytes, for the f32 and the Q4_1 load.
+//!
+//! Run: `scripts/bench.sh [--check]` (it fetches the assets, writes the f32 folder and finds
+//! llama-bench), or with `ZOO_SMOLLM2_GGUF`, `ZOO_SMOLLM2_F32_DIR`, `ZOO_PJRT_CPU_PLUGIN` and
+//! optionally `LLAMA_BENCH` set: `cargo run --release --manifest-path benchmarks/Cargo.toml
+//! --bin smollm2 -- [--check] [--threads 2] [--new 48] [--prefill 512] [--runs 3]`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use candle_core::{Device as CDevice, Tensor as CTensor};
+use zoo_benchmarks::{
+    best_of, check_mode, peak_rss, python_figures, reset_peak_rss, Table, Target,
+};
+use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::Tensor;
+use zoo_transformers::{AutoModelForCausalLM, CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
+
+const HELP: &str = "\
+smollm2: SmolLM2-135M beside PyTorch, candle-transformers and llama.cpp (same run)
+
+USAGE: smollm2 [--check] [--gpu] [--threads N] [--new N] [--prefill N] [--runs N]
+
+  --check       exit 1 when a target is missed or cannot be judged (a peer missing)
+  --gpu         the GPU table instead (scripts/gpu-check.sh): zoo on the PJRT CUDA plugin
+                and on candle's CUDA backend (cuda:0, a `--features cuda` build), the GGUF
+                dequantized to f32 on both
+  --threads N   threads on every side (default 2)
+  --new N       greedy tokens timed after the first (default 48)
+  --prefill N   prompt tokens of the prefill forward (default 512)
+  --runs N      runs per figure, best kept (default 3)
+
+Environment: ZOO_SMOLLM2_GGUF (the Q4_1 file), ZOO_SMOLLM2_F32_DIR (its f32 safetensors
+folder), ZOO_PJRT_CPU_PLUGIN, LLAMA_BENCH (a llama-bench binary; optional), PYTHON (the
+reference venv's interpreter; default .venv/bin/python). scripts/bench.sh sets them all.";
+
+struct Args {
+    gpu: bool,
+    threads: usize,
+    new: usize,
+    prefill: usize,
+    runs: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        gpu: false,
+        threads: 2,
+        new: 48,
+        prefill: 512,
+        runs: 3,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let slot = match flag.as_str() {
+            "--check" => continue,
+            "--gpu" => {
+                a.gpu = true;
+                continue;
+            }
+            "-h" | "--help" => {
+                println!("{HELP}");
+                std::process::exit(0);
+            }
+            "--threads" => &mut a.threads,
+            "--new" => &mut a.new,
+            "--prefill" => &mut a.prefill,
+            "--runs" => &mut a.runs,
+            other => return Err(format!("unknown argument {other:?}; see --help")),
+        };
+        let v = it.next().ok_or(format!("{flag} needs a number"))?;
+        *slot = v
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n > 0)
+            .ok_or(format!("{flag} {v:?}: expected a positive number"))?;
+    }
+    Ok(a)
+}
+
+fn env_path(var: &str) -> Result<PathBuf, String> {
+    let p = std::env::var_os(var).map(PathBuf::from).ok_or(format!(
+        "{var} is not set: run through scripts/bench.sh, which sets it"
+    ))?;
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!("{var}={}: no such file or folder", p.display()))
+    }
+}
+
+/// The prefill prompt every side runs: 100 + (1000 + i) % 40000.
+fn prefill_ids(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| 100 + (1000 + i) % 40000).collect()
+}
+
+const PROMPT: &str = "The history of the city of Paris";
+
+/// zoo's figures for one load: prefill tok/s, decode tok/s.
+fn zoo_figures(model: &CausalLM, a: &Args) -> (f64, f64) {
+    let device = model.load_report().device;
+    let lm = model.model();
+    let ids: Vec<i64> = prefill_ids(a.prefill)
+        .iter()
+        .map(|&i| i64::from(i))
+        .collect();
+    let input = Tensor::from_vec(ids, &[1, a.prefill], &device).unwrap();
+    let pos = (0..a.prefill as i64).collect::<Vec<_>>();
+    let pos = Tensor::from_vec(pos, &[1, a.prefill], &device).unwrap();
+    let prefill_once = || {
+        let mut cache = lm.model().new_cache(1, a.prefill + 1).unwrap();
+        let t = Instant::now();
+        let args = ForwardArgs {
+            input_ids: &input,
+            position_ids: &pos,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        let (logits, _) = lm.forward(args, &mut cache, LogitsFor::Last).unwrap();
+        logits.to_vec::<f32>().unwrap();
+        a.prefill as f64 / t.elapsed().as_secs_f64()
+    };
+    prefill_once(); // compiles on PJRT
+    let prefill = best_of(a.runs, prefill_once);
+    let prompt = model.encode(PROMPT, false).unwrap();
+    let opts = GenerationOptions {
+        min_new_tokens: a.new + 1,
+        ..GenerationOptions::greedy(a.new + 1)
+    };
+    let prompts = [prompt];
+    model
+        .generate_ids(&prompts, &GenerationOptions::greedy(4), |_| true)
+        .unwrap();
+    let decode = best_of(a.runs, || {
+        let (_, stats) = model.generate_ids(&prompts, &opts, |_| true).unwrap();
+        stats.decode_tokens_per_second()
+    });
+    (prefill, decode)
+}
+
+fn load(path: &Path, map: DeviceMap) -> Result<CausalLM, String> {
+    AutoModelForCausalLM::builder(&path.to_string_lossy())
+        .device_map(map)
+        .load()
+        .map_err(|e| format!("zoo cannot load {}: {e}", path.display()))
+}
+
+/// candle-transformers' `models::llama` over the same safetensors folder.
+fn candle_f32(dir: &Path, prompt: &[u32], a: &Args) -> Result<(f64, f64), String> {
+    use candle_transformers::models::llama::{Cache, Llama, LlamaConfig};
+    let err = |e: candle_core::Error| format!("candle-transformers llama: {e}");
+    let dev = CDevice::Cpu;
+    let cfg: LlamaConfig =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).map_err(|e| e.to_string())?)
+            .map_err(|e| format!("{}/config.json: {e}", dir.display()))?;
+    let cfg = cfg.into_config(false);
+    // SAFETY: the file is not modified while mapped (the benchmark's own asset).
+    let vb = unsafe {
+        candle_nn::VarBuilder::from_mmaped_safetensors(
+            &[dir.join("model.safetensors")],
+            candle_core::DType::F32,
+            &dev,
+        )
+    }
+    .map_err(err)?;
+    let model = Llama::load(vb, &cfg).map_err(err)?;
+    let ids = CTensor::new(prefill_ids(a.prefill), &dev)
+        .and_then(|t| t.unsqueeze(0))
+        .map_err(err)?;
+    let prefill_once = || -> Result<f64, candle_core::Error> {
+        let mut cache = Cache::new(true, candle_core::DType::F32, &cfg, &dev)?;
+        let t = Instant::now();
+        model.forward(&ids, 0, &mut cache)?.to_vec2::<f32>()?;
+        Ok(a.prefill as f64 / t.elapsed().as_secs_f64())
+    };
+    prefill_once().map_err(err)?;
+    let prefill = best_of(a.runs, || prefill_once().unwrap_or(0.0));
+    let decode_once = || -> Result<f64, candle_core::Error> {
+        let mut cache = Cache::new(true, candle_core::DType::F32, &cfg, &dev)?;
+        let input = CTensor::new(prompt, &dev)?.unsqueeze(0)?;
+        let mut next = model.forward(&input, 0, &mut cache)?.argmax(1)?;
+        let t = Instant::now();
+        for i in 0..a.new {
+            let logits = model.forward(&next.unsqueeze(0)?, prompt.len() + i, &mut cache)?;
+            next = logits.argmax(1)?;
+        }
+        next.to_vec1::<u32>()?;
+        Ok(a.new as f64 / t.elapsed().as_secs_f64())
+    };
+    decode_once().map_err(err)?;
+    let decode = best_of(a.runs, || decode_once().unwrap_or(0.0));
+    Ok((prefill, decode))
+}
+
+/// candle-transformers' `quantized_llama` over the same GGUF file.
+fn candle_q4(gguf: &Path, prompt: &[u32], a: &Args) -> Result<(f64, f64), String> {
+    use candle_core::quantized::gguf_file;
+    use candle_transformers::models::quantized_llama::ModelWeights;
+    let err = |e: candle_core::Error| format!("candle-transformers quantized_llama: {e}");
+    let dev = CDevice::Cpu;
+    let mut file = std::fs::File::open(gguf).map_err(|e| format!("{}: {e}", gguf.display()))?;
+    let content = gguf_file::Content::read(&mut file).map_err(err)?;
+    let mut model = ModelWeights::from_gguf(content, &mut file, &dev).map_err(err)?;
+    let ids = CTensor::new(prefill_ids(a.prefill), &dev)
+        .and_then(|t| t.unsqueeze(0))
+        .map_err(err)?;
+    let mut prefill_once = || -> Result<f64, candle_core::Error> {
+        model.clear_kv_cache();
+        let t = Instant::now();
+        model.forward(&ids, 0)?.to_vec2::<f32>()?;
+        Ok(a.prefill as f64 / t.elapsed().as_secs_f64())
+    };
+    prefill_once().map_err(err)?;
+    let prefill = best_of(a.runs, || prefill_once().unwrap_or(0.0));
+    let mut decode_once = || -> Result<f64, candle_core::Error> {
+        model.clear_kv_cache();
+        let input = CTensor::new(prompt, &dev)?.unsqueeze(0)?;
+        let mut next = model.forward(&input, 0)?.argmax(1)?;
+        let t = Instant::now();
+        for i in 0..a.new {
+            next = model
+                .forward(&next.unsqueeze(0)?, prompt.len() + i)?
+                .argmax(1)?;
+        }
+        next.to_vec1::<u32>()?;
+        Ok(a.new as f64 / t.elapsed().as_secs_f64())
+    };
+    decode_once().map_err(err)?;
+    let decode = best_of(a.runs, || decode_once().unwrap_or(0.0));
+    Ok((prefill, decode))
+}
+
+/// llama.cpp's own `llama-bench` on the same file: (pp tok/s, tg tok/s).
+fn llama_cpp(gguf: &Path, a: &Args) -> Result<(f64, f64), String> {
+    let bin = std::env::var_os("LLAMA_BENCH").map(PathBuf::from).ok_or(
+        "LLAMA_BENCH is not set: build llama-bench (scripts/bench.sh --llama-cpp) or point LLAMA_BENCH at one",
+    )?;
+    let out = Command::new(&bin)
+        .arg("-m")
+        .arg(gguf)
+        .args(["-t", &a.threads.to_string()])
+        .args(["-p", &a.prefill.to_string(), "-n", &a.new.to_string()])
+        .args(["-r", &a.runs.to_string(), "-o", "json"])
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("llama-bench printed no JSON: {e}"))?;
+    let rate = |prompt: bool| {
+        v.as_array()?
+            .iter()
+            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
+            .and_then(|r| r["avg_ts"].as_f64())
+    };
+    Ok((
+        rate(true).ok_or("llama-bench JSON has no prompt-processing row")?,
+        rate(false).ok_or("llama-bench JSON has no generation row")?,
+    ))
+}
+
+fn torch(dir: &Path, a: &Args) -> Result<(f64, f64), String> {
+    let v = python_figures(
+        "nightly/reference/smollm2_bench.py",
+        &[
+            "--model-dir".into(),
+            dir.display().to_string(),
+            "--threads".into(),
+            a.threads.to_string(),
+            "--new".into(),
+            a.new.to_string(),
+            "--prefill".into(),
+            a.prefill.to_string(),
+            "--runs".into(),
+            a.runs.to_string(),
+        ],
+    )?;
+    let f = |k: &str| v[k].as_f64().ok_or(format!("PyTorch printed no {k}"));
+    Ok((f("prefill_tok_s")?, f("decode_tok_s")?))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("smollm2 benchmark: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The GPU table: the same f32 model on `pjrt:cuda` device 0 and on `cuda:0`.
+fn run_gpu(a: &Args) -> Result<ExitCode, String> {
+    let gguf = env_path("ZOO_SMOLLM2_GGUF")?;
+    let pjrt = DeviceMap::Pjrt {
+        platform: "cuda".into(),
+        devices: Some(vec![0]),
+    };
+    let measure = |map: DeviceMap| -> Result<(f64, f64), String> {
+        let model = AutoModelForCausalLM::builder(&gguf.to_string_lossy())
+            .device_map(map)
+            .dtype(zoo_runtime::DType::F32)
+            .load()
+            .map_err(|e| format!("zoo cannot load {}: {e}", gguf.display()))?;
+        Ok(zoo_figures(&model, a))
+    };
+    let on_pjrt = measure(pjrt)?;
+    let on_candle = measure(DeviceMap::Cuda(0));
+    let mut t = Table::new(format!(
+        "SmolLM2-135M-Instruct f32 (the GGUF dequantized at load), {} greedy tokens, {}-token prefill, GPU 0",
+        a.new, a.prefill
+    ));
+    let pick = |i: usize| {
+        on_candle
+            .as_ref()
+            .map(|p| if i == 0 { p.0 } else { p.1 })
+            .map_err(Clone::clone)
+    };
+    t.add(
+        "decode, PJRT CUDA plugin",
+        "tok/s",
+        on_pjrt.1,
+        "zoo on cuda:0 (candle)",
+        pick(1),
+        None,
+    );
+    t.add(
+        "prefill, PJRT CUDA plugin",
+        "tok/s",
+        on_pjrt.0,
+        "zoo on cuda:0 (candle)",
+        pick(0),
+        None,
+    );
+    t.print();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run() -> Result<ExitCode, String> {
+    let a = parse_args()?;
+    if a.gpu {
+        return run_gpu(&a);
+    }
+    // candle (zoo's eager backend and the Rust peer) sizes its pool from RAYON_NUM_THREADS.
+    std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
+    let gguf = env_path("ZOO_SMOLLM2_GGUF")?;
+    let f32_dir = env_path("ZOO_SMOLLM2_F32_DIR")?;
+    let plugin = env_path("ZOO_PJRT_CPU_PLUGIN")?;
+    let file_bytes = std::fs::metadata(&gguf).map_err(|e| e.to_string())?.len();
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let (threads, new, prefill) = (a.threads, a.new, a.prefill);
+    eprintln!("measuring (each figure best of {} runs)...", a.runs);
+
+    // Q4_1 GGUF, blocks kept; first, so its peak-RSS window holds neither the f32 weights
+    // nor the PJRT client.
+    eprintln!("  Q4_1: zoo, candle-transformers, llama.cpp...");
+    reset_peak_rss();
+    let model = load(&gguf, DeviceMap::Cpu)?;
+    let (q_pf, q_dec) = zoo_figures(&model, &a);
+    let q_rss = peak_rss();
+    let q_weights = model.load_report().weight_bytes;
+    let kept = model.load_report().blocks_kept;
+    let prompt = model.encode(PROMPT, false).unwrap();
+    drop(model);
+    let candle_q = candle_q4(&gguf, &prompt, &a);
+    let llama = llama_cpp(&gguf, &a);
+
+    // f32 weights.
+    reset_peak_rss();
+    let model = load(&f32_dir, DeviceMap::Cpu)?;
+    let (z_pf, z_dec) = zoo_figures(&model, &a);
+    let f32_rss = peak_rss();
+    let f32_weights = model.load_report().weight_bytes;
+    drop(model);
+    eprintln!("  zoo f32 done; candle-transformers...");
+    let candle = candle_f32(&f32_dir, &prompt, &a);
+    eprintln!("  PyTorch...");
+    let torch = torch(&f32_dir, &a);
+    eprintln!("  XLA CPU plugin...");
+    zoo_runtime::lazy::configure(zoo_runtime::PjrtPlatform::Cpu, Some(plugin), Some(4))
+        .map_err(|e| format!("PJRT CPU plugin: {e}"))?;
+    let pjrt = |devices: Vec<usize>| {
+        let map = DeviceMap::Pjrt {
+            platform: "cpu".into(),
+            devices: Some(devices),
+        };
+        load(&f32_dir, map).map(|m| zoo_figures(&m, &a))
+    };
+    let (p1_pf, p1_dec) = pjrt(vec![0])?;
+    let (_, p4_dec) = pjrt(vec![0, 1, 2, 3])?;
+
+    let pick = |r: &Result<(f64, f64), String>, i: usize| {
+        r.as_ref()
+            .map(|p| if i == 0 { p.0 } else { p.1 })
+            .map_err(Clone::clone)
+    };
+    let mut t = Table::new(format!(
+        "SmolLM2-135M-Instruct, {threads} threads, {new} greedy tokens, {prefill}-token prefill; every peer in this run"
+    ));
+    use Target::{AtLeast, AtMost};
+    let ct = "candle-transformers";
+    t.add(
+        "f32 decode, candle CPU",
+        "tok/s",
+        z_dec,
+        "PyTorch",
+        pick(&torch, 1),
+        Some(AtLeast(2.0)),
+    );
+    t.add(
+        "f32 decode, candle CPU",
+        "tok/s",
+        z_dec,
+        ct,
+        pick(&candle, 1),
+        Some(AtLeast(1.0)),
+    );
+    t.add(
+        "f32 prefill, candle CPU",
+        "tok/s",
+        z_pf,
+        "PyTorch",
+        pick(&torch, 0),
+        Some(AtLeast(1.5)),
+    );
+    t.add(
+        "f32 prefill, candle CPU",
+        "tok/s",
+        z_pf,
+        ct,
+        pick(&candle, 0),
+        Some(AtLeast(1.0)),
+    );
+    t.add(
+        format!("f32 peak RSS (weights {:.0} MiB)", mib(f32_weights)),
+        "MiB",
+        mib(f32_rss),
+        "resident weights",
+        Ok(mib(f32_weights)),
+        Some(AtMost(1.3)),
+    );
+    t.add(
+        "f32 decode, XLA CPU 1 device",
+        "tok/s",
+        p1_dec,
+        "zoo eager",
+        Ok(z_dec),
+        Some(AtLeast(1.0)),
+    );
+    t.add(
+        "f32 decode, XLA CPU 1 device",
+        "tok/s",
+        p1_dec,
+        "PyTorch",
+        pick(&torch, 1),
+        Some(AtLeast(2.0)),
+    );
+    t.add(
+        "f32 prefill, XLA CPU 1 device",
+        "tok/s",
+        p1_pf,
+        "PyTorch",
+        pick(&torch, 0),
+        Some(AtLeast(1.5)),
+    );
+    t.add(
+        "f32 decode, XLA CPU split over 4",
+        "tok/s",
+        p4_dec,
+        "XLA CPU 1 device",
+        Ok(p1_dec),
+        Some(AtLeast(0.91)),
+    );
+    let q = if kept {
+        "Q4_1 (blocks kept)"
+    } else {
+        "Q4_1 (dequantized)"
+    };
+    t.add(
+        format!("{q} decode"),
+        "tok/s",
+        q_dec,
+        "llama.cpp",
+        pick(&llama, 1),
+        Some(AtLeast(1.0)),
+    );
+    t.add(
+        format!("{q} decode"),
+        "tok/s",
+        q_dec,
+        ct,
+        pick(&candle_q, 1),
+        Some(AtLeast(1.0)),
+    );
+    t.add(
+        format!("{q} prefill"),
+        "tok/s",
+        q_pf,
+        "llama.cpp",
+        pick(&llama, 0),
+        Some(AtLeast(1.0)),
+    );
+    t.add(
+        format!("{q} prefill"),
+        "tok/s",
+        q_pf,
+        ct,
+        pick(&candle_q, 0),
+        Some(AtLeast(1.0)),
+    );
+    t.add(
+        format!("Q4_1 peak RSS (file {:.0} MiB)", mib(file_bytes)),
+        "MiB",
+        mib(q_rss),
+        "resident weights",
+        Ok(mib(q_weights)),
+        Some(AtMost(1.3)),
+    );
+    let failures = t.print();
+    if check_mode() && failures > 0 {
+        println!("--check: {failures} target(s) missed or not judged");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}

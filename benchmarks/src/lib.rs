@@ -1,0 +1,198 @@
+//! What zoo's benchmarks share: peak-RSS windows, best-of timing, the Python peer's figures,
+//! and a table of figures with their targets that `--check` turns into an exit status.
+//!
+//! A figure is zoo's measurement beside a peer's taken in the same run (same weights, dtype,
+//! prompt and thread count). A target is a ratio the figure must reach; under `--check` a
+//! missed target, or a target whose peer figure is missing, makes the benchmark exit non-zero.
+//! A ratio is never printed against a missing figure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The repository root (this crate lives in `benchmarks/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Starts a new peak-RSS window (Linux: writing 5 to `clear_refs` resets `VmHWM`).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The peak resident set size since the last [`reset_peak_rss`], in bytes.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The best (largest) of `runs` calls of `f`: load from other processes on a shared machine
+/// only ever slows a run down.
+pub fn best_of(runs: usize, mut f: impl FnMut() -> f64) -> f64 {
+    (0..runs).map(|_| f()).fold(0.0, f64::max)
+}
+
+/// The Python interpreter of the reference stack: `PYTHON`, else the repository's `.venv`.
+pub fn python() -> PathBuf {
+    std::env::var_os("PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv/bin/python"))
+}
+
+/// Runs a Python peer script and parses the JSON object its last stdout line holds; the
+/// error is one line naming what to install.
+pub fn python_figures(script: &str, args: &[String]) -> Result<Value, String> {
+    let python = python();
+    if !python.exists() {
+        return Err(format!(
+            "{} not found: create the reference venv (python3 -m venv .venv && .venv/bin/pip install -r nightly/reference/requirements.txt) or set PYTHON",
+            python.display()
+        ));
+    }
+    let out = Command::new(&python)
+        .arg(repo_root().join(script))
+        .args(args)
+        .output()
+        .map_err(|e| format!("{}: {e}", python.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return Err(format!("{script} failed: {last}"));
+    }
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| format!("{script} printed no JSON figures"))
+}
+
+/// How a figure is judged against its peer.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    /// zoo / peer must be at least this (throughput: higher is better).
+    AtLeast(f64),
+    /// zoo / peer must be at most this (memory, wall time: lower is better).
+    AtMost(f64),
+}
+
+/// One row of the table: zoo's figure, the peer's (or why it is missing), the target.
+#[derive(Debug)]
+pub struct Row {
+    pub what: String,
+    pub unit: &'static str,
+    pub zoo: f64,
+    pub peer_name: String,
+    pub peer: Result<f64, String>,
+    pub target: Option<Target>,
+}
+
+impl Row {
+    /// The ratio zoo / peer, when the peer was measured.
+    pub fn ratio(&self) -> Option<f64> {
+        self.peer.as_ref().ok().map(|p| self.zoo / p)
+    }
+
+    /// Whether the target (if any) is met; `None` when it cannot be judged.
+    pub fn met(&self) -> Option<bool> {
+        let (t, r) = (self.target?, self.ratio()?);
+        Some(match t {
+            Target::AtLeast(x) => r >= x,
+            Target::AtMost(x) => r <= x,
+        })
+    }
+}
+
+/// The figures of one benchmark run.
+#[derive(Debug, Default)]
+pub struct Table {
+    pub title: String,
+    pub rows: Vec<Row>,
+}
+
+impl Table {
+    pub fn new(title: impl Into<String>) -> Table {
+        Table {
+            title: title.into(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row; `peer` is the peer's figure or why it is missing.
+    pub fn add(
+        &mut self,
+        what: impl Into<String>,
+        unit: &'static str,
+        zoo: f64,
+        peer_name: impl Into<String>,
+        peer: Result<f64, String>,
+        target: Option<Target>,
+    ) {
+        self.rows.push(Row {
+            what: what.into(),
+            unit,
+            zoo,
+            peer_name: peer_name.into(),
+            peer,
+            target,
+        });
+    }
+
+    /// Prints the table; returns the number of targets missed or not judged.
+    pub fn print(&self) -> usize {
+        println!("{}", self.title);
+        println!(
+            "  {:<44} {:>12} {:>24} {:>12}  {:<8} target",
+            "figure", "zoo", "peer", "peer value", "ratio"
+        );
+        let mut failures = 0;
+        for r in &self.rows {
+            let peer = match &r.peer {
+                Ok(v) => format!("{v:.1}"),
+                Err(_) => "not measured".into(),
+            };
+            let ratio = r.ratio().map_or("-".into(), |x| format!("{x:.2}x"));
+            let target = match (r.target, r.met()) {
+                (None, _) => String::new(),
+                (Some(t), verdict) => {
+                    let t = match t {
+                        Target::AtLeast(x) => format!(">= {x:.2}x"),
+                        Target::AtMost(x) => format!("<= {x:.2}x"),
+                    };
+                    let v = match verdict {
+                        Some(true) => "met",
+                        Some(false) => "MISSED",
+                        None => "NOT JUDGED",
+                    };
+                    if verdict != Some(true) {
+                        failures += 1;
+                    }
+                    format!("{t} {v}")
+                }
+            };
+            println!(
+                "  {:<44} {:>8.1} {:<3} {:>24} {:>12}  {:<8} {target}",
+                r.what, r.zoo, r.unit, r.peer_name, peer, ratio
+            );
+            if let Err(why) = &r.peer {
+                println!("      {} not measured: {why}", r.peer_name);
+            }
+        }
+        failures
+    }
+}
+
+/// `--check`: whether targets decide the exit status.
+pub fn check_mode() -> bool {
+    std::env::args().any(|a| a == "--check")
+}

