@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes zoo parity cases from the real PyTorch libraries (transformers, diffusers).
 
-Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), GPT-2 (gpt2.py), BERT and its
+Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), Phi-3 (phi3.py), Gemma, Gemma 2,
+Gemma 3 (gemma.py), GPT-2 (gpt2.py), BERT and its
 masked-LM, sequence- and token-classification heads (bert.py).
 
 Every number a zoo parity test compares against comes from here. A case is one folder:
@@ -51,12 +52,18 @@ DEFAULT_OUT = REPO_ROOT / "nightly" / "fixtures"
 def tiny_builders():
     """Name -> (spec, builder) for every committed tiny random case, in a stable order."""
     import bert
+    import gemma
     import gpt2
     import lm
+    import phi3
 
     table = {}
     for spec in lm.SPECS:
         table[spec.name] = (spec, lm.build_case)
+    for spec in phi3.SPECS:
+        table[spec.name] = (spec, phi3.build_case)
+    for spec in gemma.SPECS:
+        table[spec.name] = (spec, gemma.build_case)
     for spec in gpt2.SPECS:
         table[spec.name] = (spec, gpt2.build_case)
     for spec in bert.SPECS:

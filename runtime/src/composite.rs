@@ -410,9 +410,16 @@ impl<P: Prims> Build<'_, P> {
         let s = self.affine(&s, a.scale, 0.0)?;
         let mut s = self.cast(&s, keep)?;
         if let Some(cap) = a.softcap {
+            // Three PyTorch ops (`/ cap`, `tanh`, `* cap`), each rounding to `keep`; the
+            // division is a true division, as in transformers.
             let s32 = self.cast(&s, acc)?;
-            let t = self.affine(&s32, 1.0 / cap, 0.0)?;
+            let c = self.p.scalar(cap, acc, &s32)?;
+            let t = self.bin(BinaryOp::Div, &s32, &c)?;
+            let t = self.cast(&t, keep)?;
+            let t = self.cast(&t, acc)?;
             let t = self.un(UnaryOp::Tanh, &t)?;
+            let t = self.cast(&t, keep)?;
+            let t = self.cast(&t, acc)?;
             let t = self.affine(&t, cap, 0.0)?;
             s = self.cast(&t, keep)?;
         }

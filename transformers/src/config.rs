@@ -85,9 +85,14 @@ pub struct DecoderConfig {
     /// v5: `"full_attention"` or `"sliding_attention"` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
-    /// Fraction of each head that rope rotates (1 when absent).
+    /// Fraction of each head that rope rotates (1 when absent; v5 configs may keep it in
+    /// `rope_parameters`).
     #[serde(default)]
     pub partial_rotary_factor: Option<f64>,
+    /// Phi-3: the pretrained context, outside `rope_scaling`; longrope switches from the
+    /// short to the long factors past it.
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
     /// The `config.json` it came from, for errors.
     #[serde(skip)]
     pub path: PathBuf,
@@ -160,13 +165,28 @@ impl DecoderConfig {
                 .cloned()
                 .ok_or_else(|| bad("`rope_parameters` is empty".into()))?,
         };
+        // Phi-3's early configs named longrope `su` or `yarn` (transformers renames them).
+        let mut params = params;
+        if cfg.model_type.as_deref() == Some("phi3")
+            && matches!(params.rope_type.as_str(), "su" | "yarn")
+        {
+            params.rope_type = "longrope".into();
+        }
+        if c.partial_rotary_factor.is_none() {
+            c.partial_rotary_factor = params.f64("partial_rotary_factor");
+        }
         let partial = c.partial_rotary_factor.unwrap_or(1.0);
+        if !(partial > 0.0 && partial <= 1.0) {
+            return Err(bad(format!(
+                "`partial_rotary_factor` is {partial}; it must be in (0, 1]"
+            )));
+        }
         let rope = RopeConfig::from_hub(
             &params,
             c.head_dim(),
             partial,
             c.max_position_embeddings,
-            None,
+            c.original_max_position_embeddings,
         )
         .map_err(|e| bad(format!("rope: {e}")))?;
         c.rope = Some(rope);

@@ -1,7 +1,7 @@
 //! zoo-transformers: transformer families read from Hugging Face checkpoints as they are —
-//! decoders (Llama, Mistral, Qwen2, Qwen3, GPT-2) and encoders (BERT) — one registry that
-//! `Auto*` dispatch reads, model kinds that generation and embedding work over, tokenizers
-//! with chat templates.
+//! decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1/2/3, GPT-2) and encoders (BERT) —
+//! one registry that `Auto*` dispatch reads, model kinds that generation and embedding work
+//! over, tokenizers with chat templates.
 //!
 //! ```no_run
 //! use zoo_runtime::device_map::DeviceMap;
@@ -45,9 +45,13 @@ pub use kinds::{
 pub use models::bert::{
     BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertModel,
 };
+pub use models::gemma::{GemmaFeatures, GemmaForCausalLM, GemmaModel};
+pub use models::gemma2::{Gemma2ForCausalLM, Gemma2Model};
+pub use models::gemma3::{Gemma3ForCausalLM, Gemma3TextModel};
 pub use models::gpt2::{GPT2LMHeadModel, GPT2Model};
 pub use models::llama::{LlamaForCausalLM, LlamaModel};
 pub use models::mistral::{MistralForCausalLM, MistralModel};
+pub use models::phi3::{Phi3ForCausalLM, Phi3Model};
 pub use models::qwen2::{Qwen2ForCausalLM, Qwen2Model};
 pub use models::qwen3::{Qwen3ForCausalLM, Qwen3Model};
 pub use tokenizer::Tokenizer;

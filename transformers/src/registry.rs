@@ -12,7 +12,7 @@ use zoo_runtime::device_map::{units_from_inventory, ModelShape, Unit, UnitRules}
 use zoo_runtime::nn::Weights;
 
 use crate::kinds::{CausalLm, DecoderModel, Encoder};
-use crate::models::{bert, gpt2, llama, mistral, qwen2, qwen3};
+use crate::models::{bert, gemma, gemma2, gemma3, gpt2, llama, mistral, phi3, qwen2, qwen3};
 use crate::Result;
 
 /// What an architecture class computes, as transformers' `AutoModelFor*` classes group them.
@@ -150,6 +150,10 @@ pub static FAMILIES: &[Family] = &[
     mistral::FAMILY,
     qwen2::FAMILY,
     qwen3::FAMILY,
+    phi3::FAMILY,
+    gemma::FAMILY,
+    gemma2::FAMILY,
+    gemma3::FAMILY,
     gpt2::FAMILY,
     bert::FAMILY,
 ];

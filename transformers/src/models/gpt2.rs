@@ -16,6 +16,7 @@ use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
+use super::placement::execution_order;
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::require_positive;
 use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
@@ -373,17 +374,8 @@ impl DecoderModel for GPT2Model {
     }
 
     fn devices(&self) -> Vec<Device> {
-        let mut out = vec![self.device()];
-        for d in self
-            .layer_devices
-            .iter()
-            .chain([&norm_device(&self.ln_f, self.device())])
-        {
-            if !out.contains(d) {
-                out.push(*d);
-            }
-        }
-        out
+        let last = norm_device(&self.ln_f, self.device());
+        execution_order(self.device(), &self.layer_devices, last)
     }
 
     fn vocab_size(&self) -> usize {

@@ -14,6 +14,7 @@ use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
+use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
 use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
@@ -117,6 +118,10 @@ pub struct DecoderFeatures {
     pub qk_norm: bool,
     /// Sliding window per layer (`None` = full attention).
     pub windows: Vec<Option<usize>>,
+    /// q, k and v in one `qkv_proj` (rows: q, then k, then v), as Phi-3 stores them.
+    pub fused_qkv: bool,
+    /// gate and up in one `gate_up_proj` (rows: gate, then up), as Phi-3 stores them.
+    pub fused_gate_up: bool,
 }
 
 /// Llama's own switches: `attention_bias` on all four projections, `mlp_bias`, a window
@@ -128,6 +133,8 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         mlp_bias: config.mlp_bias,
         qk_norm: false,
         windows: config.windows(|_| false),
+        fused_qkv: false,
+        fused_gate_up: false,
     }
 }
 
@@ -139,12 +146,34 @@ struct Positions<'a> {
     start: usize,
 }
 
+/// The q/k/v projections: three matrices, or one stored fused (`qkv_proj`) whose output is
+/// split by columns (no copy of the weights).
+#[derive(Clone, Debug)]
+enum QkvProj {
+    Separate([Linear; 3]),
+    Fused { qkv_proj: Linear, sizes: [usize; 3] },
+}
+
+impl QkvProj {
+    fn forward(&self, x: &Tensor) -> Result<[Tensor; 3]> {
+        match self {
+            QkvProj::Separate([q, k, v]) => Ok(Linear::forward_each([q, k, v], x)?),
+            QkvProj::Fused { qkv_proj, sizes } => {
+                let y = qkv_proj.forward(x)?;
+                let [q, k, v]: [Tensor; 3] = y
+                    .split(sizes, -1)?
+                    .try_into()
+                    .map_err(|_| Error::Generation("qkv_proj split into the wrong count".into()))?;
+                Ok([q, k, v])
+            }
+        }
+    }
+}
+
 /// `LlamaAttention`: projections, optional q/k norms, rope, cache write, grouped attention.
 #[derive(Clone, Debug)]
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv: QkvProj,
     o_proj: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -169,10 +198,23 @@ impl Attention {
                 None
             })
         };
+        let hd = c.hidden_size;
+        let qkv = if f.fused_qkv {
+            let sizes = [h * d, kv * d, kv * d];
+            let rows = sizes.iter().sum();
+            QkvProj::Fused {
+                qkv_proj: Linear::load(&w.pp("qkv_proj"), hd, rows, f.qkv_bias)?,
+                sizes,
+            }
+        } else {
+            QkvProj::Separate([
+                Linear::load(&w.pp("q_proj"), hd, h * d, f.qkv_bias)?,
+                Linear::load(&w.pp("k_proj"), hd, kv * d, f.qkv_bias)?,
+                Linear::load(&w.pp("v_proj"), hd, kv * d, f.qkv_bias)?,
+            ])
+        };
         Ok(Attention {
-            q_proj: Linear::load(&w.pp("q_proj"), c.hidden_size, h * d, f.qkv_bias)?,
-            k_proj: Linear::load(&w.pp("k_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
-            v_proj: Linear::load(&w.pp("v_proj"), c.hidden_size, kv * d, f.qkv_bias)?,
+            qkv,
             o_proj: Linear::load(&w.pp("o_proj"), h * d, c.hidden_size, f.o_bias)?,
             q_norm: norm("q_norm")?,
             k_norm: norm("k_norm")?,
@@ -204,7 +246,7 @@ impl Attention {
             };
             Ok(y.transpose(1, 2)?)
         };
-        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let [q, k, v] = self.qkv.forward(x)?;
         let q = split(q, self.heads, &self.q_norm)?;
         let k = split(k, self.kv_heads, &self.k_norm)?;
         let v = split(v, self.kv_heads, &None)?;
@@ -222,23 +264,17 @@ impl Attention {
     }
 }
 
-/// `t` on `device`: re-uploaded from the host when its values are known there (positions,
-/// ids), since copying a lazily computed value would first run the graph pending on its device.
-fn on_device(t: &Tensor, device: &Device) -> Result<Tensor> {
-    if t.device() == *device {
-        return Ok(t.clone());
-    }
-    match t.host_known_i64() {
-        Some(v) => Ok(Tensor::from_vec(v, t.shape(), device)?.to_dtype(t.dtype())?),
-        None => Ok(t.to_device(device)?),
-    }
+/// The gate and up projections: two matrices, or one stored fused (`gate_up_proj`).
+#[derive(Clone, Debug)]
+enum GateUp {
+    Separate([Linear; 2]),
+    Fused(Linear),
 }
 
 /// `LlamaMLP`: `down(act(gate(x)) * up(x))`.
 #[derive(Clone, Debug)]
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    gate_up: GateUp,
     down_proj: Linear,
     act: Activation,
 }
@@ -246,16 +282,33 @@ struct Mlp {
 impl Mlp {
     fn load(w: &Weights, c: &DecoderConfig, f: &DecoderFeatures) -> Result<Mlp> {
         let (h, i) = (c.hidden_size, c.intermediate_size);
+        let gate_up = if f.fused_gate_up {
+            GateUp::Fused(Linear::load(&w.pp("gate_up_proj"), h, 2 * i, f.mlp_bias)?)
+        } else {
+            GateUp::Separate([
+                Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
+                Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
+            ])
+        };
         Ok(Mlp {
-            gate_proj: Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
-            up_proj: Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
+            gate_up,
             down_proj: Linear::load(&w.pp("down_proj"), i, h, f.mlp_bias)?,
             act: Activation::from_hf(&c.hidden_act)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let [g, u] = Linear::forward_each([&self.gate_proj, &self.up_proj], x)?;
+        let (g, u) = match &self.gate_up {
+            GateUp::Separate([gate, up]) => {
+                let [g, u] = Linear::forward_each([gate, up], x)?;
+                (g, u)
+            }
+            GateUp::Fused(gate_up) => {
+                let y = gate_up.forward(x)?;
+                let i = y.dim(-1)? / 2;
+                (y.narrow(-1, 0, i)?, y.narrow(-1, i, i)?)
+            }
+        };
         Ok(self.down_proj.forward(&self.act.apply_gated(&g, &u)?)?)
     }
 }
@@ -376,17 +429,11 @@ impl DecoderModel for LlamaModel {
     }
 
     fn devices(&self) -> Vec<Device> {
-        let mut out = vec![self.device()];
-        for d in self
-            .layer_devices
-            .iter()
-            .chain([&self.norm.weight.device()])
-        {
-            if !out.contains(d) {
-                out.push(*d);
-            }
-        }
-        out
+        execution_order(
+            self.device(),
+            &self.layer_devices,
+            self.norm.weight.device(),
+        )
     }
 
     fn cache_specs(&self) -> Vec<CacheSpec> {

@@ -47,5 +47,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         mlp_bias: false,
         qk_norm: false,
         windows: config.windows(|_| true),
+        fused_qkv: false,
+        fused_gate_up: false,
     }
 }

@@ -2,8 +2,13 @@
 //! registry entry (`FAMILY`), listed in `registry.rs`.
 
 pub mod bert;
+pub mod gemma;
+pub mod gemma2;
+pub mod gemma3;
 pub mod gpt2;
 pub mod llama;
 pub mod mistral;
+pub mod phi3;
+mod placement;
 pub mod qwen2;
 pub mod qwen3;

@@ -47,6 +47,8 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         mlp_bias: false,
         qk_norm: false,
         windows: config.windows(|i| slides(config, i)),
+        fused_qkv: false,
+        fused_gate_up: false,
     }
 }
 

@@ -47,5 +47,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         mlp_bias: false,
         qk_norm: true,
         windows: config.windows(|i| super::qwen2::slides(config, i)),
+        fused_qkv: false,
+        fused_gate_up: false,
     }
 }

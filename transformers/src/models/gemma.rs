@@ -1,0 +1,653 @@
+//! Gemma: mirrors transformers' `models/gemma/modeling_gemma.py` (`GemmaModel`,
+//! `GemmaForCausalLM`, eager attention).
+//!
+//! The decoder here is the Gemma block that Gemma 2 and Gemma 3 reuse, as their `modular_*.py`
+//! files derive them: the switches live in [`GemmaFeatures`] and `gemma2.rs` / `gemma3.rs` say
+//! which ones they turn on. What Gemma changes from Llama:
+//! - the embeddings are multiplied by `sqrt(hidden_size)` rounded to the model dtype;
+//! - every RMSNorm scales by `1 + weight`, in f32, casting at the end (`RmsNorm::load_gemma`);
+//! - the MLP is GeGLU with the tanh GELU (`hidden_act` `"gelu"` is read as
+//!   `gelu_pytorch_tanh`, as transformers does for the original releases);
+//! - `head_dim` is its own field (256 in the releases), not `hidden / heads`;
+//! - `lm_head` is tied to the embeddings unless a config unties it.
+
+use std::collections::HashMap;
+
+use zoo_hub::{PretrainedConfig, Rope};
+use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RopeConfig, RotaryEmbedding, Weights};
+use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
+
+use super::placement::{execution_order, on_device};
+use crate::cache::{CacheSpec, KvCache};
+use crate::config::DecoderConfig;
+use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
+use crate::registry::{Architecture, Family, Layout, Loaders, Task};
+use crate::{Error, Result};
+
+/// The registry entry of `gemma`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "gemma",
+    modeling_file: "models/gemma/modeling_gemma.py",
+    architectures: &[
+        Architecture {
+            name: "GemmaForCausalLM",
+            task: Task::CausalLm,
+        },
+        Architecture {
+            name: "GemmaModel",
+            task: Task::Base,
+        },
+    ],
+    // llama.cpp's `gemma` files are not read by zoo-hub yet.
+    gguf_architectures: &[],
+    no_split_modules: &["GemmaDecoderLayer"],
+    validate: |c| validate_with(c, features),
+    layout: |c| layout_with(c, features),
+    loaders: Loaders::Decoder {
+        base: |w, c| load_base_with(w, c, features),
+        causal_lm: |w, c| load_causal_lm_with(w, c, features),
+    },
+};
+
+/// The switches of the Gemma block, per family.
+#[derive(Clone, Debug)]
+pub struct GemmaFeatures {
+    /// Gemma 2/3: the attention output is normed (`post_attention_layernorm`) before the
+    /// residual, and the MLP sits between `pre_feedforward_layernorm` and
+    /// `post_feedforward_layernorm`. Gemma: `post_attention_layernorm` is the MLP's pre-norm.
+    pub sandwich_norms: bool,
+    /// Gemma 3: a Gemma RMSNorm over each head of q and k before rope.
+    pub qk_norm: bool,
+    /// Score scale: `head_dim ** -0.5` (Gemma), `query_pre_attn_scalar ** -0.5` (Gemma 2/3).
+    pub scale: f64,
+    /// `attn_logit_softcapping`: scores become `cap * tanh(scores / cap)` before the mask.
+    pub attn_softcap: Option<f64>,
+    /// `final_logit_softcapping`: the logits likewise.
+    pub final_softcap: Option<f64>,
+    /// The MLP's activation.
+    pub activation: Activation,
+    /// Sliding window per layer (`None` = full attention).
+    pub windows: Vec<Option<usize>>,
+    /// The rope of the full-attention layers (and of every layer when `local_rope` is none).
+    pub rope: RopeConfig,
+    /// Gemma 3: the rope of the sliding layers (`rope_local_base_freq`, never scaled).
+    pub local_rope: Option<RopeConfig>,
+    /// Whether `lm_head` shares the embedding table (`tie_word_embeddings`, default true).
+    pub tie_word_embeddings: bool,
+}
+
+/// A float field that is absent (`None`), null (`Some(None)`) or a number.
+pub(crate) fn nullable_f64(cfg: &PretrainedConfig, field: &str) -> Result<Option<Option<f64>>> {
+    // `PretrainedConfig::get` reads null as absent; here null means "off".
+    match cfg.to_value().get(field).cloned() {
+        None => Ok(None),
+        Some(serde_json::Value::Null) => Ok(Some(None)),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .map(|x| Some(Some(x)))
+            .ok_or_else(|| Error::Config {
+                path: cfg.path.clone(),
+                reason: format!("`{field}` is {v}; expected a positive number or null"),
+            }),
+    }
+}
+
+/// The activation a Gemma config names in `field` (`gelu` meaning the tanh GELU).
+pub(crate) fn activation(cfg: &PretrainedConfig, field: &str, default: &str) -> Result<Activation> {
+    let name = match cfg.get(field) {
+        Some(serde_json::Value::String(s)) => s,
+        Some(serde_json::Value::Null) | None => default.to_string(),
+        Some(other) => {
+            return Err(Error::Config {
+                path: cfg.path.clone(),
+                reason: format!("`{field}` is {other}; expected an activation name"),
+            })
+        }
+    };
+    let name = if name == "gelu" {
+        "gelu_pytorch_tanh"
+    } else {
+        &name
+    };
+    Activation::from_hf(name).map_err(|e| Error::Config {
+        path: cfg.path.clone(),
+        reason: format!("`{field}`: {e}"),
+    })
+}
+
+/// Whether `tie_word_embeddings` is on (Gemma's default: yes).
+pub(crate) fn tied(cfg: &PretrainedConfig) -> bool {
+    cfg.get("tie_word_embeddings")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true)
+}
+
+/// The rope of `c` with `params` (for per-layer-type configs, the `full_attention` entry).
+pub(crate) fn rope_from(c: &DecoderConfig, params: &zoo_hub::RopeParameters) -> Result<RopeConfig> {
+    RopeConfig::from_hub(
+        params,
+        c.head_dim(),
+        c.partial_rotary_factor.unwrap_or(1.0),
+        c.max_position_embeddings,
+        None,
+    )
+    .map_err(|e| Error::Config {
+        path: c.path.clone(),
+        reason: format!("rope: {e}"),
+    })
+}
+
+/// Gemma's switches: no sandwich norms, no q/k norms, `head_dim ** -0.5`, no caps, no
+/// windows; the MLP's activation from `hidden_act`.
+pub fn features(cfg: &PretrainedConfig, c: &DecoderConfig) -> Result<GemmaFeatures> {
+    let params = match cfg.rope()? {
+        Some(Rope::Single(p)) => p,
+        Some(Rope::PerLayerType(m)) => {
+            m.get("full_attention")
+                .cloned()
+                .ok_or_else(|| Error::Config {
+                    path: cfg.path.clone(),
+                    reason: "`rope_parameters` has no `full_attention` entry".into(),
+                })?
+        }
+        None => zoo_hub::RopeParameters {
+            rope_type: "default".into(),
+            rope_theta: Some(10_000.0),
+            extra: Default::default(),
+        },
+    };
+    Ok(GemmaFeatures {
+        sandwich_norms: false,
+        qk_norm: false,
+        scale: (c.head_dim() as f64).powf(-0.5),
+        attn_softcap: None,
+        final_softcap: None,
+        activation: activation(cfg, "hidden_act", "gelu_pytorch_tanh")?,
+        windows: vec![None; c.num_hidden_layers],
+        rope: rope_from(c, &params)?,
+        local_rope: None,
+        tie_word_embeddings: tied(cfg),
+    })
+}
+
+/// Reads the config as a family built on this block does (errors name the field).
+pub(crate) fn validate_with(
+    config: &PretrainedConfig,
+    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
+) -> Result<()> {
+    let c = DecoderConfig::from_pretrained(config)?;
+    features(config, &c).map(drop)
+}
+
+/// The planner's view: `model.layers.N` are the no-split units, each with its KV cache; the
+/// tied `lm_head` goes with the embeddings.
+pub(crate) fn layout_with(
+    config: &PretrainedConfig,
+    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
+) -> Result<Layout> {
+    let c = DecoderConfig::from_pretrained(config)?;
+    let f = features(config, &c)?;
+    Ok(Layout {
+        layer_containers: vec!["model.layers".into()],
+        inputs: vec!["model.embed_tokens".into()],
+        tied: if f.tie_word_embeddings {
+            vec![vec![
+                "model.embed_tokens.weight".into(),
+                "lm_head.weight".into(),
+            ]]
+        } else {
+            Vec::new()
+        },
+        shape: ModelShape {
+            layers: c.num_hidden_layers,
+            hidden: c.hidden_size,
+            intermediate: c.intermediate_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_kv_heads(),
+            head_dim: c.head_dim(),
+            vocab: c.vocab_size,
+            kv_cache: true,
+        },
+        context: c.max_position_embeddings,
+    })
+}
+
+/// The base decoder of a family built on this block, with its `features`.
+pub(crate) fn load_base_with(
+    w: &Weights,
+    config: &PretrainedConfig,
+    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
+) -> Result<Box<dyn DecoderModel>> {
+    let c = DecoderConfig::from_pretrained(config)?;
+    let f = features(config, &c)?;
+    // A causal-LM checkpoint holds the base model under `model.`.
+    let w = if w.contains("model.embed_tokens.weight") {
+        w.pp("model")
+    } else {
+        w.clone()
+    };
+    Ok(Box::new(GemmaModel::load(&w, &c, f)?))
+}
+
+/// The causal LM of a family built on this block, with its `features`.
+pub(crate) fn load_causal_lm_with(
+    w: &Weights,
+    config: &PretrainedConfig,
+    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
+) -> Result<Box<dyn CausalLm>> {
+    let c = DecoderConfig::from_pretrained(config)?;
+    let f = features(config, &c)?;
+    Ok(Box::new(GemmaForCausalLM::load(w, &c, f)?))
+}
+
+/// `GemmaAttention` (and Gemma 2/3's): projections, optional q/k norms, rope, cache write,
+/// grouped attention with Gemma's scale, cap and window.
+#[derive(Clone, Debug)]
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+}
+
+impl Attention {
+    fn load(w: &Weights, c: &DecoderConfig, f: &GemmaFeatures, layer: usize) -> Result<Attention> {
+        let (h, kv, d) = (c.num_attention_heads, c.num_kv_heads(), c.head_dim());
+        let norm = |name: &str| -> Result<Option<RmsNorm>> {
+            Ok(if f.qk_norm {
+                Some(RmsNorm::load_gemma(&w.pp(name), d, c.rms_norm_eps)?)
+            } else {
+                None
+            })
+        };
+        let bias = c.attention_bias;
+        Ok(Attention {
+            q_proj: Linear::load(&w.pp("q_proj"), c.hidden_size, h * d, bias)?,
+            k_proj: Linear::load(&w.pp("k_proj"), c.hidden_size, kv * d, bias)?,
+            v_proj: Linear::load(&w.pp("v_proj"), c.hidden_size, kv * d, bias)?,
+            o_proj: Linear::load(&w.pp("o_proj"), h * d, c.hidden_size, bias)?,
+            q_norm: norm("q_norm")?,
+            k_norm: norm("k_norm")?,
+            heads: h,
+            kv_heads: kv,
+            head_dim: d,
+            window: f.windows.get(layer).copied().flatten(),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        start: usize,
+        bias: &Tensor,
+        f: &GemmaFeatures,
+        cache: &mut KvCache,
+        layer: usize,
+    ) -> Result<Tensor> {
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let d = self.head_dim;
+        let split = |y: Tensor, heads: usize, norm: &Option<RmsNorm>| -> Result<Tensor> {
+            let y = y.reshape_to(&[b, t, heads, d])?;
+            let y = match norm {
+                Some(n) => n.forward(&y)?,
+                None => y,
+            };
+            Ok(y.transpose(1, 2)?)
+        };
+        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let q = split(q, self.heads, &self.q_norm)?;
+        let k = split(k, self.kv_heads, &self.k_norm)?;
+        let v = split(v, self.kv_heads, &None)?;
+        let q = q.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
+        let k = k.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
+        let (k, v) = cache.update(layer, &k, &v, start)?;
+        let opts = SdpaOptions {
+            mask: Some(bias),
+            scale: Some(f.scale),
+            softcap: f.attn_softcap,
+            round_scores: true,
+            ..Default::default()
+        };
+        let out = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
+        let out = out.transpose(1, 2)?.reshape_to(&[b, t, self.heads * d])?;
+        Ok(self.o_proj.forward(&out)?)
+    }
+}
+
+/// `GemmaMLP`: `down(act(gate(x)) * up(x))`.
+#[derive(Clone, Debug)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+    act: Activation,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let [g, u] = Linear::forward_each([&self.gate_proj, &self.up_proj], x)?;
+        Ok(self.down_proj.forward(&self.act.apply_gated(&g, &u)?)?)
+    }
+}
+
+/// `GemmaDecoderLayer` / `Gemma2DecoderLayer` / `Gemma3DecoderLayer`.
+#[derive(Clone, Debug)]
+struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    /// Gemma 2/3 only.
+    pre_feedforward_layernorm: Option<RmsNorm>,
+    /// Gemma 2/3 only.
+    post_feedforward_layernorm: Option<RmsNorm>,
+    mlp: Mlp,
+}
+
+/// `GemmaModel` (and `Gemma2Model`, `Gemma3TextModel`): scaled embeddings, decoder layers,
+/// final norm; returns hidden states.
+#[derive(Clone, Debug)]
+pub struct GemmaModel {
+    embed_tokens: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    rotary: RotaryEmbedding,
+    local_rotary: Option<RotaryEmbedding>,
+    config: DecoderConfig,
+    features: GemmaFeatures,
+    dtype: DType,
+    layer_devices: Vec<Device>,
+}
+
+impl GemmaModel {
+    /// Loads the weights under `w` (the `model.` prefix of a causal-LM checkpoint, or the root
+    /// of a base-model checkpoint).
+    pub fn load(
+        w: &Weights,
+        config: &DecoderConfig,
+        features: GemmaFeatures,
+    ) -> Result<GemmaModel> {
+        let c = config;
+        let (hd, eps) = (c.hidden_size, c.rms_norm_eps);
+        let norm = |lw: &Weights, name: &str| RmsNorm::load_gemma(&lw.pp(name), hd, eps);
+        let embed_tokens = Embedding::load(&w.pp("embed_tokens"), c.vocab_size, hd)?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let lw = w.pp(format!("layers.{i}"));
+            layer_devices.push(lw.device());
+            let mw = lw.pp("mlp");
+            let (inter, bias) = (c.intermediate_size, false);
+            let sandwich = |name: &str| -> Result<Option<RmsNorm>> {
+                Ok(if features.sandwich_norms {
+                    Some(norm(&lw, name)?)
+                } else {
+                    None
+                })
+            };
+            layers.push(DecoderLayer {
+                input_layernorm: norm(&lw, "input_layernorm")?,
+                self_attn: Attention::load(&lw.pp("self_attn"), c, &features, i)?,
+                post_attention_layernorm: norm(&lw, "post_attention_layernorm")?,
+                pre_feedforward_layernorm: sandwich("pre_feedforward_layernorm")?,
+                post_feedforward_layernorm: sandwich("post_feedforward_layernorm")?,
+                mlp: Mlp {
+                    gate_proj: Linear::load(&mw.pp("gate_proj"), hd, inter, bias)?,
+                    up_proj: Linear::load(&mw.pp("up_proj"), hd, inter, bias)?,
+                    down_proj: Linear::load(&mw.pp("down_proj"), inter, hd, bias)?,
+                    act: features.activation,
+                },
+            });
+        }
+        Ok(GemmaModel {
+            embed_tokens,
+            layers,
+            norm: norm(w, "norm")?,
+            rotary: RotaryEmbedding::new(features.rope.clone(), RopeStyle::RotateHalf),
+            local_rotary: features
+                .local_rope
+                .clone()
+                .map(|r| RotaryEmbedding::new(r, RopeStyle::RotateHalf)),
+            config: c.clone(),
+            features,
+            dtype: w.dtype(),
+            layer_devices,
+        })
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    /// The switches in use.
+    pub fn features(&self) -> &GemmaFeatures {
+        &self.features
+    }
+
+    /// The rope of layer `i`: the local one on sliding layers when the family has one.
+    fn rotary_of(&self, i: usize) -> (&RotaryEmbedding, bool) {
+        match (&self.local_rotary, self.layers[i].self_attn.window) {
+            (Some(local), Some(_)) => (local, true),
+            _ => (&self.rotary, false),
+        }
+    }
+}
+
+impl DecoderModel for GemmaModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn device(&self) -> Device {
+        self.embed_tokens.device()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_position_embeddings(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn stretches_context(&self) -> bool {
+        matches!(
+            self.rotary.config.scaling,
+            zoo_runtime::nn::RopeScaling::Dynamic { .. }
+        )
+    }
+
+    fn hidden_state_modules(&self) -> Vec<String> {
+        std::iter::once("model.embed_tokens".to_string())
+            .chain((0..self.layers.len()).map(|i| format!("model.layers.{i}")))
+            .collect()
+    }
+
+    fn devices(&self) -> Vec<Device> {
+        execution_order(
+            self.device(),
+            &self.layer_devices,
+            self.norm.weight.device(),
+        )
+    }
+
+    fn cache_specs(&self) -> Vec<CacheSpec> {
+        let c = &self.config;
+        self.layers
+            .iter()
+            .zip(&self.layer_devices)
+            .map(|(l, d)| {
+                CacheSpec::self_attention(c.num_kv_heads(), c.head_dim(), l.self_attn.window, *d)
+            })
+            .collect()
+    }
+
+    fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
+        let (_, t) = args.check(cache)?;
+        let device = self.device();
+        let ids = on_device(args.input_ids, &device)?.to_dtype(DType::I64)?;
+        if let Some(&bad) = ids
+            .host_known_i64()
+            .iter()
+            .flatten()
+            .find(|&&id| id < 0 || id as usize >= self.config.vocab_size)
+        {
+            return Err(Error::Generation(format!(
+                "token id {bad} is outside the vocabulary of {} ids",
+                self.config.vocab_size
+            )));
+        }
+        let start = cache.begin(t, args.attention_mask)?;
+        // transformers multiplies by sqrt(hidden) held in the model dtype (55.4256 becomes
+        // 55.5 in bf16).
+        let normalizer = self
+            .dtype
+            .round_value((self.config.hidden_size as f64).sqrt());
+        let mut x = self.embed_tokens.forward(&ids)?.mul_scalar(normalizer)?;
+        // Rope tables (per device and rope) and masks (per window and device) once each.
+        let mut tables: HashMap<(Device, bool), (Tensor, Tensor)> = HashMap::new();
+        let mut biases: HashMap<(Option<usize>, Device), Tensor> = HashMap::new();
+        let mut hidden_states = Vec::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let dev = self.layer_devices[i];
+            if x.device() != dev {
+                x = x.to_device(&dev)?;
+            }
+            if args.output_hidden_states {
+                hidden_states.push(x.clone());
+            }
+            let (rotary, local) = self.rotary_of(i);
+            if let std::collections::hash_map::Entry::Vacant(e) = tables.entry((dev, local)) {
+                let pos = on_device(args.position_ids, &dev)?;
+                let (cos, sin) = rotary.cos_sin(&pos, self.dtype)?;
+                e.insert((cos.unsqueeze(1)?, sin.unsqueeze(1)?));
+            }
+            let window = layer.self_attn.window;
+            if let std::collections::hash_map::Entry::Vacant(e) = biases.entry((window, dev)) {
+                e.insert(cache.attention_bias(start, t, window, self.dtype, &dev)?);
+            }
+            let (cos, sin) = &tables[&(dev, local)];
+            let h = layer.input_layernorm.forward(&x)?;
+            let h = layer.self_attn.forward(
+                &h,
+                (cos, sin),
+                start,
+                &biases[&(window, dev)],
+                &self.features,
+                cache,
+                i,
+            )?;
+            let h = match &layer.pre_feedforward_layernorm {
+                // Gemma 2/3: the attention output is normed before the residual.
+                Some(_) => layer.post_attention_layernorm.forward(&h)?,
+                None => h,
+            };
+            x = x.add(&h)?;
+            let h = match (
+                &layer.pre_feedforward_layernorm,
+                &layer.post_feedforward_layernorm,
+            ) {
+                (Some(pre), Some(post)) => post.forward(&layer.mlp.forward(&pre.forward(&x)?)?)?,
+                _ => layer
+                    .mlp
+                    .forward(&layer.post_attention_layernorm.forward(&x)?)?,
+            };
+            x = x.add(&h)?;
+        }
+        let x = on_device(&x, &self.norm.weight.device())?;
+        if args.output_hidden_states {
+            hidden_states.push(x.clone());
+        }
+        Ok(ModelOutput {
+            last_hidden_state: self.norm.forward(&x)?,
+            hidden_states,
+            module_outputs: Vec::new(),
+        })
+    }
+}
+
+/// `GemmaForCausalLM` (and Gemma 2/3's): the base model plus `lm_head`, tied to the
+/// embeddings unless the config unties it, with Gemma 2's final logit soft-capping.
+#[derive(Clone, Debug)]
+pub struct GemmaForCausalLM {
+    model: GemmaModel,
+    lm_head: Linear,
+    tied: bool,
+}
+
+impl GemmaForCausalLM {
+    /// Loads from the checkpoint root (`model.*` and, when untied, `lm_head.weight`).
+    pub fn load(
+        w: &Weights,
+        config: &DecoderConfig,
+        features: GemmaFeatures,
+    ) -> Result<GemmaForCausalLM> {
+        let tied = features.tie_word_embeddings || !w.contains("lm_head.weight");
+        let model = GemmaModel::load(&w.pp("model"), config, features)?;
+        let lm_head = if tied {
+            model.embed_tokens.as_linear()
+        } else {
+            Linear::load(
+                &w.pp("lm_head"),
+                config.hidden_size,
+                config.vocab_size,
+                false,
+            )?
+        };
+        Ok(GemmaForCausalLM {
+            model,
+            lm_head,
+            tied,
+        })
+    }
+
+    /// The base model.
+    pub fn base(&self) -> &GemmaModel {
+        &self.model
+    }
+}
+
+impl CausalLm for GemmaForCausalLM {
+    fn model(&self) -> &dyn DecoderModel {
+        &self.model
+    }
+
+    fn logits_device(&self) -> Device {
+        self.lm_head.device()
+    }
+
+    fn tied(&self) -> bool {
+        self.tied
+    }
+
+    fn forward(
+        &self,
+        args: ForwardArgs<'_>,
+        cache: &mut KvCache,
+        which: LogitsFor,
+    ) -> Result<(Tensor, ModelOutput)> {
+        let out = self.model.forward(args, cache)?;
+        let h = which.select(&out.last_hidden_state)?;
+        let h = on_device(&h, &self.lm_head.device())?;
+        let logits = self.lm_head.forward(&h)?;
+        let logits = match self.model.features.final_softcap {
+            // As transformers: a true division, tanh, a product, each in the logits' dtype.
+            Some(cap) => {
+                let c = Tensor::scalar(cap, logits.dtype(), &logits.device())?;
+                logits.div(&c)?.tanh()?.mul_scalar(cap)?
+            }
+            None => logits,
+        };
+        Ok((logits, out))
+    }
+}
