@@ -48,7 +48,8 @@ pub struct RunArgs {
     /// under the current folder.
     #[arg(long = "cases")]
     cases: Vec<PathBuf>,
-    /// Comma-separated: candle-cpu, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda, pjrt-tpu (default: all).
+    /// Comma-separated: candle-cpu, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda, pjrt-tpu, candle-cuda
+    /// (cuda:0; a `--features cuda` build) (default: all).
     #[arg(long, value_delimiter = ',')]
     backends: Vec<String>,
     /// Comma-separated: f32, bf16, f16. Cases in other dtypes are recorded as skipped

@@ -919,6 +919,16 @@ mod tests {
         assert_eq!(parse_dtype("bf16").unwrap(), CaseDtype::Bf16);
     }
 
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn candle_cuda_on_a_build_without_the_feature_is_not_available_and_says_how_to_build() {
+        assert_eq!(Backend::CandleCuda.device_map(), DeviceMap::Cuda(0));
+        match probe(Backend::CandleCuda) {
+            Probe::Absent(why) => assert!(why.contains("--features cuda"), "{why}"),
+            _ => panic!("candle-cuda probed as available without the cuda feature"),
+        }
+    }
+
     #[test]
     fn a_panic_becomes_an_error_message() {
         assert_eq!(guarded(|| 7), Ok(7));

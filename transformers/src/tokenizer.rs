@@ -5,6 +5,40 @@ use serde_json::Value;
 
 use crate::{Error, Result};
 
+/// Refuses a `TemplateProcessing` post-processor (alone or inside a `Sequence`) whose
+/// templates name a special token its `special_tokens` map does not define: the `tokenizers`
+/// crate reads such a file and then panics on the first encode.
+fn check_templates(p: &Value) -> Result<()> {
+    match p.get("type").and_then(Value::as_str) {
+        Some("Sequence") => p
+            .get("processors")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .try_for_each(check_templates),
+        Some("TemplateProcessing") => {
+            let defined = p.get("special_tokens").and_then(Value::as_object);
+            for which in ["single", "pair"] {
+                let pieces = p.get(which).and_then(Value::as_array).into_iter().flatten();
+                for piece in pieces {
+                    let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    if !defined.is_some_and(|d| d.contains_key(id)) {
+                        return Err(Error::Tokenizer(format!(
+                            "tokenizer.json: post_processor.{which} uses the special token {id:?}, \
+                             which post_processor.special_tokens does not define; fix the file or \
+                             re-save the tokenizer with transformers"
+                        )));
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A model's tokenizer and its special tokens.
 #[derive(Clone)]
 pub struct Tokenizer {
@@ -20,6 +54,9 @@ impl std::fmt::Debug for Tokenizer {
 impl Tokenizer {
     /// Builds a tokenizer from the JSON of a `tokenizer.json` file.
     pub fn from_json(json: &Value) -> Result<Tokenizer> {
+        if let Some(p) = json.get("post_processor") {
+            check_templates(p)?;
+        }
         let text = serde_json::to_string(json).map_err(|e| Error::Tokenizer(e.to_string()))?;
         let mut inner = text
             .parse::<tokenizers::Tokenizer>()
@@ -148,5 +185,49 @@ impl TextStream<'_> {
     /// All text decoded so far.
     pub fn text(&self) -> Result<String> {
         self.tokenizer.decode(&self.ids, self.skip_special_tokens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn wordlevel(post_processor: Value) -> Value {
+        json!({
+            "version": "1.0",
+            "added_tokens": [],
+            "normalizer": null,
+            "pre_tokenizer": {"type": "Whitespace"},
+            "post_processor": post_processor,
+            "decoder": null,
+            "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "a": 3}, "unk_token": "[UNK]"},
+        })
+    }
+
+    fn template(single_sep: &str) -> Value {
+        json!({
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                       {"SpecialToken": {"id": single_sep, "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [1], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [2], "tokens": ["[SEP]"]},
+            },
+        })
+    }
+
+    #[test]
+    fn a_template_naming_an_undefined_special_token_is_refused_at_load() {
+        // Found by the tokenizer_json fuzz target: the tokenizers crate reads this file and
+        // panics on the first encode (fuzz/regressions/tokenizer_json).
+        let ok = Tokenizer::from_json(&wordlevel(template("[SEP]"))).unwrap();
+        assert_eq!(ok.encode("a", true).unwrap(), [1, 3, 2]);
+        let e = Tokenizer::from_json(&wordlevel(template("[S7EP]"))).unwrap_err();
+        assert!(e.to_string().contains("\"[S7EP]\""), "{e}");
+        let nested = json!({"type": "Sequence", "processors": [template("[X]")]});
+        let e = Tokenizer::from_json(&wordlevel(nested)).unwrap_err();
+        assert!(e.to_string().contains("post_processor.single"), "{e}");
     }
 }
