@@ -3,7 +3,9 @@
 //!
 //! The decoder here is the Gemma block that Gemma 2 and Gemma 3 reuse, as their `modular_*.py`
 //! files derive them: the switches live in [`GemmaFeatures`] and `gemma2.rs` / `gemma3.rs` say
-//! which ones they turn on. What Gemma changes from Llama:
+//! which ones they turn on. The attention and the MLP are Llama's (`llama::Attention` with
+//! Gemma's scale, cap and q/k norms; `llama::Mlp` with Gemma's activation), as
+//! `modular_gemma.py` derives them. What Gemma changes from Llama:
 //! - the embeddings are multiplied by `sqrt(hidden_size)` rounded to the model dtype;
 //! - every RMSNorm scales by `1 + weight`, in f32, casting at the end (`RmsNorm::load_gemma`);
 //! - the MLP is GeGLU with the tanh GELU (`hidden_act` `"gelu"` is read as
@@ -16,8 +18,9 @@ use std::collections::HashMap;
 use zoo_hub::{PretrainedConfig, Rope};
 use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RopeConfig, RotaryEmbedding, Weights};
-use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
+use zoo_runtime::{Activation, DType, Device, RopeStyle, Tensor};
 
+use super::llama::{Attention, AttentionKind, DecoderFeatures, Mlp, Positions};
 use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
@@ -242,104 +245,6 @@ pub(crate) fn load_causal_lm_with(
     Ok(Box::new(GemmaForCausalLM::load(w, &c, f)?))
 }
 
-/// `GemmaAttention` (and Gemma 2/3's): projections, optional q/k norms, rope, cache write,
-/// grouped attention with Gemma's scale, cap and window.
-#[derive(Clone, Debug)]
-struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    window: Option<usize>,
-}
-
-impl Attention {
-    fn load(w: &Weights, c: &DecoderConfig, f: &GemmaFeatures, layer: usize) -> Result<Attention> {
-        let (h, kv, d) = (c.num_attention_heads, c.num_kv_heads(), c.head_dim());
-        let norm = |name: &str| -> Result<Option<RmsNorm>> {
-            Ok(if f.qk_norm {
-                Some(RmsNorm::load_gemma(&w.pp(name), d, c.rms_norm_eps)?)
-            } else {
-                None
-            })
-        };
-        let bias = c.attention_bias;
-        Ok(Attention {
-            q_proj: Linear::load(&w.pp("q_proj"), c.hidden_size, h * d, bias)?,
-            k_proj: Linear::load(&w.pp("k_proj"), c.hidden_size, kv * d, bias)?,
-            v_proj: Linear::load(&w.pp("v_proj"), c.hidden_size, kv * d, bias)?,
-            o_proj: Linear::load(&w.pp("o_proj"), h * d, c.hidden_size, bias)?,
-            q_norm: norm("q_norm")?,
-            k_norm: norm("k_norm")?,
-            heads: h,
-            kv_heads: kv,
-            head_dim: d,
-            window: f.windows.get(layer).copied().flatten(),
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn forward(
-        &self,
-        x: &Tensor,
-        (cos, sin): (&Tensor, &Tensor),
-        start: usize,
-        bias: &Tensor,
-        f: &GemmaFeatures,
-        cache: &mut KvCache,
-        layer: usize,
-    ) -> Result<Tensor> {
-        let (b, t) = (x.shape()[0], x.shape()[1]);
-        let d = self.head_dim;
-        let split = |y: Tensor, heads: usize, norm: &Option<RmsNorm>| -> Result<Tensor> {
-            let y = y.reshape_to(&[b, t, heads, d])?;
-            let y = match norm {
-                Some(n) => n.forward(&y)?,
-                None => y,
-            };
-            Ok(y.transpose(1, 2)?)
-        };
-        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
-        let q = split(q, self.heads, &self.q_norm)?;
-        let k = split(k, self.kv_heads, &self.k_norm)?;
-        let v = split(v, self.kv_heads, &None)?;
-        let q = q.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
-        let k = k.apply_rotary(cos, sin, RopeStyle::RotateHalf)?;
-        let (k, v) = cache.update(layer, &k, &v, start)?;
-        let opts = SdpaOptions {
-            mask: Some(bias),
-            scale: Some(f.scale),
-            softcap: f.attn_softcap,
-            round_scores: true,
-            ..Default::default()
-        };
-        let out = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
-        let out = out.transpose(1, 2)?.reshape_to(&[b, t, self.heads * d])?;
-        Ok(self.o_proj.forward(&out)?)
-    }
-}
-
-/// `GemmaMLP`: `down(act(gate(x)) * up(x))`.
-#[derive(Clone, Debug)]
-struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
-    act: Activation,
-}
-
-impl Mlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let [g, u] = Linear::forward_each([&self.gate_proj, &self.up_proj], x)?;
-        Ok(self.down_proj.forward(&self.act.apply_gated(&g, &u)?)?)
-    }
-}
-
 /// `GemmaDecoderLayer` / `Gemma2DecoderLayer` / `Gemma3DecoderLayer`.
 #[derive(Clone, Debug)]
 struct DecoderLayer {
@@ -382,11 +287,24 @@ impl GemmaModel {
         let embed_tokens = Embedding::load(&w.pp("embed_tokens"), c.vocab_size, hd)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
+        // The Llama block's projections with Gemma's scale, cap and q/k norms.
+        let llama_features = DecoderFeatures {
+            qkv_bias: c.attention_bias,
+            o_bias: c.attention_bias,
+            mlp_bias: false,
+            qk_norm: features.qk_norm,
+            windows: features.windows.clone(),
+            fused_qkv: false,
+            fused_gate_up: false,
+        };
+        let kind = AttentionKind {
+            scale: Some(features.scale),
+            softcap: features.attn_softcap,
+            gemma_qk_norm: true,
+        };
         for i in 0..c.num_hidden_layers {
             let lw = w.pp(format!("layers.{i}"));
             layer_devices.push(lw.device());
-            let mw = lw.pp("mlp");
-            let (inter, bias) = (c.intermediate_size, false);
             let sandwich = |name: &str| -> Result<Option<RmsNorm>> {
                 Ok(if features.sandwich_norms {
                     Some(norm(&lw, name)?)
@@ -396,16 +314,11 @@ impl GemmaModel {
             };
             layers.push(DecoderLayer {
                 input_layernorm: norm(&lw, "input_layernorm")?,
-                self_attn: Attention::load(&lw.pp("self_attn"), c, &features, i)?,
+                self_attn: Attention::load(&lw.pp("self_attn"), c, &llama_features, kind, i)?,
                 post_attention_layernorm: norm(&lw, "post_attention_layernorm")?,
                 pre_feedforward_layernorm: sandwich("pre_feedforward_layernorm")?,
                 post_feedforward_layernorm: sandwich("post_feedforward_layernorm")?,
-                mlp: Mlp {
-                    gate_proj: Linear::load(&mw.pp("gate_proj"), hd, inter, bias)?,
-                    up_proj: Linear::load(&mw.pp("up_proj"), hd, inter, bias)?,
-                    down_proj: Linear::load(&mw.pp("down_proj"), inter, hd, bias)?,
-                    act: features.activation,
-                },
+                mlp: Mlp::load(&lw.pp("mlp"), c, &llama_features, features.activation)?,
             });
         }
         Ok(GemmaModel {
@@ -538,15 +451,10 @@ impl DecoderModel for GemmaModel {
             }
             let (cos, sin) = &tables[&(dev, local)];
             let h = layer.input_layernorm.forward(&x)?;
-            let h = layer.self_attn.forward(
-                &h,
-                (cos, sin),
-                start,
-                &biases[&(window, dev)],
-                &self.features,
-                cache,
-                i,
-            )?;
+            let at = Positions { cos, sin, start };
+            let h = layer
+                .self_attn
+                .forward(&h, &at, &biases[&(window, dev)], cache, i)?;
             let h = match &layer.pre_feedforward_layernorm {
                 // Gemma 2/3: the attention output is normed before the residual.
                 Some(_) => layer.post_attention_layernorm.forward(&h)?,

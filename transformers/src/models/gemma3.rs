@@ -69,7 +69,9 @@ pub fn features(cfg: &PretrainedConfig, c: &DecoderConfig) -> Result<GemmaFeatur
             "`use_bidirectional_attention` is true (an EmbeddingGemma encoder); zoo runs Gemma 3 as a causal LM only".into(),
         ));
     }
-    let (global, local) = match cfg.rope()? {
+    let rope = cfg.rope()?;
+    let per_layer_type = matches!(rope, Some(Rope::PerLayerType(_)));
+    let (global, local) = match rope {
         Some(Rope::PerLayerType(m)) => (
             m.get("full_attention")
                 .cloned()
@@ -83,9 +85,7 @@ pub fn features(cfg: &PretrainedConfig, c: &DecoderConfig) -> Result<GemmaFeatur
         None => (default_rope(1e6), default_rope(1e4)),
     };
     let local = match gemma::nullable_f64(cfg, "rope_local_base_freq")? {
-        Some(Some(theta)) if !matches!(cfg.rope()?, Some(Rope::PerLayerType(_))) => {
-            default_rope(theta)
-        }
+        Some(Some(theta)) if !per_layer_type => default_rope(theta),
         _ => local,
     };
     let global = match global.rope_theta {

@@ -140,10 +140,10 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
 
 /// Where the tokens of a forward pass sit: their rope tables (`[B, 1, T, r/2]`) and the first
 /// cache slot they are written to.
-struct Positions<'a> {
-    cos: &'a Tensor,
-    sin: &'a Tensor,
-    start: usize,
+pub(crate) struct Positions<'a> {
+    pub(crate) cos: &'a Tensor,
+    pub(crate) sin: &'a Tensor,
+    pub(crate) start: usize,
 }
 
 /// The q/k/v projections: three matrices, or one stored fused (`qkv_proj`) whose output is
@@ -158,21 +158,36 @@ impl QkvProj {
     fn forward(&self, x: &Tensor) -> Result<[Tensor; 3]> {
         match self {
             QkvProj::Separate([q, k, v]) => Ok(Linear::forward_each([q, k, v], x)?),
-            QkvProj::Fused { qkv_proj, sizes } => {
+            QkvProj::Fused {
+                qkv_proj,
+                sizes: [nq, nk, nv],
+            } => {
                 let y = qkv_proj.forward(x)?;
-                let [q, k, v]: [Tensor; 3] = y
-                    .split(sizes, -1)?
-                    .try_into()
-                    .map_err(|_| Error::Generation("qkv_proj split into the wrong count".into()))?;
-                Ok([q, k, v])
+                Ok([
+                    y.narrow(-1, 0, *nq)?,
+                    y.narrow(-1, *nq, *nk)?,
+                    y.narrow(-1, nq + nk, *nv)?,
+                ])
             }
         }
     }
 }
 
-/// `LlamaAttention`: projections, optional q/k norms, rope, cache write, grouped attention.
+/// How a family's attention differs from Llama's, beyond the projections' biases.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AttentionKind {
+    /// Score scale; `head_dim ** -0.5` when `None`.
+    pub(crate) scale: Option<f64>,
+    /// Scores become `cap * tanh(scores / cap)` before the mask (Gemma 2).
+    pub(crate) softcap: Option<f64>,
+    /// The per-head q/k norms are Gemma's (`1 + weight`, in f32) rather than Llama's.
+    pub(crate) gemma_qk_norm: bool,
+}
+
+/// `LlamaAttention` (which Gemma's derives from): projections, optional q/k norms, rope,
+/// cache write, grouped attention.
 #[derive(Clone, Debug)]
-struct Attention {
+pub(crate) struct Attention {
     qkv: QkvProj,
     o_proj: Linear,
     q_norm: Option<RmsNorm>,
@@ -180,22 +195,26 @@ struct Attention {
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
-    window: Option<usize>,
+    pub(crate) window: Option<usize>,
+    kind: AttentionKind,
 }
 
 impl Attention {
-    fn load(
+    /// Layer `layer`'s attention under `w` with the family's `f` and `kind`.
+    pub(crate) fn load(
         w: &Weights,
         c: &DecoderConfig,
         f: &DecoderFeatures,
+        kind: AttentionKind,
         layer: usize,
     ) -> Result<Attention> {
         let (h, kv, d) = (c.num_attention_heads, c.num_kv_heads(), c.head_dim());
         let norm = |name: &str| -> Result<Option<RmsNorm>> {
-            Ok(if f.qk_norm {
-                Some(RmsNorm::load(&w.pp(name), d, c.rms_norm_eps)?)
-            } else {
-                None
+            let w = w.pp(name);
+            Ok(match (f.qk_norm, kind.gemma_qk_norm) {
+                (false, _) => None,
+                (true, false) => Some(RmsNorm::load(&w, d, c.rms_norm_eps)?),
+                (true, true) => Some(RmsNorm::load_gemma(&w, d, c.rms_norm_eps)?),
             })
         };
         let hd = c.hidden_size;
@@ -222,12 +241,13 @@ impl Attention {
             kv_heads: kv,
             head_dim: d,
             window: f.windows.get(layer).copied().flatten(),
+            kind,
         })
     }
 
     /// `x [B, T, hidden]` → `[B, T, hidden]` at positions `at`; `bias` is the
     /// additive mask `[B, 1, T, len]` for this layer's window.
-    fn forward(
+    pub(crate) fn forward(
         &self,
         x: &Tensor,
         at: &Positions<'_>,
@@ -255,6 +275,8 @@ impl Attention {
         let (k, v) = cache.update(layer, &k, &v, start)?;
         let opts = SdpaOptions {
             mask: Some(bias),
+            scale: self.kind.scale,
+            softcap: self.kind.softcap,
             round_scores: true,
             ..Default::default()
         };
@@ -271,16 +293,22 @@ enum GateUp {
     Fused(Linear),
 }
 
-/// `LlamaMLP`: `down(act(gate(x)) * up(x))`.
+/// `LlamaMLP` (and Gemma's GeGLU): `down(act(gate(x)) * up(x))`.
 #[derive(Clone, Debug)]
-struct Mlp {
+pub(crate) struct Mlp {
     gate_up: GateUp,
     down_proj: Linear,
     act: Activation,
 }
 
 impl Mlp {
-    fn load(w: &Weights, c: &DecoderConfig, f: &DecoderFeatures) -> Result<Mlp> {
+    /// The MLP under `w` with the family's switches and activation `act`.
+    pub(crate) fn load(
+        w: &Weights,
+        c: &DecoderConfig,
+        f: &DecoderFeatures,
+        act: Activation,
+    ) -> Result<Mlp> {
         let (h, i) = (c.hidden_size, c.intermediate_size);
         let gate_up = if f.fused_gate_up {
             GateUp::Fused(Linear::load(&w.pp("gate_up_proj"), h, 2 * i, f.mlp_bias)?)
@@ -293,11 +321,11 @@ impl Mlp {
         Ok(Mlp {
             gate_up,
             down_proj: Linear::load(&w.pp("down_proj"), i, h, f.mlp_bias)?,
-            act: Activation::from_hf(&c.hidden_act)?,
+            act,
         })
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (g, u) = match &self.gate_up {
             GateUp::Separate([gate, up]) => {
                 let [g, u] = Linear::forward_each([gate, up], x)?;
@@ -349,6 +377,7 @@ impl LlamaModel {
         let embed_tokens = Embedding::load(&w.pp("embed_tokens"), c.vocab_size, c.hidden_size)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
+        let act = Activation::from_hf(&c.hidden_act)?;
         for i in 0..c.num_hidden_layers {
             let lw = w.pp(format!("layers.{i}"));
             layer_devices.push(lw.device());
@@ -358,13 +387,19 @@ impl LlamaModel {
                     c.hidden_size,
                     c.rms_norm_eps,
                 )?,
-                self_attn: Attention::load(&lw.pp("self_attn"), c, &features, i)?,
+                self_attn: Attention::load(
+                    &lw.pp("self_attn"),
+                    c,
+                    &features,
+                    AttentionKind::default(),
+                    i,
+                )?,
                 post_attention_layernorm: RmsNorm::load(
                     &lw.pp("post_attention_layernorm"),
                     c.hidden_size,
                     c.rms_norm_eps,
                 )?,
-                mlp: Mlp::load(&lw.pp("mlp"), c, &features)?,
+                mlp: Mlp::load(&lw.pp("mlp"), c, &features, act)?,
             });
         }
         let norm = RmsNorm::load(&w.pp("norm"), c.hidden_size, c.rms_norm_eps)?;
