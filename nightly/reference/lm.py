@@ -28,6 +28,10 @@ NEW_TOKENS = 20
 # Below it, a port's legitimate rounding differences could flip a token, so the
 # generator moves on to the next seed. bf16's gap is about two ulps at magnitude 1.
 MIN_MARGIN = {"f32": 1e-3, "bf16": 1.6e-2, "f16": 4e-3}
+# The same for a router's choice: the gap between the k-th and (k+1)-th router logit of
+# every routed token (prompt and generation), relative to max(1, |logit|). A flipped choice
+# swaps a whole expert's contribution; bf16 asks for two ulps.
+MIN_ROUTER_GAP = {"f32": 1e-4, "bf16": 2 ** -6, "f16": 2 ** -9}
 SEED_TRIES = 200
 SEED_STRIDE = 1000
 
@@ -66,6 +70,11 @@ class LmFamily:
     # whose output is stored as `last_hidden_state`.
     points: Callable[[torch.nn.Module], dict[str, torch.nn.Module]]
     position_meaning: str
+    # Mixture-of-experts families: the routers whose top-k choice a case must not leave to
+    # rounding (see `routing_gap`).
+    routers: Callable[[torch.nn.Module], list[torch.nn.Module]] | None = None
+    # Applied to the f32 model after its parameters are randomized.
+    adjust: Callable[[torch.nn.Module], None] | None = None
 
 
 LLAMA_FAMILY = LmFamily(BASE_CONFIG, decoder_points,
@@ -87,6 +96,9 @@ class LmSpec:
     left_pad: int = 0  # pad tokens before the second prompt of the batch
     weight_std: float = 0.1
     family: LmFamily = LLAMA_FAMILY
+    # False writes transformers' in-memory layout (fused `mlp.experts.gate_up_proj`) instead
+    # of the checkpoint's original one (`save_pretrained(save_original_format=False)`).
+    save_original_format: bool = True
 
 
 def _rope(rope_type: str, **params: Any) -> dict[str, Any]:
@@ -168,6 +180,8 @@ def build_model(spec: LmSpec) -> torch.nn.Module:
     torch.manual_seed(spec.seed)  # only the library's own init reads the global RNG
     model = model_cls._from_config(config, attn_implementation="eager", dtype=torch.float32)
     randomize_parameters(model, spec.seed, spec.weight_std)
+    if spec.family.adjust:
+        spec.family.adjust(model)
     # `from_pretrained(dir, dtype=bf16)` keeps the rotary `inv_freq` buffers in f32 (they are
     # computed at init, not loaded); a plain `.to(bf16)` would round them too and give logits no
     # loader of the saved checkpoint reproduces. Cast, then put the f32 buffers back.
@@ -239,22 +253,49 @@ def run_greedy(
     return new_ids, step_logits, top2[..., 0] - top2[..., 1]
 
 
+class routing_gap:
+    """Records the smallest relative gap between the k-th and (k+1)-th logit that the given
+    routers (modules returning `(router_logits, ...)` with `top_k` and `num_experts`) see."""
+
+    def __init__(self, routers: list[torch.nn.Module]):
+        self.routers = routers
+        self.gap = float("inf")
+        self.hooks: list[Any] = []
+
+    def __enter__(self) -> "routing_gap":
+        def hook(module, _args, output):
+            top = output[0].float().topk(module.top_k + 1, dim=-1).values
+            scale = top[:, -2].abs().clamp(min=1.0)
+            self.gap = min(self.gap, float(((top[:, -2] - top[:, -1]) / scale).min()))
+
+        self.hooks = [r.register_forward_hook(hook) for r in self.routers if r.top_k < r.num_experts]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self.hooks:
+            h.remove()
+
+
 def pick_seed(spec: LmSpec) -> tuple[LmSpec, torch.nn.Module, dict[str, torch.Tensor], tuple]:
-    """The first seed (spec.seed, +1000, +2000, ...) whose greedy path has no near-tie."""
+    """The first seed (spec.seed, +1000, +2000, ...) whose greedy path has no near-tie, in
+    its tokens or in any router's choice."""
     for attempt in range(SEED_TRIES):
         candidate = replace(spec, seed=spec.seed + attempt * SEED_STRIDE)
         model = build_model(candidate)
         inputs = make_inputs(candidate)
-        greedy = run_greedy(model, inputs)
-        if float(greedy[2].min()) >= MIN_MARGIN[spec.dtype]:
+        routers = spec.family.routers(model) if spec.family.routers else []
+        with routing_gap(routers) as routing:
+            greedy = run_greedy(model, inputs)
+        if float(greedy[2].min()) >= MIN_MARGIN[spec.dtype] and routing.gap >= MIN_ROUTER_GAP[spec.dtype]:
             return candidate, model, inputs, greedy
-    raise RuntimeError(f"{spec.name}: no seed in {SEED_TRIES} tries has a greedy margin >= {MIN_MARGIN[spec.dtype]}")
+    raise RuntimeError(f"{spec.name}: no seed in {SEED_TRIES} tries has a greedy margin >= {MIN_MARGIN[spec.dtype]} "
+                       f"and a router gap >= {MIN_ROUTER_GAP[spec.dtype]}")
 
 
 def build_case(spec: LmSpec, out_dir: Path) -> Case:
     """Saves the checkpoint into out_dir and returns the case with its tensors."""
     spec, model, inputs, (new_ids, step_logits, margins) = pick_seed(spec)
-    model.save_pretrained(out_dir)
+    model.save_pretrained(out_dir, save_original_format=spec.save_original_format)
     # A fresh model for the forward pass: dynamic rope keeps state across calls (the
     # longest sequence seen), so running after generate() would leak its frequencies.
     fresh = build_model(spec)

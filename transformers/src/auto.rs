@@ -63,9 +63,22 @@ impl AutoConfig {
                     pretrained.model_type.as_deref().unwrap_or("absent")
                 )
             };
+            // Vision-language checkpoints (Gemma 3's `Gemma3ForConditionalGeneration`, ...)
+            // nest the config of their text model.
+            let text_type = pretrained
+                .get("text_config")
+                .and_then(|t| t.get("model_type")?.as_str().map(String::from));
+            let hint = match text_type {
+                Some(t) if registry::by_model_type(&t).is_some() => format!(
+                    " (a multimodal checkpoint whose `text_config` is `{t}`; zoo runs the text model from a text-only checkpoint of model_type `{t}`)"
+                ),
+                Some(t) => format!(" (a multimodal checkpoint; its `text_config` is `{t}`)"),
+                None => String::new(),
+            };
             return Err(Error::UnsupportedArchitecture {
                 path: pretrained.path.clone(),
                 found,
+                hint,
                 supported_architectures: registry::architectures().map(|a| a.name).collect(),
                 supported_model_types: registry::model_types(),
             });

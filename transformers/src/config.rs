@@ -1,8 +1,10 @@
-//! The typed `config.json` of the Llama family (llama, mistral, qwen2, qwen3).
+//! The typed `config.json` of the Llama-shaped decoders (llama, mistral, qwen2, qwen3, phi3,
+//! the Gemmas, mixtral, qwen2_moe, qwen3_moe).
 //!
-//! One serde struct reads all four families: their configs share every field the decoder
-//! needs, and each family's own switches (`attention_bias`, `mlp_bias`, `sliding_window`,
-//! `use_sliding_window`, `layer_types`) are optional with transformers' defaults. Which
+//! One serde struct reads them all: their configs share every field the decoder needs, and
+//! each family's own switches (`attention_bias`, `mlp_bias`, `sliding_window`,
+//! `use_sliding_window`, `layer_types`, the expert counts) are optional; the family file
+//! supplies transformers' defaults. Which
 //! switches a family turns on, its window rule included, is the family file's business.
 
 use std::path::PathBuf;
@@ -93,6 +95,34 @@ pub struct DecoderConfig {
     /// short to the long factors past it.
     #[serde(default)]
     pub original_max_position_embeddings: Option<usize>,
+    /// Qwen2-MoE: bias on q/k/v (transformers' default true).
+    #[serde(default)]
+    pub qkv_bias: Option<bool>,
+    /// Mixtral / Qwen3-MoE: experts per layer (transformers' name; `num_experts` is its alias).
+    #[serde(default)]
+    pub num_local_experts: Option<usize>,
+    /// Qwen2-MoE: experts per layer (0: every layer is a plain MLP); Mixtral / Qwen3-MoE:
+    /// the alias of `num_local_experts`.
+    #[serde(default)]
+    pub num_experts: Option<usize>,
+    /// Experts each token is routed to.
+    #[serde(default)]
+    pub num_experts_per_tok: Option<usize>,
+    /// Qwen MoE: width of each routed expert (`intermediate_size` is the dense layers').
+    #[serde(default)]
+    pub moe_intermediate_size: Option<usize>,
+    /// Qwen2-MoE: width of the shared expert.
+    #[serde(default)]
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// Qwen MoE: every `decoder_sparse_step`-th layer routes (layer `i` when `(i + 1) % step == 0`).
+    #[serde(default)]
+    pub decoder_sparse_step: Option<usize>,
+    /// Qwen MoE: layers that keep a plain MLP whatever the step says.
+    #[serde(default)]
+    pub mlp_only_layers: Option<Vec<usize>>,
+    /// Qwen MoE: renormalise the top-k routing weights to sum to 1.
+    #[serde(default)]
+    pub norm_topk_prob: Option<bool>,
     /// The `config.json` it came from, for errors.
     #[serde(skip)]
     pub path: PathBuf,
@@ -132,6 +162,11 @@ impl DecoderConfig {
                 "`hidden_size` ({}) is not divisible by `num_attention_heads` ({}) and no `head_dim` is given",
                 c.hidden_size, c.num_attention_heads
             )));
+        }
+        if c.decoder_sparse_step == Some(0) {
+            return Err(bad(
+                "`decoder_sparse_step` is 0; it must be positive (1 routes every layer)".into(),
+            ));
         }
         if let Some(types) = &c.layer_types {
             if types.len() != c.num_hidden_layers {
@@ -210,6 +245,12 @@ impl DecoderConfig {
             path: self.path.clone(),
             reason: "rope configuration missing; build DecoderConfig with from_pretrained".into(),
         })
+    }
+
+    /// Mixtral's and Qwen3-MoE's expert count: `num_local_experts`, or its alias
+    /// `num_experts` (transformers' `attribute_map`).
+    pub fn local_experts(&self) -> Option<usize> {
+        self.num_local_experts.or(self.num_experts)
     }
 
     /// The sliding window of each layer (`None` = full attention): v5 `layer_types` when

@@ -25,7 +25,7 @@ pub enum Error {
 
     /// No zoo class implements the checkpoint's architecture.
     #[error(
-        "{path}: architecture {found} is not supported by zoo-transformers; supported architectures: {}; model types: {}",
+        "{path}: architecture {found} is not supported by zoo-transformers{hint}; supported architectures: {}; model types: {}",
         supported_architectures.join(", "),
         supported_model_types.join(", ")
     )]
@@ -34,6 +34,9 @@ pub enum Error {
         path: PathBuf,
         /// The architectures and model type it names.
         found: String,
+        /// What the checkpoint is instead, when the config tells (e.g. a vision-language
+        /// model around a supported text model); empty otherwise.
+        hint: String,
         /// Class names zoo-transformers loads.
         supported_architectures: Vec<&'static str>,
         /// `model_type` values zoo-transformers loads.

@@ -12,7 +12,10 @@ use zoo_runtime::device_map::{units_from_inventory, ModelShape, Unit, UnitRules}
 use zoo_runtime::nn::Weights;
 
 use crate::kinds::{CausalLm, DecoderModel, Encoder};
-use crate::models::{bert, gemma, gemma2, gemma3, gpt2, llama, mistral, phi3, qwen2, qwen3};
+use crate::models::{
+    bert, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3,
+    qwen3_moe,
+};
 use crate::Result;
 
 /// What an architecture class computes, as transformers' `AutoModelFor*` classes group them.
@@ -150,6 +153,9 @@ pub static FAMILIES: &[Family] = &[
     mistral::FAMILY,
     qwen2::FAMILY,
     qwen3::FAMILY,
+    mixtral::FAMILY,
+    qwen2_moe::FAMILY,
+    qwen3_moe::FAMILY,
     phi3::FAMILY,
     gemma::FAMILY,
     gemma2::FAMILY,

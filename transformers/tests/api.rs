@@ -188,6 +188,91 @@ fn gpt2_generates_and_bert_loads_every_head_through_the_registry() {
 }
 
 #[test]
+fn mixture_of_experts_generate_chat_and_refuse_a_mismatched_expert_count() {
+    // Generation and chat go through the same CausalLm path as every decoder.
+    let dir = fixture_dir("qwen2moe-shared-f32", |_| {});
+    let m = load(dir.path()).unwrap();
+    assert_eq!(m.config().family.model_type, "qwen2_moe");
+    let prompt = m
+        .apply_chat_template(&[Message::new("user", "hi")])
+        .unwrap();
+    assert_eq!(prompt, "<s>[user] hi\n[assistant] ");
+    let out = m
+        .generate(&[prompt.as_str()], &GenerationOptions::greedy(4))
+        .unwrap()
+        .remove(0);
+    assert_eq!(out.token_ids.len(), 4);
+
+    // Per-expert checkpoint (4 experts) under a config that says 2: refused, not truncated.
+    let fewer = fixture_dir("mixtral-top2-f32", |c| c["num_local_experts"] = json!(2));
+    let msg = load(fewer.path()).err().expect("extra experts").to_string();
+    assert!(
+        msg.contains("model.layers.0.block_sparse_moe.gate.weight")
+            && msg.contains("[2, 32]")
+            && msg.contains("[4, 32]"),
+        "{msg}"
+    );
+    // ... and one that says 6: the first missing expert is named.
+    let more = fixture_dir("mixtral-top2-f32", |c| c["num_local_experts"] = json!(6));
+    let msg = load(more.path())
+        .err()
+        .expect("missing experts")
+        .to_string();
+    assert!(
+        msg.contains("block_sparse_moe.gate.weight") && msg.contains("[6, 32]"),
+        "{msg}"
+    );
+    // Fused checkpoint (8 experts) under a config that says 4.
+    let fused = fixture_dir("mixtral-top1-swa-fused-f32", |c| {
+        c["num_local_experts"] = json!(4)
+    });
+    let msg = load(fused.path()).err().expect("fused count").to_string();
+    assert!(
+        msg.contains("mlp.gate.weight") && msg.contains("[8, 32]"),
+        "{msg}"
+    );
+    // Impossible routings name the field.
+    let zero = fixture_dir("qwen3moe-norm-f32", |c| c["num_experts_per_tok"] = json!(0));
+    let msg = load(zero.path()).err().expect("top-0").to_string();
+    assert!(
+        msg.contains("num_experts_per_tok") && msg.contains("config.json"),
+        "{msg}"
+    );
+    let step = fixture_dir("qwen2moe-shared-f32", |c| {
+        c["decoder_sparse_step"] = json!(0)
+    });
+    let msg = load(step.path()).err().expect("step 0").to_string();
+    assert!(msg.contains("decoder_sparse_step"), "{msg}");
+}
+
+#[test]
+fn a_multimodal_gemma3_checkpoint_is_refused_naming_its_text_model() {
+    let dir = fixture_dir("gemma3-pattern-f32", |c| {
+        let text = c.clone();
+        *c = json!({
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3",
+            "text_config": text,
+            "vision_config": {"model_type": "siglip_vision_model"},
+        });
+    });
+    let err = load(dir.path()).err().expect("multimodal");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::UnsupportedArchitecture { .. })
+            && msg.contains("Gemma3ForConditionalGeneration")
+            && msg.contains("`gemma3_text`"),
+        "{msg}"
+    );
+    // A soft-cap of zero would divide by zero: refused naming the field.
+    let cap = fixture_dir("gemma2-softcap-swa-f32", |c| {
+        c["attn_logit_softcapping"] = json!(0)
+    });
+    let msg = load(cap.path()).err().expect("cap 0").to_string();
+    assert!(msg.contains("attn_logit_softcapping"), "{msg}");
+}
+
+#[test]
 fn a_bert_checkpoint_missing_or_misshaping_a_tensor_names_it() {
     let more = fixture_dir("bert-base-f32", |c| c["num_hidden_layers"] = json!(3));
     let err = AutoModel::load_pretrained(more.path().to_str().unwrap(), DeviceMap::Cpu)

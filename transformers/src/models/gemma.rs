@@ -296,6 +296,7 @@ impl GemmaModel {
             windows: features.windows.clone(),
             fused_qkv: false,
             fused_gate_up: false,
+            moe: None,
         };
         let kind = AttentionKind {
             scale: Some(features.scale),

@@ -14,6 +14,7 @@ use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
+use super::mixtral::{MoeFeatures, SparseMoeBlock};
 use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
@@ -122,6 +123,8 @@ pub struct DecoderFeatures {
     pub fused_qkv: bool,
     /// gate and up in one `gate_up_proj` (rows: gate, then up), as Phi-3 stores them.
     pub fused_gate_up: bool,
+    /// Mixture-of-experts layers in place of some or all MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE).
+    pub moe: Option<MoeFeatures>,
 }
 
 /// Llama's own switches: `attention_bias` on all four projections, `mlp_bias`, a window
@@ -135,6 +138,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         windows: config.windows(|_| false),
         fused_qkv: false,
         fused_gate_up: false,
+        moe: None,
     }
 }
 
@@ -309,7 +313,17 @@ impl Mlp {
         f: &DecoderFeatures,
         act: Activation,
     ) -> Result<Mlp> {
-        let (h, i) = (c.hidden_size, c.intermediate_size);
+        Mlp::load_sized(w, c.hidden_size, c.intermediate_size, f, act)
+    }
+
+    /// The MLP under `w` of width `i` (a shared expert's, which has a size of its own).
+    pub(crate) fn load_sized(
+        w: &Weights,
+        h: usize,
+        i: usize,
+        f: &DecoderFeatures,
+        act: Activation,
+    ) -> Result<Mlp> {
         let gate_up = if f.fused_gate_up {
             GateUp::Fused(Linear::load(&w.pp("gate_up_proj"), h, 2 * i, f.mlp_bias)?)
         } else {
@@ -341,13 +355,46 @@ impl Mlp {
     }
 }
 
-/// `LlamaDecoderLayer`: pre-norm attention and MLP, each added to the residual stream.
+/// What follows a layer's attention: one MLP, or a mixture of experts.
+#[derive(Clone, Debug)]
+enum FeedForward {
+    Dense(Mlp),
+    Sparse(SparseMoeBlock),
+}
+
+impl FeedForward {
+    /// Layer `layer`'s feed-forward under `lw` (the layer's weights).
+    fn load(
+        lw: &Weights,
+        c: &DecoderConfig,
+        f: &DecoderFeatures,
+        act: Activation,
+        layer: usize,
+    ) -> Result<FeedForward> {
+        match &f.moe {
+            Some(moe) if moe.sparse_layers.get(layer) == Some(&true) => Ok(FeedForward::Sparse(
+                SparseMoeBlock::load(lw, c, f, moe, act)?,
+            )),
+            _ => Ok(FeedForward::Dense(Mlp::load(&lw.pp("mlp"), c, f, act)?)),
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            FeedForward::Dense(m) => m.forward(x),
+            FeedForward::Sparse(m) => m.forward(x),
+        }
+    }
+}
+
+/// `LlamaDecoderLayer`: pre-norm attention and MLP (or experts), each added to the residual
+/// stream.
 #[derive(Clone, Debug)]
 struct DecoderLayer {
     input_layernorm: RmsNorm,
     self_attn: Attention,
     post_attention_layernorm: RmsNorm,
-    mlp: Mlp,
+    mlp: FeedForward,
 }
 
 /// `LlamaModel` (and `MistralModel`, `Qwen2Model`, `Qwen3Model`): embeddings, decoder layers,
@@ -399,7 +446,7 @@ impl LlamaModel {
                     c.hidden_size,
                     c.rms_norm_eps,
                 )?,
-                mlp: Mlp::load(&lw.pp("mlp"), c, &features, act)?,
+                mlp: FeedForward::load(&lw, c, &features, act, i)?,
             });
         }
         let norm = RmsNorm::load(&w.pp("norm"), c.hidden_size, c.rms_norm_eps)?;

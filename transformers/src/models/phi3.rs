@@ -51,6 +51,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         windows: config.windows(|_| true),
         fused_qkv: true,
         fused_gate_up: true,
+        moe: None,
     }
 }
 

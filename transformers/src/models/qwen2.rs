@@ -49,6 +49,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         windows: config.windows(|i| slides(config, i)),
         fused_qkv: false,
         fused_gate_up: false,
+        moe: None,
     }
 }
 

@@ -1,0 +1,85 @@
+//! Qwen2-MoE: mirrors transformers' `models/qwen2_moe/modeling_qwen2_moe.py`.
+//!
+//! What differs from Qwen2: the MLP of the layers `decoder_sparse_step` and `mlp_only_layers`
+//! pick is a mixture of `num_experts` experts of width `moe_intermediate_size` (Mixtral's
+//! block: [`super::mixtral::SparseMoeBlock`]) plus a shared expert of width
+//! `shared_expert_intermediate_size` behind a sigmoid gate; the top-k weights are
+//! renormalised only with `norm_topk_prob` and rounded to the model dtype; the q/k/v bias
+//! follows `qkv_bias`; the sliding layers, without `layer_types`, are the even ones below
+//! `max_window_layers`.
+
+use zoo_runtime::nn::ExpertNames;
+
+use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::mixtral::{self, MoeFeatures};
+use crate::config::DecoderConfig;
+use crate::registry::{Architecture, Family, Loaders, Task};
+
+/// The registry entry of `qwen2_moe`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "qwen2_moe",
+    modeling_file: "models/qwen2_moe/modeling_qwen2_moe.py",
+    architectures: &[
+        Architecture {
+            name: "Qwen2MoeForCausalLM",
+            task: Task::CausalLm,
+        },
+        Architecture {
+            name: "Qwen2MoeModel",
+            task: Task::Base,
+        },
+    ],
+    // llama.cpp's `qwen2moe` files store the experts as 3-D `ffn_*_exps` tensors, which
+    // zoo-hub does not map yet.
+    gguf_architectures: &[],
+    no_split_modules: &["Qwen2MoeDecoderLayer"],
+    validate: |c| mixtral::validate_with(c, features),
+    layout: |c| mixtral::layout_with(c, features),
+    loaders: Loaders::Decoder {
+        base: |w, c| llama::load_base_with(w, c, features),
+        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
+    },
+};
+
+/// `Qwen2MoeModel`: the Llama decoder with Qwen2-MoE's switches.
+pub type Qwen2MoeModel = LlamaModel;
+/// `Qwen2MoeForCausalLM`: the Llama causal LM with Qwen2-MoE's switches.
+pub type Qwen2MoeForCausalLM = LlamaForCausalLM;
+
+/// The per-expert names of Qwen's MoE checkpoints.
+pub(super) const QWEN_EXPERT_NAMES: ExpertNames = ExpertNames {
+    gate: "gate_proj",
+    up: "up_proj",
+    down: "down_proj",
+};
+
+/// Qwen2-MoE's switches, with transformers' defaults (60 experts, top 4, widths 1408 and
+/// 5632, no renormalisation, q/k/v bias on).
+pub fn features(config: &DecoderConfig) -> DecoderFeatures {
+    let c = config;
+    let experts = c.num_experts.unwrap_or(60);
+    DecoderFeatures {
+        qkv_bias: c.qkv_bias.unwrap_or(true),
+        o_bias: false,
+        mlp_bias: false,
+        qk_norm: false,
+        windows: c.windows(|i| {
+            c.use_sliding_window.unwrap_or(false)
+                && i % 2 == 0
+                && i < c.max_window_layers.unwrap_or(28)
+        }),
+        fused_qkv: false,
+        fused_gate_up: false,
+        moe: Some(MoeFeatures {
+            experts,
+            experts_field: "num_experts",
+            top_k: c.num_experts_per_tok.unwrap_or(4),
+            intermediate: c.moe_intermediate_size.unwrap_or(1408),
+            norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
+            weights_in_model_dtype: true,
+            shared_expert: Some(c.shared_expert_intermediate_size.unwrap_or(5632)),
+            sparse_layers: MoeFeatures::qwen_sparse_layers(c, experts),
+            names: QWEN_EXPERT_NAMES,
+        }),
+    }
+}

@@ -1,0 +1,71 @@
+//! Qwen3-MoE: mirrors transformers' `models/qwen3_moe/modeling_qwen3_moe.py`.
+//!
+//! Qwen3's attention (q/k norms, `attention_bias`) with Qwen2-MoE's routing minus the shared
+//! expert: `num_experts` experts of width `moe_intermediate_size` in the layers
+//! `decoder_sparse_step` and `mlp_only_layers` pick, top-k renormalised with
+//! `norm_topk_prob`. With `use_sliding_window` every layer slides.
+
+use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::mixtral::{self, MoeFeatures};
+use super::qwen2_moe::QWEN_EXPERT_NAMES;
+use crate::config::DecoderConfig;
+use crate::registry::{Architecture, Family, Loaders, Task};
+
+/// The registry entry of `qwen3_moe`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "qwen3_moe",
+    modeling_file: "models/qwen3_moe/modeling_qwen3_moe.py",
+    architectures: &[
+        Architecture {
+            name: "Qwen3MoeForCausalLM",
+            task: Task::CausalLm,
+        },
+        Architecture {
+            name: "Qwen3MoeModel",
+            task: Task::Base,
+        },
+    ],
+    // llama.cpp's `qwen3moe` files store the experts as 3-D `ffn_*_exps` tensors, which
+    // zoo-hub does not map yet.
+    gguf_architectures: &[],
+    no_split_modules: &["Qwen3MoeDecoderLayer"],
+    validate: |c| mixtral::validate_with(c, features),
+    layout: |c| mixtral::layout_with(c, features),
+    loaders: Loaders::Decoder {
+        base: |w, c| llama::load_base_with(w, c, features),
+        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
+    },
+};
+
+/// `Qwen3MoeModel`: the Llama decoder with Qwen3-MoE's switches.
+pub type Qwen3MoeModel = LlamaModel;
+/// `Qwen3MoeForCausalLM`: the Llama causal LM with Qwen3-MoE's switches.
+pub type Qwen3MoeForCausalLM = LlamaForCausalLM;
+
+/// Qwen3-MoE's switches, with transformers' defaults (128 experts, top 8, width 768, no
+/// renormalisation).
+pub fn features(config: &DecoderConfig) -> DecoderFeatures {
+    let c = config;
+    // `num_local_experts` is what transformers writes (an alias of `num_experts`).
+    let experts = c.local_experts().unwrap_or(128);
+    DecoderFeatures {
+        qkv_bias: c.attention_bias,
+        o_bias: c.attention_bias,
+        mlp_bias: false,
+        qk_norm: true,
+        windows: c.windows(|_| c.use_sliding_window.unwrap_or(false)),
+        fused_qkv: false,
+        fused_gate_up: false,
+        moe: Some(MoeFeatures {
+            experts,
+            experts_field: "num_experts",
+            top_k: c.num_experts_per_tok.unwrap_or(8),
+            intermediate: c.moe_intermediate_size.unwrap_or(768),
+            norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
+            weights_in_model_dtype: true,
+            shared_expert: None,
+            sparse_layers: MoeFeatures::qwen_sparse_layers(c, experts),
+            names: QWEN_EXPERT_NAMES,
+        }),
+    }
+}
