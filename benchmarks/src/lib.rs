@@ -8,8 +8,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 use serde_json::Value;
+use zoo_runtime::Tensor;
+use zoo_transformers::{CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
 
 /// The repository root (this crate lives in `benchmarks/`).
 pub fn repo_root() -> PathBuf {
@@ -195,4 +198,99 @@ impl Table {
 /// `--check`: whether targets decide the exit status.
 pub fn check_mode() -> bool {
     std::env::args().any(|a| a == "--check")
+}
+
+/// The prefill prompt every side runs: `100 + (1000 + i) % 40000`.
+pub fn prefill_ids(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| 100 + (1000 + i) % 40000).collect()
+}
+
+/// zoo's figures for one load: the tok/s of one `prefill`-token forward computing the last
+/// position's logits, and greedy decode tok/s over `new` tokens after the first of `prompt`
+/// (eos suppressed), each the best of `runs` after a warm-up (which compiles on PJRT).
+pub fn zoo_figures(
+    model: &CausalLM,
+    prompt: &str,
+    prefill: usize,
+    new: usize,
+    runs: usize,
+) -> (f64, f64) {
+    let device = model.load_report().device;
+    let lm = model.model();
+    let ids: Vec<i64> = prefill_ids(prefill).iter().map(|&i| i64::from(i)).collect();
+    let input = Tensor::from_vec(ids, &[1, prefill], &device).unwrap();
+    let pos = (0..prefill as i64).collect::<Vec<_>>();
+    let pos = Tensor::from_vec(pos, &[1, prefill], &device).unwrap();
+    let prefill_once = || {
+        let mut cache = lm.model().new_cache(1, prefill + 1).unwrap();
+        let t = Instant::now();
+        let args = ForwardArgs {
+            input_ids: &input,
+            position_ids: &pos,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        let (logits, _) = lm.forward(args, &mut cache, LogitsFor::Last).unwrap();
+        logits.to_vec::<f32>().unwrap();
+        prefill as f64 / t.elapsed().as_secs_f64()
+    };
+    prefill_once();
+    let prefill_tps = best_of(runs, prefill_once);
+    let prompts = [model.encode(prompt, false).unwrap()];
+    let opts = GenerationOptions {
+        min_new_tokens: new + 1,
+        ..GenerationOptions::greedy(new + 1)
+    };
+    model
+        .generate_ids(&prompts, &GenerationOptions::greedy(4), |_| true)
+        .unwrap();
+    let decode = best_of(runs, || {
+        let (_, stats) = model.generate_ids(&prompts, &opts, |_| true).unwrap();
+        stats.decode_tokens_per_second()
+    });
+    (prefill_tps, decode)
+}
+
+/// llama.cpp's own `llama-bench` (`LLAMA_BENCH`) on `gguf` with `threads` threads: (prefill
+/// tok/s over `prefill` tokens, decode tok/s over `new`), averages over `runs`.
+pub fn llama_bench(
+    gguf: &Path,
+    threads: usize,
+    prefill: usize,
+    new: usize,
+    runs: usize,
+) -> Result<(f64, f64), String> {
+    let bin = std::env::var_os("LLAMA_BENCH").map(PathBuf::from).ok_or(
+        "LLAMA_BENCH is not set: build llama-bench (scripts/bench.sh --llama-cpp) or point LLAMA_BENCH at one",
+    )?;
+    let out = Command::new(&bin)
+        .arg("-m")
+        .arg(gguf)
+        .args(["-t", &threads.to_string()])
+        .args(["-p", &prefill.to_string(), "-n", &new.to_string()])
+        .args(["-r", &runs.to_string(), "-o", "json"])
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ));
+    }
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("llama-bench printed no JSON: {e}"))?;
+    let rate = |prompt: bool| {
+        v.as_array()?
+            .iter()
+            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
+            .and_then(|r| r["avg_ts"].as_f64())
+    };
+    Ok((
+        rate(true).ok_or("llama-bench JSON has no prompt-processing row")?,
+        rate(false).ok_or("llama-bench JSON has no generation row")?,
+    ))
 }

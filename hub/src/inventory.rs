@@ -17,6 +17,8 @@ pub enum Transform {
     /// llama.cpp stores `q_proj`/`k_proj` rows with each head's two rotary halves interleaved;
     /// reading undoes that permutation for `heads` heads.
     UnpermuteQk { heads: usize },
+    /// llama.cpp stores Gemma's RMSNorm weights as `1 + w`; reading subtracts 1 (in f32).
+    MinusOne,
 }
 
 /// One stored tensor, described from its file's header.

@@ -190,12 +190,20 @@ impl TensorView<'_> {
                 v
             }
         };
+        if self.info.transform == Transform::MinusOne {
+            return Ok(v.into_iter().map(|x| x - 1.0).collect());
+        }
         Ok(self.untransform(v))
+    }
+
+    /// Whether the stored values need arithmetic on read, which only the f32 path does.
+    fn shifted(&self) -> bool {
+        self.info.transform == Transform::MinusOne
     }
 
     /// The values as f16 (a copy when stored as f16, a rounding conversion otherwise).
     pub fn to_f16(&self) -> Result<Vec<f16>> {
-        if self.info.dtype == Dtype::F16 {
+        if self.info.dtype == Dtype::F16 && !self.shifted() {
             let v = le_chunks!(self.data, 2, u16).map(f16::from_bits).collect();
             return Ok(self.untransform(v));
         }
@@ -204,7 +212,7 @@ impl TensorView<'_> {
 
     /// The values as bf16 (a copy when stored as bf16, a rounding conversion otherwise).
     pub fn to_bf16(&self) -> Result<Vec<bf16>> {
-        if self.info.dtype == Dtype::BF16 {
+        if self.info.dtype == Dtype::BF16 && !self.shifted() {
             let v = le_chunks!(self.data, 2, u16).map(bf16::from_bits).collect();
             return Ok(self.untransform(v));
         }
@@ -214,7 +222,9 @@ impl TensorView<'_> {
     /// The values as f64 (exact for every stored float and integer type up to 2^53).
     pub fn to_f64(&self) -> Result<Vec<f64>> {
         match self.info.dtype {
-            Dtype::F64 => Ok(self.untransform(le_chunks!(self.data, 8, f64).collect())),
+            Dtype::F64 if !self.shifted() => {
+                Ok(self.untransform(le_chunks!(self.data, 8, f64).collect()))
+            }
             Dtype::I64 => Ok(le_chunks!(self.data, 8, i64).map(|x| x as f64).collect()),
             _ => Ok(self.to_f32()?.into_iter().map(f64::from).collect()),
         }
@@ -251,13 +261,13 @@ impl TensorView<'_> {
                 let chunks: Vec<&[u8]> = self.data.chunks_exact(row_len).collect();
                 unpermute_qk(chunks, &[rows], heads).concat()
             }
-            Transform::UnpermuteQk { .. } => self.data.to_vec(),
+            Transform::UnpermuteQk { .. } | Transform::MinusOne => self.data.to_vec(),
         }
     }
 
     fn untransform<T: Copy>(&self, v: Vec<T>) -> Vec<T> {
         match self.info.transform {
-            Transform::None => v,
+            Transform::None | Transform::MinusOne => v,
             Transform::UnpermuteQk { heads } => unpermute_qk(v, &self.info.shape, heads),
         }
     }

@@ -134,10 +134,10 @@ fn open_refuses_other_architectures_and_unknown_tensors() {
     // general.architecture is the string "llama" right after its key.
     let e = edit(
         b"architecture\x08\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00llama",
-        b"architecture\x08\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00gemma",
+        b"architecture\x08\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00mamba",
     );
     assert!(
-        e.contains("\"gemma\" is not supported") && e.contains("llama"),
+        e.contains("\"mamba\" is not supported") && e.contains("llama, qwen2") && e.contains("gemma3"),
         "{e}"
     );
     assert!(e.contains("/x/tiny.gguf"), "{e}");

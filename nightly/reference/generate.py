@@ -2,7 +2,8 @@
 """Writes zoo parity cases from the real PyTorch libraries (transformers, diffusers).
 
 Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), Phi-3 (phi3.py), Gemma, Gemma 2,
-Gemma 3 (gemma.py), Mixtral, Qwen2-MoE, Qwen3-MoE (moe.py), GPT-2 (gpt2.py), BERT and its
+Gemma 3 (gemma.py), Mixtral, Qwen2-MoE, Qwen3-MoE (moe.py), GGUF files of these as llama.cpp
+writes them (gguf_families.py), GPT-2 (gpt2.py), BERT and its
 masked-LM, sequence- and token-classification heads (bert.py).
 
 Every number a zoo parity test compares against comes from here. A case is one folder:
@@ -53,6 +54,7 @@ def tiny_builders():
     """Name -> (spec, builder) for every committed tiny random case, in a stable order."""
     import bert
     import gemma
+    import gguf_families
     import gpt2
     import lm
     import moe
@@ -67,6 +69,8 @@ def tiny_builders():
         table[spec.name] = (spec, gemma.build_case)
     for spec in moe.SPECS:
         table[spec.name] = (spec, moe.build_case)
+    for spec in gguf_families.SPECS:
+        table[spec.name] = (spec, gguf_families.build_case)
     for spec in gpt2.SPECS:
         table[spec.name] = (spec, gpt2.build_case)
     for spec in bert.SPECS:

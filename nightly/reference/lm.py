@@ -294,11 +294,23 @@ def pick_seed(spec: LmSpec) -> tuple[LmSpec, torch.nn.Module, dict[str, torch.Te
 
 def build_case(spec: LmSpec, out_dir: Path) -> Case:
     """Saves the checkpoint into out_dir and returns the case with its tensors."""
-    spec, model, inputs, (new_ids, step_logits, margins) = pick_seed(spec)
+    spec, model, inputs, greedy = pick_seed(spec)
     model.save_pretrained(out_dir, save_original_format=spec.save_original_format)
     # A fresh model for the forward pass: dynamic rope keeps state across calls (the
     # longest sequence seen), so running after generate() would leak its frequencies.
-    fresh = build_model(spec)
+    return case_of(spec, build_model(spec), inputs, greedy)
+
+
+def case_of(
+    spec: LmSpec,
+    fresh: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    greedy: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    checkpoint: dict[str, str] | None = None,
+) -> Case:
+    """The case of `spec`: `fresh` (a model no forward has run on) gives the forward outputs,
+    `greedy` (run_greedy's result) the generation."""
+    new_ids, step_logits, margins = greedy
     points = spec.family.points(fresh)
     final_norm = f"{list(points)[-1]}.output"
     forward = run_forward(fresh, inputs, points)
@@ -328,7 +340,7 @@ def build_case(spec: LmSpec, out_dir: Path) -> Case:
     return Case(
         name=spec.name,
         architecture=spec.architecture,
-        model_type=model.config.model_type,
+        model_type=fresh.config.model_type,
         task="causal-lm",
         dtype=spec.dtype,
         seed=spec.seed,
@@ -340,6 +352,7 @@ def build_case(spec: LmSpec, out_dir: Path) -> Case:
             TensorSpec("position_ids", inputs["position_ids"], spec.family.position_meaning),
         ],
         outputs=outputs,
+        checkpoint=checkpoint or {"path": ".", "format": "safetensors"},
         generation={
             "do_sample": False,
             "max_new_tokens": NEW_TOKENS,

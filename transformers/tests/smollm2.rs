@@ -8,22 +8,15 @@
 
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
-use zoo_runtime::{DType, Tensor};
-use zoo_transformers::{
-    AutoModelForCausalLM, CausalLM, ForwardArgs, GenerationOptions, LogitsFor, Message, StopReason,
-};
+use zoo_runtime::DType;
+use zoo_transformers::{AutoModelForCausalLM, CausalLM, GenerationOptions, Message, StopReason};
 
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
+#[path = "common/expected.rs"]
+mod expected;
 use assets::asset;
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
+use expected::ids;
 
 #[test]
 fn smollm2_answers_paris_with_transformers_tokens() {
@@ -134,100 +127,14 @@ fn answers_paris_with_transformers_tokens(map: DeviceMap, dtype: Option<DType>) 
 /// products summed in another order (and, with kept blocks, from the blocks directly).
 const LOGITS_ATOL: f32 = 5e-4;
 
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-/// One row of logits against a recorded `{"ids", "values"}` top list: the values at those
-/// ids agree, and the best id is transformers' unless its lead is within the tolerance.
-fn row_matches(row: &[f32], top: &Value, what: &str) -> f32 {
-    let ids = ids(&top["ids"]);
-    let values = floats(&top["values"]);
-    let mut worst = 0f32;
-    for (&id, &v) in ids.iter().zip(&values) {
-        worst = worst.max((row[id as usize] - v).abs());
-    }
-    let best = (0..row.len())
-        .max_by(|&a, &b| row[a].total_cmp(&row[b]))
-        .unwrap() as u32;
-    assert!(
-        best == ids[0] || values[0] - values[1] < 2.0 * LOGITS_ATOL,
-        "{what}: best id {best}, transformers' {}",
-        ids[0]
-    );
-    worst
-}
-
-/// The prompt's logits (one uncached forward) and the raw logits of 32 cached greedy steps,
-/// against the slices `nightly/reference/smollm2_expected.py` recorded.
+/// The prompt's logits and the raw logits of 32 cached greedy steps against the slices
+/// `nightly/reference/smollm2_expected.py` recorded.
 fn logits_match_transformers(model: &CausalLM, expected: &Value) {
-    let device = model.load_report().device;
-    let prompt: Vec<i64> = ids(&expected["prompt_ids"])
-        .iter()
-        .map(|&i| i as i64)
-        .collect();
-    let t = prompt.len();
-    let lm = model.model();
-    let mut cache = lm.model().new_cache(1, t + 32).unwrap();
-    let input = Tensor::from_vec(prompt.clone(), &[1, t], &device).unwrap();
-    let positions = Tensor::from_vec((0..t as i64).collect::<Vec<_>>(), &[1, t], &device).unwrap();
-    let args = ForwardArgs {
-        input_ids: &input,
-        position_ids: &positions,
-        attention_mask: None,
-        output_hidden_states: false,
-    };
-    let (logits, _) = lm.forward(args, &mut cache, LogitsFor::All).unwrap();
-    let vocab = logits.shape()[2];
-    let all = logits
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
-    let slices = &expected["prompt_logits"];
-    let probe_ids = ids(&slices["probe_ids"]);
-    let mut worst = 0f32;
-    for (p, row) in all.chunks(vocab).enumerate() {
-        worst = worst.max(row_matches(
-            row,
-            &slices["top"][p],
-            &format!("prompt position {p}"),
-        ));
-        for (&id, &v) in probe_ids.iter().zip(&floats(&slices["probe"][p])) {
-            worst = worst.max((row[id as usize] - v).abs());
-        }
-    }
-    // Cached decode from the same cache, fed transformers' own greedy tokens; step 0's
-    // logits are the prompt's last row.
-    let steps = ids(&expected["first32"]["ids"]);
-    let mut step_worst = 0f32;
-    let mut row = all[all.len() - vocab..].to_vec();
-    for (i, top) in expected["step_logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .enumerate()
-    {
-        if i > 0 {
-            let input = Tensor::from_vec(vec![i64::from(steps[i - 1])], &[1, 1], &device).unwrap();
-            let position = Tensor::from_vec(vec![(t + i - 1) as i64], &[1, 1], &device).unwrap();
-            let args = ForwardArgs {
-                input_ids: &input,
-                position_ids: &position,
-                attention_mask: None,
-                output_hidden_states: false,
-            };
-            let (last, _) = lm.forward(args, &mut cache, LogitsFor::Last).unwrap();
-            row = last.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
-        }
-        step_worst = step_worst.max(row_matches(&row, top, &format!("decode step {i}")));
-    }
+    let (worst, step_worst) =
+        expected::logits_match_transformers(model, expected, "first32", LOGITS_ATOL);
     eprintln!(
-        "SmolLM2 logits vs transformers on {device}: prompt max |diff| {worst:.2e}, decode steps {step_worst:.2e}"
+        "SmolLM2 logits vs transformers on {}: prompt max |diff| {worst:.2e}, decode steps {step_worst:.2e}",
+        model.load_report().device
     );
     assert!(worst <= LOGITS_ATOL, "prompt logits differ by {worst}");
     assert!(

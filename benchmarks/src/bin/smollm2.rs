@@ -27,16 +27,15 @@
 //! --bin smollm2 -- [--check] [--threads 2] [--new 48] [--prefill 512] [--runs 3]`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Instant;
 
 use candle_core::{Device as CDevice, Tensor as CTensor};
 use zoo_benchmarks::{
-    best_of, check_mode, peak_rss, python_figures, reset_peak_rss, Table, Target,
+    best_of, check_mode, peak_rss, prefill_ids, python_figures, reset_peak_rss, Table, Target,
 };
 use zoo_runtime::device_map::DeviceMap;
-use zoo_runtime::Tensor;
-use zoo_transformers::{AutoModelForCausalLM, CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
+use zoo_transformers::{AutoModelForCausalLM, CausalLM};
 
 const HELP: &str = "\
 smollm2: SmolLM2-135M beside PyTorch, candle-transformers and llama.cpp (same run)
@@ -111,53 +110,11 @@ fn env_path(var: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// The prefill prompt every side runs: 100 + (1000 + i) % 40000.
-fn prefill_ids(n: usize) -> Vec<u32> {
-    (0..n as u32).map(|i| 100 + (1000 + i) % 40000).collect()
-}
-
 const PROMPT: &str = "The history of the city of Paris";
 
 /// zoo's figures for one load: prefill tok/s, decode tok/s.
 fn zoo_figures(model: &CausalLM, a: &Args) -> (f64, f64) {
-    let device = model.load_report().device;
-    let lm = model.model();
-    let ids: Vec<i64> = prefill_ids(a.prefill)
-        .iter()
-        .map(|&i| i64::from(i))
-        .collect();
-    let input = Tensor::from_vec(ids, &[1, a.prefill], &device).unwrap();
-    let pos = (0..a.prefill as i64).collect::<Vec<_>>();
-    let pos = Tensor::from_vec(pos, &[1, a.prefill], &device).unwrap();
-    let prefill_once = || {
-        let mut cache = lm.model().new_cache(1, a.prefill + 1).unwrap();
-        let t = Instant::now();
-        let args = ForwardArgs {
-            input_ids: &input,
-            position_ids: &pos,
-            attention_mask: None,
-            output_hidden_states: false,
-        };
-        let (logits, _) = lm.forward(args, &mut cache, LogitsFor::Last).unwrap();
-        logits.to_vec::<f32>().unwrap();
-        a.prefill as f64 / t.elapsed().as_secs_f64()
-    };
-    prefill_once(); // compiles on PJRT
-    let prefill = best_of(a.runs, prefill_once);
-    let prompt = model.encode(PROMPT, false).unwrap();
-    let opts = GenerationOptions {
-        min_new_tokens: a.new + 1,
-        ..GenerationOptions::greedy(a.new + 1)
-    };
-    let prompts = [prompt];
-    model
-        .generate_ids(&prompts, &GenerationOptions::greedy(4), |_| true)
-        .unwrap();
-    let decode = best_of(a.runs, || {
-        let (_, stats) = model.generate_ids(&prompts, &opts, |_| true).unwrap();
-        stats.decode_tokens_per_second()
-    });
-    (prefill, decode)
+    zoo_benchmarks::zoo_figures(model, PROMPT, a.prefill, a.new, a.runs)
 }
 
 fn load(path: &Path, map: DeviceMap) -> Result<CausalLM, String> {
@@ -254,39 +211,7 @@ fn candle_q4(gguf: &Path, prompt: &[u32], a: &Args) -> Result<(f64, f64), String
 
 /// llama.cpp's own `llama-bench` on the same file: (pp tok/s, tg tok/s).
 fn llama_cpp(gguf: &Path, a: &Args) -> Result<(f64, f64), String> {
-    let bin = std::env::var_os("LLAMA_BENCH").map(PathBuf::from).ok_or(
-        "LLAMA_BENCH is not set: build llama-bench (scripts/bench.sh --llama-cpp) or point LLAMA_BENCH at one",
-    )?;
-    let out = Command::new(&bin)
-        .arg("-m")
-        .arg(gguf)
-        .args(["-t", &a.threads.to_string()])
-        .args(["-p", &a.prefill.to_string(), "-n", &a.new.to_string()])
-        .args(["-r", &a.runs.to_string(), "-o", "json"])
-        .output()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        ));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("llama-bench printed no JSON: {e}"))?;
-    let rate = |prompt: bool| {
-        v.as_array()?
-            .iter()
-            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
-            .and_then(|r| r["avg_ts"].as_f64())
-    };
-    Ok((
-        rate(true).ok_or("llama-bench JSON has no prompt-processing row")?,
-        rate(false).ok_or("llama-bench JSON has no generation row")?,
-    ))
+    zoo_benchmarks::llama_bench(gguf, a.threads, a.prefill, a.new, a.runs)
 }
 
 fn torch(dir: &Path, a: &Args) -> Result<(f64, f64), String> {

@@ -1,9 +1,10 @@
 //! GGUF: llama.cpp checkpoints read as HF architectures.
 //!
 //! [`open`] reads a `.gguf` file's header and presents it the way an HF checkpoint folder
-//! looks: an [`Inventory`] under HF tensor names and shapes (with llama.cpp's Q/K row order
-//! marked for undoing on read), a `config.json`, a `tokenizer.json` and a
-//! `tokenizer_config.json`, each built from the file's metadata. Tensor data stays in the file
+//! looks: an [`Inventory`] under HF tensor names and shapes (with what llama.cpp's converter
+//! changed marked for undoing on read: llama's Q/K row order, Gemma's `1 + w` norms), a
+//! `config.json`, a `tokenizer.json` and a `tokenizer_config.json`, each built from the
+//! file's metadata. [`SUPPORTED_ARCHITECTURES`] lists the architectures mapped. Tensor data stays in the file
 //! and is dequantized by [`Weights`](crate::Weights) when a tensor is read.
 
 mod config;
@@ -20,8 +21,11 @@ use crate::inventory::{Inventory, TensorInfo, Transform};
 pub use dequant::{dequantize, dequantize_into};
 pub use reader::{parse, read, Array, GgufFile, GgufTensor, Metadata, Value};
 
-/// The architectures whose tensors and config zoo maps to HF.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+/// The architectures whose tensors and config zoo maps to HF (`general.architecture`;
+/// `llama` files with experts read as Mixtral).
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
+    "llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3",
+];
 
 /// A GGUF file seen as an HF checkpoint.
 #[derive(Clone, Debug)]
@@ -65,26 +69,27 @@ pub fn from_file(file: GgufFile) -> Result<GgufCheckpoint> {
             err("metadata key general.architecture is missing or not a string; the file was not written by a llama.cpp converter".into())
         })?
         .to_string();
-    if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+    let Some(spec) = names::arch(&arch) else {
         return Err(err(format!(
             "architecture {arch:?} is not supported; zoo maps GGUF files of these architectures to HF: {}",
             SUPPORTED_ARCHITECTURES.join(", ")
         )));
-    }
+    };
 
-    let config = config::llama_config(&file).map_err(err)?;
+    let config = config::hf_config(&file, spec).map_err(err)?;
     let heads = config["num_attention_heads"].as_u64().unwrap_or(0) as usize;
     let kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(0) as usize;
 
     let mut inventory = Inventory::default();
     for t in &file.tensors {
-        let Some(mapped) = names::llama_name(&t.name).map_err(err)? else {
+        let Some(mapped) = spec.hf_name(&t.name).map_err(err)? else {
             continue;
         };
-        let transform = match mapped.qk {
-            Some(names::Qk::Q) => Transform::UnpermuteQk { heads },
-            Some(names::Qk::K) => Transform::UnpermuteQk { heads: kv_heads },
-            None => Transform::None,
+        let transform = match mapped.undo {
+            names::Undo::Permutation(names::Qk::Q) => Transform::UnpermuteQk { heads },
+            names::Undo::Permutation(names::Qk::K) => Transform::UnpermuteQk { heads: kv_heads },
+            names::Undo::PlusOne => Transform::MinusOne,
+            names::Undo::None => Transform::None,
         };
         if let Transform::UnpermuteQk { heads } = transform {
             let rows = t.dims.last().copied().unwrap_or(0);
@@ -96,10 +101,15 @@ pub fn from_file(file: GgufFile) -> Result<GgufCheckpoint> {
                 )));
             }
         }
+        let mut shape = t.hf_shape();
+        // llama.cpp stores Qwen2-MoE's shared-expert gate `[1, H]` as a vector.
+        if mapped.name.ends_with("shared_expert_gate.weight") && shape.len() == 1 {
+            shape.insert(0, 1);
+        }
         inventory.push(TensorInfo {
             name: mapped.name,
             dtype: t.dtype,
-            shape: t.hf_shape(),
+            shape,
             nbytes: t.nbytes,
             file: file.path.clone(),
             offset: t.offset,

@@ -42,10 +42,12 @@ pub struct Experts {
 }
 
 impl Experts {
-    /// Loads `experts` experts under `w` (the `experts` module), from either layout a
-    /// checkpoint stores: transformers' fused `gate_up_proj [E, 2I, H]` and
-    /// `down_proj [E, H, I]`, or per-expert `N.{gate,up,down}.weight` under `names`. A
-    /// checkpoint holding more experts than `experts` is refused rather than truncated.
+    /// Loads `experts` experts under `w` (the `experts` module), from any layout a checkpoint
+    /// stores: transformers' fused `gate_up_proj [E, 2I, H]` and `down_proj [E, H, I]`;
+    /// stacked but unfused `gate_proj`, `up_proj` `[E, I, H]` and `down_proj` (llama.cpp's
+    /// `ffn_*_exps`, as zoo-hub names them); or per-expert `N.{gate,up,down}.weight` under
+    /// `names`. A checkpoint holding more experts than `experts` is refused rather than
+    /// truncated.
     pub fn load(
         w: &Weights,
         experts: usize,
@@ -65,8 +67,18 @@ impl Experts {
             });
         }
         let eager = w.device().is_eager();
-        let store = if w.contains("gate_up_proj") {
-            let gate_up = w.get("gate_up_proj", &[e, 2 * i, h])?;
+        let stacked_gate_up = if w.contains("gate_up_proj") {
+            Some(w.get("gate_up_proj", &[e, 2 * i, h])?)
+        } else if w.contains("gate_proj") {
+            let gate = w.get("gate_proj", &[e, i, h])?;
+            let up = w.get("up_proj", &[e, i, h])?;
+            let gate_up = Tensor::cat(&[&gate, &up], 1)?;
+            gate_up.sync()?;
+            Some(gate_up)
+        } else {
+            None
+        };
+        let store = if let Some(gate_up) = stacked_gate_up {
             let down = w.get("down_proj", &[e, h, i])?;
             if eager {
                 let per = (0..e)

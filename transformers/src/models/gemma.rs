@@ -42,8 +42,7 @@ pub(crate) const FAMILY: Family = Family {
             task: Task::Base,
         },
     ],
-    // llama.cpp's `gemma` files are not read by zoo-hub yet.
-    gguf_architectures: &[],
+    gguf_architectures: &["gemma"],
     no_split_modules: &["GemmaDecoderLayer"],
     validate: |c| validate_with(c, features),
     layout: |c| layout_with(c, features),

@@ -29,8 +29,7 @@ pub(crate) const FAMILY: Family = Family {
             task: Task::Base,
         },
     ],
-    // llama.cpp's `gemma2` files are not read by zoo-hub yet.
-    gguf_architectures: &[],
+    gguf_architectures: &["gemma2"],
     no_split_modules: &["Gemma2DecoderLayer"],
     validate: |c| gemma::validate_with(c, features),
     layout: |c| gemma::layout_with(c, features),

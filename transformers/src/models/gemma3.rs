@@ -30,8 +30,7 @@ pub(crate) const FAMILY: Family = Family {
             task: Task::Base,
         },
     ],
-    // llama.cpp's `gemma3` files are not read by zoo-hub yet.
-    gguf_architectures: &[],
+    gguf_architectures: &["gemma3"],
     no_split_modules: &["Gemma3DecoderLayer"],
     validate: |c| gemma::validate_with(c, features),
     layout: |c| gemma::layout_with(c, features),

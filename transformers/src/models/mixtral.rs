@@ -38,8 +38,8 @@ pub(crate) const FAMILY: Family = Family {
             task: Task::Base,
         },
     ],
-    // llama.cpp writes Mixtral as `llama` files with `ffn_*_exps` tensors; zoo-hub does not
-    // map those yet.
+    // llama.cpp writes Mixtral as `llama` files with stacked experts (`ffn_*_exps`); zoo-hub
+    // reads those as `MixtralForCausalLM`, so the llama entry lists the name.
     gguf_architectures: &[],
     no_split_modules: &["MixtralDecoderLayer"],
     validate: |c| validate_with(c, features),

@@ -25,8 +25,7 @@ pub(crate) const FAMILY: Family = Family {
             task: Task::Base,
         },
     ],
-    // llama.cpp's `phi3` files are not read by zoo-hub yet.
-    gguf_architectures: &[],
+    gguf_architectures: &["phi3"],
     no_split_modules: &["Phi3DecoderLayer"],
     validate: llama::validate,
     layout: llama::layout,

@@ -23,8 +23,7 @@ pub(crate) const FAMILY: Family = Family {
             task: Task::Base,
         },
     ],
-    // llama.cpp's `qwen3` files are not read by zoo-hub yet.
-    gguf_architectures: &[],
+    gguf_architectures: &["qwen3"],
     no_split_modules: &["Qwen3DecoderLayer"],
     validate: llama::validate,
     layout: llama::layout,

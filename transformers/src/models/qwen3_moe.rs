@@ -25,9 +25,8 @@ pub(crate) const FAMILY: Family = Family {
             task: Task::Base,
         },
     ],
-    // llama.cpp's `qwen3moe` files store the experts as 3-D `ffn_*_exps` tensors, which
-    // zoo-hub does not map yet.
-    gguf_architectures: &[],
+    // llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
+    gguf_architectures: &["qwen3moe"],
     no_split_modules: &["Qwen3MoeDecoderLayer"],
     validate: |c| mixtral::validate_with(c, features),
     layout: |c| mixtral::layout_with(c, features),

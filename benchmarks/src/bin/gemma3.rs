@@ -1,0 +1,111 @@
+//! Gemma 3 270M, the Q4_K_M GGUF as shipped: zoo on candle CPU beside llama.cpp's `llama-bench`
+//! on the same file, the same thread count and prompt lengths, both in this run.
+//!
+//! zoo keeps the file's Q8_0 matrices as blocks and dequantizes the K-quant and Q5_0 ones to
+//! f32 at load (its CPU kernels multiply Q4_0, Q4_1 and Q8_0 blocks); llama.cpp computes from
+//! every block type. The figures say where that leaves zoo; there is no target yet.
+//!
+//! Run: `scripts/bench.sh`, or with `ZOO_GEMMA3_GGUF` and `LLAMA_BENCH` set: `cargo run
+//! --release --manifest-path benchmarks/Cargo.toml --bin gemma3 -- [--threads 2] [--new 48]
+//! [--prefill 512] [--runs 3]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use zoo_benchmarks::{check_mode, llama_bench, zoo_figures, Table};
+use zoo_runtime::device_map::DeviceMap;
+use zoo_transformers::AutoModelForCausalLM;
+
+const HELP: &str = "\
+gemma3: Gemma 3 270M Q4_K_M beside llama.cpp on the same file (same run)
+
+USAGE: gemma3 [--check] [--threads N] [--new N] [--prefill N] [--runs N]
+
+  --check       accepted (this table has no targets yet)
+  --threads N   threads on both sides (default 2)
+  --new N       greedy tokens timed after the first (default 48)
+  --prefill N   prompt tokens of the prefill forward (default 512)
+  --runs N      runs per figure, best kept (default 3)
+
+Environment: ZOO_GEMMA3_GGUF (the joined file, from scripts/fetch-test-assets.sh),
+LLAMA_BENCH (a llama-bench binary; optional). scripts/bench.sh sets them.";
+
+fn arg(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<usize, String> {
+    let v = it.next().ok_or(format!("{flag} needs a number"))?;
+    v.parse()
+        .ok()
+        .filter(|&n: &usize| n > 0)
+        .ok_or(format!("{flag} {v:?}: expected a positive number"))
+}
+
+fn run() -> Result<ExitCode, String> {
+    let (mut threads, mut new, mut prefill, mut runs) = (2, 48, 512, 3);
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--check" => {}
+            "-h" | "--help" => {
+                println!("{HELP}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            "--threads" => threads = arg(&mut it, &flag)?,
+            "--new" => new = arg(&mut it, &flag)?,
+            "--prefill" => prefill = arg(&mut it, &flag)?,
+            "--runs" => runs = arg(&mut it, &flag)?,
+            other => return Err(format!("unknown argument {other:?}; see --help")),
+        }
+    }
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    let gguf = std::env::var_os("ZOO_GEMMA3_GGUF")
+        .map(PathBuf::from)
+        .ok_or("ZOO_GEMMA3_GGUF is not set: run through scripts/bench.sh, which sets it")?;
+    eprintln!("measuring Gemma 3 270M (each figure best of {runs} runs)...");
+    let model = AutoModelForCausalLM::builder(&gguf.to_string_lossy())
+        .device_map(DeviceMap::Cpu)
+        .load()
+        .map_err(|e| format!("zoo cannot load {}: {e}", gguf.display()))?;
+    let mib = model.load_report().weight_bytes as f64 / 1048576.0;
+    let (pf, dec) = zoo_figures(&model, "The capital of France is", prefill, new, runs);
+    drop(model);
+    let llama = llama_bench(&gguf, threads, prefill, new, runs);
+    let pick = |i: usize| {
+        llama
+            .as_ref()
+            .map(|p| if i == 0 { p.0 } else { p.1 })
+            .map_err(Clone::clone)
+    };
+    let mut t = Table::new(format!(
+        "Gemma 3 270M Q4_K_M ({mib:.0} MiB resident in zoo), {threads} threads, {new} greedy tokens, {prefill}-token prefill; both in this run"
+    ));
+    t.add(
+        "decode, candle CPU",
+        "tok/s",
+        dec,
+        "llama.cpp",
+        pick(1),
+        None,
+    );
+    t.add(
+        "prefill, candle CPU",
+        "tok/s",
+        pf,
+        "llama.cpp",
+        pick(0),
+        None,
+    );
+    let failures = t.print();
+    if check_mode() && failures > 0 {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gemma3: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
