@@ -137,7 +137,9 @@ fn open_refuses_other_architectures_and_unknown_tensors() {
         b"architecture\x08\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00mamba",
     );
     assert!(
-        e.contains("\"mamba\" is not supported") && e.contains("llama, qwen2") && e.contains("gemma3"),
+        e.contains("\"mamba\" is not supported")
+            && e.contains("llama, qwen2")
+            && e.contains("gemma3"),
         "{e}"
     );
     assert!(e.contains("/x/tiny.gguf"), "{e}");

@@ -6,8 +6,9 @@ checkpoints use longrope, whose short factors apply while the sequence fits
 factor from max/original context); Phi-4-mini rotates only part of each head
 (`partial_rotary_factor`); Phi-3-mini-4k slides a window over every layer.
 
-The longrope cases keep prompt and generation on one side of the switch: transformers
-recomputes the whole sequence when generation crosses it, and those cases say which side.
+Two longrope cases keep prompt and generation on one side of the switch; the third crosses it
+during generation, where transformers' Phi-3 drops the cache and recomputes the whole sequence
+with the long factors (`prepare_inputs_for_generation`).
 Building, the greedy seed search, left padding and the case layout are lm.py's.
 """
 
@@ -42,6 +43,11 @@ SPECS: list[LmSpec] = [
           "longrope, original context 8 of 64: a 12-token prompt and its generation use the long factors",
           ["gqa", "fused-qkv", "rope:longrope", "left-padding"], {"max_position_embeddings": 64, **_longrope(4, 8)},
           seed=803, prompt_len=12, left_pad=2),
+    _spec("phi3-longrope-cross-f32", "Phi3ForCausalLM",
+          "longrope, original context 16 of 64: a 10-token prompt on the short factors, generation crosses to the "
+          "long ones at 17 tokens, where transformers recomputes the whole sequence; left-padded",
+          ["gqa", "fused-qkv", "rope:longrope", "longrope-switch", "left-padding"],
+          {"max_position_embeddings": 64, **_longrope(4, 16)}, seed=806, left_pad=2),
     _spec("phi3-partial-swa-f32", "Phi3ForCausalLM",
           "partial_rotary_factor 0.75 of head_dim 16 (Phi-4-mini's), MQA, sliding window 6 on every layer, tied",
           ["mqa", "fused-qkv", "partial-rotary", "sliding-window", "tied", "head-dim"],

@@ -16,8 +16,8 @@ use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::{DType, Tensor};
 use zoo_transformers::registry::{self, Loaders};
 use zoo_transformers::{
-    AutoModelForCausalLM, CausalLM, EncoderArgs, ForwardArgs, GenerationOptions, LoadOptions,
-    LogitsFor,
+    decode_step, AutoModelForCausalLM, CausalLM, DecodeHistory, EncoderArgs, ForwardArgs,
+    GenerationOptions, LoadOptions, LogitsFor,
 };
 
 use crate::case::{discover, Case, CaseDtype, CaseError, CaseSpec, CompareKind, Task};
@@ -730,6 +730,8 @@ fn decode_steps(
         output_hidden_states: false,
     };
     let (mut logits, _) = lm.forward(args, &mut cache, LogitsFor::Last)?;
+    // The steps run as `generate` runs them, a whole-sequence recompute included.
+    let mut history = DecodeHistory::new(ids, positions, &rows, t, 0);
     let mut per_step: Vec<Vec<f32>> = Vec::with_capacity(steps);
     let mut vocab = 0;
     for s in 0..steps {
@@ -740,15 +742,8 @@ fn decode_steps(
         }
         let next: Vec<i64> = (0..b).map(|r| gen_ids[r * steps + s]).collect();
         let p: Vec<i64> = real.iter().map(|&n| n + s as i64).collect();
-        let next = Tensor::from_vec(next, &[b, 1], &device)?;
-        let p = Tensor::from_vec(p, &[b, 1], &device)?;
-        let args = ForwardArgs {
-            input_ids: &next,
-            position_ids: &p,
-            attention_mask: None,
-            output_hidden_states: false,
-        };
-        logits = lm.forward(args, &mut cache, LogitsFor::Last)?.0;
+        history.push(&next, &p);
+        logits = decode_step(lm, &mut cache, &history)?;
     }
     // per_step[s] is [b, vocab]; the reference stores [b, steps, vocab].
     let mut data = Vec::with_capacity(b * steps * vocab);

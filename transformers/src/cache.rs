@@ -1,12 +1,19 @@
 //! The fixed-capacity key/value cache of a decoder, and the attention masks read from it.
 //!
-//! Each layer holds `k` and `v` buffers of shape `[batch, kv_heads, capacity, head_dim]`,
-//! allocated once on that layer's device. On eager devices a forward pass writes its keys and
-//! values in place and attends over the slots filled so far. On compiled (PJRT) devices every
-//! shape must stay the same from one decode step to the next, or each step would compile a
-//! new program: the write is a `dynamic_update_slice` at a position tensor, attention spans
-//! the whole capacity, and the mask hides the slots not filled yet. Per row, the cache also
-//! remembers which slots hold real tokens, so that left padding is masked out.
+//! Each layer holds `k` and `v` buffers of shape `[batch, kv_heads, slots, head_dim]`,
+//! allocated once on that layer's device: `slots` is the capacity for full-attention layers
+//! and the window for sliding layers whose window is shorter than the capacity. A sliding
+//! layer's buffer is a ring: position `p` lives in slot `p % window`, so it holds the last
+//! `window` keys, all a query can see (transformers' sliding-window cache layers keep as few).
+//! A forward pass attends over the ring's earlier contents followed by its own keys, then
+//! writes its last `window` keys into the ring.
+//!
+//! On eager devices a forward pass writes its keys and values in place and attends over the
+//! slots filled so far. On compiled (PJRT) devices every shape must stay the same from one
+//! decode step to the next, or each step would compile a new program: the write is a
+//! `dynamic_update_slice` at a position tensor, attention spans every slot, and the mask
+//! hides the slots not filled yet. Per row, the cache also remembers which positions hold
+//! real tokens, so that left padding is masked out.
 
 use zoo_runtime::{DType, Device, Tensor};
 
@@ -83,9 +90,9 @@ pub struct KvCache {
     valid: Vec<Vec<bool>>,
     /// The device of each layer's buffers.
     devices: Vec<Device>,
-    /// The write position `[0, 0, start, 0]` uploaded once per device and forward pass,
-    /// not once per layer.
-    write_at: std::collections::HashMap<Device, (usize, Tensor)>,
+    /// Write positions `[0, 0, slot, 0]` of this forward pass, uploaded once per device and
+    /// slot, not once per layer.
+    write_at: std::collections::HashMap<(Device, usize), Tensor>,
 }
 
 impl KvCache {
@@ -105,7 +112,13 @@ impl KvCache {
         let layers = specs
             .iter()
             .map(|spec| {
-                let shape = [batch, spec.kv_heads, capacity, spec.head_dim];
+                let slots = match spec.attention {
+                    CacheAttention::SelfAttention { window } => {
+                        ring(window, capacity).unwrap_or(capacity)
+                    }
+                    CacheAttention::Cross => capacity,
+                };
+                let shape = [batch, spec.kv_heads, slots, spec.head_dim];
                 let buffers = match spec.attention {
                     CacheAttention::SelfAttention { .. } => Some((
                         Tensor::zeros(&shape, dtype, &spec.device)?,
@@ -198,6 +211,7 @@ impl KvCache {
             }
         }
         let start = self.len;
+        self.write_at.clear();
         for (b, row) in self.valid.iter_mut().enumerate() {
             for i in 0..t {
                 row[start + i] = token_mask.is_none_or(|m| m[b][i]);
@@ -207,8 +221,10 @@ impl KvCache {
         Ok(start)
     }
 
-    /// Writes `k`, `v` (`[batch, kv_heads, t, head_dim]`) of `layer` at slot `start` and
-    /// returns the keys and values of every filled slot (`[batch, kv_heads, len, head_dim]`).
+    /// Writes `k`, `v` (`[batch, kv_heads, t, head_dim]`) of `layer` at position `start` and
+    /// returns the keys and values attention reads: every filled slot
+    /// (`[batch, kv_heads, len, head_dim]`) for a full layer, the ring's earlier slots followed
+    /// by `k`, `v` for a ring layer (see [`KvCache::attention_bias`] for the order).
     pub fn update(
         &mut self,
         layer: usize,
@@ -216,31 +232,64 @@ impl KvCache {
         v: &Tensor,
         start: usize,
     ) -> Result<(Tensor, Tensor)> {
-        let Some((_, Some((ck, cv)))) = self.layers.get_mut(layer) else {
+        let capacity = self.capacity;
+        let Some((spec, Some((ck, cv)))) = self.layers.get_mut(layer) else {
             return Err(Error::Generation(format!(
                 "the KV cache has no self-attention layer {layer}; it was built for another model"
             )));
         };
+        let window = match spec.attention {
+            CacheAttention::SelfAttention { window } => ring(window, capacity),
+            CacheAttention::Cross => None,
+        };
         let k = k.to_dtype(ck.dtype())?.contiguous()?;
         let v = v.to_dtype(cv.dtype())?.contiguous()?;
         let device = ck.device();
-        if device.is_eager() {
-            ck.write_slice_in_place(2, start, &k)?;
-            cv.write_slice_in_place(2, start, &v)?;
-            Ok((ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?))
+        let Some(w) = window else {
+            let at = write_position(&mut self.write_at, &device, start)?;
+            write(ck, &k, start, at.as_ref())?;
+            write(cv, &v, start, at.as_ref())?;
+            return Ok(if device.is_eager() {
+                (ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?)
+            } else {
+                (ck.clone(), cv.clone())
+            });
+        };
+        // Ring: what attention reads is copied out before the new keys overwrite slots.
+        let t = k.dim(2)?;
+        let past = if device.is_eager() { start.min(w) } else { w };
+        let out = if past == 0 {
+            (k.clone(), v.clone())
         } else {
-            let at = match self.write_at.get(&device) {
-                Some((s, at)) if *s == start => at.clone(),
-                _ => {
-                    let at = Tensor::from_vec(vec![0i64, 0, start as i64, 0], &[4], &device)?;
-                    self.write_at.insert(device, (start, at.clone()));
-                    at
-                }
-            };
-            *ck = ck.dynamic_update_slice(&k, &at)?;
-            *cv = cv.dynamic_update_slice(&v, &at)?;
-            Ok((ck.clone(), cv.clone()))
+            (
+                Tensor::cat(&[&ck.narrow(2, 0, past)?, &k], 2)?,
+                Tensor::cat(&[&cv.narrow(2, 0, past)?, &v], 2)?,
+            )
+        };
+        // The last `w` keys of this pass go to their slots, in at most two runs.
+        let n = t.min(w);
+        let mut done = 0;
+        while done < n {
+            let pos = start + t - n + done;
+            let slot = pos % w;
+            let len = (w - slot).min(n - done);
+            let at = write_position(&mut self.write_at, &device, slot)?;
+            let from = t - n + done;
+            write(
+                ck,
+                &k.narrow(2, from, len)?.contiguous()?,
+                slot,
+                at.as_ref(),
+            )?;
+            write(
+                cv,
+                &v.narrow(2, from, len)?.contiguous()?,
+                slot,
+                at.as_ref(),
+            )?;
+            done += len;
         }
+        Ok(out)
     }
 
     /// Stores the encoder's keys and values (`[batch, kv_heads, encoder_len, head_dim]`) of
@@ -277,8 +326,8 @@ impl KvCache {
         }
     }
 
-    /// The slots attention reads on `device`: those filled so far on eager devices, the
-    /// whole capacity on compiled ones (see the module docs).
+    /// The slots attention reads on `device` in a full-attention layer: those filled so far
+    /// on eager devices, the whole capacity on compiled ones (see the module docs).
     pub fn attended_len(&self, device: &Device) -> usize {
         if device.is_eager() {
             self.len
@@ -287,11 +336,14 @@ impl KvCache {
         }
     }
 
-    /// Additive attention bias `[batch, 1, t, len]` on `device` for the `t` queries written at
-    /// `start`, `len` being [`KvCache::attended_len`]: 0 where a query may see a key, the
-    /// dtype's lowest finite value elsewhere (a finite value, as transformers uses, keeps fully
-    /// masked padding rows free of NaN). A key is visible when it is a real token, not in the
-    /// future, and, with a sliding `window`, less than `window` slots back.
+    /// Additive attention bias `[batch, 1, t, keys]` on `device` for the `t` queries written
+    /// at `start` in a layer with `window`: 0 where a query may see a key, the dtype's lowest
+    /// finite value elsewhere (a finite value, as transformers uses, keeps fully masked padding
+    /// rows free of NaN). A key is visible when it is a real token, not in the future, and,
+    /// with a sliding `window`, less than `window` positions back. The keys are those
+    /// [`KvCache::update`] returns: the [`KvCache::attended_len`] slots of a full layer; for a
+    /// ring layer its slots (slot `j` holding the latest position before `start` that is `j`
+    /// modulo the window) followed by this pass's `t` keys.
     pub fn attention_bias(
         &self,
         start: usize,
@@ -300,15 +352,30 @@ impl KvCache {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
-        let len = self.attended_len(device);
+        // The position each key holds, if any.
+        let positions: Vec<Option<usize>> = match ring(window, self.capacity) {
+            None => (0..self.attended_len(device)).map(Some).collect(),
+            Some(w) => {
+                let past = if device.is_eager() { start.min(w) } else { w };
+                (0..past)
+                    .map(|j| {
+                        let back = (start + w - 1 - j) % w;
+                        (start > back).then(|| start - 1 - back)
+                    })
+                    .chain((start..start + t).map(Some))
+                    .collect()
+            }
+        };
+        let len = positions.len();
         let low = dtype.float_or_default().finite_min();
         let mut m = vec![0f64; self.batch * t * len];
         for (b, row) in self.valid.iter().enumerate() {
             for i in 0..t {
                 let q = start + i;
                 let base = (b * t + i) * len;
-                for (j, &real) in row[..len].iter().enumerate() {
-                    let visible = real && j <= q && window.is_none_or(|w| q - j < w);
+                for (j, p) in positions.iter().enumerate() {
+                    let visible =
+                        p.is_some_and(|p| row[p] && p <= q && window.is_none_or(|w| q - p < w));
                     if !visible {
                         m[base + j] = low;
                     }
@@ -322,6 +389,40 @@ impl KvCache {
             device,
         )?)
     }
+}
+
+/// The ring size of a layer with `window` in a cache of `capacity`: the window when it is
+/// shorter (a full-size buffer otherwise saves nothing).
+fn ring(window: Option<usize>, capacity: usize) -> Option<usize> {
+    window.filter(|&w| w > 0 && w < capacity)
+}
+
+/// The device tensor `[0, 0, slot, 0]` for a compiled write at `slot`, shared by the layers
+/// of one forward pass; `None` on eager devices (written in place).
+fn write_position(
+    cache: &mut std::collections::HashMap<(Device, usize), Tensor>,
+    device: &Device,
+    slot: usize,
+) -> Result<Option<Tensor>> {
+    if device.is_eager() {
+        return Ok(None);
+    }
+    if let Some(at) = cache.get(&(*device, slot)) {
+        return Ok(Some(at.clone()));
+    }
+    let at = Tensor::from_vec(vec![0i64, 0, slot as i64, 0], &[4], device)?;
+    cache.insert((*device, slot), at.clone());
+    Ok(Some(at))
+}
+
+/// Writes `x` into `buf` along dim 2 at `slot`: in place on eager devices, as a
+/// `dynamic_update_slice` at `at` on compiled ones.
+fn write(buf: &mut Tensor, x: &Tensor, slot: usize, at: Option<&Tensor>) -> Result<()> {
+    match at {
+        None => buf.write_slice_in_place(2, slot, x)?,
+        Some(at) => *buf = buf.dynamic_update_slice(x, at)?,
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -351,5 +452,93 @@ mod tests {
         assert!(cache.store_cross(0, &enc, &enc).is_err());
         let wrong = Tensor::ones(&[1, 1, 5, 8], DType::F32, &Device::Cpu).unwrap();
         assert!(cache.store_cross(2, &wrong, &wrong).is_err());
+    }
+
+    /// Attention through a window-3 ring equals attention over every key so far with the
+    /// sliding mask, for a prefill longer than the window, one shorter, and decode steps past
+    /// the wrap, with a left-padded row.
+    #[test]
+    fn a_ring_attends_like_all_keys_with_a_sliding_mask() {
+        let dev = Device::Cpu;
+        let (w, cap) = (3, 12);
+        let ring = [CacheSpec::self_attention(1, 2, Some(w), dev)];
+        let mut b = KvCache::from_specs(&ring, 2, cap, DType::F32).unwrap();
+        let mut seed = 1u64;
+        let mut rand = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = (0..n)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                })
+                .collect();
+            Tensor::from_vec(v, shape, &dev).unwrap()
+        };
+        let (mut all_k, mut all_v): (Option<Tensor>, Option<Tensor>) = (None, None);
+        let mut real: Vec<Vec<bool>> = vec![Vec::new(), Vec::new()];
+        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor| {
+            let opts = zoo_runtime::SdpaOptions {
+                mask: Some(bias),
+                ..Default::default()
+            };
+            Tensor::scaled_dot_product_attention(q, k, v, &opts)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        for (pass, t) in [5usize, 2, 1, 1, 1].into_iter().enumerate() {
+            let mask = (pass == 0).then(|| vec![vec![true; t], (0..t).map(|i| i >= 2).collect()]);
+            let (q, k, v) = (
+                rand(&[2, 1, t, 2]),
+                rand(&[2, 1, t, 2]),
+                rand(&[2, 1, t, 2]),
+            );
+            let start = b.begin(t, mask.as_deref()).unwrap();
+            let (ks, vs) = b.update(0, &k, &v, start).unwrap();
+            let bias = b
+                .attention_bias(start, t, Some(w), DType::F32, &dev)
+                .unwrap();
+            let got = sdpa(&q, &ks, &vs, &bias);
+            // The reference: every key so far, masked by position.
+            let cat = |all: &mut Option<Tensor>, x: &Tensor| {
+                *all = Some(match all.take() {
+                    None => x.clone(),
+                    Some(a) => Tensor::cat(&[&a, x], 2).unwrap(),
+                });
+            };
+            cat(&mut all_k, &k);
+            cat(&mut all_v, &v);
+            for (r, row) in real.iter_mut().enumerate() {
+                row.extend((0..t).map(|i| mask.as_ref().is_none_or(|m| m[r][i])));
+            }
+            let len = start + t;
+            let mut m = vec![0f64; 2 * t * len];
+            for (r, row) in real.iter().enumerate() {
+                for i in 0..t {
+                    let q = start + i;
+                    for (p, &ok) in row.iter().enumerate() {
+                        if !(ok && p <= q && q - p < w) {
+                            m[(r * t + i) * len + p] = f32::MIN as f64;
+                        }
+                    }
+                }
+            }
+            let bias = Tensor::from_f64s(&m, &[2, 1, t, len], DType::F32, &dev).unwrap();
+            let want = sdpa(&q, all_k.as_ref().unwrap(), all_v.as_ref().unwrap(), &bias);
+            let diff = got
+                .iter()
+                .zip(&want)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                diff < 1e-6,
+                "pass {pass}: ring and all keys differ by {diff}"
+            );
+        }
+        // The ring holds the window, not the capacity.
+        let (k, _) = b.layers[0].1.as_ref().unwrap();
+        assert_eq!(k.shape(), [2, 1, w, 2]);
     }
 }

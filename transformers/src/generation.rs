@@ -5,6 +5,7 @@
 
 use zoo_runtime::{DType, Generator, Tensor};
 
+use crate::cache::KvCache;
 use crate::kinds::{CausalLm, ForwardArgs, LogitsFor};
 use crate::sampling::DeviceSampler;
 use crate::{Error, Result};
@@ -261,6 +262,7 @@ pub fn generate(
         mask.push((0..padded).map(|i| i >= pad).collect::<Vec<bool>>());
     }
     let mut cache = base.new_cache(batch, capacity)?;
+    let mut history = DecodeHistory::new(&ids, &pos, &mask, padded, padded - longest);
     let input = Tensor::from_vec(ids, &[batch, padded], &device)?;
     let positions = Tensor::from_vec(pos, &[batch, padded], &device)?;
     let mut sampler = if compiled {
@@ -371,20 +373,10 @@ pub fn generate(
         }
         // Finished rows keep receiving pad tokens so the batch stays rectangular, as in
         // transformers.
-        let input = Tensor::from_vec(
-            next.iter().map(|&t| t as i64).collect(),
-            &[batch, 1],
-            &device,
-        )?;
+        let next: Vec<i64> = next.iter().map(|&t| t as i64).collect();
         let p: Vec<i64> = prompts.iter().map(|p| (p.len() + step) as i64).collect();
-        let positions = Tensor::from_vec(p, &[batch, 1], &device)?;
-        let args = ForwardArgs {
-            input_ids: &input,
-            position_ids: &positions,
-            attention_mask: None,
-            output_hidden_states: false,
-        };
-        logits = model.forward(args, &mut cache, LogitsFor::Last)?.0;
+        history.push(&next, &p);
+        logits = decode_step(model, &mut cache, &history)?;
         stats.decode_steps += 1;
     }
     if let Some(t) = decode_started {
@@ -414,6 +406,87 @@ pub fn generate(
         });
     }
     Ok((outs, stats))
+}
+
+/// Every token a batch has fed a decoder so far, per row: ids, positions and which are real
+/// (left padding is not), for a step that must run the whole sequence again.
+#[derive(Clone, Debug)]
+pub struct DecodeHistory {
+    ids: Vec<Vec<i64>>,
+    positions: Vec<Vec<i64>>,
+    real: Vec<Vec<bool>>,
+    /// Padding columns beyond the longest prompt (compiled devices pad prompts to a bucket),
+    /// which transformers' sequence length does not count.
+    bucket_padding: usize,
+}
+
+impl DecodeHistory {
+    /// The prompt batch: row-major `ids` and `positions` of `len` columns, `real` per row,
+    /// of which `bucket_padding` leading columns pad past the longest prompt.
+    pub fn new(
+        ids: &[i64],
+        positions: &[i64],
+        real: &[Vec<bool>],
+        len: usize,
+        bucket_padding: usize,
+    ) -> DecodeHistory {
+        DecodeHistory {
+            ids: ids.chunks(len.max(1)).map(<[i64]>::to_vec).collect(),
+            positions: positions.chunks(len.max(1)).map(<[i64]>::to_vec).collect(),
+            real: real.to_vec(),
+            bucket_padding,
+        }
+    }
+
+    /// Appends one token per row at `positions`.
+    pub fn push(&mut self, ids: &[i64], positions: &[i64]) {
+        for (b, (&id, &p)) in ids.iter().zip(positions).enumerate() {
+            self.ids[b].push(id);
+            self.positions[b].push(p);
+            self.real[b].push(true);
+        }
+    }
+
+    fn tensors(&self, last: bool, device: &zoo_runtime::Device) -> Result<(Tensor, Tensor)> {
+        let b = self.ids.len();
+        let pick = |rows: &[Vec<i64>]| -> Vec<i64> {
+            if last {
+                rows.iter().map(|r| *r.last().unwrap_or(&0)).collect()
+            } else {
+                rows.concat()
+            }
+        };
+        let t = if last { 1 } else { self.ids[0].len() };
+        Ok((
+            Tensor::from_vec(pick(&self.ids), &[b, t], device)?,
+            Tensor::from_vec(pick(&self.positions), &[b, t], device)?,
+        ))
+    }
+}
+
+/// The logits of the next decode step, whose tokens [`DecodeHistory::push`] added last: one
+/// token per row through `cache`, or, when the model asks for it at this cache length
+/// (Phi-3 passing its longrope switch), the whole sequence again from an emptied cache, as
+/// transformers' `generate` does there.
+pub fn decode_step(
+    model: &dyn CausalLm,
+    cache: &mut KvCache,
+    history: &DecodeHistory,
+) -> Result<Tensor> {
+    let device = model.model().device();
+    let seen = cache.len().saturating_sub(history.bucket_padding);
+    let again = model.model().recompute_cache_at() == Some(seen);
+    if again {
+        cache.reset();
+    }
+    let (input, positions) = history.tensors(!again, &device)?;
+    let args = ForwardArgs {
+        input_ids: &input,
+        position_ids: &positions,
+        attention_mask: again.then_some(history.real.as_slice()),
+        output_hidden_states: false,
+    };
+    Ok(model.forward(args, cache, LogitsFor::Last)?.0)
 }
 
 /// The padded prompt length on compiled devices: powers of two from 16 to 512, then

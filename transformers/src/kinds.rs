@@ -104,6 +104,12 @@ pub trait DecoderModel: Send + Sync + Debug {
     fn stretches_context(&self) -> bool {
         false
     }
+    /// A cache length at which transformers' `generate` drops the cache and runs the whole
+    /// sequence again ([`crate::decode_step`]): Phi-3's longrope switch, past which every
+    /// key's rotation changes. `None` for most models.
+    fn recompute_cache_at(&self) -> Option<usize> {
+        None
+    }
     /// One spec per attention layer: what the cache holds for it and where.
     fn cache_specs(&self) -> Vec<CacheSpec>;
     /// An empty cache for `batch` rows of up to `capacity` tokens.

@@ -37,7 +37,7 @@ pub use cache::{CacheSpec, KvCache};
 pub use chat::{ChatTemplate, Message};
 pub use config::DecoderConfig;
 pub use error::{Error, Result};
-pub use generation::{GenerationOptions, GenerationOutput, StopReason};
+pub use generation::{decode_step, DecodeHistory, GenerationOptions, GenerationOutput, StopReason};
 pub use kinds::{
     CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
     LogitsFor, ModelOutput, Seq2SeqLm,

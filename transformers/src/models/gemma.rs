@@ -296,6 +296,7 @@ impl GemmaModel {
             fused_qkv: false,
             fused_gate_up: false,
             moe: None,
+            longrope_recompute: false,
         };
         let kind = AttentionKind {
             scale: Some(features.scale),

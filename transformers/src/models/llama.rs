@@ -125,6 +125,9 @@ pub struct DecoderFeatures {
     pub fused_gate_up: bool,
     /// Mixture-of-experts layers in place of some or all MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE).
     pub moe: Option<MoeFeatures>,
+    /// Generation recomputes the whole sequence when it first passes a longrope switch
+    /// (`original_max_position_embeddings`), as transformers' Phi-3 does.
+    pub longrope_recompute: bool,
 }
 
 /// Llama's own switches: `attention_bias` on all four projections, `mlp_bias`, a window
@@ -139,6 +142,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         fused_qkv: false,
         fused_gate_up: false,
         moe: None,
+        longrope_recompute: false,
     }
 }
 
@@ -502,6 +506,16 @@ impl DecoderModel for LlamaModel {
             self.rotary.config.scaling,
             zoo_runtime::nn::RopeScaling::Dynamic { .. }
         )
+    }
+
+    fn recompute_cache_at(&self) -> Option<usize> {
+        match self.rotary.config.scaling {
+            zoo_runtime::nn::RopeScaling::LongRope {
+                original_max_position_embeddings,
+                ..
+            } if self.features.longrope_recompute => Some(original_max_position_embeddings),
+            _ => None,
+        }
     }
 
     fn hidden_state_modules(&self) -> Vec<String> {

@@ -50,5 +50,6 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         fused_qkv: false,
         fused_gate_up: false,
         moe: None,
+        longrope_recompute: false,
     }
 }

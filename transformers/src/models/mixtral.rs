@@ -82,6 +82,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
                 down: "w2",
             },
         }),
+        longrope_recompute: false,
     }
 }
 

@@ -40,7 +40,8 @@ pub type Phi3Model = LlamaModel;
 /// `Phi3ForCausalLM`: the Llama causal LM with Phi-3's switches.
 pub type Phi3ForCausalLM = LlamaForCausalLM;
 
-/// Phi-3's switches: fused projections, no biases, every layer in the window when one is set.
+/// Phi-3's switches: fused projections, no biases, every layer in the window when one is set,
+/// the whole sequence recomputed when generation passes the longrope switch.
 pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
         qkv_bias: false,
@@ -51,6 +52,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         fused_qkv: true,
         fused_gate_up: true,
         moe: None,
+        longrope_recompute: true,
     }
 }
 

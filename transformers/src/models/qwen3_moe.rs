@@ -66,5 +66,6 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
             sparse_layers: MoeFeatures::qwen_sparse_layers(c, experts),
             names: QWEN_EXPERT_NAMES,
         }),
+        longrope_recompute: false,
     }
 }
