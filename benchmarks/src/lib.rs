@@ -195,6 +195,15 @@ impl Table {
     }
 }
 
+/// The positive number after `flag` on the command line.
+pub fn positive(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<usize, String> {
+    let v = args.next().ok_or(format!("{flag} needs a number"))?;
+    v.parse()
+        .ok()
+        .filter(|&n: &usize| n > 0)
+        .ok_or(format!("{flag} {v:?}: expected a positive number"))
+}
+
 /// `--check`: whether targets decide the exit status.
 pub fn check_mode() -> bool {
     std::env::args().any(|a| a == "--check")

@@ -10,24 +10,20 @@ chat template),
 - `answer`: greedy, max_new_tokens=64, stopping at eos (what a user sees);
 - `first24`: greedy with min_new_tokens=max_new_tokens=24 (eos suppressed), so exactly 24 tokens
   are compared even when the answer is shorter;
-- `prompt_logits`: a slice of the eager forward's logits over the prompt (one forward, no cache):
-  for every prompt position the ids of its TOP highest logits and their values, plus the logits
-  of PROBE fixed vocabulary ids at every position (so low logits are compared too);
-- `step_logits`: for each of the 24 `first24` steps (cached decode), the top TOP ids and values
-  of the raw logits;
+- `prompt_logits`, `step_logits` (the 24 `first24` steps): slices of the logits as
+  real_slices.py takes them;
 - `config`: the Gemma3TextConfig transformers built from the GGUF metadata (model.config.to_dict()
   without bookkeeping fields). A GGUF carries no query_pre_attn_scalar, rope_local_base_freq,
   layer pattern or soft-capping: those are transformers' Gemma3TextConfig defaults, which is what
   the Rust loader has to reproduce, so they are recorded as built rather than as Google's
   config.json says.
-Floats are float(x) of the float32 values: exact. Provenance: the file's sha256, the wheels it
+Provenance: the file's sha256, the wheels it
 comes from, library versions, the command. Also prints the layer-0 and top-level state-dict
 names and shapes (stdout only).
 
 Run: .venv/bin/python nightly/reference/gemma3_expected.py $ZOO_GEMMA3_GGUF
 """
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -35,6 +31,9 @@ import sys
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import real_slices
+from real_slices import logits_slices, sha256_of
 
 PATH = sys.argv[1]
 OUT = os.path.join(os.path.dirname(__file__), "../../transformers/tests/data/gemma3_270m_expected.json")
@@ -57,36 +56,17 @@ TOP = 8
 PROBE = [0, 1, 2, 3, 100, 1000, 5000, 20000, 100000, 200000, 262143]
 
 
-def top(row):
-    values, idx = row.float().topk(TOP)
-    return {"ids": idx.tolist(), "values": [float(v) for v in values]}
-
-
 pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-with torch.no_grad():
-    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0]
-    steps = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           pad_token_id=pad, max_new_tokens=NEW, min_new_tokens=NEW,
-                           output_logits=True, return_dict_in_generate=True)
-prompt_logits = {
-    "top": [top(row) for row in logits],
-    "probe_ids": PROBE,
-    "probe": [[float(row[i]) for i in PROBE] for row in logits],
-}
-step_logits = [top(step[0]) for step in steps.logits]
-with open(PATH, "rb") as f:
-    sha256 = hashlib.sha256(f.read()).hexdigest()
+prompt_logits, step_logits, sequence = logits_slices(model, ids, pad, NEW, PROBE, TOP)
+sha256 = sha256_of(PATH)
 
 
 def greedy(**kw):
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=pad, **kw)
-    new = out[0, ids.shape[1]:].tolist()
-    return {"ids": new, "text": tok.decode(new, skip_special_tokens=True)}
+    return real_slices.greedy(model, tok, ids, pad, **kw)
 
 
 first = greedy(max_new_tokens=NEW, min_new_tokens=NEW)
-assert first["ids"] == steps.sequences[0, ids.shape[1]:].tolist(), "two greedy runs differ"
+assert first["ids"] == sequence, "two greedy runs differ"
 assert first["ids"] == [s["ids"][0] for s in step_logits], "greedy ids are not the step logits' argmax"
 
 # Bookkeeping, not architecture: where it was loaded from (the GGUF's general.name, the
@@ -113,7 +93,7 @@ result = {
     "config": config,
     "prompt_logits": prompt_logits,
     "step_logits": step_logits,
-    "command": "/work/main/.venv/bin/python nightly/reference/gemma3_expected.py $ZOO_GEMMA3_GGUF",
+    "command": ".venv/bin/python nightly/reference/gemma3_expected.py $ZOO_GEMMA3_GGUF",
     "library_versions": {p: importlib.metadata.version(p) for p in ["torch", "transformers", "gguf", "tokenizers"]},
 }
 with open(OUT, "w") as f:

@@ -7,18 +7,14 @@ Recorded: the chat-templated prompt (apply_chat_template, add_generation_prompt=
 - `answer`: greedy, max_new_tokens=64, stopping at eos (what a user sees);
 - `first32`: greedy with min_new_tokens=max_new_tokens=32 (eos suppressed), so exactly 32 tokens
   are compared even when the answer is shorter;
-- `prompt_logits`: a slice of the eager forward's logits over the prompt (one forward, no cache):
-  for every prompt position the ids of its TOP highest logits and their values, plus the logits
-  of PROBE fixed vocabulary ids at every position (so low logits are compared too);
-- `step_logits`: for each of the 32 `first32` steps (cached decode), the top TOP ids and values
-  of the raw logits.
-Floats are float(x) of the float32 values: exact. Provenance: the file's sha256, the wheel it
+- `prompt_logits`, `step_logits` (the 32 `first32` steps): slices of the logits as
+  real_slices.py takes them.
+Provenance: the file's sha256, the wheel it
 comes from, library versions, the command.
 
 Run: .venv/bin/python nightly/reference/smollm2_expected.py /path/to/SmolLM2-135M-Instruct.Q4_1.gguf
 """
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -26,6 +22,9 @@ import sys
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import real_slices
+from real_slices import logits_slices, sha256_of
 
 PATH = sys.argv[1]
 OUT = os.path.join(os.path.dirname(__file__), "../../transformers/tests/data/smollm2_expected.json")
@@ -41,33 +40,13 @@ ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids
 
 TOP = 8
 PROBE = [0, 1, 2, 100, 1000, 5000, 20000, 40000, 49151]
-
-
-def top(row):
-    values, idx = row.float().topk(TOP)
-    return {"ids": idx.tolist(), "values": [float(v) for v in values]}
-
-
-with torch.no_grad():
-    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0]
-    steps = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           pad_token_id=tok.eos_token_id, max_new_tokens=32, min_new_tokens=32,
-                           output_logits=True, return_dict_in_generate=True)
-prompt_logits = {
-    "top": [top(row) for row in logits],
-    "probe_ids": PROBE,
-    "probe": [[float(row[i]) for i in PROBE] for row in logits],
-}
-step_logits = [top(step[0]) for step in steps.logits]
-with open(PATH, "rb") as f:
-    sha256 = hashlib.sha256(f.read()).hexdigest()
+pad = tok.eos_token_id
+prompt_logits, step_logits, _ = logits_slices(model, ids, pad, 32, PROBE, TOP)
+sha256 = sha256_of(PATH)
 
 
 def greedy(**kw):
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=tok.eos_token_id, **kw)
-    new = out[0, ids.shape[1]:].tolist()
-    return {"ids": new, "text": tok.decode(new, skip_special_tokens=True)}
+    return real_slices.greedy(model, tok, ids, pad, **kw)
 
 
 result = {
@@ -82,7 +61,7 @@ result = {
     "loaded_as": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=name, dtype=torch.float32), eager CPU",
     "prompt_logits": prompt_logits,
     "step_logits": step_logits,
-    "command": "/work/main/.venv/bin/python nightly/reference/smollm2_expected.py $ZOO_SMOLLM2_GGUF",
+    "command": ".venv/bin/python nightly/reference/smollm2_expected.py $ZOO_SMOLLM2_GGUF",
     "library_versions": {p: importlib.metadata.version(p) for p in ["torch", "transformers", "gguf"]},
 }
 with open(OUT, "w") as f:

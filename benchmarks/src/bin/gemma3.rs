@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use zoo_benchmarks::{check_mode, llama_bench, zoo_figures, Table};
+use zoo_benchmarks::{check_mode, llama_bench, positive, zoo_figures, Table};
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::AutoModelForCausalLM;
 
@@ -30,14 +30,6 @@ USAGE: gemma3 [--check] [--threads N] [--new N] [--prefill N] [--runs N]
 Environment: ZOO_GEMMA3_GGUF (the joined file, from scripts/fetch-test-assets.sh),
 LLAMA_BENCH (a llama-bench binary; optional). scripts/bench.sh sets them.";
 
-fn arg(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<usize, String> {
-    let v = it.next().ok_or(format!("{flag} needs a number"))?;
-    v.parse()
-        .ok()
-        .filter(|&n: &usize| n > 0)
-        .ok_or(format!("{flag} {v:?}: expected a positive number"))
-}
-
 fn run() -> Result<ExitCode, String> {
     let (mut threads, mut new, mut prefill, mut runs) = (2, 48, 512, 3);
     let mut it = std::env::args().skip(1);
@@ -48,10 +40,10 @@ fn run() -> Result<ExitCode, String> {
                 println!("{HELP}");
                 return Ok(ExitCode::SUCCESS);
             }
-            "--threads" => threads = arg(&mut it, &flag)?,
-            "--new" => new = arg(&mut it, &flag)?,
-            "--prefill" => prefill = arg(&mut it, &flag)?,
-            "--runs" => runs = arg(&mut it, &flag)?,
+            "--threads" => threads = positive(&mut it, &flag)?,
+            "--new" => new = positive(&mut it, &flag)?,
+            "--prefill" => prefill = positive(&mut it, &flag)?,
+            "--runs" => runs = positive(&mut it, &flag)?,
             other => return Err(format!("unknown argument {other:?}; see --help")),
         }
     }

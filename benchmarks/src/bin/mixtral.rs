@@ -64,12 +64,7 @@ fn parse_args() -> Result<Args, String> {
             "--prefill" => &mut a.prefill,
             other => return Err(format!("unknown argument {other:?}; see --help")),
         };
-        let v = it.next().ok_or(format!("{flag} needs a number"))?;
-        *slot = v
-            .parse()
-            .ok()
-            .filter(|&n: &usize| n > 0)
-            .ok_or(format!("{flag} {v:?}: expected a positive number"))?;
+        *slot = zoo_benchmarks::positive(&mut it, &flag)?;
     }
     Ok(a)
 }

@@ -89,12 +89,7 @@ fn parse_args() -> Result<Args, String> {
             "--runs" => &mut a.runs,
             other => return Err(format!("unknown argument {other:?}; see --help")),
         };
-        let v = it.next().ok_or(format!("{flag} needs a number"))?;
-        *slot = v
-            .parse()
-            .ok()
-            .filter(|&n: &usize| n > 0)
-            .ok_or(format!("{flag} {v:?}: expected a positive number"))?;
+        *slot = zoo_benchmarks::positive(&mut it, &flag)?;
     }
     Ok(a)
 }
