@@ -8,6 +8,7 @@ pub mod gguf;
 pub mod inventory;
 pub mod pretrained;
 pub mod safetensors;
+pub mod slow_tokenizer;
 pub mod source;
 pub mod weights;
 

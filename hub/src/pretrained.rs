@@ -144,14 +144,26 @@ impl Pretrained {
         Ok(Some(config))
     }
 
-    /// `tokenizer.json` as JSON (for a GGUF file, the tokenizer its vocabulary describes).
+    /// `tokenizer.json` as JSON: for a GGUF file, the tokenizer its vocabulary describes;
+    /// without one, what transformers builds from a CLIP tokenizer's `vocab.json` and
+    /// `merges.txt` (see [`crate::slow_tokenizer`]).
     pub fn tokenizer_json(&self) -> Result<Option<Value>> {
         if let Some(ck) = self.gguf()? {
             return Ok(ck.tokenizer.clone());
         }
-        match self.files.get_optional(&self.rel("tokenizer.json"))? {
-            Some(p) => Ok(Some(read_json(&p)?)),
-            None => Ok(None),
+        if let Some(p) = self.files.get_optional(&self.rel("tokenizer.json"))? {
+            return Ok(Some(read_json(&p)?));
+        }
+        let config = self.tokenizer_config()?.unwrap_or_default();
+        let class = config.tokenizer_class.as_deref().unwrap_or_default();
+        if !crate::slow_tokenizer::CLASSES.contains(&class) {
+            return Ok(None);
+        }
+        let vocab = self.files.get_optional(&self.rel("vocab.json"))?;
+        let merges = self.files.get_optional(&self.rel("merges.txt"))?;
+        match (vocab, merges) {
+            (Some(v), Some(m)) => Ok(Some(crate::slow_tokenizer::clip(&v, &m, &config)?)),
+            _ => Ok(None),
         }
     }
 

@@ -4,7 +4,7 @@
 Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), Phi-3 (phi3.py), Gemma, Gemma 2,
 Gemma 3 (gemma.py), Mixtral, Qwen2-MoE, Qwen3-MoE (moe.py), GGUF files of these as llama.cpp
 writes them (gguf_families.py), GPT-2 (gpt2.py), BERT and its
-masked-LM, sequence- and token-classification heads (bert.py).
+masked-LM, sequence- and token-classification heads (bert.py), CLIP's text encoder (clip.py).
 
 Every number a zoo parity test compares against comes from here. A case is one folder:
 the checkpoint (config.json + model.safetensors as save_pretrained writes them),
@@ -53,6 +53,7 @@ DEFAULT_OUT = REPO_ROOT / "nightly" / "fixtures"
 def tiny_builders():
     """Name -> (spec, builder) for every committed tiny random case, in a stable order."""
     import bert
+    import clip
     import gemma
     import gguf_families
     import gpt2
@@ -75,6 +76,8 @@ def tiny_builders():
         table[spec.name] = (spec, gpt2.build_case)
     for spec in bert.SPECS:
         table[spec.name] = (spec, bert.build_case)
+    for spec in clip.SPECS:
+        table[spec.name] = (spec, clip.build_case)
     return table
 
 

@@ -504,7 +504,7 @@ fn like_ids(case: &Case, name: &str, ids: &HostTensor) -> Result<Option<Vec<i64>
 }
 
 /// Loads an encoder case's checkpoint with the head of `task` and produces its outputs:
-/// `last_hidden_state`, `pooler_output`, `logits` and the per-module outputs.
+/// `last_hidden_state`, `pooler_output`, `logits`, `text_embeds` and the per-module outputs.
 fn run_encoder(
     case: &Case,
     backend: Backend,
@@ -550,6 +550,7 @@ fn run_encoder(
     for (name, t) in [
         ("pooler_output", &out.pooler_output),
         ("logits", &out.logits),
+        ("text_embeds", &out.embeds),
     ] {
         if let Some(t) = t {
             produced.insert(name.into(), host(t).map_err(failed)?);

@@ -187,6 +187,8 @@ pub struct EncoderOutput {
     pub hidden_states: Vec<Tensor>,
     /// The head's logits (`[B, T, vocab]`, `[B, labels]` or `[B, T, labels]`).
     pub logits: Option<Tensor>,
+    /// Projected embeddings `[B, projection_dim]` (CLIP's `text_embeds`).
+    pub embeds: Option<Tensor>,
 }
 
 /// A bidirectional encoder with an optional head (`BertModel`, `BertFor*`).

@@ -45,6 +45,7 @@ pub use kinds::{
 pub use models::bert::{
     BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertModel,
 };
+pub use models::clip::{ClipTextConfig, ClipTextModel, ClipTextModelWithProjection};
 pub use models::gemma::{GemmaFeatures, GemmaForCausalLM, GemmaModel};
 pub use models::gemma2::{Gemma2ForCausalLM, Gemma2Model};
 pub use models::gemma3::{Gemma3ForCausalLM, Gemma3TextModel};

@@ -13,8 +13,8 @@ use zoo_runtime::nn::Weights;
 
 use crate::kinds::{CausalLm, DecoderModel, Encoder};
 use crate::models::{
-    bert, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3,
-    qwen3_moe,
+    bert, clip, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe,
+    qwen3, qwen3_moe,
 };
 use crate::Result;
 
@@ -162,6 +162,7 @@ pub static FAMILIES: &[Family] = &[
     gemma3::FAMILY,
     gpt2::FAMILY,
     bert::FAMILY,
+    clip::FAMILY,
 ];
 
 /// The family of a `model_type`.

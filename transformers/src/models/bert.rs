@@ -495,6 +495,7 @@ impl BertModel {
             pooler_output,
             hidden_states,
             logits: None,
+            embeds: None,
         })
     }
 }

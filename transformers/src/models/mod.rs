@@ -2,6 +2,7 @@
 //! registry entry (`FAMILY`), listed in `registry.rs`.
 
 pub mod bert;
+pub mod clip;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;

@@ -1,0 +1,564 @@
+//! CLIP's text tower: mirrors transformers' `models/clip/modeling_clip.py` (`CLIPTextModel`,
+//! `CLIPTextModelWithProjection`, eager attention).
+//!
+//! A pre-norm causal encoder: token + absolute position embeddings; per layer, LayerNorm,
+//! self-attention that sees earlier real tokens only (causal and padding masks), a residual,
+//! LayerNorm, an MLP (`quick_gelu` by default) and a residual; a final LayerNorm. The pooled
+//! output is the final state at the end-of-text token of each row: the first position
+//! holding `eos_token_id`, or, for configs written before transformers corrected it (`eos_token_id`
+//! 2), the position of the row's highest id (the end-of-text token has CLIP's highest id). The
+//! projection head multiplies it by `text_projection` (`text_embeds`). Weight names are the
+//! checkpoint's (`text_model.encoder.layers.3.self_attn.q_proj.weight`, or without
+//! `text_model.` as transformers 5 saves a bare `CLIPTextModel`).
+
+use serde::Deserialize;
+use zoo_hub::PretrainedConfig;
+use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
+use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
+
+use crate::config::require_positive;
+use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
+use crate::registry::{Architecture, Family, Layout, Loaders, Task};
+use crate::{Error, Result};
+
+/// The registry entry of `clip_text_model`. Both classes serve `AutoModel`'s task; which one
+/// loads follows the checkpoint's `architectures`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "clip_text_model",
+    modeling_file: "models/clip/modeling_clip.py",
+    architectures: &[
+        Architecture {
+            name: "CLIPTextModel",
+            task: Task::Base,
+        },
+        Architecture {
+            name: "CLIPTextModelWithProjection",
+            task: Task::Base,
+        },
+    ],
+    gguf_architectures: &[],
+    no_split_modules: &["CLIPTextEmbeddings", "CLIPEncoderLayer"],
+    validate: |c| ClipTextConfig::from_pretrained(c).map(drop),
+    layout,
+    loaders: Loaders::Encoder(load),
+};
+
+fn default_act() -> String {
+    "quick_gelu".into()
+}
+fn default_eps() -> f64 {
+    1e-5
+}
+fn default_max_pos() -> usize {
+    77
+}
+fn default_projection() -> usize {
+    512
+}
+fn default_eos() -> i64 {
+    2
+}
+
+/// `config.json` of a CLIP text tower, as transformers' `CLIPTextConfig` reads it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ClipTextConfig {
+    /// Rows of the token embedding table.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Encoder layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads.
+    pub num_attention_heads: usize,
+    /// Positions the embeddings cover (77 in CLIP).
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    /// MLP activation (`quick_gelu`).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Epsilon of every LayerNorm.
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Width of `text_embeds`.
+    #[serde(default = "default_projection")]
+    pub projection_dim: usize,
+    /// The end-of-text token the pooled output is taken at; 2 selects the legacy rule.
+    #[serde(default = "default_eos")]
+    pub eos_token_id: i64,
+    /// The config file, for errors.
+    #[serde(skip)]
+    pub path: std::path::PathBuf,
+}
+
+impl ClipTextConfig {
+    /// Reads the typed config; a CLIPModel config's `text_config` is read when present.
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ClipTextConfig> {
+        let mut c: ClipTextConfig = match cfg.get("text_config") {
+            Some(text) if cfg.model_type.as_deref() == Some("clip") => serde_json::from_value(text)
+                .map_err(|e| Error::Config {
+                    path: cfg.path.clone(),
+                    reason: format!("`text_config`: {e}"),
+                })?,
+            _ => cfg.parse_as()?,
+        };
+        c.path = cfg.path.clone();
+        require_positive(
+            cfg,
+            &[
+                ("vocab_size", c.vocab_size),
+                ("hidden_size", c.hidden_size),
+                ("intermediate_size", c.intermediate_size),
+                ("num_hidden_layers", c.num_hidden_layers),
+                ("num_attention_heads", c.num_attention_heads),
+                ("max_position_embeddings", c.max_position_embeddings),
+                ("projection_dim", c.projection_dim),
+            ],
+        )?;
+        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+            return Err(Error::Config {
+                path: c.path.clone(),
+                reason: format!(
+                    "`hidden_size` ({}) is not divisible by `num_attention_heads` ({})",
+                    c.hidden_size, c.num_attention_heads
+                ),
+            });
+        }
+        Activation::from_hf(&c.hidden_act).map_err(|e| Error::Config {
+            path: c.path.clone(),
+            reason: format!("`hidden_act`: {e}"),
+        })?;
+        Ok(c)
+    }
+}
+
+/// The planner's view: embeddings, then `encoder.layers.N` (under `text_model.` in
+/// transformers 4 checkpoints and projection heads), no KV cache.
+fn layout(config: &PretrainedConfig) -> Result<Layout> {
+    let c = ClipTextConfig::from_pretrained(config)?;
+    Ok(Layout {
+        layer_containers: vec!["encoder.layers".into(), "text_model.encoder.layers".into()],
+        inputs: vec!["embeddings".into(), "text_model.embeddings".into()],
+        tied: Vec::new(),
+        shape: ModelShape {
+            layers: c.num_hidden_layers,
+            hidden: c.hidden_size,
+            intermediate: c.intermediate_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_attention_heads,
+            head_dim: c.hidden_size / c.num_attention_heads,
+            vocab: 0,
+            kv_cache: false,
+        },
+        context: c.max_position_embeddings,
+    })
+}
+
+/// The family's loader: the projection head when the checkpoint is a
+/// `CLIPTextModelWithProjection`, else the bare text model.
+fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Encoder>> {
+    let c = ClipTextConfig::from_pretrained(config)?;
+    if task != Task::Base {
+        return Err(Error::Config {
+            path: c.path.clone(),
+            reason: format!(
+                "CLIP's text model computes embeddings; it has no {} head",
+                task.auto_class()
+            ),
+        });
+    }
+    let projected = config
+        .architectures
+        .iter()
+        .any(|a| a == "CLIPTextModelWithProjection" || a == "CLIPModel");
+    // transformers 4 saved a CLIPTextModel's transformer under `text_model.`; transformers 5
+    // saves it at the root; the projection head keeps it under `text_model.`.
+    let model = if w.contains("text_model.embeddings.token_embedding.weight") {
+        ClipTextModel::load(&w.pp("text_model"), &c)?.under("text_model.")
+    } else {
+        ClipTextModel::load(w, &c)?
+    };
+    Ok(if projected {
+        Box::new(ClipTextModelWithProjection {
+            text_projection: Linear::load(
+                &w.pp("text_projection"),
+                c.hidden_size,
+                c.projection_dim,
+                false,
+            )?,
+            model,
+        })
+    } else {
+        Box::new(model)
+    })
+}
+
+/// `CLIPAttention`: scaled dot-product attention over q/k/v projections with biases.
+#[derive(Clone, Debug)]
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    out_proj: Linear,
+    heads: usize,
+}
+
+impl Attention {
+    fn load(w: &Weights, c: &ClipTextConfig) -> Result<Attention> {
+        let h = c.hidden_size;
+        Ok(Attention {
+            q_proj: Linear::load(&w.pp("q_proj"), h, h, true)?,
+            k_proj: Linear::load(&w.pp("k_proj"), h, h, true)?,
+            v_proj: Linear::load(&w.pp("v_proj"), h, h, true)?,
+            out_proj: Linear::load(&w.pp("out_proj"), h, h, true)?,
+            heads: c.num_attention_heads,
+        })
+    }
+
+    /// `x [B, T, hidden]`; `bias` is the additive causal and padding mask `[B, 1, T, T]`.
+    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        let (b, t, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let d = h / self.heads;
+        let split = |y: Tensor| -> Result<Tensor> {
+            Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
+        };
+        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let (q, k, v) = (split(q)?, split(k)?, split(v)?);
+        let opts = SdpaOptions {
+            mask: Some(bias),
+            round_scores: true,
+            ..Default::default()
+        };
+        let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
+        let ctx = ctx.transpose(1, 2)?.reshape_to(&[b, t, h])?;
+        Ok(self.out_proj.forward(&ctx)?)
+    }
+}
+
+/// `CLIPEncoderLayer`: pre-norm attention and MLP, each added to the residual stream.
+#[derive(Clone, Debug)]
+struct EncoderLayer {
+    layer_norm1: LayerNorm,
+    self_attn: Attention,
+    layer_norm2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    act: Activation,
+}
+
+impl EncoderLayer {
+    fn load(w: &Weights, c: &ClipTextConfig) -> Result<EncoderLayer> {
+        let (h, i, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps);
+        Ok(EncoderLayer {
+            layer_norm1: LayerNorm::load(&w.pp("layer_norm1"), h, eps)?,
+            self_attn: Attention::load(&w.pp("self_attn"), c)?,
+            layer_norm2: LayerNorm::load(&w.pp("layer_norm2"), h, eps)?,
+            fc1: Linear::load(&w.pp("mlp.fc1"), h, i, true)?,
+            fc2: Linear::load(&w.pp("mlp.fc2"), i, h, true)?,
+            act: Activation::from_hf(&c.hidden_act)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        let a = self
+            .self_attn
+            .forward(&self.layer_norm1.forward(x)?, bias)?;
+        let x = x.add(&a)?;
+        let m = self
+            .act
+            .apply(&self.fc1.forward(&self.layer_norm2.forward(&x)?)?)?;
+        Ok(x.add(&self.fc2.forward(&m)?)?)
+    }
+}
+
+/// `CLIPTextModel` (its `CLIPTextTransformer`): embeddings, encoder layers, final LayerNorm,
+/// the pooled state at each row's end-of-text token.
+#[derive(Clone, Debug)]
+pub struct ClipTextModel {
+    token_embedding: Embedding,
+    position_embedding: Embedding,
+    layers: Vec<EncoderLayer>,
+    final_layer_norm: LayerNorm,
+    config: ClipTextConfig,
+    dtype: DType,
+    /// Where each layer runs; activations move between devices at the cuts.
+    layer_devices: Vec<Device>,
+    /// The module prefix of the transformer in its checkpoint (`text_model.` or none).
+    prefix: &'static str,
+}
+
+impl ClipTextModel {
+    /// Loads the transformer's weights under `w` (`embeddings.*`, `encoder.*`,
+    /// `final_layer_norm.*`).
+    pub fn load(w: &Weights, config: &ClipTextConfig) -> Result<ClipTextModel> {
+        let c = config;
+        let e = w.pp("embeddings");
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let lw = w.pp(format!("encoder.layers.{i}"));
+            layer_devices.push(lw.device());
+            layers.push(EncoderLayer::load(&lw, c)?);
+        }
+        Ok(ClipTextModel {
+            token_embedding: Embedding::load(
+                &e.pp("token_embedding"),
+                c.vocab_size,
+                c.hidden_size,
+            )?,
+            position_embedding: Embedding::load(
+                &e.pp("position_embedding"),
+                c.max_position_embeddings,
+                c.hidden_size,
+            )?,
+            layers,
+            final_layer_norm: LayerNorm::load(
+                &w.pp("final_layer_norm"),
+                c.hidden_size,
+                c.layer_norm_eps,
+            )?,
+            config: c.clone(),
+            dtype: w.dtype(),
+            layer_devices,
+            prefix: "",
+        })
+    }
+
+    fn under(mut self, prefix: &'static str) -> ClipTextModel {
+        self.prefix = prefix;
+        self
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &ClipTextConfig {
+        &self.config
+    }
+
+    fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let c = &self.config;
+        let ids = args.input_ids;
+        let (b, t) = match ids.shape() {
+            [b, t] => (*b, *t),
+            s => {
+                return Err(Error::Generation(format!(
+                    "input_ids {s:?} must be [batch, seq]"
+                )))
+            }
+        };
+        if t == 0 || t > c.max_position_embeddings {
+            return Err(Error::Generation(format!(
+                "the input has {t} tokens; CLIP's text model takes 1 to {} (max_position_embeddings); truncate it as CLIPTokenizer does",
+                c.max_position_embeddings
+            )));
+        }
+        let host = |x: &Tensor, name: &str| -> Result<Vec<i64>> {
+            if x.shape() != [b, t] {
+                return Err(Error::Generation(format!(
+                    "{name} {:?} must have the shape of input_ids [{b}, {t}]",
+                    x.shape()
+                )));
+            }
+            match x.host_known_i64() {
+                Some(v) => Ok(v),
+                None => Ok(x.to_dtype(DType::I64)?.to_vec::<i64>()?),
+            }
+        };
+        let id_values = host(ids, "input_ids")?;
+        if let Some(&bad) = id_values
+            .iter()
+            .find(|&&i| i < 0 || i as usize >= c.vocab_size)
+        {
+            return Err(Error::Generation(format!(
+                "input_ids holds {bad}, outside 0..{}",
+                c.vocab_size
+            )));
+        }
+        let real = match args.attention_mask {
+            Some(m) => host(m, "attention_mask")?,
+            None => vec![1; b * t],
+        };
+        let positions = match args.position_ids {
+            Some(p) => host(p, "position_ids")?,
+            None => (0..b).flat_map(|_| 0..t as i64).collect(),
+        };
+        if let Some(&bad) = positions
+            .iter()
+            .find(|&&p| p < 0 || p as usize >= c.max_position_embeddings)
+        {
+            return Err(Error::Generation(format!(
+                "position_ids holds {bad}, outside 0..{}",
+                c.max_position_embeddings
+            )));
+        }
+        let device = self.device();
+        let ids_t = Tensor::from_vec(id_values.clone(), &[b, t], &device)?;
+        let pos_t = Tensor::from_vec(positions, &[b, t], &device)?;
+        let mut x = self
+            .token_embedding
+            .forward(&ids_t)?
+            .add(&self.position_embedding.forward(&pos_t)?)?;
+        // transformers' causal mask with padding: a query sees the real keys at or before it.
+        let low = self.dtype.finite_min();
+        let mut m = vec![0f64; b * t * t];
+        for r in 0..b {
+            for q in 0..t {
+                for k in 0..t {
+                    if k > q || real[r * t + k] == 0 {
+                        m[(r * t + q) * t + k] = low;
+                    }
+                }
+            }
+        }
+        let mut biases: Vec<(Device, Tensor)> = Vec::new();
+        let mut hidden_states = Vec::new();
+        for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
+            if x.device() != *dev {
+                x = x.to_device(dev)?;
+            }
+            if args.output_hidden_states {
+                hidden_states.push(x.clone());
+            }
+            let bias = match biases.iter().find(|(d, _)| d == dev) {
+                Some((_, bias)) => bias.clone(),
+                None => {
+                    let bias = Tensor::from_f64s(&m, &[b, 1, t, t], self.dtype, dev)?;
+                    biases.push((*dev, bias.clone()));
+                    bias
+                }
+            };
+            x = layer.forward(&x, &bias)?;
+        }
+        if args.output_hidden_states {
+            hidden_states.push(x.clone());
+        }
+        let x = x.to_device(&self.final_layer_norm_device())?;
+        let last = self.final_layer_norm.forward(&x)?;
+        // Each row's end-of-text position (the first one).
+        let rows: Vec<i64> = id_values
+            .chunks(t)
+            .enumerate()
+            .map(|(r, row)| {
+                let at = if c.eos_token_id == 2 {
+                    let top = row.iter().copied().max().unwrap_or(0);
+                    row.iter().position(|&i| i == top)
+                } else {
+                    row.iter().position(|&i| i == c.eos_token_id)
+                };
+                (r * t + at.unwrap_or(0)) as i64
+            })
+            .collect();
+        let rows = Tensor::from_vec(rows, &[b], &last.device())?;
+        let pooled = last
+            .reshape_to(&[b * t, c.hidden_size])?
+            .index_select(0, &rows)?;
+        Ok(EncoderOutput {
+            last_hidden_state: last,
+            pooler_output: Some(pooled),
+            hidden_states,
+            logits: None,
+            embeds: None,
+        })
+    }
+
+    fn final_layer_norm_device(&self) -> Device {
+        self.final_layer_norm
+            .weight
+            .as_ref()
+            .map_or(self.device(), Tensor::device)
+    }
+
+    fn devices_in_order(&self) -> Vec<Device> {
+        let mut out = vec![self.device()];
+        for d in self
+            .layer_devices
+            .iter()
+            .chain([&self.final_layer_norm_device()])
+        {
+            if !out.contains(d) {
+                out.push(*d);
+            }
+        }
+        out
+    }
+
+    fn modules(&self) -> Vec<String> {
+        let p = self.prefix;
+        std::iter::once(format!("{p}embeddings"))
+            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layers.{i}")))
+            .collect()
+    }
+}
+
+const BASE: EncoderHead = EncoderHead::Base;
+
+impl Encoder for ClipTextModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn device(&self) -> Device {
+        self.token_embedding.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        self.devices_in_order()
+    }
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+    fn head(&self) -> &EncoderHead {
+        &BASE
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.modules()
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        self.run(args)
+    }
+}
+
+/// `CLIPTextModelWithProjection`: the text model's pooled state through `text_projection`,
+/// returned as `embeds` (transformers' `text_embeds`; no pooled output).
+#[derive(Clone, Debug)]
+pub struct ClipTextModelWithProjection {
+    model: ClipTextModel,
+    text_projection: Linear,
+}
+
+impl Encoder for ClipTextModelWithProjection {
+    fn dtype(&self) -> DType {
+        self.model.dtype
+    }
+    fn device(&self) -> Device {
+        self.model.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        self.model.devices_in_order()
+    }
+    fn vocab_size(&self) -> usize {
+        self.model.config.vocab_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.model.config.max_position_embeddings
+    }
+    fn head(&self) -> &EncoderHead {
+        &BASE
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.model.modules()
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.model.run(args)?;
+        let Some(pooled) = out.pooler_output.take() else {
+            return Err(Error::Generation(
+                "CLIP's text model returned no pooled state".into(),
+            ));
+        };
+        let pooled = pooled.to_device(&self.text_projection.device())?;
+        out.embeds = Some(self.text_projection.forward(&pooled)?);
+        Ok(out)
+    }
+}
