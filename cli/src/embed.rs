@@ -14,7 +14,8 @@ use zoo_transformers::LoadOptions;
 ///
 /// Pooling and normalisation come from the folder's modules.json (1_Pooling/config.json,
 /// 2_Normalize) and inputs are cut at sentence_bert_config.json's max_seq_length, as
-/// sentence-transformers does; a checkpoint without them is mean-pooled, not normalised.
+/// sentence-transformers does; a checkpoint without them is mean-pooled, not normalised, and
+/// a CLIP text model with a projection gives its text_embeds.
 ///
 /// Examples:
 ///   zoo embed ./all-MiniLM-L6-v2 "The capital of France is Paris." "Paris is in France."
@@ -28,7 +29,9 @@ pub struct Args {
     /// The sentences to embed.
     #[arg(required = true)]
     sentences: Vec<String>,
-    /// Override the pooling: cls, mean, max, mean_sqrt_len_tokens or lasttoken.
+    /// Override the pooling: cls, mean, max, mean_sqrt_len_tokens, lasttoken or projection
+    /// (the model's projected embedding, CLIP's text_embeds: the default for CLIP text models
+    /// with a projection).
     #[arg(long)]
     pooling: Option<String>,
     /// Where the model runs: cpu, cuda:N, pjrt:PLATFORM[:N,...], tpu, auto, balanced, or a
@@ -65,7 +68,7 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("loading {}", args.model))?;
     if let Some(p) = &args.pooling {
         let pooling = Pooling::parse(p).with_context(|| {
-            format!("--pooling {p:?}: use cls, mean, max, mean_sqrt_len_tokens or lasttoken")
+            format!("--pooling {p:?}: use cls, mean, max, mean_sqrt_len_tokens, lasttoken or projection")
         })?;
         embedder = embedder.with_pooling(pooling);
     }

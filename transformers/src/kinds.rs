@@ -210,6 +210,10 @@ pub trait Encoder: Send + Sync + Debug {
     fn hidden_state_modules(&self) -> Vec<String>;
     /// Runs the encoder (and its head).
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput>;
+    /// Whether the output carries projected embeddings (`EncoderOutput::embeds`).
+    fn projects(&self) -> bool {
+        false
+    }
 }
 
 /// An encoder-decoder language model (T5): the encoder runs once over the prompt, the

@@ -3,7 +3,8 @@
 //! `2_Normalize`), with `sentence_bert_config.json`'s `max_seq_length`.
 //!
 //! A plain transformers checkpoint without `modules.json` gets what sentence-transformers
-//! gives it too: mean pooling, no normalisation, the model's own position limit.
+//! gives it too: mean pooling, no normalisation, the model's own position limit; a model
+//! with a projection (CLIP's text model) gives its projected embedding.
 
 use std::path::Path;
 
@@ -29,6 +30,10 @@ pub enum Pooling {
     MeanSqrtLen,
     /// The last real token's embedding (decoder-style embedders).
     LastToken,
+    /// The model's own projected embedding (CLIP's `text_embeds`, what
+    /// `CLIPModel.get_text_features` returns): the default for a projection model without
+    /// `modules.json`.
+    Projection,
 }
 
 impl Pooling {
@@ -40,6 +45,7 @@ impl Pooling {
             "max" => Pooling::Max,
             "mean_sqrt_len_tokens" => Pooling::MeanSqrtLen,
             "lasttoken" => Pooling::LastToken,
+            "projection" => Pooling::Projection,
             _ => return None,
         })
     }
@@ -52,6 +58,7 @@ impl Pooling {
             Pooling::Max => "max",
             Pooling::MeanSqrtLen => "mean_sqrt_len_tokens",
             Pooling::LastToken => "lasttoken",
+            Pooling::Projection => "projection",
         }
     }
 }
@@ -117,7 +124,11 @@ impl SentenceEmbedder {
         let (encoder, _, pretrained) = load_encoder(repo_or_path, &opts, Task::Base)?;
         let files = pretrained.files();
         let tokenizer = Tokenizer::from_pretrained(&pretrained)?;
-        let mut pooling = Pooling::Mean;
+        let mut pooling = if encoder.projects() {
+            Pooling::Projection
+        } else {
+            Pooling::Mean
+        };
         let mut normalize = false;
         if let Some(path) = files.get_optional("modules.json")? {
             let modules: Vec<Module> = parse(&path, read_json(&path)?)?;
@@ -214,6 +225,25 @@ impl SentenceEmbedder {
             position_ids: None,
             output_hidden_states: false,
         })?;
+        if self.pooling == Pooling::Projection {
+            let Some(embeds) = out.embeds else {
+                return Err(Error::Generation(
+                    "this model has no projection; pool its tokens (cls, mean, max, mean_sqrt_len_tokens, lasttoken)".into(),
+                ));
+            };
+            let v = embeds.to_dtype(DType::F32)?.to_vec::<f32>()?;
+            let dim = v.len() / b;
+            return Ok(v
+                .chunks(dim.max(1))
+                .map(|e| {
+                    let mut e = e.to_vec();
+                    if self.normalize {
+                        normalize(&mut e);
+                    }
+                    e
+                })
+                .collect());
+        }
         let h = out
             .last_hidden_state
             .to_dtype(DType::F32)?
@@ -260,7 +290,8 @@ fn pool(p: Pooling, tokens: &[f32], dim: usize) -> Vec<f32> {
     let n = tokens.len() / dim.max(1);
     let rows = tokens.chunks(dim.max(1));
     match p {
-        Pooling::Cls => tokens[..dim].to_vec(),
+        // `embed` returns a projection model's own embeddings before pooling tokens.
+        Pooling::Cls | Pooling::Projection => tokens[..dim].to_vec(),
         Pooling::LastToken => tokens[(n - 1) * dim..].to_vec(),
         Pooling::Max => (0..dim)
             .map(|j| rows.clone().map(|r| r[j]).fold(f32::NEG_INFINITY, f32::max))

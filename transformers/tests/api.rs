@@ -273,6 +273,42 @@ fn a_multimodal_gemma3_checkpoint_is_refused_naming_its_text_model() {
 }
 
 #[test]
+fn clip_text_models_load_by_their_architecture_and_refuse_long_inputs() {
+    let p = fixture("clip-text-proj-f32");
+    let m = AutoModel::load_pretrained(p.to_str().unwrap(), DeviceMap::Cpu).unwrap();
+    let enc = m.as_encoder().expect("CLIP's text model is an encoder");
+    assert!(enc.projects());
+    assert_eq!(enc.hidden_state_modules()[1], "text_model.encoder.layers.0");
+    let ids = zoo_runtime::Tensor::from_vec(vec![126i64, 5, 127], &[1, 3], &enc.device()).unwrap();
+    let args = EncoderArgs {
+        input_ids: &ids,
+        attention_mask: None,
+        token_type_ids: None,
+        position_ids: None,
+        output_hidden_states: false,
+    };
+    let out = enc.forward(args).unwrap();
+    assert_eq!(out.embeds.unwrap().shape(), [1, 24]);
+    // The bare text model (transformers 5 layout, weights at the root) pools and projects nothing.
+    let p = fixture("clip-text-f32");
+    let m = AutoModel::load_pretrained(p.to_str().unwrap(), DeviceMap::Cpu).unwrap();
+    let enc = m.as_encoder().unwrap();
+    assert!(!enc.projects());
+    assert_eq!(enc.hidden_state_modules()[1], "encoder.layers.0");
+    let out = enc.forward(args).unwrap();
+    assert_eq!(out.pooler_output.unwrap().shape(), [1, 32]);
+    // 17 tokens past max_position_embeddings (16): refused, naming the limit.
+    let long = zoo_runtime::Tensor::from_vec(vec![5i64; 17], &[1, 17], &enc.device()).unwrap();
+    let err = enc
+        .forward(EncoderArgs {
+            input_ids: &long,
+            ..args
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("max_position_embeddings"), "{err}");
+}
+
+#[test]
 fn a_bert_checkpoint_missing_or_misshaping_a_tensor_names_it() {
     let more = fixture_dir("bert-base-f32", |c| c["num_hidden_layers"] = json!(3));
     let err = AutoModel::load_pretrained(more.path().to_str().unwrap(), DeviceMap::Cpu)

@@ -550,6 +550,9 @@ impl Encoder for ClipTextModelWithProjection {
     fn hidden_state_modules(&self) -> Vec<String> {
         self.model.modules()
     }
+    fn projects(&self) -> bool {
+        true
+    }
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.model.run(args)?;
         let Some(pooled) = out.pooler_output.take() else {
