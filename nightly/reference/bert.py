@@ -16,7 +16,7 @@ from transformers import (
     BertModel,
 )
 
-from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters
+from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters, run_capturing
 
 VOCAB = 128
 PAD_ID = 0
@@ -151,24 +151,10 @@ def run_forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict
 def _run_base(base: BertModel, inputs: dict[str, torch.Tensor], prefix: str = "",
               head: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
     """Runs `head` (default: `base` itself), capturing `base`'s embeddings and layer outputs."""
-    captured: dict[str, torch.Tensor] = {}
     points = {f"{prefix}embeddings": base.embeddings}
     for i, layer in enumerate(base.encoder.layer):
         points[f"{prefix}encoder.layer.{i}"] = layer
-
-    def capture(name):
-        def hook(_module, _args, output):
-            captured[name] = output[0] if isinstance(output, tuple) else output
-
-        return hook
-
-    hooks = [m.register_forward_hook(capture(f"{n}.output")) for n, m in points.items()]
-    try:
-        with torch.no_grad():
-            out = (head or base)(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    out, captured = run_capturing(points, lambda: (head or base)(**inputs))
     if head is not None:
         return {"logits": out.logits, **captured}
     return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output, **captured}

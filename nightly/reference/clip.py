@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters
+from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters, run_capturing
 
 VOCAB = 128
 EOT = VOCAB - 1  # end-of-text, the highest id as in CLIP's vocabulary
@@ -102,21 +102,7 @@ def run_forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict
     points = {f"{prefix}embeddings": text.embeddings}
     for i, layer in enumerate(text.encoder.layers):
         points[f"{prefix}encoder.layers.{i}"] = layer
-    captured: dict[str, torch.Tensor] = {}
-
-    def capture(name):
-        def hook(_module, _args, output):
-            captured[name] = output[0] if isinstance(output, tuple) else output
-
-        return hook
-
-    hooks = [m.register_forward_hook(capture(f"{n}.output")) for n, m in points.items()]
-    try:
-        with torch.no_grad():
-            out = model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    out, captured = run_capturing(points, lambda: model(**inputs))
     result = {"last_hidden_state": out.last_hidden_state, **captured}
     if isinstance(model, CLIPTextModelWithProjection):
         result["text_embeds"] = out.text_embeds

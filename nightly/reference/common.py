@@ -105,6 +105,27 @@ def randomize_parameters(model: torch.nn.Module, seed: int, std: float) -> None:
             param.copy_(value.to(param.dtype))
 
 
+def run_capturing(points: dict[str, torch.nn.Module], run) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Calls `run()` under no_grad with forward hooks on `points`; returns its result and the
+    output of each point as `<name>.output` (a tuple output's first element)."""
+    captured: dict[str, torch.Tensor] = {}
+
+    def capture(name):
+        def hook(_module, _args, output):
+            captured[name] = output[0] if isinstance(output, tuple) else output
+
+        return hook
+
+    hooks = [m.register_forward_hook(capture(f"{n}.output")) for n, m in points.items()]
+    try:
+        with torch.no_grad():
+            out = run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return out, captured
+
+
 def _is_norm_weight(name: str) -> bool:
     lowered = name.lower()
     # GPT-2 names its LayerNorms ln_1, ln_2, ln_f.
