@@ -62,22 +62,9 @@ def tiny_builders():
     import phi3
 
     table = {}
-    for spec in lm.SPECS:
-        table[spec.name] = (spec, lm.build_case)
-    for spec in phi3.SPECS:
-        table[spec.name] = (spec, phi3.build_case)
-    for spec in gemma.SPECS:
-        table[spec.name] = (spec, gemma.build_case)
-    for spec in moe.SPECS:
-        table[spec.name] = (spec, moe.build_case)
-    for spec in gguf_families.SPECS:
-        table[spec.name] = (spec, gguf_families.build_case)
-    for spec in gpt2.SPECS:
-        table[spec.name] = (spec, gpt2.build_case)
-    for spec in bert.SPECS:
-        table[spec.name] = (spec, bert.build_case)
-    for spec in clip.SPECS:
-        table[spec.name] = (spec, clip.build_case)
+    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip):
+        for spec in module.SPECS:
+            table[spec.name] = (spec, module.build_case)
     return table
 
 

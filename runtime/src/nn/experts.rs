@@ -3,7 +3,8 @@
 //!
 //! Eager devices keep one set of layers per expert and run each expert over exactly the
 //! tokens routed to it: the routing is read back (a few integers per token) and the tokens
-//! grouped on the host, as transformers' expert loop does. A lazy (PJRT) graph needs shapes
+//! grouped, and each token's slots ordered by expert, on the host, as transformers' expert
+//! loop does. A lazy (PJRT) graph needs shapes
 //! known before it runs, so there the experts are stacked (`[E, 2I, H]`, `[E, H, I]`) and
 //! indexed in the graph: when a batch routes fewer token slots than there are experts
 //! (decoding), each slot gathers its expert's matrices and only the chosen experts are
@@ -67,32 +68,39 @@ impl Experts {
             });
         }
         let eager = w.device().is_eager();
-        let stacked_gate_up = if w.contains("gate_up_proj") {
-            Some(w.get("gate_up_proj", &[e, 2 * i, h])?)
-        } else if w.contains("gate_proj") {
-            let gate = w.get("gate_proj", &[e, i, h])?;
-            let up = w.get("up_proj", &[e, i, h])?;
-            let gate_up = Tensor::cat(&[&gate, &up], 1)?;
-            gate_up.sync()?;
-            Some(gate_up)
-        } else {
-            None
-        };
-        let store = if let Some(gate_up) = stacked_gate_up {
+        let fused = w.contains("gate_up_proj");
+        let store = if fused || w.contains("gate_proj") {
+            // gate and up `[E, I, H]` each: views of the fused tensor, or stored apart.
+            let gate_up = if fused {
+                Some(w.get("gate_up_proj", &[e, 2 * i, h])?)
+            } else {
+                None
+            };
+            let (gate, up) = match &gate_up {
+                Some(gu) => (gu.narrow(1, 0, i)?, gu.narrow(1, i, i)?),
+                None => (
+                    w.get("gate_proj", &[e, i, h])?,
+                    w.get("up_proj", &[e, i, h])?,
+                ),
+            };
             let down = w.get("down_proj", &[e, h, i])?;
             if eager {
+                let expert = |t: &Tensor, x: usize| -> Result<Linear> {
+                    Ok(Linear::new(t.narrow(0, x, 1)?.squeeze(0)?, None))
+                };
                 let per = (0..e)
-                    .map(|x| -> Result<[Linear; 3]> {
-                        let gu = gate_up.narrow(0, x, 1)?.squeeze(0)?;
-                        Ok([
-                            Linear::new(gu.narrow(0, 0, i)?, None),
-                            Linear::new(gu.narrow(0, i, i)?, None),
-                            Linear::new(down.narrow(0, x, 1)?.squeeze(0)?, None),
-                        ])
-                    })
+                    .map(|x| Ok([expert(&gate, x)?, expert(&up, x)?, expert(&down, x)?]))
                     .collect::<Result<_>>()?;
                 Store::PerExpert(per)
             } else {
+                let gate_up = match gate_up {
+                    Some(gu) => gu,
+                    None => {
+                        let gu = Tensor::cat(&[&gate, &up], 1)?;
+                        gu.sync()?;
+                        gu
+                    }
+                };
                 Store::Stacked { gate_up, down }
             }
         } else {
@@ -177,13 +185,18 @@ impl Experts {
                 msg: format!("{k} experts per token of {}", self.experts),
             });
         }
-        let (index, weights) = ascending(index, weights, k)?;
-        let slots = match &self.store {
-            Store::PerExpert(layers) => self.routed(layers, x, &index, k)?,
-            Store::Stacked { gate_up, down } if n * k < self.experts => {
-                self.gathered(gate_up, down, x, &index, k)?
+        // Slots come back ordered by expert within each token, with their weights.
+        let (slots, weights) = match &self.store {
+            Store::PerExpert(layers) => self.routed(layers, x, index, weights, k)?,
+            Store::Stacked { gate_up, down } => {
+                let (index, weights) = ascending(index, weights, k)?;
+                let slots = if n * k < self.experts {
+                    self.gathered(gate_up, down, x, &index, k)?
+                } else {
+                    self.dense(gate_up, down, x, &index, k)?
+                };
+                (slots, weights)
             }
-            Store::Stacked { gate_up, down } => self.dense(gate_up, down, x, &index, k)?,
         };
         let weighted = slots
             .mul(&weights.reshape_to(&[n * k, 1])?)?
@@ -196,15 +209,17 @@ impl Experts {
         Ok(out)
     }
 
-    /// Eager: each expert over the tokens routed to it; rows come back in slot order
-    /// `[N * k, H]`.
+    /// Eager: each expert over the tokens routed to it. The indices are read back anyway to
+    /// group the tokens, so each token's slots are put in expert order here, on the host;
+    /// returns the rows `[N * k, H]` in that order and the weights reordered to match.
     fn routed(
         &self,
         layers: &[[Linear; 3]],
         x: &Tensor,
         index: &Tensor,
+        weights: &Tensor,
         k: usize,
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Tensor)> {
         let ids: Vec<i64> = index.to_dtype(DType::I64)?.to_vec()?;
         let mut slots_of: Vec<Vec<usize>> = vec![Vec::new(); self.experts];
         for (slot, &e) in ids.iter().enumerate() {
@@ -235,10 +250,19 @@ impl Experts {
                 row += 1;
             }
         }
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        for token in order.chunks_mut(k) {
+            token.sort_by_key(|&s| ids[s]);
+        }
+        let rows_in_order: Vec<i64> = order.iter().map(|&s| row_of_slot[s]).collect();
+        let slot_order: Vec<i64> = order.iter().map(|&s| s as i64).collect();
         let parts: Vec<&Tensor> = parts.iter().collect();
-        let rows = Tensor::cat(&parts, 0)?;
-        let order = Tensor::from_vec(row_of_slot, &[ids.len()], &device)?;
-        rows.index_select(0, &order)
+        let rows = Tensor::cat(&parts, 0)?
+            .index_select(0, &Tensor::from_vec(rows_in_order, &[ids.len()], &device)?)?;
+        let weights = weights
+            .reshape_to(&[ids.len()])?
+            .index_select(0, &Tensor::from_vec(slot_order, &[ids.len()], &device)?)?;
+        Ok((rows, weights))
     }
 
     /// Lazy, few slots: each slot gathers its expert's matrices `[N * k, 2I, H]`.
@@ -299,7 +323,7 @@ impl Experts {
 }
 
 /// Each token's slots reordered by increasing expert index, the order transformers adds
-/// expert outputs in.
+/// expert outputs in (on the device: a lazy graph cannot read the indices back).
 fn ascending(index: &Tensor, weights: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
     if k == 1 {
         return Ok((index.clone(), weights.clone()));

@@ -16,11 +16,10 @@
 use std::collections::HashMap;
 
 use zoo_hub::{PretrainedConfig, Rope};
-use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RopeConfig, RotaryEmbedding, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, Tensor};
 
-use super::llama::{Attention, AttentionKind, DecoderFeatures, Mlp, Positions};
+use super::llama::{self, Attention, AttentionKind, DecoderFeatures, Mlp, Positions};
 use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
@@ -191,29 +190,7 @@ pub(crate) fn layout_with(
 ) -> Result<Layout> {
     let c = DecoderConfig::from_pretrained(config)?;
     let f = features(config, &c)?;
-    Ok(Layout {
-        layer_containers: vec!["model.layers".into()],
-        inputs: vec!["model.embed_tokens".into()],
-        tied: if f.tie_word_embeddings {
-            vec![vec![
-                "model.embed_tokens.weight".into(),
-                "lm_head.weight".into(),
-            ]]
-        } else {
-            Vec::new()
-        },
-        shape: ModelShape {
-            layers: c.num_hidden_layers,
-            hidden: c.hidden_size,
-            intermediate: c.intermediate_size,
-            heads: c.num_attention_heads,
-            kv_heads: c.num_kv_heads(),
-            head_dim: c.head_dim(),
-            vocab: c.vocab_size,
-            kv_cache: true,
-        },
-        context: c.max_position_embeddings,
-    })
+    Ok(llama::decoder_layout(&c, f.tie_word_embeddings))
 }
 
 /// The base decoder of a family built on this block, with its `features`.

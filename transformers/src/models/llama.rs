@@ -55,10 +55,16 @@ pub(crate) fn validate(config: &PretrainedConfig) -> Result<()> {
 /// each with its KV cache; `lm_head` goes with the embeddings when tied.
 pub(crate) fn layout(config: &PretrainedConfig) -> Result<Layout> {
     let c = DecoderConfig::from_pretrained(config)?;
-    Ok(Layout {
+    Ok(decoder_layout(&c, c.tie_word_embeddings))
+}
+
+/// [`layout`] of an already read config, `tied` saying whether `lm_head` shares the
+/// embeddings (Gemma ties by default; its families decide).
+pub(crate) fn decoder_layout(c: &DecoderConfig, tied: bool) -> Layout {
+    Layout {
         layer_containers: vec!["model.layers".into()],
         inputs: vec!["model.embed_tokens".into()],
-        tied: if c.tie_word_embeddings {
+        tied: if tied {
             vec![vec![
                 "model.embed_tokens.weight".into(),
                 "lm_head.weight".into(),
@@ -77,7 +83,7 @@ pub(crate) fn layout(config: &PretrainedConfig) -> Result<Layout> {
             kv_cache: true,
         },
         context: c.max_position_embeddings,
-    })
+    }
 }
 
 /// The base decoder of a family built on this one, with its `features`.

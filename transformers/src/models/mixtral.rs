@@ -106,8 +106,8 @@ pub(crate) fn layout_with(
     config: &PretrainedConfig,
     features: fn(&DecoderConfig) -> DecoderFeatures,
 ) -> Result<Layout> {
-    let mut layout = llama::layout(config)?;
     let c = DecoderConfig::from_pretrained(config)?;
+    let mut layout = llama::decoder_layout(&c, c.tie_word_embeddings);
     if let Some(m) = features(&c).moe {
         // The planner counts `2 * intermediate` activation values per token.
         let routed = m.experts * (3 * m.intermediate + c.hidden_size) / 2;
