@@ -172,6 +172,12 @@ impl Pretrained {
         self.files.get_optional(&self.rel("tokenizer.json"))
     }
 
+    /// `preprocessor_config.json` (an image processor's settings), when the model has one.
+    pub fn preprocessor_config_path(&self) -> Result<Option<PathBuf>> {
+        self.files
+            .get_optional(&self.rel("preprocessor_config.json"))
+    }
+
     /// `model_index.json` of a diffusers pipeline, when this is one.
     pub fn model_index(&self) -> Result<Option<ModelIndex>> {
         match self.files.get_optional(&self.rel("model_index.json"))? {

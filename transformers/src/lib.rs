@@ -19,6 +19,7 @@ pub mod chat;
 pub mod config;
 mod error;
 pub mod generation;
+pub mod image_processing;
 pub mod kinds;
 mod loading;
 pub mod models;
