@@ -25,7 +25,7 @@ use crate::{Error, Result};
 /// OpenAI CLIP's channel means (`OPENAI_CLIP_MEAN`).
 pub const OPENAI_CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
 /// OpenAI CLIP's channel standard deviations (`OPENAI_CLIP_STD`).
-pub const OPENAI_CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
+pub const OPENAI_CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
 /// `IMAGENET_STANDARD_MEAN`.
 pub const IMAGENET_STANDARD_MEAN: [f32; 3] = [0.5, 0.5, 0.5];
 /// `IMAGENET_STANDARD_STD`.
