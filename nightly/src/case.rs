@@ -185,6 +185,12 @@ pub enum Task {
     TextClassification,
     /// Per-token label logits (`*ForTokenClassification`).
     TokenClassification,
+    /// Hidden states, pooled output or projected embeddings of a vision encoder.
+    ImageFeatureExtraction,
+    /// Per-image label logits (`*ForImageClassification`).
+    ImageClassification,
+    /// A contrastive image-text model's `logits_per_image` (`CLIPModel`).
+    ZeroShotImageClassification,
 }
 
 /// The dtype the reference ran in and the checkpoint is stored in.
@@ -352,6 +358,10 @@ pub struct CaseSpec {
     pub generation: Option<GenerationSpec>,
     /// Provenance.
     pub reference: Reference,
+    /// Vision cases: run with the position embeddings interpolated to the image's patch
+    /// grid (transformers' `interpolate_pos_encoding`).
+    #[serde(default)]
+    pub interpolate_pos_encoding: bool,
     /// Fields this version does not know (kept, ignored).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,

@@ -17,7 +17,7 @@ use zoo_runtime::{DType, Tensor};
 use zoo_transformers::registry::{self, Loaders};
 use zoo_transformers::{
     decode_step, AutoModelForCausalLM, CausalLM, DecodeHistory, EncoderArgs, ForwardArgs,
-    GenerationOptions, LoadOptions, LogitsFor,
+    GenerationOptions, ImageArgs, LoadOptions, LogitsFor,
 };
 
 use crate::case::{discover, Case, CaseDtype, CaseError, CaseSpec, CompareKind, Task};
@@ -42,6 +42,8 @@ pub fn supported_architectures() -> Vec<&'static str> {
 enum Runner {
     CausalLm,
     Encoder(registry::Task),
+    Image(registry::Task),
+    ImageText,
 }
 
 /// The runner for a case's architecture and task, or why there is none.
@@ -69,6 +71,13 @@ fn runner(spec: &CaseSpec) -> Result<Runner, String> {
             Task::TokenClassification,
             t @ registry::Task::TokenClassification,
         ) => Ok(Runner::Encoder(t)),
+        (Loaders::Image(_), Task::ImageFeatureExtraction, t @ registry::Task::Base)
+        | (Loaders::Image(_), Task::ImageClassification, t @ registry::Task::ImageClassification) => {
+            Ok(Runner::Image(t))
+        }
+        (Loaders::ImageText(_), Task::ZeroShotImageClassification, registry::Task::Base) => {
+            Ok(Runner::ImageText)
+        }
         _ => Err(unsupported()),
     }
 }
@@ -410,6 +419,8 @@ fn run_case_dir(
             let outcome = guarded(|| match run {
                 Runner::CausalLm => run_causal_lm(case, backend),
                 Runner::Encoder(task) => run_encoder(case, backend, task),
+                Runner::Image(task) => run_image(case, backend, task),
+                Runner::ImageText => run_image_text(case, backend),
             });
             let time_s = load_time + started.elapsed().as_secs_f64();
             results.push(match outcome {
@@ -558,6 +569,134 @@ fn run_encoder(
     }
     let modules = model.hidden_state_modules();
     module_outputs(case, modules.iter().zip(&out.hidden_states), &mut produced).map_err(failed)?;
+    Ok(produced)
+}
+
+/// The case's `pixel_values` on `device`.
+fn pixel_values(case: &Case, device: &zoo_runtime::Device) -> Result<Tensor, RunError> {
+    let px = input(case, "pixel_values")?;
+    let data = px
+        .as_f32()
+        .ok_or_else(|| RunError::Failed("input `pixel_values` must hold floats".into()))?;
+    Tensor::from_vec(data.to_vec(), &px.shape, device)
+        .map_err(|e| RunError::Failed(format!("pixel_values: {e}")))
+}
+
+/// Loads a vision case's checkpoint with the head of `task` and produces its outputs:
+/// `last_hidden_state`, `pooler_output`, `logits`, `image_embeds` and the per-module outputs.
+fn run_image(
+    case: &Case,
+    backend: Backend,
+    task: registry::Task,
+) -> Result<BTreeMap<String, HostTensor>, RunError> {
+    let failed = |e: zoo_transformers::Error| RunError::Failed(format!("forward: {e}"));
+    let dtype = prepare(case, backend);
+    let ckpt = case.checkpoint_path();
+    let opts = LoadOptions {
+        dtype: Some(dtype),
+        device_map: backend.device_map(),
+        ..Default::default()
+    };
+    let model =
+        zoo_transformers::auto::load_image_encoder_with(&ckpt.to_string_lossy(), opts, task)
+            .map_err(load_error(&ckpt))?;
+    let px = pixel_values(case, &model.device())?;
+    let out = model
+        .forward(ImageArgs {
+            pixel_values: &px,
+            interpolate_pos_encoding: case.spec.interpolate_pos_encoding,
+            output_hidden_states: true,
+        })
+        .map_err(failed)?;
+    let mut produced = BTreeMap::new();
+    produced.insert(
+        "last_hidden_state".into(),
+        host(&out.last_hidden_state).map_err(failed)?,
+    );
+    for (name, t) in [
+        ("pooler_output", &out.pooler_output),
+        ("logits", &out.logits),
+        ("image_embeds", &out.embeds),
+    ] {
+        if let Some(t) = t {
+            produced.insert(name.into(), host(t).map_err(failed)?);
+        }
+    }
+    let modules = model.hidden_state_modules();
+    module_outputs(case, modules.iter().zip(&out.hidden_states), &mut produced).map_err(failed)?;
+    Ok(produced)
+}
+
+/// Loads a contrastive image-text case (`CLIPModel`) and produces `logits_per_image`,
+/// `logits_per_text`, both normalized embeddings, each tower's states and the vision
+/// tower's per-module outputs.
+fn run_image_text(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostTensor>, RunError> {
+    let failed = |e: zoo_transformers::Error| RunError::Failed(format!("forward: {e}"));
+    let dtype = prepare(case, backend);
+    let ckpt = case.checkpoint_path();
+    let opts = LoadOptions {
+        dtype: Some(dtype),
+        device_map: backend.device_map(),
+        ..Default::default()
+    };
+    let model = zoo_transformers::auto::load_image_text_with(&ckpt.to_string_lossy(), opts)
+        .map_err(load_error(&ckpt))?;
+    let ids_t = input(case, "input_ids")?;
+    let device = model.text().device();
+    let tensor =
+        |v: Vec<i64>| Tensor::from_vec(v, &ids_t.shape, &device).map_err(|e| failed(e.into()));
+    let ids = tensor(ints(ids_t, "input_ids")?.to_vec())?;
+    let mask = like_ids(case, "attention_mask", ids_t)?
+        .map(tensor)
+        .transpose()?;
+    let px = pixel_values(case, &model.vision().device())?;
+    let out = model
+        .forward(
+            EncoderArgs {
+                input_ids: &ids,
+                attention_mask: mask.as_ref(),
+                token_type_ids: None,
+                position_ids: None,
+                output_hidden_states: false,
+            },
+            ImageArgs {
+                pixel_values: &px,
+                interpolate_pos_encoding: case.spec.interpolate_pos_encoding,
+                output_hidden_states: true,
+            },
+        )
+        .map_err(failed)?;
+    let mut produced = BTreeMap::new();
+    let vision = &out.vision_model_output;
+    for (name, t) in [
+        ("logits_per_image", Some(&out.logits_per_image)),
+        ("logits_per_text", Some(&out.logits_per_text)),
+        ("text_embeds", Some(&out.text_embeds)),
+        ("image_embeds", Some(&out.image_embeds)),
+        (
+            "text_model_output.last_hidden_state",
+            Some(&out.text_model_output.last_hidden_state),
+        ),
+        (
+            "vision_model_output.last_hidden_state",
+            Some(&vision.last_hidden_state),
+        ),
+        (
+            "vision_model_output.pooler_output",
+            vision.pooler_output.as_ref(),
+        ),
+    ] {
+        if let Some(t) = t {
+            produced.insert(name.into(), host(t).map_err(failed)?);
+        }
+    }
+    let modules = model.vision().hidden_state_modules();
+    module_outputs(
+        case,
+        modules.iter().zip(&vision.hidden_states),
+        &mut produced,
+    )
+    .map_err(failed)?;
     Ok(produced)
 }
 

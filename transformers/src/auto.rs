@@ -11,7 +11,7 @@ use zoo_runtime::{DType, Device};
 
 use crate::chat::{ChatTemplate, Message};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
-use crate::kinds::{CausalLm, DecoderModel, Encoder};
+use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel};
 use crate::loading::HubSource;
 use crate::placement;
 use crate::registry::{self, Family, Loaders, Task};
@@ -273,8 +273,12 @@ fn open_weights(
 pub enum BaseModel {
     /// `LlamaModel`, `GPT2Model`, ...
     Decoder(Box<dyn DecoderModel>),
-    /// `BertModel`, ...
+    /// `BertModel`, `CLIPTextModel`, ...
     Encoder(Box<dyn Encoder>),
+    /// `ViTModel`, `CLIPVisionModel`, ...
+    Image(Box<dyn ImageEncoder>),
+    /// `CLIPModel`.
+    ImageText(Box<dyn ImageTextModel>),
 }
 
 impl BaseModel {
@@ -282,15 +286,31 @@ impl BaseModel {
     pub fn as_decoder(&self) -> Option<&dyn DecoderModel> {
         match self {
             BaseModel::Decoder(m) => Some(&**m),
-            BaseModel::Encoder(_) => None,
+            _ => None,
         }
     }
 
-    /// The encoder, for encoder families.
+    /// The encoder, for text encoder families.
     pub fn as_encoder(&self) -> Option<&dyn Encoder> {
         match self {
             BaseModel::Encoder(m) => Some(&**m),
-            BaseModel::Decoder(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The image encoder, for vision families.
+    pub fn as_image_encoder(&self) -> Option<&dyn ImageEncoder> {
+        match self {
+            BaseModel::Image(m) => Some(&**m),
+            _ => None,
+        }
+    }
+
+    /// The image-text model, for contrastive families.
+    pub fn as_image_text(&self) -> Option<&dyn ImageTextModel> {
+        match self {
+            BaseModel::ImageText(m) => Some(&**m),
+            _ => None,
         }
     }
 }
@@ -320,6 +340,8 @@ impl AutoModel {
         let m = match cfg.family.loaders {
             Loaders::Decoder { base, .. } => base(&w, &cfg.pretrained).map(BaseModel::Decoder),
             Loaders::Encoder(load) => load(&w, &cfg.pretrained, Task::Base).map(BaseModel::Encoder),
+            Loaders::Image(load) => load(&w, &cfg.pretrained, Task::Base).map(BaseModel::Image),
+            Loaders::ImageText(load) => load(&w, &cfg.pretrained).map(BaseModel::ImageText),
         };
         source.finish();
         m
@@ -351,6 +373,89 @@ pub fn load_encoder_with(
     task: Task,
 ) -> Result<Box<dyn Encoder>> {
     Ok(load_encoder(repo_or_path, &opts, task)?.0)
+}
+
+/// Loads a vision family's model with the head of `task` (`Base`, `ImageClassification`).
+pub fn load_image_encoder_with(
+    repo_or_path: &str,
+    opts: LoadOptions,
+    task: Task,
+) -> Result<Box<dyn ImageEncoder>> {
+    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let Loaders::Image(load) = cfg.family.loaders else {
+        return Err(cfg.wrong_kind(task.auto_class()));
+    };
+    let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
+    let m = load(&w, &cfg.pretrained, task);
+    source.finish();
+    m
+}
+
+/// Loads a contrastive image-text checkpoint (`CLIPModel`).
+pub fn load_image_text_with(
+    repo_or_path: &str,
+    opts: LoadOptions,
+) -> Result<Box<dyn ImageTextModel>> {
+    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let Loaders::ImageText(load) = cfg.family.loaders else {
+        return Err(cfg.wrong_kind("AutoModelForZeroShotImageClassification"));
+    };
+    let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
+    let m = load(&w, &cfg.pretrained);
+    source.finish();
+    m
+}
+
+/// `AutoModelForImageClassification`: a vision encoder with its classifier
+/// (`ViTForImageClassification`; labels from `id2label`).
+pub struct AutoModelForImageClassification;
+
+impl AutoModelForImageClassification {
+    /// Loads `repo_or_path` onto the device `device_map` names.
+    pub fn load_pretrained(
+        repo_or_path: &str,
+        device_map: DeviceMap,
+    ) -> Result<Box<dyn ImageEncoder>> {
+        AutoModelForImageClassification::load_with(
+            repo_or_path,
+            LoadOptions {
+                device_map,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// [`Self::load_pretrained`] with every option.
+    pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<Box<dyn ImageEncoder>> {
+        load_image_encoder_with(repo_or_path, opts, Task::ImageClassification)
+    }
+}
+
+/// `AutoModelForZeroShotImageClassification`: a contrastive image-text model (`CLIPModel`)
+/// whose `logits_per_image` score an image against label prompts.
+pub struct AutoModelForZeroShotImageClassification;
+
+impl AutoModelForZeroShotImageClassification {
+    /// Loads `repo_or_path` onto the device `device_map` names.
+    pub fn load_pretrained(
+        repo_or_path: &str,
+        device_map: DeviceMap,
+    ) -> Result<Box<dyn ImageTextModel>> {
+        load_image_text_with(
+            repo_or_path,
+            LoadOptions {
+                device_map,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// [`Self::load_pretrained`] with every option.
+    pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<Box<dyn ImageTextModel>> {
+        load_image_text_with(repo_or_path, opts)
+    }
 }
 
 macro_rules! encoder_auto_class {

@@ -15,6 +15,31 @@ use zoo_runtime::nn::RopeConfig;
 
 use crate::{Error, Result};
 
+/// A classifier's label names by index: `id2label` in index order, else `LABEL_i` for
+/// `num_labels` (transformers' default 2).
+pub(crate) fn labels(
+    id2label: Option<&std::collections::BTreeMap<String, String>>,
+    num_labels: Option<usize>,
+    path: &std::path::Path,
+) -> Result<Vec<String>> {
+    let Some(map) = id2label else {
+        return Ok((0..num_labels.unwrap_or(2))
+            .map(|i| format!("LABEL_{i}"))
+            .collect());
+    };
+    let mut labels = vec![None; map.len()];
+    for (k, v) in map {
+        let Some(i) = k.parse::<usize>().ok().filter(|&i| i < map.len()) else {
+            return Err(Error::Config {
+                path: path.to_path_buf(),
+                reason: format!("`id2label` key {k:?} is not an index below {}", map.len()),
+            });
+        };
+        labels[i] = Some(v.clone());
+    }
+    Ok(labels.into_iter().flatten().collect())
+}
+
 /// Refuses a size field of `cfg` that is 0, naming the file and the field.
 pub(crate) fn require_positive(cfg: &PretrainedConfig, fields: &[(&str, usize)]) -> Result<()> {
     match fields.iter().find(|(_, v)| *v == 0) {

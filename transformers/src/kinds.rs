@@ -158,6 +158,11 @@ pub enum EncoderHead {
         /// Label names by index (`id2label`).
         labels: Vec<String>,
     },
+    /// One row of logits per image (`ViTForImageClassification`).
+    ImageClassification {
+        /// Label names by index (`id2label`).
+        labels: Vec<String>,
+    },
 }
 
 /// One encoder forward call's inputs.
@@ -214,6 +219,72 @@ pub trait Encoder: Send + Sync + Debug {
     fn projects(&self) -> bool {
         false
     }
+}
+
+/// One image encoder forward call's inputs.
+#[derive(Clone, Copy, Debug)]
+pub struct ImageArgs<'a> {
+    /// `[B, channels, H, W]` float pixel values, as an image processor makes them (cast to
+    /// the model's dtype, as transformers does).
+    pub pixel_values: &'a Tensor,
+    /// Interpolate the position embeddings to the image's patch grid (transformers'
+    /// `interpolate_pos_encoding`); without it the image must be `image_size`.
+    pub interpolate_pos_encoding: bool,
+    /// Also return the embeddings and each layer's output.
+    pub output_hidden_states: bool,
+}
+
+/// A vision transformer over pixel values (`ViTModel`, `ViTForImageClassification`,
+/// `CLIPVisionModel`, `CLIPVisionModelWithProjection`): patches in, hidden states, the
+/// pooled output, logits or projected embeddings out.
+pub trait ImageEncoder: Send + Sync + Debug {
+    /// The dtype of weights and activations.
+    fn dtype(&self) -> DType;
+    /// The device inputs go to.
+    fn device(&self) -> Device;
+    /// Every device the model runs on, in execution order, each once.
+    fn devices(&self) -> Vec<Device>;
+    /// `(height, width)` the position embeddings were trained for (`image_size`).
+    fn image_size(&self) -> (usize, usize);
+    /// What the head computes (`Base` or `ImageClassification`).
+    fn head(&self) -> &EncoderHead;
+    /// HF module paths of the `hidden_states` entries, which name per-module outputs in
+    /// parity cases.
+    fn hidden_state_modules(&self) -> Vec<String>;
+    /// Runs the encoder (and its head).
+    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput>;
+    /// Whether the output carries projected embeddings (`image_embeds`).
+    fn projects(&self) -> bool {
+        false
+    }
+}
+
+/// What a contrastive image-text model returns for a batch of texts and one of images.
+#[derive(Clone, Debug)]
+pub struct ImageTextOutput {
+    /// `[images, texts]`: scaled cosine similarities (`logits_per_image`).
+    pub logits_per_image: Tensor,
+    /// `[texts, images]`, the transpose (`logits_per_text`).
+    pub logits_per_text: Tensor,
+    /// `[texts, projection_dim]`, L2-normalized.
+    pub text_embeds: Tensor,
+    /// `[images, projection_dim]`, L2-normalized.
+    pub image_embeds: Tensor,
+    /// The text tower's output (`text_model_output`).
+    pub text_model_output: EncoderOutput,
+    /// The vision tower's output (`vision_model_output`).
+    pub vision_model_output: EncoderOutput,
+}
+
+/// A contrastive image-text model (`CLIPModel`): a projected text tower and a projected
+/// vision tower whose embeddings are compared by a learned temperature.
+pub trait ImageTextModel: Send + Sync + Debug {
+    /// The projected text tower (`get_text_features` in its `embeds`).
+    fn text(&self) -> &dyn Encoder;
+    /// The projected vision tower (`get_image_features` in its `embeds`).
+    fn vision(&self) -> &dyn ImageEncoder;
+    /// Both towers and their similarity logits.
+    fn forward(&self, text: EncoderArgs<'_>, image: ImageArgs<'_>) -> Result<ImageTextOutput>;
 }
 
 /// An encoder-decoder language model (T5): the encoder runs once over the prompt, the

@@ -30,9 +30,9 @@ pub mod sentence;
 pub mod tokenizer;
 
 pub use auto::{
-    AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM,
-    AutoModelForSequenceClassification, AutoModelForTokenClassification, BaseModel, CausalLM,
-    LoadOptions,
+    AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
+    AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoModelForTokenClassification,
+    AutoModelForZeroShotImageClassification, BaseModel, CausalLM, LoadOptions,
 };
 pub use cache::{CacheSpec, KvCache};
 pub use chat::{ChatTemplate, Message};
@@ -41,12 +41,15 @@ pub use error::{Error, Result};
 pub use generation::{decode_step, DecodeHistory, GenerationOptions, GenerationOutput, StopReason};
 pub use kinds::{
     CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
-    LogitsFor, ModelOutput, Seq2SeqLm,
+    ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput, LogitsFor, ModelOutput, Seq2SeqLm,
 };
 pub use models::bert::{
     BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertModel,
 };
-pub use models::clip::{ClipTextConfig, ClipTextModel, ClipTextModelWithProjection};
+pub use models::clip::{
+    ClipConfig, ClipModel, ClipTextConfig, ClipTextModel, ClipTextModelWithProjection,
+    ClipVisionConfig, ClipVisionModel, ClipVisionModelWithProjection,
+};
 pub use models::gemma::{GemmaFeatures, GemmaForCausalLM, GemmaModel};
 pub use models::gemma2::{Gemma2ForCausalLM, Gemma2Model};
 pub use models::gemma3::{Gemma3ForCausalLM, Gemma3TextModel};
@@ -59,4 +62,5 @@ pub use models::qwen2::{Qwen2ForCausalLM, Qwen2Model};
 pub use models::qwen2_moe::{Qwen2MoeForCausalLM, Qwen2MoeModel};
 pub use models::qwen3::{Qwen3ForCausalLM, Qwen3Model};
 pub use models::qwen3_moe::{Qwen3MoeForCausalLM, Qwen3MoeModel};
+pub use models::vit::{ViTConfig, ViTForImageClassification, ViTModel};
 pub use tokenizer::Tokenizer;

@@ -11,10 +11,10 @@ use zoo_hub::{Dtype, Inventory, PretrainedConfig};
 use zoo_runtime::device_map::{units_from_inventory, ModelShape, Unit, UnitRules};
 use zoo_runtime::nn::Weights;
 
-use crate::kinds::{CausalLm, DecoderModel, Encoder};
+use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel};
 use crate::models::{
     bert, clip, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe,
-    qwen3, qwen3_moe,
+    qwen3, qwen3_moe, vit,
 };
 use crate::Result;
 
@@ -31,6 +31,8 @@ pub enum Task {
     SequenceClassification,
     /// One label per token (`AutoModelForTokenClassification`).
     TokenClassification,
+    /// One label per image (`AutoModelForImageClassification`).
+    ImageClassification,
 }
 
 impl Task {
@@ -42,6 +44,7 @@ impl Task {
             Task::MaskedLm => "AutoModelForMaskedLM",
             Task::SequenceClassification => "AutoModelForSequenceClassification",
             Task::TokenClassification => "AutoModelForTokenClassification",
+            Task::ImageClassification => "AutoModelForImageClassification",
         }
     }
 }
@@ -68,6 +71,11 @@ pub enum Loaders {
     /// Encoder families: one loader for every head (the task picks it), from the
     /// checkpoint root.
     Encoder(fn(&Weights, &PretrainedConfig, Task) -> Result<Box<dyn Encoder>>),
+    /// Vision encoders (pixel values in): one loader for every head, from the checkpoint
+    /// root.
+    Image(fn(&Weights, &PretrainedConfig, Task) -> Result<Box<dyn ImageEncoder>>),
+    /// Contrastive image-text models (`CLIPModel`), from the checkpoint root.
+    ImageText(fn(&Weights, &PretrainedConfig) -> Result<Box<dyn ImageTextModel>>),
 }
 
 /// How a checkpoint of the family splits over devices, from its config: the device-map
@@ -163,6 +171,9 @@ pub static FAMILIES: &[Family] = &[
     gpt2::FAMILY,
     bert::FAMILY,
     clip::FAMILY,
+    clip::VISION_FAMILY,
+    clip::CLIP_FAMILY,
+    vit::FAMILY,
 ];
 
 /// The family of a `model_type`.

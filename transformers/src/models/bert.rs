@@ -145,23 +145,7 @@ impl BertConfig {
 
     /// Label names by index: `id2label` in index order, else `LABEL_i` for `num_labels`.
     pub fn labels(&self) -> Result<Vec<String>> {
-        let Some(map) = &self.id2label else {
-            return Ok((0..self.num_labels.unwrap_or(2))
-                .map(|i| format!("LABEL_{i}"))
-                .collect());
-        };
-        let mut labels = vec![None; map.len()];
-        for (k, v) in map {
-            let i = k.parse::<usize>().ok().filter(|&i| i < map.len());
-            let Some(i) = i else {
-                return Err(Error::Config {
-                    path: self.path.clone(),
-                    reason: format!("`id2label` key {k:?} is not an index below {}", map.len()),
-                });
-            };
-            labels[i] = Some(v.clone());
-        }
-        Ok(labels.into_iter().flatten().collect())
+        crate::config::labels(self.id2label.as_ref(), self.num_labels, &self.path)
     }
 
     fn head_dim(&self) -> usize {
@@ -202,10 +186,13 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn En
         Task::MaskedLm => Box::new(BertForMaskedLM::load(w, &c)?),
         Task::SequenceClassification => Box::new(BertForSequenceClassification::load(w, &c)?),
         Task::TokenClassification => Box::new(BertForTokenClassification::load(w, &c)?),
-        Task::CausalLm => {
+        Task::CausalLm | Task::ImageClassification => {
             return Err(Error::Config {
                 path: c.path.clone(),
-                reason: "BERT is an encoder; zoo does not run it as a causal LM".into(),
+                reason: format!(
+                    "BERT is a text encoder; it has no {} head",
+                    task.auto_class()
+                ),
             })
         }
     })

@@ -1,5 +1,4 @@
-//! CLIP's text tower: mirrors transformers' `models/clip/modeling_clip.py` (`CLIPTextModel`,
-//! `CLIPTextModelWithProjection`, eager attention).
+//! CLIP's text tower (`CLIPTextModel`, `CLIPTextModelWithProjection`).
 //!
 //! A pre-norm causal encoder: token + absolute position embeddings; per layer, LayerNorm,
 //! self-attention that sees earlier real tokens only (causal and padding masks), a residual,
@@ -15,7 +14,9 @@ use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
-use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
+use zoo_runtime::{Activation, DType, Device, Tensor};
+
+use super::{EncoderLayer, LayerSpec};
 
 use crate::config::require_positive;
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
@@ -94,6 +95,16 @@ pub struct ClipTextConfig {
 }
 
 impl ClipTextConfig {
+    pub(crate) fn layer_spec(&self) -> LayerSpec<'_> {
+        LayerSpec {
+            hidden: self.hidden_size,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            eps: self.layer_norm_eps,
+            act: &self.hidden_act,
+        }
+    }
+
     /// Reads the typed config; a CLIPModel config's `text_config` is read when present.
     pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ClipTextConfig> {
         let mut c: ClipTextConfig = match cfg.get("text_config") {
@@ -195,84 +206,6 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn En
     })
 }
 
-/// `CLIPAttention`: scaled dot-product attention over q/k/v projections with biases.
-#[derive(Clone, Debug)]
-struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    out_proj: Linear,
-    heads: usize,
-}
-
-impl Attention {
-    fn load(w: &Weights, c: &ClipTextConfig) -> Result<Attention> {
-        let h = c.hidden_size;
-        Ok(Attention {
-            q_proj: Linear::load(&w.pp("q_proj"), h, h, true)?,
-            k_proj: Linear::load(&w.pp("k_proj"), h, h, true)?,
-            v_proj: Linear::load(&w.pp("v_proj"), h, h, true)?,
-            out_proj: Linear::load(&w.pp("out_proj"), h, h, true)?,
-            heads: c.num_attention_heads,
-        })
-    }
-
-    /// `x [B, T, hidden]`; `bias` is the additive causal and padding mask `[B, 1, T, T]`.
-    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        let (b, t, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
-        let d = h / self.heads;
-        let split = |y: Tensor| -> Result<Tensor> {
-            Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
-        };
-        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
-        let (q, k, v) = (split(q)?, split(k)?, split(v)?);
-        let opts = SdpaOptions {
-            mask: Some(bias),
-            round_scores: true,
-            ..Default::default()
-        };
-        let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
-        let ctx = ctx.transpose(1, 2)?.reshape_to(&[b, t, h])?;
-        Ok(self.out_proj.forward(&ctx)?)
-    }
-}
-
-/// `CLIPEncoderLayer`: pre-norm attention and MLP, each added to the residual stream.
-#[derive(Clone, Debug)]
-struct EncoderLayer {
-    layer_norm1: LayerNorm,
-    self_attn: Attention,
-    layer_norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    act: Activation,
-}
-
-impl EncoderLayer {
-    fn load(w: &Weights, c: &ClipTextConfig) -> Result<EncoderLayer> {
-        let (h, i, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps);
-        Ok(EncoderLayer {
-            layer_norm1: LayerNorm::load(&w.pp("layer_norm1"), h, eps)?,
-            self_attn: Attention::load(&w.pp("self_attn"), c)?,
-            layer_norm2: LayerNorm::load(&w.pp("layer_norm2"), h, eps)?,
-            fc1: Linear::load(&w.pp("mlp.fc1"), h, i, true)?,
-            fc2: Linear::load(&w.pp("mlp.fc2"), i, h, true)?,
-            act: Activation::from_hf(&c.hidden_act)?,
-        })
-    }
-
-    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        let a = self
-            .self_attn
-            .forward(&self.layer_norm1.forward(x)?, bias)?;
-        let x = x.add(&a)?;
-        let m = self
-            .act
-            .apply(&self.fc1.forward(&self.layer_norm2.forward(&x)?)?)?;
-        Ok(x.add(&self.fc2.forward(&m)?)?)
-    }
-}
-
 /// `CLIPTextModel` (its `CLIPTextTransformer`): embeddings, encoder layers, final LayerNorm,
 /// the pooled state at each row's end-of-text token.
 #[derive(Clone, Debug)]
@@ -300,7 +233,7 @@ impl ClipTextModel {
         for i in 0..c.num_hidden_layers {
             let lw = w.pp(format!("encoder.layers.{i}"));
             layer_devices.push(lw.device());
-            layers.push(EncoderLayer::load(&lw, c)?);
+            layers.push(EncoderLayer::load(&lw, &c.layer_spec())?);
         }
         Ok(ClipTextModel {
             token_embedding: Embedding::load(
@@ -326,7 +259,7 @@ impl ClipTextModel {
         })
     }
 
-    fn under(mut self, prefix: &'static str) -> ClipTextModel {
+    pub(crate) fn under(mut self, prefix: &'static str) -> ClipTextModel {
         self.prefix = prefix;
         self
     }
@@ -336,7 +269,7 @@ impl ClipTextModel {
         &self.config
     }
 
-    fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+    pub(crate) fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let c = &self.config;
         let ids = args.input_ids;
         let (b, t) = match ids.shape() {
@@ -428,7 +361,7 @@ impl ClipTextModel {
                     bias
                 }
             };
-            x = layer.forward(&x, &bias)?;
+            x = layer.forward(&x, Some(&bias))?;
         }
         if args.output_hidden_states {
             hidden_states.push(x.clone());
@@ -528,6 +461,30 @@ pub struct ClipTextModelWithProjection {
     text_projection: Linear,
 }
 
+impl ClipTextModelWithProjection {
+    /// The text model under its projection head (`text_projection [projection_dim, hidden]`).
+    pub fn new(model: ClipTextModel, text_projection: Linear) -> ClipTextModelWithProjection {
+        ClipTextModelWithProjection {
+            model,
+            text_projection,
+        }
+    }
+
+    /// The tower's output with the projected pooled state in `embeds`, the pooled state
+    /// kept.
+    pub(crate) fn project(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.model.run(args)?;
+        let Some(pooled) = &out.pooler_output else {
+            return Err(Error::Generation(
+                "CLIP's text model returned no pooled state".into(),
+            ));
+        };
+        let pooled = pooled.to_device(&self.text_projection.device())?;
+        out.embeds = Some(self.text_projection.forward(&pooled)?);
+        Ok(out)
+    }
+}
+
 impl Encoder for ClipTextModelWithProjection {
     fn dtype(&self) -> DType {
         self.model.dtype
@@ -554,14 +511,8 @@ impl Encoder for ClipTextModelWithProjection {
         true
     }
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        let mut out = self.model.run(args)?;
-        let Some(pooled) = out.pooler_output.take() else {
-            return Err(Error::Generation(
-                "CLIP's text model returned no pooled state".into(),
-            ));
-        };
-        let pooled = pooled.to_device(&self.text_projection.device())?;
-        out.embeds = Some(self.text_projection.forward(&pooled)?);
+        let mut out = self.project(args)?;
+        out.pooler_output = None;
         Ok(out)
     }
 }

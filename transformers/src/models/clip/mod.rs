@@ -1,0 +1,112 @@
+//! CLIP: mirrors transformers' `models/clip/modeling_clip.py` (eager attention). Three
+//! registry entries, as transformers has three configs: the text tower (`clip_text_model`:
+//! `CLIPTextModel`, `CLIPTextModelWithProjection`), the vision tower (`clip_vision_model`:
+//! `CLIPVisionModel`, `CLIPVisionModelWithProjection`) and both with their projections and
+//! temperature (`clip`: `CLIPModel`). Both towers are the same pre-norm encoder
+//! ([`EncoderLayer`]); they differ in their embeddings, mask and pooling.
+
+mod model;
+mod text;
+mod vision;
+
+pub use model::{ClipConfig, ClipModel};
+pub use text::{ClipTextConfig, ClipTextModel, ClipTextModelWithProjection};
+pub use vision::{ClipVisionConfig, ClipVisionModel, ClipVisionModelWithProjection};
+
+pub(crate) use model::FAMILY as CLIP_FAMILY;
+pub(crate) use text::FAMILY;
+pub(crate) use vision::FAMILY as VISION_FAMILY;
+
+use zoo_runtime::nn::{LayerNorm, Linear, Weights};
+use zoo_runtime::{Activation, SdpaOptions, Tensor};
+
+use crate::Result;
+
+/// The sizes of one encoder layer, shared by both towers' configs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LayerSpec<'a> {
+    pub hidden: usize,
+    pub intermediate: usize,
+    pub heads: usize,
+    pub eps: f64,
+    pub act: &'a str,
+}
+
+/// `CLIPAttention`: scaled dot-product attention over q/k/v projections with biases.
+#[derive(Clone, Debug)]
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    out_proj: Linear,
+    heads: usize,
+}
+
+impl Attention {
+    fn load(w: &Weights, s: &LayerSpec<'_>) -> Result<Attention> {
+        let h = s.hidden;
+        Ok(Attention {
+            q_proj: Linear::load(&w.pp("q_proj"), h, h, true)?,
+            k_proj: Linear::load(&w.pp("k_proj"), h, h, true)?,
+            v_proj: Linear::load(&w.pp("v_proj"), h, h, true)?,
+            out_proj: Linear::load(&w.pp("out_proj"), h, h, true)?,
+            heads: s.heads,
+        })
+    }
+
+    /// `x [B, T, hidden]`; `bias` is an additive mask `[B, 1, T, T]` (the text tower's causal
+    /// and padding mask; the vision tower has none).
+    fn forward(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let (b, t, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let d = h / self.heads;
+        let split = |y: Tensor| -> Result<Tensor> {
+            Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
+        };
+        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let (q, k, v) = (split(q)?, split(k)?, split(v)?);
+        let opts = SdpaOptions {
+            mask: bias,
+            round_scores: true,
+            ..Default::default()
+        };
+        let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
+        let ctx = ctx.transpose(1, 2)?.reshape_to(&[b, t, h])?;
+        Ok(self.out_proj.forward(&ctx)?)
+    }
+}
+
+/// `CLIPEncoderLayer`: pre-norm attention and MLP, each added to the residual stream.
+#[derive(Clone, Debug)]
+pub(crate) struct EncoderLayer {
+    layer_norm1: LayerNorm,
+    self_attn: Attention,
+    layer_norm2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    act: Activation,
+}
+
+impl EncoderLayer {
+    pub(crate) fn load(w: &Weights, s: &LayerSpec<'_>) -> Result<EncoderLayer> {
+        let (h, i, eps) = (s.hidden, s.intermediate, s.eps);
+        Ok(EncoderLayer {
+            layer_norm1: LayerNorm::load(&w.pp("layer_norm1"), h, eps)?,
+            self_attn: Attention::load(&w.pp("self_attn"), s)?,
+            layer_norm2: LayerNorm::load(&w.pp("layer_norm2"), h, eps)?,
+            fc1: Linear::load(&w.pp("mlp.fc1"), h, i, true)?,
+            fc2: Linear::load(&w.pp("mlp.fc2"), i, h, true)?,
+            act: Activation::from_hf(s.act)?,
+        })
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let a = self
+            .self_attn
+            .forward(&self.layer_norm1.forward(x)?, bias)?;
+        let x = x.add(&a)?;
+        let m = self
+            .act
+            .apply(&self.fc1.forward(&self.layer_norm2.forward(&x)?)?)?;
+        Ok(x.add(&self.fc2.forward(&m)?)?)
+    }
+}

@@ -1,0 +1,196 @@
+//! `CLIPModel`: both towers (`text_model.*`, `vision_model.*`), their projections
+//! (`text_projection`, `visual_projection`) and the learned temperature `logit_scale`.
+//! `logits_per_text` is `exp(logit_scale)` times the cosine similarity of the L2-normalized
+//! embeddings; `logits_per_image` is its transpose.
+
+use zoo_hub::PretrainedConfig;
+use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::nn::{Linear, Weights};
+use zoo_runtime::{DType, Tensor};
+
+use super::text::{ClipTextConfig, ClipTextModel, ClipTextModelWithProjection};
+use super::vision::{ClipVisionConfig, ClipVisionModel, ClipVisionModelWithProjection};
+use crate::kinds::{
+    Encoder, EncoderArgs, ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput,
+};
+use crate::registry::{Architecture, Family, Layout, Loaders, Task};
+use crate::{Error, Result};
+
+/// The registry entry of `clip`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "clip",
+    modeling_file: "models/clip/modeling_clip.py",
+    architectures: &[Architecture {
+        name: "CLIPModel",
+        task: Task::Base,
+    }],
+    gguf_architectures: &[],
+    no_split_modules: &[
+        "CLIPTextEmbeddings",
+        "CLIPEncoderLayer",
+        "CLIPVisionEmbeddings",
+    ],
+    validate: |c| ClipConfig::from_pretrained(c).map(drop),
+    layout,
+    loaders: Loaders::ImageText(load),
+};
+
+/// `config.json` of a `CLIPModel`: both towers' configs and the shared projection width.
+#[derive(Clone, Debug)]
+pub struct ClipConfig {
+    /// `text_config`.
+    pub text: ClipTextConfig,
+    /// `vision_config`.
+    pub vision: ClipVisionConfig,
+    /// Width of both projections (`projection_dim`, default 512).
+    pub projection_dim: usize,
+}
+
+impl ClipConfig {
+    /// Reads `text_config`, `vision_config` and `projection_dim`.
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ClipConfig> {
+        for sub in ["text_config", "vision_config"] {
+            if cfg.get(sub).is_none() {
+                return Err(Error::Config {
+                    path: cfg.path.clone(),
+                    reason: format!("a CLIPModel config needs `{sub}`"),
+                });
+            }
+        }
+        let projection_dim = match cfg.get("projection_dim") {
+            None => 512,
+            Some(v) => v.as_u64().filter(|&n| n > 0).ok_or_else(|| Error::Config {
+                path: cfg.path.clone(),
+                reason: format!("`projection_dim` is {v}, not a positive integer"),
+            })? as usize,
+        };
+        Ok(ClipConfig {
+            text: ClipTextConfig::from_pretrained(cfg)?,
+            vision: ClipVisionConfig::from_pretrained(cfg)?,
+            projection_dim,
+        })
+    }
+}
+
+/// The planner's view: the text tower's embeddings and layers, then the vision tower's.
+/// Sized by the wider tower; the text context bounds the text side.
+fn layout(config: &PretrainedConfig) -> Result<Layout> {
+    let c = ClipConfig::from_pretrained(config)?;
+    let vision = super::vision::vision_layout(&c.vision);
+    let (t, v) = (&c.text, &c.vision);
+    Ok(Layout {
+        layer_containers: vec![
+            "text_model.encoder.layers".into(),
+            "vision_model.encoder.layers".into(),
+        ],
+        inputs: vec![
+            "text_model.embeddings".into(),
+            "vision_model.embeddings".into(),
+            "vision_model.pre_layrnorm".into(),
+        ],
+        tied: Vec::new(),
+        shape: ModelShape {
+            layers: t.num_hidden_layers + v.num_hidden_layers,
+            hidden: t.hidden_size.max(v.hidden_size),
+            intermediate: t.intermediate_size.max(v.intermediate_size),
+            heads: t.num_attention_heads.max(v.num_attention_heads),
+            kv_heads: t.num_attention_heads.max(v.num_attention_heads),
+            head_dim: (t.hidden_size / t.num_attention_heads)
+                .max(v.hidden_size / v.num_attention_heads),
+            vocab: 0,
+            kv_cache: false,
+        },
+        context: vision.context.max(t.max_position_embeddings),
+    })
+}
+
+fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn ImageTextModel>> {
+    let c = ClipConfig::from_pretrained(config)?;
+    let text = ClipTextModel::load(&w.pp("text_model"), &c.text)?.under("text_model.");
+    let vision = ClipVisionModel::load_either(w, &c.vision)?;
+    let text_projection = Linear::load(
+        &w.pp("text_projection"),
+        c.text.hidden_size,
+        c.projection_dim,
+        false,
+    )?;
+    let visual_projection = Linear::load(
+        &w.pp("visual_projection"),
+        c.vision.hidden_size,
+        c.projection_dim,
+        false,
+    )?;
+    let logit_scale = w
+        .get("logit_scale", &[])?
+        .to_dtype(DType::F64)?
+        .to_scalar::<f64>()?;
+    Ok(Box::new(ClipModel {
+        text: ClipTextModelWithProjection::new(text, text_projection),
+        vision: ClipVisionModelWithProjection::new(vision, visual_projection),
+        logit_scale,
+        dtype: w.dtype(),
+    }))
+}
+
+/// `CLIPModel`.
+#[derive(Clone, Debug)]
+pub struct ClipModel {
+    text: ClipTextModelWithProjection,
+    vision: ClipVisionModelWithProjection,
+    /// The stored (log) temperature; logits scale by its exponential.
+    logit_scale: f64,
+    dtype: DType,
+}
+
+impl ClipModel {
+    /// The learned log temperature (`logit_scale`, before `exp`).
+    pub fn logit_scale(&self) -> f64 {
+        self.logit_scale
+    }
+}
+
+/// `x / ||x||` over the last dim, as transformers' `_get_vector_norm`: the sum of squares
+/// and its square root in the embeddings' dtype.
+fn normalized(x: &Tensor) -> Result<Tensor> {
+    let norm = x.square()?.sum(&[-1], true)?.sqrt()?;
+    Ok(x.div(&norm)?)
+}
+
+impl ImageTextModel for ClipModel {
+    fn text(&self) -> &dyn Encoder {
+        &self.text
+    }
+
+    fn vision(&self) -> &dyn ImageEncoder {
+        &self.vision
+    }
+
+    fn forward(&self, text: EncoderArgs<'_>, image: ImageArgs<'_>) -> Result<ImageTextOutput> {
+        let mut text_out = self.text.project(text)?;
+        let mut vision_out = self.vision.project(image)?;
+        let (Some(t), Some(v)) = (text_out.embeds.take(), vision_out.embeds.take()) else {
+            return Err(Error::Generation(
+                "CLIP's towers returned no projected embeddings".into(),
+            ));
+        };
+        // transformers 5's CLIPModel reports each tower's pooled output after its projection
+        // (`get_text_features` / `get_image_features` overwrite it).
+        text_out.pooler_output = Some(t.clone());
+        vision_out.pooler_output = Some(v.clone());
+        let device = t.device();
+        let text_embeds = normalized(&t)?;
+        let image_embeds = normalized(&v.to_device(&device)?)?;
+        // transformers scales by `logit_scale.exp()` computed in the parameter's dtype.
+        let scale = Tensor::scalar(self.logit_scale, self.dtype, &device)?.exp()?;
+        let logits_per_text = text_embeds.matmul(&image_embeds.t()?)?.mul(&scale)?;
+        let logits_per_image = logits_per_text.t()?.contiguous()?;
+        Ok(ImageTextOutput {
+            logits_per_image,
+            logits_per_text,
+            text_embeds,
+            image_embeds,
+            text_model_output: text_out,
+            vision_model_output: vision_out,
+        })
+    }
+}

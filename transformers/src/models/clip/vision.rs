@@ -1,0 +1,479 @@
+//! CLIP's vision tower (`CLIPVisionModel`, `CLIPVisionModelWithProjection`).
+//!
+//! Patches of `patch_size` embedded without bias, a learned class embedding in front,
+//! absolute position embeddings (interpolated bicubically to other grids on request), a
+//! LayerNorm (`pre_layrnorm`, transformers' spelling), the encoder layers without a mask, and
+//! the pooled output: the class token's final state through `post_layernorm`. The projection
+//! head multiplies it by `visual_projection` (`image_embeds`). Weight names are the
+//! checkpoint's: under `vision_model.` in transformers 4 checkpoints and projection heads, at
+//! the root for a bare `CLIPVisionModel` saved by transformers 5.
+
+use serde::Deserialize;
+use zoo_hub::PretrainedConfig;
+use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::nn::{LayerNorm, Linear, Weights};
+use zoo_runtime::{Activation, DType, Device, Tensor};
+
+use super::{EncoderLayer, LayerSpec};
+use crate::config::require_positive;
+use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
+use crate::models::patches::{interpolate_positions, PatchEmbedding};
+use crate::registry::{Architecture, Family, Layout, Loaders, Task};
+use crate::{Error, Result};
+
+/// The registry entry of `clip_vision_model`; which class loads follows `architectures`.
+pub(crate) const FAMILY: Family = Family {
+    model_type: "clip_vision_model",
+    modeling_file: "models/clip/modeling_clip.py",
+    architectures: &[
+        Architecture {
+            name: "CLIPVisionModel",
+            task: Task::Base,
+        },
+        Architecture {
+            name: "CLIPVisionModelWithProjection",
+            task: Task::Base,
+        },
+    ],
+    gguf_architectures: &[],
+    no_split_modules: &["CLIPVisionEmbeddings", "CLIPEncoderLayer"],
+    validate: |c| ClipVisionConfig::from_pretrained(c).map(drop),
+    layout,
+    loaders: Loaders::Image(load),
+};
+
+fn default_act() -> String {
+    "quick_gelu".into()
+}
+fn default_eps() -> f64 {
+    1e-5
+}
+fn default_projection() -> usize {
+    512
+}
+fn default_channels() -> usize {
+    3
+}
+
+/// `config.json` of a CLIP vision tower, as transformers' `CLIPVisionConfig` reads it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ClipVisionConfig {
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Encoder layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads.
+    pub num_attention_heads: usize,
+    /// Channels of the pixel values.
+    #[serde(default = "default_channels")]
+    pub num_channels: usize,
+    /// Side of the square image the position embeddings cover.
+    pub image_size: usize,
+    /// Side of a square patch.
+    pub patch_size: usize,
+    /// MLP activation (`quick_gelu`).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Epsilon of every LayerNorm.
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Width of `image_embeds`.
+    #[serde(default = "default_projection")]
+    pub projection_dim: usize,
+    /// The config file, for errors.
+    #[serde(skip)]
+    pub path: std::path::PathBuf,
+}
+
+impl ClipVisionConfig {
+    pub(crate) fn layer_spec(&self) -> LayerSpec<'_> {
+        LayerSpec {
+            hidden: self.hidden_size,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            eps: self.layer_norm_eps,
+            act: &self.hidden_act,
+        }
+    }
+
+    /// Patches along one side of `image_size`.
+    pub fn grid_side(&self) -> usize {
+        self.image_size / self.patch_size
+    }
+
+    /// Reads the typed config; a CLIPModel config's `vision_config` is read when present.
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ClipVisionConfig> {
+        let mut c: ClipVisionConfig = match cfg.get("vision_config") {
+            Some(v) if cfg.model_type.as_deref() == Some("clip") => serde_json::from_value(v)
+                .map_err(|e| Error::Config {
+                    path: cfg.path.clone(),
+                    reason: format!("`vision_config`: {e}"),
+                })?,
+            _ => cfg.parse_as()?,
+        };
+        c.path = cfg.path.clone();
+        require_positive(
+            cfg,
+            &[
+                ("hidden_size", c.hidden_size),
+                ("intermediate_size", c.intermediate_size),
+                ("num_hidden_layers", c.num_hidden_layers),
+                ("num_attention_heads", c.num_attention_heads),
+                ("num_channels", c.num_channels),
+                ("image_size", c.image_size),
+                ("patch_size", c.patch_size),
+                ("projection_dim", c.projection_dim),
+            ],
+        )?;
+        let bad = |reason: String| Error::Config {
+            path: c.path.clone(),
+            reason,
+        };
+        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+            return Err(bad(format!(
+                "`hidden_size` ({}) is not divisible by `num_attention_heads` ({})",
+                c.hidden_size, c.num_attention_heads
+            )));
+        }
+        if c.patch_size > c.image_size {
+            return Err(bad(format!(
+                "`patch_size` ({}) is larger than `image_size` ({})",
+                c.patch_size, c.image_size
+            )));
+        }
+        Activation::from_hf(&c.hidden_act).map_err(|e| bad(format!("`hidden_act`: {e}")))?;
+        Ok(c)
+    }
+}
+
+/// The planner's view: embeddings, then `encoder.layers.N` (under `vision_model.` in
+/// transformers 4 checkpoints and projection heads), no KV cache.
+fn layout(config: &PretrainedConfig) -> Result<Layout> {
+    let c = ClipVisionConfig::from_pretrained(config)?;
+    Ok(vision_layout(&c))
+}
+
+pub(super) fn vision_layout(c: &ClipVisionConfig) -> Layout {
+    let tokens = c.grid_side() * c.grid_side() + 1;
+    Layout {
+        layer_containers: vec![
+            "encoder.layers".into(),
+            "vision_model.encoder.layers".into(),
+        ],
+        inputs: vec![
+            "embeddings".into(),
+            "pre_layrnorm".into(),
+            "vision_model.embeddings".into(),
+            "vision_model.pre_layrnorm".into(),
+        ],
+        tied: Vec::new(),
+        shape: ModelShape {
+            layers: c.num_hidden_layers,
+            hidden: c.hidden_size,
+            intermediate: c.intermediate_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_attention_heads,
+            head_dim: c.hidden_size / c.num_attention_heads,
+            vocab: 0,
+            kv_cache: false,
+        },
+        context: tokens,
+    }
+}
+
+/// The family's loader: the projection head for a `CLIPVisionModelWithProjection`, else the
+/// bare vision model.
+fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ImageEncoder>> {
+    let c = ClipVisionConfig::from_pretrained(config)?;
+    if task != Task::Base {
+        return Err(Error::Config {
+            path: c.path.clone(),
+            reason: format!(
+                "CLIP's vision model computes embeddings; it has no {} head",
+                task.auto_class()
+            ),
+        });
+    }
+    let projected = config
+        .architectures
+        .iter()
+        .any(|a| a == "CLIPVisionModelWithProjection");
+    let model = ClipVisionModel::load_either(w, &c)?;
+    Ok(if projected {
+        Box::new(ClipVisionModelWithProjection::new(
+            model,
+            Linear::load(
+                &w.pp("visual_projection"),
+                c.hidden_size,
+                c.projection_dim,
+                false,
+            )?,
+        ))
+    } else {
+        Box::new(model)
+    })
+}
+
+/// `CLIPVisionModel`: embeddings, `pre_layrnorm`, encoder layers, the class token's state
+/// through `post_layernorm` as the pooled output.
+#[derive(Clone, Debug)]
+pub struct ClipVisionModel {
+    patch_embedding: PatchEmbedding,
+    class_embedding: Tensor,
+    position_embedding: Tensor,
+    pre_layrnorm: LayerNorm,
+    layers: Vec<EncoderLayer>,
+    post_layernorm: LayerNorm,
+    config: ClipVisionConfig,
+    dtype: DType,
+    layer_devices: Vec<Device>,
+    prefix: &'static str,
+}
+
+impl ClipVisionModel {
+    /// Loads the tower under `w` (`embeddings.*`, `pre_layrnorm.*`, `encoder.*`,
+    /// `post_layernorm.*`).
+    pub fn load(w: &Weights, config: &ClipVisionConfig) -> Result<ClipVisionModel> {
+        let c = config;
+        let e = w.pp("embeddings");
+        let side = c.grid_side();
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let lw = w.pp(format!("encoder.layers.{i}"));
+            layer_devices.push(lw.device());
+            layers.push(EncoderLayer::load(&lw, &c.layer_spec())?);
+        }
+        Ok(ClipVisionModel {
+            patch_embedding: PatchEmbedding::load(
+                &e.pp("patch_embedding"),
+                c.num_channels,
+                c.hidden_size,
+                (c.patch_size, c.patch_size),
+                false,
+            )?,
+            class_embedding: e.get("class_embedding", &[c.hidden_size])?,
+            position_embedding: e
+                .pp("position_embedding")
+                .get("weight", &[side * side + 1, c.hidden_size])?,
+            pre_layrnorm: LayerNorm::load(&w.pp("pre_layrnorm"), c.hidden_size, c.layer_norm_eps)?,
+            layers,
+            post_layernorm: LayerNorm::load(
+                &w.pp("post_layernorm"),
+                c.hidden_size,
+                c.layer_norm_eps,
+            )?,
+            config: c.clone(),
+            dtype: w.dtype(),
+            layer_devices,
+            prefix: "",
+        })
+    }
+
+    /// Loads the tower at the root or under `vision_model.`, wherever the checkpoint has it.
+    pub(crate) fn load_either(w: &Weights, c: &ClipVisionConfig) -> Result<ClipVisionModel> {
+        if w.contains("vision_model.embeddings.class_embedding") {
+            Ok(ClipVisionModel::load(&w.pp("vision_model"), c)?.under("vision_model."))
+        } else {
+            ClipVisionModel::load(w, c)
+        }
+    }
+
+    fn under(mut self, prefix: &'static str) -> ClipVisionModel {
+        self.prefix = prefix;
+        self
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &ClipVisionConfig {
+        &self.config
+    }
+
+    /// Position embeddings for a `rows x cols` patch grid: the trained table, or its patch
+    /// rows interpolated when asked (transformers keeps the table when the grid has as many
+    /// patches and the image is square).
+    fn positions(&self, rows: usize, cols: usize, h: usize, w: usize) -> Result<Tensor> {
+        let side = self.config.grid_side();
+        if rows * cols == side * side && h == w {
+            return Ok(self.position_embedding.clone());
+        }
+        let class = self.position_embedding.narrow(0, 0, 1)?;
+        let grid = self.position_embedding.narrow(0, 1, side * side)?;
+        let grid = interpolate_positions(&grid, side, (rows, cols))?;
+        Ok(Tensor::cat(&[&class, &grid], 0)?)
+    }
+
+    pub(crate) fn run(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
+        let c = &self.config;
+        let px = args.pixel_values;
+        let [b, _, h, w] = px.shape()[..] else {
+            return Err(Error::Generation(format!(
+                "pixel_values {:?} must be [batch, channels, height, width]",
+                px.shape()
+            )));
+        };
+        if !args.interpolate_pos_encoding && (h != c.image_size || w != c.image_size) {
+            return Err(Error::Generation(format!(
+                "the image is {w}x{h} but the model takes {0}x{0} (image_size); resize it with the model's image processor, or interpolate the position embeddings",
+                c.image_size
+            )));
+        }
+        let device = self.device();
+        let patches = self
+            .patch_embedding
+            .forward(&px.to_device(&device)?, self.dtype)?;
+        let (rows, cols) = self.patch_embedding.grid(h, w);
+        let class = self
+            .class_embedding
+            .reshape_to(&[1, 1, c.hidden_size])?
+            .broadcast_as(&[b, 1, c.hidden_size])?;
+        let positions = if args.interpolate_pos_encoding {
+            self.positions(rows, cols, h, w)?
+        } else {
+            self.position_embedding.clone()
+        };
+        let x = Tensor::cat(&[&class, &patches], 1)?.add(&positions.unsqueeze(0)?)?;
+        let mut x = self.pre_layrnorm.forward(&x)?;
+        let mut hidden_states = Vec::new();
+        for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
+            if x.device() != *dev {
+                x = x.to_device(dev)?;
+            }
+            if args.output_hidden_states {
+                hidden_states.push(x.clone());
+            }
+            x = layer.forward(&x, None)?;
+        }
+        if args.output_hidden_states {
+            hidden_states.push(x.clone());
+        }
+        let x = x.to_device(&self.post_layernorm_device())?;
+        let pooled = self
+            .post_layernorm
+            .forward(&x.narrow(1, 0, 1)?.squeeze(1)?)?;
+        Ok(EncoderOutput {
+            last_hidden_state: x,
+            pooler_output: Some(pooled),
+            hidden_states,
+            logits: None,
+            embeds: None,
+        })
+    }
+
+    fn post_layernorm_device(&self) -> Device {
+        self.post_layernorm
+            .weight
+            .as_ref()
+            .map_or(self.device(), Tensor::device)
+    }
+
+    fn devices_in_order(&self) -> Vec<Device> {
+        let mut out = vec![self.device()];
+        for d in self
+            .layer_devices
+            .iter()
+            .chain([&self.post_layernorm_device()])
+        {
+            if !out.contains(d) {
+                out.push(*d);
+            }
+        }
+        out
+    }
+
+    fn modules(&self) -> Vec<String> {
+        let p = self.prefix;
+        std::iter::once(format!("{p}pre_layrnorm"))
+            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layers.{i}")))
+            .collect()
+    }
+}
+
+const BASE: EncoderHead = EncoderHead::Base;
+
+impl ImageEncoder for ClipVisionModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn device(&self) -> Device {
+        self.class_embedding.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        self.devices_in_order()
+    }
+    fn image_size(&self) -> (usize, usize) {
+        (self.config.image_size, self.config.image_size)
+    }
+    fn head(&self) -> &EncoderHead {
+        &BASE
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.modules()
+    }
+    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
+        self.run(args)
+    }
+}
+
+/// `CLIPVisionModelWithProjection`: the pooled state through `visual_projection`, returned
+/// as `embeds` (transformers' `image_embeds`).
+#[derive(Clone, Debug)]
+pub struct ClipVisionModelWithProjection {
+    model: ClipVisionModel,
+    visual_projection: Linear,
+}
+
+impl ClipVisionModelWithProjection {
+    /// The vision model under its projection head.
+    pub fn new(model: ClipVisionModel, visual_projection: Linear) -> ClipVisionModelWithProjection {
+        ClipVisionModelWithProjection {
+            model,
+            visual_projection,
+        }
+    }
+
+    /// The tower's output with the projected pooled state in `embeds`, the pooled state
+    /// kept.
+    pub(crate) fn project(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.model.run(args)?;
+        let Some(pooled) = &out.pooler_output else {
+            return Err(Error::Generation(
+                "CLIP's vision model returned no pooled state".into(),
+            ));
+        };
+        let pooled = pooled.to_device(&self.visual_projection.device())?;
+        out.embeds = Some(self.visual_projection.forward(&pooled)?);
+        Ok(out)
+    }
+}
+
+impl ImageEncoder for ClipVisionModelWithProjection {
+    fn dtype(&self) -> DType {
+        self.model.dtype
+    }
+    fn device(&self) -> Device {
+        self.model.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        self.model.devices_in_order()
+    }
+    fn image_size(&self) -> (usize, usize) {
+        self.model.image_size()
+    }
+    fn head(&self) -> &EncoderHead {
+        &BASE
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.model.modules()
+    }
+    fn projects(&self) -> bool {
+        true
+    }
+    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.project(args)?;
+        out.pooler_output = None;
+        Ok(out)
+    }
+}
