@@ -1,11 +1,12 @@
 //! `zoo embed`: sentence embeddings from an encoder, pooled as its sentence-transformers
-//! folder says, with their cosine similarities.
+//! folder says, or image embeddings from a vision model, with their cosine similarities.
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::DType;
 use zoo_transformers::sentence::{cosine_similarity, Pooling, SentenceEmbedder};
+use zoo_transformers::vision::{open_images, ImageEmbedder};
 use zoo_transformers::LoadOptions;
 
 /// Embed sentences with an encoder (a sentence-transformers folder such as
@@ -15,20 +16,28 @@ use zoo_transformers::LoadOptions;
 /// Pooling and normalisation come from the folder's modules.json (1_Pooling/config.json,
 /// 2_Normalize) and inputs are cut at sentence_bert_config.json's max_seq_length, as
 /// sentence-transformers does; a checkpoint without them is mean-pooled, not normalised, and
-/// a CLIP text model with a projection gives its text_embeds.
+/// a CLIP text model with a projection (or a CLIPModel) gives its text_embeds.
+///
+/// With --image, the inputs are image files (PNG, JPEG) instead, turned into pixel values by
+/// the model's preprocessor_config.json: a CLIPModel or CLIPVisionModelWithProjection gives
+/// its image_embeds, a ViTModel or CLIPVisionModel its pooled output.
 ///
 /// Examples:
 ///   zoo embed ./all-MiniLM-L6-v2 "The capital of France is Paris." "Paris is in France."
 ///   zoo embed sentence-transformers/all-MiniLM-L6-v2 "Hello" --json
 ///   zoo embed ./bert-folder "one sentence" "another" --pooling cls --device-map pjrt:cpu
+///   zoo embed openai/clip-vit-base-patch32 --image cat.jpg --image dog.png
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(false))]
 pub struct Args {
     /// Folder, .safetensors file, or Hub repo id `org/name[@revision]` of an encoder.
     model: String,
     /// The sentences to embed.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "image", conflicts_with = "image")]
     sentences: Vec<String>,
+    /// Embed this image file instead (repeat for several).
+    #[arg(long, value_name = "FILE")]
+    image: Vec<std::path::PathBuf>,
     /// Override the pooling: cls, mean, max, mean_sqrt_len_tokens, lasttoken or projection
     /// (the model's projected embedding, CLIP's text_embeds: the default for CLIP text models
     /// with a projection).
@@ -64,6 +73,9 @@ pub fn run(args: Args) -> Result<()> {
         progress: true,
         ..Default::default()
     };
+    if !args.image.is_empty() {
+        return run_images(&args, opts);
+    }
     let mut embedder = SentenceEmbedder::load_pretrained(&args.model, opts)
         .with_context(|| format!("loading {}", args.model))?;
     if let Some(p) = &args.pooling {
@@ -100,13 +112,48 @@ pub fn run(args: Args) -> Result<()> {
         },
         embedder.max_seq_length()
     );
-    for (i, (s, e)) in sentences.iter().zip(&embeddings).enumerate() {
+    print_table(&sentences, &embeddings, &similarity, args.show);
+    Ok(())
+}
+
+/// `--image`: one embedding per image file.
+fn run_images(args: &Args, opts: LoadOptions) -> Result<()> {
+    if args.pooling.is_some() {
+        bail!("--pooling applies to sentences; an image's embedding is the model's projection or pooled output");
+    }
+    let embedder = ImageEmbedder::load_pretrained(&args.model, opts)
+        .with_context(|| format!("loading {}", args.model))?;
+    let images = open_images(&args.image)?;
+    let embeddings = embedder.embed(&images)?;
+    let similarity: Vec<Vec<f32>> = embeddings
+        .iter()
+        .map(|a| embeddings.iter().map(|b| cosine_similarity(a, b)).collect())
+        .collect();
+    let names: Vec<String> = args.image.iter().map(|p| p.display().to_string()).collect();
+    if args.json {
+        let out = json!({
+            "model": args.model,
+            "embedding": embedder.kind(),
+            "embeddings": names.iter().zip(&embeddings).map(|(s, e)| json!({"image": s, "embedding": e})).collect::<Vec<_>>(),
+            "cosine_similarity": similarity,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{} dims, {} embedding",
+        embeddings.first().map_or(0, Vec::len),
+        embedder.kind()
+    );
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    print_table(&names, &embeddings, &similarity, args.show);
+    Ok(())
+}
+
+fn print_table(inputs: &[&str], embeddings: &[Vec<f32>], similarity: &[Vec<f32>], show: usize) {
+    for (i, (s, e)) in inputs.iter().zip(embeddings).enumerate() {
         let norm = e.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let head: Vec<String> = e
-            .iter()
-            .take(args.show)
-            .map(|x| format!("{x:.4}"))
-            .collect();
+        let head: Vec<String> = e.iter().take(show).map(|x| format!("{x:.4}")).collect();
         println!("[{i}] norm {norm:.4}  [{} ...]  {s}", head.join(", "));
     }
     if embeddings.len() > 1 {
@@ -116,5 +163,4 @@ pub fn run(args: Args) -> Result<()> {
             println!("[{i}] {}", cells.join(" "));
         }
     }
-    Ok(())
 }

@@ -1,5 +1,6 @@
 //! `zoo`: the command line of zoo. Parsing and printing only; the work lives in the libraries.
 
+mod classify;
 mod devices;
 mod embed;
 mod generate;
@@ -28,6 +29,7 @@ enum Command {
     Inspect(inspect::Args),
     Generate(generate::Args),
     Embed(embed::Args),
+    Classify(classify::Args),
     Plan(plan::Args),
     Parity(parity::Args),
 }
@@ -39,6 +41,7 @@ fn main() -> std::process::ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::Classify(args) => classify::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Parity(args) => parity::run(args),
     };

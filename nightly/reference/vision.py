@@ -14,6 +14,9 @@ pooled `post_layernorm`, projections, and CLIPModel's normalized embeddings scal
 
 from __future__ import annotations
 
+import json
+import shutil
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +35,20 @@ CLIP_VISION_CONFIG: dict[str, Any] = {
     "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
     "image_size": 32, "patch_size": 8, "projection_dim": 24,
 }
+# The CLIPModel cases ship the small CLIP tokenizer of hub/tests/data/clip_tokenizer (540
+# ids, <|startoftext|> 538, <|endoftext|> 539) and an image processor, so the folder is a
+# whole model as a Hub repo holds one (zoo classify / zoo embed run on it).
+TOKENIZER_DIR = Path(__file__).resolve().parents[2] / "hub" / "tests" / "data" / "clip_tokenizer"
+VOCAB, BOS, EOT = 540, 538, 539
 CLIP_TEXT_CONFIG: dict[str, Any] = {
-    "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "max_position_embeddings": 16, "projection_dim": 24,
-    "bos_token_id": 126, "eos_token_id": 127, "pad_token_id": 1,
+    "bos_token_id": BOS, "eos_token_id": EOT, "pad_token_id": EOT,
+}
+PROCESSORS = {
+    "CLIPModel": {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 32},
+                  "crop_size": {"height": 32, "width": 32}},
+    "ViTForImageClassification": {"image_processor_type": "ViTImageProcessor", "size": {"height": 32, "width": 32}},
 }
 LABELS = ["tabby cat", "golden retriever", "goldfish", "great white shark", "tree frog"]
 
@@ -128,11 +141,11 @@ def make_inputs(spec: VisionSpec) -> dict[str, torch.Tensor]:
     inputs = {"pixel_values": torch.randn(spec.batch, 3, h, w, generator=gen)}
     if spec.architecture == "CLIPModel":
         # Three prompts as CLIPTokenizer pads them: bos, words, end-of-text, then end-of-text.
-        ids = torch.randint(3, 126, (3, 9), generator=gen, dtype=torch.int64)
-        ids[:, 0] = 126
+        ids = torch.randint(3, BOS, (3, 9), generator=gen, dtype=torch.int64)
+        ids[:, 0] = BOS
         mask = torch.ones_like(ids)
         for row, length in enumerate((9, 6, 4)):
-            ids[row, length - 1:] = 127
+            ids[row, length - 1:] = EOT
             mask[row, length:] = 0
         inputs = {"input_ids": ids, "attention_mask": mask, **inputs}
     return inputs
@@ -200,9 +213,39 @@ MEANINGS = {
 }
 
 
+PIPELINE_IMAGE = "transformers/tests/data/image_processors/rgb.png"
+PIPELINE_LABELS = ["a cat", "a dog", "a red car"]
+
+
+def write_pipeline_reference(spec: VisionSpec, out_dir: Path) -> None:
+    """pipeline.json: what transformers' pipeline answers for one committed image, so
+    `zoo classify` is checked end to end (file -> pixels -> model -> probabilities)."""
+    from transformers import AutoImageProcessor, pipeline
+
+    image = Path(__file__).resolve().parents[2] / PIPELINE_IMAGE
+    processor = AutoImageProcessor.from_pretrained(out_dir, backend="pil")
+    if spec.architecture == "CLIPModel":
+        pipe = pipeline("zero-shot-image-classification", model=str(out_dir), image_processor=processor)
+        result = pipe(str(image), candidate_labels=PIPELINE_LABELS)
+        doc = {"task": "zero-shot-image-classification", "labels": PIPELINE_LABELS,
+               "hypothesis_template": "This is a photo of {}."}
+    else:
+        pipe = pipeline("image-classification", model=str(out_dir), image_processor=processor)
+        result = pipe(str(image), top_k=5)
+        doc = {"task": "image-classification", "top_k": 5}
+    doc.update({"image": PIPELINE_IMAGE, "result": [{"label": r["label"], "score": r["score"]} for r in result]})
+    (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def build_case(spec: VisionSpec, out_dir: Path) -> Case:
     model = build_model(spec)
     model.save_pretrained(out_dir, save_original_format=spec.original_format)
+    if spec.architecture in PROCESSORS and spec.dtype == "f32":
+        (out_dir / "preprocessor_config.json").write_text(json.dumps(PROCESSORS[spec.architecture], indent=1) + "\n")
+        if spec.architecture == "CLIPModel":
+            for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+                shutil.copy(TOKENIZER_DIR / name, out_dir / name)
+        write_pipeline_reference(spec, out_dir)
     inputs = make_inputs(spec)
     forward = run_forward(spec, model, inputs)
     _, model_type, task = CLASSES[spec.architecture]

@@ -11,7 +11,9 @@ use zoo_runtime::{DType, Device};
 
 use crate::chat::{ChatTemplate, Message};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
-use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel};
+use crate::kinds::{
+    CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, ImageTower, TextTower,
+};
 use crate::loading::HubSource;
 use crate::placement;
 use crate::registry::{self, Family, Loaders, Task};
@@ -97,6 +99,13 @@ impl AutoConfig {
     pub(crate) fn wrong_kind(&self, asked: &'static str) -> Error {
         let hint = if self.family.is_decoder() {
             "it is a causal language model: generate text with AutoModelForCausalLM or `zoo generate`"
+        } else if matches!(self.family.loaders, Loaders::Image(_)) {
+            "it is a vision encoder: embed images with AutoModel / ImageEmbedder or `zoo embed --image`, \
+             or classify them with AutoModelForImageClassification / `zoo classify`"
+        } else if matches!(self.family.loaders, Loaders::ImageText(_)) {
+            "it is an image-text model: score images against labels with \
+             AutoModelForZeroShotImageClassification or `zoo classify --labels`, embed texts or \
+             images with `zoo embed`"
         } else {
             "it is an encoder: embed sentences with AutoModel / SentenceEmbedder or `zoo embed`, \
              or load its head with AutoModelForMaskedLM / AutoModelForSequenceClassification / \
@@ -356,13 +365,23 @@ pub(crate) fn load_encoder(
 ) -> Result<(Box<dyn Encoder>, AutoConfig, Pretrained)> {
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
     let cfg = AutoConfig::from_config(pretrained.config()?)?;
-    let Loaders::Encoder(load) = cfg.family.loaders else {
-        return Err(cfg.wrong_kind(task.auto_class()));
+    let m = match cfg.family.loaders {
+        Loaders::Encoder(load) => {
+            let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
+            let m = load(&w, &cfg.pretrained, task);
+            source.finish();
+            m?
+        }
+        // A CLIPModel checkpoint embeds text with its projected text tower.
+        Loaders::ImageText(load) if task == Task::Base => {
+            let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
+            let m = load(&w, &cfg.pretrained);
+            source.finish();
+            Box::new(TextTower(m?))
+        }
+        _ => return Err(cfg.wrong_kind(task.auto_class())),
     };
-    let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
-    let m = load(&w, &cfg.pretrained, task);
-    source.finish();
-    Ok((m?, cfg, pretrained))
+    Ok((m, cfg, pretrained))
 }
 
 /// Loads an encoder checkpoint with the head of `task` (what the parity harness and tools
@@ -381,15 +400,33 @@ pub fn load_image_encoder_with(
     opts: LoadOptions,
     task: Task,
 ) -> Result<Box<dyn ImageEncoder>> {
+    Ok(load_image_encoder(repo_or_path, &opts, task)?.0)
+}
+
+/// Loads a vision family's model (or a CLIPModel's vision tower, for `Base`) with its files.
+pub(crate) fn load_image_encoder(
+    repo_or_path: &str,
+    opts: &LoadOptions,
+    task: Task,
+) -> Result<(Box<dyn ImageEncoder>, Pretrained)> {
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
     let cfg = AutoConfig::from_config(pretrained.config()?)?;
-    let Loaders::Image(load) = cfg.family.loaders else {
-        return Err(cfg.wrong_kind(task.auto_class()));
+    let m: Box<dyn ImageEncoder> = match cfg.family.loaders {
+        Loaders::Image(load) => {
+            let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
+            let m = load(&w, &cfg.pretrained, task);
+            source.finish();
+            m?
+        }
+        Loaders::ImageText(load) if task == Task::Base => {
+            let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
+            let m = load(&w, &cfg.pretrained);
+            source.finish();
+            Box::new(ImageTower(m?))
+        }
+        _ => return Err(cfg.wrong_kind(task.auto_class())),
     };
-    let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
-    let m = load(&w, &cfg.pretrained, task);
-    source.finish();
-    m
+    Ok((m, pretrained))
 }
 
 /// Loads a contrastive image-text checkpoint (`CLIPModel`).
@@ -397,15 +434,23 @@ pub fn load_image_text_with(
     repo_or_path: &str,
     opts: LoadOptions,
 ) -> Result<Box<dyn ImageTextModel>> {
+    Ok(load_image_text(repo_or_path, &opts)?.0)
+}
+
+/// Loads a contrastive image-text checkpoint with its files.
+pub(crate) fn load_image_text(
+    repo_or_path: &str,
+    opts: &LoadOptions,
+) -> Result<(Box<dyn ImageTextModel>, Pretrained)> {
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
     let cfg = AutoConfig::from_config(pretrained.config()?)?;
     let Loaders::ImageText(load) = cfg.family.loaders else {
         return Err(cfg.wrong_kind("AutoModelForZeroShotImageClassification"));
     };
-    let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
+    let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
     let m = load(&w, &cfg.pretrained);
     source.finish();
-    m
+    Ok((m?, pretrained))
 }
 
 /// `AutoModelForImageClassification`: a vision encoder with its classifier

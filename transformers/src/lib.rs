@@ -1,7 +1,8 @@
 //! zoo-transformers: transformer families read from Hugging Face checkpoints as they are —
-//! decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1/2/3, GPT-2) and encoders (BERT) —
-//! one registry that `Auto*` dispatch reads, model kinds that generation and embedding work
-//! over, tokenizers with chat templates.
+//! decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen-MoE, Phi-3, Gemma 1/2/3, GPT-2),
+//! text encoders (BERT, CLIP's text tower), vision encoders (ViT, CLIP's vision tower) and
+//! CLIPModel — one registry that `Auto*` dispatch reads, model kinds that generation,
+//! embedding and classification work over, tokenizers with chat templates, image processors.
 //!
 //! ```no_run
 //! use zoo_runtime::device_map::DeviceMap;
@@ -28,6 +29,7 @@ pub mod registry;
 mod sampling;
 pub mod sentence;
 pub mod tokenizer;
+pub mod vision;
 
 pub use auto::{
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
@@ -64,3 +66,4 @@ pub use models::qwen3::{Qwen3ForCausalLM, Qwen3Model};
 pub use models::qwen3_moe::{Qwen3MoeForCausalLM, Qwen3MoeModel};
 pub use models::vit::{ViTConfig, ViTForImageClassification, ViTModel};
 pub use tokenizer::Tokenizer;
+pub use vision::{ImageClassifier, ImageEmbedder, Scored, ZeroShotImageClassifier};
