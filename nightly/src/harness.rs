@@ -423,6 +423,12 @@ fn run_case_dir(
                 Runner::ImageText => run_image_text(case, backend),
             });
             let time_s = load_time + started.elapsed().as_secs_f64();
+            // A finished case's executables are not reused by the next one (other weights,
+            // other shapes); kept, a run of many cases exhausts the process's memory maps
+            // with JIT code. The disk cache still serves a rerun.
+            if backend.pjrt_platform().is_some() {
+                zoo_runtime::lazy::clear_memory_cache();
+            }
             results.push(match outcome {
                 Ok(Ok(produced)) => judge(case, backend, produced, time_s),
                 Ok(Err(RunError::NotAvailable(why))) => label(Status::NotAvailable, why, 0.0),
