@@ -64,6 +64,7 @@ pub use models::qwen2::{Qwen2ForCausalLM, Qwen2Model};
 pub use models::qwen2_moe::{Qwen2MoeForCausalLM, Qwen2MoeModel};
 pub use models::qwen3::{Qwen3ForCausalLM, Qwen3Model};
 pub use models::qwen3_moe::{Qwen3MoeForCausalLM, Qwen3MoeModel};
+pub use models::t5::{T5Config, T5EncoderModel};
 pub use models::vit::{ViTConfig, ViTForImageClassification, ViTModel};
 pub use tokenizer::Tokenizer;
 pub use vision::{ImageClassifier, ImageEmbedder, Scored, ZeroShotImageClassifier};

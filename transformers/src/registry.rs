@@ -14,7 +14,7 @@ use zoo_runtime::nn::Weights;
 use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel};
 use crate::models::{
     bert, clip, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe,
-    qwen3, qwen3_moe, vit,
+    qwen3, qwen3_moe, t5, vit,
 };
 use crate::Result;
 
@@ -174,6 +174,8 @@ pub static FAMILIES: &[Family] = &[
     clip::VISION_FAMILY,
     clip::CLIP_FAMILY,
     vit::FAMILY,
+    t5::FAMILY,
+    t5::UMT5_FAMILY,
 ];
 
 /// The family of a `model_type`.

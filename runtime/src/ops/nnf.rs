@@ -17,8 +17,11 @@ pub enum Activation {
     Silu,
     /// Exact GELU with erf: `"gelu"`, `"gelu_python"`.
     Gelu,
-    /// Tanh-approximated GELU: `"gelu_new"`, `"gelu_pytorch_tanh"`, `"gelu_fast"`.
+    /// Tanh-approximated GELU as one kernel: `"gelu_pytorch_tanh"`, `"gelu_fast"`.
     GeluTanh,
+    /// Tanh-approximated GELU written as transformers' `NewGELUActivation` writes it
+    /// (`"gelu_new"`: GPT-2, T5 v1.1): a chain of tensor ops, each rounding a 16-bit input.
+    GeluNew,
     /// `x * sigmoid(1.702 x)`: `"quick_gelu"` (CLIP).
     QuickGelu,
     /// `"relu"`.
@@ -39,7 +42,8 @@ impl Activation {
         Ok(match name {
             "silu" | "swish" => Activation::Silu,
             "gelu" | "gelu_python" => Activation::Gelu,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+            "gelu_new" => Activation::GeluNew,
+            "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
             "quick_gelu" => Activation::QuickGelu,
             "relu" => Activation::Relu,
             "relu6" => Activation::Relu6,
@@ -64,13 +68,25 @@ impl Activation {
     /// 16-bit evaluation that rounds every intermediate drifts past bf16 tolerances).
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let (dt, acc) = (x.dtype(), x.dtype().accumulation());
+        if *self == Activation::GeluNew && dt != acc && dt.is_float() {
+            // transformers evaluates this one op by op in the input dtype:
+            // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).
+            let inner = x
+                .pow_scalar(3.0)?
+                .mul_scalar(0.044715)?
+                .add(x)?
+                .mul_scalar((2.0 / std::f64::consts::PI).sqrt())?
+                .tanh()?
+                .add_scalar(1.0)?;
+            return x.mul_scalar(0.5)?.mul(&inner);
+        }
         if dt != acc && dt.is_float() {
             return self.apply(&x.to_dtype(acc)?)?.into_dtype(dt);
         }
         match self {
             Activation::Silu => x.silu(),
             Activation::Gelu => x.gelu(),
-            Activation::GeluTanh => x.gelu_tanh(),
+            Activation::GeluTanh | Activation::GeluNew => x.gelu_tanh(),
             Activation::QuickGelu => x.mul(&x.affine(1.702, 0.0)?.sigmoid()?),
             Activation::Relu => x.relu(),
             Activation::Relu6 => x.to_dtype(x.dtype().float_or_default())?.clamp(0.0, 6.0),
@@ -107,6 +123,7 @@ impl fmt::Display for Activation {
             Activation::Silu => "silu",
             Activation::Gelu => "gelu",
             Activation::GeluTanh => "gelu_pytorch_tanh",
+            Activation::GeluNew => "gelu_new",
             Activation::QuickGelu => "quick_gelu",
             Activation::Relu => "relu",
             Activation::Relu6 => "relu6",

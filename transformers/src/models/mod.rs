@@ -17,4 +17,5 @@ pub mod qwen2;
 pub mod qwen2_moe;
 pub mod qwen3;
 pub mod qwen3_moe;
+pub mod t5;
 pub mod vit;
