@@ -22,6 +22,7 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 use crate::config::require_positive;
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
+use crate::models::placement::execution_order;
 use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
@@ -477,13 +478,7 @@ impl ViTModel {
     }
 
     fn devices_in_order(&self) -> Vec<Device> {
-        let mut out = vec![self.device()];
-        for d in self.layer_devices.iter().chain([&self.layernorm_device()]) {
-            if !out.contains(d) {
-                out.push(*d);
-            }
-        }
-        out
+        execution_order(self.device(), &self.layer_devices, self.layernorm_device())
     }
 
     fn modules(&self) -> Vec<String> {

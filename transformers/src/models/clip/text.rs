@@ -20,6 +20,7 @@ use super::{EncoderLayer, LayerSpec};
 
 use crate::config::require_positive;
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
+use crate::models::placement::execution_order;
 use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
@@ -403,17 +404,11 @@ impl ClipTextModel {
     }
 
     fn devices_in_order(&self) -> Vec<Device> {
-        let mut out = vec![self.device()];
-        for d in self
-            .layer_devices
-            .iter()
-            .chain([&self.final_layer_norm_device()])
-        {
-            if !out.contains(d) {
-                out.push(*d);
-            }
-        }
-        out
+        execution_order(
+            self.device(),
+            &self.layer_devices,
+            self.final_layer_norm_device(),
+        )
     }
 
     fn modules(&self) -> Vec<String> {

@@ -18,6 +18,7 @@ use super::{EncoderLayer, LayerSpec};
 use crate::config::require_positive;
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
+use crate::models::placement::execution_order;
 use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
@@ -370,17 +371,11 @@ impl ClipVisionModel {
     }
 
     fn devices_in_order(&self) -> Vec<Device> {
-        let mut out = vec![self.device()];
-        for d in self
-            .layer_devices
-            .iter()
-            .chain([&self.post_layernorm_device()])
-        {
-            if !out.contains(d) {
-                out.push(*d);
-            }
-        }
-        out
+        execution_order(
+            self.device(),
+            &self.layer_devices,
+            self.post_layernorm_device(),
+        )
     }
 
     fn modules(&self) -> Vec<String> {
