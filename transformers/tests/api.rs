@@ -107,10 +107,10 @@ fn dispatch_by_architecture_then_model_type_and_unsupported_lists_supported() {
     let c = AutoConfig::from_pretrained(dir.path().to_str().unwrap()).unwrap();
     assert_eq!(c.architecture, "MistralForCausalLM");
     let dir = model_dir(|c| {
-        c["architectures"] = json!(["T5ForConditionalGeneration"]);
-        c["model_type"] = json!("t5");
+        c["architectures"] = json!(["MambaForCausalLM"]);
+        c["model_type"] = json!("mamba");
     });
-    let err = load(dir.path()).err().expect("t5 is refused");
+    let err = load(dir.path()).err().expect("mamba is refused");
     let msg = err.to_string();
     assert!(
         matches!(err, Error::UnsupportedArchitecture { .. }),
@@ -118,8 +118,9 @@ fn dispatch_by_architecture_then_model_type_and_unsupported_lists_supported() {
     );
     // The list comes from the registry: every family, every class.
     assert!(
-        msg.contains("T5ForConditionalGeneration")
+        msg.contains("MambaForCausalLM")
             && msg.contains("Qwen3ForCausalLM")
+            && msg.contains("T5EncoderModel")
             && msg.contains("GPT2LMHeadModel")
             && msg.contains("BertForTokenClassification")
             && msg.contains("mistral")
