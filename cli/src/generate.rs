@@ -1,15 +1,23 @@
-//! `zoo generate`: load a causal LM and stream its continuation of a prompt.
+//! `zoo generate`: load a causal LM (or an encoder-decoder such as T5) and stream what it
+//! generates from a prompt.
 
 use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use zoo_runtime::device_map::{parse_max_memory, DeviceMap};
 use zoo_runtime::DType;
-use zoo_transformers::{AutoModelForCausalLM, Message};
+use zoo_transformers::auto::LoadReport;
+use zoo_transformers::generation::{GenerationOptions, GenerationOutput, GenerationStats};
+use zoo_transformers::registry::Loaders;
+use zoo_transformers::{AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, Message};
 
 /// Generate text with a causal language model (the families below, and GGUF files of the
 /// llama architecture such as SmolLM2), streaming it as it is produced, then print the load
 /// time, the time to first token and the decode speed.
+///
+/// Encoder-decoders (T5ForConditionalGeneration, UMT5ForConditionalGeneration, e.g.
+/// flan-t5) run too: the prompt goes to the encoder, and the decoder generates from
+/// decoder_start_token_id, as transformers' text2text pipeline does.
 ///
 /// Decoding is greedy unless a sampling option (--temperature, --top-k, --top-p, --min-p) is
 /// given; defaults not given on the command line come from the model's generation_config.json.
@@ -21,6 +29,7 @@ use zoo_transformers::{AutoModelForCausalLM, Message};
 ///   zoo generate ./qwen3-folder "Write a haiku about Rust" --chat --system "You are terse." \
 ///       --temperature 0.7 --top-p 0.9 --seed 42
 ///   zoo generate model.safetensors "def fib(n):" --dtype bf16 --stop "\n\n"
+///   zoo generate google/flan-t5-small "translate English to German: How old are you?"
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(true))]
 pub struct Args {
@@ -90,34 +99,109 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let device_map: DeviceMap = args.device_map.parse().context("--device-map")?;
+    let dtype = match &args.dtype {
+        Some(d) => match DType::parse(d) {
+            Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => Some(dt),
+            _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
+        },
+        None => None,
+    };
+    let max_memory = args
+        .max_memory
+        .as_deref()
+        .map(parse_max_memory)
+        .transpose()
+        .context("--max-memory")?;
+    // An encoder-decoder's config names its family; anything else goes to the causal path,
+    // whose errors say what the checkpoint is.
+    let seq2seq = AutoConfig::from_pretrained(&args.model)
+        .map(|c| matches!(c.family.loaders, Loaders::Seq2Seq { .. }))
+        .unwrap_or(false);
+    if seq2seq {
+        if args.chat {
+            bail!(
+                "--chat: {} is an encoder-decoder with no chat template; give the prompt as it is",
+                args.model
+            );
+        }
+        let mut builder = AutoModelForSeq2SeqLM::builder(&args.model)
+            .device_map(device_map)
+            .progress(true);
+        if let Some(dt) = dtype {
+            builder = builder.dtype(dt);
+        }
+        if let Some(r) = &args.revision {
+            builder = builder.revision(r.clone());
+        }
+        if let Some(m) = max_memory {
+            builder = builder.max_memory(m);
+        }
+        let model = builder
+            .load()
+            .with_context(|| format!("loading {}", args.model))?;
+        let report = model.load_report().clone();
+        print_plan(&report);
+        let opts = options(&args, model.default_options());
+        let mut stdout = std::io::stdout();
+        let (out, stats) = model.generate_stream(&args.prompt, &opts, |piece| {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        })?;
+        println!();
+        print_summary(&model.config().architecture, &report, &out, &stats);
+        return Ok(());
+    }
     let mut builder = AutoModelForCausalLM::builder(&args.model)
         .device_map(device_map)
         .progress(true);
-    if let Some(d) = &args.dtype {
-        let dt = match DType::parse(d) {
-            Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => dt,
-            _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
-        };
+    if let Some(dt) = dtype {
         builder = builder.dtype(dt);
     }
     if let Some(r) = &args.revision {
         builder = builder.revision(r.clone());
     }
-    if let Some(m) = &args.max_memory {
-        builder = builder.max_memory(parse_max_memory(m).context("--max-memory")?);
+    if let Some(m) = max_memory {
+        builder = builder.max_memory(m);
     }
     let model = builder
         .load()
         .with_context(|| format!("loading {}", args.model))?;
-    let report = model.load_report();
+    let report = model.load_report().clone();
+    print_plan(&report);
+    let opts = options(&args, model.default_options());
+    let prompt = if args.chat {
+        let mut messages = Vec::new();
+        if let Some(s) = &args.system {
+            messages.push(Message::new("system", s));
+        }
+        messages.push(Message::new("user", &args.prompt));
+        model.apply_chat_template(&messages)?
+    } else {
+        args.prompt.clone()
+    };
+
+    let mut stdout = std::io::stdout();
+    let (out, stats) = model.generate_stream(&prompt, args.chat, &opts, |piece| {
+        let _ = stdout.write_all(piece.as_bytes());
+        let _ = stdout.flush();
+    })?;
+    println!();
+    print_summary(&model.config().architecture, &report, &out, &stats);
+    Ok(())
+}
+
+/// The load's note and device plan, when it has them.
+fn print_plan(report: &LoadReport) {
     if let Some(note) = &report.note {
         eprintln!("{note}");
     }
     if let Some(plan) = &report.plan {
         eprint!("{plan}");
     }
+}
 
-    let mut opts = model.default_options();
+/// The model's defaults with the command line's options over them.
+fn options(args: &Args, mut opts: GenerationOptions) -> GenerationOptions {
     if let Some(n) = args.max_new_tokens {
         opts.max_new_tokens = n;
     }
@@ -143,27 +227,19 @@ pub fn run(args: Args) -> Result<()> {
     opts.repetition_penalty = args.repetition_penalty.or(opts.repetition_penalty);
     opts.seed = args.seed;
     opts.stop_strings = args.stop.iter().map(|s| s.replace("\\n", "\n")).collect();
+    opts
+}
 
-    let prompt = if args.chat {
-        let mut messages = Vec::new();
-        if let Some(s) = &args.system {
-            messages.push(Message::new("system", s));
-        }
-        messages.push(Message::new("user", &args.prompt));
-        model.apply_chat_template(&messages)?
-    } else {
-        args.prompt.clone()
-    };
-
-    let mut stdout = std::io::stdout();
-    let (out, stats) = model.generate_stream(&prompt, args.chat, &opts, |piece| {
-        let _ = stdout.write_all(piece.as_bytes());
-        let _ = stdout.flush();
-    })?;
-    println!();
+/// Devices, dtype, load time, prompt length, time to first token and decode speed.
+fn print_summary(
+    architecture: &str,
+    report: &LoadReport,
+    out: &GenerationOutput,
+    stats: &GenerationStats,
+) {
     eprintln!(
         "\n{} on {} in {}: load {:.2}s, prompt {} tokens, time to first token {:.3}s, {} tokens, decode {:.1} tok/s ({:?})",
-        model.config().architecture,
+        architecture,
         report
             .devices
             .iter()
@@ -182,5 +258,4 @@ pub fn run(args: Args) -> Result<()> {
         stats.decode_tokens_per_second(),
         out.stop_reason,
     );
-    Ok(())
 }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use zoo_hub::{Dtype, Pretrained};
 use zoo_runtime::device_map::{
-    parse_max_memory, plan, units_from_inventory, DeviceBudget, Placement, PlanRequest, UnitRules,
-    Workload,
+    parse_max_memory, plan, units_from_inventory, CacheLayout, DeviceBudget, Placement,
+    PlanRequest, UnitRules, Workload,
 };
 
 /// Plan how a model splits across devices before loading it: per device the weights, KV cache,
@@ -43,7 +43,9 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     batch: usize,
     /// Sequence length the plan is sized for: prompt + new tokens for a decoder's KV cache
-    /// (default 2048), the input length for an encoder (default its max_position_embeddings).
+    /// (default 2048), the input length for an encoder (default its max_position_embeddings),
+    /// both the encoder's input and the decoder's output for an encoder-decoder such as T5
+    /// (default 512; each decoder layer caches its own keys and the encoder's).
     #[arg(long)]
     seq: Option<usize>,
     /// Fraction of each budget kept for the runtime (compiled executables, allocator slack).
@@ -113,7 +115,11 @@ pub fn run(args: Args) -> Result<()> {
         .transpose()?;
     let (units, shape, seq) = match &layout {
         Some(l) => {
-            let default = if l.shape.kv_cache { 2048 } else { l.context };
+            let default = if l.shape.kv_cache == CacheLayout::SelfAttention {
+                2048
+            } else {
+                l.context
+            };
             (
                 l.units(inv, dtype),
                 Some(l.shape),
@@ -126,7 +132,7 @@ pub fn run(args: Args) -> Result<()> {
             args.seq.unwrap_or(2048),
         ),
     };
-    if let Some(l) = layout.as_ref().filter(|l| !l.shape.kv_cache) {
+    if let Some(l) = layout.as_ref().filter(|l| !l.shape.kv_cache.caches()) {
         if seq > l.context {
             bail!(
                 "--seq {seq} is longer than the {} tokens this encoder takes (max_position_embeddings)",
@@ -153,9 +159,12 @@ pub fn run(args: Args) -> Result<()> {
         None => println!(
             "note: no registered family describes this checkpoint; KV cache and activations are not counted"
         ),
-        Some(l) if !l.shape.kv_cache => {
+        Some(l) if !l.shape.kv_cache.caches() => {
             println!("note: an encoder keeps no KV cache; activations are sized for {seq} tokens")
         }
+        Some(l) if matches!(l.shape.kv_cache, CacheLayout::EncoderDecoder { .. }) => println!(
+            "note: an encoder-decoder: each decoder layer keeps a self-attention cache of {seq} generated tokens and a cross-attention cache of the encoder's {seq}-token output"
+        ),
         Some(_) => {}
     }
     if let Some(out) = &args.out {

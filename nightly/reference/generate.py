@@ -5,7 +5,8 @@ Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), Phi-3 (phi3.py), Gem
 Gemma 3 (gemma.py), Mixtral, Qwen2-MoE, Qwen3-MoE (moe.py), GGUF files of these as llama.cpp
 writes them (gguf_families.py), GPT-2 (gpt2.py), BERT and its
 masked-LM, sequence- and token-classification heads (bert.py), CLIP's text encoder (clip.py),
-ViT, CLIP's vision tower and CLIPModel (vision.py), T5's and UMT5's encoders (t5.py).
+ViT, CLIP's vision tower and CLIPModel (vision.py), T5's and UMT5's encoders (t5.py),
+T5 and UMT5 encoder-decoders with generation (seq2seq.py).
 
 Every number a zoo parity test compares against comes from here. A case is one folder:
 the checkpoint (config.json + model.safetensors as save_pretrained writes them),
@@ -61,11 +62,12 @@ def tiny_builders():
     import lm
     import moe
     import phi3
+    import seq2seq
     import t5
     import vision
 
     table = {}
-    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, t5):
+    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, t5, seq2seq):
         for spec in module.SPECS:
             table[spec.name] = (spec, module.build_case)
     return table

@@ -191,6 +191,10 @@ pub enum Task {
     ImageClassification,
     /// A contrastive image-text model's `logits_per_image` (`CLIPModel`).
     ZeroShotImageClassification,
+    /// An encoder-decoder's encoder output, teacher-forced decoder logits and greedy
+    /// generation (`T5ForConditionalGeneration`).
+    #[serde(rename = "text2text-generation")]
+    Text2TextGeneration,
 }
 
 /// The dtype the reference ran in and the checkpoint is stored in.
@@ -307,6 +311,9 @@ pub struct GenerationSpec {
     /// Smallest best-minus-second-best gap over every greedy step of the reference.
     #[serde(default)]
     pub min_top2_margin: Option<f64>,
+    /// The decoder's first input of an encoder-decoder (`text2text-generation`).
+    #[serde(default)]
+    pub decoder_start_token_id: Option<i64>,
 }
 
 /// Who made the numbers and how.

@@ -16,8 +16,8 @@ use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::{DType, Tensor};
 use zoo_transformers::registry::{self, Loaders};
 use zoo_transformers::{
-    decode_step, AutoModelForCausalLM, CausalLM, DecodeHistory, EncoderArgs, ForwardArgs,
-    GenerationOptions, ImageArgs, LoadOptions, LogitsFor,
+    decode_step, AutoModelForCausalLM, AutoModelForSeq2SeqLM, CausalLM, DecodeHistory, EncoderArgs,
+    ForwardArgs, GenerationOptions, ImageArgs, LoadOptions, LogitsFor, Seq2SeqLM,
 };
 
 use crate::case::{discover, Case, CaseDtype, CaseError, CaseSpec, CompareKind, Task};
@@ -33,6 +33,10 @@ pub fn supported_architectures() -> Vec<&'static str> {
         .iter()
         .flat_map(|f| f.architectures.iter().map(move |a| (f, a)))
         .filter(|(f, a)| !f.is_decoder() || a.task == registry::Task::CausalLm)
+        .filter(|(f, a)| {
+            !matches!(f.loaders, Loaders::Seq2Seq { .. })
+                || matches!(a.task, registry::Task::Base | registry::Task::Seq2SeqLm)
+        })
         .map(|(_, a)| a.name)
         .collect()
 }
@@ -41,6 +45,7 @@ pub fn supported_architectures() -> Vec<&'static str> {
 #[derive(Clone, Copy, Debug)]
 enum Runner {
     CausalLm,
+    Seq2SeqLm,
     Encoder(registry::Task),
     Image(registry::Task),
     ImageText,
@@ -59,7 +64,11 @@ fn runner(spec: &CaseSpec) -> Result<Runner, String> {
     let (family, arch) = registry::by_architecture(&spec.architecture).ok_or_else(unsupported)?;
     match (&family.loaders, spec.task, arch.task) {
         (Loaders::Decoder { .. }, Task::CausalLm, registry::Task::CausalLm) => Ok(Runner::CausalLm),
-        (Loaders::Encoder(_), Task::FeatureExtraction, t @ registry::Task::Base)
+        (Loaders::Seq2Seq { .. }, Task::Text2TextGeneration, registry::Task::Seq2SeqLm) => {
+            Ok(Runner::Seq2SeqLm)
+        }
+        (Loaders::Seq2Seq { .. }, Task::FeatureExtraction, t @ registry::Task::Base)
+        | (Loaders::Encoder(_), Task::FeatureExtraction, t @ registry::Task::Base)
         | (Loaders::Encoder(_), Task::FillMask, t @ registry::Task::MaskedLm)
         | (
             Loaders::Encoder(_),
@@ -418,6 +427,7 @@ fn run_case_dir(
             let started = Instant::now();
             let outcome = guarded(|| match run {
                 Runner::CausalLm => run_causal_lm(case, backend),
+                Runner::Seq2SeqLm => run_seq2seq(case, backend),
                 Runner::Encoder(task) => run_encoder(case, backend, task),
                 Runner::Image(task) => run_image(case, backend, task),
                 Runner::ImageText => run_image_text(case, backend),
@@ -791,6 +801,162 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
     Ok(out)
 }
 
+/// An encoder-decoder case: the encoder's output, the decoder's logits over
+/// `decoder_input_ids` in one pass, one cached step per reference token, and greedy
+/// `generate` from the unpadded prompts.
+fn run_seq2seq(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostTensor>, RunError> {
+    let failed = |what: &'static str| {
+        move |e: zoo_transformers::Error| RunError::Failed(format!("{what}: {e}"))
+    };
+    let dtype = prepare(case, backend);
+    let ckpt = case.checkpoint_path();
+    let model = AutoModelForSeq2SeqLM::builder(&ckpt.to_string_lossy())
+        .device_map(backend.device_map())
+        .dtype(dtype)
+        .load()
+        .map_err(load_error(&ckpt))?;
+    let lm = model.model();
+    let ids_t = input(case, "input_ids")?;
+    let ids = ints(ids_t, "input_ids")?;
+    let [b, t] = ids_t.shape[..] else {
+        return Err(RunError::Failed(format!(
+            "input_ids has shape {:?}; expected [batch, seq]",
+            ids_t.shape
+        )));
+    };
+    let mask: Vec<i64> = like_ids(case, "attention_mask", ids_t)?.unwrap_or_else(|| vec![1; b * t]);
+    let to = |v: Vec<i64>, shape: &[usize], device: &zoo_runtime::Device| {
+        Tensor::from_vec(v, shape, device).map_err(|e| failed("inputs")(e.into()))
+    };
+    let cpu = zoo_runtime::Device::Cpu;
+    let input_ids = to(ids.to_vec(), &[b, t], &lm.device())?;
+    let mask_t = to(mask.clone(), &[b, t], &cpu)?;
+    let encoded = lm
+        .encode(EncoderArgs {
+            input_ids: &input_ids,
+            attention_mask: Some(&mask_t),
+            token_type_ids: None,
+            position_ids: None,
+            output_hidden_states: false,
+        })
+        .map_err(failed("encoder"))?;
+    let hidden = &encoded.last_hidden_state;
+    let mut out = BTreeMap::new();
+    out.insert(
+        "encoder_last_hidden_state".into(),
+        host(hidden).map_err(failed("encoder"))?,
+    );
+    // The decoder over `decoder_input_ids` at once, then token by token with the cache.
+    let dec_t = input(case, "decoder_input_ids")?;
+    let dec = ints(dec_t, "decoder_input_ids")?;
+    let [db, n] = dec_t.shape[..] else {
+        return Err(RunError::Failed(format!(
+            "decoder_input_ids has shape {:?}; expected [batch, steps]",
+            dec_t.shape
+        )));
+    };
+    if db != b || n == 0 {
+        return Err(RunError::Failed(format!(
+            "decoder_input_ids has shape {:?}; expected [{b}, steps >= 1]",
+            dec_t.shape
+        )));
+    }
+    let decode = |tokens: Vec<i64>,
+                  first: usize,
+                  steps: usize,
+                  cache: &mut zoo_transformers::KvCache,
+                  which| {
+        let pos: Vec<i64> = (0..b)
+            .flat_map(|_| (first..first + steps).map(|p| p as i64))
+            .collect();
+        let ids = to(tokens, &[b, steps], &cpu)?;
+        let pos = to(pos, &[b, steps], &cpu)?;
+        let args = ForwardArgs {
+            input_ids: &ids,
+            position_ids: &pos,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        lm.decode(args, hidden, Some(&mask_t), cache, which)
+            .map_err(failed("decoder"))
+    };
+    let mut cache = lm.new_cache(b, n).map_err(failed("decoder"))?;
+    let logits = decode(dec.to_vec(), 0, n, &mut cache, LogitsFor::All)?;
+    out.insert("logits".into(), host(&logits).map_err(failed("decoder"))?);
+    let mut cache = lm.new_cache(b, n).map_err(failed("cached decode"))?;
+    let mut per_step = Vec::with_capacity(n);
+    for s in 0..n {
+        let column: Vec<i64> = (0..b).map(|r| dec[r * n + s]).collect();
+        let step = decode(column, s, 1, &mut cache, LogitsFor::Last)?;
+        per_step.push(host(&step).map_err(failed("cached decode"))?);
+    }
+    let vocab = per_step[0].shape.last().copied().unwrap_or(0);
+    let mut data = Vec::with_capacity(b * n * vocab);
+    for r in 0..b {
+        for step in &per_step {
+            let row = step
+                .as_f32()
+                .ok_or_else(|| RunError::Failed("logits are not f32".into()))?;
+            data.extend_from_slice(&row[r * vocab..(r + 1) * vocab]);
+        }
+    }
+    out.insert(
+        "generated_logits".into(),
+        HostTensor::f32(vec![b, n, vocab], data),
+    );
+    if let Some(gen) = &case.spec.generation {
+        let steps = case
+            .expected
+            .get("generated_ids")
+            .and_then(|g| g.shape.get(1).copied());
+        out.insert(
+            "generated_ids".into(),
+            generate_seq2seq(&model, ids, &mask, (b, t), gen, steps)?,
+        );
+    }
+    Ok(out)
+}
+
+/// Greedy seq2seq `generate` on the unpadded prompts (rows that stop early padded with -1).
+fn generate_seq2seq(
+    model: &Seq2SeqLM,
+    ids: &[i64],
+    mask: &[i64],
+    (b, t): (usize, usize),
+    gen: &crate::case::GenerationSpec,
+    steps: Option<usize>,
+) -> Result<HostTensor, RunError> {
+    let prompts = unpadded(ids, mask, (b, t))?;
+    let opts = GenerationOptions {
+        max_new_tokens: gen.max_new_tokens,
+        min_new_tokens: gen.min_new_tokens,
+        eos_token_ids: eos_of(gen),
+        ..Default::default()
+    };
+    let start = match gen.decoder_start_token_id {
+        Some(id) => u32::try_from(id).map_err(|_| {
+            RunError::Failed(format!("decoder_start_token_id {id} is not a token id"))
+        })?,
+        None => model.decoder_start_token_id(),
+    };
+    let pad = gen
+        .pad_token_id
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or(model.pad_token_id());
+    let (outs, _) = zoo_transformers::generate_seq2seq(
+        model.model(),
+        model.tokenizer(),
+        &prompts,
+        &opts,
+        model.eos_token_ids(),
+        pad,
+        start,
+        |_| true,
+    )
+    .map_err(|e| RunError::Failed(format!("generate: {e}")))?;
+    Ok(token_table(&outs, steps))
+}
+
 fn ints<'a>(t: &'a HostTensor, name: &str) -> Result<&'a [i64], RunError> {
     t.as_i64()
         .ok_or_else(|| RunError::Failed(format!("input `{name}` must hold integers")))
@@ -911,7 +1077,22 @@ fn generate(
     gen: &crate::case::GenerationSpec,
     steps: Option<usize>,
 ) -> Result<HostTensor, RunError> {
-    let prompts: Vec<Vec<u32>> = (0..b)
+    let prompts = unpadded(ids, mask, (b, t))?;
+    let opts = GenerationOptions {
+        max_new_tokens: gen.max_new_tokens,
+        min_new_tokens: gen.min_new_tokens,
+        eos_token_ids: eos_of(gen),
+        ..Default::default()
+    };
+    let (outs, _) = model
+        .generate_ids(&prompts, &opts, |_| true)
+        .map_err(|e| RunError::Failed(format!("generate: {e}")))?;
+    Ok(token_table(&outs, steps))
+}
+
+/// The real tokens of each row of `ids [b, t]` (where `mask` is not 0).
+fn unpadded(ids: &[i64], mask: &[i64], (b, t): (usize, usize)) -> Result<Vec<Vec<u32>>, RunError> {
+    (0..b)
         .map(|r| {
             (0..t)
                 .filter(|&i| mask[r * t + i] != 0)
@@ -919,29 +1100,29 @@ fn generate(
                 .collect::<Result<Vec<u32>, _>>()
         })
         .collect::<Result<_, _>>()
-        .map_err(|_| RunError::Failed("input_ids holds an id outside 0..2^32".into()))?;
-    let eos = gen.eos_token_id.as_ref().map(|e| {
+        .map_err(|_| RunError::Failed("input_ids holds an id outside 0..2^32".into()))
+}
+
+/// The case's eos ids, when it names them.
+fn eos_of(gen: &crate::case::GenerationSpec) -> Option<Vec<u32>> {
+    gen.eos_token_id.as_ref().map(|e| {
         e.to_vec()
             .into_iter()
             .filter_map(|i| u32::try_from(i).ok())
             .collect()
-    });
-    let opts = GenerationOptions {
-        max_new_tokens: gen.max_new_tokens,
-        min_new_tokens: gen.min_new_tokens,
-        eos_token_ids: eos,
-        ..Default::default()
-    };
-    let (outs, _) = model
-        .generate_ids(&prompts, &opts, |_| true)
-        .map_err(|e| RunError::Failed(format!("generate: {e}")))?;
+    })
+}
+
+/// The generated ids as `[rows, width]`, rows shorter than `width` (an early eos) padded
+/// with -1 so the token metrics show where they diverge.
+fn token_table(outs: &[zoo_transformers::GenerationOutput], steps: Option<usize>) -> HostTensor {
     let width = steps.unwrap_or_else(|| outs.iter().map(|o| o.token_ids.len()).max().unwrap_or(0));
-    let mut data = Vec::with_capacity(b * width);
-    for o in &outs {
+    let mut data = Vec::with_capacity(outs.len() * width);
+    for o in outs {
         let row: Vec<i64> = o.token_ids.iter().map(|&i| i64::from(i)).collect();
         data.extend(row.iter().copied().chain(std::iter::repeat(-1)).take(width));
     }
-    Ok(HostTensor::i64(vec![outs.len(), width], data))
+    HostTensor::i64(vec![outs.len(), width], data)
 }
 
 /// Runs `f`, turning a panic into `Err("panicked: <message>")` so one case cannot end

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use zoo_hub::{Dtype, Inventory, TensorInfo, Transform};
 use zoo_runtime::device_map::{
-    plan, units_from_inventory, DeviceBudget, ModelShape, Placement, PlanRequest, UnitRules,
-    Workload,
+    plan, units_from_inventory, CacheLayout, DeviceBudget, ModelShape, Placement, PlanRequest,
+    UnitRules, Workload,
 };
 
 const LAYERS: usize = 1000;
@@ -64,7 +64,7 @@ fn main() {
         kv_heads: 4,
         head_dim: 64,
         vocab: 32000,
-        kv_cache: true,
+        kv_cache: CacheLayout::SelfAttention,
     };
     let workload = Workload {
         batch: 1,

@@ -1,4 +1,5 @@
-//! `AutoConfig`, `AutoModel` and `AutoModelForCausalLM`: read a checkpoint's config, pick the
+//! `AutoConfig`, `AutoModel`, `AutoModelForCausalLM`, `AutoModelForSeq2SeqLM` and the
+//! encoder and vision classes: read a checkpoint's config, pick the
 //! family by `architectures` (then `model_type`), and load it onto the device map's device.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use zoo_runtime::{DType, Device};
 use crate::chat::{ChatTemplate, Message};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
 use crate::kinds::{
-    CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, ImageTower, TextTower,
+    CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, ImageTower, Seq2SeqLm, TextTower,
 };
 use crate::loading::HubSource;
 use crate::placement;
@@ -99,6 +100,9 @@ impl AutoConfig {
     pub(crate) fn wrong_kind(&self, asked: &'static str) -> Error {
         let hint = if self.family.is_decoder() {
             "it is a causal language model: generate text with AutoModelForCausalLM or `zoo generate`"
+        } else if matches!(self.family.loaders, Loaders::Seq2Seq { .. }) {
+            "it is an encoder-decoder: generate text with AutoModelForSeq2SeqLM or `zoo generate`, \
+             or embed sentences with its encoder (AutoModel, `zoo embed`)"
         } else if matches!(self.family.loaders, Loaders::Image(_)) {
             "it is a vision encoder: embed images with AutoModel / ImageEmbedder or `zoo embed --image`, \
              or classify them with AutoModelForImageClassification / `zoo classify`"
@@ -348,7 +352,11 @@ impl AutoModel {
         let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
         let m = match cfg.family.loaders {
             Loaders::Decoder { base, .. } => base(&w, &cfg.pretrained).map(BaseModel::Decoder),
-            Loaders::Encoder(load) => load(&w, &cfg.pretrained, Task::Base).map(BaseModel::Encoder),
+            // An encoder-decoder's base model here is its encoder (what embeddings and
+            // diffusion pipelines read).
+            Loaders::Encoder(load) | Loaders::Seq2Seq { encoder: load, .. } => {
+                load(&w, &cfg.pretrained, Task::Base).map(BaseModel::Encoder)
+            }
             Loaders::Image(load) => load(&w, &cfg.pretrained, Task::Base).map(BaseModel::Image),
             Loaders::ImageText(load) => load(&w, &cfg.pretrained).map(BaseModel::ImageText),
         };
@@ -366,7 +374,7 @@ pub(crate) fn load_encoder(
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
     let cfg = AutoConfig::from_config(pretrained.config()?)?;
     let m = match cfg.family.loaders {
-        Loaders::Encoder(load) => {
+        Loaders::Encoder(load) | Loaders::Seq2Seq { encoder: load, .. } => {
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
             let m = load(&w, &cfg.pretrained, task);
             source.finish();
@@ -569,33 +577,41 @@ pub struct CausalLMBuilder {
     opts: LoadOptions,
 }
 
+/// The load options every generating model's builder takes.
+macro_rules! load_option_setters {
+    () => {
+        /// Where the model goes.
+        pub fn device_map(mut self, map: DeviceMap) -> Self {
+            self.opts.device_map = map;
+            self
+        }
+        /// The dtype of weights and activations. On a quantized GGUF this dequantizes every
+        /// tensor at load (transformers' `gguf_file=` semantics); without it the blocks are
+        /// kept.
+        pub fn dtype(mut self, dtype: DType) -> Self {
+            self.opts.dtype = Some(dtype);
+            self
+        }
+        /// A Hub revision for repo ids.
+        pub fn revision(mut self, revision: impl Into<String>) -> Self {
+            self.opts.revision = Some(revision.into());
+            self
+        }
+        /// Memory limits per device.
+        pub fn max_memory(mut self, m: MaxMemory) -> Self {
+            self.opts.max_memory = Some(m);
+            self
+        }
+        /// Show a progress bar while loading.
+        pub fn progress(mut self, on: bool) -> Self {
+            self.opts.progress = on;
+            self
+        }
+    };
+}
+
 impl CausalLMBuilder {
-    /// Where the model goes.
-    pub fn device_map(mut self, map: DeviceMap) -> Self {
-        self.opts.device_map = map;
-        self
-    }
-    /// The dtype of weights and activations. On a quantized GGUF this dequantizes every
-    /// tensor at load (transformers' `gguf_file=` semantics); without it the blocks are kept.
-    pub fn dtype(mut self, dtype: DType) -> Self {
-        self.opts.dtype = Some(dtype);
-        self
-    }
-    /// A Hub revision for repo ids.
-    pub fn revision(mut self, revision: impl Into<String>) -> Self {
-        self.opts.revision = Some(revision.into());
-        self
-    }
-    /// Memory limits per device.
-    pub fn max_memory(mut self, m: MaxMemory) -> Self {
-        self.opts.max_memory = Some(m);
-        self
-    }
-    /// Show a progress bar while loading.
-    pub fn progress(mut self, on: bool) -> Self {
-        self.opts.progress = on;
-        self
-    }
+    load_option_setters!();
 
     /// Loads the model.
     pub fn load(self) -> Result<CausalLM> {
@@ -610,6 +626,34 @@ impl CausalLMBuilder {
         source.finish();
         let model = model?;
         report.devices = model.model().devices();
+        let text = TextSide::load(&pretrained, &cfg)?;
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(CausalLM {
+            model,
+            config: cfg,
+            tokenizer: text.tokenizer,
+            tokenizer_config: text.tokenizer_config,
+            generation_config: text.generation_config,
+            eos: text.eos,
+            pad: text.pad,
+            report,
+        })
+    }
+}
+
+/// What text generation needs beside the model: the tokenizer and its config, the
+/// generation defaults, and the eos and pad ids (generation_config.json, then config.json,
+/// then the tokenizer's eos token).
+struct TextSide {
+    tokenizer: Option<Tokenizer>,
+    tokenizer_config: Option<zoo_hub::TokenizerConfig>,
+    generation_config: Option<zoo_hub::GenerationConfig>,
+    eos: Vec<u32>,
+    pad: u32,
+}
+
+impl TextSide {
+    fn load(pretrained: &Pretrained, cfg: &AutoConfig) -> Result<TextSide> {
         let tokenizer = match Tokenizer::from_pretrained(&pretrained) {
             Ok(t) => Some(t),
             Err(Error::NoTokenizer { .. }) => None,
@@ -642,18 +686,43 @@ impl CausalLMBuilder {
             .and_then(|t| t.to_vec().first().copied())
             .or_else(|| eos.first().copied())
             .unwrap_or(0);
-        report.seconds = started.elapsed().as_secs_f64();
-        Ok(CausalLM {
-            model,
-            config: cfg,
+        Ok(TextSide {
             tokenizer,
             tokenizer_config,
             generation_config,
             eos,
             pad,
-            report,
         })
     }
+}
+
+/// Generates for one prompt through `run`, handing each newly complete piece of text to
+/// `on_text` (and, at the end, text held back because its bytes never formed a character).
+fn stream_one(
+    ids: Vec<u32>,
+    mut on_text: impl FnMut(&str),
+    run: impl FnOnce(
+        &[Vec<u32>],
+        &mut dyn FnMut(TokenEvent<'_>) -> bool,
+    ) -> Result<(Vec<GenerationOutput>, GenerationStats)>,
+) -> Result<(GenerationOutput, GenerationStats)> {
+    let mut streamed = 0;
+    let (mut outs, stats) = run(&[ids], &mut |e| {
+        if !e.text.is_empty() {
+            streamed += e.text.len();
+            on_text(e.text);
+        }
+        true
+    })?;
+    let out = outs
+        .pop()
+        .ok_or_else(|| Error::Generation("no output".into()))?;
+    if let Some(rest) = out.text.as_deref().and_then(|t| t.get(streamed..)) {
+        if !rest.is_empty() {
+            on_text(rest);
+        }
+    }
+    Ok((out, stats))
 }
 
 /// A loaded causal LM with what generation needs: tokenizer, chat template, eos and pad ids.
@@ -781,26 +850,196 @@ impl CausalLM {
         prompt: &str,
         chat_rendered: bool,
         opts: &GenerationOptions,
-        mut on_text: impl FnMut(&str),
+        on_text: impl FnMut(&str),
     ) -> Result<(GenerationOutput, GenerationStats)> {
         let ids = self.encode(prompt, chat_rendered)?;
-        let mut streamed = 0;
-        let (mut outs, stats) = self.generate_ids(&[ids], opts, |e| {
-            if !e.text.is_empty() {
-                streamed += e.text.len();
-                on_text(e.text);
-            }
-            true
-        })?;
-        let out = outs
-            .pop()
-            .ok_or_else(|| Error::Generation("no output".into()))?;
-        // Text held back at the end (bytes that never formed a character) comes out last.
-        if let Some(rest) = out.text.as_deref().and_then(|t| t.get(streamed..)) {
-            if !rest.is_empty() {
-                on_text(rest);
-            }
+        stream_one(ids, on_text, |prompts, on_token| {
+            self.generate_ids(prompts, opts, on_token)
+        })
+    }
+}
+
+/// `AutoModelForSeq2SeqLM`: loads an encoder-decoder (T5, UMT5) with its tokenizer and
+/// generation defaults.
+pub struct AutoModelForSeq2SeqLM;
+
+impl AutoModelForSeq2SeqLM {
+    /// Loads `repo_or_path` (a folder, a `.safetensors` file, or `org/name[@rev]`) onto the
+    /// device `device_map` names, in the checkpoint's dtype.
+    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<Seq2SeqLM> {
+        AutoModelForSeq2SeqLM::builder(repo_or_path)
+            .device_map(device_map)
+            .load()
+    }
+
+    /// A builder for dtype, revision, max_memory and progress.
+    pub fn builder(repo_or_path: &str) -> Seq2SeqLMBuilder {
+        Seq2SeqLMBuilder {
+            repo_or_path: repo_or_path.to_string(),
+            opts: LoadOptions::default(),
         }
-        Ok((out, stats))
+    }
+}
+
+/// Builder of [`AutoModelForSeq2SeqLM`] loads.
+#[derive(Clone, Debug)]
+pub struct Seq2SeqLMBuilder {
+    repo_or_path: String,
+    opts: LoadOptions,
+}
+
+impl Seq2SeqLMBuilder {
+    load_option_setters!();
+
+    /// Loads the model.
+    pub fn load(self) -> Result<Seq2SeqLM> {
+        let started = Instant::now();
+        let pretrained = open(&self.repo_or_path, self.opts.revision.as_deref())?;
+        let cfg = AutoConfig::from_config(pretrained.config()?)?;
+        let Loaders::Seq2Seq { seq2seq, .. } = cfg.family.loaders else {
+            return Err(cfg.wrong_kind("AutoModelForSeq2SeqLM"));
+        };
+        let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
+        let model = seq2seq(&w, &cfg.pretrained);
+        source.finish();
+        let model = model?;
+        report.devices = model.devices();
+        let text = TextSide::load(&pretrained, &cfg)?;
+        // generation_config.json may name another start token than config.json.
+        let decoder_start = text
+            .generation_config
+            .as_ref()
+            .and_then(|g| g.extra.get("decoder_start_token_id"))
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|id| u32::try_from(id).ok())
+            .unwrap_or_else(|| model.decoder_start_token_id());
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(Seq2SeqLM {
+            model,
+            config: cfg,
+            text,
+            decoder_start,
+            report,
+        })
+    }
+}
+
+/// A loaded encoder-decoder with what generation needs: tokenizer, eos, pad and decoder
+/// start ids.
+pub struct Seq2SeqLM {
+    model: Box<dyn Seq2SeqLm>,
+    config: AutoConfig,
+    text: TextSide,
+    decoder_start: u32,
+    report: LoadReport,
+}
+
+impl Seq2SeqLM {
+    /// The model.
+    pub fn model(&self) -> &dyn Seq2SeqLm {
+        &*self.model
+    }
+    /// The dispatched config.
+    pub fn config(&self) -> &AutoConfig {
+        &self.config
+    }
+    /// The tokenizer, when the checkpoint has one.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.text.tokenizer.as_ref()
+    }
+    /// Eos ids generation stops on by default.
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.text.eos
+    }
+    /// The id the encoder's input is padded with.
+    pub fn pad_token_id(&self) -> u32 {
+        self.text.pad
+    }
+    /// The decoder's first input (generation_config.json, then config.json).
+    pub fn decoder_start_token_id(&self) -> u32 {
+        self.decoder_start
+    }
+    /// What the load did (device, dtype, bytes, seconds).
+    pub fn load_report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// Generation defaults from `generation_config.json` (greedy, 20 tokens without one).
+    pub fn default_options(&self) -> GenerationOptions {
+        self.text
+            .generation_config
+            .as_ref()
+            .map(GenerationOptions::from_generation_config)
+            .unwrap_or_default()
+    }
+
+    /// Token ids of a prompt, with the tokenizer's special tokens (T5 appends `</s>`).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        if text.is_empty() {
+            return Err(Error::Generation("the prompt is empty".into()));
+        }
+        let tokenizer = self
+            .text
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| Error::NoTokenizer {
+                source_name: self.config.pretrained.path.display().to_string(),
+            })?;
+        tokenizer.encode(text, true)
+    }
+
+    /// Generates from token ids for a batch, calling `on_token` per new token.
+    pub fn generate_ids(
+        &self,
+        prompts: &[Vec<u32>],
+        opts: &GenerationOptions,
+        on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    ) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
+        generation::generate_seq2seq(
+            &*self.model,
+            self.text.tokenizer.as_ref(),
+            prompts,
+            opts,
+            &self.text.eos,
+            self.text.pad,
+            self.decoder_start,
+            on_token,
+        )
+    }
+
+    /// Generates for a batch of text prompts.
+    pub fn generate(
+        &self,
+        prompts: &[&str],
+        opts: &GenerationOptions,
+    ) -> Result<Vec<GenerationOutput>> {
+        let ids = prompts
+            .iter()
+            .map(|p| self.encode(p))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.generate_ids(&ids, opts, |_| true)?.0)
+    }
+
+    /// Generates for one text prompt and returns the new text.
+    pub fn generate_text(&self, prompt: &str, opts: &GenerationOptions) -> Result<String> {
+        let out = self.generate(&[prompt], opts)?;
+        Ok(out
+            .into_iter()
+            .next()
+            .and_then(|o| o.text)
+            .unwrap_or_default())
+    }
+
+    /// Generates for one prompt, handing each newly complete piece of text to `on_text`.
+    pub fn generate_stream(
+        &self,
+        prompt: &str,
+        opts: &GenerationOptions,
+        on_text: impl FnMut(&str),
+    ) -> Result<(GenerationOutput, GenerationStats)> {
+        let ids = self.encode(prompt)?;
+        stream_one(ids, on_text, |prompts, on_token| {
+            self.generate_ids(prompts, opts, on_token)
+        })
     }
 }

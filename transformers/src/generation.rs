@@ -6,7 +6,7 @@
 use zoo_runtime::{DType, Generator, Tensor};
 
 use crate::cache::KvCache;
-use crate::kinds::{CausalLm, ForwardArgs, LogitsFor};
+use crate::kinds::{CausalLm, EncoderArgs, ForwardArgs, LogitsFor, Seq2SeqLm};
 use crate::sampling::DeviceSampler;
 use crate::{Error, Result};
 
@@ -201,29 +201,11 @@ pub fn generate(
     opts: &GenerationOptions,
     eos_ids: &[u32],
     pad_id: u32,
-    mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    on_token: impl FnMut(TokenEvent<'_>) -> bool,
 ) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
-    opts.validate()?;
-    if prompts.is_empty() {
-        return Err(Error::Generation("no prompts given".into()));
-    }
-    if let Some(i) = prompts.iter().position(Vec::is_empty) {
-        return Err(Error::Generation(format!(
-            "prompt {i} is empty; give at least one token (a plain text prompt gets a BOS token when the tokenizer adds one)"
-        )));
-    }
-    if !opts.stop_strings.is_empty() && tokenizer.is_none() {
-        return Err(Error::Generation(
-            "stop strings need a tokenizer to read the generated text".into(),
-        ));
-    }
     let base = model.model();
     let vocab = base.vocab_size();
-    if let Some(&bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
-        return Err(Error::Generation(format!(
-            "prompt token id {bad} is outside the vocabulary of {vocab} ids"
-        )));
-    }
+    check_request(tokenizer, prompts, opts, vocab)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     // A model built to stretch its context (dynamic NTK rope) runs past it, as in
     // transformers; other models would silently degrade, or index past learned positions.
@@ -265,7 +247,7 @@ pub fn generate(
     let mut history = DecodeHistory::new(&ids, &pos, &mask, padded, padded - longest);
     let input = Tensor::from_vec(ids, &[batch, padded], &device)?;
     let positions = Tensor::from_vec(pos, &[batch, padded], &device)?;
-    let mut sampler = if compiled {
+    let sampler = if compiled {
         Some(DeviceSampler::new(
             opts,
             prompts,
@@ -282,8 +264,202 @@ pub fn generate(
         attention_mask: Some(&mask),
         output_hidden_states: false,
     };
-    let (mut logits, _) = model.forward(args, &mut cache, LogitsFor::Last)?;
+    let (logits, _) = model.forward(args, &mut cache, LogitsFor::Last)?;
 
+    let decoding = Decoding {
+        opts,
+        tokenizer,
+        prompts,
+        context: prompts,
+        eos: &eos,
+        pad_id,
+        vocab,
+        started,
+        prompt_tokens: batch * longest,
+    };
+    decode_loop(decoding, logits, sampler, on_token, |next, step| {
+        let p: Vec<i64> = prompts.iter().map(|p| (p.len() + step) as i64).collect();
+        history.push(next, &p);
+        decode_step(model, &mut cache, &history)
+    })
+}
+
+/// Refuses what no model can generate from: bad options, no or empty prompts, ids outside
+/// the vocabulary, stop strings without a tokenizer.
+fn check_request(
+    tokenizer: Option<&crate::Tokenizer>,
+    prompts: &[Vec<u32>],
+    opts: &GenerationOptions,
+    vocab: usize,
+) -> Result<()> {
+    opts.validate()?;
+    if prompts.is_empty() {
+        return Err(Error::Generation("no prompts given".into()));
+    }
+    if let Some(i) = prompts.iter().position(Vec::is_empty) {
+        return Err(Error::Generation(format!(
+            "prompt {i} is empty; give at least one token (a plain text prompt gets a BOS token when the tokenizer adds one)"
+        )));
+    }
+    if !opts.stop_strings.is_empty() && tokenizer.is_none() {
+        return Err(Error::Generation(
+            "stop strings need a tokenizer to read the generated text".into(),
+        ));
+    }
+    if let Some(&bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
+        return Err(Error::Generation(format!(
+            "prompt token id {bad} is outside the vocabulary of {vocab} ids"
+        )));
+    }
+    Ok(())
+}
+
+/// Generates with an encoder-decoder (T5) for a batch of prompts: the encoder reads each
+/// prompt once (right-padded with `pad_id` to one length, masked), then the decoder
+/// generates from `decoder_start_token_id` with its self-attention cache and the encoder's
+/// keys and values, as transformers' `generate` does for `AutoModelForSeq2SeqLM`. The
+/// options, eos ids and callback are those of [`generate`]; `token_ids` excludes the start
+/// token.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_seq2seq(
+    model: &dyn Seq2SeqLm,
+    tokenizer: Option<&crate::Tokenizer>,
+    prompts: &[Vec<u32>],
+    opts: &GenerationOptions,
+    eos_ids: &[u32],
+    pad_id: u32,
+    decoder_start_token_id: u32,
+    on_token: impl FnMut(TokenEvent<'_>) -> bool,
+) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
+    let vocab = model.vocab_size();
+    check_request(tokenizer, prompts, opts, vocab)?;
+    if decoder_start_token_id as usize >= vocab {
+        return Err(Error::Generation(format!(
+            "decoder_start_token_id {decoder_start_token_id} is outside the vocabulary of {vocab} ids"
+        )));
+    }
+    let eos: Vec<u32> = opts
+        .eos_token_ids
+        .clone()
+        .unwrap_or_else(|| eos_ids.to_vec());
+    let started = std::time::Instant::now();
+    let batch = prompts.len();
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    // On compiled devices the encoder's input is padded to a few lengths and the decoder's
+    // cache to a few capacities, so that few programs compile (see `generate`).
+    let compiled = !model.logits_device().is_eager();
+    let (padded, capacity) = if compiled {
+        (
+            prompt_bucket(longest),
+            cache_bucket(1 + opts.max_new_tokens),
+        )
+    } else {
+        (longest, 1 + opts.max_new_tokens)
+    };
+    let mut ids = Vec::with_capacity(batch * padded);
+    let mut real = Vec::with_capacity(batch * padded);
+    for p in prompts {
+        let pad = padded - p.len();
+        ids.extend(
+            p.iter()
+                .map(|&t| t as i64)
+                .chain(std::iter::repeat_n(pad_id as i64, pad)),
+        );
+        real.extend(std::iter::repeat_n(1i64, p.len()).chain(std::iter::repeat_n(0, pad)));
+    }
+    // The mask stays on the host: the model reads it back to build its additive form.
+    let host = zoo_runtime::Device::Cpu;
+    let input = Tensor::from_vec(ids, &[batch, padded], &model.device())?;
+    let mask = Tensor::from_vec(real, &[batch, padded], &host)?;
+    let encoded = model.encode(EncoderArgs {
+        input_ids: &input,
+        attention_mask: Some(&mask),
+        token_type_ids: None,
+        position_ids: None,
+        output_hidden_states: false,
+    })?;
+    let hidden = encoded.last_hidden_state;
+    let mut cache = model.new_cache(batch, capacity)?;
+    // Every row's decoder input has the same length, so no decoder padding is needed.
+    let mut step = |tokens: &[i64], position: usize| -> Result<Tensor> {
+        let ids = Tensor::from_vec(tokens.to_vec(), &[batch, 1], &host)?;
+        let pos = Tensor::from_vec(vec![position as i64; batch], &[batch, 1], &host)?;
+        let args = ForwardArgs {
+            input_ids: &ids,
+            position_ids: &pos,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        model.decode(args, &hidden, Some(&mask), &mut cache, LogitsFor::Last)
+    };
+    let context = vec![vec![decoder_start_token_id]; batch];
+    let logits = step(&vec![decoder_start_token_id as i64; batch], 0)?;
+    let sampler = if compiled {
+        Some(DeviceSampler::new(
+            opts,
+            &context,
+            &eos,
+            vocab,
+            &model.logits_device(),
+        )?)
+    } else {
+        None
+    };
+    let decoding = Decoding {
+        opts,
+        tokenizer,
+        prompts,
+        context: &context,
+        eos: &eos,
+        pad_id,
+        vocab,
+        started,
+        prompt_tokens: batch * longest,
+    };
+    decode_loop(decoding, logits, sampler, on_token, |next, i| {
+        step(next, i + 1)
+    })
+}
+
+/// What the token loop shared by decoders and encoder-decoders needs to know.
+struct Decoding<'a> {
+    opts: &'a GenerationOptions,
+    tokenizer: Option<&'a crate::Tokenizer>,
+    /// The prompts the outputs report.
+    prompts: &'a [Vec<u32>],
+    /// Per row, the ids the logits processors see before the generated ones: the prompt of
+    /// a decoder, the decoder start token of an encoder-decoder (its `input_ids` in
+    /// transformers).
+    context: &'a [Vec<u32>],
+    eos: &'a [u32],
+    pad_id: u32,
+    vocab: usize,
+    started: std::time::Instant,
+    prompt_tokens: usize,
+}
+
+/// Picks a token per row from `logits` (the prompt's last), streams it, stops rows on eos
+/// or a stop string, and asks `next_logits(tokens, step)` for the logits after feeding
+/// `tokens` (one per row; pads for finished rows) as generated token `step`.
+fn decode_loop(
+    d: Decoding<'_>,
+    mut logits: Tensor,
+    mut sampler: Option<DeviceSampler>,
+    mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    mut next_logits: impl FnMut(&[i64], usize) -> Result<Tensor>,
+) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
+    let Decoding {
+        opts,
+        tokenizer,
+        prompts,
+        context,
+        eos,
+        pad_id,
+        vocab,
+        started,
+        prompt_tokens,
+    } = d;
+    let batch = prompts.len();
     let mut rng = Generator::new(opts.seed);
     let mut streams: Vec<Option<crate::tokenizer::TextStream<'_>>> = (0..batch)
         .map(|_| tokenizer.map(|t| t.stream(true)))
@@ -292,7 +468,7 @@ pub fn generate(
     let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
     let mut done: Vec<Option<StopReason>> = vec![None; batch];
     let mut stats = GenerationStats {
-        prompt_tokens: batch * longest,
+        prompt_tokens,
         ..Default::default()
     };
     let mut decode_started = None;
@@ -331,8 +507,8 @@ pub fn generate(
                         }
                         let mut scores = row.to_vec();
                         let seen: Vec<u32> =
-                            prompts[b].iter().chain(&generated[b]).copied().collect();
-                        pick(&mut scores, &seen, step, &eos, opts, &mut rng)
+                            context[b].iter().chain(&generated[b]).copied().collect();
+                        pick(&mut scores, &seen, step, eos, opts, &mut rng)
                     })
                     .collect()
             }
@@ -374,9 +550,7 @@ pub fn generate(
         // Finished rows keep receiving pad tokens so the batch stays rectangular, as in
         // transformers.
         let next: Vec<i64> = next.iter().map(|&t| t as i64).collect();
-        let p: Vec<i64> = prompts.iter().map(|p| (p.len() + step) as i64).collect();
-        history.push(&next, &p);
-        logits = decode_step(model, &mut cache, &history)?;
+        logits = next_logits(&next, step)?;
         stats.decode_steps += 1;
     }
     if let Some(t) = decode_started {

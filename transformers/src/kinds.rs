@@ -356,7 +356,8 @@ impl ImageEncoder for ImageTower {
 
 /// An encoder-decoder language model (T5): the encoder runs once over the prompt, the
 /// decoder generates with a self-attention cache and attends to the encoder's output
-/// through cross-attention layers of the same [`KvCache`] (see [`CacheSpec::cross`]).
+/// through cross-attention layers of the same [`KvCache`] (see [`CacheSpec::cross`]), whose
+/// keys and values it computes on its first call and reads after.
 pub trait Seq2SeqLm: Send + Sync + Debug {
     /// The encoder's output for the prompt.
     fn encode(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput>;
@@ -364,9 +365,22 @@ pub trait Seq2SeqLm: Send + Sync + Debug {
     fn decoder_start_token_id(&self) -> u32;
     /// One spec per decoder attention layer (self and cross).
     fn cache_specs(&self) -> Vec<CacheSpec>;
+    /// An empty cache for `batch` rows of up to `capacity` decoder tokens.
+    fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        KvCache::from_specs(&self.cache_specs(), batch, capacity, self.dtype())
+    }
     /// The dtype of weights and activations.
     fn dtype(&self) -> DType;
-    /// Decoder logits for `args` given the encoder's hidden states and mask.
+    /// The device encoder inputs go to (the one holding the embeddings).
+    fn device(&self) -> Device;
+    /// The device logits are computed on (the one holding the head).
+    fn logits_device(&self) -> Device;
+    /// Every device the model runs on, in execution order, each once.
+    fn devices(&self) -> Vec<Device>;
+    /// Tokens in the vocabulary.
+    fn vocab_size(&self) -> usize;
+    /// Decoder logits (`[B, T, vocab]` or `[B, 1, vocab]`) for `args` given the encoder's
+    /// hidden states `[B, S, d_model]` and its mask `[B, S]` (1 for a real token).
     fn decode(
         &self,
         args: ForwardArgs<'_>,

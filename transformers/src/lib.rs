@@ -33,14 +33,17 @@ pub mod vision;
 
 pub use auto::{
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
-    AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoModelForTokenClassification,
-    AutoModelForZeroShotImageClassification, BaseModel, CausalLM, LoadOptions,
+    AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
+    AutoModelForTokenClassification, AutoModelForZeroShotImageClassification, BaseModel, CausalLM,
+    LoadOptions, Seq2SeqLM,
 };
 pub use cache::{CacheSpec, KvCache};
 pub use chat::{ChatTemplate, Message};
 pub use config::DecoderConfig;
 pub use error::{Error, Result};
-pub use generation::{decode_step, DecodeHistory, GenerationOptions, GenerationOutput, StopReason};
+pub use generation::{
+    decode_step, generate_seq2seq, DecodeHistory, GenerationOptions, GenerationOutput, StopReason,
+};
 pub use kinds::{
     CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
     ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput, LogitsFor, ModelOutput, Seq2SeqLm,
@@ -64,7 +67,7 @@ pub use models::qwen2::{Qwen2ForCausalLM, Qwen2Model};
 pub use models::qwen2_moe::{Qwen2MoeForCausalLM, Qwen2MoeModel};
 pub use models::qwen3::{Qwen3ForCausalLM, Qwen3Model};
 pub use models::qwen3_moe::{Qwen3MoeForCausalLM, Qwen3MoeModel};
-pub use models::t5::{T5Config, T5EncoderModel};
+pub use models::t5::{T5Config, T5EncoderModel, T5ForConditionalGeneration};
 pub use models::vit::{ViTConfig, ViTForImageClassification, ViTModel};
 pub use tokenizer::Tokenizer;
 pub use vision::{ImageClassifier, ImageEmbedder, Scored, ZeroShotImageClassifier};

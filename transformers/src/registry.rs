@@ -11,7 +11,7 @@ use zoo_hub::{Dtype, Inventory, PretrainedConfig};
 use zoo_runtime::device_map::{units_from_inventory, ModelShape, Unit, UnitRules};
 use zoo_runtime::nn::Weights;
 
-use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel};
+use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, Seq2SeqLm};
 use crate::models::{
     bert, clip, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe,
     qwen3, qwen3_moe, t5, vit,
@@ -33,6 +33,8 @@ pub enum Task {
     TokenClassification,
     /// One label per image (`AutoModelForImageClassification`).
     ImageClassification,
+    /// Encoder-decoder generation (`AutoModelForSeq2SeqLM`).
+    Seq2SeqLm,
 }
 
 impl Task {
@@ -45,6 +47,7 @@ impl Task {
             Task::SequenceClassification => "AutoModelForSequenceClassification",
             Task::TokenClassification => "AutoModelForTokenClassification",
             Task::ImageClassification => "AutoModelForImageClassification",
+            Task::Seq2SeqLm => "AutoModelForSeq2SeqLM",
         }
     }
 }
@@ -76,6 +79,15 @@ pub enum Loaders {
     Image(fn(&Weights, &PretrainedConfig, Task) -> Result<Box<dyn ImageEncoder>>),
     /// Contrastive image-text models (`CLIPModel`), from the checkpoint root.
     ImageText(fn(&Weights, &PretrainedConfig) -> Result<Box<dyn ImageTextModel>>),
+    /// Encoder-decoder families (T5): the encoder alone (`T5EncoderModel`, what diffusion
+    /// pipelines read) and the whole model with its language-model head, from the checkpoint
+    /// root.
+    Seq2Seq {
+        /// The encoder stack, for the `Base` task.
+        encoder: fn(&Weights, &PretrainedConfig, Task) -> Result<Box<dyn Encoder>>,
+        /// Encoder, decoder and head (`T5ForConditionalGeneration`).
+        seq2seq: fn(&Weights, &PretrainedConfig) -> Result<Box<dyn Seq2SeqLm>>,
+    },
 }
 
 /// How a checkpoint of the family splits over devices, from its config: the device-map
@@ -153,6 +165,14 @@ impl Family {
     pub fn is_decoder(&self) -> bool {
         matches!(self.loaders, Loaders::Decoder { .. })
     }
+
+    /// Whether the family generates text: a decoder, or an encoder-decoder.
+    pub fn generates(&self) -> bool {
+        matches!(
+            self.loaders,
+            Loaders::Decoder { .. } | Loaders::Seq2Seq { .. }
+        )
+    }
 }
 
 /// Every family zoo-transformers loads, in the order help texts and errors list them.
@@ -215,12 +235,18 @@ pub fn model_types() -> Vec<&'static str> {
     FAMILIES.iter().map(|f| f.model_type).collect()
 }
 
-/// The families of one kind (decoders when `decoder`, else encoders) with their classes, for
-/// help texts: `Families: llama (LlamaForCausalLM, LlamaModel), ...`.
+/// The families of one kind (those that generate when `decoder`: decoders and
+/// encoder-decoders; else those with an encoder) with their classes, for help texts: `Families: llama (LlamaForCausalLM, LlamaModel), ...`.
 pub fn families_help(decoder: bool) -> String {
     let list: Vec<String> = FAMILIES
         .iter()
-        .filter(|f| f.is_decoder() == decoder)
+        .filter(|f| {
+            if decoder {
+                f.generates()
+            } else {
+                !f.is_decoder()
+            }
+        })
         .map(|f| {
             let classes: Vec<&str> = f.architectures.iter().map(|a| a.name).collect();
             format!("  {} ({})", f.model_type, classes.join(", "))

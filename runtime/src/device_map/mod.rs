@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 pub use budgets::{pjrt_budgets, platform_name};
 pub use memory::{human, parse_max_memory, parse_size, MaxMemory};
 pub use plan::{
-    plan, units_from_inventory, DeviceBudget, ModelShape, Plan, PlanRequest, Stage, Unit,
-    UnitRules, Workload,
+    plan, units_from_inventory, CacheLayout, DeviceBudget, ModelShape, Plan, PlanRequest, Stage,
+    Unit, UnitRules, Workload,
 };
 
 /// Why a device map or plan was refused.

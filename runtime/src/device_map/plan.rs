@@ -24,8 +24,51 @@ pub struct ModelShape {
     pub head_dim: usize,
     /// Logits per token of the last unit (0 for a model without a vocabulary head).
     pub vocab: usize,
-    /// Whether each layer keeps a KV cache of the sequence (decoders); encoders keep none.
-    pub kv_cache: bool,
+    /// What each layer caches while generating.
+    pub kv_cache: CacheLayout,
+}
+
+/// What the layers of a model keep while it generates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheLayout {
+    /// Nothing: an encoder runs once per input.
+    None,
+    /// Every layer caches the keys and values of the whole sequence (decoders).
+    SelfAttention,
+    /// An encoder-decoder (T5): each layer under the `decoder` container (`decoder.block`)
+    /// caches the generated tokens' keys and values and, for cross-attention, those of the
+    /// encoder's output; encoder layers cache nothing. The workload's `seq` sizes both the
+    /// encoder's input and the decoder's output.
+    EncoderDecoder {
+        /// The container of the decoder's numbered layers.
+        decoder: &'static str,
+    },
+}
+
+impl CacheLayout {
+    /// Whether the model keeps any cache.
+    pub fn caches(self) -> bool {
+        self != CacheLayout::None
+    }
+
+    /// Key/value caches (each `batch x seq x kv_heads x head_dim`) the unit `name` of layer
+    /// `layer` keeps: 1 per decoder layer, 2 per layer of an encoder-decoder's decoder.
+    fn caches_of(self, name: &str, layer: Option<usize>) -> u64 {
+        match (self, layer) {
+            (_, None) | (CacheLayout::None, _) => 0,
+            (CacheLayout::SelfAttention, Some(_)) => 1,
+            (CacheLayout::EncoderDecoder { decoder }, Some(_)) => {
+                let under = name
+                    .strip_prefix(decoder)
+                    .is_some_and(|r| r.starts_with('.'));
+                if under {
+                    2
+                } else {
+                    0
+                }
+            }
+        }
+    }
 }
 
 /// The work the plan must leave room for.
@@ -214,8 +257,10 @@ fn unit_costs(req: &PlanRequest) -> Vec<u64> {
         .enumerate()
         .map(|(i, u)| {
             let mut c = u.weight_bytes;
-            if let (Some(_), Some(s)) = (u.layer, req.shape.filter(|s| s.kv_cache)) {
-                c += 2 * (w.batch * w.seq * s.kv_heads * s.head_dim * w.elem_bytes) as u64;
+            if let Some(s) = req.shape {
+                let caches = s.kv_cache.caches_of(&u.name, u.layer);
+                // Keys and values of each cache.
+                c += caches * 2 * (w.batch * w.seq * s.kv_heads * s.head_dim * w.elem_bytes) as u64;
             }
             if i + 1 == req.units.len() {
                 if let Some(s) = req.shape {
@@ -689,7 +734,7 @@ mod tests {
             kv_heads: 1,
             head_dim: 4,
             vocab: 10,
-            kv_cache: true,
+            kv_cache: CacheLayout::SelfAttention,
         };
         let mut req = request("balanced", vec![dev(0, 1 << 20)], &[100, 100]);
         req.shape = Some(shape);

@@ -95,6 +95,14 @@ impl Tensor {
                 .apply1(Op::Affine { mul, add }, DType::I64)?
                 .into_dtype(dt);
         }
+        if matches!(dt, DType::BF16 | DType::F16) {
+            // PyTorch computes a 16-bit tensor times a Python scalar in f32 with the scalar
+            // unrounded, then rounds once; a 16-bit constant would round the scalar first.
+            let x = self.cast(DType::F32)?;
+            return x
+                .apply1(Op::Affine { mul, add }, DType::F32)?
+                .into_dtype(dt);
+        }
         let x = self.cast(dt)?;
         x.apply1(Op::Affine { mul, add }, dt)
     }

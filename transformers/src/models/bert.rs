@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
@@ -172,7 +172,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             kv_heads: c.num_attention_heads,
             head_dim: c.head_dim(),
             vocab: 0,
-            kv_cache: false,
+            kv_cache: CacheLayout::None,
         },
         context: c.max_position_embeddings,
     })
@@ -186,7 +186,7 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn En
         Task::MaskedLm => Box::new(BertForMaskedLM::load(w, &c)?),
         Task::SequenceClassification => Box::new(BertForSequenceClassification::load(w, &c)?),
         Task::TokenClassification => Box::new(BertForTokenClassification::load(w, &c)?),
-        Task::CausalLm | Task::ImageClassification => {
+        Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm => {
             return Err(Error::Config {
                 path: c.path.clone(),
                 reason: format!(

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
@@ -185,7 +185,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             kv_heads: c.n_head,
             head_dim: c.head_dim(),
             vocab: c.vocab_size,
-            kv_cache: true,
+            kv_cache: CacheLayout::SelfAttention,
         },
         context: c.n_positions,
     })

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
@@ -80,7 +80,7 @@ pub(crate) fn decoder_layout(c: &DecoderConfig, tied: bool) -> Layout {
             kv_heads: c.num_kv_heads(),
             head_dim: c.head_dim(),
             vocab: c.vocab_size,
-            kv_cache: true,
+            kv_cache: CacheLayout::SelfAttention,
         },
         context: c.max_position_embeddings,
     }

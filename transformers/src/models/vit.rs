@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
@@ -211,7 +211,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             kv_heads: c.num_attention_heads,
             head_dim: c.head_dim(),
             vocab: 0,
-            kv_cache: false,
+            kv_cache: CacheLayout::None,
         },
         context: rows * cols + 1,
     })

@@ -4,7 +4,7 @@
 //! embeddings; `logits_per_image` is its transpose.
 
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Linear, Weights};
 use zoo_runtime::{DType, Tensor};
 
@@ -98,7 +98,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             head_dim: (t.hidden_size / t.num_attention_heads)
                 .max(v.hidden_size / v.num_attention_heads),
             vocab: 0,
-            kv_cache: false,
+            kv_cache: CacheLayout::None,
         },
         context: vision.context.max(t.max_position_embeddings),
     })

@@ -12,7 +12,7 @@
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
@@ -162,7 +162,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             kv_heads: c.num_attention_heads,
             head_dim: c.hidden_size / c.num_attention_heads,
             vocab: 0,
-            kv_cache: false,
+            kv_cache: CacheLayout::None,
         },
         context: c.max_position_embeddings,
     })

@@ -10,7 +10,7 @@
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
@@ -178,7 +178,7 @@ pub(super) fn vision_layout(c: &ClipVisionConfig) -> Layout {
             kv_heads: c.num_attention_heads,
             head_dim: c.hidden_size / c.num_attention_heads,
             vocab: 0,
-            kv_cache: false,
+            kv_cache: CacheLayout::None,
         },
         context: tokens,
     }
