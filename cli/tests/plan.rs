@@ -140,3 +140,55 @@ fn an_encoder_plans_without_kv_cache_for_its_own_context() {
     let (ok, _, err) = zoo(&["plan", m, "--max-memory", "1GiB", "--seq", "1024"]);
     assert!(!ok && err.contains("512") && err.contains("--seq"), "{err}");
 }
+
+#[test]
+fn an_encoder_decoder_counts_self_and_cross_attention_caches_of_its_decoder_layers() {
+    // The committed T5 case: 2 encoder and 2 decoder blocks, 4 heads of 8, vocabulary 96.
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nightly/fixtures/t5-generate-f32");
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("plan.json");
+    let (ok, out, err) = zoo(&[
+        "plan",
+        model.to_str().unwrap(),
+        "--max-memory",
+        "0=400KiB,1=400KiB",
+        "--reserve",
+        "0",
+        "--seq",
+        "64",
+        "--dtype",
+        "f32",
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("cross-attention cache"), "{out}");
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+    let stages = plan["stages"].as_array().unwrap();
+    let units: Vec<&str> = stages
+        .iter()
+        .flat_map(|s| s["units"].as_array().unwrap().iter())
+        .map(|u| u.as_str().unwrap())
+        .collect();
+    // Execution order: the encoder whole, then the decoder, then the head's norm.
+    let pos = |n: &str| units.iter().position(|u| *u == n).unwrap();
+    assert!(
+        pos("encoder.block.1") < pos("encoder.final_layer_norm"),
+        "{units:?}"
+    );
+    assert!(
+        pos("encoder.final_layer_norm") < pos("decoder.block.0"),
+        "{units:?}"
+    );
+    assert!(
+        pos("decoder.block.1") < pos("decoder.final_layer_norm"),
+        "{units:?}"
+    );
+    // Per decoder layer: self and cross caches, keys and values, 64 x 4 x 8 f32 each; the
+    // encoder keeps none; the last stage also holds one step's f32 logits.
+    let per_layer = 2 * 2 * 64 * 4 * 8 * 4;
+    let kv: u64 = stages.iter().map(|s| s["kv"].as_u64().unwrap()).sum();
+    assert_eq!(kv, 2 * per_layer + 96 * 4, "{out}");
+}

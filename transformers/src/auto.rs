@@ -654,7 +654,7 @@ struct TextSide {
 
 impl TextSide {
     fn load(pretrained: &Pretrained, cfg: &AutoConfig) -> Result<TextSide> {
-        let tokenizer = match Tokenizer::from_pretrained(&pretrained) {
+        let tokenizer = match Tokenizer::from_pretrained(pretrained) {
             Ok(t) => Some(t),
             Err(Error::NoTokenizer { .. }) => None,
             Err(e) => return Err(e),

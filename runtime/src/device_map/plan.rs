@@ -208,21 +208,34 @@ pub fn units_from_inventory(
             units[i].tied_with = Some(unit_of(first, rules).0);
         }
     }
-    // Execution order: inputs (embeddings) first, layers by index, then heads and norms.
-    let mut keyed: Vec<(u8, usize, usize, Unit)> = units
+    // Execution order: inputs (embeddings) first, then each container's layers by index in
+    // the order the family lists them (an encoder's before a decoder's), each followed by
+    // the modules beside it (`encoder.final_layer_norm` after `encoder.block.*`), then heads
+    // and the rest.
+    let container = |name: &str| rules.layer_containers.iter().position(|c| under(name, c));
+    let beside = |name: &str| {
+        rules.layer_containers.iter().position(|c| {
+            c.rsplit_once('.')
+                .is_some_and(|(parent, _)| under(name, parent))
+        })
+    };
+    let mut keyed: Vec<((u8, usize, usize, usize), Unit)> = units
         .into_iter()
         .enumerate()
         .map(|(i, u)| {
-            let phase = match u.layer {
-                Some(_) => 1,
-                None if rules.inputs.iter().any(|p| under(&u.name, p)) => 0,
-                None => 2,
+            let key = match (u.layer, container(&u.name)) {
+                (Some(l), Some(c)) => (1, c, l, i),
+                _ if rules.inputs.iter().any(|p| under(&u.name, p)) => (0, 0, 0, i),
+                _ => match beside(&u.name) {
+                    Some(c) => (1, c, usize::MAX, i),
+                    None => (2, 0, 0, i),
+                },
             };
-            (phase, u.layer.unwrap_or(0), i, u)
+            (key, u)
         })
         .collect();
-    keyed.sort_by_key(|(p, l, i, _)| (*p, *l, *i));
-    keyed.into_iter().map(|(_, _, _, u)| u).collect()
+    keyed.sort_by_key(|(k, _)| *k);
+    keyed.into_iter().map(|(_, u)| u).collect()
 }
 
 /// Whether `name` is the module `prefix` or inside it (`a.b` is under `a`, `ab` is not).
