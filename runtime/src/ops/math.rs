@@ -130,6 +130,10 @@ impl Tensor {
         if e == 2.0 {
             return x.mul(&x);
         }
+        if e == 3.0 && matches!(dt, DType::BF16 | DType::F16) {
+            // PyTorch's CPU kernel writes a 16-bit cube as `x * x * x`, rounding twice.
+            return x.mul(&x)?.mul(&x);
+        }
         x.apply1(Op::PowScalar(e), dt)
     }
     /// Clamps into `[min, max]`; pass `f64::NEG_INFINITY`/`f64::INFINITY` for a one-sided clamp.

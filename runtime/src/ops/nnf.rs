@@ -80,6 +80,16 @@ impl Activation {
                 .add_scalar(1.0)?;
             return x.mul_scalar(0.5)?.mul(&inner);
         }
+        if *self == Activation::QuickGelu && dt != acc && dt.is_float() {
+            // Likewise `x * sigmoid(1.702 * x)`: three ops, each rounding to the input
+            // dtype (the sigmoid kernel itself evaluates in f32).
+            let s = x
+                .mul_scalar(1.702)?
+                .to_dtype(acc)?
+                .sigmoid()?
+                .to_dtype(dt)?;
+            return x.mul(&s);
+        }
         if dt != acc && dt.is_float() {
             return self.apply(&x.to_dtype(acc)?)?.into_dtype(dt);
         }
