@@ -1,0 +1,224 @@
+//! `DDIMScheduler` (diffusers' `scheduling_ddim.py`): deterministic DDIM steps (`eta = 0`)
+//! or stochastic ones, from integer timesteps.
+
+use serde::Deserialize;
+use zoo_runtime::Tensor;
+
+use super::schedule::{
+    spaced_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
+};
+use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
+use crate::{Error, Result};
+
+const CLASS: &str = "DDIMScheduler";
+
+fn yes() -> bool {
+    true
+}
+fn one() -> f64 {
+    1.0
+}
+fn ratio() -> f64 {
+    0.995
+}
+fn epsilon() -> PredictionType {
+    PredictionType::Epsilon
+}
+fn leading() -> TimestepSpacing {
+    TimestepSpacing::Leading
+}
+
+/// `DDIMScheduler`'s config fields.
+#[derive(Clone, Debug, Deserialize)]
+pub struct DDIMConfig {
+    /// The training schedule.
+    #[serde(flatten)]
+    pub noise: NoiseConfig,
+    /// Clip the predicted clean sample to `clip_sample_range`.
+    #[serde(default = "yes")]
+    pub clip_sample: bool,
+    /// The cumulative alpha after the last step: 1, or the first training timestep's.
+    #[serde(default = "yes")]
+    pub set_alpha_to_one: bool,
+    /// Added to `leading` timesteps.
+    #[serde(default)]
+    pub steps_offset: usize,
+    /// What the model predicts.
+    #[serde(default = "epsilon")]
+    pub prediction_type: PredictionType,
+    /// Dynamic thresholding of the predicted clean sample (Imagen).
+    #[serde(default)]
+    pub thresholding: bool,
+    /// Quantile of dynamic thresholding.
+    #[serde(default = "ratio")]
+    pub dynamic_thresholding_ratio: f64,
+    /// Bound of `clip_sample`.
+    #[serde(default = "one")]
+    pub clip_sample_range: f64,
+    /// Largest threshold of dynamic thresholding.
+    #[serde(default = "one")]
+    pub sample_max_value: f64,
+    /// How inference timesteps are spaced.
+    #[serde(default = "leading")]
+    pub timestep_spacing: TimestepSpacing,
+}
+
+/// `DDIMScheduler`.
+#[derive(Clone, Debug)]
+pub struct DDIMScheduler {
+    config: DDIMConfig,
+    schedule: NoiseSchedule,
+    final_alpha_cumprod: f32,
+    timesteps: Vec<f64>,
+    /// `eta` of the pipeline's call: 0 is deterministic DDIM, 1 is DDPM-like.
+    pub eta: f32,
+    /// Recompute the noise from the clipped clean sample (`use_clipped_model_output`).
+    pub use_clipped_model_output: bool,
+}
+
+impl DDIMScheduler {
+    /// A scheduler from its config.
+    pub fn new(config: DDIMConfig) -> Result<DDIMScheduler> {
+        let schedule = NoiseSchedule::new(&config.noise, CLASS, false)?;
+        let final_alpha_cumprod = if config.set_alpha_to_one {
+            1.0
+        } else {
+            schedule.alphas_cumprod[0]
+        };
+        Ok(DDIMScheduler {
+            config,
+            schedule,
+            final_alpha_cumprod,
+            timesteps: Vec::new(),
+            eta: 0.0,
+            use_clipped_model_output: false,
+        })
+    }
+}
+
+impl Scheduler for DDIMScheduler {
+    fn class_name(&self) -> &'static str {
+        CLASS
+    }
+
+    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+        let train = self.config.noise.num_train_timesteps;
+        if steps == 0 || steps > train {
+            return Err(Error::Scheduler(format!(
+                "{CLASS}: num_inference_steps must be in 1..={train} (num_train_timesteps), got {steps}"
+            )));
+        }
+        self.timesteps = spaced_timesteps(
+            self.config.timestep_spacing,
+            train,
+            steps,
+            self.config.steps_offset,
+            true,
+        );
+        Ok(())
+    }
+
+    fn timesteps(&self) -> &[f64] {
+        &self.timesteps
+    }
+
+    fn init_noise_sigma(&self) -> f64 {
+        1.0
+    }
+
+    fn scale_model_input(&self, sample: &Tensor, _step: usize) -> Result<Tensor> {
+        Ok(sample.clone())
+    }
+
+    fn needs_noise(&self, _step: usize) -> bool {
+        self.eta > 0.0
+    }
+
+    fn set_eta(&mut self, eta: f32) -> bool {
+        self.eta = eta;
+        true
+    }
+
+    fn step(
+        &mut self,
+        model_output: &Tensor,
+        step: usize,
+        sample: &Tensor,
+        noise: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        check_step(CLASS, step, self.timesteps.len())?;
+        check_float(CLASS, sample)?;
+        let c = &self.config;
+        let t = self.timesteps[step] as i64;
+        let prev = t - (c.noise.num_train_timesteps / self.timesteps.len()) as i64;
+        let ac = &self.schedule.alphas_cumprod;
+        let alpha_t = *ac.get(t as usize).ok_or_else(|| {
+            Error::Scheduler(format!(
+                "{CLASS}: timestep {t} is past the training schedule"
+            ))
+        })?;
+        let alpha_prev = if prev >= 0 {
+            ac[prev as usize]
+        } else {
+            self.final_alpha_cumprod
+        };
+        let beta_t = 1.0 - alpha_t;
+        let (sa, sb) = (alpha_t.sqrt(), beta_t.sqrt());
+        let (mut x0, mut eps) = match c.prediction_type {
+            PredictionType::Epsilon => (
+                divide(&sample.sub(&scale(model_output, sb)?)?, sa)?,
+                model_output.clone(),
+            ),
+            PredictionType::Sample => (
+                model_output.clone(),
+                divide(&sample.sub(&scale(model_output, sa)?)?, sb)?,
+            ),
+            PredictionType::VPrediction => (
+                scale(sample, sa)?.sub(&scale(model_output, sb)?)?,
+                scale(model_output, sa)?.add(&scale(sample, sb)?)?,
+            ),
+        };
+        if c.thresholding {
+            x0 = threshold(&x0, c.dynamic_thresholding_ratio, c.sample_max_value)?;
+        } else if c.clip_sample {
+            let r = c.clip_sample_range;
+            x0 = x0.clamp(-r, r)?;
+        }
+        // `_get_variance`, then the deviation `eta` asks for.
+        let beta_prev = 1.0 - alpha_prev;
+        let variance = beta_prev / beta_t * (1.0 - alpha_t / alpha_prev);
+        let std_dev = self.eta * variance.sqrt();
+        if self.use_clipped_model_output {
+            eps = divide(&sample.sub(&scale(&x0, sa)?)?, sb)?;
+        }
+        let direction = scale(&eps, (1.0 - alpha_prev - std_dev * std_dev).sqrt())?;
+        let mut prev_sample = scale(&x0, alpha_prev.sqrt())?.add(&direction)?;
+        if self.eta > 0.0 {
+            let n = require_noise(CLASS, noise, sample)?;
+            prev_sample = prev_sample.add(&scale(n, std_dev)?)?;
+        }
+        Ok(prev_sample)
+    }
+}
+
+/// Dynamic thresholding (`_threshold_sample`): per batch row, the `ratio` quantile `s` of
+/// |x| (clamped to `[1, max]`); values clamped to `[-s, s]` and divided by `s`. Computed on
+/// the host, in f32.
+pub(super) fn threshold(x: &Tensor, ratio: f64, max: f64) -> Result<Tensor> {
+    let shape = x.shape().to_vec();
+    let rows = shape[0];
+    let values = x.to_dtype(zoo_runtime::DType::F32)?.to_vec::<f32>()?;
+    let per = values.len() / rows.max(1);
+    let mut out = Vec::with_capacity(values.len());
+    for row in values.chunks(per.max(1)) {
+        let mut sorted: Vec<f32> = row.iter().map(|v| v.abs()).collect();
+        sorted.sort_by(f32::total_cmp);
+        let pos = ratio * (sorted.len() - 1) as f64;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        let w = (pos - lo as f64) as f32;
+        let q = sorted[lo] + (sorted[hi] - sorted[lo]) * w;
+        let s = q.clamp(1.0, max as f32);
+        out.extend(row.iter().map(|v| v.clamp(-s, s) / s));
+    }
+    Ok(Tensor::from_vec(out, &shape, &x.device())?.to_dtype(x.dtype())?)
+}

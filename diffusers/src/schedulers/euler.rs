@@ -1,0 +1,436 @@
+//! `EulerDiscreteScheduler` and `EulerAncestralDiscreteScheduler` (diffusers'
+//! `scheduling_euler_discrete.py`, `scheduling_euler_ancestral_discrete.py`): Euler steps
+//! over sigmas `sqrt((1 - alpha_bar) / alpha_bar)` interpolated at the inference timesteps
+//! (or Karras / exponential sigmas), the ancestral one adding noise at each step.
+
+use serde::Deserialize;
+use zoo_runtime::{DType, Tensor};
+
+use super::schedule::{
+    exponential_sigmas, interp, karras_sigmas, linspace_f32, sigma_to_t, spaced_timesteps,
+    NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
+};
+use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
+use crate::{Error, Result};
+
+fn epsilon() -> PredictionType {
+    PredictionType::Epsilon
+}
+fn linspace() -> TimestepSpacing {
+    TimestepSpacing::Linspace
+}
+
+/// `interpolation_type`: how sigmas are taken at the inference timesteps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interpolation {
+    /// `np.interp` of the training sigmas.
+    Linear,
+    /// Evenly in log sigma from the smallest to the largest.
+    LogLinear,
+}
+
+/// `timestep_type`: what the model is called with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestepType {
+    /// The timestep.
+    Discrete,
+    /// `0.25 * ln(sigma)` (with v-prediction, as EDM-style models take it).
+    Continuous,
+}
+
+/// `final_sigmas_type`: the noise level after the last step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinalSigmas {
+    /// Zero: the last step lands on the clean sample.
+    Zero,
+    /// The first training timestep's sigma.
+    SigmaMin,
+}
+
+fn linear() -> Interpolation {
+    Interpolation::Linear
+}
+fn discrete() -> TimestepType {
+    TimestepType::Discrete
+}
+fn zero() -> FinalSigmas {
+    FinalSigmas::Zero
+}
+
+/// `EulerDiscreteScheduler`'s config fields.
+#[derive(Clone, Debug, Deserialize)]
+pub struct EulerConfig {
+    /// The training schedule.
+    #[serde(flatten)]
+    pub noise: NoiseConfig,
+    /// What the model predicts.
+    #[serde(default = "epsilon")]
+    pub prediction_type: PredictionType,
+    /// How sigmas are taken at the inference timesteps.
+    #[serde(default = "linear")]
+    pub interpolation_type: Interpolation,
+    /// Karras et al.'s sigmas (rho 7) between the smallest and largest.
+    #[serde(default)]
+    pub use_karras_sigmas: Option<bool>,
+    /// Exponentially spaced sigmas.
+    #[serde(default)]
+    pub use_exponential_sigmas: Option<bool>,
+    /// Beta-distributed sigmas.
+    #[serde(default)]
+    pub use_beta_sigmas: Option<bool>,
+    /// Smallest sigma of the Karras / exponential schedules (default: the schedule's).
+    #[serde(default)]
+    pub sigma_min: Option<f64>,
+    /// Largest sigma of those schedules (default: the schedule's).
+    #[serde(default)]
+    pub sigma_max: Option<f64>,
+    /// How inference timesteps are spaced.
+    #[serde(default = "linspace")]
+    pub timestep_spacing: TimestepSpacing,
+    /// What the model is called with.
+    #[serde(default = "discrete")]
+    pub timestep_type: TimestepType,
+    /// Added to `leading` timesteps.
+    #[serde(default)]
+    pub steps_offset: usize,
+    /// The noise level after the last step.
+    #[serde(default = "zero")]
+    pub final_sigmas_type: FinalSigmas,
+}
+
+/// `EulerAncestralDiscreteScheduler`'s config fields.
+#[derive(Clone, Debug, Deserialize)]
+pub struct EulerAncestralConfig {
+    /// The training schedule.
+    #[serde(flatten)]
+    pub noise: NoiseConfig,
+    /// What the model predicts (`epsilon` or `v_prediction`).
+    #[serde(default = "epsilon")]
+    pub prediction_type: PredictionType,
+    /// How inference timesteps are spaced.
+    #[serde(default = "linspace")]
+    pub timestep_spacing: TimestepSpacing,
+    /// Added to `leading` timesteps.
+    #[serde(default)]
+    pub steps_offset: usize,
+}
+
+/// What both Euler schedulers hold: the training sigmas and the inference ones.
+#[derive(Clone, Debug)]
+struct Sigmas {
+    schedule: NoiseSchedule,
+    /// Training sigmas, float32.
+    train: Vec<f32>,
+    timesteps: Vec<f64>,
+    sigmas: Vec<f32>,
+    spacing: TimestepSpacing,
+}
+
+impl Sigmas {
+    fn new(noise: &NoiseConfig, class: &str, spacing: TimestepSpacing) -> Result<Sigmas> {
+        let mut schedule = NoiseSchedule::new(noise, class, false)?;
+        if noise.rescale_betas_zero_snr {
+            // A zero terminal alpha would make an infinite sigma; diffusers uses 2^-24.
+            if let Some(last) = schedule.alphas_cumprod.last_mut() {
+                *last = 2f32.powi(-24);
+            }
+        }
+        Ok(Sigmas {
+            train: schedule.sigmas(),
+            schedule,
+            timesteps: Vec::new(),
+            sigmas: Vec::new(),
+            spacing,
+        })
+    }
+
+    /// `init_noise_sigma`: the largest sigma, or `sqrt(max^2 + 1)` for `leading` spacing.
+    fn init_noise_sigma(&self) -> f64 {
+        let max = self
+            .sigmas
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        let max = if self.sigmas.is_empty() {
+            self.train.iter().copied().fold(0.0, f32::max)
+        } else {
+            max
+        };
+        match self.spacing {
+            TimestepSpacing::Linspace | TimestepSpacing::Trailing => max as f64,
+            TimestepSpacing::Leading => (max * max + 1.0).sqrt() as f64,
+        }
+    }
+
+    /// `sample / sqrt(sigma^2 + 1)`.
+    fn scale_model_input(&self, class: &str, sample: &Tensor, step: usize) -> Result<Tensor> {
+        check_step(class, step, self.timesteps.len())?;
+        let s = self.sigmas[step];
+        divide(sample, (s * s + 1.0).sqrt())
+    }
+}
+
+impl EulerDiscreteScheduler {
+    /// A scheduler from its config.
+    pub fn new(config: EulerConfig) -> Result<EulerDiscreteScheduler> {
+        let exclusive = [
+            config.use_karras_sigmas,
+            config.use_exponential_sigmas,
+            config.use_beta_sigmas,
+        ]
+        .iter()
+        .filter(|v| **v == Some(true))
+        .count();
+        if exclusive > 1 {
+            return Err(Error::Scheduler(format!(
+                "{EULER}: only one of use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas can be true"
+            )));
+        }
+        if config.use_beta_sigmas == Some(true) {
+            return Err(Error::Scheduler(format!(
+                "{EULER}: use_beta_sigmas (scipy's beta quantiles) is not supported by zoo; use use_karras_sigmas or use_exponential_sigmas"
+            )));
+        }
+        Ok(EulerDiscreteScheduler {
+            sigmas: Sigmas::new(&config.noise, EULER, config.timestep_spacing)?,
+            config,
+            model_timesteps: Vec::new(),
+        })
+    }
+
+    fn continuous(&self) -> bool {
+        self.config.timestep_type == TimestepType::Continuous
+            && self.config.prediction_type == PredictionType::VPrediction
+    }
+}
+
+const EULER: &str = "EulerDiscreteScheduler";
+const ANCESTRAL: &str = "EulerAncestralDiscreteScheduler";
+
+/// `EulerDiscreteScheduler`.
+#[derive(Clone, Debug)]
+pub struct EulerDiscreteScheduler {
+    config: EulerConfig,
+    sigmas: Sigmas,
+    /// What the model is called with (the timesteps, or `0.25 ln sigma` when continuous).
+    model_timesteps: Vec<f64>,
+}
+
+impl Scheduler for EulerDiscreteScheduler {
+    fn class_name(&self) -> &'static str {
+        EULER
+    }
+
+    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+        let c = &self.config;
+        let train = c.noise.num_train_timesteps;
+        if steps == 0 {
+            return Err(Error::Scheduler(format!(
+                "{EULER}: num_inference_steps must be at least 1"
+            )));
+        }
+        let mut timesteps: Vec<f64> =
+            spaced_timesteps(c.timestep_spacing, train, steps, c.steps_offset, false)
+                .into_iter()
+                .map(|t| t as f32 as f64)
+                .collect();
+        let s = &self.sigmas;
+        let log_sigmas: Vec<f32> = s.train.iter().map(|v| v.ln()).collect();
+        let mut sigmas: Vec<f64> = match c.interpolation_type {
+            Interpolation::Linear => timesteps.iter().map(|&t| interp(t, &s.train)).collect(),
+            Interpolation::LogLinear => {
+                let lo = (*s.train.last().unwrap_or(&1.0)).ln() as f64;
+                let hi = s.train[0].ln() as f64;
+                linspace_f32(lo, hi, steps + 1)
+                    .into_iter()
+                    .map(|v| v.exp() as f64)
+                    .collect()
+            }
+        };
+        let bound = |field: Option<f64>, fallback: f64| field.unwrap_or(fallback);
+        if c.use_karras_sigmas == Some(true) || c.use_exponential_sigmas == Some(true) {
+            let smin = bound(c.sigma_min, *sigmas.last().unwrap_or(&0.0));
+            let smax = bound(c.sigma_max, sigmas[0]);
+            sigmas = if c.use_karras_sigmas == Some(true) {
+                karras_sigmas(smin, smax, steps)
+            } else {
+                exponential_sigmas(smin, smax, steps)
+            };
+            timesteps = sigmas
+                .iter()
+                .map(|&sg| sigma_to_t(sg, &log_sigmas) as f32 as f64)
+                .collect();
+        }
+        let last = match c.final_sigmas_type {
+            FinalSigmas::Zero => 0.0,
+            FinalSigmas::SigmaMin => {
+                let a = s.schedule.alphas_cumprod[0];
+                ((1.0 - a) / a).sqrt() as f64
+            }
+        };
+        sigmas.push(last);
+        let sigmas: Vec<f32> = sigmas.into_iter().map(|v| v as f32).collect();
+        self.model_timesteps = if self.continuous() {
+            sigmas[..sigmas.len() - 1]
+                .iter()
+                .map(|sg| (0.25 * sg.ln()) as f64)
+                .collect()
+        } else {
+            timesteps
+        };
+        self.sigmas.timesteps = self.model_timesteps.clone();
+        self.sigmas.sigmas = sigmas;
+        Ok(())
+    }
+
+    fn timesteps(&self) -> &[f64] {
+        &self.model_timesteps
+    }
+
+    fn sigmas(&self) -> Option<&[f32]> {
+        Some(&self.sigmas.sigmas)
+    }
+
+    fn init_noise_sigma(&self) -> f64 {
+        self.sigmas.init_noise_sigma()
+    }
+
+    fn scale_model_input(&self, sample: &Tensor, step: usize) -> Result<Tensor> {
+        self.sigmas.scale_model_input(EULER, sample, step)
+    }
+
+    fn needs_noise(&self, _step: usize) -> bool {
+        false
+    }
+
+    fn step(
+        &mut self,
+        model_output: &Tensor,
+        step: usize,
+        sample: &Tensor,
+        _noise: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        check_step(EULER, step, self.model_timesteps.len())?;
+        check_float(EULER, sample)?;
+        let sample = sample.to_dtype(DType::F32)?;
+        // `s_churn` is 0 in every pipeline call, so sigma_hat is sigma.
+        let sigma = self.sigmas.sigmas[step];
+        let x0 = match self.config.prediction_type {
+            PredictionType::Sample => model_output.to_dtype(DType::F32)?,
+            PredictionType::Epsilon => sample.sub(&scale(model_output, sigma)?)?,
+            PredictionType::VPrediction => v_to_x0(model_output, &sample, sigma)?,
+        };
+        let derivative = divide(&sample.sub(&x0)?, sigma)?;
+        let dt = self.sigmas.sigmas[step + 1] - sigma;
+        let prev = sample.add(&scale(&derivative, dt)?)?;
+        Ok(prev.to_dtype(model_output.dtype())?)
+    }
+}
+
+/// The clean sample of a v-prediction: `v * (-sigma / sqrt(sigma^2 + 1)) + x / (sigma^2 + 1)`.
+fn v_to_x0(v: &Tensor, x: &Tensor, sigma: f32) -> Result<Tensor> {
+    let s2 = sigma * sigma + 1.0;
+    Ok(scale(v, -sigma / s2.sqrt())?.add(&divide(x, s2)?)?)
+}
+
+/// `EulerAncestralDiscreteScheduler`.
+#[derive(Clone, Debug)]
+pub struct EulerAncestralDiscreteScheduler {
+    config: EulerAncestralConfig,
+    sigmas: Sigmas,
+}
+
+impl EulerAncestralDiscreteScheduler {
+    /// A scheduler from its config.
+    pub fn new(config: EulerAncestralConfig) -> Result<EulerAncestralDiscreteScheduler> {
+        if config.prediction_type == PredictionType::Sample {
+            return Err(Error::Scheduler(format!(
+                "{ANCESTRAL}: prediction_type `sample` is not implemented (as in diffusers); use epsilon or v_prediction"
+            )));
+        }
+        Ok(EulerAncestralDiscreteScheduler {
+            sigmas: Sigmas::new(&config.noise, ANCESTRAL, config.timestep_spacing)?,
+            config,
+        })
+    }
+}
+
+impl Scheduler for EulerAncestralDiscreteScheduler {
+    fn class_name(&self) -> &'static str {
+        ANCESTRAL
+    }
+
+    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+        let c = &self.config;
+        if steps == 0 {
+            return Err(Error::Scheduler(format!(
+                "{ANCESTRAL}: num_inference_steps must be at least 1"
+            )));
+        }
+        let timesteps: Vec<f64> = spaced_timesteps(
+            c.timestep_spacing,
+            c.noise.num_train_timesteps,
+            steps,
+            c.steps_offset,
+            false,
+        )
+        .into_iter()
+        .map(|t| t as f32 as f64)
+        .collect();
+        let mut sigmas: Vec<f32> = timesteps
+            .iter()
+            .map(|&t| interp(t, &self.sigmas.train) as f32)
+            .collect();
+        sigmas.push(0.0);
+        self.sigmas.timesteps = timesteps;
+        self.sigmas.sigmas = sigmas;
+        Ok(())
+    }
+
+    fn timesteps(&self) -> &[f64] {
+        &self.sigmas.timesteps
+    }
+
+    fn sigmas(&self) -> Option<&[f32]> {
+        Some(&self.sigmas.sigmas)
+    }
+
+    fn init_noise_sigma(&self) -> f64 {
+        self.sigmas.init_noise_sigma()
+    }
+
+    fn scale_model_input(&self, sample: &Tensor, step: usize) -> Result<Tensor> {
+        self.sigmas.scale_model_input(ANCESTRAL, sample, step)
+    }
+
+    fn needs_noise(&self, _step: usize) -> bool {
+        true
+    }
+
+    fn step(
+        &mut self,
+        model_output: &Tensor,
+        step: usize,
+        sample: &Tensor,
+        noise: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        check_step(ANCESTRAL, step, self.sigmas.timesteps.len())?;
+        check_float(ANCESTRAL, sample)?;
+        let noise = require_noise(ANCESTRAL, noise, sample)?;
+        let sample = sample.to_dtype(DType::F32)?;
+        let (from, to) = (self.sigmas.sigmas[step], self.sigmas.sigmas[step + 1]);
+        let x0 = match self.config.prediction_type {
+            PredictionType::VPrediction => v_to_x0(model_output, &sample, from)?,
+            _ => sample.sub(&scale(model_output, from)?)?,
+        };
+        let up = (to * to * (from * from - to * to) / (from * from)).sqrt();
+        let down = (to * to - up * up).sqrt();
+        let derivative = divide(&sample.sub(&x0)?, from)?;
+        let prev = sample.add(&scale(&derivative, down - from)?)?;
+        let prev = prev.add(&scale(noise, up)?)?;
+        Ok(prev.to_dtype(model_output.dtype())?)
+    }
+}

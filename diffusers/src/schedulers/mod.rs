@@ -1,0 +1,293 @@
+//! Noise schedulers, built from `scheduler/scheduler_config.json` by its `_class_name` (as
+//! `SchedulerMixin.from_config` does in diffusers), reading every field diffusers reads with
+//! diffusers' defaults.
+//!
+//! A scheduler owns the inference timesteps and the update from one sample to the next.
+//! Coefficients are computed on the host in the precision diffusers computes them; the
+//! update is tensor arithmetic with those coefficients as one-element tensors, so on a
+//! compiled device one program serves every step (a coefficient baked in as a constant would
+//! compile a program per timestep). Noise that a step adds (DDPM, ancestral samplers, DDIM
+//! with `eta > 0`) is passed in by the caller, who draws it from zoo's seeded generator, or
+//! from a parity case's recorded noise.
+
+mod ddim;
+mod ddpm;
+mod dpmsolver_multistep;
+mod euler;
+mod lms_discrete;
+mod pndm;
+pub mod schedule;
+
+use std::path::Path;
+
+use serde_json::Value;
+use zoo_runtime::{DType, Tensor};
+
+pub use ddim::DDIMScheduler;
+pub use ddpm::DDPMScheduler;
+pub use dpmsolver_multistep::DPMSolverMultistepScheduler;
+pub use euler::{EulerAncestralDiscreteScheduler, EulerDiscreteScheduler};
+pub use lms_discrete::LMSDiscreteScheduler;
+pub use pndm::PNDMScheduler;
+
+use crate::{Error, Result};
+
+/// A noise scheduler: the timesteps of an inference run and the update between them.
+pub trait Scheduler: Send + Sync + std::fmt::Debug {
+    /// The diffusers class (`DDIMScheduler`, ...).
+    fn class_name(&self) -> &'static str;
+    /// Chooses `num_inference_steps` timesteps (and sigmas) and resets the step state.
+    fn set_timesteps(&mut self, num_inference_steps: usize) -> Result<()>;
+    /// The timestep values the model is called with, one per step, in order.
+    fn timesteps(&self) -> &[f64];
+    /// The noise levels of sigma-parameterized schedulers, one more than the timesteps.
+    fn sigmas(&self) -> Option<&[f32]> {
+        None
+    }
+    /// What the initial Gaussian noise is multiplied by.
+    fn init_noise_sigma(&self) -> f64;
+    /// The model's input at step `step` (sigma schedulers divide by `sqrt(sigma^2 + 1)`).
+    fn scale_model_input(&self, sample: &Tensor, step: usize) -> Result<Tensor>;
+    /// Sets DDIM's `eta` (the pipelines' `eta` argument); false for schedulers without one,
+    /// which ignore it, as diffusers' pipelines pass it only where `step` takes it.
+    fn set_eta(&mut self, _eta: f32) -> bool {
+        false
+    }
+    /// Whether step `step` adds noise (the caller then passes `noise` of the sample's shape).
+    fn needs_noise(&self, step: usize) -> bool;
+    /// The sample after step `step`, from the model's output at `timesteps()[step]`. Steps run
+    /// in order from 0.
+    fn step(
+        &mut self,
+        model_output: &Tensor,
+        step: usize,
+        sample: &Tensor,
+        noise: Option<&Tensor>,
+    ) -> Result<Tensor>;
+}
+
+/// The classes [`SchedulerConfig::build`] knows.
+pub const CLASSES: &[&str] = &[
+    "DDPMScheduler",
+    "DDIMScheduler",
+    "PNDMScheduler",
+    "EulerDiscreteScheduler",
+    "EulerAncestralDiscreteScheduler",
+    "DPMSolverMultistepScheduler",
+    "LMSDiscreteScheduler",
+];
+
+/// A `scheduler_config.json`: its class and its fields.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// `_class_name`.
+    pub class_name: String,
+    /// Every field, as written.
+    pub fields: Value,
+    /// Where it came from, for errors.
+    pub path: std::path::PathBuf,
+}
+
+impl SchedulerConfig {
+    /// Reads `scheduler_config.json` (or a pipeline folder's `scheduler/scheduler_config.json`).
+    pub fn from_file(path: &Path) -> Result<SchedulerConfig> {
+        let path = if path.is_dir() {
+            let nested = path.join("scheduler").join("scheduler_config.json");
+            if nested.exists() {
+                nested
+            } else {
+                path.join("scheduler_config.json")
+            }
+        } else {
+            path.to_path_buf()
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Config {
+            path: path.clone(),
+            reason: format!("cannot read it: {e}"),
+        })?;
+        let fields: Value =
+            serde_json::from_str(&quote_non_finite(&text)).map_err(|e| Error::Config {
+                path: path.clone(),
+                reason: format!("not JSON: {e}"),
+            })?;
+        SchedulerConfig::from_json(fields, &path)
+    }
+
+    /// A config from its JSON; `path` names it in errors.
+    pub fn from_json(fields: Value, path: &Path) -> Result<SchedulerConfig> {
+        let class_name = fields
+            .get("_class_name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::Config {
+                path: path.to_path_buf(),
+                reason: "`_class_name` is missing: it names the scheduler class".into(),
+            })?
+            .to_string();
+        Ok(SchedulerConfig {
+            class_name,
+            fields,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The same fields under another class (`Scheduler.from_config(other.config)` in
+    /// diffusers: each class reads the fields it knows and defaults the rest).
+    pub fn with_class(&self, class_name: &str) -> SchedulerConfig {
+        let mut c = self.clone();
+        c.class_name = class_name.to_string();
+        c
+    }
+
+    /// Builds the scheduler its `_class_name` names.
+    pub fn build(&self) -> Result<Box<dyn Scheduler>> {
+        let bad = |e: serde_json::Error| Error::Config {
+            path: self.path.clone(),
+            reason: format!("{}: {e}", self.class_name),
+        };
+        let f = &self.fields;
+        Ok(match self.class_name.as_str() {
+            "DDPMScheduler" => Box::new(DDPMScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "DDIMScheduler" => Box::new(DDIMScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "PNDMScheduler" => Box::new(PNDMScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "EulerDiscreteScheduler" => Box::new(EulerDiscreteScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "EulerAncestralDiscreteScheduler" => Box::new(EulerAncestralDiscreteScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "DPMSolverMultistepScheduler" => Box::new(DPMSolverMultistepScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "LMSDiscreteScheduler" => Box::new(LMSDiscreteScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            other => {
+                return Err(Error::Config {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "`_class_name` {other:?} is not a scheduler zoo runs; zoo runs {}",
+                        CLASSES.join(", ")
+                    ),
+                })
+            }
+        })
+    }
+}
+
+/// Python's `json` writes infinities and NaN bare (`-Infinity`), which JSON has not; they
+/// become strings here, which the fields that may hold them read back as numbers.
+fn quote_non_finite(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        if c == '"' {
+            in_string = true;
+            out.push(c);
+            rest = &rest[1..];
+            continue;
+        }
+        if let Some(word) = ["-Infinity", "Infinity", "NaN"]
+            .into_iter()
+            .find(|w| rest.starts_with(w))
+        {
+            out.push('"');
+            out.push_str(word);
+            out.push('"');
+            rest = &rest[word.len()..];
+            continue;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// `c` as a one-element tensor of `like`'s dtype on its device: a step coefficient.
+fn coef(c: f32, like: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::from_f64s(
+        &[c as f64],
+        &[1],
+        like.dtype(),
+        &like.device(),
+    )?)
+}
+
+/// `x * a`.
+fn scale(x: &Tensor, a: f32) -> Result<Tensor> {
+    Ok(x.mul(&coef(a, x)?)?)
+}
+
+/// `x / a`.
+fn divide(x: &Tensor, a: f32) -> Result<Tensor> {
+    Ok(x.div(&coef(a, x)?)?)
+}
+
+/// Checks that `noise` is there and shaped like `sample` when a step needs it.
+fn require_noise<'a>(
+    class: &str,
+    noise: Option<&'a Tensor>,
+    sample: &Tensor,
+) -> Result<&'a Tensor> {
+    let n = noise.ok_or_else(|| {
+        Error::Scheduler(format!(
+            "{class} adds noise at this step; pass noise shaped like the sample {:?}",
+            sample.shape()
+        ))
+    })?;
+    if n.shape() != sample.shape() {
+        return Err(Error::Scheduler(format!(
+            "{class}: noise {:?} must be shaped like the sample {:?}",
+            n.shape(),
+            sample.shape()
+        )));
+    }
+    Ok(n)
+}
+
+/// Checks the step index against the timesteps set.
+fn check_step(class: &str, step: usize, steps: usize) -> Result<()> {
+    if steps == 0 {
+        return Err(Error::Scheduler(format!(
+            "{class}: call set_timesteps before stepping"
+        )));
+    }
+    if step >= steps {
+        return Err(Error::Scheduler(format!(
+            "{class}: step {step} is past the {steps} timesteps set"
+        )));
+    }
+    Ok(())
+}
+
+/// Float samples only: schedulers compute in floating point.
+fn check_float(class: &str, t: &Tensor) -> Result<()> {
+    if !matches!(
+        t.dtype(),
+        DType::F32 | DType::F16 | DType::BF16 | DType::F64
+    ) {
+        return Err(Error::Scheduler(format!(
+            "{class}: samples must be floating point, got {:?}",
+            t.dtype()
+        )));
+    }
+    Ok(())
+}

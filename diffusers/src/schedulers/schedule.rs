@@ -1,0 +1,368 @@
+//! What every discrete-time scheduler derives from its config: the betas of the training
+//! noise schedule, their cumulative products, and the inference timesteps — computed in the
+//! precision diffusers computes them (float32 torch tensors, float64 numpy arrays), so that
+//! timesteps, sigmas and step coefficients equal diffusers' own.
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// `beta_schedule`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BetaSchedule {
+    /// `linspace(beta_start, beta_end)`.
+    Linear,
+    /// `linspace(sqrt(beta_start), sqrt(beta_end)) ** 2` (Stable Diffusion).
+    ScaledLinear,
+    /// The cosine schedule of improved DDPM (`betas_for_alpha_bar`).
+    #[serde(rename = "squaredcos_cap_v2")]
+    SquaredcosCapV2,
+    /// `betas_for_alpha_bar` with the laplace transform (DDPM only).
+    Laplace,
+    /// `sigmoid(linspace(-6, 6)) * (beta_end - beta_start) + beta_start` (DDPM only).
+    Sigmoid,
+}
+
+/// `timestep_spacing`: how inference timesteps sit among the training ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestepSpacing {
+    /// Evenly from 0 to `num_train_timesteps - 1`.
+    Linspace,
+    /// Multiples of `num_train_timesteps // steps`, plus `steps_offset`.
+    Leading,
+    /// Counting down from `num_train_timesteps` by `num_train_timesteps / steps`, minus 1.
+    Trailing,
+}
+
+/// `prediction_type`: what the model predicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PredictionType {
+    /// The noise.
+    Epsilon,
+    /// The clean sample (`original_sample` is an old name of it).
+    #[serde(alias = "original_sample")]
+    Sample,
+    /// The velocity `alpha * noise - sigma * sample`.
+    VPrediction,
+}
+
+/// The training noise schedule's fields, common to every discrete scheduler.
+#[derive(Clone, Debug, Deserialize)]
+pub struct NoiseConfig {
+    /// Training timesteps.
+    #[serde(default = "default_train_timesteps")]
+    pub num_train_timesteps: usize,
+    /// First beta.
+    #[serde(default = "default_beta_start")]
+    pub beta_start: f64,
+    /// Last beta.
+    #[serde(default = "default_beta_end")]
+    pub beta_end: f64,
+    /// How betas go from the first to the last.
+    #[serde(default = "default_beta_schedule")]
+    pub beta_schedule: BetaSchedule,
+    /// Betas given outright (they win over the schedule).
+    #[serde(default)]
+    pub trained_betas: Option<Vec<f64>>,
+    /// Rescale betas to zero terminal SNR.
+    #[serde(default)]
+    pub rescale_betas_zero_snr: bool,
+}
+
+fn default_train_timesteps() -> usize {
+    1000
+}
+fn default_beta_start() -> f64 {
+    0.0001
+}
+fn default_beta_end() -> f64 {
+    0.02
+}
+fn default_beta_schedule() -> BetaSchedule {
+    BetaSchedule::Linear
+}
+
+/// `torch.linspace(start, end, n, dtype=float32)` as PyTorch's CPU kernel computes it: from
+/// the start for the first half, from the end for the second.
+pub fn linspace_f32(start: f64, end: f64, n: usize) -> Vec<f32> {
+    let (s, e) = (start as f32, end as f32);
+    if n == 1 {
+        return vec![s];
+    }
+    let step = (e - s) / (n - 1) as f32;
+    let half = n / 2;
+    (0..n)
+        .map(|i| {
+            if i < half {
+                s + step * i as f32
+            } else {
+                e - step * (n - i - 1) as f32
+            }
+        })
+        .collect()
+}
+
+/// `np.linspace(start, stop, n)` in float64.
+pub fn linspace_f64(start: f64, stop: f64, n: usize) -> Vec<f64> {
+    match n {
+        0 => Vec::new(),
+        1 => vec![start],
+        _ => {
+            let step = (stop - start) / (n - 1) as f64;
+            let mut v: Vec<f64> = (0..n).map(|i| i as f64 * step + start).collect();
+            v[n - 1] = stop;
+            v
+        }
+    }
+}
+
+/// `torch.cumprod` of a float32 vector on the CPU (accumulated in float64).
+pub fn cumprod_f32(x: &[f32]) -> Vec<f32> {
+    let mut acc = 1f64;
+    x.iter()
+        .map(|&v| {
+            acc *= v as f64;
+            acc as f32
+        })
+        .collect()
+}
+
+/// `betas_for_alpha_bar`: betas that discretize `alpha_bar`, capped at 0.999.
+fn betas_for_alpha_bar(n: usize, laplace: bool) -> Vec<f32> {
+    let alpha_bar = |t: f64| -> f64 {
+        if laplace {
+            let lmb = -0.5 * (0.5 - t).signum() * (1.0 - 2.0 * (0.5 - t).abs() + 1e-6).ln();
+            let snr = lmb.exp();
+            (snr / (1.0 + snr)).sqrt()
+        } else {
+            ((t + 0.008) / 1.008 * std::f64::consts::PI / 2.0)
+                .cos()
+                .powi(2)
+        }
+    };
+    (0..n)
+        .map(|i| {
+            let (t1, t2) = (i as f64 / n as f64, (i + 1) as f64 / n as f64);
+            (1.0 - alpha_bar(t2) / alpha_bar(t1)).min(0.999) as f32
+        })
+        .collect()
+}
+
+/// `rescale_zero_terminal_snr`: betas whose last cumulative alpha is zero.
+fn rescale_zero_terminal_snr(betas: &[f32]) -> Vec<f32> {
+    let alphas: Vec<f32> = betas.iter().map(|b| 1.0 - b).collect();
+    let mut sqrt: Vec<f32> = cumprod_f32(&alphas).iter().map(|a| a.sqrt()).collect();
+    let (first, last) = (sqrt[0], sqrt[sqrt.len() - 1]);
+    let scale = first / (first - last);
+    for s in &mut sqrt {
+        *s -= last;
+        *s *= scale;
+    }
+    let bar: Vec<f32> = sqrt.iter().map(|s| s * s).collect();
+    let mut out = Vec::with_capacity(bar.len());
+    out.push(1.0 - bar[0]);
+    for w in bar.windows(2) {
+        out.push(1.0 - w[1] / w[0]);
+    }
+    out
+}
+
+/// The training schedule: betas and cumulative alphas.
+#[derive(Clone, Debug)]
+pub struct NoiseSchedule {
+    /// Per training timestep.
+    pub betas: Vec<f32>,
+    /// `cumprod(1 - betas)`.
+    pub alphas_cumprod: Vec<f32>,
+}
+
+impl NoiseSchedule {
+    /// The schedule of `c`; `extra` allows the DDPM-only schedules.
+    pub fn new(c: &NoiseConfig, class: &str, ddpm_only: bool) -> Result<NoiseSchedule> {
+        let n = c.num_train_timesteps;
+        if n < 2 {
+            return Err(Error::Scheduler(format!(
+                "{class}: num_train_timesteps must be at least 2, got {n}"
+            )));
+        }
+        let betas = match (&c.trained_betas, c.beta_schedule) {
+            (Some(b), _) => {
+                if b.len() != n {
+                    return Err(Error::Scheduler(format!(
+                        "{class}: trained_betas has {} values for num_train_timesteps {n}",
+                        b.len()
+                    )));
+                }
+                b.iter().map(|&v| v as f32).collect()
+            }
+            (None, BetaSchedule::Linear) => linspace_f32(c.beta_start, c.beta_end, n),
+            (None, BetaSchedule::ScaledLinear) => {
+                linspace_f32(c.beta_start.sqrt(), c.beta_end.sqrt(), n)
+                    .into_iter()
+                    .map(|b| b * b)
+                    .collect()
+            }
+            (None, BetaSchedule::SquaredcosCapV2) => betas_for_alpha_bar(n, false),
+            (None, s @ (BetaSchedule::Laplace | BetaSchedule::Sigmoid)) if !ddpm_only => {
+                return Err(Error::Scheduler(format!(
+                    "{class}: beta_schedule {s:?} is DDPMScheduler's only; use linear, scaled_linear or squaredcos_cap_v2"
+                )))
+            }
+            (None, BetaSchedule::Laplace) => betas_for_alpha_bar(n, true),
+            (None, BetaSchedule::Sigmoid) => {
+                let (lo, span) = (c.beta_start as f32, (c.beta_end - c.beta_start) as f32);
+                linspace_f32(-6.0, 6.0, n)
+                    .into_iter()
+                    .map(|x| (1.0 / (1.0 + (-x).exp())) * span + lo)
+                    .collect()
+            }
+        };
+        let betas = if c.rescale_betas_zero_snr {
+            rescale_zero_terminal_snr(&betas)
+        } else {
+            betas
+        };
+        let alphas: Vec<f32> = betas.iter().map(|b| 1.0 - b).collect();
+        Ok(NoiseSchedule {
+            alphas_cumprod: cumprod_f32(&alphas),
+            betas,
+        })
+    }
+
+    /// `((1 - alphas_cumprod) / alphas_cumprod) ** 0.5`, per training timestep.
+    pub fn sigmas(&self) -> Vec<f32> {
+        self.alphas_cumprod
+            .iter()
+            .map(|a| ((1.0 - a) / a).sqrt())
+            .collect()
+    }
+}
+
+/// Inference timesteps (descending, float64) for `steps` of `train` training timesteps,
+/// as numpy computes them for `spacing`; `round` rounds `linspace` ones (the integer
+/// schedulers do, the sigma schedulers do not).
+pub fn spaced_timesteps(
+    spacing: TimestepSpacing,
+    train: usize,
+    steps: usize,
+    steps_offset: usize,
+    round: bool,
+) -> Vec<f64> {
+    match spacing {
+        TimestepSpacing::Linspace => {
+            let mut t = linspace_f64(0.0, (train - 1) as f64, steps);
+            if round {
+                t.iter_mut().for_each(|v| *v = v.round_ties_even());
+            }
+            t.reverse();
+            t
+        }
+        TimestepSpacing::Leading => {
+            let ratio = train / steps;
+            (0..steps)
+                .rev()
+                .map(|i| (i * ratio + steps_offset) as f64)
+                .collect()
+        }
+        TimestepSpacing::Trailing => {
+            // np.arange(train, 0, -ratio): ceil(train / ratio) values, which float error
+            // can make one more than `steps`, as in diffusers.
+            let ratio = train as f64 / steps as f64;
+            let len = ((0.0 - train as f64) / -ratio).ceil().max(0.0) as usize;
+            (0..len)
+                .map(|i| (train as f64 - i as f64 * ratio).round_ties_even() - 1.0)
+                .collect()
+        }
+    }
+}
+
+/// `np.interp(x, 0..ys.len(), ys)`.
+pub fn interp(x: f64, ys: &[f32]) -> f64 {
+    let last = ys.len() - 1;
+    if x <= 0.0 {
+        return ys[0] as f64;
+    }
+    if x >= last as f64 {
+        return ys[last] as f64;
+    }
+    let i = x.floor() as usize;
+    let (a, b) = (ys[i] as f64, ys[i + 1] as f64);
+    let w = x - i as f64;
+    // numpy's form: slope * (x - xp[i]) + fp[i].
+    (b - a) * w + a
+}
+
+/// `_sigma_to_t`: the fractional training timestep of `sigma`, interpolating log sigmas.
+pub fn sigma_to_t(sigma: f64, log_sigmas: &[f32]) -> f64 {
+    let log_sigma = sigma.max(1e-10).ln();
+    let n = log_sigmas.len();
+    // numpy's `cumsum(dists >= 0).argmax()`: the last index whose log sigma is at or below
+    // `log_sigma` (0 when none is), at most n - 2.
+    let low = log_sigmas
+        .iter()
+        .rposition(|&l| log_sigma - l as f64 >= 0.0)
+        .unwrap_or(0)
+        .min(n - 2);
+    let (lo, hi) = (log_sigmas[low] as f64, log_sigmas[low + 1] as f64);
+    let w = ((lo - log_sigma) / (lo - hi)).clamp(0.0, 1.0);
+    (1.0 - w) * low as f64 + w * (low + 1) as f64
+}
+
+/// Karras et al.'s sigmas (rho 7) from `smax` down to `smin`, float64 as numpy computes them.
+pub fn karras_sigmas(smin: f64, smax: f64, n: usize) -> Vec<f64> {
+    let rho = 7.0;
+    let (min_inv, max_inv) = (smin.powf(1.0 / rho), smax.powf(1.0 / rho));
+    linspace_f64(0.0, 1.0, n)
+        .into_iter()
+        .map(|r| (max_inv + r * (min_inv - max_inv)).powf(rho))
+        .collect()
+}
+
+/// Sigmas evenly spaced in log from `smax` down to `smin`.
+pub fn exponential_sigmas(smin: f64, smax: f64, n: usize) -> Vec<f64> {
+    linspace_f64(smax.ln(), smin.ln(), n)
+        .into_iter()
+        .map(f64::exp)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linspace_matches_torch_at_both_ends() {
+        let v = linspace_f32(0.0001, 0.02, 1000);
+        assert_eq!(v[0], 0.0001f32);
+        assert_eq!(v[999], 0.02f32);
+        assert_eq!(linspace_f64(0.0, 999.0, 4), vec![0.0, 333.0, 666.0, 999.0]);
+    }
+
+    #[test]
+    fn spacings_follow_numpy() {
+        use TimestepSpacing::*;
+        assert_eq!(
+            spaced_timesteps(Leading, 1000, 4, 1, true),
+            vec![751.0, 501.0, 251.0, 1.0]
+        );
+        assert_eq!(
+            spaced_timesteps(Trailing, 1000, 4, 0, true),
+            vec![999.0, 749.0, 499.0, 249.0]
+        );
+        assert_eq!(
+            spaced_timesteps(Linspace, 1000, 3, 0, true),
+            vec![999.0, 500.0, 0.0]
+        );
+    }
+
+    #[test]
+    fn zero_snr_rescale_ends_at_zero() {
+        let c: NoiseConfig = serde_json::from_str(r#"{"rescale_betas_zero_snr": true}"#).unwrap();
+        let s = NoiseSchedule::new(&c, "DDIMScheduler", false).unwrap();
+        assert_eq!(*s.alphas_cumprod.last().unwrap(), 0.0);
+        assert_eq!(*s.betas.last().unwrap(), 1.0);
+    }
+}

@@ -1,0 +1,245 @@
+//! Every scheduler case of `tests/data/schedulers` (written by
+//! `nightly/reference/schedulers.py` from diffusers itself): the timesteps, sigmas and
+//! `init_noise_sigma` zoo derives from the case's `scheduler_config.json`, then a 10-step
+//! trace on the case's fixed model outputs and noise — each scaled model input and each
+//! sample — on candle's CPU and on the XLA CPU plugin, against diffusers' numbers.
+
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+use zoo_diffusers::{Scheduler, SchedulerConfig};
+use zoo_runtime::{lazy, Device, PjrtDevice, PjrtPlatform, Tensor};
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/schedulers")
+}
+
+fn cases() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(data())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("scheduler_config.json").exists())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 25, "scheduler cases missing: {v:?}");
+    v
+}
+
+/// A tensor of the trace as (shape, f64 values).
+fn read(st: &SafeTensors<'_>, name: &str) -> (Vec<usize>, Vec<f64>) {
+    let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} missing"));
+    let b = t.data();
+    let values = match t.dtype() {
+        safetensors::Dtype::F32 => b
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        safetensors::Dtype::F64 => b
+            .chunks(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        other => panic!("{name}: {other:?}"),
+    };
+    (t.shape().to_vec(), values)
+}
+
+fn tensor(shape: &[usize], values: &[f64], device: &Device) -> Tensor {
+    let v: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+    Tensor::from_vec(v, shape, device).unwrap()
+}
+
+/// Row `i` of a stacked `[n, ...]` trace tensor.
+fn row<'a>(shape: &[usize], values: &'a [f64], i: usize) -> (Vec<usize>, &'a [f64]) {
+    let per: usize = shape[1..].iter().product();
+    (shape[1..].to_vec(), &values[i * per..(i + 1) * per])
+}
+
+/// Within 1e-4 relative, plus the f32 rounding of values as large as `scale` (a step from a
+/// sigma in the thousands, as zero-SNR schedules start, cancels numbers that large: a few
+/// of their ulps are the floor of any f32 port's agreement).
+fn assert_close(got: &Tensor, want: &[f64], scale: f64, what: &str) {
+    let g = got
+        .to_dtype(zoo_runtime::DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(g.len(), want.len(), "{what}: length");
+    let floor = 16.0 * f32::EPSILON as f64 * scale;
+    let worst = g
+        .iter()
+        .zip(want)
+        .map(|(&a, &b)| ((a as f64 - b).abs() - floor).max(0.0) / (1.0 + b.abs()))
+        .fold(0.0, f64::max);
+    assert!(
+        worst <= 1e-4,
+        "{what}: max relative difference {worst:e} beyond the f32 floor {floor:e}"
+    );
+}
+
+/// The largest magnitude in `t`.
+fn max_abs(t: &Tensor) -> f64 {
+    let v = t
+        .to_dtype(zoo_runtime::DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    v.iter().fold(0.0f64, |m, x| m.max(x.abs() as f64))
+}
+
+fn run_case(dir: &Path, device: &Device) {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let config = SchedulerConfig::from_file(dir).unwrap();
+    let step_kwargs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("step.json")).unwrap()).unwrap();
+    let mut scheduler: Box<dyn Scheduler> = config.build().unwrap();
+    let bytes = std::fs::read(dir.join("trace.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let (_, timesteps) = read(&st, "timesteps");
+    scheduler.set_timesteps(10).unwrap();
+    if let Some(eta) = step_kwargs.get("eta").and_then(|v| v.as_f64()) {
+        assert!(scheduler.set_eta(eta as f32), "{name}: eta");
+    }
+    assert_eq!(
+        scheduler.timesteps().len(),
+        timesteps.len(),
+        "{name}: timesteps {:?}",
+        scheduler.timesteps()
+    );
+    for (g, w) in scheduler.timesteps().iter().zip(&timesteps) {
+        assert!(
+            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+            "{name}: timesteps {:?} vs {timesteps:?}",
+            scheduler.timesteps()
+        );
+    }
+    if st.names().contains(&"sigmas") {
+        let (_, sigmas) = read(&st, "sigmas");
+        let got = scheduler.sigmas().expect("sigmas");
+        assert_eq!(got.len(), sigmas.len(), "{name}: sigmas");
+        for (g, w) in got.iter().zip(&sigmas) {
+            assert!(
+                (*g as f64 - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                "{name}: sigmas {got:?} vs {sigmas:?}"
+            );
+        }
+    }
+    let (_, init) = read(&st, "init_noise_sigma");
+    let got = scheduler.init_noise_sigma();
+    assert!(
+        (got - init[0]).abs() <= 1e-6 * (1.0 + init[0]),
+        "{name}: init_noise_sigma {got} vs {}",
+        init[0]
+    );
+
+    let (sshape, sample) = read(&st, "sample");
+    let (oshape, outputs) = read(&st, "model_outputs");
+    let (nshape, noise) = read(&st, "noise");
+    let (ishape, inputs) = read(&st, "model_inputs");
+    let (xshape, samples) = read(&st, "samples");
+    let mut x = tensor(&sshape, &sample, device)
+        .mul(&Tensor::from_f64s(&[got], &[1], zoo_runtime::DType::F32, device).unwrap())
+        .unwrap();
+    for i in 0..timesteps.len() {
+        let scale = max_abs(&x);
+        let input = scheduler.scale_model_input(&x, i).unwrap();
+        assert_close(
+            &input,
+            row(&ishape, &inputs, i).1,
+            scale,
+            &format!("{name} on {device}: model input {i}"),
+        );
+        let (s, o) = row(&oshape, &outputs, i);
+        let out = tensor(&s, o, device);
+        let noise_i = scheduler.needs_noise(i).then(|| {
+            let (s, n) = row(&nshape, &noise, i);
+            tensor(&s, n, device)
+        });
+        x = scheduler.step(&out, i, &x, noise_i.as_ref()).unwrap();
+        assert_close(
+            &x,
+            row(&xshape, &samples, i).1,
+            scale,
+            &format!("{name} on {device}: sample {i}"),
+        );
+    }
+}
+
+#[test]
+fn schedulers_match_diffusers_on_candle_cpu() {
+    for dir in cases() {
+        run_case(&dir, &Device::Cpu);
+    }
+}
+
+#[test]
+fn schedulers_match_diffusers_on_the_xla_cpu_plugin() {
+    let plugin = std::env::var_os("ZOO_PJRT_CPU_PLUGIN")
+        .filter(|v| !v.is_empty())
+        .expect("ZOO_PJRT_CPU_PLUGIN is not set: run the tests through scripts/run-tests.sh, which downloads the PJRT CPU plugins");
+    lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4)).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    lazy::set_cache_dir(Some(cache.path().to_path_buf()));
+    let device = Device::Pjrt(PjrtDevice {
+        platform: PjrtPlatform::Cpu,
+        ordinal: 0,
+    });
+    let before = lazy::stats().compiles;
+    for dir in cases() {
+        run_case(&dir, &device);
+    }
+    // Coefficients are inputs, not constants: a case's steps share their programs, so the
+    // 25 cases of 10 steps compile far fewer programs than they run steps.
+    let compiles = lazy::stats().compiles - before;
+    assert!(compiles < 150, "{compiles} compiles for 250 steps");
+}
+
+#[test]
+fn bad_configs_are_refused_naming_the_class_or_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scheduler_config.json");
+    std::fs::write(&path, r#"{"_class_name": "HeunDiscreteScheduler"}"#).unwrap();
+    let err = SchedulerConfig::from_file(&path)
+        .unwrap()
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("HeunDiscreteScheduler") && err.contains("DDIMScheduler"),
+        "{err}"
+    );
+    std::fs::write(&path, r#"{"beta_schedule": "linear"}"#).unwrap();
+    let err = SchedulerConfig::from_file(&path).unwrap_err().to_string();
+    assert!(err.contains("_class_name"), "{err}");
+    std::fs::write(
+        &path,
+        r#"{"_class_name": "DDIMScheduler", "beta_schedule": "quadratic"}"#,
+    )
+    .unwrap();
+    let err = SchedulerConfig::from_file(&path)
+        .unwrap()
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("quadratic") && err.contains("scheduler_config.json"),
+        "{err}"
+    );
+    let mut s =
+        SchedulerConfig::from_json(serde_json::json!({"_class_name": "DDIMScheduler"}), &path)
+            .unwrap()
+            .build()
+            .unwrap();
+    assert!(s.set_timesteps(0).is_err());
+    assert!(s.set_timesteps(1001).is_err());
+    let x = Tensor::zeros(&[1, 4, 2, 2], zoo_runtime::DType::F32, &Device::Cpu).unwrap();
+    let err = s.step(&x, 0, &x, None).unwrap_err().to_string();
+    assert!(err.contains("set_timesteps"), "{err}");
+    // Swapping the class keeps the fields, as Scheduler.from_config does.
+    let euler = SchedulerConfig::from_file(&data().join("ddim-sd15"))
+        .unwrap()
+        .with_class("EulerDiscreteScheduler");
+    assert_eq!(
+        euler.build().unwrap().class_name(),
+        "EulerDiscreteScheduler"
+    );
+}
