@@ -97,6 +97,23 @@ pub struct Args {
     greedy: bool,
 }
 
+/// The command line's load options on either builder (both take the same setters).
+macro_rules! with_load_options {
+    ($builder:expr, $args:expr, $device_map:expr, $dtype:expr, $max_memory:expr) => {{
+        let mut b = $builder.device_map($device_map).progress(true);
+        if let Some(dt) = $dtype {
+            b = b.dtype(dt);
+        }
+        if let Some(r) = &$args.revision {
+            b = b.revision(r.clone());
+        }
+        if let Some(m) = $max_memory {
+            b = b.max_memory(m);
+        }
+        b
+    }};
+}
+
 pub fn run(args: Args) -> Result<()> {
     let device_map: DeviceMap = args.device_map.parse().context("--device-map")?;
     let dtype = match &args.dtype {
@@ -124,19 +141,8 @@ pub fn run(args: Args) -> Result<()> {
                 args.model
             );
         }
-        let mut builder = AutoModelForSeq2SeqLM::builder(&args.model)
-            .device_map(device_map)
-            .progress(true);
-        if let Some(dt) = dtype {
-            builder = builder.dtype(dt);
-        }
-        if let Some(r) = &args.revision {
-            builder = builder.revision(r.clone());
-        }
-        if let Some(m) = max_memory {
-            builder = builder.max_memory(m);
-        }
-        let model = builder
+        let builder = AutoModelForSeq2SeqLM::builder(&args.model);
+        let model = with_load_options!(builder, args, device_map, dtype, max_memory)
             .load()
             .with_context(|| format!("loading {}", args.model))?;
         let report = model.load_report().clone();
@@ -151,19 +157,8 @@ pub fn run(args: Args) -> Result<()> {
         print_summary(&model.config().architecture, &report, &out, &stats);
         return Ok(());
     }
-    let mut builder = AutoModelForCausalLM::builder(&args.model)
-        .device_map(device_map)
-        .progress(true);
-    if let Some(dt) = dtype {
-        builder = builder.dtype(dt);
-    }
-    if let Some(r) = &args.revision {
-        builder = builder.revision(r.clone());
-    }
-    if let Some(m) = max_memory {
-        builder = builder.max_memory(m);
-    }
-    let model = builder
+    let builder = AutoModelForCausalLM::builder(&args.model);
+    let model = with_load_options!(builder, args, device_map, dtype, max_memory)
         .load()
         .with_context(|| format!("loading {}", args.model))?;
     let report = model.load_report().clone();

@@ -21,7 +21,7 @@ fn cases() -> Vec<PathBuf> {
         .filter(|p| p.join("scheduler_config.json").exists())
         .collect();
     v.sort();
-    assert!(v.len() >= 25, "scheduler cases missing: {v:?}");
+    assert!(v.len() >= 30, "scheduler cases missing: {v:?}");
     v
 }
 
@@ -188,9 +188,9 @@ fn schedulers_match_diffusers_on_the_xla_cpu_plugin() {
         run_case(&dir, &device);
     }
     // Coefficients are inputs, not constants: a case's steps share their programs, so the
-    // 25 cases of 10 steps compile far fewer programs than they run steps.
+    // 30 cases of 10 steps compile far fewer programs than they run steps.
     let compiles = lazy::stats().compiles - before;
-    assert!(compiles < 150, "{compiles} compiles for 250 steps");
+    assert!(compiles < 180, "{compiles} compiles for 300 steps");
 }
 
 #[test]

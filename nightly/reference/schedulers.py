@@ -65,6 +65,19 @@ CASES: dict[str, tuple[str, dict, dict, int]] = {
     "lms-sd15": ("LMSDiscreteScheduler", {**SD, "timestep_spacing": "leading"}, {}, 1),
     "lms-karras-vpred": ("LMSDiscreteScheduler", {**SD, "use_karras_sigmas": True, "prediction_type": "v_prediction"},
                          {}, 1),
+    "unipc-sd15": ("UniPCMultistepScheduler", {**SD, "timestep_spacing": "leading"}, {}, 1),
+    "unipc-bh1-order3-vpred-trailing": ("UniPCMultistepScheduler", {**SD, "solver_order": 3, "solver_type": "bh1",
+                                                                    "prediction_type": "v_prediction",
+                                                                    "timestep_spacing": "trailing"}, {}, 1),
+    "unipc-karras-noise-pred": ("UniPCMultistepScheduler", {**SD, "predict_x0": False, "use_karras_sigmas": True,
+                                                            "final_sigmas_type": "sigma_min",
+                                                            "disable_corrector": [0]}, {}, 1),
+    "unipc-flow-shift3-terminal": ("UniPCMultistepScheduler", {"use_flow_sigmas": True, "flow_shift": 3.0,
+                                                               "prediction_type": "flow_prediction",
+                                                               "shift_terminal": 0.1}, {}, 1),
+    "unipc-exponential-order3": ("UniPCMultistepScheduler", {**SD, "use_exponential_sigmas": True,
+                                                             "solver_order": 3, "final_sigmas_type": "sigma_min",
+                                                             "lower_order_final": False}, {}, 1),
     "dpmpp-2m-sd15": ("DPMSolverMultistepScheduler", {**SD, "timestep_spacing": "leading"}, {}, 1),
     "dpmpp-2m-karras": ("DPMSolverMultistepScheduler", {**SD, "use_karras_sigmas": True}, {}, 1),
     "dpmpp-3m-heun-vpred-trailing": ("DPMSolverMultistepScheduler", {**SD, "solver_order": 3, "solver_type": "heun",
@@ -150,7 +163,7 @@ def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: 
         "model_inputs": torch.stack(inputs),
         "samples": torch.stack(samples),
     }
-    if cls_name.startswith(("Euler", "DPMSolver", "LMS")):
+    if cls_name.startswith(("Euler", "DPMSolver", "LMS", "UniPC")):
         tensors["sigmas"] = scheduler.sigmas.to(torch.float32)
     save_file({k: v.contiguous() for k, v in tensors.items()}, folder / "trace.safetensors")
     (folder / "step.json").write_text(json.dumps(step_kwargs) + "\n")

@@ -4,29 +4,15 @@
 use serde::Deserialize;
 use zoo_runtime::Tensor;
 
+use super::defaults::{epsilon, leading, one, yes};
 use super::schedule::{
-    spaced_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
+    integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
+use super::thresholding::Thresholding;
 use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
 use crate::{Error, Result};
 
 const CLASS: &str = "DDIMScheduler";
-
-fn yes() -> bool {
-    true
-}
-fn one() -> f64 {
-    1.0
-}
-fn ratio() -> f64 {
-    0.995
-}
-fn epsilon() -> PredictionType {
-    PredictionType::Epsilon
-}
-fn leading() -> TimestepSpacing {
-    TimestepSpacing::Leading
-}
 
 /// `DDIMScheduler`'s config fields.
 #[derive(Clone, Debug, Deserialize)]
@@ -46,18 +32,12 @@ pub struct DDIMConfig {
     /// What the model predicts.
     #[serde(default = "epsilon")]
     pub prediction_type: PredictionType,
-    /// Dynamic thresholding of the predicted clean sample (Imagen).
-    #[serde(default)]
-    pub thresholding: bool,
-    /// Quantile of dynamic thresholding.
-    #[serde(default = "ratio")]
-    pub dynamic_thresholding_ratio: f64,
+    /// Dynamic thresholding of the predicted clean sample.
+    #[serde(flatten)]
+    pub thresholding: Thresholding,
     /// Bound of `clip_sample`.
     #[serde(default = "one")]
     pub clip_sample_range: f64,
-    /// Largest threshold of dynamic thresholding.
-    #[serde(default = "one")]
-    pub sample_max_value: f64,
     /// How inference timesteps are spaced.
     #[serde(default = "leading")]
     pub timestep_spacing: TimestepSpacing,
@@ -102,19 +82,14 @@ impl Scheduler for DDIMScheduler {
     }
 
     fn set_timesteps(&mut self, steps: usize) -> Result<()> {
-        let train = self.config.noise.num_train_timesteps;
-        if steps == 0 || steps > train {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: num_inference_steps must be in 1..={train} (num_train_timesteps), got {steps}"
-            )));
-        }
-        self.timesteps = spaced_timesteps(
-            self.config.timestep_spacing,
-            train,
+        let c = &self.config;
+        self.timesteps = integer_timesteps(
+            CLASS,
+            c.timestep_spacing,
+            c.noise.num_train_timesteps,
             steps,
-            self.config.steps_offset,
-            true,
-        );
+            c.steps_offset,
+        )?;
         Ok(())
     }
 
@@ -178,8 +153,8 @@ impl Scheduler for DDIMScheduler {
                 scale(model_output, sa)?.add(&scale(sample, sb)?)?,
             ),
         };
-        if c.thresholding {
-            x0 = threshold(&x0, c.dynamic_thresholding_ratio, c.sample_max_value)?;
+        if c.thresholding.thresholding {
+            x0 = c.thresholding.apply(x0)?;
         } else if c.clip_sample {
             let r = c.clip_sample_range;
             x0 = x0.clamp(-r, r)?;
@@ -199,26 +174,4 @@ impl Scheduler for DDIMScheduler {
         }
         Ok(prev_sample)
     }
-}
-
-/// Dynamic thresholding (`_threshold_sample`): per batch row, the `ratio` quantile `s` of
-/// |x| (clamped to `[1, max]`); values clamped to `[-s, s]` and divided by `s`. Computed on
-/// the host, in f32.
-pub(super) fn threshold(x: &Tensor, ratio: f64, max: f64) -> Result<Tensor> {
-    let shape = x.shape().to_vec();
-    let rows = shape[0];
-    let values = x.to_dtype(zoo_runtime::DType::F32)?.to_vec::<f32>()?;
-    let per = values.len() / rows.max(1);
-    let mut out = Vec::with_capacity(values.len());
-    for row in values.chunks(per.max(1)) {
-        let mut sorted: Vec<f32> = row.iter().map(|v| v.abs()).collect();
-        sorted.sort_by(f32::total_cmp);
-        let pos = ratio * (sorted.len() - 1) as f64;
-        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-        let w = (pos - lo as f64) as f32;
-        let q = sorted[lo] + (sorted[hi] - sorted[lo]) * w;
-        let s = q.clamp(1.0, max as f32);
-        out.extend(row.iter().map(|v| v.clamp(-s, s) / s));
-    }
-    Ok(Tensor::from_vec(out, &shape, &x.device())?.to_dtype(x.dtype())?)
 }

@@ -4,30 +4,16 @@
 use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::ddim::threshold;
+use super::defaults::{epsilon, leading, one, yes};
 use super::schedule::{
-    spaced_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
+    integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
+use super::thresholding::Thresholding;
 use super::{check_float, check_step, coef, divide, require_noise, scale, Scheduler};
 use crate::{Error, Result};
 
 const CLASS: &str = "DDPMScheduler";
 
-fn yes() -> bool {
-    true
-}
-fn one() -> f64 {
-    1.0
-}
-fn ratio() -> f64 {
-    0.995
-}
-fn epsilon() -> PredictionType {
-    PredictionType::Epsilon
-}
-fn leading() -> TimestepSpacing {
-    TimestepSpacing::Leading
-}
 fn fixed_small() -> VarianceType {
     VarianceType::FixedSmall
 }
@@ -66,17 +52,11 @@ pub struct DDPMConfig {
     #[serde(default = "epsilon")]
     pub prediction_type: PredictionType,
     /// Dynamic thresholding of the predicted clean sample.
-    #[serde(default)]
-    pub thresholding: bool,
-    /// Quantile of dynamic thresholding.
-    #[serde(default = "ratio")]
-    pub dynamic_thresholding_ratio: f64,
+    #[serde(flatten)]
+    pub thresholding: Thresholding,
     /// Bound of `clip_sample`.
     #[serde(default = "one")]
     pub clip_sample_range: f64,
-    /// Largest threshold of dynamic thresholding.
-    #[serde(default = "one")]
-    pub sample_max_value: f64,
     /// How inference timesteps are spaced.
     #[serde(default = "leading")]
     pub timestep_spacing: TimestepSpacing,
@@ -127,19 +107,14 @@ impl Scheduler for DDPMScheduler {
     }
 
     fn set_timesteps(&mut self, steps: usize) -> Result<()> {
-        let train = self.config.noise.num_train_timesteps;
-        if steps == 0 || steps > train {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: num_inference_steps must be in 1..={train} (num_train_timesteps), got {steps}"
-            )));
-        }
-        self.timesteps = spaced_timesteps(
-            self.config.timestep_spacing,
-            train,
+        let c = &self.config;
+        self.timesteps = integer_timesteps(
+            CLASS,
+            c.timestep_spacing,
+            c.noise.num_train_timesteps,
             steps,
-            self.config.steps_offset,
-            true,
-        );
+            c.steps_offset,
+        )?;
         Ok(())
     }
 
@@ -196,8 +171,8 @@ impl Scheduler for DDPMScheduler {
                 scale(sample, at.sqrt())?.sub(&scale(&output, bt.sqrt())?)?
             }
         };
-        if c.thresholding {
-            x0 = threshold(&x0, c.dynamic_thresholding_ratio, c.sample_max_value)?;
+        if c.thresholding.thresholding {
+            x0 = c.thresholding.apply(x0)?;
         } else if c.clip_sample {
             let r = c.clip_sample_range;
             x0 = x0.clamp(-r, r)?;

@@ -6,11 +6,12 @@
 use serde::{Deserialize, Deserializer};
 use zoo_runtime::{DType, Tensor};
 
-use super::ddim::threshold;
+use super::defaults::{linspace, one, two, yes};
 use super::schedule::{
     exponential_sigmas, interp, karras_sigmas, linspace_f64, sigma_to_t, BetaSchedule, NoiseConfig,
-    NoiseSchedule, TimestepSpacing,
+    NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
+use super::thresholding::Thresholding;
 use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
 use crate::{Error, Result};
 
@@ -87,19 +88,7 @@ pub enum LearnedVariance {
     LearnedRange,
 }
 
-fn two() -> usize {
-    2
-}
-fn yes() -> bool {
-    true
-}
-fn one() -> f64 {
-    1.0
-}
-fn ratio() -> f64 {
-    0.995
-}
-fn epsilon() -> DpmPrediction {
+pub(super) fn noise_prediction() -> DpmPrediction {
     DpmPrediction::Epsilon
 }
 fn plus_plus() -> Algorithm {
@@ -110,9 +99,6 @@ fn midpoint() -> SolverType {
 }
 fn zero() -> FinalSigmas {
     FinalSigmas::Zero
-}
-fn linspace() -> TimestepSpacing {
-    TimestepSpacing::Linspace
 }
 fn neg_inf() -> f64 {
     f64::NEG_INFINITY
@@ -149,17 +135,11 @@ pub struct DPMSolverConfig {
     #[serde(default = "two")]
     pub solver_order: usize,
     /// What the model predicts.
-    #[serde(default = "epsilon")]
+    #[serde(default = "noise_prediction")]
     pub prediction_type: DpmPrediction,
-    /// Dynamic thresholding of the predicted clean sample (DPM-Solver++ only).
-    #[serde(default)]
-    pub thresholding: bool,
-    /// Quantile of dynamic thresholding.
-    #[serde(default = "ratio")]
-    pub dynamic_thresholding_ratio: f64,
-    /// Largest threshold.
-    #[serde(default = "one")]
-    pub sample_max_value: f64,
+    /// Dynamic thresholding of the predicted clean sample.
+    #[serde(flatten)]
+    pub thresholding: Thresholding,
     /// The solver.
     #[serde(default = "plus_plus")]
     pub algorithm_type: Algorithm,
@@ -172,15 +152,9 @@ pub struct DPMSolverConfig {
     /// A first-order last step.
     #[serde(default)]
     pub euler_at_final: bool,
-    /// Karras sigmas.
-    #[serde(default)]
-    pub use_karras_sigmas: Option<bool>,
-    /// Exponential sigmas.
-    #[serde(default)]
-    pub use_exponential_sigmas: Option<bool>,
-    /// Beta-distributed sigmas.
-    #[serde(default)]
-    pub use_beta_sigmas: Option<bool>,
+    /// Karras, exponential or beta sigmas instead of the interpolated ones.
+    #[serde(flatten)]
+    pub spacing: SigmaSpacing,
     /// Steps uniform in log-SNR (lambda).
     #[serde(default)]
     pub use_lu_lambdas: Option<bool>,
@@ -211,6 +185,7 @@ pub struct DPMSolverConfig {
 #[derive(Clone, Debug)]
 pub struct DPMSolverMultistepScheduler {
     config: DPMSolverConfig,
+    kind: SigmaKind,
     schedule: NoiseSchedule,
     timesteps: Vec<f64>,
     sigmas: Vec<f32>,
@@ -230,17 +205,7 @@ impl DPMSolverMultistepScheduler {
                 config.solver_order
             ));
         }
-        let flags = [
-            config.use_karras_sigmas,
-            config.use_exponential_sigmas,
-            config.use_beta_sigmas,
-        ];
-        if flags.iter().filter(|f| **f == Some(true)).count() > 1 {
-            return bad("only one of use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas can be true".into());
-        }
-        if config.use_beta_sigmas == Some(true) {
-            return bad("use_beta_sigmas (scipy's beta quantiles) is not supported by zoo; use use_karras_sigmas or use_exponential_sigmas".into());
-        }
+        let kind = config.spacing.kind(CLASS)?;
         if !config.algorithm_type.data_prediction() && config.final_sigmas_type == FinalSigmas::Zero
         {
             return bad(format!(
@@ -265,6 +230,7 @@ impl DPMSolverMultistepScheduler {
             }
         }
         Ok(DPMSolverMultistepScheduler {
+            kind,
             model_outputs: vec![None; config.solver_order],
             config,
             schedule,
@@ -313,11 +279,7 @@ impl DPMSolverMultistepScheduler {
                 }
                 DpmPrediction::FlowPrediction => sample.sub(&scale(&output, sigma)?)?,
             };
-            return if c.thresholding {
-                threshold(&x0, c.dynamic_thresholding_ratio, c.sample_max_value)
-            } else {
-                Ok(x0)
-            };
+            return c.thresholding.apply(x0);
         }
         let eps = match c.prediction_type {
             DpmPrediction::Epsilon => output,
@@ -329,9 +291,9 @@ impl DPMSolverMultistepScheduler {
                 )))
             }
         };
-        if c.thresholding {
+        if c.thresholding.thresholding {
             let x0 = divide(&sample.sub(&scale(&eps, sigma_t)?)?, alpha_t)?;
-            let x0 = threshold(&x0, c.dynamic_thresholding_ratio, c.sample_max_value)?;
+            let x0 = c.thresholding.apply(x0)?;
             return divide(&sample.sub(&scale(&x0, alpha_t)?)?, sigma_t);
         }
         Ok(eps)
@@ -478,9 +440,11 @@ impl DPMSolverMultistepScheduler {
                     )?)?
                     .add(&scale(n, sigma_t * (1.0 - (-2.0 * h).exp()).sqrt())?)?
             }
-            Algorithm::SdeDpmSolver => return Err(Error::Scheduler(format!(
+            Algorithm::SdeDpmSolver => {
+                return Err(Error::Scheduler(format!(
                 "{CLASS}: solver_order 3 is not defined for sde-dpmsolver (as in diffusers); use 2"
-            ))),
+            )))
+            }
         })
     }
 
@@ -565,7 +529,7 @@ impl Scheduler for DPMSolverMultistepScheduler {
                 })
                 .collect()
         };
-        let sigmas: Vec<f64> = if c.use_karras_sigmas == Some(true) {
+        let sigmas: Vec<f64> = if self.kind == SigmaKind::Karras {
             let (smin, smax) = descending();
             let s = karras_sigmas(smin, smax, steps);
             timesteps = to_t(&s, round);
@@ -581,7 +545,7 @@ impl Scheduler for DPMSolverMultistepScheduler {
                 .collect();
             timesteps = to_t(&s, round);
             s
-        } else if c.use_exponential_sigmas == Some(true) {
+        } else if self.kind == SigmaKind::Exponential {
             let (smin, smax) = descending();
             let s = exponential_sigmas(smin, smax, steps);
             timesteps = to_t(&s, false);

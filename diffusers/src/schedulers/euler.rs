@@ -6,19 +6,13 @@
 use serde::Deserialize;
 use zoo_runtime::{DType, Tensor};
 
+use super::defaults::{epsilon, linspace};
 use super::schedule::{
     exponential_sigmas, interp, karras_sigmas, linspace_f32, sigma_to_t, spaced_timesteps,
-    NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
+    NoiseConfig, NoiseSchedule, PredictionType, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
 use crate::{Error, Result};
-
-fn epsilon() -> PredictionType {
-    PredictionType::Epsilon
-}
-fn linspace() -> TimestepSpacing {
-    TimestepSpacing::Linspace
-}
 
 /// `interpolation_type`: how sigmas are taken at the inference timesteps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -72,15 +66,9 @@ pub struct EulerConfig {
     /// How sigmas are taken at the inference timesteps.
     #[serde(default = "linear")]
     pub interpolation_type: Interpolation,
-    /// Karras et al.'s sigmas (rho 7) between the smallest and largest.
-    #[serde(default)]
-    pub use_karras_sigmas: Option<bool>,
-    /// Exponentially spaced sigmas.
-    #[serde(default)]
-    pub use_exponential_sigmas: Option<bool>,
-    /// Beta-distributed sigmas.
-    #[serde(default)]
-    pub use_beta_sigmas: Option<bool>,
+    /// Karras, exponential or beta sigmas instead of the interpolated ones.
+    #[serde(flatten)]
+    pub spacing: SigmaSpacing,
     /// Smallest sigma of the Karras / exponential schedules (default: the schedule's).
     #[serde(default)]
     pub sigma_min: Option<f64>,
@@ -176,27 +164,11 @@ impl Sigmas {
 impl EulerDiscreteScheduler {
     /// A scheduler from its config.
     pub fn new(config: EulerConfig) -> Result<EulerDiscreteScheduler> {
-        let exclusive = [
-            config.use_karras_sigmas,
-            config.use_exponential_sigmas,
-            config.use_beta_sigmas,
-        ]
-        .iter()
-        .filter(|v| **v == Some(true))
-        .count();
-        if exclusive > 1 {
-            return Err(Error::Scheduler(format!(
-                "{EULER}: only one of use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas can be true"
-            )));
-        }
-        if config.use_beta_sigmas == Some(true) {
-            return Err(Error::Scheduler(format!(
-                "{EULER}: use_beta_sigmas (scipy's beta quantiles) is not supported by zoo; use use_karras_sigmas or use_exponential_sigmas"
-            )));
-        }
+        let kind = config.spacing.kind(EULER)?;
         Ok(EulerDiscreteScheduler {
             sigmas: Sigmas::new(&config.noise, EULER, config.timestep_spacing)?,
             config,
+            kind,
             model_timesteps: Vec::new(),
         })
     }
@@ -214,6 +186,7 @@ const ANCESTRAL: &str = "EulerAncestralDiscreteScheduler";
 #[derive(Clone, Debug)]
 pub struct EulerDiscreteScheduler {
     config: EulerConfig,
+    kind: SigmaKind,
     sigmas: Sigmas,
     /// What the model is called with (the timesteps, or `0.25 ln sigma` when continuous).
     model_timesteps: Vec<f64>,
@@ -251,10 +224,10 @@ impl Scheduler for EulerDiscreteScheduler {
             }
         };
         let bound = |field: Option<f64>, fallback: f64| field.unwrap_or(fallback);
-        if c.use_karras_sigmas == Some(true) || c.use_exponential_sigmas == Some(true) {
+        if self.kind != SigmaKind::Interpolated {
             let smin = bound(c.sigma_min, *sigmas.last().unwrap_or(&0.0));
             let smax = bound(c.sigma_max, sigmas[0]);
-            sigmas = if c.use_karras_sigmas == Some(true) {
+            sigmas = if self.kind == SigmaKind::Karras {
                 karras_sigmas(smin, smax, steps)
             } else {
                 exponential_sigmas(smin, smax, steps)

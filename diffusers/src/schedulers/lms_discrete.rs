@@ -5,9 +5,10 @@
 use serde::Deserialize;
 use zoo_runtime::Tensor;
 
+use super::defaults::{epsilon, linspace};
 use super::schedule::{
     exponential_sigmas, interp, karras_sigmas, sigma_to_t, spaced_timesteps, NoiseConfig,
-    NoiseSchedule, PredictionType, TimestepSpacing,
+    NoiseSchedule, PredictionType, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::{check_float, check_step, divide, scale, Scheduler};
 use crate::{Error, Result};
@@ -16,28 +17,15 @@ const CLASS: &str = "LMSDiscreteScheduler";
 /// The multistep order pipelines step with (`step(..., order=4)`).
 const ORDER: usize = 4;
 
-fn epsilon() -> PredictionType {
-    PredictionType::Epsilon
-}
-fn linspace() -> TimestepSpacing {
-    TimestepSpacing::Linspace
-}
-
 /// `LMSDiscreteScheduler`'s config fields.
 #[derive(Clone, Debug, Deserialize)]
 pub struct LMSConfig {
     /// The training schedule.
     #[serde(flatten)]
     pub noise: NoiseConfig,
-    /// Karras sigmas.
-    #[serde(default)]
-    pub use_karras_sigmas: Option<bool>,
-    /// Exponential sigmas.
-    #[serde(default)]
-    pub use_exponential_sigmas: Option<bool>,
-    /// Beta-distributed sigmas.
-    #[serde(default)]
-    pub use_beta_sigmas: Option<bool>,
+    /// Karras, exponential or beta sigmas instead of the interpolated ones.
+    #[serde(flatten)]
+    pub spacing: SigmaSpacing,
     /// What the model predicts.
     #[serde(default = "epsilon")]
     pub prediction_type: PredictionType,
@@ -53,6 +41,7 @@ pub struct LMSConfig {
 #[derive(Clone, Debug)]
 pub struct LMSDiscreteScheduler {
     config: LMSConfig,
+    kind: SigmaKind,
     train: Vec<f32>,
     timesteps: Vec<f64>,
     sigmas: Vec<f32>,
@@ -89,23 +78,10 @@ fn gauss_legendre(n: usize) -> Vec<(f64, f64)> {
 impl LMSDiscreteScheduler {
     /// A scheduler from its config.
     pub fn new(config: LMSConfig) -> Result<LMSDiscreteScheduler> {
-        let flags = [
-            config.use_karras_sigmas,
-            config.use_exponential_sigmas,
-            config.use_beta_sigmas,
-        ];
-        if flags.iter().filter(|f| **f == Some(true)).count() > 1 {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: only one of use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas can be true"
-            )));
-        }
-        if config.use_beta_sigmas == Some(true) {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: use_beta_sigmas (scipy's beta quantiles) is not supported by zoo; use use_karras_sigmas or use_exponential_sigmas"
-            )));
-        }
+        let kind = config.spacing.kind(CLASS)?;
         let schedule = NoiseSchedule::new(&config.noise, CLASS, false)?;
         Ok(LMSDiscreteScheduler {
+            kind,
             train: schedule.sigmas(),
             config,
             timesteps: Vec::new(),
@@ -159,9 +135,9 @@ impl Scheduler for LMSDiscreteScheduler {
         .collect();
         let log_sigmas: Vec<f32> = self.train.iter().map(|v| v.ln()).collect();
         let mut sigmas: Vec<f64> = timesteps.iter().map(|&t| interp(t, &self.train)).collect();
-        if c.use_karras_sigmas == Some(true) || c.use_exponential_sigmas == Some(true) {
+        if self.kind != SigmaKind::Interpolated {
             let (smin, smax) = (*sigmas.last().unwrap_or(&0.0), sigmas[0]);
-            sigmas = if c.use_karras_sigmas == Some(true) {
+            sigmas = if self.kind == SigmaKind::Karras {
                 karras_sigmas(smin, smax, steps)
             } else {
                 exponential_sigmas(smin, smax, steps)

@@ -17,6 +17,8 @@ mod euler;
 mod lms_discrete;
 mod pndm;
 pub mod schedule;
+mod thresholding;
+mod unipc_multistep;
 
 use std::path::Path;
 
@@ -29,6 +31,7 @@ pub use dpmsolver_multistep::DPMSolverMultistepScheduler;
 pub use euler::{EulerAncestralDiscreteScheduler, EulerDiscreteScheduler};
 pub use lms_discrete::LMSDiscreteScheduler;
 pub use pndm::PNDMScheduler;
+pub use unipc_multistep::UniPCMultistepScheduler;
 
 use crate::{Error, Result};
 
@@ -66,6 +69,30 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     ) -> Result<Tensor>;
 }
 
+/// serde defaults the configs share (diffusers' own defaults).
+mod defaults {
+    use super::schedule::{PredictionType, TimestepSpacing};
+
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn one() -> f64 {
+        1.0
+    }
+    pub fn two() -> usize {
+        2
+    }
+    pub fn epsilon() -> PredictionType {
+        PredictionType::Epsilon
+    }
+    pub fn leading() -> TimestepSpacing {
+        TimestepSpacing::Leading
+    }
+    pub fn linspace() -> TimestepSpacing {
+        TimestepSpacing::Linspace
+    }
+}
+
 /// The classes [`SchedulerConfig::build`] knows.
 pub const CLASSES: &[&str] = &[
     "DDPMScheduler",
@@ -75,6 +102,7 @@ pub const CLASSES: &[&str] = &[
     "EulerAncestralDiscreteScheduler",
     "DPMSolverMultistepScheduler",
     "LMSDiscreteScheduler",
+    "UniPCMultistepScheduler",
 ];
 
 /// A `scheduler_config.json`: its class and its fields.
@@ -165,6 +193,9 @@ impl SchedulerConfig {
                 serde_json::from_value(f.clone()).map_err(bad)?,
             )?),
             "LMSDiscreteScheduler" => Box::new(LMSDiscreteScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "UniPCMultistepScheduler" => Box::new(UniPCMultistepScheduler::new(
                 serde_json::from_value(f.clone()).map_err(bad)?,
             )?),
             other => {

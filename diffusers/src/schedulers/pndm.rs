@@ -5,19 +5,15 @@
 use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::schedule::{NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing};
+use super::defaults::{epsilon, leading};
+use super::schedule::{
+    integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
+};
 use super::{check_float, check_step, divide, scale, Scheduler};
 use crate::{Error, Result};
 
 const CLASS: &str = "PNDMScheduler";
 const ORDER: usize = 4;
-
-fn epsilon() -> PredictionType {
-    PredictionType::Epsilon
-}
-fn leading() -> TimestepSpacing {
-    TimestepSpacing::Leading
-}
 
 /// `PNDMScheduler`'s config fields.
 #[derive(Clone, Debug, Deserialize)]
@@ -196,22 +192,12 @@ impl Scheduler for PNDMScheduler {
     fn set_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
         let train = c.noise.num_train_timesteps;
-        if steps == 0 || steps > train {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: num_inference_steps must be in 1..={train} (num_train_timesteps), got {steps}"
-            )));
-        }
         // Ascending, as PNDM keeps `_timesteps`.
-        let mut base: Vec<i64> = super::schedule::spaced_timesteps(
-            c.timestep_spacing,
-            train,
-            steps,
-            c.steps_offset,
-            true,
-        )
-        .into_iter()
-        .map(|t| t as i64)
-        .collect();
+        let mut base: Vec<i64> =
+            integer_timesteps(CLASS, c.timestep_spacing, train, steps, c.steps_offset)?
+                .into_iter()
+                .map(|t| t as i64)
+                .collect();
         base.reverse();
         let (prk, plms): (Vec<i64>, Vec<i64>) = if c.skip_prk_steps {
             let n = base.len();

@@ -49,6 +49,61 @@ pub enum PredictionType {
     VPrediction,
 }
 
+/// The sigma-spacing switches of the sigma schedulers (Euler, DPM-Solver, LMS).
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+pub struct SigmaSpacing {
+    /// Karras et al.'s sigmas (rho 7).
+    #[serde(default)]
+    pub use_karras_sigmas: Option<bool>,
+    /// Sigmas evenly spaced in log.
+    #[serde(default)]
+    pub use_exponential_sigmas: Option<bool>,
+    /// Beta-distributed sigmas.
+    #[serde(default)]
+    pub use_beta_sigmas: Option<bool>,
+}
+
+/// Which of [`SigmaSpacing`]'s schedules a config asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SigmaKind {
+    /// The training sigmas at the inference timesteps.
+    Interpolated,
+    /// Karras.
+    Karras,
+    /// Exponential.
+    Exponential,
+}
+
+impl SigmaSpacing {
+    /// The schedule asked for: at most one switch on; beta sigmas (scipy's beta quantiles)
+    /// are refused.
+    pub fn kind(&self, class: &str) -> Result<SigmaKind> {
+        let on = |f: Option<bool>| f == Some(true);
+        let (k, e, b) = (
+            on(self.use_karras_sigmas),
+            on(self.use_exponential_sigmas),
+            on(self.use_beta_sigmas),
+        );
+        if [k, e, b].iter().filter(|&&f| f).count() > 1 {
+            return Err(Error::Scheduler(format!(
+                "{class}: only one of use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas can be true"
+            )));
+        }
+        if b {
+            return Err(Error::Scheduler(format!(
+                "{class}: use_beta_sigmas (scipy's beta quantiles) is not supported by zoo; use use_karras_sigmas or use_exponential_sigmas"
+            )));
+        }
+        Ok(if k {
+            SigmaKind::Karras
+        } else if e {
+            SigmaKind::Exponential
+        } else {
+            SigmaKind::Interpolated
+        })
+    }
+}
+
 /// The training noise schedule's fields, common to every discrete scheduler.
 #[derive(Clone, Debug, Deserialize)]
 pub struct NoiseConfig {
@@ -277,6 +332,23 @@ pub fn spaced_timesteps(
                 .collect()
         }
     }
+}
+
+/// The integer timesteps of DDPM, DDIM and PNDM for `steps` (checked against the training
+/// schedule), descending.
+pub fn integer_timesteps(
+    class: &str,
+    spacing: TimestepSpacing,
+    train: usize,
+    steps: usize,
+    steps_offset: usize,
+) -> Result<Vec<f64>> {
+    if steps == 0 || steps > train {
+        return Err(Error::Scheduler(format!(
+            "{class}: num_inference_steps must be in 1..={train} (num_train_timesteps), got {steps}"
+        )));
+    }
+    Ok(spaced_timesteps(spacing, train, steps, steps_offset, true))
 }
 
 /// `np.interp(x, 0..ys.len(), ys)`.
