@@ -8,8 +8,8 @@ use zoo_runtime::{DType, Tensor};
 
 use super::defaults::{linspace, one, two, yes};
 use super::schedule::{
-    exponential_sigmas, interp, karras_sigmas, linspace_f64, sigma_to_t, BetaSchedule, NoiseConfig,
-    NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
+    exponential_sigmas, interp, karras_sigmas, linspace_f64, multistep_timesteps, sigma_to_t,
+    BetaSchedule, NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
 use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
@@ -482,31 +482,8 @@ impl Scheduler for DPMSolverMultistepScheduler {
             .position(|&l| l as f64 >= c.lambda_min_clipped)
             .unwrap_or(lambdas.len());
         let last = train - clipped;
-        let mut timesteps: Vec<f64> = match c.timestep_spacing {
-            TimestepSpacing::Linspace => {
-                let mut t: Vec<f64> = linspace_f64(0.0, last as f64 - 1.0, steps + 1)
-                    .into_iter()
-                    .map(|v| v.round_ties_even())
-                    .collect();
-                t.reverse();
-                t.pop();
-                t
-            }
-            TimestepSpacing::Leading => {
-                let ratio = last / (steps + 1);
-                (1..=steps)
-                    .rev()
-                    .map(|i| (i * ratio + c.steps_offset) as f64)
-                    .collect()
-            }
-            TimestepSpacing::Trailing => {
-                let ratio = train as f64 / steps as f64;
-                let len = (last as f64 / ratio).ceil().max(0.0) as usize;
-                (0..len)
-                    .map(|i| (last as f64 - i as f64 * ratio).round_ties_even() - 1.0)
-                    .collect()
-            }
-        };
+        let mut timesteps =
+            multistep_timesteps(c.timestep_spacing, train, last, steps, c.steps_offset);
         let train_sigmas = self.schedule.sigmas();
         let log_sigmas: Vec<f32> = train_sigmas.iter().map(|s| s.ln()).collect();
         let descending = || -> (f64, f64) {

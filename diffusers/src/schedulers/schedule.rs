@@ -351,6 +351,43 @@ pub fn integer_timesteps(
     Ok(spaced_timesteps(spacing, train, steps, steps_offset, true))
 }
 
+/// The timesteps of the multistep solvers (DPM-Solver, UniPC): `steps + 1` spaced points
+/// without the last (0), counting from `last` (the training timesteps left after DPM-Solver's
+/// `lambda_min_clipped`; all of them for UniPC).
+pub fn multistep_timesteps(
+    spacing: TimestepSpacing,
+    train: usize,
+    last: usize,
+    steps: usize,
+    steps_offset: usize,
+) -> Vec<f64> {
+    match spacing {
+        TimestepSpacing::Linspace => {
+            let mut t: Vec<f64> = linspace_f64(0.0, last as f64 - 1.0, steps + 1)
+                .into_iter()
+                .map(f64::round_ties_even)
+                .collect();
+            t.reverse();
+            t.pop();
+            t
+        }
+        TimestepSpacing::Leading => {
+            let ratio = last / (steps + 1);
+            (1..=steps)
+                .rev()
+                .map(|i| (i * ratio + steps_offset) as f64)
+                .collect()
+        }
+        TimestepSpacing::Trailing => {
+            let ratio = train as f64 / steps as f64;
+            let len = (last as f64 / ratio).ceil().max(0.0) as usize;
+            (0..len)
+                .map(|i| (last as f64 - i as f64 * ratio).round_ties_even() - 1.0)
+                .collect()
+        }
+    }
+}
+
 /// `np.interp(x, 0..ys.len(), ys)`.
 pub fn interp(x: f64, ys: &[f32]) -> f64 {
     let last = ys.len() - 1;

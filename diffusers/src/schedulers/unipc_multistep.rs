@@ -9,8 +9,8 @@ use zoo_runtime::Tensor;
 use super::defaults::{linspace, one, two, yes};
 use super::dpmsolver_multistep::{noise_prediction, DpmPrediction, FinalSigmas};
 use super::schedule::{
-    exponential_sigmas, interp, karras_sigmas, linspace_f64, sigma_to_t, BetaSchedule, NoiseConfig,
-    NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
+    exponential_sigmas, interp, karras_sigmas, linspace_f64, multistep_timesteps, sigma_to_t,
+    BetaSchedule, NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
 use super::{check_float, check_step, divide, scale, Scheduler};
@@ -407,27 +407,8 @@ impl Scheduler for UniPCMultistepScheduler {
                 "{CLASS}: num_inference_steps must be at least 1"
             )));
         }
-        let mut timesteps: Vec<f64> = match c.timestep_spacing {
-            TimestepSpacing::Linspace => {
-                let mut t: Vec<f64> = linspace_f64(0.0, (train - 1) as f64, steps + 1)
-                    .into_iter()
-                    .map(f64::round_ties_even)
-                    .collect();
-                t.reverse();
-                t.pop();
-                t
-            }
-            TimestepSpacing::Leading => {
-                let ratio = train / (steps + 1);
-                (1..=steps)
-                    .rev()
-                    .map(|i| (i * ratio + c.steps_offset) as f64)
-                    .collect()
-            }
-            TimestepSpacing::Trailing => {
-                super::schedule::spaced_timesteps(TimestepSpacing::Trailing, train, steps, 0, true)
-            }
-        };
+        let mut timesteps =
+            multistep_timesteps(c.timestep_spacing, train, train, steps, c.steps_offset);
         let train_sigmas = self.schedule.sigmas();
         let log_sigmas: Vec<f32> = train_sigmas.iter().map(|s| s.ln()).collect();
         let (smin, smax) = (

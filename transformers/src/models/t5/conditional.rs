@@ -254,28 +254,43 @@ impl Seq2SeqLm for T5ForConditionalGeneration {
         let mut x = self
             .embed_tokens
             .forward(&Tensor::from_vec(ids, &[b, t], &device)?)?;
+        // The causal mask is built once per device and, in T5 (one bias shared by all
+        // blocks), so is the self-attention bias: only UMT5's per-block tables change it.
+        let mut causal: Vec<(Device, Tensor)> = Vec::new();
         let mut position: Option<Tensor> = None;
+        let mut self_bias: Option<(Device, Tensor)> = None;
         for (i, (block, dev)) in self.blocks.iter().zip(&self.block_devices).enumerate() {
             x = on(&x, dev)?;
-            let keys = cache.attended_len(dev);
-            // T5 computes the causal position bias in its first block and passes it on;
-            // UMT5 in each block.
-            if let Some(table) = &block.self_attention.relative_attention_bias {
-                position = Some(position_bias(c, table, start, t, keys, false, dev)?);
+            let table = block.self_attention.relative_attention_bias.as_ref();
+            if table.is_some() || self_bias.as_ref().is_none_or(|(d, _)| d != dev) {
+                if let Some(table) = table {
+                    let keys = cache.attended_len(dev);
+                    position = Some(position_bias(c, table, start, t, keys, false, dev)?);
+                }
+                let Some(pos) = &position else {
+                    return Err(Error::Generation(
+                        "T5's first decoder block has no relative bias".into(),
+                    ));
+                };
+                let mask = match causal.iter().find(|(d, _)| d == dev) {
+                    Some((_, m)) => m.clone(),
+                    None => {
+                        let m = cache.attention_bias(start, t, None, self.dtype, dev)?;
+                        causal.push((*dev, m.clone()));
+                        m
+                    }
+                };
+                self_bias = Some((*dev, on(pos, dev)?.add(&mask)?));
             }
-            let Some(pos) = &position else {
-                return Err(Error::Generation(
-                    "T5's first decoder block has no relative bias".into(),
-                ));
+            let Some((_, self_bias)) = &self_bias else {
+                return Err(Error::Generation("no self-attention bias".into()));
             };
-            let causal = cache.attention_bias(start, t, None, self.dtype, dev)?;
-            let self_bias = on(pos, dev)?.add(&causal)?;
 
             let h = block.self_norm.forward(&x)?;
             let q = block.self_attention.query(&h)?;
             let (k, v) = block.self_attention.key_value(&h)?;
             let (k, v) = cache.update(2 * i, &k, &v, start)?;
-            let a = block.self_attention.attend(&q, &k, &v, Some(&self_bias))?;
+            let a = block.self_attention.attend(&q, &k, &v, Some(self_bias))?;
             x = x.add(&a)?;
 
             let h = block.cross_norm.forward(&x)?;
