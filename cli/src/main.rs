@@ -4,6 +4,7 @@ mod classify;
 mod devices;
 mod embed;
 mod generate;
+mod image;
 mod inspect;
 mod parity;
 mod plan;
@@ -30,6 +31,7 @@ enum Command {
     Generate(generate::Args),
     Embed(embed::Args),
     Classify(classify::Args),
+    Image(image::Args),
     Plan(plan::Args),
     Parity(parity::Args),
 }
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::Image(args) => image::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Parity(args) => parity::run(args),
     };

@@ -16,6 +16,29 @@ pub enum Error {
     /// A scheduler asked to do what its state does not allow.
     #[error("scheduler: {0}")]
     Scheduler(String),
+    /// A tensor of the wrong shape for the model.
+    #[error("shape: {0}")]
+    Shape(String),
+    /// A config or input zoo does not run yet, saying what it does run.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A pipeline argument that cannot be used (a size, a guidance scale, an image).
+    #[error("invalid argument: {0}")]
+    Input(String),
+    /// Reading a checkpoint failed.
+    #[error(transparent)]
+    Hub(Box<zoo_hub::HubError>),
+    /// A text encoder or tokenizer from zoo-transformers failed.
+    #[error(transparent)]
+    Transformers(#[from] Box<zoo_transformers::Error>),
+    /// Writing an output failed.
+    #[error("{path}: {reason}")]
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// A tensor operation failed.
     #[error(transparent)]
     Runtime(#[from] zoo_runtime::Error),
@@ -23,3 +46,9 @@ pub enum Error {
 
 /// `Result` with zoo-diffusers' [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<zoo_hub::HubError> for Error {
+    fn from(e: zoo_hub::HubError) -> Error {
+        Error::Hub(Box::new(e))
+    }
+}

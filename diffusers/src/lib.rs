@@ -1,10 +1,20 @@
-//! zoo-diffusers: diffusion model families and schedulers, read from diffusers' own files.
+//! zoo-diffusers: diffusion models, schedulers and pipelines, read from diffusers' own files.
 //!
-//! So far: the noise schedulers (`schedulers`), built from `scheduler/scheduler_config.json`
-//! by its `_class_name` as diffusers' `Scheduler.from_config` builds them.
+//! - `schedulers`: the noise schedulers, built from `scheduler/scheduler_config.json` by its
+//!   `_class_name` as diffusers' `Scheduler.from_config` builds them.
+//! - `models`: `UNet2DConditionModel`, `UNet2DModel` and `AutoencoderKL` from their
+//!   `config.json`, weights under diffusers' names.
+//! - `pipelines`: Stable Diffusion (1.x, 2.x, XL), img2img and DDPM from `model_index.json`.
 
 mod error;
+pub mod models;
+pub mod pipelines;
 pub mod schedulers;
 
 pub use error::{Error, Result};
+pub use models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig, DiagonalGaussian};
+pub use models::unet_2d::{UNet2DConfig, UNet2DModel};
+pub use models::unet_2d_condition::{
+    UNet2DConditionConfig, UNet2DConditionInput, UNet2DConditionModel,
+};
 pub use schedulers::{Scheduler, SchedulerConfig};

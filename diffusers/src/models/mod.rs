@@ -1,0 +1,145 @@
+//! Diffusion models, mirroring diffusers' `models/`: the UNets (`unet_2d_condition.rs`,
+//! `unet_2d.rs`), the KL autoencoder (`autoencoder_kl.rs`) and the blocks they share
+//! (`resnet.rs`, `attention.rs`, `embeddings.rs`, `unet_2d_blocks.rs`).
+//!
+//! Every model is built from its `config.json` as diffusers' `from_config` builds it; the
+//! weights keep diffusers' names (`down_blocks.0.attentions.1.transformer_blocks.0.attn2.to_k`).
+
+pub mod attention;
+pub mod autoencoder_kl;
+pub mod embeddings;
+pub mod resnet;
+pub mod unet_2d;
+pub mod unet_2d_blocks;
+pub mod unet_2d_condition;
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use zoo_runtime::{Activation, Tensor};
+
+use crate::{Error, Result};
+
+/// A diffusers activation name (`get_activation`: `silu`/`swish`, `mish`, `gelu`, `relu`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Act {
+    /// One of the runtime's activations.
+    Runtime(Activation),
+    /// `x * tanh(softplus(x))`, with PyTorch's softplus threshold of 20.
+    Mish,
+}
+
+impl Act {
+    /// Reads `name` as diffusers' `get_activation` does (case-insensitive).
+    pub fn from_diffusers(name: &str) -> std::result::Result<Act, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "silu" | "swish" => Ok(Act::Runtime(Activation::Silu)),
+            "gelu" => Ok(Act::Runtime(Activation::Gelu)),
+            "relu" => Ok(Act::Runtime(Activation::Relu)),
+            "mish" => Ok(Act::Mish),
+            other => Err(format!(
+                "activation {other:?} is not one diffusers knows (silu, swish, mish, gelu, relu)"
+            )),
+        }
+    }
+
+    /// Applies the activation.
+    pub fn apply(&self, x: &Tensor) -> zoo_runtime::Result<Tensor> {
+        match self {
+            Act::Runtime(a) => a.apply(x),
+            Act::Mish => {
+                let softplus = x.exp()?.add_scalar(1.0)?.log()?;
+                let big = x.cmp_scalar(">", 20.0)?;
+                let sp = big.where_cond(x, &softplus)?;
+                x.mul(&sp.tanh()?)
+            }
+        }
+    }
+}
+
+/// A config field diffusers accepts as one value or one per block
+/// (`attention_head_dim`, `layers_per_block`, `cross_attention_dim`, ...).
+pub(crate) fn per_block<T: DeserializeOwned + Clone>(
+    value: &Value,
+    blocks: usize,
+    field: &str,
+    path: &Path,
+) -> Result<Vec<T>> {
+    let bad = |reason: String| Error::Config {
+        path: path.to_path_buf(),
+        reason: format!("`{field}`: {reason}"),
+    };
+    if let Value::Array(items) = value {
+        if items.len() != blocks {
+            return Err(bad(format!(
+                "has {} entries but there are {blocks} down blocks; give one per block or a single value",
+                items.len()
+            )));
+        }
+        items
+            .iter()
+            .map(|v| serde_json::from_value(v.clone()).map_err(|e| bad(e.to_string())))
+            .collect()
+    } else {
+        let one: T = serde_json::from_value(value.clone()).map_err(|e| bad(e.to_string()))?;
+        Ok(vec![one; blocks])
+    }
+}
+
+/// Reads a component's `config.json` (checking `_class_name` when it is there).
+pub(crate) fn read_config<T: DeserializeOwned>(
+    path: &Path,
+    class_names: &[&str],
+) -> Result<(T, Value)> {
+    let bad = |reason: String| Error::Config {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    if let Some(class) = value.get("_class_name").and_then(Value::as_str) {
+        if !class_names.contains(&class) {
+            return Err(bad(format!(
+                "`_class_name` is {class:?}, but this loader reads {}",
+                class_names.join(" / ")
+            )));
+        }
+    }
+    let config = serde_json::from_value(value.clone()).map_err(|e| bad(e.to_string()))?;
+    Ok((config, value))
+}
+
+/// Fails with a config error when `cond` is false.
+pub(crate) fn ensure(cond: bool, path: &Path, reason: impl FnOnce() -> String) -> Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(Error::Config {
+            path: path.to_path_buf(),
+            reason: reason(),
+        })
+    }
+}
+
+/// A diffusers component (a folder holding `config.json` and
+/// `diffusion_pytorch_model[.variant].safetensors`, or a Hub repo's subfolder) opened for a
+/// model's `from_pretrained`: its config path and its weights in `dtype` on `device`.
+pub(crate) fn open_component(
+    repo_or_path: &str,
+    dtype: zoo_runtime::DType,
+    device: &zoo_runtime::Device,
+) -> Result<(PathBuf, zoo_runtime::nn::Weights)> {
+    let pretrained = zoo_hub::Pretrained::open(repo_or_path)?;
+    let config = pretrained
+        .files()
+        .get_optional("config.json")?
+        .ok_or_else(|| Error::Config {
+            path: PathBuf::from(repo_or_path).join("config.json"),
+            reason: "missing: a diffusers component folder holds config.json beside its weights"
+                .into(),
+        })?;
+    let weights = crate::pipelines::component_weights(&pretrained, dtype, device)?;
+    Ok((config, weights))
+}

@@ -1,0 +1,475 @@
+//! `UNet2DModel`: mirrors diffusers' `unets/unet_2d.py` (unconditional UNets, e.g. DDPM's),
+//! built from its `config.json`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+use zoo_runtime::nn::{Conv2d, Embedding, GroupNorm, Weights};
+use zoo_runtime::{ConvParams, DType, Device, Tensor};
+
+use super::embeddings::{TimestepEmbedding, Timesteps};
+use super::resnet::TimeNorm;
+use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
+use super::{ensure, read_config, Act};
+use crate::{Error, Result};
+
+fn d_3() -> usize {
+    3
+}
+fn d_2() -> usize {
+    2
+}
+fn d_1() -> usize {
+    1
+}
+fn d_one() -> f64 {
+    1.0
+}
+fn d_true() -> bool {
+    true
+}
+fn d_silu() -> String {
+    "silu".into()
+}
+fn d_32() -> usize {
+    32
+}
+fn d_eps() -> f64 {
+    1e-5
+}
+fn d_positional() -> String {
+    "positional".into()
+}
+fn d_default() -> String {
+    "default".into()
+}
+fn d_conv() -> String {
+    "conv".into()
+}
+fn d_mid() -> Option<String> {
+    Some("UNetMidBlock2D".into())
+}
+fn d_head() -> Option<usize> {
+    Some(8)
+}
+fn d_down() -> Vec<String> {
+    [
+        "DownBlock2D",
+        "AttnDownBlock2D",
+        "AttnDownBlock2D",
+        "AttnDownBlock2D",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn d_up() -> Vec<String> {
+    [
+        "AttnUpBlock2D",
+        "AttnUpBlock2D",
+        "AttnUpBlock2D",
+        "UpBlock2D",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn d_channels() -> Vec<usize> {
+    vec![224, 448, 672, 896]
+}
+
+/// `config.json` of a `UNet2DModel`, with diffusers' defaults.
+#[derive(Clone, Debug, Deserialize)]
+#[allow(missing_docs)]
+pub struct UNet2DConfig {
+    #[serde(default)]
+    pub sample_size: Option<Value>,
+    #[serde(default = "d_3")]
+    pub in_channels: usize,
+    #[serde(default = "d_3")]
+    pub out_channels: usize,
+    #[serde(default)]
+    pub center_input_sample: bool,
+    #[serde(default = "d_positional")]
+    pub time_embedding_type: String,
+    #[serde(default)]
+    pub time_embedding_dim: Option<usize>,
+    #[serde(default)]
+    pub freq_shift: f64,
+    #[serde(default = "d_true")]
+    pub flip_sin_to_cos: bool,
+    #[serde(default = "d_down")]
+    pub down_block_types: Vec<String>,
+    #[serde(default = "d_mid")]
+    pub mid_block_type: Option<String>,
+    #[serde(default = "d_up")]
+    pub up_block_types: Vec<String>,
+    #[serde(default = "d_channels")]
+    pub block_out_channels: Vec<usize>,
+    #[serde(default = "d_2")]
+    pub layers_per_block: usize,
+    #[serde(default = "d_one")]
+    pub mid_block_scale_factor: f64,
+    #[serde(default = "d_1")]
+    pub downsample_padding: usize,
+    #[serde(default = "d_conv")]
+    pub downsample_type: String,
+    #[serde(default = "d_conv")]
+    pub upsample_type: String,
+    #[serde(default = "d_silu")]
+    pub act_fn: String,
+    #[serde(default = "d_head")]
+    pub attention_head_dim: Option<usize>,
+    #[serde(default = "d_32")]
+    pub norm_num_groups: usize,
+    #[serde(default)]
+    pub attn_norm_num_groups: Option<usize>,
+    #[serde(default = "d_eps")]
+    pub norm_eps: f64,
+    #[serde(default = "d_default")]
+    pub resnet_time_scale_shift: String,
+    #[serde(default = "d_true")]
+    pub add_attention: bool,
+    #[serde(default)]
+    pub class_embed_type: Option<String>,
+    #[serde(default)]
+    pub num_class_embeds: Option<usize>,
+    /// The file, for errors.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl UNet2DConfig {
+    /// Reads and checks `config.json`.
+    pub fn from_file(path: &Path) -> Result<UNet2DConfig> {
+        let (mut c, _): (UNet2DConfig, _) = read_config(path, &["UNet2DModel"])?;
+        c.path = path.to_path_buf();
+        c.check()?;
+        Ok(c)
+    }
+
+    fn check(&self) -> Result<()> {
+        let p = &self.path;
+        let n = self.down_block_types.len();
+        ensure(
+            n > 0 && self.up_block_types.len() == n && self.block_out_channels.len() == n,
+            p,
+            || {
+                format!(
+                "{} down blocks, {} up blocks and {} `block_out_channels`: diffusers needs as many of each",
+                n,
+                self.up_block_types.len(),
+                self.block_out_channels.len()
+            )
+            },
+        )?;
+        let bad = |field: &str, v: &str| Error::Config {
+            path: p.clone(),
+            reason: format!("`{field}` = {v:?} is not supported by zoo yet"),
+        };
+        if self.time_embedding_type != "positional" {
+            return Err(bad("time_embedding_type", &self.time_embedding_type));
+        }
+        if self.downsample_type != "conv" {
+            return Err(bad("downsample_type", &self.downsample_type));
+        }
+        if self.upsample_type != "conv" {
+            return Err(bad("upsample_type", &self.upsample_type));
+        }
+        if let Some(t) = self.class_embed_type.as_deref() {
+            if t != "identity" && t != "timestep" {
+                return Err(bad("class_embed_type", t));
+            }
+        }
+        for (i, &c) in self.block_out_channels.iter().enumerate() {
+            ensure(
+                c > 0 && c.is_multiple_of(self.norm_num_groups.max(1)),
+                p,
+                || {
+                    format!(
+                    "`block_out_channels[{i}]` = {c} is not divisible by `norm_num_groups` = {}",
+                    self.norm_num_groups
+                )
+                },
+            )?;
+        }
+        Act::from_diffusers(&self.act_fn).map_err(|e| Error::Config {
+            path: p.clone(),
+            reason: format!("`act_fn`: {e}"),
+        })?;
+        TimeNorm::parse(&self.resnet_time_scale_shift).map_err(|e| Error::Config {
+            path: p.clone(),
+            reason: e,
+        })?;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+enum ClassEmbedding {
+    Table(Embedding),
+    Timestep(TimestepEmbedding),
+    Identity,
+}
+
+/// `UNet2DModel`.
+#[derive(Clone, Debug)]
+pub struct UNet2DModel {
+    conv_in: Conv2d,
+    time_proj: Timesteps,
+    time_embedding: TimestepEmbedding,
+    class_embedding: Option<ClassEmbedding>,
+    down_blocks: Vec<DownBlock>,
+    mid_block: Option<MidBlock>,
+    up_blocks: Vec<UpBlock>,
+    conv_norm_out: GroupNorm,
+    conv_out: Conv2d,
+    config: UNet2DConfig,
+    dtype: DType,
+    device: Device,
+}
+
+impl UNet2DModel {
+    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`), as
+    /// diffusers' `UNet2DModel.from_pretrained` does.
+    pub fn from_pretrained(
+        repo_or_path: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<UNet2DModel> {
+        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
+        UNet2DModel::load(&w, &UNet2DConfig::from_file(&config)?)
+    }
+
+    /// Builds the UNet of `config` from the weights under `w`.
+    pub fn load(w: &Weights, config: &UNet2DConfig) -> Result<UNet2DModel> {
+        let c = config;
+        c.check()?;
+        let ch = &c.block_out_channels;
+        let n = ch.len();
+        let act = Act::from_diffusers(&c.act_fn).map_err(Error::Unsupported)?;
+        let silu = Act::from_diffusers("silu").map_err(Error::Unsupported)?;
+        let time_norm = TimeNorm::parse(&c.resnet_time_scale_shift).map_err(Error::Unsupported)?;
+        let temb = c.time_embedding_dim.unwrap_or(ch[0] * 4);
+        let conv3 = |name: &str, i: usize, o: usize| -> Result<Conv2d> {
+            let p = ConvParams {
+                padding: 1,
+                ..Default::default()
+            };
+            Ok(Conv2d::load(&w.pp(name), i, o, 3, p, true)?)
+        };
+        let class_embedding = match (c.class_embed_type.as_deref(), c.num_class_embeds) {
+            (None, Some(k)) => Some(ClassEmbedding::Table(Embedding::load(
+                &w.pp("class_embedding"),
+                k,
+                temb,
+            )?)),
+            (Some("timestep"), _) => Some(ClassEmbedding::Timestep(TimestepEmbedding::load(
+                &w.pp("class_embedding"),
+                ch[0],
+                temb,
+                silu,
+                None,
+                None,
+            )?)),
+            (Some(_), _) => Some(ClassEmbedding::Identity),
+            (None, None) => None,
+        };
+        let base = BlockArgs {
+            num_layers: c.layers_per_block,
+            transformer_layers: 0,
+            in_channels: 0,
+            out_channels: 0,
+            prev_output_channel: 0,
+            temb_channels: Some(temb),
+            resample: false,
+            resnet_eps: c.norm_eps,
+            act,
+            groups: c.norm_num_groups,
+            time_norm,
+            cross_attention_dim: None,
+            num_attention_heads: 1,
+            attention_head_dim: 0,
+            downsample_padding: c.downsample_padding,
+            use_linear_projection: false,
+            only_cross_attention: false,
+            output_scale_factor: 1.0,
+            skip_time_act: false,
+        };
+        let mut down_blocks = Vec::with_capacity(n);
+        let mut out = ch[0];
+        for (i, ty) in c.down_block_types.iter().enumerate() {
+            let input = out;
+            out = ch[i];
+            let a = BlockArgs {
+                in_channels: input,
+                out_channels: out,
+                resample: i + 1 < n,
+                attention_head_dim: c.attention_head_dim.unwrap_or(out),
+                ..base
+            };
+            down_blocks.push(DownBlock::load(&w.pp(format!("down_blocks.{i}")), ty, &a)?);
+        }
+        let mid_block = match c.mid_block_type.as_deref() {
+            Some(ty) => {
+                let last = ch[n - 1];
+                let a = BlockArgs {
+                    num_layers: 1,
+                    in_channels: last,
+                    out_channels: last,
+                    output_scale_factor: c.mid_block_scale_factor,
+                    attention_head_dim: c.attention_head_dim.unwrap_or(last),
+                    ..base
+                };
+                let attn_groups = c
+                    .attn_norm_num_groups
+                    .or((time_norm == TimeNorm::Default).then_some(c.norm_num_groups));
+                Some(MidBlock::load(
+                    &w.pp("mid_block"),
+                    ty,
+                    &a,
+                    c.add_attention,
+                    attn_groups,
+                )?)
+            }
+            None => None,
+        };
+        let mut up_blocks = Vec::with_capacity(n);
+        let mut out = ch[n - 1];
+        for (i, ty) in c.up_block_types.iter().enumerate() {
+            let prev = out;
+            out = ch[n - 1 - i];
+            let input = ch[n - 1 - (i + 1).min(n - 1)];
+            let a = BlockArgs {
+                num_layers: c.layers_per_block + 1,
+                in_channels: input,
+                out_channels: out,
+                prev_output_channel: prev,
+                resample: i + 1 < n,
+                attention_head_dim: c.attention_head_dim.unwrap_or(out),
+                ..base
+            };
+            up_blocks.push(UpBlock::load(&w.pp(format!("up_blocks.{i}")), ty, &a)?);
+        }
+        let conv_in = conv3("conv_in", c.in_channels, ch[0])?;
+        let device = conv_in.weight.device();
+        Ok(UNet2DModel {
+            conv_in,
+            time_proj: Timesteps {
+                num_channels: ch[0],
+                flip_sin_to_cos: c.flip_sin_to_cos,
+                downscale_freq_shift: c.freq_shift,
+                scale: 1.0,
+            },
+            time_embedding: TimestepEmbedding::load(
+                &w.pp("time_embedding"),
+                ch[0],
+                temb,
+                silu,
+                None,
+                None,
+            )?,
+            class_embedding,
+            down_blocks,
+            mid_block,
+            up_blocks,
+            conv_norm_out: GroupNorm::load(
+                &w.pp("conv_norm_out"),
+                c.norm_num_groups,
+                ch[0],
+                c.norm_eps,
+            )?,
+            conv_out: conv3("conv_out", ch[0], c.out_channels)?,
+            config: c.clone(),
+            dtype: w.dtype(),
+            device,
+        })
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &UNet2DConfig {
+        &self.config
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The dtype of weights and activations.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The model's prediction for `sample [B, in_channels, H, W]` at `timestep` (`[]`,
+    /// `[1]` or `[B]`), with `class_labels` for class-conditional UNets.
+    pub fn forward(
+        &self,
+        sample: &Tensor,
+        timestep: &Tensor,
+        class_labels: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let x = sample.to_device(&self.device)?.to_dtype(self.dtype)?;
+        let [b, chans, _, _] = x.shape()[..] else {
+            return Err(Error::Shape(format!(
+                "the sample must be [batch, {}, height, width], got {:?}",
+                c.in_channels,
+                x.shape()
+            )));
+        };
+        if chans != c.in_channels {
+            return Err(Error::Shape(format!(
+                "the sample has {chans} channels but the UNet's `in_channels` is {}",
+                c.in_channels
+            )));
+        }
+        let x = if c.center_input_sample {
+            x.affine(2.0, -1.0)?
+        } else {
+            x
+        };
+        let t = timestep.to_device(&self.device)?;
+        let t = t.reshape_to(&[t.elem_count()])?;
+        let t = if t.elem_count() == 1 {
+            t.broadcast_as(&[b])?
+        } else {
+            t
+        };
+        let t_emb = self.time_proj.forward(&t)?.to_dtype(self.dtype)?;
+        let mut emb = self.time_embedding.forward(&t_emb, None)?;
+        if let Some(ce) = &self.class_embedding {
+            let labels = class_labels
+                .ok_or_else(|| {
+                    Error::Input("this UNet is class-conditional: pass class_labels".into())
+                })?
+                .to_device(&self.device)?;
+            let class = match ce {
+                ClassEmbedding::Table(e) => e.forward(&labels)?,
+                ClassEmbedding::Timestep(te) => te.forward(
+                    &self.time_proj.forward(&labels)?.to_dtype(self.dtype)?,
+                    None,
+                )?,
+                ClassEmbedding::Identity => labels.to_dtype(self.dtype)?,
+            };
+            emb = emb.add(&class.to_dtype(self.dtype)?)?;
+        }
+        let mut h = self.conv_in.forward(&x)?;
+        let mut skips = vec![h.clone()];
+        for block in &self.down_blocks {
+            let (out, states) = block.forward(&h, Some(&emb), None)?;
+            h = out;
+            skips.extend(states);
+        }
+        if let Some(mid) = &self.mid_block {
+            h = mid.forward(&h, Some(&emb), None)?;
+        }
+        for block in &self.up_blocks {
+            let take = block.len().min(skips.len());
+            let these = skips.split_off(skips.len() - take);
+            h = block.forward(&h, &these, Some(&emb), None, None)?;
+        }
+        let silu = Act::from_diffusers("silu").map_err(Error::Unsupported)?;
+        let h = silu.apply(&self.conv_norm_out.forward(&h)?)?;
+        Ok(self.conv_out.forward(&h)?)
+    }
+}

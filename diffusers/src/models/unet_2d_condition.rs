@@ -1,0 +1,811 @@
+//! `UNet2DConditionModel`: mirrors diffusers' `unets/unet_2d_condition.py`, built from its
+//! `config.json` (Stable Diffusion 1.x / 2.x / XL and the UNets shaped like them).
+//!
+//! The time embedding (sinusoidal, then an MLP) plus optional class and SDXL `text_time`
+//! embeddings condition every ResNet; the text encoder's hidden states condition every
+//! transformer through cross-attention. Down blocks leave skips the up blocks consume in
+//! reverse. Naming quirk kept from diffusers: `attention_head_dim` in the config is the
+//! number of heads of the cross-attention blocks (`num_attention_heads` must stay unset).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+use zoo_runtime::nn::{Conv2d, Embedding, GroupNorm, Linear, Weights};
+use zoo_runtime::{ConvParams, DType, Device, Tensor};
+
+use super::embeddings::{TimestepEmbedding, Timesteps};
+use super::resnet::TimeNorm;
+use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
+use super::{ensure, per_block, read_config, Act};
+use crate::{Error, Result};
+
+fn d_true() -> bool {
+    true
+}
+fn d_4() -> usize {
+    4
+}
+fn d_3() -> usize {
+    3
+}
+fn d_1() -> usize {
+    1
+}
+fn d_one() -> f64 {
+    1.0
+}
+fn d_silu() -> String {
+    "silu".into()
+}
+fn d_groups() -> Option<usize> {
+    Some(32)
+}
+fn d_eps() -> f64 {
+    1e-5
+}
+fn d_mid() -> Option<String> {
+    Some("UNetMidBlock2DCrossAttn".into())
+}
+fn d_down() -> Vec<String> {
+    [
+        "CrossAttnDownBlock2D",
+        "CrossAttnDownBlock2D",
+        "CrossAttnDownBlock2D",
+        "DownBlock2D",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn d_up() -> Vec<String> {
+    [
+        "UpBlock2D",
+        "CrossAttnUpBlock2D",
+        "CrossAttnUpBlock2D",
+        "CrossAttnUpBlock2D",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn d_channels() -> Vec<usize> {
+    vec![320, 640, 1280, 1280]
+}
+fn d_layers() -> Value {
+    Value::from(2)
+}
+fn d_cross() -> Value {
+    Value::from(1280)
+}
+fn d_one_value() -> Value {
+    Value::from(1)
+}
+fn d_heads() -> Value {
+    Value::from(8)
+}
+fn d_false_value() -> Value {
+    Value::from(false)
+}
+fn d_default() -> String {
+    "default".into()
+}
+fn d_positional() -> String {
+    "positional".into()
+}
+fn d_64() -> usize {
+    64
+}
+
+/// `config.json` of a `UNet2DConditionModel`, with diffusers' defaults.
+#[derive(Clone, Debug, Deserialize)]
+#[allow(missing_docs)]
+pub struct UNet2DConditionConfig {
+    #[serde(default)]
+    pub sample_size: Option<Value>,
+    #[serde(default = "d_4")]
+    pub in_channels: usize,
+    #[serde(default = "d_4")]
+    pub out_channels: usize,
+    #[serde(default)]
+    pub center_input_sample: bool,
+    #[serde(default = "d_true")]
+    pub flip_sin_to_cos: bool,
+    #[serde(default)]
+    pub freq_shift: f64,
+    #[serde(default = "d_down")]
+    pub down_block_types: Vec<String>,
+    #[serde(default = "d_mid")]
+    pub mid_block_type: Option<String>,
+    #[serde(default = "d_up")]
+    pub up_block_types: Vec<String>,
+    #[serde(default = "d_false_value")]
+    pub only_cross_attention: Value,
+    #[serde(default = "d_channels")]
+    pub block_out_channels: Vec<usize>,
+    #[serde(default = "d_layers")]
+    pub layers_per_block: Value,
+    #[serde(default = "d_1")]
+    pub downsample_padding: usize,
+    #[serde(default = "d_one")]
+    pub mid_block_scale_factor: f64,
+    #[serde(default = "d_silu")]
+    pub act_fn: String,
+    #[serde(default = "d_groups")]
+    pub norm_num_groups: Option<usize>,
+    #[serde(default = "d_eps")]
+    pub norm_eps: f64,
+    #[serde(default = "d_cross")]
+    pub cross_attention_dim: Value,
+    #[serde(default = "d_one_value")]
+    pub transformer_layers_per_block: Value,
+    #[serde(default)]
+    pub reverse_transformer_layers_per_block: Option<Value>,
+    #[serde(default)]
+    pub encoder_hid_dim: Option<usize>,
+    #[serde(default)]
+    pub encoder_hid_dim_type: Option<String>,
+    #[serde(default = "d_heads")]
+    pub attention_head_dim: Value,
+    #[serde(default)]
+    pub num_attention_heads: Option<Value>,
+    #[serde(default)]
+    pub dual_cross_attention: bool,
+    #[serde(default)]
+    pub use_linear_projection: bool,
+    #[serde(default)]
+    pub class_embed_type: Option<String>,
+    #[serde(default)]
+    pub addition_embed_type: Option<String>,
+    #[serde(default)]
+    pub addition_time_embed_dim: Option<usize>,
+    #[serde(default)]
+    pub num_class_embeds: Option<usize>,
+    #[serde(default)]
+    pub upcast_attention: bool,
+    #[serde(default = "d_default")]
+    pub resnet_time_scale_shift: String,
+    #[serde(default)]
+    pub resnet_skip_time_act: bool,
+    #[serde(default = "d_one")]
+    pub resnet_out_scale_factor: f64,
+    #[serde(default = "d_positional")]
+    pub time_embedding_type: String,
+    #[serde(default)]
+    pub time_embedding_dim: Option<usize>,
+    #[serde(default)]
+    pub time_embedding_act_fn: Option<String>,
+    #[serde(default)]
+    pub timestep_post_act: Option<String>,
+    #[serde(default)]
+    pub time_cond_proj_dim: Option<usize>,
+    #[serde(default = "d_3")]
+    pub conv_in_kernel: usize,
+    #[serde(default = "d_3")]
+    pub conv_out_kernel: usize,
+    #[serde(default)]
+    pub projection_class_embeddings_input_dim: Option<usize>,
+    #[serde(default = "d_default")]
+    pub attention_type: String,
+    #[serde(default)]
+    pub class_embeddings_concat: bool,
+    #[serde(default)]
+    pub mid_block_only_cross_attention: Option<bool>,
+    #[serde(default)]
+    pub cross_attention_norm: Option<String>,
+    #[serde(default = "d_64")]
+    pub addition_embed_type_num_heads: usize,
+    /// The file, for errors.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+/// The per-block lists a config resolves to.
+#[derive(Clone, Debug)]
+struct Resolved {
+    layers: Vec<usize>,
+    transformer_layers: Vec<usize>,
+    heads: Vec<usize>,
+    cross: Vec<usize>,
+    only_cross: Vec<bool>,
+    act: Act,
+    time_norm: TimeNorm,
+    groups: usize,
+}
+
+impl UNet2DConditionConfig {
+    /// Reads and checks `config.json`.
+    pub fn from_file(path: &Path) -> Result<UNet2DConditionConfig> {
+        let (mut c, _): (UNet2DConditionConfig, _) = read_config(path, &["UNet2DConditionModel"])?;
+        c.path = path.to_path_buf();
+        c.resolve()?;
+        Ok(c)
+    }
+
+    fn bad(&self, reason: String) -> Error {
+        Error::Config {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+
+    fn resolve(&self) -> Result<Resolved> {
+        let p = &self.path;
+        let n = self.down_block_types.len();
+        ensure(n > 0, p, || "`down_block_types` is empty".into())?;
+        ensure(self.up_block_types.len() == n, p, || {
+            format!(
+                "{} `up_block_types` for {n} `down_block_types`; diffusers needs as many",
+                self.up_block_types.len()
+            )
+        })?;
+        ensure(self.block_out_channels.len() == n, p, || {
+            format!(
+                "{} `block_out_channels` for {n} down blocks",
+                self.block_out_channels.len()
+            )
+        })?;
+        if self
+            .num_attention_heads
+            .as_ref()
+            .is_some_and(|v| !v.is_null())
+        {
+            return Err(self.bad(
+                "`num_attention_heads` is set; diffusers refuses it too (its naming issue #2011): give the head count as `attention_head_dim`".into(),
+            ));
+        }
+        let unsupported = |field: &str, value: String| -> Error {
+            self.bad(format!("`{field}` = {value} is not supported by zoo yet"))
+        };
+        if self.dual_cross_attention {
+            return Err(unsupported("dual_cross_attention", "true".into()));
+        }
+        if self.attention_type != "default" {
+            return Err(unsupported(
+                "attention_type",
+                format!("{:?}", self.attention_type),
+            ));
+        }
+        if let Some(v) = &self.cross_attention_norm {
+            return Err(unsupported("cross_attention_norm", format!("{v:?}")));
+        }
+        if self.time_embedding_type != "positional" {
+            return Err(unsupported(
+                "time_embedding_type",
+                format!("{:?} (zoo runs positional)", self.time_embedding_type),
+            ));
+        }
+        if self
+            .reverse_transformer_layers_per_block
+            .as_ref()
+            .is_some_and(|v| !v.is_null())
+        {
+            return Err(unsupported(
+                "reverse_transformer_layers_per_block",
+                "a list".into(),
+            ));
+        }
+        match self.addition_embed_type.as_deref() {
+            None => {}
+            Some("text_time") => {
+                ensure(
+                    self.addition_time_embed_dim.is_some()
+                        && self.projection_class_embeddings_input_dim.is_some(),
+                    p,
+                    || {
+                        "`addition_embed_type` \"text_time\" needs `addition_time_embed_dim` and `projection_class_embeddings_input_dim`".into()
+                    },
+                )?;
+            }
+            Some(other) => {
+                return Err(unsupported(
+                    "addition_embed_type",
+                    format!("{other:?} (zoo runs text_time)"),
+                ))
+            }
+        }
+        match (self.encoder_hid_dim_type.as_deref(), self.encoder_hid_dim) {
+            (None | Some("text_proj"), _) => {}
+            (Some(other), _) => {
+                return Err(unsupported(
+                    "encoder_hid_dim_type",
+                    format!("{other:?} (zoo runs text_proj)"),
+                ))
+            }
+        }
+        if let Some(t) = self.class_embed_type.as_deref() {
+            let ok = ["timestep", "identity", "projection", "simple_projection"];
+            if !ok.contains(&t) {
+                return Err(self.bad(format!(
+                    "`class_embed_type` {t:?} is not one of {}",
+                    ok.join(", ")
+                )));
+            }
+            if matches!(t, "projection" | "simple_projection") {
+                ensure(
+                    self.projection_class_embeddings_input_dim.is_some(),
+                    p,
+                    || {
+                        format!("`class_embed_type` {t:?} needs `projection_class_embeddings_input_dim`")
+                    },
+                )?;
+            }
+        }
+        let groups = self.norm_num_groups.ok_or_else(|| {
+            self.bad("`norm_num_groups` is null; zoo builds UNets with GroupNorm".into())
+        })?;
+        for (i, &c) in self.block_out_channels.iter().enumerate() {
+            ensure(c > 0 && c.is_multiple_of(groups), p, || {
+                format!("`block_out_channels[{i}]` = {c} is not divisible by `norm_num_groups` = {groups}")
+            })?;
+        }
+        for k in [self.conv_in_kernel, self.conv_out_kernel] {
+            ensure(k % 2 == 1, p, || {
+                format!("conv kernels must be odd, got {k}")
+            })?;
+        }
+        let act =
+            Act::from_diffusers(&self.act_fn).map_err(|e| self.bad(format!("`act_fn`: {e}")))?;
+        for (field, v) in [
+            ("time_embedding_act_fn", &self.time_embedding_act_fn),
+            ("timestep_post_act", &self.timestep_post_act),
+        ] {
+            if let Some(name) = v {
+                Act::from_diffusers(name).map_err(|e| self.bad(format!("`{field}`: {e}")))?;
+            }
+        }
+        let time_norm = TimeNorm::parse(&self.resnet_time_scale_shift).map_err(|e| self.bad(e))?;
+        let layers: Vec<usize> = per_block(&self.layers_per_block, n, "layers_per_block", p)?;
+        if let Value::Array(items) = &self.transformer_layers_per_block {
+            if items.iter().any(Value::is_array) {
+                return Err(unsupported(
+                    "transformer_layers_per_block",
+                    "nested lists (an asymmetric UNet)".into(),
+                ));
+            }
+        }
+        let transformer_layers: Vec<usize> = per_block(
+            &self.transformer_layers_per_block,
+            n,
+            "transformer_layers_per_block",
+            p,
+        )?;
+        let heads: Vec<usize> = per_block(&self.attention_head_dim, n, "attention_head_dim", p)?;
+        let cross: Vec<usize> = per_block(&self.cross_attention_dim, n, "cross_attention_dim", p)?;
+        let only_cross: Vec<bool> =
+            per_block(&self.only_cross_attention, n, "only_cross_attention", p)?;
+        Ok(Resolved {
+            layers,
+            transformer_layers,
+            heads,
+            cross,
+            only_cross,
+            act,
+            time_norm,
+            groups,
+        })
+    }
+
+    /// How many times the UNet halves the latent: the latent's sides should be multiples of
+    /// `2^downsamplings()` (others are resized at each upsampler, as diffusers does).
+    pub fn downsamplings(&self) -> usize {
+        self.block_out_channels.len().saturating_sub(1)
+    }
+
+    /// The width of the time embedding.
+    pub fn time_embed_dim(&self) -> usize {
+        self.time_embedding_dim
+            .unwrap_or(self.block_out_channels[0] * 4)
+    }
+
+    /// Whether the UNet takes SDXL's `text_embeds` and `time_ids`.
+    pub fn takes_text_time(&self) -> bool {
+        self.addition_embed_type.as_deref() == Some("text_time")
+    }
+}
+
+/// The class embedding (`class_embed_type` / `num_class_embeds`).
+#[derive(Clone, Debug)]
+enum ClassEmbedding {
+    Table(Embedding),
+    Timestep(TimestepEmbedding),
+    Identity,
+    Projection(TimestepEmbedding),
+    SimpleProjection(Linear),
+}
+
+/// SDXL's `text_time` added embedding.
+#[derive(Clone, Debug)]
+struct TextTime {
+    add_time_proj: Timesteps,
+    add_embedding: TimestepEmbedding,
+}
+
+/// What the UNet is called with (diffusers' `forward` arguments).
+#[derive(Clone, Copy, Debug)]
+pub struct UNet2DConditionInput<'a> {
+    /// The noisy latents `[B, in_channels, h, w]`.
+    pub sample: &'a Tensor,
+    /// The timestep: `[]`, `[1]` or `[B]`, any numeric dtype (uploaded, so a compiled UNet
+    /// does not recompile per timestep).
+    pub timestep: &'a Tensor,
+    /// The text encoder's hidden states `[B, S, cross_attention_dim]`.
+    pub encoder_hidden_states: &'a Tensor,
+    /// Class labels for class-conditional UNets.
+    pub class_labels: Option<&'a Tensor>,
+    /// `timestep_cond` for UNets with `time_cond_proj_dim` (LCM).
+    pub timestep_cond: Option<&'a Tensor>,
+    /// SDXL: the pooled text embeddings `[B, pooled]`.
+    pub text_embeds: Option<&'a Tensor>,
+    /// SDXL: `[B, 6]` original size, crop and target size.
+    pub time_ids: Option<&'a Tensor>,
+}
+
+/// `UNet2DConditionModel`.
+#[derive(Clone, Debug)]
+pub struct UNet2DConditionModel {
+    conv_in: Conv2d,
+    time_proj: Timesteps,
+    time_embedding: TimestepEmbedding,
+    class_embedding: Option<ClassEmbedding>,
+    text_time: Option<TextTime>,
+    encoder_hid_proj: Option<Linear>,
+    time_embed_act: Option<Act>,
+    down_blocks: Vec<DownBlock>,
+    mid_block: Option<MidBlock>,
+    up_blocks: Vec<UpBlock>,
+    conv_norm_out: GroupNorm,
+    act: Act,
+    conv_out: Conv2d,
+    config: UNet2DConditionConfig,
+    dtype: DType,
+    device: Device,
+}
+
+impl UNet2DConditionModel {
+    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`), as
+    /// diffusers' `UNet2DConditionModel.from_pretrained` does.
+    pub fn from_pretrained(
+        repo_or_path: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<UNet2DConditionModel> {
+        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
+        UNet2DConditionModel::load(&w, &UNet2DConditionConfig::from_file(&config)?)
+    }
+
+    /// Builds the UNet of `config` from the weights under `w` (diffusers' names).
+    pub fn load(w: &Weights, config: &UNet2DConditionConfig) -> Result<UNet2DConditionModel> {
+        let c = config;
+        let r = c.resolve()?;
+        let ch = &c.block_out_channels;
+        let n = ch.len();
+        let conv = |name: &str, i: usize, o: usize, k: usize| -> Result<Conv2d> {
+            let params = ConvParams {
+                padding: (k - 1) / 2,
+                ..Default::default()
+            };
+            Ok(Conv2d::load(&w.pp(name), i, o, k, params, true)?)
+        };
+        let time_embed_dim = c.time_embed_dim();
+        let timestep_input_dim = ch[0];
+        let time_proj = Timesteps {
+            num_channels: timestep_input_dim,
+            flip_sin_to_cos: c.flip_sin_to_cos,
+            downscale_freq_shift: c.freq_shift,
+            scale: 1.0,
+        };
+        let post_act = c
+            .timestep_post_act
+            .as_deref()
+            .map(Act::from_diffusers)
+            .transpose()
+            .map_err(|e| c.bad(e))?;
+        let time_embedding = TimestepEmbedding::load(
+            &w.pp("time_embedding"),
+            timestep_input_dim,
+            time_embed_dim,
+            r.act,
+            post_act,
+            c.time_cond_proj_dim,
+        )?;
+        let silu = Act::from_diffusers("silu").map_err(|e| c.bad(e))?;
+        let class_embedding = match (c.class_embed_type.as_deref(), c.num_class_embeds) {
+            (None, Some(k)) => Some(ClassEmbedding::Table(Embedding::load(
+                &w.pp("class_embedding"),
+                k,
+                time_embed_dim,
+            )?)),
+            (None, None) => None,
+            (Some("timestep"), _) => Some(ClassEmbedding::Timestep(TimestepEmbedding::load(
+                &w.pp("class_embedding"),
+                timestep_input_dim,
+                time_embed_dim,
+                r.act,
+                None,
+                None,
+            )?)),
+            (Some("identity"), _) => Some(ClassEmbedding::Identity),
+            (Some("projection"), _) => Some(ClassEmbedding::Projection(TimestepEmbedding::load(
+                &w.pp("class_embedding"),
+                c.projection_class_embeddings_input_dim.unwrap_or_default(),
+                time_embed_dim,
+                silu,
+                None,
+                None,
+            )?)),
+            (Some(_), _) => Some(ClassEmbedding::SimpleProjection(Linear::load(
+                &w.pp("class_embedding"),
+                c.projection_class_embeddings_input_dim.unwrap_or_default(),
+                time_embed_dim,
+                true,
+            )?)),
+        };
+        let text_time = if c.takes_text_time() {
+            Some(TextTime {
+                add_time_proj: Timesteps {
+                    num_channels: c.addition_time_embed_dim.unwrap_or_default(),
+                    flip_sin_to_cos: c.flip_sin_to_cos,
+                    downscale_freq_shift: c.freq_shift,
+                    scale: 1.0,
+                },
+                add_embedding: TimestepEmbedding::load(
+                    &w.pp("add_embedding"),
+                    c.projection_class_embeddings_input_dim.unwrap_or_default(),
+                    time_embed_dim,
+                    silu,
+                    None,
+                    None,
+                )?,
+            })
+        } else {
+            None
+        };
+        let encoder_hid_proj = match c.encoder_hid_dim {
+            Some(d) => Some(Linear::load(
+                &w.pp("encoder_hid_proj"),
+                d,
+                r.cross[0],
+                true,
+            )?),
+            None => None,
+        };
+        let time_embed_act = c
+            .time_embedding_act_fn
+            .as_deref()
+            .map(Act::from_diffusers)
+            .transpose()
+            .map_err(|e| c.bad(e))?;
+        let blocks_temb = if c.class_embeddings_concat {
+            time_embed_dim * 2
+        } else {
+            time_embed_dim
+        };
+        let args = |i: usize, layers: usize, tl: usize| BlockArgs {
+            num_layers: layers,
+            transformer_layers: tl,
+            in_channels: 0,
+            out_channels: 0,
+            prev_output_channel: 0,
+            temb_channels: Some(blocks_temb),
+            resample: false,
+            resnet_eps: c.norm_eps,
+            act: r.act,
+            groups: r.groups,
+            time_norm: r.time_norm,
+            cross_attention_dim: Some(r.cross[i]),
+            num_attention_heads: r.heads[i],
+            attention_head_dim: r.heads[i],
+            downsample_padding: c.downsample_padding,
+            use_linear_projection: c.use_linear_projection,
+            only_cross_attention: r.only_cross[i],
+            output_scale_factor: c.resnet_out_scale_factor,
+            skip_time_act: c.resnet_skip_time_act,
+        };
+        let mut down_blocks = Vec::with_capacity(n);
+        let mut out = ch[0];
+        for (i, ty) in c.down_block_types.iter().enumerate() {
+            let input = out;
+            out = ch[i];
+            let a = BlockArgs {
+                in_channels: input,
+                out_channels: out,
+                resample: i + 1 < n,
+                ..args(i, r.layers[i], r.transformer_layers[i])
+            };
+            down_blocks.push(DownBlock::load(&w.pp(format!("down_blocks.{i}")), ty, &a)?);
+        }
+        let mid_block = match c.mid_block_type.as_deref() {
+            Some(ty) => {
+                let a = BlockArgs {
+                    in_channels: ch[n - 1],
+                    out_channels: ch[n - 1],
+                    output_scale_factor: c.mid_block_scale_factor,
+                    only_cross_attention: c.mid_block_only_cross_attention.unwrap_or(false),
+                    ..args(
+                        n - 1,
+                        if ty == "UNetMidBlock2D" { 0 } else { 1 },
+                        r.transformer_layers[n - 1],
+                    )
+                };
+                Some(MidBlock::load(&w.pp("mid_block"), ty, &a, false, None)?)
+            }
+            None => None,
+        };
+        let mut up_blocks = Vec::with_capacity(n);
+        let rev = |v: &[usize], i: usize| v[n - 1 - i];
+        let mut out = ch[n - 1];
+        for (i, ty) in c.up_block_types.iter().enumerate() {
+            let prev = out;
+            out = rev(ch, i);
+            let input = rev(ch, (i + 1).min(n - 1));
+            let ri = n - 1 - i;
+            let a = BlockArgs {
+                in_channels: input,
+                out_channels: out,
+                prev_output_channel: prev,
+                resample: i + 1 < n,
+                ..args(ri, r.layers[ri] + 1, r.transformer_layers[ri])
+            };
+            up_blocks.push(UpBlock::load(&w.pp(format!("up_blocks.{i}")), ty, &a)?);
+        }
+        let conv_in = conv("conv_in", c.in_channels, ch[0], c.conv_in_kernel)?;
+        let device = conv_in.weight.device();
+        Ok(UNet2DConditionModel {
+            conv_in,
+            time_proj,
+            time_embedding,
+            class_embedding,
+            text_time,
+            encoder_hid_proj,
+            time_embed_act,
+            down_blocks,
+            mid_block,
+            up_blocks,
+            conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), r.groups, ch[0], c.norm_eps)?,
+            act: r.act,
+            conv_out: conv("conv_out", ch[0], c.out_channels, c.conv_out_kernel)?,
+            config: c.clone(),
+            dtype: w.dtype(),
+            device,
+        })
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &UNet2DConditionConfig {
+        &self.config
+    }
+
+    /// The dtype of weights and activations.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    fn time_embedding(&self, x: &UNet2DConditionInput<'_>, batch: usize) -> Result<Tensor> {
+        let t = x.timestep.to_device(&self.device)?;
+        let t = t.reshape_to(&[t.elem_count()])?;
+        let t = match t.elem_count() {
+            1 => t.reshape_to(&[1])?.broadcast_as(&[batch])?,
+            n if n == batch => t,
+            n => {
+                return Err(Error::Shape(format!(
+                    "the timestep has {n} values for a batch of {batch}; give one or one per sample"
+                )))
+            }
+        };
+        let t_emb = self.time_proj.forward(&t)?.to_dtype(self.dtype)?;
+        let cond = x
+            .timestep_cond
+            .map(|c| c.to_device(&self.device))
+            .transpose()?;
+        let mut emb = self.time_embedding.forward(&t_emb, cond.as_ref())?;
+        if let Some(ce) = &self.class_embedding {
+            let labels = x.class_labels.ok_or_else(|| {
+                Error::Input("this UNet is class-conditional: pass class_labels".into())
+            })?;
+            let labels = labels.to_device(&self.device)?;
+            let class = match ce {
+                ClassEmbedding::Table(e) => e.forward(&labels)?,
+                ClassEmbedding::Timestep(te) => {
+                    let l = self.time_proj.forward(&labels)?.to_dtype(self.dtype)?;
+                    te.forward(&l, None)?
+                }
+                ClassEmbedding::Identity => labels.to_dtype(self.dtype)?,
+                ClassEmbedding::Projection(te) => {
+                    te.forward(&labels.to_dtype(self.dtype)?, None)?
+                }
+                ClassEmbedding::SimpleProjection(l) => l.forward(&labels.to_dtype(self.dtype)?)?,
+            }
+            .to_dtype(self.dtype)?;
+            emb = if self.config.class_embeddings_concat {
+                Tensor::cat(&[&emb, &class], -1)?
+            } else {
+                emb.add(&class)?
+            };
+        }
+        if let Some(tt) = &self.text_time {
+            let (Some(text), Some(ids)) = (x.text_embeds, x.time_ids) else {
+                return Err(Error::Input(
+                    "this UNet has `addition_embed_type` \"text_time\" (SDXL): pass text_embeds and time_ids".into(),
+                ));
+            };
+            let ids = ids.to_device(&self.device)?;
+            let flat = ids.reshape_to(&[ids.elem_count()])?;
+            let time = tt.add_time_proj.forward(&flat)?.reshape_to(&[
+                batch,
+                ids.elem_count() / batch * tt.add_time_proj.num_channels,
+            ])?;
+            let add = Tensor::cat(
+                &[&text.to_device(&self.device)?.to_dtype(DType::F32)?, &time],
+                -1,
+            )?
+            .to_dtype(self.dtype)?;
+            emb = emb.add(&tt.add_embedding.forward(&add, None)?)?;
+        }
+        if let Some(a) = &self.time_embed_act {
+            emb = a.apply(&emb)?;
+        }
+        Ok(emb)
+    }
+
+    /// The noise prediction (or v / sample, per the scheduler's `prediction_type`) for
+    /// `x.sample` at `x.timestep`: diffusers' `UNet2DConditionModel.forward(...).sample`.
+    pub fn forward(&self, x: UNet2DConditionInput<'_>) -> Result<Tensor> {
+        let c = &self.config;
+        let sample = x.sample.to_device(&self.device)?.to_dtype(self.dtype)?;
+        let [batch, chans, h, w] = sample.shape()[..] else {
+            return Err(Error::Shape(format!(
+                "the sample must be [batch, {}, height, width], got {:?}",
+                c.in_channels,
+                sample.shape()
+            )));
+        };
+        if chans != c.in_channels {
+            return Err(Error::Shape(format!(
+                "the sample has {chans} channels but the UNet's `in_channels` is {}",
+                c.in_channels
+            )));
+        }
+        let factor = 1usize << self.up_blocks.len().saturating_sub(1);
+        let forward_upsample_size = h % factor != 0 || w % factor != 0;
+        let sample = if c.center_input_sample {
+            sample.affine(2.0, -1.0)?
+        } else {
+            sample
+        };
+        let emb = self.time_embedding(&x, batch)?;
+        let mut context = x
+            .encoder_hidden_states
+            .to_device(&self.device)?
+            .to_dtype(self.dtype)?;
+        if let Some(p) = &self.encoder_hid_proj {
+            context = p.forward(&context)?;
+        }
+        let mut h_ = self.conv_in.forward(&sample)?;
+        let mut skips = vec![h_.clone()];
+        for block in &self.down_blocks {
+            let (out, states) = block.forward(&h_, Some(&emb), Some(&context))?;
+            h_ = out;
+            skips.extend(states);
+        }
+        if let Some(mid) = &self.mid_block {
+            h_ = mid.forward(&h_, Some(&emb), Some(&context))?;
+        }
+        let last = self.up_blocks.len().saturating_sub(1);
+        for (i, block) in self.up_blocks.iter().enumerate() {
+            let take = block.len().min(skips.len());
+            let these = skips.split_off(skips.len() - take);
+            let size = if i < last && forward_upsample_size {
+                skips.last().map(|s| (s.shape()[2], s.shape()[3]))
+            } else {
+                None
+            };
+            h_ = block.forward(&h_, &these, Some(&emb), Some(&context), size)?;
+        }
+        let h_ = self.act.apply(&self.conv_norm_out.forward(&h_)?)?;
+        self.conv_out.forward(&h_).map_err(Error::from)
+    }
+}

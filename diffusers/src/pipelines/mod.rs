@@ -1,0 +1,345 @@
+//! Pipelines, dispatched on `model_index.json`'s `_class_name` as diffusers'
+//! `DiffusionPipeline.from_pretrained` dispatches: `stable_diffusion.rs`
+//! (`StableDiffusionPipeline`, and the XL prompt encoding of `stable_diffusion_xl.rs`),
+//! `ddpm.rs` (`DDPMPipeline`).
+//!
+//! Initial noise (and every noise a scheduler step adds) comes from zoo's seeded generator
+//! on the host, so a seed gives the same image on every backend; latents can be passed in
+//! instead, which is how an image is reproduced from diffusers' own noise.
+
+pub mod ddpm;
+pub mod stable_diffusion;
+pub mod stable_diffusion_xl;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use zoo_hub::{ModelIndex, Pretrained};
+use zoo_runtime::nn::Weights;
+use zoo_runtime::{DType, Device, Generator, Tensor};
+
+pub use ddpm::DDPMPipeline;
+pub use stable_diffusion::StableDiffusionPipeline;
+
+use crate::{Error, Result, SchedulerConfig};
+
+/// The pipeline classes zoo runs.
+pub const PIPELINES: &[&str] = &[
+    "StableDiffusionPipeline",
+    "StableDiffusionXLPipeline",
+    "DDPMPipeline",
+];
+
+/// How a pipeline is loaded.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Where every component runs.
+    pub device: Device,
+    /// Dtype of weights and activations; `None` keeps float32 (diffusers' default).
+    pub dtype: Option<DType>,
+    /// A weights variant (`"fp16"`: `diffusion_pytorch_model.fp16.safetensors`).
+    pub variant: Option<String>,
+    /// Another scheduler class over the same config (`Scheduler.from_config`).
+    pub scheduler: Option<String>,
+    /// Progress bars while loading.
+    pub progress: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            device: Device::Cpu,
+            dtype: None,
+            variant: None,
+            scheduler: None,
+            progress: false,
+        }
+    }
+}
+
+/// Where a draw of Gaussian noise comes from (diffusers' `randn_tensor`).
+#[derive(Clone, Debug)]
+pub enum Noise {
+    /// zoo's seeded host generator: the same numbers on every backend.
+    Seeded(Generator),
+    /// Tensors given in advance, used in order (e.g. diffusers' own draws, for parity).
+    Given(VecDeque<Tensor>),
+}
+
+impl Noise {
+    /// A seeded stream.
+    pub fn seeded(seed: u64) -> Noise {
+        Noise::Seeded(Generator::new(seed))
+    }
+
+    /// The next standard normal tensor of `shape` (float32, on `device`).
+    pub fn randn(&mut self, shape: &[usize], device: &Device) -> Result<Tensor> {
+        match self {
+            Noise::Seeded(g) => Ok(g.randn(shape, DType::F32, device)?),
+            Noise::Given(q) => {
+                let t = q.pop_front().ok_or_else(|| {
+                    Error::Input(format!(
+                        "the given noise ran out (a draw of {shape:?} was asked for)"
+                    ))
+                })?;
+                if t.shape() != shape {
+                    return Err(Error::Shape(format!(
+                        "a given noise tensor is {:?} where {shape:?} was drawn",
+                        t.shape()
+                    )));
+                }
+                Ok(t.to_device(device)?)
+            }
+        }
+    }
+}
+
+/// What a pipeline call produced.
+#[derive(Debug)]
+pub struct Generated {
+    /// `[N, H, W, 3]` float32 in `[0, 1]` on the host (diffusers' `output_type="np"`).
+    pub images: Tensor,
+    /// Denoising steps run.
+    pub steps: usize,
+    /// Wall time of the denoising loop.
+    pub denoise_seconds: f64,
+    /// Wall time of the text encoding.
+    pub encode_seconds: f64,
+    /// Wall time of the VAE decode.
+    pub decode_seconds: f64,
+}
+
+impl Generated {
+    /// Seconds per denoising step.
+    pub fn seconds_per_step(&self) -> f64 {
+        self.denoise_seconds / self.steps.max(1) as f64
+    }
+
+    /// Image `i` as 8-bit RGB, rounded as diffusers' `numpy_to_pil` rounds.
+    pub fn rgb8(&self, i: usize) -> Result<image::RgbImage> {
+        let [n, h, w, 3] = self.images.shape()[..] else {
+            return Err(Error::Shape(format!(
+                "images are {:?}, not [N, H, W, 3]",
+                self.images.shape()
+            )));
+        };
+        if i >= n {
+            return Err(Error::Input(format!("image {i} of {n}")));
+        }
+        let px: Vec<f32> = self.images.narrow(0, i, 1)?.to_vec::<f32>()?;
+        let bytes = px
+            .iter()
+            .map(|&v| (v * 255.0).round().clamp(0.0, 255.0) as u8)
+            .collect();
+        image::RgbImage::from_raw(w as u32, h as u32, bytes)
+            .ok_or_else(|| Error::Shape("image buffer size mismatch".into()))
+    }
+
+    /// Writes every image as PNG: `path` for one image, `stem-N.png` beside it for several.
+    /// Each file is written to a temporary name and renamed, so a failure leaves none
+    /// half-written. Returns the paths written.
+    pub fn save_png(&self, path: &Path) -> Result<Vec<PathBuf>> {
+        let n = self.images.shape()[0];
+        let paths: Vec<PathBuf> = if n == 1 {
+            vec![path.to_path_buf()]
+        } else {
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+            (0..n)
+                .map(|i| path.with_file_name(format!("{stem}-{i}.png")))
+                .collect()
+        };
+        // Encode everything first: nothing is written unless every image converts.
+        let images = (0..n).map(|i| self.rgb8(i)).collect::<Result<Vec<_>>>()?;
+        for (img, p) in images.iter().zip(&paths) {
+            let tmp = p.with_extension("png.partial");
+            let out = |reason: String| Error::Output {
+                path: p.clone(),
+                reason,
+            };
+            img.save_with_format(&tmp, image::ImageFormat::Png)
+                .map_err(|e| out(format!("cannot write the PNG: {e}")))?;
+            std::fs::rename(&tmp, p).map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                out(format!("cannot move the PNG into place: {e}"))
+            })?;
+        }
+        Ok(paths)
+    }
+}
+
+/// A pipeline folder (or Hub repo) and its `model_index.json`.
+pub(crate) struct PipelineFiles {
+    pub pretrained: Pretrained,
+    pub index: ModelIndex,
+}
+
+impl PipelineFiles {
+    pub(crate) fn open(repo_or_path: &str, variant: Option<&str>) -> Result<PipelineFiles> {
+        let pretrained = Pretrained::open(repo_or_path)?.with_variant(variant);
+        let index = pretrained.model_index()?.ok_or_else(|| Error::Config {
+            path: PathBuf::from(repo_or_path).join("model_index.json"),
+            reason: "no model_index.json: this is not a diffusers pipeline folder".into(),
+        })?;
+        Ok(PipelineFiles { pretrained, index })
+    }
+
+    /// The component `name` of the index, checking its class is one of `classes`.
+    pub(crate) fn component(&self, name: &str, classes: &[&str]) -> Result<Pretrained> {
+        let Some((_, class)) = self.index.components.get(name) else {
+            return Err(Error::Config {
+                path: self.index.path.clone(),
+                reason: format!(
+                    "{} needs a `{name}` component, which model_index.json does not list",
+                    self.index.class_name
+                ),
+            });
+        };
+        if !classes.contains(&class.as_str()) {
+            return Err(Error::Config {
+                path: self.index.path.clone(),
+                reason: format!(
+                    "`{name}` is a {class}; zoo runs {} there",
+                    classes.join(" / ")
+                ),
+            });
+        }
+        Ok(self.pretrained.component(name))
+    }
+
+    /// The path of `rel` inside the pipeline (downloaded when a Hub repo), or a typed error
+    /// naming the missing component folder.
+    pub(crate) fn file(&self, component: &str, rel: &str) -> Result<PathBuf> {
+        let full = format!("{component}/{rel}");
+        self.pretrained
+            .files()
+            .get_optional(&full)?
+            .ok_or_else(|| Error::Config {
+                path: self.index.path.with_file_name(&full),
+                reason: format!(
+                    "the `{component}` component has no {rel}: the pipeline folder is incomplete; download it again"
+                ),
+            })
+    }
+
+    /// The folder of a component, for loaders that take a path (the text encoders).
+    pub(crate) fn dir(&self, component: &str) -> Result<PathBuf> {
+        let config = self.file(component, "config.json")?;
+        Ok(config.parent().map(Path::to_path_buf).unwrap_or_default())
+    }
+
+    pub(crate) fn scheduler(&self, class: Option<&str>) -> Result<SchedulerConfig> {
+        let path = self.file("scheduler", "scheduler_config.json")?;
+        let c = SchedulerConfig::from_file(&path)?;
+        Ok(match class {
+            Some(name) => c.with_class(name),
+            None => c,
+        })
+    }
+}
+
+/// The weights of a diffusers component (`diffusion_pytorch_model[.variant].safetensors`,
+/// sharded or not) as runtime weights in `dtype` on `device`.
+pub(crate) fn component_weights(
+    component: &Pretrained,
+    dtype: DType,
+    device: &Device,
+) -> Result<Weights> {
+    let ck = component.checkpoint()?;
+    let source = Arc::new(zoo_hub::Weights::open(ck.inventory)?);
+    Ok(Weights::new(source, dtype, *device))
+}
+
+/// The pipeline's dtype: float16/bfloat16/float32 only.
+pub(crate) fn pipeline_dtype(opts: &LoadOptions) -> Result<DType> {
+    match opts.dtype.unwrap_or(DType::F32) {
+        d @ (DType::F32 | DType::F16 | DType::BF16) => Ok(d),
+        other => Err(Error::Input(format!(
+            "dtype {other:?}: pipelines run in f32, f16 or bf16"
+        ))),
+    }
+}
+
+/// A loaded pipeline of any class zoo runs.
+#[derive(Debug)]
+pub enum DiffusionPipeline {
+    /// `StableDiffusionPipeline` or `StableDiffusionXLPipeline`.
+    StableDiffusion(Box<StableDiffusionPipeline>),
+    /// `DDPMPipeline`.
+    Ddpm(Box<DDPMPipeline>),
+}
+
+impl DiffusionPipeline {
+    /// Loads the pipeline `model_index.json` names.
+    pub fn from_pretrained(repo_or_path: &str, opts: &LoadOptions) -> Result<DiffusionPipeline> {
+        let files = PipelineFiles::open(repo_or_path, opts.variant.as_deref())?;
+        match files.index.class_name.as_str() {
+            "StableDiffusionPipeline" | "StableDiffusionXLPipeline" => {
+                Ok(DiffusionPipeline::StableDiffusion(Box::new(
+                    StableDiffusionPipeline::load(files, opts)?,
+                )))
+            }
+            "DDPMPipeline" => Ok(DiffusionPipeline::Ddpm(Box::new(DDPMPipeline::load(
+                files, opts,
+            )?))),
+            other => Err(Error::Unsupported(format!(
+                "{}: the pipeline class {other:?} is not one zoo runs ({})",
+                files.index.path.display(),
+                PIPELINES.join(", ")
+            ))),
+        }
+    }
+
+    /// The pipeline class.
+    pub fn class_name(&self) -> &'static str {
+        match self {
+            DiffusionPipeline::StableDiffusion(p) => p.class_name(),
+            DiffusionPipeline::Ddpm(_) => "DDPMPipeline",
+        }
+    }
+}
+
+/// The components of a pipeline folder with their classes, for `zoo inspect`.
+pub fn components(repo_or_path: &str) -> Result<ModelIndex> {
+    Ok(PipelineFiles::open(repo_or_path, None)?.index)
+}
+
+pub(crate) fn check_size(height: usize, width: usize, multiple: usize) -> Result<()> {
+    if height == 0
+        || width == 0
+        || !height.is_multiple_of(multiple)
+        || !width.is_multiple_of(multiple)
+    {
+        return Err(Error::Input(format!(
+            "the size {width}x{height} must be positive multiples of {multiple}"
+        )));
+    }
+    Ok(())
+}
+
+/// `[N, C, H, W]` in about `[-1, 1]` → `[N, H, W, C]` float32 in `[0, 1]` on the host
+/// (`VaeImageProcessor.postprocess(output_type="np")`).
+pub(crate) fn postprocess(decoded: &Tensor) -> Result<Tensor> {
+    let x = decoded
+        .to_dtype(DType::F32)?
+        .affine(0.5, 0.5)?
+        .clamp(0.0, 1.0)?;
+    Ok(x.permute(&[0, 2, 3, 1])?
+        .contiguous()?
+        .to_device(&Device::Cpu)?)
+}
+
+/// A progress bar over the denoising steps (hidden when `show` is false).
+pub(crate) fn step_bar(steps: usize, show: bool) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(steps as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "denoising {bar:30} {pos}/{len} steps {elapsed} ({per_sec})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}

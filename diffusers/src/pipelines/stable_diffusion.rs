@@ -1,0 +1,580 @@
+//! `StableDiffusionPipeline` (and the denoising loop `StableDiffusionXLPipeline` shares):
+//! mirrors diffusers' `pipelines/stable_diffusion/pipeline_stable_diffusion.py`.
+//!
+//! Prompts are tokenized to the tokenizer's `model_max_length` and encoded by the CLIP text
+//! encoder; with classifier-free guidance (`guidance_scale > 1`) the negative prompt's
+//! embeddings run beside them in one batch of two. Each step scales the latents for the
+//! scheduler, predicts the noise with the UNet, combines the two halves
+//! (`uncond + g * (text - uncond)`, optionally rescaled by `guidance_rescale`) and steps the
+//! scheduler. The VAE decodes `latents / scaling_factor` (plus `shift_factor`).
+
+use std::time::Instant;
+
+use zoo_runtime::{DType, Device, Tensor};
+use zoo_transformers::kinds::{Encoder, EncoderArgs};
+use zoo_transformers::registry::Task;
+use zoo_transformers::Tokenizer;
+
+use super::{
+    check_size, component_weights, pipeline_dtype, postprocess, step_bar, Generated, LoadOptions,
+    Noise, PipelineFiles,
+};
+use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
+use crate::models::unet_2d_condition::{
+    UNet2DConditionConfig, UNet2DConditionInput, UNet2DConditionModel,
+};
+use crate::{Error, Result, Scheduler, SchedulerConfig};
+
+/// A CLIP tokenizer and text encoder, as the pipelines pair them.
+#[derive(Debug)]
+pub struct TextEncoder {
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) encoder: Box<dyn Encoder>,
+    pub(crate) max_length: usize,
+    pub(crate) pad_id: u32,
+}
+
+impl TextEncoder {
+    pub(crate) fn load(
+        files: &PipelineFiles,
+        tokenizer: &str,
+        encoder: &str,
+        dtype: DType,
+        opts: &LoadOptions,
+    ) -> Result<TextEncoder> {
+        let classes = ["CLIPTokenizer", "CLIPTokenizerFast"];
+        let tok_files = files.component(tokenizer, &classes)?;
+        let tok = Tokenizer::from_pretrained(&tok_files).map_err(Box::new)?;
+        let tcfg = tok_files.tokenizer_config()?.unwrap_or_default();
+        let max_length = tcfg.model_max_length.unwrap_or(77.0) as usize;
+        let pad = tcfg
+            .pad_token
+            .as_ref()
+            .map(|t| t.content().to_string())
+            .unwrap_or_else(|| "<|endoftext|>".into());
+        let pad_id = tok.token_to_id(&pad).ok_or_else(|| Error::Config {
+            path: files.index.path.with_file_name(tokenizer),
+            reason: format!("the pad token {pad:?} is not in the vocabulary"),
+        })?;
+        files.component(encoder, &["CLIPTextModel", "CLIPTextModelWithProjection"])?;
+        let dir = files.dir(encoder)?;
+        let device_map = match opts.device {
+            Device::Cpu => zoo_runtime::device_map::DeviceMap::Cpu,
+            Device::Cuda(i) => zoo_runtime::device_map::DeviceMap::Cuda(i),
+            Device::Pjrt(d) => zoo_runtime::device_map::DeviceMap::Pjrt {
+                platform: format!("{:?}", d.platform).to_lowercase(),
+                devices: Some(vec![d.ordinal]),
+            },
+        };
+        let encoder = zoo_transformers::auto::load_encoder_with(
+            &dir.to_string_lossy(),
+            zoo_transformers::LoadOptions {
+                dtype: Some(dtype),
+                progress: opts.progress,
+                device_map,
+                ..Default::default()
+            },
+            Task::Base,
+        )
+        .map_err(Box::new)?;
+        let max_length = max_length.min(encoder.max_position_embeddings());
+        Ok(TextEncoder {
+            tokenizer: tok,
+            encoder,
+            max_length,
+            pad_id,
+        })
+    }
+
+    /// Ids of `texts`, each truncated and padded to `max_length` (`padding="max_length"`).
+    pub(crate) fn ids(&self, texts: &[String]) -> Result<Tensor> {
+        let mut all = Vec::with_capacity(texts.len() * self.max_length);
+        for t in texts {
+            let mut ids = self
+                .tokenizer
+                .encode_truncated(t, self.max_length)
+                .map_err(Box::new)?;
+            ids.resize(self.max_length, self.pad_id);
+            all.extend(ids.into_iter().map(i64::from));
+        }
+        Ok(Tensor::from_vec(
+            all,
+            &[texts.len(), self.max_length],
+            &self.encoder.device(),
+        )?)
+    }
+
+    /// The encoder's output for `texts`, with every layer's hidden states.
+    pub(crate) fn encode(
+        &self,
+        texts: &[String],
+        hidden_states: bool,
+    ) -> Result<zoo_transformers::kinds::EncoderOutput> {
+        let ids = self.ids(texts)?;
+        self.encoder
+            .forward(EncoderArgs {
+                input_ids: &ids,
+                attention_mask: None,
+                token_type_ids: None,
+                position_ids: None,
+                output_hidden_states: hidden_states,
+            })
+            .map_err(|e| Box::new(e).into())
+    }
+}
+
+/// The conditioning of one pipeline call: what the UNet takes besides the latents.
+#[derive(Clone, Debug)]
+pub struct Conditioning {
+    /// `[B, S, D]` (negative rows first under guidance).
+    pub prompt_embeds: Tensor,
+    /// SDXL: pooled text embeddings `[B, P]`.
+    pub text_embeds: Option<Tensor>,
+    /// SDXL: `[B, 6]` size and crop conditioning.
+    pub time_ids: Option<Tensor>,
+}
+
+/// A call of the pipeline (diffusers' `__call__` arguments).
+#[derive(Clone, Debug)]
+pub struct TextToImage {
+    /// One prompt per image of the batch.
+    pub prompt: Vec<String>,
+    /// Negative prompts (one, or one per prompt); `None` is the empty prompt (SDXL: zeros
+    /// when `force_zeros_for_empty_prompt`).
+    pub negative_prompt: Option<Vec<String>>,
+    /// Denoising steps.
+    pub num_inference_steps: usize,
+    /// Classifier-free guidance scale; guidance runs when it is above 1.
+    pub guidance_scale: f64,
+    /// `guidance_rescale` (0 = off), as in "Common Diffusion Noise Schedules" §3.4.
+    pub guidance_rescale: f64,
+    /// Image height in pixels (default: the UNet's `sample_size` times the VAE's factor).
+    pub height: Option<usize>,
+    /// Image width in pixels.
+    pub width: Option<usize>,
+    /// Images per prompt.
+    pub num_images_per_prompt: usize,
+    /// The initial latents `[N, C, h, w]` (diffusers' `latents=`); drawn from `noise`
+    /// otherwise.
+    pub latents: Option<Tensor>,
+    /// DDIM's `eta`.
+    pub eta: f32,
+    /// Show a progress bar over the steps.
+    pub progress: bool,
+}
+
+impl Default for TextToImage {
+    fn default() -> Self {
+        TextToImage {
+            prompt: Vec::new(),
+            negative_prompt: None,
+            num_inference_steps: 50,
+            guidance_scale: 7.5,
+            guidance_rescale: 0.0,
+            height: None,
+            width: None,
+            num_images_per_prompt: 1,
+            latents: None,
+            eta: 0.0,
+            progress: false,
+        }
+    }
+}
+
+/// `StableDiffusionPipeline` / `StableDiffusionXLPipeline`.
+#[derive(Debug)]
+pub struct StableDiffusionPipeline {
+    pub(crate) text_encoder: TextEncoder,
+    /// SDXL's second tokenizer and encoder (`CLIPTextModelWithProjection`).
+    pub(crate) text_encoder_2: Option<TextEncoder>,
+    /// The denoiser.
+    pub unet: UNet2DConditionModel,
+    /// The autoencoder.
+    pub vae: AutoencoderKL,
+    scheduler_config: SchedulerConfig,
+    /// SDXL's `force_zeros_for_empty_prompt`.
+    pub(crate) force_zeros_for_empty_prompt: bool,
+    dtype: DType,
+    device: Device,
+    xl: bool,
+}
+
+impl StableDiffusionPipeline {
+    /// Loads a Stable Diffusion (1.x, 2.x or XL) pipeline folder or repo.
+    pub fn from_pretrained(
+        repo_or_path: &str,
+        opts: &LoadOptions,
+    ) -> Result<StableDiffusionPipeline> {
+        let files = PipelineFiles::open(repo_or_path, opts.variant.as_deref())?;
+        StableDiffusionPipeline::load(files, opts)
+    }
+
+    pub(crate) fn load(
+        files: PipelineFiles,
+        opts: &LoadOptions,
+    ) -> Result<StableDiffusionPipeline> {
+        let xl = files.index.class_name == "StableDiffusionXLPipeline";
+        let dtype = pipeline_dtype(opts)?;
+        let device = opts.device;
+        // Configs first: a bad config fails before any weight is read.
+        let unet_cfg = UNet2DConditionConfig::from_file(&files.file("unet", "config.json")?)?;
+        let vae_cfg = AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?;
+        let scheduler_config = files.scheduler(opts.scheduler.as_deref())?;
+        scheduler_config.build()?;
+        let unet_files = files.component("unet", &["UNet2DConditionModel"])?;
+        let vae_files = files.component("vae", &["AutoencoderKL"])?;
+        let text_encoder = TextEncoder::load(&files, "tokenizer", "text_encoder", dtype, opts)?;
+        let text_encoder_2 = if xl {
+            Some(TextEncoder::load(
+                &files,
+                "tokenizer_2",
+                "text_encoder_2",
+                dtype,
+                opts,
+            )?)
+        } else {
+            None
+        };
+        if xl && !unet_cfg.takes_text_time() {
+            return Err(Error::Config {
+                path: unet_cfg.path.clone(),
+                reason: "an SDXL pipeline needs a UNet with `addition_embed_type` \"text_time\""
+                    .into(),
+            });
+        }
+        let unet = UNet2DConditionModel::load(
+            &component_weights(&unet_files, dtype, &device)?,
+            &unet_cfg,
+        )?;
+        // diffusers runs a `force_upcast` VAE in float32 when the pipeline is float16.
+        let vae_dtype = if dtype == DType::F16 && vae_cfg.force_upcast {
+            DType::F32
+        } else {
+            dtype
+        };
+        let vae = AutoencoderKL::load(
+            &component_weights(&vae_files, vae_dtype, &device)?,
+            &vae_cfg,
+        )?;
+        let force_zeros_for_empty_prompt = files
+            .index
+            .extra
+            .get("force_zeros_for_empty_prompt")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(true);
+        Ok(StableDiffusionPipeline {
+            text_encoder,
+            text_encoder_2,
+            unet,
+            vae,
+            scheduler_config,
+            force_zeros_for_empty_prompt,
+            dtype,
+            device,
+            xl,
+        })
+    }
+
+    /// The pipeline class.
+    pub fn class_name(&self) -> &'static str {
+        if self.xl {
+            "StableDiffusionXLPipeline"
+        } else {
+            "StableDiffusionPipeline"
+        }
+    }
+
+    /// The scheduler's config (the pipeline builds a fresh scheduler per call).
+    pub fn scheduler_config(&self) -> &SchedulerConfig {
+        &self.scheduler_config
+    }
+
+    /// Swaps the scheduler class over the same config (`Scheduler.from_config`).
+    pub fn set_scheduler(&mut self, class_name: &str) -> Result<()> {
+        let c = self.scheduler_config.with_class(class_name);
+        c.build()?;
+        self.scheduler_config = c;
+        Ok(())
+    }
+
+    /// The default image side: the UNet's `sample_size` times the VAE's scale factor.
+    pub fn default_size(&self) -> (usize, usize) {
+        let f = self.vae.config().scale_factor();
+        let s = match &self.unet.config().sample_size {
+            Some(serde_json::Value::Array(a)) if a.len() == 2 => (
+                a[0].as_u64().unwrap_or(64) as usize,
+                a[1].as_u64().unwrap_or(64) as usize,
+            ),
+            Some(v) => {
+                let s = v.as_u64().unwrap_or(64) as usize;
+                (s, s)
+            }
+            None => (64, 64),
+        };
+        (s.0 * f, s.1 * f)
+    }
+
+    fn negatives(&self, args: &TextToImage) -> Result<Vec<String>> {
+        let n = args.prompt.len();
+        match &args.negative_prompt {
+            None => Ok(vec![String::new(); n]),
+            Some(v) if v.len() == 1 => Ok(vec![v[0].clone(); n]),
+            Some(v) if v.len() == n => Ok(v.clone()),
+            Some(v) => Err(Error::Input(format!(
+                "{} negative prompts for {n} prompts; give one or one per prompt",
+                v.len()
+            ))),
+        }
+    }
+
+    /// The prompt embeddings `(positive, negative)` as `encode_prompt` returns them (SD 1.x /
+    /// 2.x: the text encoder's last hidden state), one row per prompt.
+    pub fn encode_prompt(
+        &self,
+        args: &TextToImage,
+    ) -> Result<(Conditioning, Option<Conditioning>)> {
+        if self.xl {
+            let (h, w) = self.size(args);
+            return super::stable_diffusion_xl::encode_prompt(self, args, (h, w));
+        }
+        let pos = self
+            .text_encoder
+            .encode(&args.prompt, false)?
+            .last_hidden_state;
+        let neg = if args.guidance_scale > 1.0 {
+            let n = self.text_encoder.encode(&self.negatives(args)?, false)?;
+            Some(Conditioning {
+                prompt_embeds: n.last_hidden_state,
+                text_embeds: None,
+                time_ids: None,
+            })
+        } else {
+            None
+        };
+        Ok((
+            Conditioning {
+                prompt_embeds: pos,
+                text_embeds: None,
+                time_ids: None,
+            },
+            neg,
+        ))
+    }
+
+    pub(crate) fn negatives_or_empty(&self, args: &TextToImage) -> Result<Vec<String>> {
+        self.negatives(args)
+    }
+
+    fn size(&self, args: &TextToImage) -> (usize, usize) {
+        let (dh, dw) = self.default_size();
+        (args.height.unwrap_or(dh), args.width.unwrap_or(dw))
+    }
+
+    /// Checks a call's arguments before anything runs.
+    pub fn check_inputs(&self, args: &TextToImage) -> Result<()> {
+        if args.prompt.is_empty() {
+            return Err(Error::Input("give at least one prompt".into()));
+        }
+        if args.num_inference_steps == 0 {
+            return Err(Error::Input(
+                "`num_inference_steps` must be at least 1".into(),
+            ));
+        }
+        if args.num_images_per_prompt == 0 {
+            return Err(Error::Input(
+                "`num_images_per_prompt` must be at least 1".into(),
+            ));
+        }
+        if !(args.guidance_scale.is_finite() && args.guidance_scale >= 0.0) {
+            return Err(Error::Input(format!(
+                "the guidance scale is {}; use 0 or more (above 1 turns on classifier-free guidance)",
+                args.guidance_scale
+            )));
+        }
+        if !(0.0..=1.0).contains(&args.guidance_rescale) {
+            return Err(Error::Input(format!(
+                "`guidance_rescale` is {}; use a value in [0, 1]",
+                args.guidance_rescale
+            )));
+        }
+        let (h, w) = self.size(args);
+        check_size(h, w, 8.max(self.vae.config().scale_factor()))?;
+        self.negatives(args)?;
+        Ok(())
+    }
+
+    /// Generates images for `args`, drawing noise from `noise`.
+    pub fn generate(&self, args: &TextToImage, noise: &mut Noise) -> Result<Generated> {
+        self.check_inputs(args)?;
+        let (h, w) = self.size(args);
+        let f = self.vae.config().scale_factor();
+        let (lh, lw) = (h / f, w / f);
+        let batch = args.prompt.len() * args.num_images_per_prompt;
+        let shape = [batch, self.unet.config().in_channels, lh, lw];
+        if let Some(l) = &args.latents {
+            if l.shape() != shape {
+                return Err(Error::Shape(format!(
+                    "the latents are {:?}; a {w}x{h} image with {batch} images needs {shape:?}",
+                    l.shape()
+                )));
+            }
+        }
+        let mut scheduler = self.scheduler_config.build()?;
+        scheduler.set_timesteps(args.num_inference_steps)?;
+        scheduler.set_eta(args.eta);
+
+        let t0 = Instant::now();
+        let (pos, neg) = self.encode_prompt(args)?;
+        let cond = combine(pos, neg, args.num_images_per_prompt)?;
+        let encode_seconds = t0.elapsed().as_secs_f64();
+
+        let init = match &args.latents {
+            Some(l) => l.to_device(&self.device)?.to_dtype(DType::F32)?,
+            None => noise.randn(&shape, &self.device)?,
+        };
+        // An input, not a constant: a compiled first step stays the same for any step count.
+        let sigma = Tensor::from_f64s(
+            &[scheduler.init_noise_sigma()],
+            &[1],
+            DType::F32,
+            &self.device,
+        )?;
+        let latents = init.mul(&sigma)?;
+        let t1 = Instant::now();
+        let latents = self.denoise(&mut *scheduler, latents, &cond, args, noise)?;
+        let denoise_seconds = t1.elapsed().as_secs_f64();
+        let t2 = Instant::now();
+        let images = self.decode_latents(&latents)?;
+        Ok(Generated {
+            images,
+            steps: scheduler.timesteps().len(),
+            denoise_seconds,
+            encode_seconds,
+            decode_seconds: t2.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The denoising loop from `latents` over every timestep of `scheduler`.
+    pub fn denoise(
+        &self,
+        scheduler: &mut dyn Scheduler,
+        mut latents: Tensor,
+        cond: &Conditioning,
+        args: &TextToImage,
+        noise: &mut Noise,
+    ) -> Result<Tensor> {
+        let guided = args.guidance_scale > 1.0;
+        let timesteps = scheduler.timesteps().to_vec();
+        let bar = step_bar(timesteps.len(), args.progress);
+        let ctx = cond.prompt_embeds.to_dtype(self.dtype)?;
+        let scale = Tensor::from_f64s(&[args.guidance_scale], &[1], DType::F32, &self.device)?;
+        for (i, &t) in timesteps.iter().enumerate() {
+            let input = if guided {
+                Tensor::cat(&[&latents, &latents], 0)?
+            } else {
+                latents.clone()
+            };
+            let input = scheduler.scale_model_input(&input, i)?;
+            let ts = Tensor::from_f64s(&[t], &[1], DType::F32, &self.device)?;
+            let pred = self.unet.forward(UNet2DConditionInput {
+                sample: &input,
+                timestep: &ts,
+                encoder_hidden_states: &ctx,
+                class_labels: None,
+                timestep_cond: None,
+                text_embeds: cond.text_embeds.as_ref(),
+                time_ids: cond.time_ids.as_ref(),
+            })?;
+            let pred = pred.to_dtype(DType::F32)?;
+            let pred = if guided {
+                let halves = pred.chunk(2, 0)?;
+                let (uncond, text) = (&halves[0], &halves[1]);
+                let mut p = uncond.add(&text.sub(uncond)?.mul(&scale)?)?;
+                if args.guidance_rescale > 0.0 {
+                    p = rescale_noise_cfg(&p, text, args.guidance_rescale)?;
+                }
+                p
+            } else {
+                pred
+            };
+            let step_noise = if scheduler.needs_noise(i) {
+                Some(noise.randn(latents.shape(), &self.device)?)
+            } else {
+                None
+            };
+            latents = scheduler.step(&pred, i, &latents, step_noise.as_ref())?;
+            // One compiled program per step on PJRT (the same one from step to step: the
+            // timestep and the scheduler's coefficients are inputs), run before the next.
+            latents.sync()?;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        Ok(latents)
+    }
+
+    /// Decodes final latents to `[N, H, W, 3]` images in `[0, 1]`.
+    pub fn decode_latents(&self, latents: &Tensor) -> Result<Tensor> {
+        let c = self.vae.config();
+        let mut z = latents.to_dtype(self.vae.dtype())?;
+        z = match (&c.latents_mean, &c.latents_std) {
+            (Some(mean), Some(std)) => {
+                let n = mean.len();
+                let d = self.vae.device();
+                let m = Tensor::from_f64s(mean, &[1, n, 1, 1], z.dtype(), &d)?;
+                let s = Tensor::from_f64s(std, &[1, n, 1, 1], z.dtype(), &d)?;
+                z.mul(&s)?.div_scalar(c.scaling_factor)?.add(&m)?
+            }
+            _ => {
+                let z = z.div_scalar(c.scaling_factor)?;
+                match c.shift_factor {
+                    Some(s) => z.add_scalar(s)?,
+                    None => z,
+                }
+            }
+        };
+        postprocess(&self.vae.decode(&z)?)
+    }
+}
+
+/// Repeats each prompt's conditioning `n` times and puts the negative rows first.
+fn combine(pos: Conditioning, neg: Option<Conditioning>, n: usize) -> Result<Conditioning> {
+    let rep = |t: &Tensor| -> Result<Tensor> {
+        if n == 1 {
+            return Ok(t.clone());
+        }
+        Ok(t.repeat_interleave(n, 0)?)
+    };
+    let rep_opt = |t: &Option<Tensor>| t.as_ref().map(rep).transpose();
+    let pos = Conditioning {
+        prompt_embeds: rep(&pos.prompt_embeds)?,
+        text_embeds: rep_opt(&pos.text_embeds)?,
+        time_ids: rep_opt(&pos.time_ids)?,
+    };
+    let Some(neg) = neg else {
+        return Ok(pos);
+    };
+    let cat = |a: Tensor, b: &Tensor| -> Result<Tensor> { Ok(Tensor::cat(&[&rep(&a)?, b], 0)?) };
+    let cat_opt = |a: Option<Tensor>, b: &Option<Tensor>| -> Result<Option<Tensor>> {
+        match (a, b) {
+            (Some(a), Some(b)) => Ok(Some(cat(a, b)?)),
+            _ => Ok(None),
+        }
+    };
+    Ok(Conditioning {
+        prompt_embeds: cat(neg.prompt_embeds, &pos.prompt_embeds)?,
+        text_embeds: cat_opt(neg.text_embeds, &pos.text_embeds)?,
+        time_ids: cat_opt(neg.time_ids, &pos.time_ids)?,
+    })
+}
+
+/// `rescale_noise_cfg`: rescales the guided prediction to the text prediction's standard
+/// deviation, mixed by `rescale`.
+fn rescale_noise_cfg(cfg: &Tensor, text: &Tensor, rescale: f64) -> Result<Tensor> {
+    let dims: Vec<isize> = (1..cfg.rank() as isize).collect();
+    let std_text = text.var(&dims, true, 1)?.sqrt()?;
+    let std_cfg = cfg.var(&dims, true, 1)?.sqrt()?;
+    let rescaled = cfg.mul(&std_text.div(&std_cfg)?)?;
+    Ok(rescaled
+        .mul_scalar(rescale)?
+        .add(&cfg.mul_scalar(1.0 - rescale)?)?)
+}

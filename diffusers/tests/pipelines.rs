@@ -1,0 +1,270 @@
+//! Every pipeline case of `tests/data/pipelines` (tiny random pipelines that
+//! `nightly/reference/pipelines.py` saved with diffusers' `save_pretrained`, and what
+//! diffusers computed with them): the UNet's prediction for fixed latents, timestep and
+//! embeddings; VAE decode and encode; the prompt embeddings; and the whole pipeline's image
+//! from diffusers' initial latents (DDPM: from its recorded noise) — on candle's CPU and on
+//! the XLA CPU plugin. Tolerances as diffusers' tests set them: 1e-4 max abs for the UNet and
+//! the VAE, 1e-3 on images in [0, 1].
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+use serde_json::Value;
+use zoo_diffusers::pipelines::stable_diffusion::TextToImage;
+use zoo_diffusers::pipelines::{DiffusionPipeline, LoadOptions, Noise, StableDiffusionPipeline};
+use zoo_diffusers::{AutoencoderKL, UNet2DConditionInput, UNet2DConditionModel, UNet2DModel};
+use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
+
+fn case_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/pipelines")
+        .join(name)
+}
+
+struct Case {
+    dir: PathBuf,
+    spec: Value,
+    bytes: Vec<u8>,
+}
+
+impl Case {
+    fn open(name: &str) -> Case {
+        let dir = case_dir(name);
+        let spec =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        let bytes = std::fs::read(dir.join("expected.safetensors")).unwrap();
+        Case { dir, spec, bytes }
+    }
+
+    fn has(&self, name: &str) -> bool {
+        SafeTensors::deserialize(&self.bytes)
+            .unwrap()
+            .tensor(name)
+            .is_ok()
+    }
+
+    fn tensor(&self, name: &str, device: &Device) -> Tensor {
+        let st = SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} missing"));
+        let v: Vec<f32> = t
+            .data()
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        Tensor::from_vec(v, t.shape(), device).unwrap()
+    }
+
+    fn path(&self, sub: &str) -> String {
+        self.dir.join(sub).to_string_lossy().into_owned()
+    }
+
+    fn str(&self, field: &str) -> String {
+        self.spec[field].as_str().unwrap().to_string()
+    }
+}
+
+fn max_diff(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.shape(), want.shape());
+    let g = got.to_dtype(DType::F32).unwrap().to_vec_f64().unwrap();
+    let w = want.to_vec_f64().unwrap();
+    g.iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max)
+}
+
+fn check(got: &Tensor, want: &Tensor, tol: f64, what: &str, report: &mut Vec<String>) {
+    let d = max_diff(got, want);
+    report.push(format!("{what}: max |diff| {d:.2e}"));
+    assert!(d <= tol, "{what}: max |diff| {d:e} > {tol:e}");
+}
+
+fn unet_conditioned(case: &Case, device: &Device, report: &mut Vec<String>) {
+    let unet =
+        UNet2DConditionModel::from_pretrained(&case.path("unet"), DType::F32, device).unwrap();
+    let t = |n: &str| case.tensor(n, device);
+    let (text, ids) = if case.has("unet.text_embeds") {
+        (Some(t("unet.text_embeds")), Some(t("unet.time_ids")))
+    } else {
+        (None, None)
+    };
+    let out = unet
+        .forward(UNet2DConditionInput {
+            sample: &t("unet.sample"),
+            timestep: &t("unet.timestep"),
+            encoder_hidden_states: &t("unet.encoder_hidden_states"),
+            class_labels: None,
+            timestep_cond: None,
+            text_embeds: text.as_ref(),
+            time_ids: ids.as_ref(),
+        })
+        .unwrap();
+    check(&out, &t("unet.out"), 1e-4, "unet", report);
+}
+
+fn vae(case: &Case, device: &Device, report: &mut Vec<String>) {
+    let vae = AutoencoderKL::from_pretrained(&case.path("vae"), DType::F32, device).unwrap();
+    let t = |n: &str| case.tensor(n, device);
+    check(
+        &vae.decode(&t("vae.latents")).unwrap(),
+        &t("vae.decoded"),
+        1e-4,
+        "vae decode",
+        report,
+    );
+    let dist = vae.encode(&t("vae.image")).unwrap();
+    check(&dist.mean, &t("vae.mean"), 1e-4, "vae encode mean", report);
+    check(
+        &dist.logvar,
+        &t("vae.logvar"),
+        1e-4,
+        "vae encode logvar",
+        report,
+    );
+}
+
+fn pipeline(case: &Case, device: &Device, report: &mut Vec<String>) {
+    let opts = LoadOptions {
+        device: *device,
+        ..Default::default()
+    };
+    let p = StableDiffusionPipeline::from_pretrained(&case.path(""), &opts).unwrap();
+    let spec = &case.spec;
+    let args = TextToImage {
+        prompt: vec![case.str("prompt")],
+        negative_prompt: Some(vec![case.str("negative_prompt")]),
+        num_inference_steps: spec["num_inference_steps"].as_u64().unwrap() as usize,
+        guidance_scale: spec["guidance_scale"].as_f64().unwrap(),
+        guidance_rescale: spec["guidance_rescale"].as_f64().unwrap_or(0.0),
+        height: Some(spec["height"].as_u64().unwrap() as usize),
+        width: Some(spec["width"].as_u64().unwrap() as usize),
+        latents: Some(case.tensor("pipe.latents", device)),
+        ..Default::default()
+    };
+    let (pos, neg) = p.encode_prompt(&args).unwrap();
+    check(
+        &pos.prompt_embeds,
+        &case.tensor("prompt_embeds", device),
+        1e-4,
+        "prompt_embeds",
+        report,
+    );
+    check(
+        &neg.unwrap().prompt_embeds,
+        &case.tensor("negative_prompt_embeds", device),
+        1e-4,
+        "negative_prompt_embeds",
+        report,
+    );
+    if let Some(pooled) = &pos.text_embeds {
+        check(
+            pooled,
+            &case.tensor("pooled_prompt_embeds", device),
+            1e-4,
+            "pooled",
+            report,
+        );
+    }
+    let out = p
+        .generate(&args, &mut Noise::Given(VecDeque::new()))
+        .unwrap();
+    let want = case.tensor("pipe.image", &Device::Cpu);
+    check(&out.images, &want, 1e-3, "image", report);
+}
+
+fn ddpm(case: &Case, device: &Device, report: &mut Vec<String>) {
+    let t = |n: &str| case.tensor(n, device);
+    let unet = UNet2DModel::from_pretrained(&case.path("unet"), DType::F32, device).unwrap();
+    let out = unet
+        .forward(&t("unet.sample"), &t("unet.timestep"), None)
+        .unwrap();
+    check(&out, &t("unet.out"), 1e-4, "unet", report);
+    let opts = LoadOptions {
+        device: *device,
+        ..Default::default()
+    };
+    let DiffusionPipeline::Ddpm(p) =
+        DiffusionPipeline::from_pretrained(&case.path(""), &opts).unwrap()
+    else {
+        panic!("not a DDPM pipeline");
+    };
+    let noise: VecDeque<Tensor> = (0..)
+        .map(|i| format!("pipe.noise.{i}"))
+        .take_while(|n| case.has(n))
+        .map(|n| t(&n))
+        .collect();
+    let steps = case.spec["num_inference_steps"].as_u64().unwrap() as usize;
+    let out = p
+        .generate(1, steps, &mut Noise::Given(noise), false)
+        .unwrap();
+    check(
+        &out.images,
+        &case.tensor("pipe.image", &Device::Cpu),
+        1e-3,
+        "image",
+        report,
+    );
+}
+
+fn run_all(device: &Device) {
+    for name in ["sd15", "sd2-vpred", "sdxl"] {
+        let case = Case::open(name);
+        let mut report = Vec::new();
+        unet_conditioned(&case, device, &mut report);
+        vae(&case, device, &mut report);
+        pipeline(&case, device, &mut report);
+        eprintln!("{name} on {device:?}: {}", report.join(", "));
+    }
+    let case = Case::open("ddpm");
+    let mut report = Vec::new();
+    ddpm(&case, device, &mut report);
+    eprintln!("ddpm on {device:?}: {}", report.join(", "));
+}
+
+#[test]
+fn pipelines_match_diffusers_on_candle_cpu() {
+    run_all(&Device::Cpu);
+}
+
+#[test]
+fn pipelines_match_diffusers_on_the_xla_cpu_plugin() {
+    let plugin = std::env::var_os("ZOO_PJRT_CPU_PLUGIN")
+        .filter(|v| !v.is_empty())
+        .expect("ZOO_PJRT_CPU_PLUGIN is not set: run the tests through scripts/run-tests.sh, which downloads the PJRT CPU plugins");
+    lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4)).unwrap();
+    lazy::set_matmul_precision(lazy::Precision::Highest);
+    let device = Device::Pjrt(PjrtDevice {
+        platform: PjrtPlatform::Cpu,
+        ordinal: 0,
+    });
+    run_all(&device);
+    // Compiled once per (size, batch): the first, a middle and the last step are the
+    // programs there are, so more steps of the same call compile nothing new.
+    let case = Case::open("sdxl");
+    let p = StableDiffusionPipeline::from_pretrained(
+        &case.path(""),
+        &LoadOptions {
+            device,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut args = TextToImage {
+        prompt: vec![case.str("prompt")],
+        num_inference_steps: 3,
+        guidance_scale: 5.0,
+        height: Some(32),
+        width: Some(32),
+        ..Default::default()
+    };
+    p.generate(&args, &mut Noise::seeded(1)).unwrap();
+    let before = lazy::stats().compiles;
+    args.num_inference_steps = 6;
+    p.generate(&args, &mut Noise::seeded(2)).unwrap();
+    let compiles = lazy::stats().compiles - before;
+    assert_eq!(
+        compiles, 0,
+        "6 steps after 3 compiled {compiles} new programs"
+    );
+}
