@@ -29,6 +29,7 @@ use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 ///       --size 1024x1024 --seed 7 --out lighthouse.png
 ///   zoo image ./sd15 "a red fox" --scheduler DPMSolverMultistepScheduler --steps 20 --out fox.png
 ///   zoo image ./sd15 "a red fox" --latents noise.safetensors --device-map pjrt:cpu --out fox.png
+///   zoo image ./sd15 "a watercolor painting" --init-image photo.png --strength 0.6 --out paint.png
 ///   zoo image ./ddpm-cifar10 "" --steps 1000 --num-images 4 --out samples.png
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -62,6 +63,13 @@ pub struct Args {
     /// Images to generate.
     #[arg(long, default_value_t = 1)]
     num_images: usize,
+    /// Image-to-image: start from this PNG or JPEG (its size is the output's, a multiple
+    /// of 8), as diffusers' StableDiffusionImg2ImgPipeline over the same components.
+    #[arg(long)]
+    init_image: Option<PathBuf>,
+    /// With --init-image: how much of the schedule runs (1 = from pure noise, 0 = the image).
+    #[arg(long, default_value_t = 0.8)]
+    strength: f64,
     /// Initial latents from a safetensors file (tensor `latents`).
     #[arg(long)]
     latents: Option<PathBuf>,
@@ -176,6 +184,25 @@ pub fn run(args: Args) -> Result<()> {
         _ => bail!("--dtype {:?}: use f32, bf16 or f16", args.dtype),
     };
     let latents = args.latents.as_deref().map(read_latents).transpose()?;
+    if !(0.0..=1.0).contains(&args.strength) {
+        bail!("--strength {}: use a value in [0, 1]", args.strength);
+    }
+    if args.init_image.is_some() && (latents.is_some() || size.is_some()) {
+        bail!("--init-image sets the size and the starting latents: drop --size and --latents");
+    }
+    let init_image = args
+        .init_image
+        .as_deref()
+        .map(zoo_diffusers::pipelines::load_image)
+        .transpose()?;
+    if let Some(img) = &init_image {
+        let (h, w) = (img.shape()[2], img.shape()[3]);
+        if h % 8 != 0 || w % 8 != 0 {
+            bail!(
+                "--init-image is {w}x{h}; img2img needs sides that are multiples of 8: resize or crop it"
+            );
+        }
+    }
     let device = device_of(&args.device_map)?;
     let opts = LoadOptions {
         device,
@@ -203,13 +230,15 @@ pub fn run(args: Args) -> Result<()> {
                 num_images_per_prompt: args.num_images,
                 latents,
                 eta: 0.0,
+                init_image,
+                strength: args.strength,
                 progress: true,
             };
             p.generate(&call, &mut noise)?
         }
         DiffusionPipeline::Ddpm(p) => {
-            if size.is_some() || latents.is_some() {
-                bail!("DDPMPipeline generates at its UNet's sample size from seeded noise: drop --size and --latents");
+            if size.is_some() || latents.is_some() || init_image.is_some() {
+                bail!("DDPMPipeline generates at its UNet's sample size from seeded noise: drop --size, --latents and --init-image");
             }
             p.generate(args.num_images, args.steps, &mut noise, true)?
         }

@@ -122,6 +122,27 @@ fn vae(case: &Case, device: &Device, report: &mut Vec<String>) {
         "vae encode logvar",
         report,
     );
+    if case.has("vae.tiled.latents") {
+        let mut vae = vae;
+        vae.tiling = true;
+        let dec = vae.decode(&t("vae.tiled.latents")).unwrap();
+        check(&dec, &t("vae.tiled.decoded"), 1e-4, "tiled decode", report);
+        let dist = vae.encode(&t("vae.tiled.image")).unwrap();
+        check(
+            &dist.mean,
+            &t("vae.tiled.mean"),
+            1e-4,
+            "tiled encode mean",
+            report,
+        );
+        check(
+            &dist.logvar,
+            &t("vae.tiled.logvar"),
+            1e-4,
+            "tiled encode logvar",
+            report,
+        );
+    }
 }
 
 fn pipeline(case: &Case, device: &Device, report: &mut Vec<String>) {
@@ -171,6 +192,28 @@ fn pipeline(case: &Case, device: &Device, report: &mut Vec<String>) {
         .unwrap();
     let want = case.tensor("pipe.image", &Device::Cpu);
     check(&out.images, &want, 1e-3, "image", report);
+    if let Some(i2i) = spec.get("img2img") {
+        // The two draws diffusers made: the VAE posterior's, then add_noise's.
+        let noise: VecDeque<Tensor> = ["img2img.noise.0", "img2img.noise.1"]
+            .iter()
+            .map(|n| case.tensor(n, device))
+            .collect();
+        let args = TextToImage {
+            num_inference_steps: i2i["num_inference_steps"].as_u64().unwrap() as usize,
+            guidance_scale: i2i["guidance_scale"].as_f64().unwrap(),
+            strength: i2i["strength"].as_f64().unwrap(),
+            init_image: Some(case.tensor("img2img.init_image", device)),
+            latents: None,
+            height: None,
+            width: None,
+            ..args
+        };
+        let out = p.generate(&args, &mut Noise::Given(noise)).unwrap();
+        let want = case.tensor("img2img.image", &Device::Cpu);
+        check(&out.images, &want, 1e-3, "img2img image", report);
+        let steps = case.tensor("img2img.timesteps", &Device::Cpu).elem_count();
+        assert_eq!(out.steps, steps);
+    }
 }
 
 fn ddpm(case: &Case, device: &Device, report: &mut Vec<String>) {
@@ -266,5 +309,100 @@ fn pipelines_match_diffusers_on_the_xla_cpu_plugin() {
     assert_eq!(
         compiles, 0,
         "6 steps after 3 compiled {compiles} new programs"
+    );
+}
+
+#[test]
+fn bad_configs_and_arguments_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, json: &str| -> PathBuf {
+        let p = dir.path().join(name);
+        std::fs::write(&p, json).unwrap();
+        p
+    };
+    let err = |r: zoo_diffusers::Result<zoo_diffusers::UNet2DConditionConfig>| {
+        r.expect_err("should fail").to_string()
+    };
+    let e = err(zoo_diffusers::UNet2DConditionConfig::from_file(&write(
+        "a.json",
+        r#"{"_class_name": "UNet2DConditionModel", "num_attention_heads": 8}"#,
+    )));
+    assert!(
+        e.contains("num_attention_heads") && e.contains("attention_head_dim"),
+        "{e}"
+    );
+    let e = err(zoo_diffusers::UNet2DConditionConfig::from_file(&write(
+        "b.json",
+        r#"{"block_out_channels": [32, 64], "down_block_types": ["DownBlock2D"], "up_block_types": ["UpBlock2D"]}"#,
+    )));
+    assert!(e.contains("block_out_channels"), "{e}");
+    let e = err(zoo_diffusers::UNet2DConditionConfig::from_file(&write(
+        "c.json",
+        r#"{"block_out_channels": [30], "down_block_types": ["DownBlock2D"], "up_block_types": ["UpBlock2D"], "norm_num_groups": 32}"#,
+    )));
+    assert!(e.contains("norm_num_groups"), "{e}");
+    let e = err(zoo_diffusers::UNet2DConditionConfig::from_file(&write(
+        "d.json",
+        r#"{"_class_name": "UNet2DModel"}"#,
+    )));
+    assert!(e.contains("UNet2DModel"), "{e}");
+    let e = err(zoo_diffusers::UNet2DConditionConfig::from_file(&write(
+        "e.json",
+        r#"{"addition_embed_type": "text_time"}"#,
+    )));
+    assert!(e.contains("addition_time_embed_dim"), "{e}");
+
+    let p = StableDiffusionPipeline::from_pretrained(
+        &case_dir("sd15").to_string_lossy(),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let base = TextToImage {
+        prompt: vec!["a cat".into()],
+        num_inference_steps: 2,
+        ..Default::default()
+    };
+    let bad = |args: TextToImage, says: &str| {
+        let e = p
+            .generate(&args, &mut Noise::seeded(0))
+            .expect_err("should fail")
+            .to_string();
+        assert!(e.contains(says), "{says:?} not in {e}");
+    };
+    bad(
+        TextToImage {
+            guidance_scale: -1.0,
+            ..base.clone()
+        },
+        "guidance scale",
+    );
+    bad(
+        TextToImage {
+            height: Some(36),
+            ..base.clone()
+        },
+        "multiples of 8",
+    );
+    bad(
+        TextToImage {
+            latents: Some(Tensor::zeros(&[1, 4, 8, 8], DType::F32, &Device::Cpu).unwrap()),
+            ..base.clone()
+        },
+        "latents",
+    );
+    bad(
+        TextToImage {
+            init_image: Some(Tensor::zeros(&[1, 3, 32, 32], DType::F32, &Device::Cpu).unwrap()),
+            height: Some(48),
+            ..base.clone()
+        },
+        "init image is 32x32",
+    );
+    bad(
+        TextToImage {
+            negative_prompt: Some(vec!["a".into(), "b".into()]),
+            ..base.clone()
+        },
+        "negative prompts",
     );
 }

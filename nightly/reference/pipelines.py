@@ -22,6 +22,10 @@ expected.safetensors holds, per case (float32):
   pipe.latents -> pipe.image: the whole pipeline (output_type "np"), timesteps: the timesteps
   its denoising loop ran (one entry per UNet call);
   sd15 also img2img.init_image -> img2img.image, img2img.timesteps, img2img.noise.N;
+  sd15 also the VAE with `enable_tiling()` (its own sample_size 32: 32 px / 16 latent tiles,
+  overlap factor 0.25; case.json "vae_tiled"): vae.tiled.latents [1, 4, 40, 24] -> vae.tiled.decoded
+  (tiled_decode), vae.tiled.image [1, 3, 80, 48] -> vae.tiled.mean, vae.tiled.logvar (encode's
+  latent_dist, built on _tiled_encode); inputs drawn last, from their own generator;
   ddpm: unet.sample, unet.timestep -> unet.out; pipe.noise.N -> pipe.image, timesteps.
 Every tensor that diffusers' `randn_tensor` returns while a pipeline runs comes from a recorder
 with a fixed generator; the ones the pipeline uses are stored as `*.noise.N` (call order), and
@@ -234,6 +238,43 @@ def check_eval_f32(pipe) -> None:
             assert all(p.dtype == torch.float32 for p in module.parameters()), f"{name} is not float32"
 
 
+def vae_tiled(vae, gen: torch.Generator, t: dict) -> dict:
+    """Tiled VAE decode and encode (`enable_tiling()`, the VAE's own tile sizes) on inputs larger
+    than one tile in both directions and not square, so that several overlapping tiles are blended
+    each way; checks that the outputs differ from untiled ones, then turns tiling off again."""
+    tiles = {"tile_sample_min_size": vae.tile_sample_min_size, "tile_latent_min_size": vae.tile_latent_min_size,
+             "tile_overlap_factor": vae.tile_overlap_factor}
+    assert tiles == {"tile_sample_min_size": 32, "tile_latent_min_size": 16, "tile_overlap_factor": 0.25}, tiles
+    t["vae.tiled.latents"] = torch.randn((1, 4, 40, 24), generator=gen)
+    t["vae.tiled.image"] = torch.rand((1, 3, 80, 48), generator=gen) * 2 - 1
+    assert not vae.use_tiling
+    plain = vae.decode(t["vae.tiled.latents"]).sample
+    plain_dist = vae.encode(t["vae.tiled.image"]).latent_dist
+    vae.enable_tiling()
+    try:
+        t["vae.tiled.decoded"] = vae.decode(t["vae.tiled.latents"]).sample
+        # encode -> _encode -> _tiled_encode (the moments), wrapped in DiagonalGaussianDistribution
+        # by encode() itself; the deprecated public tiled_encode is not on this path.
+        dist = vae.encode(t["vae.tiled.image"]).latent_dist
+        t["vae.tiled.mean"], t["vae.tiled.logvar"] = dist.mean, dist.logvar
+    finally:
+        vae.disable_tiling()
+    diffs = {"decoded": (t["vae.tiled.decoded"] - plain).abs().max().item(),
+             "mean": (t["vae.tiled.mean"] - plain_dist.mean).abs().max().item(),
+             "logvar": (t["vae.tiled.logvar"] - plain_dist.logvar).abs().max().item()}
+    assert t["vae.tiled.decoded"].shape == plain.shape == (1, 3, 80, 48), plain.shape
+    assert t["vae.tiled.mean"].shape == plain_dist.mean.shape == (1, 4, 40, 24), plain_dist.mean.shape
+    for k, d in diffs.items():
+        assert d > 100 * TOLERANCES["vae"], f"tiled {k} is within {d} of untiled"
+    print("  vae tiled vs untiled max abs diff: " + ", ".join(f"{k} {d:.4g}" for k, d in diffs.items()))
+    return {**tiles, "untiled_max_abs_diff": {k: float(f"{d:.6g}") for k, d in diffs.items()},
+            "notes": "vae.enable_tiling(); decode -> tiled_decode (latent tiles of tile_latent_min_size, "
+                     "stride int(tile_latent_min_size * (1 - overlap)), blend int(tile_sample_min_size * overlap) "
+                     "px); encode -> _tiled_encode (image tiles of tile_sample_min_size, stride "
+                     "int(tile_sample_min_size * (1 - overlap)), blend int(tile_latent_min_size * overlap)), "
+                     "then DiagonalGaussianDistribution"}
+
+
 def run_case(index: int, name: str, builder, call: dict) -> dict:
     folder = OUT / name
     save(builder(), folder)
@@ -349,6 +390,9 @@ def run_case(index: int, name: str, builder, call: dict) -> dict:
                 "image_preprocess": "the [0, 1] tensor becomes 2 * image - 1 (VaeImageProcessor.preprocess)",
                 "timesteps": "scheduler.timesteps[t_start:] with t_start = num_inference_steps - "
                              "int(num_inference_steps * strength); the first one is add_noise's timestep"}
+
+        if name == "sd15":
+            info["vae_tiled"] = vae_tiled(pipe.vae, torch.Generator().manual_seed(8000 + index), t)
 
     info["tolerances"] = TOLERANCES
     info["library_versions"] = {p: importlib.metadata.version(p)

@@ -343,3 +343,19 @@ pub(crate) fn step_bar(steps: usize, show: bool) -> indicatif::ProgressBar {
     );
     bar
 }
+
+/// An image file (PNG or JPEG) as img2img's `init_image`: `[1, 3, H, W]` float32 in
+/// `[0, 1]` (RGB, as `load_image` converts it).
+pub fn load_image(path: &Path) -> Result<Tensor> {
+    let img = zoo_transformers::vision::open_images(&[path])
+        .map_err(Box::new)?
+        .remove(0);
+    let (w, h) = (img.width, img.height);
+    let mut chw = vec![0f32; 3 * h * w];
+    for (i, px) in img.pixels.chunks(3).enumerate() {
+        for c in 0..3 {
+            chw[c * h * w + i] = px[c] as f32 / 255.0;
+        }
+    }
+    Ok(Tensor::from_vec(chw, &[1, 3, h, w], &Device::Cpu)?)
+}

@@ -159,6 +159,12 @@ pub struct TextToImage {
     pub latents: Option<Tensor>,
     /// DDIM's `eta`.
     pub eta: f32,
+    /// Image-to-image (`StableDiffusionImg2ImgPipeline`): the starting image
+    /// `[N, 3, H, W]` in `[0, 1]`, encoded by the VAE and noised to the level `strength`
+    /// picks; the size is the image's.
+    pub init_image: Option<Tensor>,
+    /// How much of the schedule img2img runs: 1 starts from pure noise, 0 keeps the image.
+    pub strength: f64,
     /// Show a progress bar over the steps.
     pub progress: bool,
 }
@@ -176,6 +182,8 @@ impl Default for TextToImage {
             num_images_per_prompt: 1,
             latents: None,
             eta: 0.0,
+            init_image: None,
+            strength: 0.8,
             progress: false,
         }
     }
@@ -366,6 +374,11 @@ impl StableDiffusionPipeline {
     }
 
     fn size(&self, args: &TextToImage) -> (usize, usize) {
+        if let Some(img) = &args.init_image {
+            if let [_, _, h, w] = img.shape()[..] {
+                return (h, w);
+            }
+        }
         let (dh, dw) = self.default_size();
         (args.height.unwrap_or(dh), args.width.unwrap_or(dw))
     }
@@ -396,6 +409,41 @@ impl StableDiffusionPipeline {
                 "`guidance_rescale` is {}; use a value in [0, 1]",
                 args.guidance_rescale
             )));
+        }
+        if let Some(img) = &args.init_image {
+            if self.xl {
+                return Err(Error::Unsupported(
+                    "image-to-image with an SDXL pipeline (its aesthetic-score conditioning) is not built yet".into(),
+                ));
+            }
+            let n = args.prompt.len() * args.num_images_per_prompt;
+            let ok = matches!(img.shape(), [b, 3, _, _] if *b == n || *b == 1);
+            if !ok {
+                return Err(Error::Shape(format!(
+                    "the init image is {:?}; give [1 or {n}, 3, height, width] in [0, 1]",
+                    img.shape()
+                )));
+            }
+            let (h, w) = (img.shape()[2], img.shape()[3]);
+            if args.height.is_some_and(|x| x != h) || args.width.is_some_and(|x| x != w) {
+                return Err(Error::Input(format!(
+                    "the init image is {w}x{h} but the size asked for is {}x{}; resize the image or drop the size",
+                    args.width.unwrap_or(w),
+                    args.height.unwrap_or(h)
+                )));
+            }
+            if !(0.0..=1.0).contains(&args.strength) {
+                return Err(Error::Input(format!(
+                    "`strength` is {}; use a value in [0, 1]",
+                    args.strength
+                )));
+            }
+            if img2img_start(args.num_inference_steps, args.strength) >= args.num_inference_steps {
+                return Err(Error::Input(format!(
+                    "strength {} leaves none of the {} steps to run; raise the strength or the steps",
+                    args.strength, args.num_inference_steps
+                )));
+            }
         }
         let (h, w) = self.size(args);
         check_size(h, w, 8.max(self.vae.config().scale_factor()))?;
@@ -428,47 +476,87 @@ impl StableDiffusionPipeline {
         let cond = combine(pos, neg, args.num_images_per_prompt)?;
         let encode_seconds = t0.elapsed().as_secs_f64();
 
-        let init = match &args.latents {
-            Some(l) => l.to_device(&self.device)?.to_dtype(DType::F32)?,
-            None => noise.randn(&shape, &self.device)?,
+        let (latents, begin) = match &args.init_image {
+            Some(image) => {
+                let begin = img2img_start(args.num_inference_steps, args.strength);
+                scheduler.set_begin_index(begin)?;
+                let l = self.noised_image_latents(image, &*scheduler, begin, batch, noise)?;
+                (l, begin)
+            }
+            None => {
+                let init = match &args.latents {
+                    Some(l) => l.to_device(&self.device)?.to_dtype(DType::F32)?,
+                    None => noise.randn(&shape, &self.device)?,
+                };
+                // An input, not a constant: a compiled first step stays the same for any
+                // step count.
+                let sigma = Tensor::from_f64s(
+                    &[scheduler.init_noise_sigma()],
+                    &[1],
+                    DType::F32,
+                    &self.device,
+                )?;
+                (init.mul(&sigma)?, 0)
+            }
         };
-        // An input, not a constant: a compiled first step stays the same for any step count.
-        let sigma = Tensor::from_f64s(
-            &[scheduler.init_noise_sigma()],
-            &[1],
-            DType::F32,
-            &self.device,
-        )?;
-        let latents = init.mul(&sigma)?;
         let t1 = Instant::now();
-        let latents = self.denoise(&mut *scheduler, latents, &cond, args, noise)?;
+        let latents = self.denoise(&mut *scheduler, latents, begin, &cond, args, noise)?;
         let denoise_seconds = t1.elapsed().as_secs_f64();
         let t2 = Instant::now();
         let images = self.decode_latents(&latents)?;
         Ok(Generated {
             images,
-            steps: scheduler.timesteps().len(),
+            steps: scheduler.timesteps().len() - begin,
             denoise_seconds,
             encode_seconds,
             decode_seconds: t2.elapsed().as_secs_f64(),
         })
     }
 
-    /// The denoising loop from `latents` over every timestep of `scheduler`.
+    /// img2img's starting latents: the image encoded by the VAE (a draw of its posterior,
+    /// times `scaling_factor`), then noised to step `begin`'s level.
+    fn noised_image_latents(
+        &self,
+        image: &Tensor,
+        scheduler: &dyn Scheduler,
+        begin: usize,
+        batch: usize,
+        noise: &mut Noise,
+    ) -> Result<Tensor> {
+        let x = image
+            .to_device(&self.vae.device())?
+            .to_dtype(DType::F32)?
+            .affine(2.0, -1.0)?;
+        let dist = self.vae.encode(&x)?;
+        let draw = noise.randn(dist.mean.shape(), &self.vae.device())?;
+        let mut init = dist
+            .sample(&draw)?
+            .to_dtype(DType::F32)?
+            .mul_scalar(self.vae.config().scaling_factor)?;
+        if init.shape()[0] == 1 && batch > 1 {
+            init = init.repeat_interleave(batch, 0)?;
+        }
+        let init = init.to_device(&self.device)?;
+        let n = noise.randn(init.shape(), &self.device)?;
+        scheduler.add_noise(&init, &n, begin)
+    }
+
+    /// The denoising loop from `latents` over the timesteps of `scheduler` from `begin`.
     pub fn denoise(
         &self,
         scheduler: &mut dyn Scheduler,
         mut latents: Tensor,
+        begin: usize,
         cond: &Conditioning,
         args: &TextToImage,
         noise: &mut Noise,
     ) -> Result<Tensor> {
         let guided = args.guidance_scale > 1.0;
         let timesteps = scheduler.timesteps().to_vec();
-        let bar = step_bar(timesteps.len(), args.progress);
+        let bar = step_bar(timesteps.len().saturating_sub(begin), args.progress);
         let ctx = cond.prompt_embeds.to_dtype(self.dtype)?;
         let scale = Tensor::from_f64s(&[args.guidance_scale], &[1], DType::F32, &self.device)?;
-        for (i, &t) in timesteps.iter().enumerate() {
+        for (i, &t) in timesteps.iter().enumerate().skip(begin) {
             let input = if guided {
                 Tensor::cat(&[&latents, &latents], 0)?
             } else {
@@ -534,6 +622,12 @@ impl StableDiffusionPipeline {
         };
         postprocess(&self.vae.decode(&z)?)
     }
+}
+
+/// The first step img2img runs: `strength` of the `steps` run (diffusers' `get_timesteps`).
+fn img2img_start(steps: usize, strength: f64) -> usize {
+    let init = ((steps as f64 * strength) as usize).min(steps);
+    steps - init
 }
 
 /// Repeats each prompt's conditioning `n` times and puts the negative rows first.

@@ -102,6 +102,12 @@ impl DDPMScheduler {
 }
 
 impl Scheduler for DDPMScheduler {
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
+        check_step(CLASS, step, self.timesteps.len())?;
+        let ac = &self.schedule.alphas_cumprod;
+        super::add_noise_alphas(CLASS, ac, self.timesteps[step], original, noise)
+    }
+
     fn class_name(&self) -> &'static str {
         CLASS
     }

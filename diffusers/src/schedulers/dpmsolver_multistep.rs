@@ -458,6 +458,18 @@ impl DPMSolverMultistepScheduler {
 }
 
 impl Scheduler for DPMSolverMultistepScheduler {
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
+        check_step(CLASS, step, self.timesteps.len())?;
+        let (alpha, sigma) = self.alpha_sigma(self.sigmas[step]);
+        super::add_noise_scaled(original, noise, alpha, sigma)
+    }
+
+    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
+        check_step(CLASS, begin, self.timesteps.len())?;
+        self.next_step = begin;
+        Ok(())
+    }
+
     fn class_name(&self) -> &'static str {
         CLASS
     }

@@ -193,6 +193,12 @@ pub struct EulerDiscreteScheduler {
 }
 
 impl Scheduler for EulerDiscreteScheduler {
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
+        let sigmas = self.sigmas().unwrap_or_default();
+        check_step(EULER, step, sigmas.len())?;
+        super::add_noise_scaled(original, noise, 1.0, sigmas[step])
+    }
+
     fn class_name(&self) -> &'static str {
         EULER
     }
@@ -332,6 +338,12 @@ impl EulerAncestralDiscreteScheduler {
 }
 
 impl Scheduler for EulerAncestralDiscreteScheduler {
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
+        let sigmas = self.sigmas().unwrap_or_default();
+        check_step(ANCESTRAL, step, sigmas.len())?;
+        super::add_noise_scaled(original, noise, 1.0, sigmas[step])
+    }
+
     fn class_name(&self) -> &'static str {
         ANCESTRAL
     }

@@ -112,6 +112,18 @@ impl LMSDiscreteScheduler {
 }
 
 impl Scheduler for LMSDiscreteScheduler {
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
+        let sigmas = self.sigmas().unwrap_or_default();
+        check_step(CLASS, step, sigmas.len())?;
+        super::add_noise_scaled(original, noise, 1.0, sigmas[step])
+    }
+
+    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
+        check_step(CLASS, begin, self.timesteps.len())?;
+        self.next_step = begin;
+        Ok(())
+    }
+
     fn class_name(&self) -> &'static str {
         CLASS
     }

@@ -56,6 +56,15 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     fn set_eta(&mut self, _eta: f32) -> bool {
         false
     }
+    /// Starts stepping at index `begin` of `timesteps()` (img2img's `strength` skips the
+    /// first steps, diffusers' `set_begin_index`): the next `step` call is step `begin`, with
+    /// the multistep history empty. Call after `set_timesteps`.
+    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
+        check_step(self.class_name(), begin, self.timesteps().len())
+    }
+    /// `add_noise`: `original` noised to the level of step `step` (img2img's starting
+    /// latents), as diffusers' `add_noise` at `timesteps()[step]`.
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor>;
     /// Whether step `step` adds noise (the caller then passes `noise` of the sample's shape).
     fn needs_noise(&self, step: usize) -> bool;
     /// The sample after step `step`, from the model's output at `timesteps()[step]`. Steps run
@@ -270,6 +279,33 @@ fn scale(x: &Tensor, a: f32) -> Result<Tensor> {
 /// `x / a`.
 fn divide(x: &Tensor, a: f32) -> Result<Tensor> {
     Ok(x.div(&coef(a, x)?)?)
+}
+
+/// `sqrt(acp) * x + sqrt(1 - acp) * noise` at training timestep `t` (the alpha-based
+/// schedulers' `add_noise`, in float32 as diffusers computes it).
+fn add_noise_alphas(
+    class: &str,
+    alphas_cumprod: &[f32],
+    t: f64,
+    x: &Tensor,
+    noise: &Tensor,
+) -> Result<Tensor> {
+    let a = *alphas_cumprod.get(t as usize).ok_or_else(|| {
+        Error::Scheduler(format!(
+            "{class}: timestep {t} is outside the training schedule"
+        ))
+    })?;
+    Ok(scale(x, a.sqrt())?.add(&scale(noise, (1.0 - a).sqrt())?)?)
+}
+
+/// `alpha * x + sigma * noise` (`sigma` alone with `alpha = 1`: the sigma schedulers).
+fn add_noise_scaled(x: &Tensor, noise: &Tensor, alpha: f32, sigma: f32) -> Result<Tensor> {
+    let x = if alpha == 1.0 {
+        x.clone()
+    } else {
+        scale(x, alpha)?
+    };
+    Ok(x.add(&scale(noise, sigma)?)?)
 }
 
 /// Checks that `noise` is there and shaped like `sample` when a step needs it.

@@ -52,6 +52,8 @@ pub struct PNDMScheduler {
     cur_model_output: Option<Tensor>,
     cur_sample: Option<Tensor>,
     counter: usize,
+    /// The first step run (`set_begin_index`); `counter` counts from it.
+    begin: usize,
 }
 
 impl PNDMScheduler {
@@ -79,6 +81,7 @@ impl PNDMScheduler {
             cur_model_output: None,
             cur_sample: None,
             counter: 0,
+            begin: 0,
         })
     }
 
@@ -185,6 +188,18 @@ impl PNDMScheduler {
 }
 
 impl Scheduler for PNDMScheduler {
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
+        check_step(CLASS, step, self.timesteps.len())?;
+        let ac = &self.schedule.alphas_cumprod;
+        super::add_noise_alphas(CLASS, ac, self.timesteps[step], original, noise)
+    }
+
+    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
+        check_step(CLASS, begin, self.timesteps.len())?;
+        self.begin = begin;
+        Ok(())
+    }
+
     fn class_name(&self) -> &'static str {
         CLASS
     }
@@ -241,6 +256,7 @@ impl Scheduler for PNDMScheduler {
         self.cur_model_output = None;
         self.cur_sample = None;
         self.counter = 0;
+        self.begin = 0;
         Ok(())
     }
 
@@ -269,10 +285,10 @@ impl Scheduler for PNDMScheduler {
     ) -> Result<Tensor> {
         check_step(CLASS, step, self.timesteps.len())?;
         check_float(CLASS, sample)?;
-        if step != self.counter {
+        if step != self.begin + self.counter {
             return Err(Error::Scheduler(format!(
                 "{CLASS}: steps run in order; expected step {}, got {step} (set_timesteps restarts)",
-                self.counter
+                self.begin + self.counter
             )));
         }
         let t = self.timesteps[step] as i64;
