@@ -55,7 +55,7 @@ if [ -z "${LLAMA_BENCH:-}" ] && [ -x "$llama_dir/build/bin/llama-bench" ]; then
 fi
 
 status=0
-for bin in smollm2 mixtral gemma3; do
+for bin in smollm2 mixtral gemma3 unet; do
   cargo run --quiet --release --manifest-path benchmarks/Cargo.toml --target-dir target/bench \
     --bin "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
 done

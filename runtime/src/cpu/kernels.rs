@@ -572,9 +572,12 @@ fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Opt
 
 /// Eager attention, fused: `softmax(q kᵀ · scale + bias) v` with the heads concatenated,
 /// for f32 CPU tensors `q [B, H, T, D]`, `k`, `v [B, KV, L, D]` (query head `h` reads kv
-/// head `h / (H / KV)`, as `repeat_kv`) and the additive mask `bias [B, 1, T, L]`. Returns
-/// `[B, T, H * D]` (what `o_proj` takes), or `None` when this path does not apply (no
-/// AVX-512, `D` not a multiple of 32, a last dimension that is not contiguous).
+/// head `h / (H / KV)`, as `repeat_kv`) and the optional additive mask `bias [B, 1, T, L]`.
+/// Returns `[B, T, H * D]` (what `o_proj` takes), or `None` when this path does not apply (no
+/// AVX-512, a last dimension that is not contiguous). Scores live one tile of query rows at
+/// a time, so a long sequence (a UNet's 4096 latent positions) never materialises its
+/// `T x L` score matrix. A `D` that is not a multiple of 32 runs with `v` zero-padded to one
+/// (the padded output columns are dropped).
 ///
 /// Same operations in the same order as the eager path (product, scale, mask add, max,
 /// `exp(x - max)`, sum, divide, product with v), with one exception that changes nothing:
@@ -585,10 +588,10 @@ pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    bias: &Tensor,
+    bias: Option<&Tensor>,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    if !has_avx512() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || bias.rank() != 4 {
+    if !has_avx512() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
         return None;
     }
     let [b, h, t, d] = [0, 1, 2, 3].map(|i| q.shape()[i]);
@@ -596,15 +599,30 @@ pub(crate) fn attention(
     if kb != b || kd != d || v.shape() != k.shape() || kv == 0 || !h.is_multiple_of(kv) || l == 0 {
         return None;
     }
-    if bias.shape() != [b, 1, t, l] || !d.is_multiple_of(NR) || t == 0 {
+    if bias.is_some_and(|m| m.shape() != [b, 1, t, l]) || d == 0 || t == 0 {
         return None;
     }
+    let dv = d.div_ceil(NR) * NR;
+    let padded;
+    let v = if dv == d {
+        v
+    } else {
+        padded = match v.pad(3, 0, dv - d, 0.0).and_then(|p| p.contiguous()) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        &padded
+    };
     let scale = scale as f32;
-    let out = with_f32_strided(q, |qv, qs| {
-        with_f32_strided(k, |kv_, ks| {
-            with_f32_strided(v, |vv, vs| {
-                with_f32_strided(bias, |bv, bs| {
-                    if qs[3] != 1 || ks[3] != 1 || vs[3] != 1 || bs[3] != 1 {
+    let run = |bv: Option<(&[f32], &[usize])>| {
+        with_f32_strided(q, |qv, qs| {
+            with_f32_strided(k, |kv_, ks| {
+                with_f32_strided(v, |vv, vs| {
+                    if qs[3] != 1
+                        || ks[3] != 1
+                        || vs[3] != 1
+                        || bv.is_some_and(|(_, bs)| bs[3] != 1)
+                    {
                         return None;
                     }
                     let geo = AttnGeo {
@@ -614,17 +632,37 @@ pub(crate) fn attention(
                         t,
                         l,
                         d,
+                        dv,
                         qs: [qs[0], qs[1], qs[2]],
                         vs: [vs[0], vs[1], vs[2]],
-                        bs: [bs[0], bs[2]],
+                        bs: bv.map_or([0, 0], |(_, bs)| [bs[0], bs[2]]),
                         scale,
                     };
-                    Some(attention_f32(&geo, qv, kv_, [ks[0], ks[1], ks[2]], vv, bv))
+                    Some(attention_f32(
+                        &geo,
+                        qv,
+                        kv_,
+                        [ks[0], ks[1], ks[2]],
+                        vv,
+                        bv.map(|x| x.0),
+                    ))
                 })
             })
         })
-    })?????;
-    Some(Tensor::from_vec(out, &[b, t, h * d], &Device::Cpu))
+    };
+    let out = match bias {
+        Some(m) => with_f32_strided(m, |bv, bs| run(Some((bv, bs))))?????,
+        None => run(None)????,
+    };
+    let out = Tensor::from_vec(out, &[b, t, h * dv], &Device::Cpu);
+    if dv == d {
+        return Some(out);
+    }
+    Some(out.and_then(|o| {
+        o.reshape_to(&[b, t, h, dv])?
+            .narrow(3, 0, d)?
+            .reshape_to(&[b, t, h * d])
+    }))
 }
 
 /// Shapes and strides of one [`attention`] call.
@@ -635,6 +673,8 @@ struct AttnGeo {
     t: usize,
     l: usize,
     d: usize,
+    /// Width of v's rows and of each head's output: `d` rounded up to a multiple of 32.
+    dv: usize,
     /// q strides of B, H, T.
     qs: [usize; 3],
     /// v strides of B, KV, L.
@@ -650,13 +690,16 @@ fn attention_f32(
     k: &[f32],
     ks: [usize; 3],
     v: &[f32],
-    bias: &[f32],
+    bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    let (b, h, kv, t, l, d) = (g.b, g.h, g.kv, g.t, g.l, g.d);
+    let (b, h, kv, t, l, d, dv) = (g.b, g.h, g.kv, g.t, g.l, g.d, g.dv);
     let lp = l.div_ceil(NR);
     // The visible columns [lo, hi) of each mask row: outside them the mask is f32::MIN.
     let ranges: Vec<(usize, usize)> = (0..b * t)
         .map(|bt| {
+            let Some(bias) = bias else {
+                return (0, l);
+            };
             let row = &bias[(bt / t) * g.bs[0] + (bt % t) * g.bs[1]..][..l];
             match row.iter().position(|&x| x != f32::MIN) {
                 Some(lo) => (
@@ -680,7 +723,7 @@ fn attention_f32(
         let out = unsafe { kpp.part(u * d * NR, d * NR) };
         pack_rows(&rows, d, out);
     });
-    let mut o: Vec<f32> = Vec::with_capacity(b * t * h * d);
+    let mut o: Vec<f32> = Vec::with_capacity(b * t * h * dv);
     let op = OutPtr(o.as_mut_ptr());
     let tiles = t.div_ceil(MR);
     let rep = h / kv;
@@ -720,21 +763,24 @@ fn attention_f32(
                     .run(r1 - r0);
                 }
                 for (i, &(rlo, rhi)) in rr.iter().enumerate() {
-                    let brow = bias.as_ptr().add(bi * g.bs[0] + (r0 + i) * g.bs[1]);
+                    let brow = match bias {
+                        Some(bias) => bias.as_ptr().add(bi * g.bs[0] + (r0 + i) * g.bs[1]),
+                        None => std::ptr::null(),
+                    };
                     softmax_row(sc.add(i * width), brow, g.scale, lo, rlo, rhi, hi_);
                 }
                 let vp = v
                     .as_ptr()
                     .add(bi * g.vs[0] + (hi / rep) * g.vs[1] + lo * g.vs[2]);
-                for p in 0..d / NR {
+                for p in 0..dv / NR {
                     Tile {
                         a: sc.add(lo),
                         lda: width,
                         b: vp.add(p * NR),
                         ldb: g.vs[2],
                         depth: hi_ - lo,
-                        c: op.get().add((bi * t + r0) * h * d + hi * d + p * NR),
-                        ldc: h * d,
+                        c: op.get().add((bi * t + r0) * h * dv + hi * dv + p * NR),
+                        ldc: h * dv,
                         accumulate: false,
                     }
                     .run(r1 - r0);
@@ -742,13 +788,14 @@ fn attention_f32(
             }
         });
     });
-    // SAFETY: every (batch, position, head) tile wrote its d values above.
-    unsafe { o.set_len(b * t * h * d) };
+    // SAFETY: every (batch, position, head) tile wrote its dv values above.
+    unsafe { o.set_len(b * t * h * dv) };
     o
 }
 
-/// One row of scores `s` in place: `s[j] * scale + bias[j]`, softmax over `[rlo, rhi)`, and
-/// zero in the rest of `[lo, hi)` (columns the tile's product reads).
+/// One row of scores `s` in place: `s[j] * scale + bias[j]` (no bias when `bias` is null),
+/// softmax over `[rlo, rhi)`, and zero in the rest of `[lo, hi)` (columns the tile's product
+/// reads).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn softmax_row(
@@ -773,8 +820,10 @@ unsafe fn softmax_row(
     let mut j = rlo;
     while j < rhi {
         let m = mask(j, rhi);
-        let x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vs);
-        let x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias.add(j)));
+        let mut x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vs);
+        if !bias.is_null() {
+            x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias.add(j)));
+        }
         _mm512_mask_storeu_ps(s.add(j), m, x);
         mx = _mm512_mask_max_ps(mx, m, mx, x);
         j += 16;
@@ -1037,7 +1086,7 @@ mod tests {
                 }
             }
             let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
-            let Some(fast) = attention(&q, &k, &v, &bias, 1.0 / (d as f64).sqrt()) else {
+            let Some(fast) = attention(&q, &k, &v, Some(&bias), 1.0 / (d as f64).sqrt()) else {
                 eprintln!("no AVX-512 here: the fast path is off");
                 return;
             };
@@ -1045,6 +1094,31 @@ mod tests {
             assert_eq!(fast.shape(), [b, t, h * d]);
             let slow = attention_reference(&q, &k, &v, &bias);
             close(&fast.to_vec::<f32>().unwrap(), &slow, "attention");
+        }
+    }
+
+    #[test]
+    fn unmasked_attention_with_any_head_dim_matches_the_eager_path() {
+        let mut g = Generator::new(9);
+        // (batch, heads, queries, keys, head dim): a UNet's self-attention over latent
+        // positions and cross-attention to 77 text positions, head dims off the 32 grid.
+        for (b, h, t, l, d) in [
+            (2usize, 8usize, 300usize, 300usize, 8usize),
+            (1, 2, 64, 77, 40),
+            (2, 3, 17, 5, 32),
+        ] {
+            let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
+            let k = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
+            let v = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
+            let Some(fast) = attention(&q, &k, &v, None, 1.0 / (d as f64).sqrt()) else {
+                eprintln!("no AVX-512 here: the fast path is off");
+                return;
+            };
+            let fast = fast.unwrap();
+            assert_eq!(fast.shape(), [b, t, h * d]);
+            let zeros = Tensor::zeros(&[b, 1, t, l], DType::F32, &Device::Cpu).unwrap();
+            let slow = attention_reference(&q, &k, &v, &zeros);
+            close(&fast.to_vec::<f32>().unwrap(), &slow, "unmasked attention");
         }
     }
 

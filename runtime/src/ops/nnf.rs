@@ -589,16 +589,23 @@ impl Tensor {
             ins.push(&pm);
         }
         let scale = opts.scale.unwrap_or(1.0 / (d as f64).sqrt());
-        // f32 on the CPU with an additive mask and nothing else: one fused pass (the same
-        // operations in the same order), giving `[B, Lq, Hq * D]`, viewed back as heads.
-        if let (Some(m), MaskKind::Additive, false, None) = (
-            opts.mask,
-            mask.unwrap_or(MaskKind::Keep),
+        // f32 on the CPU with an additive mask or none, and nothing else: one fused pass (the
+        // same operations in the same order), giving `[B, Lq, Hq * D]`, viewed back as heads.
+        let plain = match (opts.mask, mask) {
+            (None, _) => Some(None),
+            (Some(m), Some(MaskKind::Additive)) => Some(Some(m)),
+            _ => None,
+        };
+        if let (Some(bias), false, None, false) = (
+            plain,
             positions,
             opts.softcap,
+            opts.upcast_scores && dt != acc,
         ) {
-            if let Some(out) = crate::cpu::kernels::attention(&q, &k, &v, m, scale) {
-                return out?.reshape_to(&[b, lq, hq, d])?.transpose(1, 2);
+            if dt == DType::F32 {
+                if let Some(out) = crate::cpu::kernels::attention(&q, &k, &v, bias, scale) {
+                    return out?.reshape_to(&[b, lq, hq, d])?.transpose(1, 2);
+                }
             }
         }
         let attn = Attention {

@@ -1,0 +1,213 @@
+//! A UNet2DConditionModel with Stable Diffusion 1.5's block layout at reduced width (random
+//! weights, block_out_channels 64/128/256/256, 37.5M parameters), one denoising step on a
+//! batch of 2 (classifier-free guidance) 64x64 latents with 77 text positions: zoo on candle
+//! CPU and on the XLA CPU plugin beside diffusers on PyTorch CPU, the same checkpoint, inputs
+//! and thread count, all measured in this run; peak RSS of each zoo backend.
+//!
+//! The checkpoint is written once by `nightly/reference/unet_bench.py --write` into
+//! `.cache/zoo-assets/unet-sd15-layout`, or read from `ZOO_UNET_BENCH_DIR`.
+//!
+//! Targets (judged under `--check`): seconds per step <= 0.8x PyTorch's, on candle CPU and on
+//! the XLA CPU plugin.
+//!
+//! Run: `scripts/bench.sh [--check]`, or `cargo run --release --manifest-path
+//! benchmarks/Cargo.toml --bin unet -- [--check] [--threads 2] [--runs 3]`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use zoo_benchmarks::{
+    check_mode, peak_rss, python, python_figures, repo_root, reset_peak_rss, Table, Target,
+};
+use zoo_diffusers::{UNet2DConditionInput, UNet2DConditionModel};
+use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
+
+const HELP: &str = "\
+unet: an SD 1.5-layout UNet at reduced width, one step at 64x64 latents, batch 2, beside diffusers
+
+USAGE: unet [--check] [--threads N] [--runs N]
+
+  --check       exit 1 when a target is missed or cannot be judged
+  --threads N   threads on every side (default 2)
+  --runs N      timed steps per figure, best kept (default 3)
+  --new N, --prefill N   accepted and unused (scripts/bench.sh passes its flags to every benchmark)
+
+Environment: ZOO_UNET_BENCH_DIR (default .cache/zoo-assets/unet-sd15-layout, written by
+nightly/reference/unet_bench.py --write when missing), ZOO_PJRT_CPU_PLUGIN (the XLA CPU
+plugin; its row is skipped without it), PYTHON (default .venv/bin/python).";
+
+struct Args {
+    threads: usize,
+    runs: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        threads: 2,
+        runs: 3,
+    };
+    let mut unused = 0;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let slot = match flag.as_str() {
+            "--check" => continue,
+            "-h" | "--help" => {
+                println!("{HELP}");
+                std::process::exit(0);
+            }
+            "--threads" => &mut a.threads,
+            "--runs" => &mut a.runs,
+            "--new" | "--prefill" => &mut unused,
+            other => return Err(format!("unknown argument {other:?}; see --help")),
+        };
+        *slot = zoo_benchmarks::positive(&mut it, &flag)?;
+    }
+    Ok(a)
+}
+
+fn checkpoint() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("ZOO_UNET_BENCH_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let dir = repo_root().join(".cache/zoo-assets/unet-sd15-layout");
+    if dir.join("config.json").exists() {
+        return Ok(dir);
+    }
+    let partial = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    eprintln!("writing the random UNet to {}...", dir.display());
+    let status = std::process::Command::new(python())
+        .arg(repo_root().join("nightly/reference/unet_bench.py"))
+        .arg("--write")
+        .arg(&partial)
+        .status()
+        .map_err(|e| format!("{}: {e}", python().display()))?;
+    if !status.success() {
+        return Err("unet_bench.py --write failed (is the reference venv installed?)".into());
+    }
+    std::fs::rename(&partial, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Best seconds per UNet call on `device` over `runs` calls after a warm-up (which, on PJRT,
+/// compiles), and the peak RSS of the load and the calls.
+fn zoo_step(dir: &Path, device: Device, runs: usize) -> Result<(f64, u64), String> {
+    reset_peak_rss();
+    let unet = UNet2DConditionModel::from_pretrained(&dir.to_string_lossy(), DType::F32, &device)
+        .map_err(|e| format!("zoo cannot load {}: {e}", dir.display()))?;
+    let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &device).map_err(|e| e.to_string());
+    let sample = z(&[2, 4, 64, 64])?;
+    let context = z(&[2, 77, 768])?;
+    let step = || -> Result<f64, String> {
+        let t =
+            Tensor::from_f64s(&[500.0], &[1], DType::F32, &device).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let out = unet
+            .forward(UNet2DConditionInput {
+                sample: &sample,
+                timestep: &t,
+                encoder_hidden_states: &context,
+                class_labels: None,
+                timestep_cond: None,
+                text_embeds: None,
+                time_ids: None,
+            })
+            .map_err(|e| e.to_string())?;
+        out.to_vec::<f32>().map_err(|e| e.to_string())?;
+        Ok(t0.elapsed().as_secs_f64())
+    };
+    step()?;
+    let mut best = f64::INFINITY;
+    for _ in 0..runs {
+        best = best.min(step()?);
+    }
+    Ok((best, peak_rss()))
+}
+
+fn torch(dir: &Path, a: &Args) -> Result<f64, String> {
+    let v = python_figures(
+        "nightly/reference/unet_bench.py",
+        &[
+            "--model-dir".into(),
+            dir.display().to_string(),
+            "--threads".into(),
+            a.threads.to_string(),
+            "--runs".into(),
+            a.runs.to_string(),
+        ],
+    )?;
+    v["seconds_per_step"]
+        .as_f64()
+        .map(|s| s * 1e3)
+        .ok_or("PyTorch printed no seconds_per_step".into())
+}
+
+fn run() -> Result<ExitCode, String> {
+    let a = parse_args()?;
+    std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
+    let dir = checkpoint()?;
+    eprintln!("measuring (each figure best of {} steps)...", a.runs);
+    let (cpu, cpu_rss) = zoo_step(&dir, Device::Cpu, a.runs)?;
+    let xla = match std::env::var_os("ZOO_PJRT_CPU_PLUGIN").filter(|v| !v.is_empty()) {
+        Some(plugin) => {
+            lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(1))
+                .map_err(|e| e.to_string())?;
+            let d = Device::Pjrt(PjrtDevice {
+                platform: PjrtPlatform::Cpu,
+                ordinal: 0,
+            });
+            Some(zoo_step(&dir, d, a.runs)?)
+        }
+        None => None,
+    };
+    let torch = torch(&dir, &a);
+    let mut t = Table::new(format!(
+        "UNet2DConditionModel, SD 1.5 layout at width 64/128/256/256 (37.5M parameters), f32, 64x64 latents, batch 2, {} threads; all in this run",
+        a.threads
+    ));
+    t.add(
+        "one step, candle CPU",
+        "ms",
+        cpu * 1e3,
+        "diffusers (PyTorch)",
+        torch.clone(),
+        Some(Target::AtMost(0.8)),
+    );
+    if let Some((x, _)) = xla {
+        t.add(
+            "one step, XLA CPU plugin",
+            "ms",
+            x * 1e3,
+            "diffusers (PyTorch)",
+            torch,
+            Some(Target::AtMost(0.8)),
+        );
+    }
+    let failures = t.print();
+    println!(
+        "  peak RSS, candle CPU: {:.0} MiB",
+        cpu_rss as f64 / 1048576.0
+    );
+    if let Some((_, rss)) = xla {
+        println!(
+            "  peak RSS, with the XLA CPU plugin: {:.0} MiB",
+            rss as f64 / 1048576.0
+        );
+    }
+    if check_mode() && failures > 0 {
+        println!("--check: {failures} target(s) missed or not judged");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("unet: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
