@@ -18,6 +18,12 @@ use zoo_runtime::device_map::{
 ///   zoo plan ./SmolLM2 --device-map balanced --max-memory 0=2GiB,1=2GiB --batch 1 --seq 2048
 ///   zoo plan Qwen/Qwen3-0.6B --platform tpu --devices 8 --max-memory 16GiB --out plan.json
 ///   zoo plan model.gguf --device-map sequential --max-memory 0=200MiB,cpu=8GiB --dtype f32
+///   zoo plan ./stable-diffusion-xl --max-memory 0=4GiB,1=4GiB --size 1024x1024 --batch 2
+///
+/// A diffusers pipeline folder (model_index.json) is planned component by component: each
+/// text encoder and the VAE is one unit, the UNet splits at its down, mid and up blocks; the
+/// activations are the UNet's at --size for --batch images (twice that under guidance) and
+/// the VAE decode's.
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -51,6 +57,12 @@ pub struct Args {
     /// Fraction of each budget kept for the runtime (compiled executables, allocator slack).
     #[arg(long, default_value_t = 0.05)]
     reserve: f64,
+    /// Pipelines: the image size WIDTHxHEIGHT (default: the UNet's sample size).
+    #[arg(long)]
+    size: Option<String>,
+    /// Pipelines: plan for no classifier-free guidance (the UNet's batch is not doubled).
+    #[arg(long)]
+    no_guidance: bool,
     /// Write the plan as JSON here (load it later with --device-map FILE.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -58,8 +70,6 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let model = Pretrained::open(&args.model)?;
-    let checkpoint = model.checkpoint()?;
-    let config = model.config().ok();
     let dtype = match args.dtype.as_deref() {
         None => None,
         Some("f32") => Some(Dtype::F32),
@@ -68,45 +78,15 @@ pub fn run(args: Args) -> Result<()> {
         Some(other) => bail!("--dtype {other}: use f32, bf16 or f16"),
     };
     let elem_bytes = dtype.map_or(2, |d| d.plain_size() as usize);
-
-    let max_memory = parse_max_memory(&args.max_memory)?;
-    let named_max = max_memory
-        .per_device
-        .keys()
-        .filter_map(|p| match p {
-            Placement::Device(i) => Some(i + 1),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    let n = args.devices.unwrap_or(named_max.max(1));
-    let mut devices = Vec::new();
-    for i in 0..n {
-        let place = Placement::Device(i);
-        let bytes = max_memory.get(&place).with_context(|| {
-            format!(
-                "{}:{i} has no memory budget; pass --max-memory {i}=SIZE or one size for all",
-                args.platform
-            )
-        })?;
-        devices.push(DeviceBudget {
-            place,
-            name: format!("{}:{i}", args.platform),
-            bytes,
-        });
+    let devices = budgets(&args)?;
+    if model.model_index()?.is_some() {
+        return plan_pipeline(&args, dtype, devices);
     }
-    if let Some(bytes) = max_memory.get(&Placement::Cpu) {
-        devices.push(DeviceBudget {
-            place: Placement::Cpu,
-            name: "cpu".into(),
-            bytes,
-        });
-    }
-    if max_memory.get(&Placement::Disk).is_some() {
-        bail!("offloading to disk is not supported; give more device or cpu memory");
-    }
+    let checkpoint = model.checkpoint()?;
+    let config = model.config().ok();
 
     let inv = &checkpoint.inventory;
+
     // The family says what its units are and what each costs; a checkpoint of no known
     // family is planned module by module from its weights alone.
     let layout = config
@@ -150,6 +130,7 @@ pub fn run(args: Args) -> Result<()> {
             seq,
             elem_bytes,
         },
+        activations: None,
         reserve_fraction: args.reserve,
     };
     let plan = plan(&request)?;
@@ -170,6 +151,103 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(out) = &args.out {
         let text = serde_json::to_string_pretty(&plan.to_json())?;
         // Write then rename, so an interrupted run leaves no half-written plan.
+        let tmp = out.with_extension("json.partial");
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+        println!("plan written to {}", out.display());
+    }
+    Ok(())
+}
+
+/// The device budgets of `--max-memory` / `--devices` / `--platform`.
+fn budgets(args: &Args) -> Result<Vec<DeviceBudget>> {
+    let max_memory = parse_max_memory(&args.max_memory)?;
+    let named_max = max_memory
+        .per_device
+        .keys()
+        .filter_map(|p| match p {
+            Placement::Device(i) => Some(i + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let n = args.devices.unwrap_or(named_max.max(1));
+    let mut devices = Vec::new();
+    for i in 0..n {
+        let place = Placement::Device(i);
+        let bytes = max_memory.get(&place).with_context(|| {
+            format!(
+                "{}:{i} has no memory budget; pass --max-memory {i}=SIZE or one size for all",
+                args.platform
+            )
+        })?;
+        devices.push(DeviceBudget {
+            place,
+            name: format!("{}:{i}", args.platform),
+            bytes,
+        });
+    }
+    if let Some(bytes) = max_memory.get(&Placement::Cpu) {
+        devices.push(DeviceBudget {
+            place: Placement::Cpu,
+            name: "cpu".into(),
+            bytes,
+        });
+    }
+    if max_memory.get(&Placement::Disk).is_some() {
+        bail!("offloading to disk is not supported; give more device or cpu memory");
+    }
+    Ok(devices)
+}
+
+/// `zoo plan` on a diffusers pipeline folder.
+fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) -> Result<()> {
+    let size = match args.size.as_deref() {
+        None => None,
+        Some(s) => {
+            let (w, h) = s
+                .split_once(['x', 'X'])
+                .with_context(|| format!("--size {s:?}: write it as WIDTHxHEIGHT"))?;
+            let (w, h): (usize, usize) = (w.trim().parse()?, h.trim().parse()?);
+            if w == 0 || h == 0 || w % 8 != 0 || h % 8 != 0 {
+                bail!("--size {s}: width and height must be positive multiples of 8");
+            }
+            Some((h, w))
+        }
+    };
+    let p = zoo_diffusers::pipelines::plan::plan_units(
+        &args.model,
+        dtype,
+        size,
+        args.batch,
+        !args.no_guidance,
+    )?;
+    let request = PlanRequest {
+        strategy: args.device_map.clone(),
+        devices,
+        units: p.units.clone(),
+        shape: None,
+        workload: Workload {
+            batch: args.batch,
+            seq: 1,
+            elem_bytes: dtype.map_or(4, |d| d.plain_size() as usize),
+        },
+        activations: Some(p.activations),
+        reserve_fraction: args.reserve,
+    };
+    let plan = plan(&request)?;
+    plan.check_covers(&p.inventory)?;
+    print!("{plan}");
+    println!(
+        "note: {} at {}x{}: the UNet runs a batch of {} (activations {} per device, the largest component's peak)",
+        p.class_name,
+        p.size.1,
+        p.size.0,
+        p.unet_batch,
+        zoo_runtime::device_map::human(p.activations)
+    );
+    if let Some(out) = &args.out {
+        let text = serde_json::to_string_pretty(&plan.to_json())?;
         let tmp = out.with_extension("json.partial");
         std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;

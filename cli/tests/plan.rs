@@ -192,3 +192,87 @@ fn an_encoder_decoder_counts_self_and_cross_attention_caches_of_its_decoder_laye
     let kv: u64 = stages.iter().map(|s| s["kv"].as_u64().unwrap()).sum();
     assert_eq!(kv, 2 * per_layer + 96 * 4, "{out}");
 }
+
+#[test]
+fn a_pipeline_is_planned_by_component_with_the_unet_split_at_its_blocks() {
+    let sdxl = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../diffusers/tests/data/pipelines/sdxl");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let (ok, stdout, stderr) = zoo(&[
+        "plan",
+        &sdxl.to_string_lossy(),
+        "--max-memory",
+        "0=3MiB,1=3MiB",
+        "--size",
+        "32x32",
+        "--reserve",
+        "0",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("StableDiffusionXLPipeline at 32x32"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("a batch of 2"),
+        "guidance doubles the UNet's batch: {stdout}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let stages = plan["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 2, "{stdout}");
+    let units: Vec<&str> = stages
+        .iter()
+        .flat_map(|s| {
+            s["units"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|u| u.as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(units.first(), Some(&"text_encoder"));
+    assert_eq!(units.last(), Some(&"vae"));
+    let unet: Vec<&&str> = units.iter().filter(|u| u.starts_with("unet")).collect();
+    assert!(
+        unet.len() >= 5,
+        "the UNet splits into its blocks: {units:?}"
+    );
+    // A UNet stage boundary: both devices hold part of the UNet.
+    for s in stages {
+        assert!(s["units"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u.as_str().unwrap().starts_with("unet")));
+    }
+    // Larger images need more activation memory.
+    let (ok, small, _) = zoo(&[
+        "plan",
+        &sdxl.to_string_lossy(),
+        "--max-memory",
+        "1GiB",
+        "--size",
+        "32x32",
+    ]);
+    assert!(ok);
+    let (ok, big, _) = zoo(&[
+        "plan",
+        &sdxl.to_string_lossy(),
+        "--max-memory",
+        "1GiB",
+        "--size",
+        "64x64",
+    ]);
+    assert!(ok);
+    let act = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("note:"))
+            .unwrap()
+            .to_string()
+    };
+    assert_ne!(act(&small), act(&big));
+}

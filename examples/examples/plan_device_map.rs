@@ -34,6 +34,7 @@ fn main() -> anyhow::Result<()> {
             seq: 2048,
             elem_bytes: 2,
         },
+        activations: None,
         reserve_fraction: 0.05,
     };
     let plan = plan(&request)?;

@@ -23,7 +23,8 @@ fn main() -> Result<()> {
         progress: true,
         ..Default::default()
     };
-    let DiffusionPipeline::StableDiffusion(pipe) = DiffusionPipeline::from_pretrained(&pipeline, &opts)?
+    let DiffusionPipeline::StableDiffusion(pipe) =
+        DiffusionPipeline::from_pretrained(&pipeline, &opts)?
     else {
         bail!("{pipeline} is not a Stable Diffusion pipeline");
     };
@@ -37,7 +38,11 @@ fn main() -> Result<()> {
     // The same seed gives the same image on every backend: the noise is drawn on the host.
     let image = pipe.generate(&call, &mut Noise::seeded(seed))?;
     for path in image.save_png(std::path::Path::new(&out))? {
-        println!("{} ({:.2} s/step)", path.display(), image.seconds_per_step());
+        println!(
+            "{} ({:.2} s/step)",
+            path.display(),
+            image.seconds_per_step()
+        );
     }
     Ok(())
 }

@@ -111,6 +111,7 @@ fn main() {
                 units,
                 shape: Some(shape),
                 workload,
+                activations: None,
                 reserve_fraction: 0.05,
             };
             let p = plan(&request).expect("the synthetic model fits");

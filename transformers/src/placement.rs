@@ -231,6 +231,7 @@ fn spread(
             seq: layout.context.min(PLANNED_SEQ),
             elem_bytes: facts.dtype.size_in_bytes(),
         },
+        activations: None,
         reserve_fraction: 0.05,
     };
     let plan = plan(&request).map_err(Error::from)?;

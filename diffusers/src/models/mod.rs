@@ -143,3 +143,12 @@ pub(crate) fn open_component(
     let weights = crate::pipelines::component_weights(&pretrained, dtype, device)?;
     Ok((config, weights))
 }
+
+/// A per-block count given once or per block (`layers_per_block`, `attention_head_dim`),
+/// for planners that read configs already checked.
+pub(crate) fn per_block_usize(value: &Value, blocks: usize) -> Vec<usize> {
+    match value {
+        Value::Array(a) => a.iter().map(|v| v.as_u64().unwrap_or(1) as usize).collect(),
+        v => vec![v.as_u64().unwrap_or(1) as usize; blocks],
+    }
+}

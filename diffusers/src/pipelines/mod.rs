@@ -8,6 +8,7 @@
 //! instead, which is how an image is reproduced from diffusers' own noise.
 
 pub mod ddpm;
+pub mod plan;
 pub mod stable_diffusion;
 pub mod stable_diffusion_xl;
 

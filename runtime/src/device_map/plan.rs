@@ -114,6 +114,9 @@ pub struct PlanRequest {
     pub units: Vec<Unit>,
     pub shape: Option<ModelShape>,
     pub workload: Workload,
+    /// Peak activation bytes per device when the caller sizes them itself (a UNet's skip
+    /// connections at the image size); `None` derives them from `shape` and `workload`.
+    pub activations: Option<u64>,
     /// Fraction of each budget held back for the runtime (executables, allocator slack).
     pub reserve_fraction: f64,
 }
@@ -310,7 +313,9 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, DeviceMapError> {
         });
     }
     let costs = unit_costs(req);
-    let act = activation_peak(req.shape, req.workload);
+    let act = req
+        .activations
+        .unwrap_or_else(|| activation_peak(req.shape, req.workload));
     let fixed: Vec<u64> = req
         .devices
         .iter()
@@ -640,6 +645,7 @@ mod tests {
                 seq: 1,
                 elem_bytes: 2,
             },
+            activations: None,
             reserve_fraction: 0.0,
         }
     }

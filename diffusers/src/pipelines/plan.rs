@@ -1,0 +1,249 @@
+//! A pipeline's placement units and peak activations, from headers and configs alone, for
+//! `zoo plan`: every component is a unit (the text encoders, the VAE), except the UNet, which
+//! splits at its blocks (`down_blocks.N`, `mid_block`, `up_blocks.N`) so a UNet larger than
+//! one device runs in stages.
+
+use zoo_hub::{Dtype, Inventory};
+use zoo_runtime::device_map::Unit;
+
+use super::PipelineFiles;
+use crate::models::autoencoder_kl::AutoencoderKLConfig;
+use crate::models::unet_2d::UNet2DConfig;
+use crate::models::unet_2d_condition::UNet2DConditionConfig;
+use crate::{Error, Result};
+
+/// What `zoo plan` needs of a pipeline.
+#[derive(Clone, Debug)]
+pub struct PipelinePlan {
+    /// The pipeline class.
+    pub class_name: String,
+    /// Units in execution order (text encoders, the UNet's stages, the VAE).
+    pub units: Vec<Unit>,
+    /// Peak activation bytes of the largest component at the asked size and batch.
+    pub activations: u64,
+    /// Every tensor of every component, prefixed by its component (`unet.conv_in.weight`).
+    pub inventory: Inventory,
+    /// The image size planned for, `(height, width)`.
+    pub size: (usize, usize),
+    /// The batch the UNet runs: images, doubled under classifier-free guidance.
+    pub unet_batch: usize,
+}
+
+/// Components in the order a pipeline call runs them.
+const ORDER: &[&str] = &["text_encoder", "text_encoder_2", "unet", "vae"];
+
+/// The UNet's unit of a tensor name: its block, or the stem before / head after them.
+fn unet_unit(name: &str) -> String {
+    let mut parts = name.split('.');
+    match (parts.next(), parts.next()) {
+        (Some(b @ ("down_blocks" | "up_blocks")), Some(i)) => format!("unet.{b}.{i}"),
+        (Some("mid_block"), _) => "unet.mid_block".into(),
+        (Some(h @ ("conv_norm_out" | "conv_out")), _) => format!("unet.{h}"),
+        _ => "unet".into(),
+    }
+}
+
+fn unet_rank(unit: &str, blocks: usize) -> usize {
+    let idx = |s: &str| {
+        s.rsplit('.')
+            .next()
+            .and_then(|i| i.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    if unit == "unet" {
+        0
+    } else if unit.starts_with("unet.down_blocks.") {
+        1 + idx(unit)
+    } else if unit == "unet.mid_block" {
+        1 + blocks
+    } else if unit.starts_with("unet.up_blocks.") {
+        2 + blocks + idx(unit)
+    } else {
+        3 + 2 * blocks
+    }
+}
+
+/// Plans the pipeline at `repo_or_path` for `images` images of `size` (default: the UNet's
+/// sample size), in `dtype` (default: as stored), with guidance doubling the UNet's batch.
+pub fn plan_units(
+    repo_or_path: &str,
+    dtype: Option<Dtype>,
+    size: Option<(usize, usize)>,
+    images: usize,
+    guidance: bool,
+) -> Result<PipelinePlan> {
+    let files = PipelineFiles::open(repo_or_path, None)?;
+    let index = &files.index;
+    let mut names: Vec<&String> = index.components.keys().collect();
+    names.sort_by_key(|n| ORDER.iter().position(|o| o == n).unwrap_or(ORDER.len()));
+    let mut units: Vec<Unit> = Vec::new();
+    let mut inventory = Inventory::default();
+    let elem = dtype.map_or(4, |d| d.plain_size());
+    let mut activations = 0u64;
+    let vae_cfg = match index.components.contains_key("vae") {
+        true => Some(AutoencoderKLConfig::from_file(
+            &files.file("vae", "config.json")?,
+        )?),
+        false => None,
+    };
+    let factor = vae_cfg.as_ref().map_or(1, |v| v.scale_factor());
+    let mut planned = size;
+    let unet_batch = images * if guidance { 2 } else { 1 };
+    for name in names {
+        let class = &index.components[name].1;
+        let weightless = [
+            "Tokenizer",
+            "TokenizerFast",
+            "Scheduler",
+            "FeatureExtractor",
+            "ImageProcessor",
+        ];
+        if weightless.iter().any(|w| class.ends_with(w)) {
+            continue;
+        }
+        let ck = files.pretrained.component(name).checkpoint()?;
+        let mut blocks = 0;
+        if name == "unet" {
+            let (sample, levels) = unet_shape(&files)?;
+            blocks = levels.len();
+            let (h, w) = *planned.get_or_insert((sample * factor, sample * factor));
+            activations = activations.max(unet_activations(
+                &levels,
+                h / factor,
+                w / factor,
+                unet_batch,
+                elem,
+            ));
+        }
+        if name == "vae" {
+            if let (Some(v), Some((h, w))) = (&vae_cfg, planned) {
+                activations = activations.max(vae_activations(v, h, w, images, elem));
+            }
+        }
+        let first = units.len();
+        for t in ck.inventory.tensors() {
+            let unit = if name == "unet" {
+                unet_unit(&t.name)
+            } else {
+                name.clone()
+            };
+            let bytes = dtype.map_or(t.nbytes, |d| t.bytes_as(d));
+            match units[first..].iter_mut().find(|u| u.name == unit) {
+                Some(u) => u.weight_bytes += bytes,
+                None => units.push(Unit {
+                    name: unit,
+                    weight_bytes: bytes,
+                    layer: None,
+                    tied_with: None,
+                }),
+            }
+            let mut info = t.clone();
+            info.name = format!("{name}.{}", t.name);
+            inventory.push(info)?;
+        }
+        if name == "unet" {
+            units[first..].sort_by_key(|u| unet_rank(&u.name, blocks));
+        }
+    }
+    if units.is_empty() {
+        return Err(Error::Config {
+            path: index.path.clone(),
+            reason: "no component of this pipeline has weights".into(),
+        });
+    }
+    let size = planned.ok_or_else(|| Error::Config {
+        path: index.path.clone(),
+        reason: "the pipeline has no UNet to size the image from; give a size".into(),
+    })?;
+    Ok(PipelinePlan {
+        class_name: index.class_name.clone(),
+        units,
+        activations,
+        inventory,
+        size,
+        unet_batch,
+    })
+}
+
+/// One UNet level: channels, ResNets per down block, attention heads (0 without attention).
+type Level = (usize, usize, usize);
+
+/// The UNet's sample size and its levels.
+fn unet_shape(files: &PipelineFiles) -> Result<(usize, Vec<Level>)> {
+    let path = files.file("unet", "config.json")?;
+    let sample_of = |v: &Option<serde_json::Value>| -> usize {
+        match v {
+            Some(serde_json::Value::Array(a)) => a.first().and_then(|x| x.as_u64()).unwrap_or(64),
+            Some(x) => x.as_u64().unwrap_or(64),
+            None => 64,
+        }
+        .try_into()
+        .unwrap_or(64)
+    };
+    if let Ok(c) = UNet2DConditionConfig::from_file(&path) {
+        let layers: Vec<usize> =
+            crate::models::per_block_usize(&c.layers_per_block, c.block_out_channels.len());
+        let heads: Vec<usize> =
+            crate::models::per_block_usize(&c.attention_head_dim, c.block_out_channels.len());
+        let levels = c
+            .block_out_channels
+            .iter()
+            .enumerate()
+            .map(|(i, &ch)| {
+                let attn = c.down_block_types[i].starts_with("CrossAttn");
+                (ch, layers[i], if attn { heads[i] } else { 0 })
+            })
+            .collect();
+        return Ok((sample_of(&c.sample_size), levels));
+    }
+    let c = UNet2DConfig::from_file(&path)?;
+    let levels = c
+        .block_out_channels
+        .iter()
+        .enumerate()
+        .map(|(i, &ch)| {
+            let attn = c.down_block_types[i].starts_with("Attn");
+            let heads = ch / c.attention_head_dim.unwrap_or(ch).max(1);
+            (ch, c.layers_per_block, if attn { heads } else { 0 })
+        })
+        .collect();
+    Ok((sample_of(&c.sample_size), levels))
+}
+
+/// Peak bytes of a UNet call on `batch` latents of `h x w`: every skip connection the down
+/// blocks keep for the up blocks, three feature maps of the widest level in flight, and the
+/// attention scores of the largest self-attention (a compiled device may materialise them).
+fn unet_activations(
+    levels: &[(usize, usize, usize)],
+    h: usize,
+    w: usize,
+    batch: usize,
+    elem: u64,
+) -> u64 {
+    let mut skips = (levels[0].0 * h * w) as u64;
+    let mut widest = 0u64;
+    let mut scores = 0u64;
+    let (mut rh, mut rw) = (h, w);
+    for (i, &(ch, layers, heads)) in levels.iter().enumerate() {
+        let map = (ch * rh * rw) as u64;
+        widest = widest.max(map);
+        skips += map * layers as u64;
+        if heads > 0 {
+            let l = (rh * rw) as u64;
+            scores = scores.max(heads as u64 * l * l * 4);
+        }
+        if i + 1 < levels.len() {
+            (rh, rw) = (rh.div_ceil(2), rw.div_ceil(2));
+            skips += (ch * rh * rw) as u64;
+        }
+    }
+    batch as u64 * ((skips + 3 * widest) * elem + scores)
+}
+
+/// Peak bytes of a VAE decode of `batch` images of `h x w`: three maps of the first level
+/// at full size, and the mid block's one-head attention over the latent positions.
+fn vae_activations(c: &AutoencoderKLConfig, h: usize, w: usize, batch: usize, elem: u64) -> u64 {
+    let ch = c.block_out_channels.first().copied().unwrap_or(0);
+    let l = ((h / c.scale_factor()) * (w / c.scale_factor())) as u64;
+    batch as u64 * (3 * (ch * h * w) as u64 * elem + l * l * 4)
+}
