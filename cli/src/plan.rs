@@ -148,15 +148,7 @@ pub fn run(args: Args) -> Result<()> {
         ),
         Some(_) => {}
     }
-    if let Some(out) = &args.out {
-        let text = serde_json::to_string_pretty(&plan.to_json())?;
-        // Write then rename, so an interrupted run leaves no half-written plan.
-        let tmp = out.with_extension("json.partial");
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
-        println!("plan written to {}", out.display());
-    }
-    Ok(())
+    write_plan(&plan, args.out.as_deref())
 }
 
 /// The device budgets of `--max-memory` / `--devices` / `--platform`.
@@ -246,12 +238,19 @@ fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) 
         p.unet_batch,
         zoo_runtime::device_map::human(p.activations)
     );
-    if let Some(out) = &args.out {
-        let text = serde_json::to_string_pretty(&plan.to_json())?;
-        let tmp = out.with_extension("json.partial");
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
-        println!("plan written to {}", out.display());
-    }
+    write_plan(&plan, args.out.as_deref())
+}
+
+/// Writes the plan as JSON to `out` (then renames it into place, so an interrupted run leaves
+/// no half-written plan).
+fn write_plan(plan: &zoo_runtime::device_map::Plan, out: Option<&std::path::Path>) -> Result<()> {
+    let Some(out) = out else {
+        return Ok(());
+    };
+    let text = serde_json::to_string_pretty(&plan.to_json())?;
+    let tmp = out.with_extension("json.partial");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+    println!("plan written to {}", out.display());
     Ok(())
 }

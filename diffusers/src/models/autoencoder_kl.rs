@@ -19,24 +19,6 @@ use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
 use super::{ensure, read_config, Act};
 use crate::{Error, Result};
 
-fn d_3() -> usize {
-    3
-}
-fn d_4() -> usize {
-    4
-}
-fn d_1() -> usize {
-    1
-}
-fn d_32() -> usize {
-    32
-}
-fn d_true() -> bool {
-    true
-}
-fn d_silu() -> String {
-    "silu".into()
-}
 fn d_down() -> Vec<String> {
     vec!["DownEncoderBlock2D".into()]
 }
@@ -57,9 +39,9 @@ fn d_scaling() -> f64 {
 #[derive(Clone, Debug, Deserialize)]
 #[allow(missing_docs)]
 pub struct AutoencoderKLConfig {
-    #[serde(default = "d_3")]
+    #[serde(default = "super::defaults::three")]
     pub in_channels: usize,
-    #[serde(default = "d_3")]
+    #[serde(default = "super::defaults::three")]
     pub out_channels: usize,
     #[serde(default = "d_down")]
     pub down_block_types: Vec<String>,
@@ -67,13 +49,13 @@ pub struct AutoencoderKLConfig {
     pub up_block_types: Vec<String>,
     #[serde(default = "d_channels")]
     pub block_out_channels: Vec<usize>,
-    #[serde(default = "d_1")]
+    #[serde(default = "super::defaults::one")]
     pub layers_per_block: usize,
-    #[serde(default = "d_silu")]
+    #[serde(default = "super::defaults::silu")]
     pub act_fn: String,
-    #[serde(default = "d_4")]
+    #[serde(default = "super::defaults::four")]
     pub latent_channels: usize,
-    #[serde(default = "d_32")]
+    #[serde(default = "super::defaults::thirty_two")]
     pub norm_num_groups: usize,
     #[serde(default = "d_sample")]
     pub sample_size: Value,
@@ -87,13 +69,13 @@ pub struct AutoencoderKLConfig {
     #[serde(default)]
     pub latents_std: Option<Vec<f64>>,
     /// The VAE overflows in float16: pipelines run it in float32 (`force_upcast`).
-    #[serde(default = "d_true")]
+    #[serde(default = "super::defaults::yes")]
     pub force_upcast: bool,
-    #[serde(default = "d_true")]
+    #[serde(default = "super::defaults::yes")]
     pub use_quant_conv: bool,
-    #[serde(default = "d_true")]
+    #[serde(default = "super::defaults::yes")]
     pub use_post_quant_conv: bool,
-    #[serde(default = "d_true")]
+    #[serde(default = "super::defaults::yes")]
     pub mid_block_add_attention: bool,
     /// The file, for errors.
     #[serde(skip)]
@@ -124,18 +106,7 @@ impl AutoencoderKLConfig {
                 )
             },
         )?;
-        for (i, &c) in self.block_out_channels.iter().enumerate() {
-            ensure(
-                c > 0 && c.is_multiple_of(self.norm_num_groups.max(1)),
-                p,
-                || {
-                    format!(
-                    "`block_out_channels[{i}]` = {c} is not divisible by `norm_num_groups` = {}",
-                    self.norm_num_groups
-                )
-                },
-            )?;
-        }
+        super::check_groups(&self.block_out_channels, self.norm_num_groups, p)?;
         ensure(self.scaling_factor > 0.0, p, || {
             format!(
                 "`scaling_factor` must be positive, got {}",

@@ -21,6 +21,40 @@ use zoo_runtime::{Activation, Tensor};
 
 use crate::{Error, Result};
 
+/// serde defaults the model configs share (diffusers' own defaults).
+pub(crate) mod defaults {
+    pub fn one() -> usize {
+        1
+    }
+    pub fn three() -> usize {
+        3
+    }
+    pub fn four() -> usize {
+        4
+    }
+    pub fn thirty_two() -> usize {
+        32
+    }
+    pub fn unit() -> f64 {
+        1.0
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn silu() -> String {
+        "silu".into()
+    }
+    pub fn norm_eps() -> f64 {
+        1e-5
+    }
+    pub fn default_norm() -> String {
+        "default".into()
+    }
+    pub fn positional() -> String {
+        "positional".into()
+    }
+}
+
 /// A diffusers activation name (`get_activation`: `silu`/`swish`, `mish`, `gelu`, `relu`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Act {
@@ -151,4 +185,18 @@ pub(crate) fn per_block_usize(value: &Value, blocks: usize) -> Vec<usize> {
         Value::Array(a) => a.iter().map(|v| v.as_u64().unwrap_or(1) as usize).collect(),
         v => vec![v.as_u64().unwrap_or(1) as usize; blocks],
     }
+}
+
+/// Every `block_out_channels` entry must be positive and split into `norm_num_groups` groups.
+pub(crate) fn check_groups(channels: &[usize], groups: usize, path: &Path) -> Result<()> {
+    for (i, &c) in channels.iter().enumerate() {
+        ensure(
+            c > 0 && groups > 0 && c.is_multiple_of(groups),
+            path,
+            || {
+                format!("`block_out_channels[{i}]` = {c} is not divisible by `norm_num_groups` = {groups}")
+            },
+        )?;
+    }
+    Ok(())
 }

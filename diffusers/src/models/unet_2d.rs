@@ -14,35 +14,8 @@ use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
 use super::{ensure, read_config, Act};
 use crate::{Error, Result};
 
-fn d_3() -> usize {
-    3
-}
 fn d_2() -> usize {
     2
-}
-fn d_1() -> usize {
-    1
-}
-fn d_one() -> f64 {
-    1.0
-}
-fn d_true() -> bool {
-    true
-}
-fn d_silu() -> String {
-    "silu".into()
-}
-fn d_32() -> usize {
-    32
-}
-fn d_eps() -> f64 {
-    1e-5
-}
-fn d_positional() -> String {
-    "positional".into()
-}
-fn d_default() -> String {
-    "default".into()
 }
 fn d_conv() -> String {
     "conv".into()
@@ -83,19 +56,19 @@ fn d_channels() -> Vec<usize> {
 pub struct UNet2DConfig {
     #[serde(default)]
     pub sample_size: Option<Value>,
-    #[serde(default = "d_3")]
+    #[serde(default = "super::defaults::three")]
     pub in_channels: usize,
-    #[serde(default = "d_3")]
+    #[serde(default = "super::defaults::three")]
     pub out_channels: usize,
     #[serde(default)]
     pub center_input_sample: bool,
-    #[serde(default = "d_positional")]
+    #[serde(default = "super::defaults::positional")]
     pub time_embedding_type: String,
     #[serde(default)]
     pub time_embedding_dim: Option<usize>,
     #[serde(default)]
     pub freq_shift: f64,
-    #[serde(default = "d_true")]
+    #[serde(default = "super::defaults::yes")]
     pub flip_sin_to_cos: bool,
     #[serde(default = "d_down")]
     pub down_block_types: Vec<String>,
@@ -107,27 +80,27 @@ pub struct UNet2DConfig {
     pub block_out_channels: Vec<usize>,
     #[serde(default = "d_2")]
     pub layers_per_block: usize,
-    #[serde(default = "d_one")]
+    #[serde(default = "super::defaults::unit")]
     pub mid_block_scale_factor: f64,
-    #[serde(default = "d_1")]
+    #[serde(default = "super::defaults::one")]
     pub downsample_padding: usize,
     #[serde(default = "d_conv")]
     pub downsample_type: String,
     #[serde(default = "d_conv")]
     pub upsample_type: String,
-    #[serde(default = "d_silu")]
+    #[serde(default = "super::defaults::silu")]
     pub act_fn: String,
     #[serde(default = "d_head")]
     pub attention_head_dim: Option<usize>,
-    #[serde(default = "d_32")]
+    #[serde(default = "super::defaults::thirty_two")]
     pub norm_num_groups: usize,
     #[serde(default)]
     pub attn_norm_num_groups: Option<usize>,
-    #[serde(default = "d_eps")]
+    #[serde(default = "super::defaults::norm_eps")]
     pub norm_eps: f64,
-    #[serde(default = "d_default")]
+    #[serde(default = "super::defaults::default_norm")]
     pub resnet_time_scale_shift: String,
-    #[serde(default = "d_true")]
+    #[serde(default = "super::defaults::yes")]
     pub add_attention: bool,
     #[serde(default)]
     pub class_embed_type: Option<String>,
@@ -180,18 +153,7 @@ impl UNet2DConfig {
                 return Err(bad("class_embed_type", t));
             }
         }
-        for (i, &c) in self.block_out_channels.iter().enumerate() {
-            ensure(
-                c > 0 && c.is_multiple_of(self.norm_num_groups.max(1)),
-                p,
-                || {
-                    format!(
-                    "`block_out_channels[{i}]` = {c} is not divisible by `norm_num_groups` = {}",
-                    self.norm_num_groups
-                )
-                },
-            )?;
-        }
+        super::check_groups(&self.block_out_channels, self.norm_num_groups, p)?;
         Act::from_diffusers(&self.act_fn).map_err(|e| Error::Config {
             path: p.clone(),
             reason: format!("`act_fn`: {e}"),

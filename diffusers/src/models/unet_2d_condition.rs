@@ -20,29 +20,8 @@ use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
 use super::{ensure, per_block, read_config, Act};
 use crate::{Error, Result};
 
-fn d_true() -> bool {
-    true
-}
-fn d_4() -> usize {
-    4
-}
-fn d_3() -> usize {
-    3
-}
-fn d_1() -> usize {
-    1
-}
-fn d_one() -> f64 {
-    1.0
-}
-fn d_silu() -> String {
-    "silu".into()
-}
 fn d_groups() -> Option<usize> {
     Some(32)
-}
-fn d_eps() -> f64 {
-    1e-5
 }
 fn d_mid() -> Option<String> {
     Some("UNetMidBlock2DCrossAttn".into())
@@ -85,12 +64,6 @@ fn d_heads() -> Value {
 fn d_false_value() -> Value {
     Value::from(false)
 }
-fn d_default() -> String {
-    "default".into()
-}
-fn d_positional() -> String {
-    "positional".into()
-}
 fn d_64() -> usize {
     64
 }
@@ -101,13 +74,13 @@ fn d_64() -> usize {
 pub struct UNet2DConditionConfig {
     #[serde(default)]
     pub sample_size: Option<Value>,
-    #[serde(default = "d_4")]
+    #[serde(default = "super::defaults::four")]
     pub in_channels: usize,
-    #[serde(default = "d_4")]
+    #[serde(default = "super::defaults::four")]
     pub out_channels: usize,
     #[serde(default)]
     pub center_input_sample: bool,
-    #[serde(default = "d_true")]
+    #[serde(default = "super::defaults::yes")]
     pub flip_sin_to_cos: bool,
     #[serde(default)]
     pub freq_shift: f64,
@@ -123,15 +96,15 @@ pub struct UNet2DConditionConfig {
     pub block_out_channels: Vec<usize>,
     #[serde(default = "d_layers")]
     pub layers_per_block: Value,
-    #[serde(default = "d_1")]
+    #[serde(default = "super::defaults::one")]
     pub downsample_padding: usize,
-    #[serde(default = "d_one")]
+    #[serde(default = "super::defaults::unit")]
     pub mid_block_scale_factor: f64,
-    #[serde(default = "d_silu")]
+    #[serde(default = "super::defaults::silu")]
     pub act_fn: String,
     #[serde(default = "d_groups")]
     pub norm_num_groups: Option<usize>,
-    #[serde(default = "d_eps")]
+    #[serde(default = "super::defaults::norm_eps")]
     pub norm_eps: f64,
     #[serde(default = "d_cross")]
     pub cross_attention_dim: Value,
@@ -161,13 +134,13 @@ pub struct UNet2DConditionConfig {
     pub num_class_embeds: Option<usize>,
     #[serde(default)]
     pub upcast_attention: bool,
-    #[serde(default = "d_default")]
+    #[serde(default = "super::defaults::default_norm")]
     pub resnet_time_scale_shift: String,
     #[serde(default)]
     pub resnet_skip_time_act: bool,
-    #[serde(default = "d_one")]
+    #[serde(default = "super::defaults::unit")]
     pub resnet_out_scale_factor: f64,
-    #[serde(default = "d_positional")]
+    #[serde(default = "super::defaults::positional")]
     pub time_embedding_type: String,
     #[serde(default)]
     pub time_embedding_dim: Option<usize>,
@@ -177,13 +150,13 @@ pub struct UNet2DConditionConfig {
     pub timestep_post_act: Option<String>,
     #[serde(default)]
     pub time_cond_proj_dim: Option<usize>,
-    #[serde(default = "d_3")]
+    #[serde(default = "super::defaults::three")]
     pub conv_in_kernel: usize,
-    #[serde(default = "d_3")]
+    #[serde(default = "super::defaults::three")]
     pub conv_out_kernel: usize,
     #[serde(default)]
     pub projection_class_embeddings_input_dim: Option<usize>,
-    #[serde(default = "d_default")]
+    #[serde(default = "super::defaults::default_norm")]
     pub attention_type: String,
     #[serde(default)]
     pub class_embeddings_concat: bool,
@@ -332,11 +305,7 @@ impl UNet2DConditionConfig {
         let groups = self.norm_num_groups.ok_or_else(|| {
             self.bad("`norm_num_groups` is null; zoo builds UNets with GroupNorm".into())
         })?;
-        for (i, &c) in self.block_out_channels.iter().enumerate() {
-            ensure(c > 0 && c.is_multiple_of(groups), p, || {
-                format!("`block_out_channels[{i}]` = {c} is not divisible by `norm_num_groups` = {groups}")
-            })?;
-        }
+        super::check_groups(&self.block_out_channels, groups, p)?;
         for k in [self.conv_in_kernel, self.conv_out_kernel] {
             ensure(k % 2 == 1, p, || {
                 format!("conv kernels must be odd, got {k}")

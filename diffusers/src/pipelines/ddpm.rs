@@ -91,15 +91,7 @@ impl DDPMPipeline {
             let input = scheduler.scale_model_input(&image, i)?;
             let ts = Tensor::from_f64s(&[t], &[1], DType::F32, &self.device)?;
             let pred = self.unet.forward(&input, &ts, None)?.to_dtype(DType::F32)?;
-            let step_noise = if scheduler.needs_noise(i) {
-                Some(noise.randn(&shape, &self.device)?)
-            } else {
-                None
-            };
-            image = scheduler.step(&pred, i, &image, step_noise.as_ref())?;
-            // One compiled program per step on PJRT (the same one from step to step: the
-            // timestep and the scheduler's coefficients are inputs), run before the next.
-            image.sync()?;
+            image = super::scheduler_step(&mut *scheduler, &pred, i, &image, noise)?;
             bar.inc(1);
         }
         bar.finish_and_clear();

@@ -360,3 +360,23 @@ pub fn load_image(path: &Path) -> Result<Tensor> {
     }
     Ok(Tensor::from_vec(chw, &[1, 3, h, w], &Device::Cpu)?)
 }
+
+/// One scheduler step from the model's prediction, with the noise the step draws (if any),
+/// computed before the next: on PJRT each step is then one compiled program, the same from
+/// step to step (the timestep and the coefficients are inputs).
+pub(crate) fn scheduler_step(
+    scheduler: &mut dyn crate::Scheduler,
+    pred: &Tensor,
+    step: usize,
+    sample: &Tensor,
+    noise: &mut Noise,
+) -> Result<Tensor> {
+    let drawn = if scheduler.needs_noise(step) {
+        Some(noise.randn(sample.shape(), &sample.device())?)
+    } else {
+        None
+    };
+    let next = scheduler.step(pred, step, sample, drawn.as_ref())?;
+    next.sync()?;
+    Ok(next)
+}

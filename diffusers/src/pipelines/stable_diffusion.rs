@@ -585,15 +585,7 @@ impl StableDiffusionPipeline {
             } else {
                 pred
             };
-            let step_noise = if scheduler.needs_noise(i) {
-                Some(noise.randn(latents.shape(), &self.device)?)
-            } else {
-                None
-            };
-            latents = scheduler.step(&pred, i, &latents, step_noise.as_ref())?;
-            // One compiled program per step on PJRT (the same one from step to step: the
-            // timestep and the scheduler's coefficients are inputs), run before the next.
-            latents.sync()?;
+            latents = super::scheduler_step(scheduler, &pred, i, &latents, noise)?;
             bar.inc(1);
         }
         bar.finish_and_clear();
