@@ -73,7 +73,9 @@ pub struct Args {
     /// Initial latents from a safetensors file (tensor `latents`).
     #[arg(long)]
     latents: Option<PathBuf>,
-    /// Where the pipeline runs: cpu, cuda:N, pjrt:PLATFORM[:N] (one device).
+    /// Where the pipeline runs: cpu, cuda:N, one PJRT device (pjrt:cpu:0), or several the
+    /// UNet is split over in balanced stages by its blocks (pjrt:PLATFORM for all of them,
+    /// pjrt:cpu:0,1, tpu); the text encoders run on the first, the VAE on the last.
     #[arg(long, default_value = "cpu")]
     device_map: String,
     /// Weight and activation dtype: f32, bf16 or f16.
@@ -103,11 +105,28 @@ fn parse_size(s: &str) -> Result<(usize, usize)> {
     Ok((w, h))
 }
 
-fn device_of(map: &str) -> Result<Device> {
+/// The devices `--device-map` names: one, or several a UNet is split over (the first also
+/// runs the text encoders, the last the VAE).
+fn devices_of(map: &str) -> Result<Vec<Device>> {
     let parsed: DeviceMap = map.parse().context("--device-map")?;
+    let pjrt = |platform: PjrtPlatform, listed: Option<&[usize]>| -> Result<Vec<Device>> {
+        let n = lazy::device_count(platform).context("opening the PJRT plugin")?;
+        let ordinals: Vec<usize> = match listed {
+            None | Some([]) => (0..n).collect(),
+            Some(l) => l.to_vec(),
+        };
+        if let Some(bad) = ordinals.iter().find(|&&o| o >= n) {
+            bail!("--device-map {map}: device {bad} does not exist (the plugin has {n})");
+        }
+        Ok(ordinals
+            .into_iter()
+            .map(|ordinal| Device::Pjrt(PjrtDevice { platform, ordinal }))
+            .collect())
+    };
     Ok(match parsed {
-        DeviceMap::Cpu => Device::Cpu,
-        DeviceMap::Cuda(i) => Device::Cuda(i),
+        DeviceMap::Cpu => vec![Device::Cpu],
+        DeviceMap::Cuda(i) => vec![Device::Cuda(i)],
+        DeviceMap::Tpu => pjrt(PjrtPlatform::Tpu, None)?,
         DeviceMap::Pjrt { platform, devices } => {
             let platform = match platform.as_str() {
                 "cpu" => PjrtPlatform::Cpu,
@@ -115,21 +134,10 @@ fn device_of(map: &str) -> Result<Device> {
                 "tpu" => PjrtPlatform::Tpu,
                 other => bail!("--device-map pjrt:{other}: use pjrt:cpu, pjrt:cuda or pjrt:tpu"),
             };
-            let ordinal = match devices.as_deref() {
-                None | Some([]) => 0,
-                Some([one]) => *one,
-                Some(_) => bail!(
-                    "--device-map {map}: pipelines run on one device for now; name one (pjrt:PLATFORM:N)"
-                ),
-            };
-            let n = lazy::device_count(platform).context("opening the PJRT plugin")?;
-            if ordinal >= n {
-                bail!("--device-map {map}: the plugin has {n} devices");
-            }
-            Device::Pjrt(PjrtDevice { platform, ordinal })
+            pjrt(platform, devices.as_deref())?
         }
         other => bail!(
-            "--device-map {other:?}: pipelines run on one device for now (cpu, cuda:N, pjrt:PLATFORM[:N])"
+            "--device-map {other:?}: pipelines take cpu, cuda:N, tpu or pjrt:PLATFORM[:N,...]"
         ),
     })
 }
@@ -203,9 +211,14 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    let device = device_of(&args.device_map)?;
+    let devices = devices_of(&args.device_map)?;
     let opts = LoadOptions {
-        device,
+        device: devices[0],
+        unet_devices: if devices.len() > 1 {
+            devices
+        } else {
+            Vec::new()
+        },
         dtype: Some(dtype),
         variant: args.variant.clone(),
         scheduler: args.scheduler.clone(),

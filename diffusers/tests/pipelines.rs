@@ -150,7 +150,12 @@ fn pipeline(case: &Case, device: &Device, report: &mut Vec<String>) {
         device: *device,
         ..Default::default()
     };
-    let p = StableDiffusionPipeline::from_pretrained(&case.path(""), &opts).unwrap();
+    pipeline_with(case, &opts, report);
+}
+
+fn pipeline_with(case: &Case, opts: &LoadOptions, report: &mut Vec<String>) {
+    let device = &opts.device;
+    let p = StableDiffusionPipeline::from_pretrained(&case.path(""), opts).unwrap();
     let spec = &case.spec;
     let args = TextToImage {
         prompt: vec![case.str("prompt")],
@@ -282,6 +287,32 @@ fn pipelines_match_diffusers_on_the_xla_cpu_plugin() {
         ordinal: 0,
     });
     run_all(&device);
+    // The UNet split over the plugin's 4 devices in balanced stages gives the same images.
+    let devices: Vec<Device> = (0..4)
+        .map(|ordinal| {
+            Device::Pjrt(PjrtDevice {
+                platform: PjrtPlatform::Cpu,
+                ordinal,
+            })
+        })
+        .collect();
+    for name in ["sd15", "sdxl"] {
+        let case = Case::open(name);
+        let opts = LoadOptions {
+            device: devices[0],
+            unet_devices: devices.clone(),
+            ..Default::default()
+        };
+        let p = StableDiffusionPipeline::from_pretrained(&case.path(""), &opts).unwrap();
+        assert_eq!(
+            p.unet.devices().len(),
+            4,
+            "{name}: the UNet is not split over 4 devices"
+        );
+        let mut report = Vec::new();
+        pipeline_with(&case, &opts, &mut report);
+        eprintln!("{name} with the UNet over 4 devices: {}", report.join(", "));
+    }
     // Compiled once per (size, batch): the first, a middle and the last step are the
     // programs there are, so more steps of the same call compile nothing new.
     let case = Case::open("sdxl");

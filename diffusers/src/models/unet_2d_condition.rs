@@ -424,9 +424,21 @@ pub struct UNet2DConditionModel {
     conv_norm_out: GroupNorm,
     act: Act,
     conv_out: Conv2d,
+    /// The device of each down block, the mid block, each up block and the output head:
+    /// one for all unless the weights were placed over several (a split UNet).
+    devices: BlockDevices,
     config: UNet2DConditionConfig,
     dtype: DType,
     device: Device,
+}
+
+/// Where each stage of a split UNet runs.
+#[derive(Clone, Debug)]
+struct BlockDevices {
+    down: Vec<Device>,
+    mid: Device,
+    up: Vec<Device>,
+    head: Device,
 }
 
 impl UNet2DConditionModel {
@@ -618,6 +630,16 @@ impl UNet2DConditionModel {
         }
         let conv_in = conv("conv_in", c.in_channels, ch[0], c.conv_in_kernel)?;
         let device = conv_in.weight.device();
+        let devices = BlockDevices {
+            down: (0..n)
+                .map(|i| w.pp(format!("down_blocks.{i}")).device())
+                .collect(),
+            mid: w.pp("mid_block").device(),
+            up: (0..n)
+                .map(|i| w.pp(format!("up_blocks.{i}")).device())
+                .collect(),
+            head: w.pp("conv_out").device(),
+        };
         Ok(UNet2DConditionModel {
             conv_in,
             time_proj,
@@ -632,6 +654,7 @@ impl UNet2DConditionModel {
             conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), r.groups, ch[0], c.norm_eps)?,
             act: r.act,
             conv_out: conv("conv_out", ch[0], c.out_channels, c.conv_out_kernel)?,
+            devices,
             config: c.clone(),
             dtype: w.dtype(),
             device,
@@ -648,9 +671,26 @@ impl UNet2DConditionModel {
         self.dtype
     }
 
-    /// The device the model runs on.
+    /// The device inputs go to (the first stage's).
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// The device the prediction comes out on (the last stage's).
+    pub fn output_device(&self) -> Device {
+        self.devices.head
+    }
+
+    /// Every device the UNet runs on, in execution order, each once.
+    pub fn devices(&self) -> Vec<Device> {
+        let d = &self.devices;
+        let mut all = vec![self.device];
+        for x in d.down.iter().chain([&d.mid]).chain(&d.up).chain([&d.head]) {
+            if !all.contains(x) {
+                all.push(*x);
+            }
+        }
+        all
     }
 
     fn time_embedding(&self, x: &UNet2DConditionInput<'_>, batch: usize) -> Result<Tensor> {
@@ -753,27 +793,49 @@ impl UNet2DConditionModel {
         if let Some(p) = &self.encoder_hid_proj {
             context = p.forward(&context)?;
         }
+        // A split UNet moves the activations, the time embedding and the context to each
+        // stage's device as it reaches it (a no-op on one device).
+        let on = |t: &Tensor, d: Device| -> Result<Tensor> {
+            Ok(if t.device() == d {
+                t.clone()
+            } else {
+                t.to_device(&d)?
+            })
+        };
         let mut h_ = self.conv_in.forward(&sample)?;
         let mut skips = vec![h_.clone()];
-        for block in &self.down_blocks {
-            let (out, states) = block.forward(&h_, Some(&emb), Some(&context))?;
+        for (block, &d) in self.down_blocks.iter().zip(&self.devices.down) {
+            let (out, states) =
+                block.forward(&on(&h_, d)?, Some(&on(&emb, d)?), Some(&on(&context, d)?))?;
             h_ = out;
             skips.extend(states);
         }
         if let Some(mid) = &self.mid_block {
-            h_ = mid.forward(&h_, Some(&emb), Some(&context))?;
+            let d = self.devices.mid;
+            h_ = mid.forward(&on(&h_, d)?, Some(&on(&emb, d)?), Some(&on(&context, d)?))?;
         }
         let last = self.up_blocks.len().saturating_sub(1);
-        for (i, block) in self.up_blocks.iter().enumerate() {
+        for (i, (block, &d)) in self.up_blocks.iter().zip(&self.devices.up).enumerate() {
             let take = block.len().min(skips.len());
-            let these = skips.split_off(skips.len() - take);
+            let these = skips
+                .split_off(skips.len() - take)
+                .iter()
+                .map(|s| on(s, d))
+                .collect::<Result<Vec<_>>>()?;
             let size = if i < last && forward_upsample_size {
                 skips.last().map(|s| (s.shape()[2], s.shape()[3]))
             } else {
                 None
             };
-            h_ = block.forward(&h_, &these, Some(&emb), Some(&context), size)?;
+            h_ = block.forward(
+                &on(&h_, d)?,
+                &these,
+                Some(&on(&emb, d)?),
+                Some(&on(&context, d)?),
+                size,
+            )?;
         }
+        let h_ = on(&h_, self.devices.head)?;
         let h_ = self.act.apply(&self.conv_norm_out.forward(&h_)?)?;
         self.conv_out.forward(&h_).map_err(Error::from)
     }

@@ -33,6 +33,11 @@ impl DDPMPipeline {
 
     pub(crate) fn load(files: PipelineFiles, opts: &LoadOptions) -> Result<DDPMPipeline> {
         let dtype = pipeline_dtype(opts)?;
+        if opts.unet_devices.len() > 1 {
+            return Err(Error::Unsupported(
+                "splitting a UNet2DModel over devices is not built; give one device".into(),
+            ));
+        }
         let cfg = UNet2DConfig::from_file(&files.file("unet", "config.json")?)?;
         let scheduler_config = files.scheduler(opts.scheduler.as_deref())?;
         scheduler_config.build()?;

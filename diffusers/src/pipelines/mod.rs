@@ -35,8 +35,11 @@ pub const PIPELINES: &[&str] = &[
 /// How a pipeline is loaded.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// Where every component runs.
+    /// Where every component runs (the text encoders always).
     pub device: Device,
+    /// Devices the UNet's blocks are split over, in balanced stages by weight (the VAE then
+    /// runs on the last); empty or one device: the UNet runs on `device`.
+    pub unet_devices: Vec<Device>,
     /// Dtype of weights and activations; `None` keeps float32 (diffusers' default).
     pub dtype: Option<DType>,
     /// A weights variant (`"fp16"`: `diffusion_pytorch_model.fp16.safetensors`).
@@ -51,6 +54,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             device: Device::Cpu,
+            unet_devices: Vec::new(),
             dtype: None,
             variant: None,
             scheduler: None,

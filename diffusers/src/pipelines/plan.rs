@@ -3,8 +3,10 @@
 //! splits at its blocks (`down_blocks.N`, `mid_block`, `up_blocks.N`) so a UNet larger than
 //! one device runs in stages.
 
-use zoo_hub::{Dtype, Inventory};
-use zoo_runtime::device_map::Unit;
+use zoo_hub::{Dtype, Inventory, Pretrained};
+use zoo_runtime::device_map::{plan, DeviceBudget, Placement, PlanRequest, Unit, Workload};
+use zoo_runtime::nn::DevicePlacement;
+use zoo_runtime::{DType, Device};
 
 use super::PipelineFiles;
 use crate::models::autoencoder_kl::AutoencoderKLConfig;
@@ -38,7 +40,8 @@ fn unet_unit(name: &str) -> String {
     match (parts.next(), parts.next()) {
         (Some(b @ ("down_blocks" | "up_blocks")), Some(i)) => format!("unet.{b}.{i}"),
         (Some("mid_block"), _) => "unet.mid_block".into(),
-        (Some(h @ ("conv_norm_out" | "conv_out")), _) => format!("unet.{h}"),
+        // The output head is one unit: conv_norm_out runs just before conv_out.
+        (Some("conv_norm_out" | "conv_out"), _) => "unet.conv_out".into(),
         _ => "unet".into(),
     }
 }
@@ -246,4 +249,89 @@ fn vae_activations(c: &AutoencoderKLConfig, h: usize, w: usize, batch: usize, el
     let ch = c.block_out_channels.first().copied().unwrap_or(0);
     let l = ((h / c.scale_factor()) * (w / c.scale_factor())) as u64;
     batch as u64 * (3 * (ch * h * w) as u64 * elem + l * l * 4)
+}
+
+/// The UNet's units (stem, down blocks, mid block, up blocks, head) from its inventory.
+fn unet_units(inventory: &Inventory, dtype: Option<Dtype>) -> Vec<Unit> {
+    let mut units: Vec<Unit> = Vec::new();
+    let mut blocks = 0;
+    for t in inventory.tensors() {
+        let unit = unet_unit(&t.name);
+        if let Some(i) = unit
+            .strip_prefix("unet.down_blocks.")
+            .and_then(|i| i.parse::<usize>().ok())
+        {
+            blocks = blocks.max(i + 1);
+        }
+        let bytes = dtype.map_or(t.nbytes, |d| t.bytes_as(d));
+        match units.iter_mut().find(|u| u.name == unit) {
+            Some(u) => u.weight_bytes += bytes,
+            None => units.push(Unit {
+                name: unit,
+                weight_bytes: bytes,
+                layer: None,
+                tied_with: None,
+            }),
+        }
+    }
+    units.sort_by_key(|u| unet_rank(&u.name, blocks));
+    units
+}
+
+/// Where a UNet split over `devices` puts each block: contiguous stages in execution order,
+/// balanced by weight bytes in `dtype` (the planner's exact min-max split); the stem stays
+/// on the first device.
+pub(crate) fn unet_placement(
+    unet: &Pretrained,
+    devices: &[Device],
+    dtype: DType,
+) -> Result<DevicePlacement> {
+    let ck = unet.checkpoint()?;
+    let hub_dtype = match dtype {
+        DType::BF16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
+        _ => Dtype::F32,
+    };
+    let units = unet_units(&ck.inventory, Some(hub_dtype));
+    let total: u64 = units.iter().map(|u| u.weight_bytes).sum();
+    let budgets = devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| DeviceBudget {
+            place: Placement::Device(i),
+            name: format!("{d:?}"),
+            bytes: total.max(1),
+        })
+        .collect();
+    let p = plan(&PlanRequest {
+        strategy: "balanced".into(),
+        devices: budgets,
+        units,
+        shape: None,
+        workload: Workload {
+            batch: 1,
+            seq: 1,
+            elem_bytes: 4,
+        },
+        activations: Some(0),
+        reserve_fraction: 0.0,
+    })
+    .map_err(zoo_runtime::Error::from)?;
+    let mut placement = DevicePlacement::new();
+    for stage in &p.stages {
+        let Placement::Device(i) = stage.device.place else {
+            continue;
+        };
+        for unit in &stage.units {
+            match unit.strip_prefix("unet.") {
+                Some("conv_out") => {
+                    placement.insert("conv_norm_out", devices[i]);
+                    placement.insert("conv_out", devices[i]);
+                }
+                Some(block) => placement.insert(block, devices[i]),
+                None => {} // the stem: the default (first) device
+            }
+        }
+    }
+    Ok(placement)
 }

@@ -250,10 +250,21 @@ impl StableDiffusionPipeline {
                     .into(),
             });
         }
-        let unet = UNet2DConditionModel::load(
-            &component_weights(&unet_files, dtype, &device)?,
-            &unet_cfg,
-        )?;
+        // A UNet split over several devices: its blocks in balanced stages; the pipeline's
+        // latents live on the first stage's device, the VAE on the last's.
+        let split = opts.unet_devices.len() > 1;
+        let unet_device = opts.unet_devices.first().copied().unwrap_or(device);
+        let mut unet_w = component_weights(&unet_files, dtype, &unet_device)?;
+        if split {
+            unet_w = unet_w.with_placement(super::plan::unet_placement(
+                &unet_files,
+                &opts.unet_devices,
+                dtype,
+            )?);
+        }
+        let unet = UNet2DConditionModel::load(&unet_w, &unet_cfg)?;
+        let device = unet_device;
+        let vae_device = opts.unet_devices.last().copied().unwrap_or(device);
         // diffusers runs a `force_upcast` VAE in float32 when the pipeline is float16.
         let vae_dtype = if dtype == DType::F16 && vae_cfg.force_upcast {
             DType::F32
@@ -261,7 +272,7 @@ impl StableDiffusionPipeline {
             dtype
         };
         let vae = AutoencoderKL::load(
-            &component_weights(&vae_files, vae_dtype, &device)?,
+            &component_weights(&vae_files, vae_dtype, &vae_device)?,
             &vae_cfg,
         )?;
         let force_zeros_for_empty_prompt = files
@@ -573,7 +584,7 @@ impl StableDiffusionPipeline {
                 text_embeds: cond.text_embeds.as_ref(),
                 time_ids: cond.time_ids.as_ref(),
             })?;
-            let pred = pred.to_dtype(DType::F32)?;
+            let pred = pred.to_dtype(DType::F32)?.to_device(&self.device)?;
             let pred = if guided {
                 let halves = pred.chunk(2, 0)?;
                 let (uncond, text) = (&halves[0], &halves[1]);
