@@ -128,10 +128,8 @@ impl AutoencoderKLConfig {
 
     /// The tile side of tiled encode/decode, in pixels (`sample_size`).
     pub fn tile_sample_size(&self) -> usize {
-        match &self.sample_size {
-            Value::Array(a) => a.first().and_then(Value::as_u64).unwrap_or(512) as usize,
-            v => v.as_u64().unwrap_or(512) as usize,
-        }
+        // diffusers tiles squares of the first side.
+        super::sample_size(Some(&self.sample_size), 512).0
     }
 }
 

@@ -178,12 +178,14 @@ pub(crate) fn open_component(
     Ok((config, weights))
 }
 
-/// A per-block count given once or per block (`layers_per_block`, `attention_head_dim`),
-/// for planners that read configs already checked.
-pub(crate) fn per_block_usize(value: &Value, blocks: usize) -> Vec<usize> {
+/// `(height, width)` of a `sample_size` given as one side or `[height, width]`, `default`
+/// on both sides when the config has none.
+pub(crate) fn sample_size(value: Option<&Value>, default: usize) -> (usize, usize) {
+    let side = |v: &Value| v.as_u64().map_or(default, |x| x as usize);
     match value {
-        Value::Array(a) => a.iter().map(|v| v.as_u64().unwrap_or(1) as usize).collect(),
-        v => vec![v.as_u64().unwrap_or(1) as usize; blocks],
+        Some(Value::Array(a)) if a.len() == 2 => (side(&a[0]), side(&a[1])),
+        Some(v) if !v.is_null() => (side(v), side(v)),
+        _ => (default, default),
     }
 }
 

@@ -50,19 +50,9 @@ impl DDPMPipeline {
         })
     }
 
-    /// The image side: the UNet's `sample_size`.
+    /// The image size `(height, width)`: the UNet's `sample_size`.
     pub fn sample_size(&self) -> (usize, usize) {
-        match &self.unet.config().sample_size {
-            Some(serde_json::Value::Array(a)) if a.len() == 2 => (
-                a[0].as_u64().unwrap_or(32) as usize,
-                a[1].as_u64().unwrap_or(32) as usize,
-            ),
-            Some(v) => {
-                let s = v.as_u64().unwrap_or(32) as usize;
-                (s, s)
-            }
-            None => (32, 32),
-        }
+        crate::models::sample_size(self.unet.config().sample_size.as_ref(), 32)
     }
 
     /// Generates `batch_size` images in `num_inference_steps` steps.

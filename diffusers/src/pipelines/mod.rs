@@ -1,7 +1,8 @@
 //! Pipelines, dispatched on `model_index.json`'s `_class_name` as diffusers'
 //! `DiffusionPipeline.from_pretrained` dispatches: `stable_diffusion.rs`
 //! (`StableDiffusionPipeline`, and the XL prompt encoding of `stable_diffusion_xl.rs`),
-//! `ddpm.rs` (`DDPMPipeline`).
+//! `ddpm.rs` (`DDPMPipeline`); `plan.rs` plans a pipeline's components over devices and
+//! places a split UNet's blocks.
 //!
 //! Initial noise (and every noise a scheduler step adds) comes from zoo's seeded generator
 //! on the host, so a seed gives the same image on every backend; latents can be passed in

@@ -12,6 +12,7 @@ use super::PipelineFiles;
 use crate::models::autoencoder_kl::AutoencoderKLConfig;
 use crate::models::unet_2d::UNet2DConfig;
 use crate::models::unet_2d_condition::UNet2DConditionConfig;
+use crate::models::{per_block, sample_size};
 use crate::{Error, Result};
 
 /// What `zoo plan` needs of a pipeline.
@@ -105,47 +106,32 @@ pub fn plan_units(
             continue;
         }
         let ck = files.pretrained.component(name).checkpoint()?;
-        let mut blocks = 0;
         if name == "unet" {
-            let (sample, levels) = unet_shape(&files)?;
-            blocks = levels.len();
-            let (h, w) = *planned.get_or_insert((sample * factor, sample * factor));
-            activations = activations.max(unet_activations(
-                &levels,
-                h / factor,
-                w / factor,
-                unet_batch,
-                elem,
-            ));
-        }
-        if name == "vae" {
-            if let (Some(v), Some((h, w))) = (&vae_cfg, planned) {
+            let ((sh, sw), levels) = unet_shape(&files)?;
+            let (h, w) = *planned.get_or_insert((sh * factor, sw * factor));
+            let act = unet_activations(&levels, h / factor, w / factor, unet_batch, elem);
+            activations = activations.max(act);
+            units.extend(unet_units(&ck.inventory, dtype));
+        } else {
+            if let (Some(v), Some((h, w)), "vae") = (&vae_cfg, planned, name.as_str()) {
                 activations = activations.max(vae_activations(v, h, w, images, elem));
             }
+            units.push(Unit {
+                name: name.clone(),
+                weight_bytes: ck
+                    .inventory
+                    .tensors()
+                    .iter()
+                    .map(|t| dtype.map_or(t.nbytes, |d| t.bytes_as(d)))
+                    .sum(),
+                layer: None,
+                tied_with: None,
+            });
         }
-        let first = units.len();
         for t in ck.inventory.tensors() {
-            let unit = if name == "unet" {
-                unet_unit(&t.name)
-            } else {
-                name.clone()
-            };
-            let bytes = dtype.map_or(t.nbytes, |d| t.bytes_as(d));
-            match units[first..].iter_mut().find(|u| u.name == unit) {
-                Some(u) => u.weight_bytes += bytes,
-                None => units.push(Unit {
-                    name: unit,
-                    weight_bytes: bytes,
-                    layer: None,
-                    tied_with: None,
-                }),
-            }
             let mut info = t.clone();
             info.name = format!("{name}.{}", t.name);
             inventory.push(info)?;
-        }
-        if name == "unet" {
-            units[first..].sort_by_key(|u| unet_rank(&u.name, blocks));
         }
     }
     if units.is_empty() {
@@ -171,46 +157,38 @@ pub fn plan_units(
 /// One UNet level: channels, ResNets per down block, attention heads (0 without attention).
 type Level = (usize, usize, usize);
 
-/// The UNet's sample size and its levels.
-fn unet_shape(files: &PipelineFiles) -> Result<(usize, Vec<Level>)> {
+/// The UNet's sample size `(height, width)` and its levels, read by the class
+/// `model_index.json` names.
+fn unet_shape(files: &PipelineFiles) -> Result<((usize, usize), Vec<Level>)> {
     let path = files.file("unet", "config.json")?;
-    let sample_of = |v: &Option<serde_json::Value>| -> usize {
-        match v {
-            Some(serde_json::Value::Array(a)) => a.first().and_then(|x| x.as_u64()).unwrap_or(64),
-            Some(x) => x.as_u64().unwrap_or(64),
-            None => 64,
-        }
-        .try_into()
-        .unwrap_or(64)
-    };
-    if let Ok(c) = UNet2DConditionConfig::from_file(&path) {
-        let layers: Vec<usize> =
-            crate::models::per_block_usize(&c.layers_per_block, c.block_out_channels.len());
-        let heads: Vec<usize> =
-            crate::models::per_block_usize(&c.attention_head_dim, c.block_out_channels.len());
+    if files.index.components["unet"].1 == "UNet2DModel" {
+        let c = UNet2DConfig::from_file(&path)?;
         let levels = c
             .block_out_channels
             .iter()
             .enumerate()
             .map(|(i, &ch)| {
-                let attn = c.down_block_types[i].starts_with("CrossAttn");
-                (ch, layers[i], if attn { heads[i] } else { 0 })
+                let attn = c.down_block_types[i].starts_with("Attn");
+                let heads = ch / c.attention_head_dim.unwrap_or(ch).max(1);
+                (ch, c.layers_per_block, if attn { heads } else { 0 })
             })
             .collect();
-        return Ok((sample_of(&c.sample_size), levels));
+        return Ok((sample_size(c.sample_size.as_ref(), 32), levels));
     }
-    let c = UNet2DConfig::from_file(&path)?;
+    let c = UNet2DConditionConfig::from_file(&path)?;
+    let n = c.block_out_channels.len();
+    let layers: Vec<usize> = per_block(&c.layers_per_block, n, "layers_per_block", &path)?;
+    let heads: Vec<usize> = per_block(&c.attention_head_dim, n, "attention_head_dim", &path)?;
     let levels = c
         .block_out_channels
         .iter()
         .enumerate()
         .map(|(i, &ch)| {
-            let attn = c.down_block_types[i].starts_with("Attn");
-            let heads = ch / c.attention_head_dim.unwrap_or(ch).max(1);
-            (ch, c.layers_per_block, if attn { heads } else { 0 })
+            let attn = c.down_block_types[i].starts_with("CrossAttn");
+            (ch, layers[i], if attn { heads[i] } else { 0 })
         })
         .collect();
-    Ok((sample_of(&c.sample_size), levels))
+    Ok((sample_size(c.sample_size.as_ref(), 64), levels))
 }
 
 /// Peak bytes of a UNet call on `batch` latents of `h x w`: every skip connection the down

@@ -62,7 +62,7 @@ impl TextEncoder {
             Device::Cpu => zoo_runtime::device_map::DeviceMap::Cpu,
             Device::Cuda(i) => zoo_runtime::device_map::DeviceMap::Cuda(i),
             Device::Pjrt(d) => zoo_runtime::device_map::DeviceMap::Pjrt {
-                platform: format!("{:?}", d.platform).to_lowercase(),
+                platform: zoo_runtime::device_map::platform_name(d.platform).into(),
                 devices: Some(vec![d.ordinal]),
             },
         };
@@ -316,21 +316,12 @@ impl StableDiffusionPipeline {
         Ok(())
     }
 
-    /// The default image side: the UNet's `sample_size` times the VAE's scale factor.
+    /// The default image size `(height, width)`: the UNet's `sample_size` times the VAE's
+    /// scale factor.
     pub fn default_size(&self) -> (usize, usize) {
         let f = self.vae.config().scale_factor();
-        let s = match &self.unet.config().sample_size {
-            Some(serde_json::Value::Array(a)) if a.len() == 2 => (
-                a[0].as_u64().unwrap_or(64) as usize,
-                a[1].as_u64().unwrap_or(64) as usize,
-            ),
-            Some(v) => {
-                let s = v.as_u64().unwrap_or(64) as usize;
-                (s, s)
-            }
-            None => (64, 64),
-        };
-        (s.0 * f, s.1 * f)
+        let (h, w) = crate::models::sample_size(self.unet.config().sample_size.as_ref(), 64);
+        (h * f, w * f)
     }
 
     fn negatives(&self, args: &TextToImage) -> Result<Vec<String>> {

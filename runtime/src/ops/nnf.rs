@@ -596,16 +596,9 @@ impl Tensor {
             (Some(m), Some(MaskKind::Additive)) => Some(Some(m)),
             _ => None,
         };
-        if let (Some(bias), false, None, false) = (
-            plain,
-            positions,
-            opts.softcap,
-            opts.upcast_scores && dt != acc,
-        ) {
-            if dt == DType::F32 {
-                if let Some(out) = crate::cpu::kernels::attention(&q, &k, &v, bias, scale) {
-                    return out?.reshape_to(&[b, lq, hq, d])?.transpose(1, 2);
-                }
+        if let (Some(bias), false, None, DType::F32) = (plain, positions, opts.softcap, dt) {
+            if let Some(out) = crate::cpu::kernels::attention(&q, &k, &v, bias, scale) {
+                return out?.reshape_to(&[b, lq, hq, d])?.transpose(1, 2);
             }
         }
         let attn = Attention {
