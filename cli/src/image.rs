@@ -13,15 +13,18 @@ use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 /// Generate images with a diffusers pipeline and write them as PNG.
 ///
 /// The pipeline class comes from the folder's model_index.json: StableDiffusionPipeline
-/// (SD 1.x / 2.x), StableDiffusionXLPipeline (two text encoders, size conditioning) or
+/// (SD 1.x / 2.x), StableDiffusionXLPipeline (two text encoders, size conditioning),
+/// StableDiffusion3Pipeline (SD 3 / 3.5: two CLIP encoders and T5, an MMDiT, flow matching),
+/// FluxPipeline (CLIP and T5, double- and single-stream blocks, packed latents) or
 /// DDPMPipeline (unconditional; the prompt is ignored). Each component is built from its own
 /// config.json; the scheduler from scheduler/scheduler_config.json, or another class over the
 /// same config with --scheduler (as diffusers' `Scheduler.from_config`).
 ///
 /// The initial noise comes from zoo's seeded generator on the host, so --seed gives the same
 /// image on every backend. --latents takes it from a safetensors file instead (tensor
-/// `latents`, shaped as diffusers' `latents=` argument: [images, 4, height/8, width/8]),
-/// which reproduces an image from diffusers' own noise exactly.
+/// `latents`, shaped as diffusers' `latents=` argument: [images, 4, height/8, width/8] for
+/// Stable Diffusion, packed [images, tokens, 4 * channels] for Flux), which reproduces an
+/// image from diffusers' own noise exactly.
 ///
 /// Examples:
 ///   zoo image ./stable-diffusion-v1-5 "a photo of an astronaut riding a horse" --out astronaut.png
@@ -30,6 +33,10 @@ use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 ///   zoo image ./sd15 "a red fox" --scheduler DPMSolverMultistepScheduler --steps 20 --out fox.png
 ///   zoo image ./sd15 "a red fox" --latents noise.safetensors --device-map pjrt:cpu --out fox.png
 ///   zoo image ./sd15 "a watercolor painting" --init-image photo.png --strength 0.6 --out paint.png
+///   zoo image ./stable-diffusion-3.5-medium "a cat holding a sign" --skip-guidance-layers 7,8,9 \
+///       --max-sequence-length 256 --out cat.png
+///   zoo image ./FLUX.1-dev "a misty forest" --guidance 3.5 --dtype bf16 --size 1024x768 --out forest.png
+///   zoo image ./FLUX.1-schnell "a robot" --steps 4 --guidance 0 --device-map pjrt:cpu --out robot.png
 ///   zoo image ./ddpm-cifar10 "" --steps 1000 --num-images 4 --out samples.png
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -41,12 +48,34 @@ pub struct Args {
     /// The negative prompt (guidance steers away from it).
     #[arg(long)]
     negative: Option<String>,
-    /// Denoising steps.
-    #[arg(long, default_value_t = 50)]
-    steps: usize,
-    /// Classifier-free guidance scale; above 1 turns guidance on (default: 7.5, SDXL 5).
+    /// Denoising steps (default: 50; SD3 and Flux 28).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Classifier-free guidance scale; above 1 turns guidance on (default: 7.5, SDXL 5,
+    /// SD3 7). For Flux it is the distilled guidance a guidance-embedding checkpoint (dev)
+    /// embeds (default 3.5); see --true-cfg-scale for real guidance.
     #[arg(long)]
     guidance: Option<f64>,
+    /// Flux: true classifier-free guidance with --negative (a second transformer call per
+    /// step), on above 1.
+    #[arg(long, default_value_t = 1.0)]
+    true_cfg_scale: f64,
+    /// SD3 / Flux: the T5 prompt length in tokens (default: SD3 256, Flux 512).
+    #[arg(long)]
+    max_sequence_length: Option<usize>,
+    /// SD3 (3.5 Medium): skip-layer guidance over these transformer blocks, e.g. 7,8,9.
+    #[arg(long, value_delimiter = ',')]
+    skip_guidance_layers: Vec<usize>,
+    /// With --skip-guidance-layers: how strongly to push away from the skipped prediction.
+    #[arg(long, default_value_t = 2.8)]
+    skip_layer_scale: f64,
+    /// With --skip-guidance-layers: the fraction of the steps after which it runs, and the
+    /// fraction at which it stops, as START:STOP.
+    #[arg(long, default_value = "0.01:0.2")]
+    skip_layer_window: String,
+    /// SD3: run without the T5 encoder (its tokens become zeros), saving its memory.
+    #[arg(long)]
+    drop_t5: bool,
     /// Rescale the guided prediction toward the text prediction's spread (0 to 1).
     #[arg(long, default_value_t = 0.0)]
     guidance_rescale: f64,
@@ -74,8 +103,9 @@ pub struct Args {
     #[arg(long)]
     latents: Option<PathBuf>,
     /// Where the pipeline runs: cpu, cuda:N, one PJRT device (pjrt:cpu:0), or several the
-    /// UNet is split over in balanced stages by its blocks (pjrt:PLATFORM for all of them,
-    /// pjrt:cpu:0,1, tpu); the text encoders run on the first, the VAE on the last.
+    /// UNet or transformer is split over in balanced stages by its blocks (pjrt:PLATFORM for
+    /// all of them, pjrt:cpu:0,1, tpu); the text encoders run on the first, the VAE on the
+    /// last.
     #[arg(long, default_value = "cpu")]
     device_map: String,
     /// Weight and activation dtype: f32, bf16 or f16.
@@ -184,7 +214,7 @@ pub fn run(args: Args) -> Result<()> {
             bail!("--guidance {g}: use 0 or more (above 1 turns on classifier-free guidance)");
         }
     }
-    if args.steps == 0 || args.num_images == 0 {
+    if args.steps == Some(0) || args.num_images == 0 {
         bail!("--steps and --num-images must be at least 1");
     }
     let dtype = match DType::parse(&args.dtype) {
@@ -219,41 +249,85 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             Vec::new()
         },
+        text_encoder_device: None,
         dtype: Some(dtype),
         variant: args.variant.clone(),
         scheduler: args.scheduler.clone(),
         progress: true,
     };
     let t0 = Instant::now();
-    let pipe = DiffusionPipeline::from_pretrained(&args.model, &opts)
+    let mut pipe = DiffusionPipeline::from_pretrained(&args.model, &opts)
         .with_context(|| format!("loading {}", args.model))?;
+    let flow = matches!(
+        pipe,
+        DiffusionPipeline::StableDiffusion3(_) | DiffusionPipeline::Flux(_)
+    );
+    if !flow
+        && (args.max_sequence_length.is_some()
+            || !args.skip_guidance_layers.is_empty()
+            || args.true_cfg_scale != 1.0
+            || args.drop_t5)
+    {
+        bail!("--max-sequence-length, --skip-guidance-layers, --true-cfg-scale and --drop-t5 apply to SD3 and Flux pipelines; {} has no T5", pipe.class_name());
+    }
+    let (skip_start, skip_stop) = args
+        .skip_layer_window
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?)))
+        .filter(|(a, b)| (0.0..=1.0).contains(a) && (0.0..=1.0).contains(b) && a <= b)
+        .with_context(|| {
+            format!(
+                "--skip-layer-window {:?}: write START:STOP, fractions of the steps with START <= STOP, e.g. 0.01:0.2",
+                args.skip_layer_window
+            )
+        })?;
+    let call = TextToImage {
+        prompt: vec![args.prompt.clone()],
+        negative_prompt: args.negative.clone().map(|n| vec![n]),
+        num_inference_steps: args.steps.unwrap_or(if flow { 28 } else { 50 }),
+        guidance_scale: args.guidance.unwrap_or(match pipe.class_name() {
+            "StableDiffusionXLPipeline" => 5.0,
+            "StableDiffusion3Pipeline" => 7.0,
+            "FluxPipeline" => 3.5,
+            _ => 7.5,
+        }),
+        guidance_rescale: args.guidance_rescale,
+        height: size.map(|s| s.1),
+        width: size.map(|s| s.0),
+        num_images_per_prompt: args.num_images,
+        latents,
+        init_image,
+        strength: args.strength,
+        progress: true,
+        max_sequence_length: args.max_sequence_length,
+        true_cfg_scale: args.true_cfg_scale,
+        skip_guidance_layers: args.skip_guidance_layers.clone(),
+        skip_layer_guidance_scale: args.skip_layer_scale,
+        skip_layer_guidance_start: skip_start,
+        skip_layer_guidance_stop: skip_stop,
+        ..Default::default()
+    };
     let load_seconds = t0.elapsed().as_secs_f64();
     let mut noise = Noise::seeded(args.seed);
-    let out = match &pipe {
-        DiffusionPipeline::StableDiffusion(p) => {
-            let xl = p.class_name() == "StableDiffusionXLPipeline";
-            let call = TextToImage {
-                prompt: vec![args.prompt.clone()],
-                negative_prompt: args.negative.clone().map(|n| vec![n]),
-                num_inference_steps: args.steps,
-                guidance_scale: args.guidance.unwrap_or(if xl { 5.0 } else { 7.5 }),
-                guidance_rescale: args.guidance_rescale,
-                height: size.map(|s| s.1),
-                width: size.map(|s| s.0),
-                num_images_per_prompt: args.num_images,
-                latents,
-                eta: 0.0,
-                init_image,
-                strength: args.strength,
-                progress: true,
-            };
+    let out = match &mut pipe {
+        DiffusionPipeline::StableDiffusion(p) => p.generate(&call, &mut noise)?,
+        DiffusionPipeline::StableDiffusion3(p) => {
+            if args.drop_t5 {
+                p.drop_t5();
+            }
+            p.generate(&call, &mut noise)?
+        }
+        DiffusionPipeline::Flux(p) => {
+            if args.drop_t5 {
+                bail!("--drop-t5: FluxPipeline's prompt is T5's; it cannot run without it");
+            }
             p.generate(&call, &mut noise)?
         }
         DiffusionPipeline::Ddpm(p) => {
-            if size.is_some() || latents.is_some() || init_image.is_some() {
+            if size.is_some() || call.latents.is_some() || call.init_image.is_some() {
                 bail!("DDPMPipeline generates at its UNet's sample size from seeded noise: drop --size, --latents and --init-image");
             }
-            p.generate(args.num_images, args.steps, &mut noise, true)?
+            p.generate(args.num_images, call.num_inference_steps, &mut noise, true)?
         }
     };
     let written = out.save_png(&args.out)?;

@@ -21,8 +21,9 @@ use zoo_runtime::device_map::{
 ///   zoo plan ./stable-diffusion-xl --max-memory 0=4GiB,1=4GiB --size 1024x1024 --batch 2
 ///
 /// A diffusers pipeline folder (model_index.json) is planned component by component: each
-/// text encoder and the VAE is one unit, the UNet splits at its down, mid and up blocks; the
-/// activations are the UNet's at --size for --batch images (twice that under guidance) and
+/// text encoder and the VAE is one unit, the UNet splits at its down, mid and up blocks (a
+/// diffusion transformer at its transformer_blocks.N / single_transformer_blocks.N); the
+/// activations are the denoiser's at --size for --batch images (twice that under guidance) and
 /// the VAE decode's.
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -231,7 +232,7 @@ fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) 
     plan.check_covers(&p.inventory)?;
     print!("{plan}");
     println!(
-        "note: {} at {}x{}: the UNet runs a batch of {} (activations {} per device, the largest component's peak)",
+        "note: {} at {}x{}: the denoiser runs a batch of {} (activations {} per device, the largest component's peak)",
         p.class_name,
         p.size.1,
         p.size.0,

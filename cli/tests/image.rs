@@ -38,40 +38,41 @@ fn pixels(path: &Path) -> Vec<u8> {
     image::open(path).unwrap().to_rgb8().into_raw()
 }
 
-#[test]
-fn the_png_is_diffusers_image_from_its_latents() {
+/// `zoo image` on fixture `case` with diffusers' initial latents (`key`) and `flags`: the
+/// PNG is diffusers' image to one 8-bit level.
+fn png_is_diffusers_image(case: &str, key: &str, flags: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let (shape, latents) = expected("sd15", "pipe.latents");
+    let (shape, latents) = expected(case, key);
     let bytes: Vec<u8> = latents.iter().flat_map(|v| v.to_le_bytes()).collect();
     let view =
         safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &bytes).unwrap();
     let file = dir.path().join("noise.safetensors");
     safetensors::serialize_to_file([("latents", view)], None, &file).unwrap();
     let out = dir.path().join("out.png");
-    let (ok, stdout, stderr) = zoo(&[
+    let path = s(&pipeline(case));
+    let (file, out_s) = (s(&file), s(&out));
+    let mut argv = vec![
         "image",
-        &s(&pipeline("sd15")),
+        &path,
         "a photo of a red dog and a cat in the world",
         "--negative",
         "hello",
-        "--steps",
-        "3",
-        "--guidance",
-        "6",
         "--size",
         "32x32",
         "--latents",
-        &s(&file),
+        &file,
         "--out",
-        &s(&out),
-    ]);
-    assert!(ok, "{stderr}");
+        &out_s,
+    ];
+    argv.extend_from_slice(flags);
+    let (ok, stdout, stderr) = zoo(&argv);
+    assert!(ok, "{case}: {stderr}");
     assert!(stdout.contains("out.png"), "{stdout}");
     assert!(
         stderr.contains("s/step"),
         "load and step times are printed: {stderr}"
     );
-    let (_, want) = expected("sd15", "pipe.image");
+    let (_, want) = expected(case, "pipe.image");
     let got = pixels(&out);
     assert_eq!(got.len(), want.len());
     let worst = got
@@ -81,8 +82,40 @@ fn the_png_is_diffusers_image_from_its_latents() {
         .fold(0.0, f32::max);
     assert!(
         worst <= 1.0,
-        "PNG differs from diffusers' image by {worst} levels"
+        "{case}: PNG differs from diffusers' image by {worst} levels"
     );
+}
+
+#[test]
+fn the_png_is_diffusers_image_from_its_latents() {
+    png_is_diffusers_image("sd15", "pipe.latents", &["--steps", "3", "--guidance", "6"]);
+    // SD 3.5 with skip-layer guidance; Flux with true CFG, from packed or unpacked latents.
+    png_is_diffusers_image(
+        "sd35",
+        "pipe.latents",
+        &[
+            "--steps",
+            "3",
+            "--guidance",
+            "5",
+            "--max-sequence-length",
+            "16",
+            "--skip-guidance-layers",
+            "1",
+            "--skip-layer-window",
+            "0:1",
+        ],
+    );
+    let flux = [
+        "--steps",
+        "3",
+        "--true-cfg-scale",
+        "4",
+        "--max-sequence-length",
+        "16",
+    ];
+    png_is_diffusers_image("flux", "pipe.latents", &flux);
+    png_is_diffusers_image("flux", "pipe.latents_unpacked", &flux);
 }
 
 #[test]

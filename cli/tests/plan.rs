@@ -276,3 +276,50 @@ fn a_pipeline_is_planned_by_component_with_the_unet_split_at_its_blocks() {
     };
     assert_ne!(act(&small), act(&big));
 }
+
+#[test]
+fn a_flux_pipeline_splits_its_transformer_at_double_and_single_blocks() {
+    let flux = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../diffusers/tests/data/pipelines/flux");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let (ok, stdout, stderr) = zoo(&[
+        "plan",
+        &flux.to_string_lossy(),
+        "--max-memory",
+        "0=7MiB,1=7MiB",
+        "--size",
+        "32x32",
+        "--reserve",
+        "0",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("FluxPipeline at 32x32"), "{stdout}");
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let units: Vec<String> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["units"].as_array().unwrap().clone())
+        .map(|u| u.as_str().unwrap().to_string())
+        .collect();
+    for unit in [
+        "text_encoder",
+        "text_encoder_2",
+        "transformer",
+        "transformer.transformer_blocks.0",
+        "transformer.single_transformer_blocks.1",
+        "transformer.proj_out",
+        "vae",
+    ] {
+        assert!(units.iter().any(|u| u == unit), "{unit} missing: {units:?}");
+    }
+    let pos = |u: &str| units.iter().position(|x| x == u).unwrap();
+    assert!(
+        pos("transformer.transformer_blocks.0") < pos("transformer.single_transformer_blocks.0")
+    );
+    assert!(pos("text_encoder_2") < pos("transformer") && pos("transformer.proj_out") < pos("vae"));
+}

@@ -13,6 +13,12 @@ pub mod schedulers;
 
 pub use error::{Error, Result};
 pub use models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig, DiagonalGaussian};
+pub use models::transformer_flux::{
+    FluxTransformer2DConfig, FluxTransformer2DModel, FluxTransformerInput,
+};
+pub use models::transformer_sd3::{
+    SD3Transformer2DConfig, SD3Transformer2DModel, SD3TransformerInput,
+};
 pub use models::unet_2d::{UNet2DConfig, UNet2DModel};
 pub use models::unet_2d_condition::{
     UNet2DConditionConfig, UNet2DConditionInput, UNet2DConditionModel,

@@ -6,79 +6,16 @@
 //! the XLA CPU plugin. Tolerances as diffusers' tests set them: 1e-4 max abs for the UNet and
 //! the VAE, 1e-3 on images in [0, 1].
 
-use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+mod common;
 
-use safetensors::SafeTensors;
-use serde_json::Value;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+
+use common::{case_dir, check, Case};
 use zoo_diffusers::pipelines::stable_diffusion::TextToImage;
 use zoo_diffusers::pipelines::{DiffusionPipeline, LoadOptions, Noise, StableDiffusionPipeline};
 use zoo_diffusers::{AutoencoderKL, UNet2DConditionInput, UNet2DConditionModel, UNet2DModel};
 use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
-
-fn case_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/pipelines")
-        .join(name)
-}
-
-struct Case {
-    dir: PathBuf,
-    spec: Value,
-    bytes: Vec<u8>,
-}
-
-impl Case {
-    fn open(name: &str) -> Case {
-        let dir = case_dir(name);
-        let spec =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
-        let bytes = std::fs::read(dir.join("expected.safetensors")).unwrap();
-        Case { dir, spec, bytes }
-    }
-
-    fn has(&self, name: &str) -> bool {
-        SafeTensors::deserialize(&self.bytes)
-            .unwrap()
-            .tensor(name)
-            .is_ok()
-    }
-
-    fn tensor(&self, name: &str, device: &Device) -> Tensor {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} missing"));
-        let v: Vec<f32> = t
-            .data()
-            .chunks(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        Tensor::from_vec(v, t.shape(), device).unwrap()
-    }
-
-    fn path(&self, sub: &str) -> String {
-        self.dir.join(sub).to_string_lossy().into_owned()
-    }
-
-    fn str(&self, field: &str) -> String {
-        self.spec[field].as_str().unwrap().to_string()
-    }
-}
-
-fn max_diff(got: &Tensor, want: &Tensor) -> f64 {
-    assert_eq!(got.shape(), want.shape());
-    let g = got.to_dtype(DType::F32).unwrap().to_vec_f64().unwrap();
-    let w = want.to_vec_f64().unwrap();
-    g.iter()
-        .zip(&w)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max)
-}
-
-fn check(got: &Tensor, want: &Tensor, tol: f64, what: &str, report: &mut Vec<String>) {
-    let d = max_diff(got, want);
-    report.push(format!("{what}: max |diff| {d:.2e}"));
-    assert!(d <= tol, "{what}: max |diff| {d:e} > {tol:e}");
-}
 
 fn unet_conditioned(case: &Case, device: &Device, report: &mut Vec<String>) {
     let unet =

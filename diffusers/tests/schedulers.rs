@@ -2,11 +2,13 @@
 //! `nightly/reference/schedulers.py` from diffusers itself): the timesteps, sigmas and
 //! `init_noise_sigma` zoo derives from the case's `scheduler_config.json`, then a 10-step
 //! trace on the case's fixed model outputs and noise — each scaled model input and each
-//! sample — on candle's CPU and on the XLA CPU plugin, against diffusers' numbers.
+//! sample — on candle's CPU and on the XLA CPU plugin, against diffusers' numbers. Cases with a
+//! `timesteps.json` pass its `mu` / `sigmas` to `set_timesteps`, as flow pipelines do.
 
 use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
+use zoo_diffusers::schedulers::TimestepOptions;
 use zoo_diffusers::{Scheduler, SchedulerConfig};
 use zoo_runtime::{lazy, Device, PjrtDevice, PjrtPlatform, Tensor};
 
@@ -95,7 +97,20 @@ fn run_case(dir: &Path, device: &Device) {
     let bytes = std::fs::read(dir.join("trace.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let (_, timesteps) = read(&st, "timesteps");
-    scheduler.set_timesteps(10).unwrap();
+    // Flow pipelines' `set_timesteps` arguments (`mu`, `sigmas`), where the case has them.
+    let options = match std::fs::read_to_string(dir.join("timesteps.json")) {
+        Ok(text) => {
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            TimestepOptions {
+                sigmas: v["sigmas"]
+                    .as_array()
+                    .map(|a| a.iter().map(|x| x.as_f64().unwrap()).collect()),
+                mu: v["mu"].as_f64(),
+            }
+        }
+        Err(_) => TimestepOptions::default(),
+    };
+    scheduler.set_timesteps_with(10, &options).unwrap();
     if let Some(eta) = step_kwargs.get("eta").and_then(|v| v.as_f64()) {
         assert!(scheduler.set_eta(eta as f32), "{name}: eta");
     }
@@ -242,4 +257,46 @@ fn bad_configs_are_refused_naming_the_class_or_field() {
         euler.build().unwrap().class_name(),
         "EulerDiscreteScheduler"
     );
+    // Flow matching: dynamic shifting needs the pipeline's `mu`; other schedulers refuse
+    // `mu` and custom sigmas; sigmas outside (0, 1] and a terminal of 1 are refused.
+    let flow = |json: serde_json::Value| SchedulerConfig::from_json(json, &path).unwrap().build();
+    let mut s = flow(serde_json::json!({
+        "_class_name": "FlowMatchEulerDiscreteScheduler", "use_dynamic_shifting": true
+    }))
+    .unwrap();
+    let err = s.set_timesteps(10).unwrap_err().to_string();
+    assert!(err.contains("mu"), "{err}");
+    let bad_sigmas = TimestepOptions {
+        sigmas: Some(vec![1.0, 1.5]),
+        mu: Some(1.0),
+    };
+    let err = s
+        .set_timesteps_with(2, &bad_sigmas)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("(0, 1]"), "{err}");
+    let short = TimestepOptions {
+        sigmas: Some(vec![1.0, 0.5]),
+        mu: Some(1.0),
+    };
+    let err = s.set_timesteps_with(3, &short).unwrap_err().to_string();
+    assert!(err.contains("2 sigmas given for 3"), "{err}");
+    let err = flow(serde_json::json!({
+        "_class_name": "FlowMatchEulerDiscreteScheduler", "shift_terminal": 1.0
+    }))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("shift_terminal"), "{err}");
+    let mut ddim = flow(serde_json::json!({"_class_name": "DDIMScheduler"})).unwrap();
+    let err = ddim
+        .set_timesteps_with(
+            10,
+            &TimestepOptions {
+                sigmas: None,
+                mu: Some(0.5),
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("DDIMScheduler") && err.contains("mu"), "{err}");
 }

@@ -1,11 +1,12 @@
-//! Generate an image with a Stable Diffusion pipeline folder (1.x, 2.x or XL, as diffusers'
-//! `save_pretrained` writes it) and save it as PNG.
+//! Generate an image with a diffusers pipeline folder (Stable Diffusion 1.x, 2.x, XL or 3,
+//! Flux, as diffusers' `save_pretrained` writes it) and save it as PNG.
 //!
 //! cargo run --release -p zoo-examples --example text_to_image -- PIPELINE "PROMPT" OUT.png [STEPS] [SEED]
 //!
-//! e.g. `... -- ./stable-diffusion-v1-5 "a photo of an astronaut riding a horse" out.png 30 7`.
+//! e.g. `... -- ./stable-diffusion-v1-5 "a photo of an astronaut riding a horse" out.png 30 7`,
+//! or `... -- ./FLUX.1-schnell "a lighthouse at dawn" out.png 4`.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use zoo_diffusers::pipelines::stable_diffusion::TextToImage;
 use zoo_diffusers::pipelines::{DiffusionPipeline, LoadOptions, Noise};
 
@@ -23,11 +24,9 @@ fn main() -> Result<()> {
         progress: true,
         ..Default::default()
     };
-    let DiffusionPipeline::StableDiffusion(pipe) =
-        DiffusionPipeline::from_pretrained(&pipeline, &opts)?
-    else {
-        bail!("{pipeline} is not a Stable Diffusion pipeline");
-    };
+    // The class comes from model_index.json, as DiffusionPipeline.from_pretrained does.
+    let pipe = DiffusionPipeline::from_pretrained(&pipeline, &opts)?;
+    println!("{}", pipe.class_name());
     let call = TextToImage {
         prompt: vec![prompt],
         negative_prompt: Some(vec!["blurry, low quality".into()]),

@@ -3,6 +3,17 @@ scheduler_config.json (as diffusers' save_config writes it) and trace.safetensor
 diffusers computes for it: the inference timesteps, sigmas and init_noise_sigma, then a
 10-step trace on fixed model outputs — each step's scaled model input and resulting sample.
 
+Flow-matching cases (FlowMatchEulerDiscreteScheduler, `flowmatch-*`) also get `timesteps.json`
+when their `set_timesteps` takes more than the step count: the keyword arguments a flow
+pipeline passes (`mu` under dynamic shifting, custom `sigmas` as FluxPipeline builds them:
+np.linspace(1.0, 1 / 10, 10)), written as passed. That class has neither `init_noise_sigma`
+nor `scale_model_input`: init_noise_sigma is stored as 1.0 (flow pipelines use the latents
+as drawn) and each model input is the sample itself. Its `step` takes the float timesteps of
+`scheduler.timesteps`; `sigmas` (scheduler.sigmas, the terminal 0 — or 1 with invert_sigmas —
+appended) is stored for these cases too. `flowmatch-stochastic` draws its noise (x0 mixed
+with fresh noise at the next sigma) through the module's `randn_tensor`, which the feed
+below replaces.
+
 Steps that add noise (DDPM, Euler ancestral, DDIM with eta > 0) get theirs from the case
 (`noise`, one tensor per step): diffusers' `randn_tensor` is replaced by a reader of it while
 the trace runs, so a port that takes the noise as an input reproduces diffusers exactly.
@@ -18,6 +29,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -97,6 +109,25 @@ CASES: dict[str, tuple[str, dict, dict, int]] = {
                                                                      "euler_at_final": True}, {}, 1),
     "dpmpp-flow-shift3": ("DPMSolverMultistepScheduler", {"use_flow_sigmas": True, "flow_shift": 3.0,
                                                           "prediction_type": "flow_prediction"}, {}, 1),
+    # Flow matching (SD3, Flux): appended so the seeds (4200 + index) of the cases above stay.
+    "flowmatch-sd3-shift3": ("FlowMatchEulerDiscreteScheduler", {"shift": 3.0}, {}, 1),
+    "flowmatch-flux-dynamic": ("FlowMatchEulerDiscreteScheduler", {"use_dynamic_shifting": True}, {}, 1),
+    "flowmatch-linear-terminal": ("FlowMatchEulerDiscreteScheduler", {"use_dynamic_shifting": True,
+                                                                             "time_shift_type": "linear",
+                                                                             "shift_terminal": 0.1}, {}, 1),
+    "flowmatch-invert": ("FlowMatchEulerDiscreteScheduler", {"invert_sigmas": True, "shift": 2.0}, {}, 1),
+    "flowmatch-karras": ("FlowMatchEulerDiscreteScheduler", {"use_karras_sigmas": True, "shift": 3.0}, {}, 1),
+    "flowmatch-exponential": ("FlowMatchEulerDiscreteScheduler", {"use_exponential_sigmas": True}, {}, 1),
+    "flowmatch-stochastic": ("FlowMatchEulerDiscreteScheduler", {"stochastic_sampling": True, "shift": 3.0}, {}, 1),
+    "flowmatch-custom-sigmas": ("FlowMatchEulerDiscreteScheduler", {"use_dynamic_shifting": True}, {}, 1),
+}
+
+# name: keyword arguments of set_timesteps beyond the step count (written to timesteps.json)
+SET_TIMESTEPS: dict[str, dict] = {
+    "flowmatch-flux-dynamic": {"mu": 0.93},
+    "flowmatch-linear-terminal": {"mu": 1.3},
+    # as FluxPipeline passes them: np.linspace(1.0, 1 / num_inference_steps, num_inference_steps)
+    "flowmatch-custom-sigmas": {"sigmas": [float(s) for s in np.linspace(1.0, 1 / STEPS, STEPS)], "mu": 1.1},
 }
 
 
@@ -133,7 +164,8 @@ def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: 
         shutil.rmtree(folder)
     scheduler.save_config(folder)
     scheduler = cls.from_config(cls.load_config(folder))
-    scheduler.set_timesteps(STEPS)
+    timestep_kwargs = SET_TIMESTEPS.get(name, {})
+    scheduler.set_timesteps(STEPS, **timestep_kwargs)
     gen = torch.Generator().manual_seed(seed)
     n = len(scheduler.timesteps)
     sample = torch.randn(SHAPE, generator=gen)
@@ -143,33 +175,41 @@ def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: 
         outputs[:, :, SHAPE[1]:] = outputs[:, :, SHAPE[1]:].tanh()
     noise = torch.randn((n, *SHAPE), generator=gen)
     module = importlib.import_module(cls.__module__)
-    x = sample * scheduler.init_noise_sigma
+    # FlowMatchEulerDiscreteScheduler has no init_noise_sigma and no scale_model_input.
+    init_noise_sigma = getattr(scheduler, "init_noise_sigma", 1.0)
+    scale = getattr(scheduler, "scale_model_input", lambda s, _t: s)
+    x = sample * init_noise_sigma
     inputs, samples = [], []
     with NoiseFeed(module, noise) as feed:
         for i, t in enumerate(scheduler.timesteps):
-            inputs.append(scheduler.scale_model_input(x, t))
+            inputs.append(scale(x, t))
             feed.step = i
             kwargs = dict(step_kwargs)
             if cls_name == "DDIMScheduler" and kwargs.get("eta", 0) > 0:
                 kwargs["variance_noise"] = noise[i]
             x = scheduler.step(outputs[i], t, x, **kwargs).prev_sample
             samples.append(x)
+    if overrides.get("stochastic_sampling"):
+        assert feed.used == n, (name, feed.used)
     tensors = {
         "sample": sample,
         "model_outputs": outputs,
         "noise": noise,
         "timesteps": scheduler.timesteps.to(torch.float64),
-        "init_noise_sigma": torch.tensor([float(scheduler.init_noise_sigma)], dtype=torch.float64),
+        "init_noise_sigma": torch.tensor([float(init_noise_sigma)], dtype=torch.float64),
         "model_inputs": torch.stack(inputs),
         "samples": torch.stack(samples),
     }
-    if cls_name.startswith(("Euler", "DPMSolver", "LMS", "UniPC")):
+    if cls_name.startswith(("Euler", "DPMSolver", "LMS", "UniPC", "FlowMatch")):
         tensors["sigmas"] = scheduler.sigmas.to(torch.float32)
     save_file({k: v.contiguous() for k, v in tensors.items()}, folder / "trace.safetensors")
     (folder / "step.json").write_text(json.dumps(step_kwargs) + "\n")
+    if timestep_kwargs:
+        (folder / "timesteps.json").write_text(json.dumps(timestep_kwargs) + "\n")
 
 
 def main() -> None:
+    torch.set_num_threads(1)
     OUT.mkdir(parents=True, exist_ok=True)
     for i, (name, (cls_name, overrides, kwargs, factor)) in enumerate(CASES.items()):
         trace(name, cls_name, overrides, kwargs, factor, 4200 + i)

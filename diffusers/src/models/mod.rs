@@ -1,6 +1,8 @@
 //! Diffusion models, mirroring diffusers' `models/`: the UNets (`unet_2d_condition.rs`,
-//! `unet_2d.rs`), the KL autoencoder (`autoencoder_kl.rs`) and the blocks they share
-//! (`resnet.rs`, `attention.rs`, `embeddings.rs`, `unet_2d_blocks.rs`).
+//! `unet_2d.rs`), the diffusion transformers (`transformer_sd3.rs`, `transformer_flux.rs`),
+//! the KL autoencoder (`autoencoder_kl.rs`) and the blocks they share (`resnet.rs`,
+//! `attention.rs`, `joint_attention.rs`, `normalization.rs`, `embeddings.rs`,
+//! `unet_2d_blocks.rs`).
 //!
 //! Every model is built from its `config.json` as diffusers' `from_config` builds it; the
 //! weights keep diffusers' names (`down_blocks.0.attentions.1.transformer_blocks.0.attn2.to_k`).
@@ -8,7 +10,11 @@
 pub mod attention;
 pub mod autoencoder_kl;
 pub mod embeddings;
+pub mod joint_attention;
+pub mod normalization;
 pub mod resnet;
+pub mod transformer_flux;
+pub mod transformer_sd3;
 pub mod unet_2d;
 pub mod unet_2d_blocks;
 pub mod unet_2d_condition;
@@ -176,6 +182,25 @@ pub(crate) fn open_component(
         })?;
     let weights = crate::pipelines::component_weights(&pretrained, dtype, device)?;
     Ok((config, weights))
+}
+
+/// A diffusion transformer's component folder opened with its blocks placed over `devices`
+/// (balanced stages; the first device for the rest), as the pipelines split it.
+pub(crate) fn open_split(
+    repo_or_path: &str,
+    dtype: zoo_runtime::DType,
+    devices: &[zoo_runtime::Device],
+) -> Result<(PathBuf, zoo_runtime::nn::Weights)> {
+    let first = *devices.first().ok_or_else(|| {
+        Error::Input("give at least one device to load the transformer on".into())
+    })?;
+    let (config, w) = open_component(repo_or_path, dtype, &first)?;
+    if devices.len() < 2 {
+        return Ok((config, w));
+    }
+    let pretrained = zoo_hub::Pretrained::open(repo_or_path)?;
+    let placement = crate::pipelines::plan::transformer_placement(&pretrained, devices, dtype)?;
+    Ok((config, w.with_placement(placement)))
 }
 
 /// `(height, width)` of a `sample_size` given as one side or `[height, width]`, `default`

@@ -1,6 +1,7 @@
 //! Pipelines, dispatched on `model_index.json`'s `_class_name` as diffusers'
 //! `DiffusionPipeline.from_pretrained` dispatches: `stable_diffusion.rs`
 //! (`StableDiffusionPipeline`, and the XL prompt encoding of `stable_diffusion_xl.rs`),
+//! `stable_diffusion_3.rs` (`StableDiffusion3Pipeline`), `flux.rs` (`FluxPipeline`),
 //! `ddpm.rs` (`DDPMPipeline`); `plan.rs` plans a pipeline's components over devices and
 //! places a split UNet's blocks.
 //!
@@ -9,8 +10,10 @@
 //! instead, which is how an image is reproduced from diffusers' own noise.
 
 pub mod ddpm;
+pub mod flux;
 pub mod plan;
 pub mod stable_diffusion;
+pub mod stable_diffusion_3;
 pub mod stable_diffusion_xl;
 
 use std::collections::VecDeque;
@@ -22,7 +25,9 @@ use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Device, Generator, Tensor};
 
 pub use ddpm::DDPMPipeline;
+pub use flux::FluxPipeline;
 pub use stable_diffusion::StableDiffusionPipeline;
+pub use stable_diffusion_3::StableDiffusion3Pipeline;
 
 use crate::{Error, Result, SchedulerConfig};
 
@@ -30,6 +35,8 @@ use crate::{Error, Result, SchedulerConfig};
 pub const PIPELINES: &[&str] = &[
     "StableDiffusionPipeline",
     "StableDiffusionXLPipeline",
+    "StableDiffusion3Pipeline",
+    "FluxPipeline",
     "DDPMPipeline",
 ];
 
@@ -38,9 +45,13 @@ pub const PIPELINES: &[&str] = &[
 pub struct LoadOptions {
     /// Where every component runs (the text encoders always).
     pub device: Device,
-    /// Devices the UNet's blocks are split over, in balanced stages by weight (the VAE then
-    /// runs on the last); empty or one device: the UNet runs on `device`.
+    /// Devices the denoiser's blocks (a UNet's or a diffusion transformer's) are split over,
+    /// in balanced stages by weight (the VAE then runs on the last); empty or one device: it
+    /// runs on `device`.
     pub unet_devices: Vec<Device>,
+    /// Where the T5 text encoder runs (SD3, Flux), when not on `device`: a large T5 can
+    /// sit on its own device.
+    pub text_encoder_device: Option<Device>,
     /// Dtype of weights and activations; `None` keeps float32 (diffusers' default).
     pub dtype: Option<DType>,
     /// A weights variant (`"fp16"`: `diffusion_pytorch_model.fp16.safetensors`).
@@ -56,6 +67,7 @@ impl Default for LoadOptions {
         LoadOptions {
             device: Device::Cpu,
             unet_devices: Vec::new(),
+            text_encoder_device: None,
             dtype: None,
             variant: None,
             scheduler: None,
@@ -271,6 +283,10 @@ pub(crate) fn pipeline_dtype(opts: &LoadOptions) -> Result<DType> {
 pub enum DiffusionPipeline {
     /// `StableDiffusionPipeline` or `StableDiffusionXLPipeline`.
     StableDiffusion(Box<StableDiffusionPipeline>),
+    /// `StableDiffusion3Pipeline`.
+    StableDiffusion3(Box<StableDiffusion3Pipeline>),
+    /// `FluxPipeline`.
+    Flux(Box<FluxPipeline>),
     /// `DDPMPipeline`.
     Ddpm(Box<DDPMPipeline>),
 }
@@ -285,6 +301,12 @@ impl DiffusionPipeline {
                     StableDiffusionPipeline::load(files, opts)?,
                 )))
             }
+            "StableDiffusion3Pipeline" => Ok(DiffusionPipeline::StableDiffusion3(Box::new(
+                StableDiffusion3Pipeline::load(files, opts)?,
+            ))),
+            "FluxPipeline" => Ok(DiffusionPipeline::Flux(Box::new(FluxPipeline::load(
+                files, opts,
+            )?))),
             "DDPMPipeline" => Ok(DiffusionPipeline::Ddpm(Box::new(DDPMPipeline::load(
                 files, opts,
             )?))),
@@ -296,10 +318,32 @@ impl DiffusionPipeline {
         }
     }
 
+    /// Generates images for `args` with whichever pipeline this is (DDPM, unconditional,
+    /// reads only the step count, the image count and `progress`).
+    pub fn generate(
+        &self,
+        args: &stable_diffusion::TextToImage,
+        noise: &mut Noise,
+    ) -> Result<Generated> {
+        match self {
+            DiffusionPipeline::StableDiffusion(p) => p.generate(args, noise),
+            DiffusionPipeline::StableDiffusion3(p) => p.generate(args, noise),
+            DiffusionPipeline::Flux(p) => p.generate(args, noise),
+            DiffusionPipeline::Ddpm(p) => p.generate(
+                args.num_images_per_prompt * args.prompt.len().max(1),
+                args.num_inference_steps,
+                noise,
+                args.progress,
+            ),
+        }
+    }
+
     /// The pipeline class.
     pub fn class_name(&self) -> &'static str {
         match self {
             DiffusionPipeline::StableDiffusion(p) => p.class_name(),
+            DiffusionPipeline::StableDiffusion3(_) => "StableDiffusion3Pipeline",
+            DiffusionPipeline::Flux(_) => "FluxPipeline",
             DiffusionPipeline::Ddpm(_) => "DDPMPipeline",
         }
     }

@@ -1,7 +1,8 @@
 //! A pipeline's placement units and peak activations, from headers and configs alone, for
-//! `zoo plan`: every component is a unit (the text encoders, the VAE), except the UNet, which
-//! splits at its blocks (`down_blocks.N`, `mid_block`, `up_blocks.N`) so a UNet larger than
-//! one device runs in stages.
+//! `zoo plan`: every component is a unit (the text encoders, the VAE), except the denoiser,
+//! which splits at its blocks so a denoiser larger than one device runs in stages: the UNet
+//! at `down_blocks.N`, `mid_block`, `up_blocks.N`, a diffusion transformer at
+//! `transformer_blocks.N` and `single_transformer_blocks.N` (diffusers' `_no_split_modules`).
 
 use zoo_hub::{Dtype, Inventory, Pretrained};
 use zoo_runtime::device_map::{plan, DeviceBudget, Placement, PlanRequest, Unit, Workload};
@@ -33,7 +34,14 @@ pub struct PipelinePlan {
 }
 
 /// Components in the order a pipeline call runs them.
-const ORDER: &[&str] = &["text_encoder", "text_encoder_2", "unet", "vae"];
+const ORDER: &[&str] = &[
+    "text_encoder",
+    "text_encoder_2",
+    "text_encoder_3",
+    "unet",
+    "transformer",
+    "vae",
+];
 
 /// The UNet's unit of a tensor name: its block, or the stem before / head after them.
 fn unet_unit(name: &str) -> String {
@@ -65,6 +73,138 @@ fn unet_rank(unit: &str, blocks: usize) -> usize {
     } else {
         3 + 2 * blocks
     }
+}
+
+/// A diffusion transformer's unit of a tensor name: its block, or the stem / output head.
+fn transformer_unit(name: &str) -> String {
+    let mut parts = name.split('.');
+    match (parts.next(), parts.next()) {
+        (Some(b @ ("transformer_blocks" | "single_transformer_blocks")), Some(i)) => {
+            format!("transformer.{b}.{i}")
+        }
+        (Some("norm_out" | "proj_out"), _) => "transformer.proj_out".into(),
+        _ => "transformer".into(),
+    }
+}
+
+fn transformer_rank(unit: &str, doubles: usize) -> usize {
+    let idx = |s: &str| {
+        s.rsplit('.')
+            .next()
+            .and_then(|i| i.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    if unit == "transformer" {
+        0
+    } else if let Some(rest) = unit.strip_prefix("transformer.transformer_blocks.") {
+        1 + idx(rest)
+    } else if let Some(rest) = unit.strip_prefix("transformer.single_transformer_blocks.") {
+        1 + doubles + idx(rest)
+    } else {
+        usize::MAX
+    }
+}
+
+/// Units of a component from its inventory, grouped by `unit_of` and ordered by `rank`
+/// (given the count of the first kind of block).
+fn grouped_units(
+    inventory: &Inventory,
+    dtype: Option<Dtype>,
+    unit_of: fn(&str) -> String,
+    first_blocks: &str,
+    rank: fn(&str, usize) -> usize,
+) -> Vec<Unit> {
+    let mut units: Vec<Unit> = Vec::new();
+    let mut blocks = 0;
+    for t in inventory.tensors() {
+        let unit = unit_of(&t.name);
+        if let Some(i) = unit
+            .strip_prefix(first_blocks)
+            .and_then(|i| i.parse::<usize>().ok())
+        {
+            blocks = blocks.max(i + 1);
+        }
+        let bytes = dtype.map_or(t.nbytes, |d| t.bytes_as(d));
+        match units.iter_mut().find(|u| u.name == unit) {
+            Some(u) => u.weight_bytes += bytes,
+            None => units.push(Unit {
+                name: unit,
+                weight_bytes: bytes,
+                layer: None,
+                tied_with: None,
+            }),
+        }
+    }
+    units.sort_by_key(|u| rank(&u.name, blocks));
+    units
+}
+
+fn transformer_units(inventory: &Inventory, dtype: Option<Dtype>) -> Vec<Unit> {
+    grouped_units(
+        inventory,
+        dtype,
+        transformer_unit,
+        "transformer.transformer_blocks.",
+        transformer_rank,
+    )
+}
+
+/// A diffusion transformer's token width, heads, image-token count and text-token count
+/// for latents of `lh x lw`, read by the class `model_index.json` names.
+fn transformer_shape(
+    files: &PipelineFiles,
+    lh: usize,
+    lw: usize,
+) -> Result<(usize, usize, usize, usize)> {
+    let path = files.file("transformer", "config.json")?;
+    match files.index.components["transformer"].1.as_str() {
+        "SD3Transformer2DModel" => {
+            let c = crate::models::transformer_sd3::SD3Transformer2DConfig::from_file(&path)?;
+            let p = c.patch_size;
+            // 77 CLIP tokens then T5's 256.
+            Ok((
+                c.inner_dim(),
+                c.num_attention_heads,
+                (lh / p) * (lw / p),
+                77 + 256,
+            ))
+        }
+        _ => {
+            let c = crate::models::transformer_flux::FluxTransformer2DConfig::from_file(&path)?;
+            Ok((
+                c.inner_dim(),
+                c.num_attention_heads,
+                (lh / 2) * (lw / 2),
+                512,
+            ))
+        }
+    }
+}
+
+/// The default sample size of a pipeline's transformer, in latent pixels.
+fn transformer_sample_size(files: &PipelineFiles) -> Result<usize> {
+    let path = files.file("transformer", "config.json")?;
+    Ok(match files.index.components["transformer"].1.as_str() {
+        "SD3Transformer2DModel" => {
+            crate::models::transformer_sd3::SD3Transformer2DConfig::from_file(&path)?.sample_size
+        }
+        // FluxPipeline's default_sample_size.
+        _ => 128,
+    })
+}
+
+/// Peak bytes of a transformer call on `batch` sequences of `tokens` `dim`-wide tokens:
+/// the feed-forward's 4x-wide hidden and a few residual streams, plus one layer's
+/// attention scores.
+fn transformer_activations(
+    dim: usize,
+    heads: usize,
+    tokens: usize,
+    batch: usize,
+    elem: u64,
+) -> u64 {
+    let t = tokens as u64;
+    batch as u64 * (8 * t * dim as u64 * elem + heads as u64 * t * t * 4)
 }
 
 /// Plans the pipeline at `repo_or_path` for `images` images of `size` (default: the UNet's
@@ -106,7 +246,14 @@ pub fn plan_units(
             continue;
         }
         let ck = files.pretrained.component(name).checkpoint()?;
-        if name == "unet" {
+        if name == "transformer" {
+            let side = transformer_sample_size(&files)?;
+            let (h, w) = *planned.get_or_insert((side * factor, side * factor));
+            let (dim, heads, img, txt) = transformer_shape(&files, h / factor, w / factor)?;
+            let act = transformer_activations(dim, heads, img + txt, unet_batch, elem);
+            activations = activations.max(act);
+            units.extend(transformer_units(&ck.inventory, dtype));
+        } else if name == "unet" {
             let ((sh, sw), levels) = unet_shape(&files)?;
             let (h, w) = *planned.get_or_insert((sh * factor, sw * factor));
             let act = unet_activations(&levels, h / factor, w / factor, unet_batch, elem);
@@ -231,29 +378,7 @@ fn vae_activations(c: &AutoencoderKLConfig, h: usize, w: usize, batch: usize, el
 
 /// The UNet's units (stem, down blocks, mid block, up blocks, head) from its inventory.
 fn unet_units(inventory: &Inventory, dtype: Option<Dtype>) -> Vec<Unit> {
-    let mut units: Vec<Unit> = Vec::new();
-    let mut blocks = 0;
-    for t in inventory.tensors() {
-        let unit = unet_unit(&t.name);
-        if let Some(i) = unit
-            .strip_prefix("unet.down_blocks.")
-            .and_then(|i| i.parse::<usize>().ok())
-        {
-            blocks = blocks.max(i + 1);
-        }
-        let bytes = dtype.map_or(t.nbytes, |d| t.bytes_as(d));
-        match units.iter_mut().find(|u| u.name == unit) {
-            Some(u) => u.weight_bytes += bytes,
-            None => units.push(Unit {
-                name: unit,
-                weight_bytes: bytes,
-                layer: None,
-                tied_with: None,
-            }),
-        }
-    }
-    units.sort_by_key(|u| unet_rank(&u.name, blocks));
-    units
+    grouped_units(inventory, dtype, unet_unit, "unet.down_blocks.", unet_rank)
 }
 
 /// Where a UNet split over `devices` puts each block: contiguous stages in execution order,
@@ -264,13 +389,44 @@ pub(crate) fn unet_placement(
     devices: &[Device],
     dtype: DType,
 ) -> Result<DevicePlacement> {
-    let ck = unet.checkpoint()?;
-    let hub_dtype = match dtype {
+    let units = unet_units(&unet.checkpoint()?.inventory, Some(hub_dtype(dtype)));
+    balanced_placement(units, devices, "unet.", |unit| match unit {
+        "conv_out" => vec!["conv_norm_out", "conv_out"],
+        block => vec![block],
+    })
+}
+
+/// Where a diffusion transformer split over `devices` puts each block, as
+/// [`unet_placement`] does for a UNet.
+pub(crate) fn transformer_placement(
+    transformer: &Pretrained,
+    devices: &[Device],
+    dtype: DType,
+) -> Result<DevicePlacement> {
+    let units = transformer_units(&transformer.checkpoint()?.inventory, Some(hub_dtype(dtype)));
+    balanced_placement(units, devices, "transformer.", |unit| match unit {
+        "proj_out" => vec!["norm_out", "proj_out"],
+        block => vec![block],
+    })
+}
+
+fn hub_dtype(dtype: DType) -> Dtype {
+    match dtype {
         DType::BF16 => Dtype::BF16,
         DType::F16 => Dtype::F16,
         _ => Dtype::F32,
-    };
-    let units = unet_units(&ck.inventory, Some(hub_dtype));
+    }
+}
+
+/// The planner's balanced split of `units` over `devices`, as module prefixes of the
+/// component (`prefix` stripped; `modules` maps a unit to the modules it covers). The stem
+/// unit (`prefix` without a block) stays on the first device.
+fn balanced_placement(
+    units: Vec<Unit>,
+    devices: &[Device],
+    prefix: &str,
+    modules: fn(&str) -> Vec<&str>,
+) -> Result<DevicePlacement> {
     let total: u64 = units.iter().map(|u| u.weight_bytes).sum();
     let budgets = devices
         .iter()
@@ -301,13 +457,10 @@ pub(crate) fn unet_placement(
             continue;
         };
         for unit in &stage.units {
-            match unit.strip_prefix("unet.") {
-                Some("conv_out") => {
-                    placement.insert("conv_norm_out", devices[i]);
-                    placement.insert("conv_out", devices[i]);
+            if let Some(rest) = unit.strip_prefix(prefix) {
+                for m in modules(rest) {
+                    placement.insert(m, devices[i]);
                 }
-                Some(block) => placement.insert(block, devices[i]),
-                None => {} // the stem: the default (first) device
             }
         }
     }

@@ -34,6 +34,29 @@ pub struct TextEncoder {
     pub(crate) pad_id: u32,
 }
 
+/// The tokenizer and encoder classes of a text-encoder pair.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TextKind {
+    tokenizers: &'static [&'static str],
+    encoders: &'static [&'static str],
+    /// The pad token when `tokenizer_config.json` names none.
+    pad: &'static str,
+}
+
+/// CLIP (`CLIPTextModel`, `CLIPTextModelWithProjection`).
+pub(crate) const CLIP: TextKind = TextKind {
+    tokenizers: &["CLIPTokenizer", "CLIPTokenizerFast"],
+    encoders: &["CLIPTextModel", "CLIPTextModelWithProjection"],
+    pad: "<|endoftext|>",
+};
+
+/// T5's encoder (`T5EncoderModel`), as SD3, Flux and PixArt read it.
+pub(crate) const T5: TextKind = TextKind {
+    tokenizers: &["T5Tokenizer", "T5TokenizerFast"],
+    encoders: &["T5EncoderModel"],
+    pad: "<pad>",
+};
+
 impl TextEncoder {
     pub(crate) fn load(
         files: &PipelineFiles,
@@ -42,8 +65,20 @@ impl TextEncoder {
         dtype: DType,
         opts: &LoadOptions,
     ) -> Result<TextEncoder> {
-        let classes = ["CLIPTokenizer", "CLIPTokenizerFast"];
-        let tok_files = files.component(tokenizer, &classes)?;
+        TextEncoder::load_kind(files, tokenizer, encoder, CLIP, dtype, opts.device, opts)
+    }
+
+    /// A tokenizer and encoder of `kind`, the encoder on `device`.
+    pub(crate) fn load_kind(
+        files: &PipelineFiles,
+        tokenizer: &str,
+        encoder: &str,
+        kind: TextKind,
+        dtype: DType,
+        device: Device,
+        opts: &LoadOptions,
+    ) -> Result<TextEncoder> {
+        let tok_files = files.component(tokenizer, kind.tokenizers)?;
         let tok = Tokenizer::from_pretrained(&tok_files).map_err(Box::new)?;
         let tcfg = tok_files.tokenizer_config()?.unwrap_or_default();
         let max_length = tcfg.model_max_length.unwrap_or(77.0) as usize;
@@ -51,14 +86,14 @@ impl TextEncoder {
             .pad_token
             .as_ref()
             .map(|t| t.content().to_string())
-            .unwrap_or_else(|| "<|endoftext|>".into());
+            .unwrap_or_else(|| kind.pad.into());
         let pad_id = tok.token_to_id(&pad).ok_or_else(|| Error::Config {
             path: files.index.path.with_file_name(tokenizer),
             reason: format!("the pad token {pad:?} is not in the vocabulary"),
         })?;
-        files.component(encoder, &["CLIPTextModel", "CLIPTextModelWithProjection"])?;
+        files.component(encoder, kind.encoders)?;
         let dir = files.dir(encoder)?;
-        let device_map = match opts.device {
+        let device_map = match device {
             Device::Cpu => zoo_runtime::device_map::DeviceMap::Cpu,
             Device::Cuda(i) => zoo_runtime::device_map::DeviceMap::Cuda(i),
             Device::Pjrt(d) => zoo_runtime::device_map::DeviceMap::Pjrt {
@@ -86,31 +121,39 @@ impl TextEncoder {
         })
     }
 
-    /// Ids of `texts`, each truncated and padded to `max_length` (`padding="max_length"`).
-    pub(crate) fn ids(&self, texts: &[String]) -> Result<Tensor> {
-        let mut all = Vec::with_capacity(texts.len() * self.max_length);
+    /// Ids of `texts`, each truncated and padded to `len` (`padding="max_length"`).
+    pub(crate) fn ids(&self, texts: &[String], len: usize) -> Result<Tensor> {
+        let mut all = Vec::with_capacity(texts.len() * len);
         for t in texts {
-            let mut ids = self
-                .tokenizer
-                .encode_truncated(t, self.max_length)
-                .map_err(Box::new)?;
-            ids.resize(self.max_length, self.pad_id);
+            let mut ids = self.tokenizer.encode_truncated(t, len).map_err(Box::new)?;
+            ids.resize(len, self.pad_id);
             all.extend(ids.into_iter().map(i64::from));
         }
         Ok(Tensor::from_vec(
             all,
-            &[texts.len(), self.max_length],
+            &[texts.len(), len],
             &self.encoder.device(),
         )?)
     }
 
-    /// The encoder's output for `texts`, with every layer's hidden states.
+    /// The encoder's output for `texts` padded to the tokenizer's `model_max_length`, with
+    /// every layer's hidden states when `hidden_states`.
     pub(crate) fn encode(
         &self,
         texts: &[String],
         hidden_states: bool,
     ) -> Result<zoo_transformers::kinds::EncoderOutput> {
-        let ids = self.ids(texts)?;
+        self.encode_len(texts, self.max_length, hidden_states)
+    }
+
+    /// [`TextEncoder::encode`] padded to `len` tokens (T5's `max_sequence_length`).
+    pub(crate) fn encode_len(
+        &self,
+        texts: &[String],
+        len: usize,
+        hidden_states: bool,
+    ) -> Result<zoo_transformers::kinds::EncoderOutput> {
+        let ids = self.ids(texts, len)?;
         self.encoder
             .forward(EncoderArgs {
                 input_ids: &ids,
@@ -167,6 +210,20 @@ pub struct TextToImage {
     pub strength: f64,
     /// Show a progress bar over the steps.
     pub progress: bool,
+    /// T5's prompt length (SD3: 256, Flux: 512 when `None`).
+    pub max_sequence_length: Option<usize>,
+    /// Flux's true classifier-free guidance: with a negative prompt and a scale above 1, a
+    /// second transformer call on the negative prompt (`guidance_scale` is then the
+    /// distilled guidance embedding, for checkpoints that have one).
+    pub true_cfg_scale: f64,
+    /// SD3's skip-layer guidance: the blocks skipped in the extra prediction (empty: off).
+    pub skip_guidance_layers: Vec<usize>,
+    /// How strongly skip-layer guidance pushes away from the skipped prediction.
+    pub skip_layer_guidance_scale: f64,
+    /// Fraction of the steps after which skip-layer guidance starts.
+    pub skip_layer_guidance_start: f64,
+    /// Fraction of the steps at which it stops.
+    pub skip_layer_guidance_stop: f64,
 }
 
 impl Default for TextToImage {
@@ -185,6 +242,12 @@ impl Default for TextToImage {
             init_image: None,
             strength: 0.8,
             progress: false,
+            max_sequence_length: None,
+            true_cfg_scale: 1.0,
+            skip_guidance_layers: Vec::new(),
+            skip_layer_guidance_scale: 2.8,
+            skip_layer_guidance_start: 0.01,
+            skip_layer_guidance_stop: 0.2,
         }
     }
 }
@@ -596,26 +659,32 @@ impl StableDiffusionPipeline {
 
     /// Decodes final latents to `[N, H, W, 3]` images in `[0, 1]`.
     pub fn decode_latents(&self, latents: &Tensor) -> Result<Tensor> {
-        let c = self.vae.config();
-        let mut z = latents.to_dtype(self.vae.dtype())?;
-        z = match (&c.latents_mean, &c.latents_std) {
-            (Some(mean), Some(std)) => {
-                let n = mean.len();
-                let d = self.vae.device();
-                let m = Tensor::from_f64s(mean, &[1, n, 1, 1], z.dtype(), &d)?;
-                let s = Tensor::from_f64s(std, &[1, n, 1, 1], z.dtype(), &d)?;
-                z.mul(&s)?.div_scalar(c.scaling_factor)?.add(&m)?
-            }
-            _ => {
-                let z = z.div_scalar(c.scaling_factor)?;
-                match c.shift_factor {
-                    Some(s) => z.add_scalar(s)?,
-                    None => z,
-                }
-            }
-        };
-        postprocess(&self.vae.decode(&z)?)
+        decode_latents(&self.vae, latents)
     }
+}
+
+/// Final latents → `[N, H, W, 3]` images in `[0, 1]`: undoes the VAE's latent scaling
+/// (`latents_mean`/`latents_std`, or `scaling_factor` and `shift_factor`) and decodes.
+pub(crate) fn decode_latents(vae: &AutoencoderKL, latents: &Tensor) -> Result<Tensor> {
+    let c = vae.config();
+    let mut z = latents.to_device(&vae.device())?.to_dtype(vae.dtype())?;
+    z = match (&c.latents_mean, &c.latents_std) {
+        (Some(mean), Some(std)) => {
+            let n = mean.len();
+            let d = vae.device();
+            let m = Tensor::from_f64s(mean, &[1, n, 1, 1], z.dtype(), &d)?;
+            let s = Tensor::from_f64s(std, &[1, n, 1, 1], z.dtype(), &d)?;
+            z.mul(&s)?.div_scalar(c.scaling_factor)?.add(&m)?
+        }
+        _ => {
+            let z = z.div_scalar(c.scaling_factor)?;
+            match c.shift_factor {
+                Some(s) => z.add_scalar(s)?,
+                None => z,
+            }
+        }
+    };
+    postprocess(&vae.decode(&z)?)
 }
 
 /// The first step img2img runs: `strength` of the `steps` run (diffusers' `get_timesteps`).

@@ -14,6 +14,7 @@ mod ddim;
 mod ddpm;
 mod dpmsolver_multistep;
 mod euler;
+mod flow_match_euler_discrete;
 mod lms_discrete;
 mod pndm;
 pub mod schedule;
@@ -29,6 +30,9 @@ pub use ddim::DDIMScheduler;
 pub use ddpm::DDPMScheduler;
 pub use dpmsolver_multistep::DPMSolverMultistepScheduler;
 pub use euler::{EulerAncestralDiscreteScheduler, EulerDiscreteScheduler};
+pub use flow_match_euler_discrete::{
+    FlowMatchEulerConfig, FlowMatchEulerDiscreteScheduler, TimeShift,
+};
 pub use lms_discrete::LMSDiscreteScheduler;
 pub use pndm::PNDMScheduler;
 pub use unipc_multistep::UniPCMultistepScheduler;
@@ -41,6 +45,21 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     fn class_name(&self) -> &'static str;
     /// Chooses `num_inference_steps` timesteps (and sigmas) and resets the step state.
     fn set_timesteps(&mut self, num_inference_steps: usize) -> Result<()>;
+    /// `set_timesteps` with the arguments flow pipelines pass (`sigmas=`, `mu=`); schedulers
+    /// that take neither refuse them.
+    fn set_timesteps_with(
+        &mut self,
+        num_inference_steps: usize,
+        options: &TimestepOptions,
+    ) -> Result<()> {
+        if options.sigmas.is_some() || options.mu.is_some() {
+            return Err(Error::Scheduler(format!(
+                "{} takes neither custom sigmas nor `mu`; use FlowMatchEulerDiscreteScheduler",
+                self.class_name()
+            )));
+        }
+        self.set_timesteps(num_inference_steps)
+    }
     /// The timestep values the model is called with, one per step, in order.
     fn timesteps(&self) -> &[f64];
     /// The noise levels of sigma-parameterized schedulers, one more than the timesteps.
@@ -78,6 +97,15 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     ) -> Result<Tensor>;
 }
 
+/// What a pipeline may pass to [`Scheduler::set_timesteps_with`] beyond the step count.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimestepOptions {
+    /// The sigmas to run (one per step) instead of the scheduler's own spacing.
+    pub sigmas: Option<Vec<f64>>,
+    /// The resolution-dependent shift of `use_dynamic_shifting` schedulers.
+    pub mu: Option<f64>,
+}
+
 /// serde defaults the configs share (diffusers' own defaults).
 mod defaults {
     use super::schedule::{PredictionType, TimestepSpacing};
@@ -112,6 +140,7 @@ pub const CLASSES: &[&str] = &[
     "DPMSolverMultistepScheduler",
     "LMSDiscreteScheduler",
     "UniPCMultistepScheduler",
+    "FlowMatchEulerDiscreteScheduler",
 ];
 
 /// A `scheduler_config.json`: its class and its fields.
@@ -205,6 +234,9 @@ impl SchedulerConfig {
                 serde_json::from_value(f.clone()).map_err(bad)?,
             )?),
             "UniPCMultistepScheduler" => Box::new(UniPCMultistepScheduler::new(
+                serde_json::from_value(f.clone()).map_err(bad)?,
+            )?),
+            "FlowMatchEulerDiscreteScheduler" => Box::new(FlowMatchEulerDiscreteScheduler::new(
                 serde_json::from_value(f.clone()).map_err(bad)?,
             )?),
             other => {

@@ -1,0 +1,240 @@
+//! A FluxTransformer2DModel shaped like FLUX.1 at reduced width and depth (random weights,
+//! 4 heads of 64, 2 double-stream and 4 single-stream blocks, guidance embedding), one
+//! denoising step for a 256x256 image (256 packed latent tokens) with 128 text tokens, f32:
+//! zoo on candle CPU, on the XLA CPU plugin and split over 4 of its devices, beside diffusers
+//! on PyTorch CPU, the same checkpoint, inputs and thread count, all measured in this run;
+//! peak RSS of each zoo backend.
+//!
+//! The checkpoint is written once by `nightly/reference/flux_bench.py --write` into
+//! `.cache/zoo-assets/flux-reduced`, or read from `ZOO_FLUX_BENCH_DIR`.
+//!
+//! Targets (judged under `--check`): seconds per step <= 0.8x PyTorch's (1.25x its speed) on
+//! candle CPU and on the XLA CPU plugin; the 4-device split within 1.15x one device's time.
+//!
+//! Run: `scripts/bench.sh [--check]`, or `cargo run --release --manifest-path
+//! benchmarks/Cargo.toml --bin flux -- [--check] [--threads 2] [--runs 3]`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use zoo_benchmarks::{
+    check_mode, peak_rss, python, python_figures, repo_root, reset_peak_rss, Table, Target,
+};
+use zoo_diffusers::{FluxTransformer2DModel, FluxTransformerInput};
+use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
+
+const HELP: &str = "\
+flux: a FLUX.1-shaped transformer at reduced width and depth, one step at 256x256, beside diffusers
+
+USAGE: flux [--check] [--threads N] [--runs N]
+
+  --check       exit 1 when a target is missed or cannot be judged
+  --threads N   threads on every side (default 2)
+  --runs N      timed steps per figure, best kept (default 3)
+  --new N, --prefill N   accepted and unused (scripts/bench.sh passes its flags to every benchmark)
+
+Environment: ZOO_FLUX_BENCH_DIR (default .cache/zoo-assets/flux-reduced, written by
+nightly/reference/flux_bench.py --write when missing), ZOO_PJRT_CPU_PLUGIN (the XLA CPU
+plugin; its rows are skipped without it), PYTHON (default .venv/bin/python).";
+
+struct Args {
+    threads: usize,
+    runs: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        threads: 2,
+        runs: 3,
+    };
+    let mut unused = 0;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let slot = match flag.as_str() {
+            "--check" => continue,
+            "-h" | "--help" => {
+                println!("{HELP}");
+                std::process::exit(0);
+            }
+            "--threads" => &mut a.threads,
+            "--runs" => &mut a.runs,
+            "--new" | "--prefill" => &mut unused,
+            other => return Err(format!("unknown argument {other:?}; see --help")),
+        };
+        *slot = zoo_benchmarks::positive(&mut it, &flag)?;
+    }
+    Ok(a)
+}
+
+fn checkpoint() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("ZOO_FLUX_BENCH_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let dir = repo_root().join(".cache/zoo-assets/flux-reduced");
+    if dir.join("config.json").exists() {
+        return Ok(dir);
+    }
+    let partial = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    eprintln!("writing the random transformer to {}...", dir.display());
+    let status = std::process::Command::new(python())
+        .arg(repo_root().join("nightly/reference/flux_bench.py"))
+        .arg("--write")
+        .arg(&partial)
+        .status()
+        .map_err(|e| format!("{}: {e}", python().display()))?;
+    if !status.success() {
+        return Err("flux_bench.py --write failed (is the reference venv installed?)".into());
+    }
+    std::fs::rename(&partial, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Text tokens of the benchmark's prompt.
+const TEXT: usize = 128;
+
+/// Best seconds per transformer call on `devices` (split over them when several) over `runs`
+/// calls after a warm-up (which, on PJRT, compiles), and the peak RSS of the load and calls.
+fn zoo_step(dir: &Path, devices: &[Device], runs: usize) -> Result<(f64, u64), String> {
+    reset_peak_rss();
+    let model =
+        FluxTransformer2DModel::from_pretrained_split(&dir.to_string_lossy(), DType::F32, devices)
+            .map_err(|e| format!("zoo cannot load {}: {e}", dir.display()))?;
+    let device = devices[0];
+    let e = |e: zoo_runtime::Error| e.to_string();
+    let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &device).map_err(e);
+    let latents = z(&[1, 256, 64])?;
+    let context = z(&[1, TEXT, 512])?;
+    let pooled = z(&[1, 768])?;
+    let txt_ids = z(&[TEXT, 3])?;
+    let ids: Vec<f32> = (0..16)
+        .flat_map(|r| (0..16).flat_map(move |c| [0.0, r as f32, c as f32]))
+        .collect();
+    let img_ids = Tensor::from_vec(ids, &[256, 3], &device).map_err(e)?;
+    let step = || -> Result<f64, String> {
+        let t = Tensor::from_f64s(&[0.5], &[1], DType::F32, &device).map_err(e)?;
+        let g = Tensor::from_f64s(&[3.5], &[1], DType::F32, &device).map_err(e)?;
+        let t0 = Instant::now();
+        let out = model
+            .forward(FluxTransformerInput {
+                hidden_states: &latents,
+                encoder_hidden_states: &context,
+                pooled_projections: &pooled,
+                timestep: &t,
+                img_ids: &img_ids,
+                txt_ids: &txt_ids,
+                guidance: Some(&g),
+            })
+            .map_err(|e| e.to_string())?;
+        out.to_vec::<f32>().map_err(|e| e.to_string())?;
+        Ok(t0.elapsed().as_secs_f64())
+    };
+    step()?;
+    let mut best = f64::INFINITY;
+    for _ in 0..runs {
+        best = best.min(step()?);
+    }
+    Ok((best, peak_rss()))
+}
+
+fn torch(dir: &Path, a: &Args) -> Result<f64, String> {
+    let v = python_figures(
+        "nightly/reference/flux_bench.py",
+        &[
+            "--model-dir".into(),
+            dir.display().to_string(),
+            "--threads".into(),
+            a.threads.to_string(),
+            "--runs".into(),
+            a.runs.to_string(),
+            "--text".into(),
+            TEXT.to_string(),
+        ],
+    )?;
+    v["seconds_per_step"]
+        .as_f64()
+        .map(|s| s * 1e3)
+        .ok_or("PyTorch printed no seconds_per_step".into())
+}
+
+fn run() -> Result<ExitCode, String> {
+    let a = parse_args()?;
+    std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
+    let dir = checkpoint()?;
+    eprintln!("measuring (each figure best of {} steps)...", a.runs);
+    let (cpu, cpu_rss) = zoo_step(&dir, &[Device::Cpu], a.runs)?;
+    let xla = match std::env::var_os("ZOO_PJRT_CPU_PLUGIN").filter(|v| !v.is_empty()) {
+        Some(plugin) => {
+            lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4))
+                .map_err(|e| e.to_string())?;
+            let d = |ordinal| {
+                Device::Pjrt(PjrtDevice {
+                    platform: PjrtPlatform::Cpu,
+                    ordinal,
+                })
+            };
+            let one = zoo_step(&dir, &[d(0)], a.runs)?;
+            let four = zoo_step(&dir, &[d(0), d(1), d(2), d(3)], a.runs)?;
+            Some((one, four))
+        }
+        None => None,
+    };
+    let torch = torch(&dir, &a);
+    let mut t = Table::new(format!(
+        "FluxTransformer2DModel, FLUX.1 shape at 4x64 heads, 2 double + 4 single blocks, f32, 256x256 image (256 latent + {TEXT} text tokens), {} threads; all in this run",
+        a.threads
+    ));
+    t.add(
+        "one step, candle CPU",
+        "ms",
+        cpu * 1e3,
+        "diffusers (PyTorch)",
+        torch.clone(),
+        Some(Target::AtMost(0.8)),
+    );
+    if let Some(((x, _), (x4, _))) = xla {
+        t.add(
+            "one step, XLA CPU plugin",
+            "ms",
+            x * 1e3,
+            "diffusers (PyTorch)",
+            torch,
+            Some(Target::AtMost(0.8)),
+        );
+        t.add(
+            "one step, split over 4 XLA CPU devices",
+            "ms",
+            x4 * 1e3,
+            "one XLA CPU device",
+            Ok(x * 1e3),
+            Some(Target::AtMost(1.15)),
+        );
+    }
+    let failures = t.print();
+    println!(
+        "  peak RSS, candle CPU: {:.0} MiB",
+        cpu_rss as f64 / 1048576.0
+    );
+    if let Some(((_, rss), _)) = xla {
+        println!(
+            "  peak RSS, with the XLA CPU plugin: {:.0} MiB",
+            rss as f64 / 1048576.0
+        );
+    }
+    if check_mode() && failures > 0 {
+        println!("--check: {failures} target(s) missed or not judged");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("flux: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

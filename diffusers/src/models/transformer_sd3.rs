@@ -1,0 +1,563 @@
+//! `SD3Transformer2DModel` (diffusers' `transformers/transformer_sd3.py`): the MMDiT of
+//! Stable Diffusion 3 / 3.5. Latent patches and text tokens each get adaLN-Zero-modulated
+//! joint attention and feed-forwards (`JointTransformerBlock`); SD 3.5 adds per-head q/k
+//! norms (`qk_norm`) and, in `dual_attention_layers`, a second image-only attention.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use zoo_runtime::nn::{Conv2d, LayerNorm, Linear, Weights};
+use zoo_runtime::{ConvParams, DType, Device, Tensor};
+
+use super::attention::FeedForward;
+use super::embeddings::{sincos_pos_embed_2d, CombinedTimestepTextProj};
+use super::joint_attention::{JointAttention, JointAttentionSpec};
+use super::normalization::{gated, modulate, AdaLayerNormContinuous, AdaLayerNormZero};
+use super::{ensure, read_config};
+use crate::{Error, Result};
+
+fn d_sample() -> usize {
+    128
+}
+fn d_patch() -> usize {
+    2
+}
+fn d_channels() -> usize {
+    16
+}
+fn d_layers() -> usize {
+    18
+}
+fn d_head_dim() -> usize {
+    64
+}
+fn d_heads() -> usize {
+    18
+}
+fn d_joint() -> usize {
+    4096
+}
+fn d_caption() -> usize {
+    1152
+}
+fn d_pooled() -> usize {
+    2048
+}
+fn d_max_size() -> Option<usize> {
+    Some(96)
+}
+
+/// `config.json` of an `SD3Transformer2DModel`, with diffusers' defaults.
+#[derive(Clone, Debug, Deserialize)]
+#[allow(missing_docs)]
+pub struct SD3Transformer2DConfig {
+    #[serde(default = "d_sample")]
+    pub sample_size: usize,
+    #[serde(default = "d_patch")]
+    pub patch_size: usize,
+    #[serde(default = "d_channels")]
+    pub in_channels: usize,
+    #[serde(default = "d_layers")]
+    pub num_layers: usize,
+    #[serde(default = "d_head_dim")]
+    pub attention_head_dim: usize,
+    #[serde(default = "d_heads")]
+    pub num_attention_heads: usize,
+    #[serde(default = "d_joint")]
+    pub joint_attention_dim: usize,
+    #[serde(default = "d_caption")]
+    pub caption_projection_dim: usize,
+    #[serde(default = "d_pooled")]
+    pub pooled_projection_dim: usize,
+    #[serde(default)]
+    pub out_channels: Option<usize>,
+    #[serde(default = "d_max_size")]
+    pub pos_embed_max_size: Option<usize>,
+    #[serde(default)]
+    pub dual_attention_layers: Vec<usize>,
+    #[serde(default)]
+    pub qk_norm: Option<String>,
+    /// Where the config was read from, for errors.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl SD3Transformer2DConfig {
+    /// Reads and checks `config.json`.
+    pub fn from_file(path: &Path) -> Result<SD3Transformer2DConfig> {
+        let (mut c, _): (SD3Transformer2DConfig, _) =
+            read_config(path, &["SD3Transformer2DModel"])?;
+        c.path = path.to_path_buf();
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Width of the tokens: `num_attention_heads * attention_head_dim`.
+    pub fn inner_dim(&self) -> usize {
+        self.num_attention_heads * self.attention_head_dim
+    }
+
+    /// Output channels (`in_channels` when unset).
+    pub fn out_channels(&self) -> usize {
+        self.out_channels.unwrap_or(self.in_channels)
+    }
+
+    /// The checks diffusers' constructor would fail on, as typed errors naming the field.
+    pub fn check(&self) -> Result<()> {
+        let p = &self.path;
+        ensure(
+            self.patch_size > 0
+                && self.num_attention_heads > 0
+                && self.attention_head_dim > 0
+                && self.in_channels > 0,
+            p,
+            || {
+                "`patch_size`, `num_attention_heads`, `attention_head_dim` and `in_channels` must be positive".into()
+            },
+        )?;
+        ensure(self.caption_projection_dim == self.inner_dim(), p, || {
+            format!(
+                "`caption_projection_dim` = {} must equal num_attention_heads * attention_head_dim = {}: the text tokens join the image tokens' attention",
+                self.caption_projection_dim,
+                self.inner_dim()
+            )
+        })?;
+        ensure(self.inner_dim().is_multiple_of(4), p, || {
+            format!(
+                "the token width {} must be divisible by 4 for the 2-D sin-cos positions",
+                self.inner_dim()
+            )
+        })?;
+        if let Some(&bad) = self
+            .dual_attention_layers
+            .iter()
+            .find(|&&i| i >= self.num_layers)
+        {
+            return Err(Error::Config {
+                path: p.clone(),
+                reason: format!(
+                    "`dual_attention_layers` names layer {bad}, but there are {} (`num_layers`)",
+                    self.num_layers
+                ),
+            });
+        }
+        if let Some(k) = &self.qk_norm {
+            ensure(matches!(k.as_str(), "rms_norm" | "layer_norm"), p, || {
+                format!("`qk_norm` {k:?} is not one zoo runs (rms_norm, layer_norm)")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// `JointTransformerBlock`: joint attention of image and text tokens, each stream with its
+/// own adaLN-Zero and feed-forward; the last block (`context_pre_only`) keeps only the image
+/// stream's output.
+#[derive(Clone, Debug)]
+pub struct JointTransformerBlock {
+    norm1: AdaLayerNormZero,
+    norm1_context: ContextNorm,
+    attn: JointAttention,
+    attn2: Option<JointAttention>,
+    ff: FeedForward,
+    ff_context: Option<FeedForward>,
+    norm2: LayerNorm,
+}
+
+/// The text stream's input norm: adaLN-Zero, or the last block's continuous norm.
+#[derive(Clone, Debug)]
+enum ContextNorm {
+    Zero(AdaLayerNormZero),
+    Continuous(AdaLayerNormContinuous),
+}
+
+impl JointTransformerBlock {
+    /// Loads block weights for `dim`-wide tokens.
+    pub fn load(
+        w: &Weights,
+        c: &SD3Transformer2DConfig,
+        context_pre_only: bool,
+        dual: bool,
+    ) -> Result<JointTransformerBlock> {
+        let dim = c.inner_dim();
+        let spec = JointAttentionSpec {
+            dim,
+            heads: c.num_attention_heads,
+            head_dim: c.attention_head_dim,
+            qk_norm: c.qk_norm.as_deref(),
+            eps: 1e-6,
+            added: true,
+            added_out: !context_pre_only,
+            out: true,
+            text_first: false,
+        };
+        let norm1_context = if context_pre_only {
+            ContextNorm::Continuous(AdaLayerNormContinuous::load(
+                &w.pp("norm1_context"),
+                dim,
+                dim,
+                false,
+                1e-6,
+            )?)
+        } else {
+            ContextNorm::Zero(AdaLayerNormZero::load(&w.pp("norm1_context"), dim, 6)?)
+        };
+        Ok(JointTransformerBlock {
+            norm1: AdaLayerNormZero::load(&w.pp("norm1"), dim, if dual { 9 } else { 6 })?,
+            norm1_context,
+            attn: JointAttention::load(&w.pp("attn"), spec)?,
+            attn2: if dual {
+                let solo = JointAttentionSpec {
+                    added: false,
+                    added_out: false,
+                    ..spec
+                };
+                Some(JointAttention::load(&w.pp("attn2"), solo)?)
+            } else {
+                None
+            },
+            ff: FeedForward::load(&w.pp("ff"), dim, 4 * dim, "gelu-approximate")?,
+            ff_context: if context_pre_only {
+                None
+            } else {
+                Some(FeedForward::load(
+                    &w.pp("ff_context"),
+                    dim,
+                    4 * dim,
+                    "gelu-approximate",
+                )?)
+            },
+            norm2: LayerNorm::no_affine(1e-6),
+        })
+    }
+
+    /// One block on image tokens `x [B, L, dim]` and text tokens `context [B, S, dim]`
+    /// conditioned on `temb [B, dim]`: the new image tokens and (but for the last block) text
+    /// tokens.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        context: &Tensor,
+        temb: &Tensor,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let n = self.norm1.forward(x, temb)?;
+        // rest: gate_msa, shift_mlp, scale_mlp, gate_mlp[, shift_msa2, scale_msa2, gate_msa2]
+        let r = &n.rest;
+        let (ctx_in, ctx_mod) = match &self.norm1_context {
+            ContextNorm::Zero(norm) => {
+                let m = norm.forward(context, temb)?;
+                (m.x, Some(m.rest))
+            }
+            ContextNorm::Continuous(norm) => (norm.forward(context, temb)?, None),
+        };
+        let (attn, ctx_attn) = self.attn.forward(&n.x, Some(&ctx_in), None)?;
+        let mut x = x.add(&gated(&r[0], &attn)?)?;
+        if let Some(attn2) = &self.attn2 {
+            let x2 = modulate(&n.normed, &r[4], &r[5])?;
+            let (a2, _) = attn2.forward(&x2, None, None)?;
+            x = x.add(&gated(&r[6], &a2)?)?;
+        }
+        let h = modulate(&self.norm2.forward(&x)?, &r[1], &r[2])?;
+        let x = x.add(&gated(&r[3], &self.ff.forward(&h)?)?)?;
+        let context = match (ctx_mod, ctx_attn, &self.ff_context) {
+            (Some(m), Some(ca), Some(ff)) => {
+                let c = context.add(&gated(&m[0], &ca)?)?;
+                let h = modulate(&self.norm2.forward(&c)?, &m[1], &m[2])?;
+                Some(c.add(&gated(&m[3], &ff.forward(&h)?)?)?)
+            }
+            _ => None,
+        };
+        Ok((x, context))
+    }
+}
+
+/// `PatchEmbed` as SD3 builds it: a `patch_size`-strided convolution to tokens plus fixed 2-D
+/// sin-cos positions, cropped from the centre of a `pos_embed_max_size` grid.
+#[derive(Clone, Debug)]
+pub struct PatchEmbed {
+    proj: Conv2d,
+    /// `[max * max, dim]` stored positions (the checkpoint's buffer), when the grid is fixed.
+    pos_embed: Option<Tensor>,
+    patch_size: usize,
+    max_size: Option<usize>,
+    base_size: usize,
+    dim: usize,
+}
+
+impl PatchEmbed {
+    /// Loads `proj` and, with `pos_embed_max_size`, the `pos_embed` buffer (computed as
+    /// diffusers computes it when the checkpoint lacks it).
+    pub fn load(
+        w: &Weights,
+        in_channels: usize,
+        dim: usize,
+        patch_size: usize,
+        sample_size: usize,
+        max_size: Option<usize>,
+    ) -> Result<PatchEmbed> {
+        let params = ConvParams {
+            stride: patch_size,
+            ..Default::default()
+        };
+        let base_size = (sample_size / patch_size).max(1);
+        let pos_embed = match max_size {
+            Some(m) => Some(if w.contains("pos_embed") {
+                w.get("pos_embed", &[1, m * m, dim])?
+                    .reshape_to(&[m * m, dim])?
+            } else {
+                let v = sincos_pos_embed_2d(dim, m, m, base_size, 1.0);
+                Tensor::from_vec(v, &[m * m, dim], &w.device())?.to_dtype(w.dtype())?
+            }),
+            None => None,
+        };
+        Ok(PatchEmbed {
+            proj: Conv2d::load(&w.pp("proj"), in_channels, dim, patch_size, params, true)?,
+            pos_embed,
+            patch_size,
+            max_size,
+            base_size,
+            dim,
+        })
+    }
+
+    /// `[B, C, H, W]` latents → `[B, (H/p)(W/p), dim]` tokens with positions.
+    pub fn forward(&self, latents: &Tensor) -> Result<Tensor> {
+        let (h, w) = (
+            latents.shape()[2] / self.patch_size,
+            latents.shape()[3] / self.patch_size,
+        );
+        let x = self.proj.forward(latents)?;
+        let b = x.shape()[0];
+        let x = x.reshape_to(&[b, self.dim, h * w])?.transpose(1, 2)?;
+        let pos = match (&self.pos_embed, self.max_size) {
+            (Some(table), Some(m)) => {
+                if h > m || w > m {
+                    return Err(Error::Input(format!(
+                        "the latents give a {h}x{w} patch grid, larger than the transformer's pos_embed_max_size {m}: use a smaller image"
+                    )));
+                }
+                let (top, left) = ((m - h) / 2, (m - w) / 2);
+                table
+                    .reshape_to(&[m, m, self.dim])?
+                    .narrow(0, top, h)?
+                    .narrow(1, left, w)?
+                    .reshape_to(&[h * w, self.dim])?
+            }
+            _ => {
+                let v = sincos_pos_embed_2d(self.dim, h, w, self.base_size, 1.0);
+                Tensor::from_vec(v, &[h * w, self.dim], &x.device())?.to_dtype(x.dtype())?
+            }
+        };
+        Ok(x.add(&pos.unsqueeze(0)?)?)
+    }
+}
+
+/// `SD3Transformer2DModel`.
+#[derive(Clone, Debug)]
+pub struct SD3Transformer2DModel {
+    pos_embed: PatchEmbed,
+    time_text_embed: CombinedTimestepTextProj,
+    context_embedder: Linear,
+    transformer_blocks: Vec<JointTransformerBlock>,
+    /// Each block's device (one for all unless the weights were placed over several).
+    block_devices: Vec<Device>,
+    norm_out: AdaLayerNormContinuous,
+    proj_out: Linear,
+    head_device: Device,
+    config: SD3Transformer2DConfig,
+    dtype: DType,
+    device: Device,
+}
+
+/// The inputs of one [`SD3Transformer2DModel::forward`].
+#[derive(Clone, Copy, Debug)]
+pub struct SD3TransformerInput<'a> {
+    /// Latents `[B, in_channels, H, W]`.
+    pub hidden_states: &'a Tensor,
+    /// Text tokens `[B, S, joint_attention_dim]`.
+    pub encoder_hidden_states: &'a Tensor,
+    /// Pooled text `[B, pooled_projection_dim]`.
+    pub pooled_projections: &'a Tensor,
+    /// Timesteps `[B]` (or one for the batch), on the training scale (0..1000).
+    pub timestep: &'a Tensor,
+    /// Blocks to skip (skip-layer guidance's `skip_layers`).
+    pub skip_layers: &'a [usize],
+}
+
+impl SD3Transformer2DModel {
+    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`).
+    pub fn from_pretrained(
+        repo_or_path: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<SD3Transformer2DModel> {
+        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
+        SD3Transformer2DModel::load(&w, &SD3Transformer2DConfig::from_file(&config)?)
+    }
+
+    /// Loads a component folder split over `devices` at its blocks, in contiguous stages
+    /// balanced by weight bytes (one device: no split).
+    pub fn from_pretrained_split(
+        repo_or_path: &str,
+        dtype: DType,
+        devices: &[Device],
+    ) -> Result<SD3Transformer2DModel> {
+        let (config, w) = super::open_split(repo_or_path, dtype, devices)?;
+        SD3Transformer2DModel::load(&w, &SD3Transformer2DConfig::from_file(&config)?)
+    }
+
+    /// Builds the model of `config` from the weights under `w` (diffusers' names).
+    pub fn load(w: &Weights, config: &SD3Transformer2DConfig) -> Result<SD3Transformer2DModel> {
+        let c = config;
+        c.check()?;
+        let dim = c.inner_dim();
+        let p = c.patch_size;
+        let mut blocks = Vec::with_capacity(c.num_layers);
+        let mut block_devices = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let bw = w.pp(format!("transformer_blocks.{i}"));
+            block_devices.push(bw.device());
+            blocks.push(JointTransformerBlock::load(
+                &bw,
+                c,
+                i + 1 == c.num_layers,
+                c.dual_attention_layers.contains(&i),
+            )?);
+        }
+        Ok(SD3Transformer2DModel {
+            pos_embed: PatchEmbed::load(
+                &w.pp("pos_embed"),
+                c.in_channels,
+                dim,
+                p,
+                c.sample_size,
+                c.pos_embed_max_size,
+            )?,
+            time_text_embed: CombinedTimestepTextProj::load(
+                &w.pp("time_text_embed"),
+                dim,
+                c.pooled_projection_dim,
+                false,
+            )?,
+            context_embedder: Linear::load(
+                &w.pp("context_embedder"),
+                c.joint_attention_dim,
+                c.caption_projection_dim,
+                true,
+            )?,
+            transformer_blocks: blocks,
+            block_devices,
+            norm_out: AdaLayerNormContinuous::load(&w.pp("norm_out"), dim, dim, false, 1e-6)?,
+            proj_out: Linear::load(&w.pp("proj_out"), dim, p * p * c.out_channels(), true)?,
+            head_device: w.pp("proj_out").device(),
+            config: c.clone(),
+            dtype: w.dtype(),
+            device: w.device(),
+        })
+    }
+
+    /// The config it was built from.
+    pub fn config(&self) -> &SD3Transformer2DConfig {
+        &self.config
+    }
+
+    /// The dtype of its weights.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device its input goes to.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The device the prediction comes out on.
+    pub fn output_device(&self) -> Device {
+        self.head_device
+    }
+
+    /// Every device it runs on, in execution order, each once.
+    pub fn devices(&self) -> Vec<Device> {
+        let mut all = vec![self.device];
+        for d in self.block_devices.iter().chain([&self.head_device]) {
+            if !all.contains(d) {
+                all.push(*d);
+            }
+        }
+        all
+    }
+
+    /// The velocity prediction `[B, out_channels, H, W]`.
+    pub fn forward(&self, x: SD3TransformerInput<'_>) -> Result<Tensor> {
+        let c = &self.config;
+        let latents = x
+            .hidden_states
+            .to_device(&self.device)?
+            .to_dtype(self.dtype)?;
+        let [b, chans, height, width] = latents.shape()[..] else {
+            return Err(Error::Shape(format!(
+                "the latents must be [batch, {}, height, width], got {:?}",
+                c.in_channels,
+                x.hidden_states.shape()
+            )));
+        };
+        let p = c.patch_size;
+        if chans != c.in_channels || !height.is_multiple_of(p) || !width.is_multiple_of(p) {
+            return Err(Error::Shape(format!(
+                "the latents {:?} must have {} channels and sides divisible by patch_size {p}",
+                latents.shape(),
+                c.in_channels
+            )));
+        }
+        let on = |t: &Tensor, d: Device| -> Result<Tensor> {
+            Ok(if t.device() == d {
+                t.clone()
+            } else {
+                t.to_device(&d)?
+            })
+        };
+        let t = x.timestep.to_device(&self.device)?;
+        let t = match t.elem_count() {
+            1 => t.reshape_to(&[1])?.broadcast_as(&[b])?,
+            n if n == b => t.reshape_to(&[b])?,
+            n => {
+                return Err(Error::Shape(format!(
+                    "{n} timesteps for a batch of {b}: pass one per sample or one for all"
+                )))
+            }
+        };
+        let pooled = x
+            .pooled_projections
+            .to_device(&self.device)?
+            .to_dtype(self.dtype)?;
+        let mut h = self.pos_embed.forward(&latents)?;
+        let temb = self.time_text_embed.forward(&t, None, &pooled)?;
+        let mut ctx = self.context_embedder.forward(
+            &x.encoder_hidden_states
+                .to_device(&self.device)?
+                .to_dtype(self.dtype)?,
+        )?;
+        for (i, (block, &d)) in self
+            .transformer_blocks
+            .iter()
+            .zip(&self.block_devices)
+            .enumerate()
+        {
+            if x.skip_layers.contains(&i) {
+                continue;
+            }
+            let (nh, nc) = block.forward(&on(&h, d)?, &on(&ctx, d)?, &on(&temb, d)?)?;
+            h = nh;
+            if let Some(nc) = nc {
+                ctx = nc;
+            }
+        }
+        let d = self.head_device;
+        let h = self.norm_out.forward(&on(&h, d)?, &on(&temb, d)?)?;
+        let h = self.proj_out.forward(&h)?;
+        let (gh, gw, oc) = (height / p, width / p, c.out_channels());
+        Ok(h.reshape_to(&[b, gh, gw, p, p, oc])?
+            .permute(&[0, 5, 1, 3, 2, 4])?
+            .reshape_to(&[b, oc, height, width])?)
+    }
+}
