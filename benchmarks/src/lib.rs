@@ -303,3 +303,37 @@ pub fn llama_bench(
         rate(false).ok_or("llama-bench JSON has no generation row")?,
     ))
 }
+
+/// A random checkpoint the reference `script` writes (`script --write DIR`): the folder
+/// `env` names, else `.cache/zoo-assets/NAME`, written when `marker` is missing there (into
+/// a sibling first, renamed when complete, so an interrupted write is never read).
+pub fn reference_checkpoint(
+    env: &str,
+    name: &str,
+    marker: &str,
+    script: &str,
+) -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os(env) {
+        return Ok(PathBuf::from(dir));
+    }
+    let dir = repo_root().join(".cache/zoo-assets").join(name);
+    if dir.join(marker).exists() {
+        return Ok(dir);
+    }
+    let partial = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    eprintln!("writing the random checkpoint to {}...", dir.display());
+    let status = std::process::Command::new(python())
+        .arg(repo_root().join(script))
+        .arg("--write")
+        .arg(&partial)
+        .status()
+        .map_err(|e| format!("{}: {e}", python().display()))?;
+    if !status.success() {
+        return Err(format!(
+            "{script} --write failed (is the reference venv installed?)"
+        ));
+    }
+    std::fs::rename(&partial, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}

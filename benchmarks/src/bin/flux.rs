@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use zoo_benchmarks::{
-    check_mode, peak_rss, python, python_figures, repo_root, reset_peak_rss, Table, Target,
-};
+use zoo_benchmarks::{check_mode, peak_rss, python_figures, reset_peak_rss, Table, Target};
 use zoo_diffusers::{FluxTransformer2DModel, FluxTransformerInput};
 use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 
@@ -68,27 +66,12 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn checkpoint() -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("ZOO_FLUX_BENCH_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
-    let dir = repo_root().join(".cache/zoo-assets/flux-reduced");
-    if dir.join("config.json").exists() {
-        return Ok(dir);
-    }
-    let partial = dir.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
-    eprintln!("writing the random transformer to {}...", dir.display());
-    let status = std::process::Command::new(python())
-        .arg(repo_root().join("nightly/reference/flux_bench.py"))
-        .arg("--write")
-        .arg(&partial)
-        .status()
-        .map_err(|e| format!("{}: {e}", python().display()))?;
-    if !status.success() {
-        return Err("flux_bench.py --write failed (is the reference venv installed?)".into());
-    }
-    std::fs::rename(&partial, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(dir)
+    zoo_benchmarks::reference_checkpoint(
+        "ZOO_FLUX_BENCH_DIR",
+        "flux-reduced",
+        "config.json",
+        "nightly/reference/flux_bench.py",
+    )
 }
 
 /// Text tokens of the benchmark's prompt.

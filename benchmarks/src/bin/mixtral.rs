@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use zoo_benchmarks::{best_of, check_mode, python, python_figures, repo_root, Table, Target};
+use zoo_benchmarks::{best_of, check_mode, python_figures, Table, Target};
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::{AutoModelForCausalLM, GenerationOptions};
 
@@ -72,30 +72,12 @@ fn parse_args() -> Result<Args, String> {
 /// The checkpoint folder, written by the Python script when it does not exist yet (into a
 /// sibling first, renamed when complete).
 fn checkpoint() -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("ZOO_MIXTRAL_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
-    let dir = repo_root().join(".cache/zoo-assets/mixtral-random-330m");
-    if dir.join("model.safetensors").exists() {
-        return Ok(dir);
-    }
-    let partial = dir.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
-    eprintln!(
-        "writing the random Mixtral checkpoint to {}...",
-        dir.display()
-    );
-    let status = std::process::Command::new(python())
-        .arg(repo_root().join("nightly/reference/mixtral_bench.py"))
-        .arg("--write")
-        .arg(&partial)
-        .status()
-        .map_err(|e| format!("{}: {e}", python().display()))?;
-    if !status.success() {
-        return Err("mixtral_bench.py --write failed (is the reference venv installed?)".into());
-    }
-    std::fs::rename(&partial, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(dir)
+    zoo_benchmarks::reference_checkpoint(
+        "ZOO_MIXTRAL_DIR",
+        "mixtral-random-330m",
+        "model.safetensors",
+        "nightly/reference/mixtral_bench.py",
+    )
 }
 
 /// The prompt both sides run: 100 + 37 i for 16 positions.

@@ -17,9 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use zoo_benchmarks::{
-    check_mode, peak_rss, python, python_figures, repo_root, reset_peak_rss, Table, Target,
-};
+use zoo_benchmarks::{check_mode, peak_rss, python_figures, reset_peak_rss, Table, Target};
 use zoo_diffusers::{UNet2DConditionInput, UNet2DConditionModel};
 use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 
@@ -67,27 +65,12 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn checkpoint() -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("ZOO_UNET_BENCH_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
-    let dir = repo_root().join(".cache/zoo-assets/unet-sd15-layout");
-    if dir.join("config.json").exists() {
-        return Ok(dir);
-    }
-    let partial = dir.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
-    eprintln!("writing the random UNet to {}...", dir.display());
-    let status = std::process::Command::new(python())
-        .arg(repo_root().join("nightly/reference/unet_bench.py"))
-        .arg("--write")
-        .arg(&partial)
-        .status()
-        .map_err(|e| format!("{}: {e}", python().display()))?;
-    if !status.success() {
-        return Err("unet_bench.py --write failed (is the reference venv installed?)".into());
-    }
-    std::fs::rename(&partial, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(dir)
+    zoo_benchmarks::reference_checkpoint(
+        "ZOO_UNET_BENCH_DIR",
+        "unet-sd15-layout",
+        "config.json",
+        "nightly/reference/unet_bench.py",
+    )
 }
 
 /// Best seconds per UNet call on `device` over `runs` calls after a warm-up (which, on PJRT,
