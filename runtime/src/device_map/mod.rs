@@ -121,8 +121,11 @@ impl ExplicitMap {
             path: path.to_path_buf(),
             reason,
         };
+        // A plan file wraps the map in `hf_device_map`; a bare map may itself name a module
+        // `hf_device_map` (its value a device, not an object).
         let map = value
             .get("hf_device_map")
+            .filter(|inner| inner.is_object())
             .unwrap_or(value)
             .as_object()
             .ok_or_else(|| bad("expected a JSON object of module prefix → device".into()))?;
@@ -284,5 +287,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("map.json") && err.contains("lm_head"), "{err}");
+        // A module named `hf_device_map` is a module, not a plan file's wrapper: its map
+        // reads back from its own JSON.
+        let wrapped = serde_json::json!({"hf_device_map": {"hf_device_map": "cpu"}});
+        let m = ExplicitMap::from_json(&wrapped, Path::new("plan.json")).unwrap();
+        assert_eq!(m.placement_of("hf_device_map.weight"), Some(Placement::Cpu));
+        assert_eq!(
+            ExplicitMap::from_json(&m.to_json(), Path::new("x")).unwrap(),
+            m
+        );
     }
 }
