@@ -7,36 +7,56 @@ use crate::{Error, Result};
 
 /// Refuses a `TemplateProcessing` post-processor (alone or inside a `Sequence`) whose
 /// templates name a special token its `special_tokens` map does not define: the `tokenizers`
-/// crate reads such a file and then panics on the first encode.
+/// crate reads such a file and then panics on the first encode. The crate reads a
+/// post-processor by its fields when `type` is missing or misspelt, and a template as pieces
+/// or as strings (`"[CLS] $A:0 [SEP]"`), so every form is checked, whatever `type` says.
 fn check_templates(p: &Value) -> Result<()> {
-    match p.get("type").and_then(Value::as_str) {
-        Some("Sequence") => p
-            .get("processors")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .try_for_each(check_templates),
-        Some("TemplateProcessing") => {
-            let defined = p.get("special_tokens").and_then(Value::as_object);
-            for which in ["single", "pair"] {
-                let pieces = p.get(which).and_then(Value::as_array).into_iter().flatten();
-                for piece in pieces {
-                    let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str) else {
-                        continue;
-                    };
-                    if !defined.is_some_and(|d| d.contains_key(id)) {
-                        return Err(Error::Tokenizer(format!(
-                            "tokenizer.json: post_processor.{which} uses the special token {id:?}, \
-                             which post_processor.special_tokens does not define; fix the file or \
-                             re-save the tokenizer with transformers"
-                        )));
-                    }
-                }
-            }
-            Ok(())
-        }
-        _ => Ok(()),
+    if let Some(inner) = p.get("processors").and_then(Value::as_array) {
+        inner.iter().try_for_each(check_templates)?;
     }
+    let defined = p.get("special_tokens").and_then(Value::as_object);
+    for which in ["single", "pair"] {
+        let Some(template) = p.get(which) else {
+            continue;
+        };
+        let mut ids: Vec<&str> = Vec::new();
+        let strings: Vec<&str> = match template {
+            Value::String(t) => t.split_whitespace().collect(),
+            Value::Array(items) => items
+                .iter()
+                .filter_map(|piece| match piece {
+                    Value::String(t) => Some(t.as_str()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for piece in strings {
+            // `$A`, `$B:1`, `$0` are sequences; anything else names a special token, with an
+            // optional `:type_id`.
+            if !piece.starts_with('$') {
+                ids.push(piece.split_once(':').map_or(piece, |(id, _)| id));
+            }
+        }
+        if let Value::Array(items) = template {
+            ids.extend(
+                items
+                    .iter()
+                    .filter_map(|piece| piece.pointer("/SpecialToken/id").and_then(Value::as_str)),
+            );
+        }
+        if let Some(id) = ids
+            .into_iter()
+            .find(|id| !defined.is_some_and(|d| d.contains_key(*id)))
+        {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer.json: post_processor.{which} uses the special token {id:?}, \
+                 which post_processor.special_tokens does not define; fix the file or \
+                 re-save the tokenizer with transformers"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A model's tokenizer and its special tokens.
@@ -229,5 +249,18 @@ mod tests {
         let nested = json!({"type": "Sequence", "processors": [template("[X]")]});
         let e = Tokenizer::from_json(&wordlevel(nested)).unwrap_err();
         assert!(e.to_string().contains("post_processor.single"), "{e}");
+        // Read by its fields when `type` is misspelt, and as string templates: both checked.
+        let mut untyped = template("[ SEP]");
+        untyped["typd"] = untyped["type"].take();
+        let e = Tokenizer::from_json(&wordlevel(untyped)).unwrap_err();
+        assert!(e.to_string().contains("\"[ SEP]\""), "{e}");
+        let mut strings = template("[SEP]");
+        strings["single"] = json!("[CLS] $A:0 [NOPE]:0");
+        let e = Tokenizer::from_json(&wordlevel(strings)).unwrap_err();
+        assert!(e.to_string().contains("\"[NOPE]\""), "{e}");
+        let mut fine = template("[SEP]");
+        fine["typd"] = fine["type"].take();
+        let ok = Tokenizer::from_json(&wordlevel(fine)).unwrap();
+        assert_eq!(ok.encode("a", true).unwrap(), [1, 3, 2]);
     }
 }
