@@ -15,8 +15,12 @@ use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 /// The pipeline class comes from the folder's model_index.json: StableDiffusionPipeline
 /// (SD 1.x / 2.x), StableDiffusionXLPipeline (two text encoders, size conditioning),
 /// StableDiffusion3Pipeline (SD 3 / 3.5: two CLIP encoders and T5, an MMDiT, flow matching),
-/// FluxPipeline (CLIP and T5, double- and single-stream blocks, packed latents) or
-/// DDPMPipeline (unconditional; the prompt is ignored). Each component is built from its own
+/// FluxPipeline (CLIP and T5, double- and single-stream blocks, packed latents),
+/// DiTPipeline (class-conditional: the prompt is an ImageNet label of the pipeline's
+/// id2label, e.g. "golden retriever", or a class id), PixArtAlphaPipeline /
+/// PixArtSigmaPipeline (T5, adaLN-single DiT; sizes binned to the model's aspect-ratio table
+/// and resized back unless --no-resolution-binning) or DDPMPipeline (unconditional; the
+/// prompt is ignored). Each component is built from its own
 /// config.json; the scheduler from scheduler/scheduler_config.json, or another class over the
 /// same config with --scheduler (as diffusers' `Scheduler.from_config`).
 ///
@@ -37,6 +41,9 @@ use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 ///       --max-sequence-length 256 --out cat.png
 ///   zoo image ./FLUX.1-dev "a misty forest" --guidance 3.5 --dtype bf16 --size 1024x768 --out forest.png
 ///   zoo image ./FLUX.1-schnell "a robot" --steps 4 --guidance 0 --device-map pjrt:cpu --out robot.png
+///   zoo image ./DiT-XL-2-256 "golden retriever" --steps 25 --guidance 4 --out dog.png
+///   zoo image ./PixArt-Sigma-XL-2-512-MS "a small cactus with a happy face" --size 768x512 \
+///       --out cactus.png
 ///   zoo image ./ddpm-cifar10 "" --steps 1000 --num-images 4 --out samples.png
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -48,11 +55,11 @@ pub struct Args {
     /// The negative prompt (guidance steers away from it).
     #[arg(long)]
     negative: Option<String>,
-    /// Denoising steps (default: 50; SD3 and Flux 28).
+    /// Denoising steps (default: 50; SD3 and Flux 28, PixArt 20).
     #[arg(long)]
     steps: Option<usize>,
     /// Classifier-free guidance scale; above 1 turns guidance on (default: 7.5, SDXL 5,
-    /// SD3 7). For Flux it is the distilled guidance a guidance-embedding checkpoint (dev)
+    /// SD3 7, DiT 4, PixArt 4.5). For Flux it is the distilled guidance a guidance-embedding checkpoint (dev)
     /// embeds (default 3.5); see --true-cfg-scale for real guidance.
     #[arg(long)]
     guidance: Option<f64>,
@@ -60,7 +67,8 @@ pub struct Args {
     /// step), on above 1.
     #[arg(long, default_value_t = 1.0)]
     true_cfg_scale: f64,
-    /// SD3 / Flux: the T5 prompt length in tokens (default: SD3 256, Flux 512).
+    /// SD3 / Flux / PixArt: the T5 prompt length in tokens (default: SD3 256, Flux 512,
+    /// PixArt-α 120, PixArt-Σ 300).
     #[arg(long)]
     max_sequence_length: Option<usize>,
     /// SD3 (3.5 Medium): skip-layer guidance over these transformer blocks, e.g. 7,8,9.
@@ -76,6 +84,10 @@ pub struct Args {
     /// SD3: run without the T5 encoder (its tokens become zeros), saving its memory.
     #[arg(long)]
     drop_t5: bool,
+    /// PixArt: generate at exactly --size instead of the closest size of the model's
+    /// aspect-ratio table (resized back to --size afterwards).
+    #[arg(long)]
+    no_resolution_binning: bool,
     /// Rescale the guided prediction toward the text prediction's spread (0 to 1).
     #[arg(long, default_value_t = 0.0)]
     guidance_rescale: f64,
@@ -262,13 +274,23 @@ pub fn run(args: Args) -> Result<()> {
         pipe,
         DiffusionPipeline::StableDiffusion3(_) | DiffusionPipeline::Flux(_)
     );
+    let pixart = matches!(pipe, DiffusionPipeline::PixArt(_));
+    if !(flow || pixart) && args.max_sequence_length.is_some() {
+        bail!(
+            "--max-sequence-length applies to SD3, Flux and PixArt pipelines; {} has no T5",
+            pipe.class_name()
+        );
+    }
     if !flow
-        && (args.max_sequence_length.is_some()
-            || !args.skip_guidance_layers.is_empty()
-            || args.true_cfg_scale != 1.0
-            || args.drop_t5)
+        && (!args.skip_guidance_layers.is_empty() || args.true_cfg_scale != 1.0 || args.drop_t5)
     {
-        bail!("--max-sequence-length, --skip-guidance-layers, --true-cfg-scale and --drop-t5 apply to SD3 and Flux pipelines; {} has no T5", pipe.class_name());
+        bail!("--skip-guidance-layers, --true-cfg-scale and --drop-t5 apply to SD3 and Flux pipelines, not {}", pipe.class_name());
+    }
+    if !pixart && args.no_resolution_binning {
+        bail!(
+            "--no-resolution-binning applies to PixArt pipelines, not {}",
+            pipe.class_name()
+        );
     }
     let (skip_start, skip_stop) = args
         .skip_layer_window
@@ -284,11 +306,17 @@ pub fn run(args: Args) -> Result<()> {
     let call = TextToImage {
         prompt: vec![args.prompt.clone()],
         negative_prompt: args.negative.clone().map(|n| vec![n]),
-        num_inference_steps: args.steps.unwrap_or(if flow { 28 } else { 50 }),
+        num_inference_steps: args.steps.unwrap_or(match () {
+            _ if flow => 28,
+            _ if pixart => 20,
+            _ => 50,
+        }),
         guidance_scale: args.guidance.unwrap_or(match pipe.class_name() {
             "StableDiffusionXLPipeline" => 5.0,
             "StableDiffusion3Pipeline" => 7.0,
             "FluxPipeline" => 3.5,
+            "DiTPipeline" => 4.0,
+            "PixArtAlphaPipeline" | "PixArtSigmaPipeline" => 4.5,
             _ => 7.5,
         }),
         guidance_rescale: args.guidance_rescale,
@@ -305,6 +333,7 @@ pub fn run(args: Args) -> Result<()> {
         skip_layer_guidance_scale: args.skip_layer_scale,
         skip_layer_guidance_start: skip_start,
         skip_layer_guidance_stop: skip_stop,
+        resolution_binning: !args.no_resolution_binning,
         ..Default::default()
     };
     let load_seconds = t0.elapsed().as_secs_f64();
@@ -323,6 +352,8 @@ pub fn run(args: Args) -> Result<()> {
             }
             p.generate(&call, &mut noise)?
         }
+        DiffusionPipeline::DiT(p) => p.generate(&call, &mut noise)?,
+        DiffusionPipeline::PixArt(p) => p.generate(&call, &mut noise)?,
         DiffusionPipeline::Ddpm(p) => {
             if size.is_some() || call.latents.is_some() || call.init_image.is_some() {
                 bail!("DDPMPipeline generates at its UNet's sample size from seeded noise: drop --size, --latents and --init-image");

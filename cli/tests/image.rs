@@ -41,6 +41,20 @@ fn pixels(path: &Path) -> Vec<u8> {
 /// `zoo image` on fixture `case` with diffusers' initial latents (`key`) and `flags`: the
 /// PNG is diffusers' image to one 8-bit level.
 fn png_is_diffusers_image(case: &str, key: &str, flags: &[&str]) {
+    let mut argv = vec![
+        "a photo of a red dog and a cat in the world",
+        "--negative",
+        "hello",
+        "--size",
+        "32x32",
+    ];
+    argv.extend_from_slice(flags);
+    png_matches(case, key, &argv);
+}
+
+/// `zoo image` on fixture `case` with `args` (prompt and flags) and diffusers' initial
+/// latents (`key`): the PNG is diffusers' image to one 8-bit level.
+fn png_matches(case: &str, key: &str, args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let (shape, latents) = expected(case, key);
     let bytes: Vec<u8> = latents.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -51,29 +65,27 @@ fn png_is_diffusers_image(case: &str, key: &str, flags: &[&str]) {
     let out = dir.path().join("out.png");
     let path = s(&pipeline(case));
     let (file, out_s) = (s(&file), s(&out));
-    let mut argv = vec![
-        "image",
-        &path,
-        "a photo of a red dog and a cat in the world",
-        "--negative",
-        "hello",
-        "--size",
-        "32x32",
-        "--latents",
-        &file,
-        "--out",
-        &out_s,
-    ];
-    argv.extend_from_slice(flags);
+    let mut argv = vec!["image", &path];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["--latents", &file, "--out", &out_s]);
     let (ok, stdout, stderr) = zoo(&argv);
     assert!(ok, "{case}: {stderr}");
-    assert!(stdout.contains("out.png"), "{stdout}");
+    assert!(stdout.contains("out"), "{stdout}");
     assert!(
         stderr.contains("s/step"),
         "load and step times are printed: {stderr}"
     );
     let (_, want) = expected(case, "pipe.image");
-    let got = pixels(&out);
+    // Several images are written as out-N.png.
+    let written: Vec<std::path::PathBuf> = if out.exists() {
+        vec![out.clone()]
+    } else {
+        (0..)
+            .map(|i| dir.path().join(format!("out-{i}.png")))
+            .take_while(|p| p.exists())
+            .collect()
+    };
+    let got: Vec<u8> = written.iter().flat_map(|p| pixels(p)).collect();
     assert_eq!(got.len(), want.len());
     let worst = got
         .iter()
@@ -83,6 +95,74 @@ fn png_is_diffusers_image(case: &str, key: &str, flags: &[&str]) {
     assert!(
         worst <= 1.0,
         "{case}: PNG differs from diffusers' image by {worst} levels"
+    );
+}
+
+#[test]
+fn dit_takes_a_class_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dog.png");
+    let path = s(&pipeline("dit"));
+    let out_s = s(&out);
+    let (ok, stdout, stderr) = zoo(&[
+        "image",
+        &path,
+        "golden retriever",
+        "--steps",
+        "2",
+        "--seed",
+        "3",
+        "--out",
+        &out_s,
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("dog.png") && stderr.contains("DiTPipeline"),
+        "{stderr}"
+    );
+    let img = image::open(&out).unwrap();
+    assert_eq!((img.width(), img.height()), (32, 32));
+    let bad = dir.path().join("zebra.png");
+    let (ok, _, stderr) = zoo(&["image", &path, "zebra", "--out", &s(&bad)]);
+    assert!(
+        !ok && stderr.contains("\"zebra\"") && stderr.contains("id2label"),
+        "{stderr}"
+    );
+    assert!(!bad.exists());
+}
+
+#[test]
+fn dit_and_pixart_pngs_are_diffusers_images() {
+    png_matches(
+        "pixart-sigma",
+        "pipe.latents",
+        &[
+            "a photo of a red dog and a cat in the world",
+            "--negative",
+            "hello",
+            "--size",
+            "192x128",
+            "--steps",
+            "3",
+            "--max-sequence-length",
+            "16",
+        ],
+    );
+    png_matches(
+        "pixart-alpha",
+        "pipe.latents",
+        &[
+            "a photo of a red dog and a cat in the world",
+            "--negative",
+            "hello",
+            "--size",
+            "48x32",
+            "--no-resolution-binning",
+            "--steps",
+            "3",
+            "--max-sequence-length",
+            "16",
+        ],
     );
 }
 
@@ -281,6 +361,9 @@ fn help_teaches_and_inspect_lists_components() {
         "--scheduler",
         "--init-image",
         "StableDiffusionXLPipeline",
+        "DiTPipeline",
+        "PixArtSigmaPipeline",
+        "--no-resolution-binning",
         "Examples:",
     ] {
         assert!(stdout.contains(w), "--help lacks {w}");

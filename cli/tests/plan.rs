@@ -323,3 +323,43 @@ fn a_flux_pipeline_splits_its_transformer_at_double_and_single_blocks() {
     );
     assert!(pos("text_encoder_2") < pos("transformer") && pos("transformer.proj_out") < pos("vae"));
 }
+
+#[test]
+fn a_pixart_pipeline_plans_its_t5_blocks_and_vae() {
+    let sigma = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../diffusers/tests/data/pipelines/pixart-sigma");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let (ok, stdout, stderr) = zoo(&[
+        "plan",
+        &sigma.to_string_lossy(),
+        "--max-memory",
+        "0=2.1MiB,1=2.1MiB",
+        "--size",
+        "64x64",
+        "--reserve",
+        "0",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("PixArtSigmaPipeline at 64x64"), "{stdout}");
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let stages = plan["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 2, "{plan}");
+    let units: Vec<String> = stages
+        .iter()
+        .flat_map(|s| s["units"].as_array().unwrap().clone())
+        .map(|u| u.as_str().unwrap().to_string())
+        .collect();
+    let pos = |u: &str| {
+        units
+            .iter()
+            .position(|x| x == u)
+            .unwrap_or_else(|| panic!("{u} missing: {units:?}"))
+    };
+    assert!(pos("text_encoder") < pos("transformer.transformer_blocks.0"));
+    assert!(pos("transformer.transformer_blocks.1") < pos("transformer.proj_out"));
+    assert!(pos("transformer.proj_out") < pos("vae"));
+}

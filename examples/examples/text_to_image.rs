@@ -1,5 +1,6 @@
 //! Generate an image with a diffusers pipeline folder (Stable Diffusion 1.x, 2.x, XL or 3,
-//! Flux, as diffusers' `save_pretrained` writes it) and save it as PNG.
+//! Flux, PixArt-α or PixArt-Σ, as diffusers' `save_pretrained` writes it) and save it as PNG.
+//! (DiT takes class labels: see `class_to_image`.)
 //!
 //! cargo run --release -p zoo-examples --example text_to_image -- PIPELINE "PROMPT" OUT.png [STEPS] [SEED]
 //!

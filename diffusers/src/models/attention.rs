@@ -79,6 +79,17 @@ impl Attention {
     /// Attends from `x [B, L, query_dim]` to `context [B, S, cross_dim]` (to `x` itself when
     /// `None`).
     pub fn forward(&self, x: &Tensor, context: Option<&Tensor>) -> Result<Tensor> {
+        self.forward_masked(x, context, None)
+    }
+
+    /// [`Attention::forward`] with an additive `mask` broadcast to the scores
+    /// `[B, heads, L, S]` (PixArt's `[B, 1, 1, S]` bias on padded text tokens).
+    pub fn forward_masked(
+        &self,
+        x: &Tensor,
+        context: Option<&Tensor>,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let (b, l) = (x.shape()[0], x.shape()[1]);
         let ctx = context.unwrap_or(x);
         let s = ctx.shape()[1];
@@ -89,7 +100,11 @@ impl Attention {
         let q = split(self.to_q.forward(x)?, l)?;
         let k = split(self.to_k.forward(ctx)?, s)?;
         let v = split(self.to_v.forward(ctx)?, s)?;
-        let o = Tensor::scaled_dot_product_attention(&q, &k, &v, &Default::default())?;
+        let opts = zoo_runtime::SdpaOptions {
+            mask,
+            ..Default::default()
+        };
+        let o = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
         let o = o
             .transpose(1, 2)?
             .reshape_to(&[b, l, self.heads * self.head_dim])?;

@@ -1,11 +1,12 @@
-//! Timestep embeddings: mirrors diffusers' `models/embeddings.py` (`get_timestep_embedding`,
-//! `Timesteps`, `TimestepEmbedding`).
+//! Embeddings: mirrors diffusers' `models/embeddings.py` (`get_timestep_embedding`,
+//! `Timesteps`, `TimestepEmbedding`, the diffusion transformers' combined conditionings,
+//! `PatchEmbed` and its 2-D sin-cos positions).
 
-use zoo_runtime::nn::{Linear, Weights};
-use zoo_runtime::{DType, Tensor};
+use zoo_runtime::nn::{Conv2d, Embedding, Linear, Weights};
+use zoo_runtime::{ConvParams, DType, Tensor};
 
 use super::Act;
-use crate::Result;
+use crate::{Error, Result};
 
 /// `Timesteps`: the sinusoidal embedding of (possibly fractional) timesteps.
 #[derive(Clone, Debug)]
@@ -209,6 +210,156 @@ impl CombinedTimestepTextProj {
     }
 }
 
+/// `CombinedTimestepLabelEmbeddings` (DiT): the timestep's 256-wide sinusoid (cosines first,
+/// frequency shift 1) through `timestep_embedder`, plus the class label's row of
+/// `class_embedder.embedding_table`, whose last row (`num_classes`) is the null label
+/// classifier-free guidance uses.
+#[derive(Clone, Debug)]
+pub struct CombinedTimestepLabelEmbeddings {
+    time_proj: Timesteps,
+    timestep_embedder: TimestepEmbedding,
+    class_embedder: Embedding,
+    num_classes: usize,
+}
+
+impl CombinedTimestepLabelEmbeddings {
+    /// Loads the embedders for `embedding_dim`-wide tokens and `num_classes` labels; `null`
+    /// adds the null label's row (diffusers adds it whenever the class dropout is positive,
+    /// as it always is for DiT).
+    pub fn load(
+        w: &Weights,
+        num_classes: usize,
+        embedding_dim: usize,
+        null: bool,
+    ) -> Result<CombinedTimestepLabelEmbeddings> {
+        let silu = Act::Runtime(zoo_runtime::Activation::Silu);
+        Ok(CombinedTimestepLabelEmbeddings {
+            time_proj: Timesteps {
+                num_channels: 256,
+                flip_sin_to_cos: true,
+                downscale_freq_shift: 1.0,
+                scale: 1.0,
+            },
+            timestep_embedder: TimestepEmbedding::load(
+                &w.pp("timestep_embedder"),
+                256,
+                embedding_dim,
+                silu,
+                None,
+                None,
+            )?,
+            class_embedder: Embedding::load(
+                &w.pp("class_embedder.embedding_table"),
+                num_classes + usize::from(null),
+                embedding_dim,
+            )?,
+            num_classes: num_classes + usize::from(null),
+        })
+    }
+
+    /// The conditioning `[B, dim]` (in `dtype`) of `timestep [B]` and `class_labels [B]`
+    /// (integer ids, any numeric dtype).
+    pub fn forward(
+        &self,
+        timestep: &Tensor,
+        class_labels: &Tensor,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let t = self
+            .timestep_embedder
+            .forward(&self.time_proj.forward(timestep)?.to_dtype(dtype)?, None)?;
+        let ids = class_labels.to_dtype(DType::I64)?;
+        if let Some(v) = ids.host_known_i64() {
+            if let Some(bad) = v.iter().find(|&&i| i < 0 || i as usize >= self.num_classes) {
+                return Err(Error::Input(format!(
+                    "class label {bad} is outside the model's {} labels (0..{})",
+                    self.num_classes,
+                    self.num_classes - 1
+                )));
+            }
+        }
+        let labels = self.class_embedder.forward(&ids)?.to_dtype(dtype)?;
+        Ok(t.add(&labels)?)
+    }
+}
+
+/// `PixArtAlphaCombinedTimestepSizeEmbeddings`: the timestep's embedding (cosines first, no
+/// frequency shift), plus, with `use_additional_conditions`, the image's resolution (height,
+/// width) and aspect ratio, each sinusoid through its own `dim / 3`-wide embedder and
+/// concatenated as `[resolution (2 * dim / 3), aspect ratio (dim / 3)]`.
+#[derive(Clone, Debug)]
+pub struct TimestepSizeEmbeddings {
+    time_proj: Timesteps,
+    timestep_embedder: TimestepEmbedding,
+    /// `resolution_embedder`, `aspect_ratio_embedder`.
+    size: Option<(TimestepEmbedding, TimestepEmbedding)>,
+}
+
+impl TimestepSizeEmbeddings {
+    /// Loads the embedders for `embedding_dim`-wide tokens.
+    pub fn load(
+        w: &Weights,
+        embedding_dim: usize,
+        use_additional_conditions: bool,
+    ) -> Result<TimestepSizeEmbeddings> {
+        let silu = Act::Runtime(zoo_runtime::Activation::Silu);
+        let embedder = |name: &str, dim: usize| {
+            TimestepEmbedding::load(&w.pp(name), 256, dim, silu, None, None)
+        };
+        let size = if use_additional_conditions {
+            let d = embedding_dim / 3;
+            Some((
+                embedder("resolution_embedder", d)?,
+                embedder("aspect_ratio_embedder", d)?,
+            ))
+        } else {
+            None
+        };
+        Ok(TimestepSizeEmbeddings {
+            time_proj: Timesteps {
+                num_channels: 256,
+                flip_sin_to_cos: true,
+                downscale_freq_shift: 0.0,
+                scale: 1.0,
+            },
+            timestep_embedder: embedder("timestep_embedder", embedding_dim)?,
+            size,
+        })
+    }
+
+    /// Whether it embeds the resolution and aspect ratio.
+    pub fn uses_size(&self) -> bool {
+        self.size.is_some()
+    }
+
+    /// The embedded timestep `[B, dim]` in `dtype`; `size` is `(resolution [B, 2],
+    /// aspect_ratio [B, 1])`, required when the model uses them.
+    pub fn forward(
+        &self,
+        timestep: &Tensor,
+        size: Option<(&Tensor, &Tensor)>,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let embed = |e: &TimestepEmbedding, t: &Tensor| -> Result<Tensor> {
+            e.forward(&self.time_proj.forward(t)?.to_dtype(dtype)?, None)
+        };
+        let t = embed(&self.timestep_embedder, timestep)?;
+        let Some((res_e, ar_e)) = &self.size else {
+            return Ok(t);
+        };
+        let (res, ar) = size.ok_or_else(|| {
+            Error::Input(
+                "this transformer uses additional conditions (`use_additional_conditions`): pass the resolution and aspect ratio".into(),
+            )
+        })?;
+        let b = t.shape()[0];
+        let flat = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape_to(&[x.elem_count()])?) };
+        let r = embed(res_e, &flat(res)?)?.reshape(&[b as isize, -1])?;
+        let a = embed(ar_e, &flat(ar)?)?.reshape(&[b as isize, -1])?;
+        Ok(t.add(&Tensor::cat(&[&r, &a], 1)?)?)
+    }
+}
+
 /// `get_2d_sincos_pos_embed`: `[grid_h * grid_w, dim]` fixed sin-cos positions, the first half
 /// of each row encoding the column, the second the row, as diffusers lays them out (positions
 /// in float32, the sinusoids in float64, rounded to float32).
@@ -241,4 +392,91 @@ pub fn sincos_pos_embed_2d(
         }
     }
     out
+}
+
+/// `PatchEmbed`: a `patch_size`-strided convolution to tokens plus fixed 2-D sin-cos
+/// positions, cropped from the centre of a stored `pos_embed_max_size` grid (SD3) or computed
+/// for the input's grid over `base_size` and `interpolation_scale` (DiT, PixArt: diffusers
+/// keeps that table out of the checkpoint).
+#[derive(Clone, Debug)]
+pub struct PatchEmbed {
+    proj: Conv2d,
+    /// `[max * max, dim]` stored positions (the checkpoint's buffer), when the grid is fixed.
+    pos_embed: Option<Tensor>,
+    patch_size: usize,
+    max_size: Option<usize>,
+    base_size: usize,
+    interpolation_scale: f64,
+    dim: usize,
+}
+
+impl PatchEmbed {
+    /// Loads `proj` and, with `pos_embed_max_size`, the `pos_embed` buffer (computed as
+    /// diffusers computes it when the checkpoint lacks it).
+    pub fn load(
+        w: &Weights,
+        in_channels: usize,
+        dim: usize,
+        patch_size: usize,
+        sample_size: usize,
+        max_size: Option<usize>,
+        interpolation_scale: f64,
+    ) -> Result<PatchEmbed> {
+        let params = ConvParams {
+            stride: patch_size,
+            ..Default::default()
+        };
+        let base_size = (sample_size / patch_size).max(1);
+        let pos_embed = match max_size {
+            Some(m) => Some(if w.contains("pos_embed") {
+                w.get("pos_embed", &[1, m * m, dim])?
+                    .reshape_to(&[m * m, dim])?
+            } else {
+                let v = sincos_pos_embed_2d(dim, m, m, base_size, interpolation_scale);
+                Tensor::from_vec(v, &[m * m, dim], &w.device())?.to_dtype(w.dtype())?
+            }),
+            None => None,
+        };
+        Ok(PatchEmbed {
+            proj: Conv2d::load(&w.pp("proj"), in_channels, dim, patch_size, params, true)?,
+            pos_embed,
+            patch_size,
+            max_size,
+            base_size,
+            interpolation_scale,
+            dim,
+        })
+    }
+
+    /// `[B, C, H, W]` latents → `[B, (H/p)(W/p), dim]` tokens with positions.
+    pub fn forward(&self, latents: &Tensor) -> Result<Tensor> {
+        let (h, w) = (
+            latents.shape()[2] / self.patch_size,
+            latents.shape()[3] / self.patch_size,
+        );
+        let x = self.proj.forward(latents)?;
+        let b = x.shape()[0];
+        let x = x.reshape_to(&[b, self.dim, h * w])?.transpose(1, 2)?;
+        let pos = match (&self.pos_embed, self.max_size) {
+            (Some(table), Some(m)) => {
+                if h > m || w > m {
+                    return Err(Error::Input(format!(
+                        "the latents give a {h}x{w} patch grid, larger than the transformer's pos_embed_max_size {m}: use a smaller image"
+                    )));
+                }
+                let (top, left) = ((m - h) / 2, (m - w) / 2);
+                table
+                    .reshape_to(&[m, m, self.dim])?
+                    .narrow(0, top, h)?
+                    .narrow(1, left, w)?
+                    .reshape_to(&[h * w, self.dim])?
+            }
+            _ => {
+                let v =
+                    sincos_pos_embed_2d(self.dim, h, w, self.base_size, self.interpolation_scale);
+                Tensor::from_vec(v, &[h * w, self.dim], &x.device())?.to_dtype(x.dtype())?
+            }
+        };
+        Ok(x.add(&pos.unsqueeze(0)?)?)
+    }
 }

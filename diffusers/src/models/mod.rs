@@ -1,5 +1,6 @@
 //! Diffusion models, mirroring diffusers' `models/`: the UNets (`unet_2d_condition.rs`,
-//! `unet_2d.rs`), the diffusion transformers (`transformer_sd3.rs`, `transformer_flux.rs`),
+//! `unet_2d.rs`), the diffusion transformers (`transformer_dit.rs`, `transformer_pixart.rs`,
+//! `transformer_sd3.rs`, `transformer_flux.rs`),
 //! the KL autoencoder (`autoencoder_kl.rs`) and the blocks they share (`resnet.rs`,
 //! `attention.rs`, `joint_attention.rs`, `normalization.rs`, `embeddings.rs`,
 //! `unet_2d_blocks.rs`).
@@ -13,7 +14,9 @@ pub mod embeddings;
 pub mod joint_attention;
 pub mod normalization;
 pub mod resnet;
+pub mod transformer_dit;
 pub mod transformer_flux;
+pub mod transformer_pixart;
 pub mod transformer_sd3;
 pub mod unet_2d;
 pub mod unet_2d_blocks;

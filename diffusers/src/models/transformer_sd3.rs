@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use zoo_runtime::nn::{Conv2d, LayerNorm, Linear, Weights};
-use zoo_runtime::{ConvParams, DType, Device, Tensor};
+use zoo_runtime::nn::{LayerNorm, Linear, Weights};
+use zoo_runtime::{DType, Device, Tensor};
 
 use super::attention::FeedForward;
-use super::embeddings::{sincos_pos_embed_2d, CombinedTimestepTextProj};
+use super::embeddings::{CombinedTimestepTextProj, PatchEmbed};
 use super::joint_attention::{JointAttention, JointAttentionSpec};
 use super::normalization::{gated, modulate, AdaLayerNormContinuous, AdaLayerNormZero};
 use super::{ensure, read_config};
@@ -271,87 +271,6 @@ impl JointTransformerBlock {
     }
 }
 
-/// `PatchEmbed` as SD3 builds it: a `patch_size`-strided convolution to tokens plus fixed 2-D
-/// sin-cos positions, cropped from the centre of a `pos_embed_max_size` grid.
-#[derive(Clone, Debug)]
-pub struct PatchEmbed {
-    proj: Conv2d,
-    /// `[max * max, dim]` stored positions (the checkpoint's buffer), when the grid is fixed.
-    pos_embed: Option<Tensor>,
-    patch_size: usize,
-    max_size: Option<usize>,
-    base_size: usize,
-    dim: usize,
-}
-
-impl PatchEmbed {
-    /// Loads `proj` and, with `pos_embed_max_size`, the `pos_embed` buffer (computed as
-    /// diffusers computes it when the checkpoint lacks it).
-    pub fn load(
-        w: &Weights,
-        in_channels: usize,
-        dim: usize,
-        patch_size: usize,
-        sample_size: usize,
-        max_size: Option<usize>,
-    ) -> Result<PatchEmbed> {
-        let params = ConvParams {
-            stride: patch_size,
-            ..Default::default()
-        };
-        let base_size = (sample_size / patch_size).max(1);
-        let pos_embed = match max_size {
-            Some(m) => Some(if w.contains("pos_embed") {
-                w.get("pos_embed", &[1, m * m, dim])?
-                    .reshape_to(&[m * m, dim])?
-            } else {
-                let v = sincos_pos_embed_2d(dim, m, m, base_size, 1.0);
-                Tensor::from_vec(v, &[m * m, dim], &w.device())?.to_dtype(w.dtype())?
-            }),
-            None => None,
-        };
-        Ok(PatchEmbed {
-            proj: Conv2d::load(&w.pp("proj"), in_channels, dim, patch_size, params, true)?,
-            pos_embed,
-            patch_size,
-            max_size,
-            base_size,
-            dim,
-        })
-    }
-
-    /// `[B, C, H, W]` latents → `[B, (H/p)(W/p), dim]` tokens with positions.
-    pub fn forward(&self, latents: &Tensor) -> Result<Tensor> {
-        let (h, w) = (
-            latents.shape()[2] / self.patch_size,
-            latents.shape()[3] / self.patch_size,
-        );
-        let x = self.proj.forward(latents)?;
-        let b = x.shape()[0];
-        let x = x.reshape_to(&[b, self.dim, h * w])?.transpose(1, 2)?;
-        let pos = match (&self.pos_embed, self.max_size) {
-            (Some(table), Some(m)) => {
-                if h > m || w > m {
-                    return Err(Error::Input(format!(
-                        "the latents give a {h}x{w} patch grid, larger than the transformer's pos_embed_max_size {m}: use a smaller image"
-                    )));
-                }
-                let (top, left) = ((m - h) / 2, (m - w) / 2);
-                table
-                    .reshape_to(&[m, m, self.dim])?
-                    .narrow(0, top, h)?
-                    .narrow(1, left, w)?
-                    .reshape_to(&[h * w, self.dim])?
-            }
-            _ => {
-                let v = sincos_pos_embed_2d(self.dim, h, w, self.base_size, 1.0);
-                Tensor::from_vec(v, &[h * w, self.dim], &x.device())?.to_dtype(x.dtype())?
-            }
-        };
-        Ok(x.add(&pos.unsqueeze(0)?)?)
-    }
-}
-
 /// `SD3Transformer2DModel`.
 #[derive(Clone, Debug)]
 pub struct SD3Transformer2DModel {
@@ -432,6 +351,7 @@ impl SD3Transformer2DModel {
                 p,
                 c.sample_size,
                 c.pos_embed_max_size,
+                1.0,
             )?,
             time_text_embed: CombinedTimestepTextProj::load(
                 &w.pp("time_text_embed"),

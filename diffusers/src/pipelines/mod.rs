@@ -2,6 +2,7 @@
 //! `DiffusionPipeline.from_pretrained` dispatches: `stable_diffusion.rs`
 //! (`StableDiffusionPipeline`, and the XL prompt encoding of `stable_diffusion_xl.rs`),
 //! `stable_diffusion_3.rs` (`StableDiffusion3Pipeline`), `flux.rs` (`FluxPipeline`),
+//! `dit.rs` (`DiTPipeline`), `pixart.rs` (`PixArtAlphaPipeline`, `PixArtSigmaPipeline`),
 //! `ddpm.rs` (`DDPMPipeline`); `plan.rs` plans a pipeline's components over devices and
 //! places a split UNet's blocks.
 //!
@@ -10,7 +11,9 @@
 //! instead, which is how an image is reproduced from diffusers' own noise.
 
 pub mod ddpm;
+pub mod dit;
 pub mod flux;
+pub mod pixart;
 pub mod plan;
 pub mod stable_diffusion;
 pub mod stable_diffusion_3;
@@ -25,7 +28,9 @@ use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Device, Generator, Tensor};
 
 pub use ddpm::DDPMPipeline;
+pub use dit::DiTPipeline;
 pub use flux::FluxPipeline;
+pub use pixart::{PixArtPipeline, PixArtVersion};
 pub use stable_diffusion::StableDiffusionPipeline;
 pub use stable_diffusion_3::StableDiffusion3Pipeline;
 
@@ -37,6 +42,9 @@ pub const PIPELINES: &[&str] = &[
     "StableDiffusionXLPipeline",
     "StableDiffusion3Pipeline",
     "FluxPipeline",
+    "DiTPipeline",
+    "PixArtAlphaPipeline",
+    "PixArtSigmaPipeline",
     "DDPMPipeline",
 ];
 
@@ -287,6 +295,10 @@ pub enum DiffusionPipeline {
     StableDiffusion3(Box<StableDiffusion3Pipeline>),
     /// `FluxPipeline`.
     Flux(Box<FluxPipeline>),
+    /// `DiTPipeline`.
+    DiT(Box<DiTPipeline>),
+    /// `PixArtAlphaPipeline` or `PixArtSigmaPipeline`.
+    PixArt(Box<PixArtPipeline>),
     /// `DDPMPipeline`.
     Ddpm(Box<DDPMPipeline>),
 }
@@ -307,6 +319,19 @@ impl DiffusionPipeline {
             "FluxPipeline" => Ok(DiffusionPipeline::Flux(Box::new(FluxPipeline::load(
                 files, opts,
             )?))),
+            "DiTPipeline" => Ok(DiffusionPipeline::DiT(Box::new(DiTPipeline::load(
+                files, opts,
+            )?))),
+            "PixArtAlphaPipeline" => Ok(DiffusionPipeline::PixArt(Box::new(PixArtPipeline::load(
+                files,
+                PixArtVersion::Alpha,
+                opts,
+            )?))),
+            "PixArtSigmaPipeline" => Ok(DiffusionPipeline::PixArt(Box::new(PixArtPipeline::load(
+                files,
+                PixArtVersion::Sigma,
+                opts,
+            )?))),
             "DDPMPipeline" => Ok(DiffusionPipeline::Ddpm(Box::new(DDPMPipeline::load(
                 files, opts,
             )?))),
@@ -319,7 +344,8 @@ impl DiffusionPipeline {
     }
 
     /// Generates images for `args` with whichever pipeline this is (DDPM, unconditional,
-    /// reads only the step count, the image count and `progress`).
+    /// reads only the step count, the image count and `progress`; DiT reads each prompt as
+    /// a class label).
     pub fn generate(
         &self,
         args: &stable_diffusion::TextToImage,
@@ -329,6 +355,8 @@ impl DiffusionPipeline {
             DiffusionPipeline::StableDiffusion(p) => p.generate(args, noise),
             DiffusionPipeline::StableDiffusion3(p) => p.generate(args, noise),
             DiffusionPipeline::Flux(p) => p.generate(args, noise),
+            DiffusionPipeline::DiT(p) => p.generate(args, noise),
+            DiffusionPipeline::PixArt(p) => p.generate(args, noise),
             DiffusionPipeline::Ddpm(p) => p.generate(
                 args.num_images_per_prompt * args.prompt.len().max(1),
                 args.num_inference_steps,
@@ -344,6 +372,8 @@ impl DiffusionPipeline {
             DiffusionPipeline::StableDiffusion(p) => p.class_name(),
             DiffusionPipeline::StableDiffusion3(_) => "StableDiffusion3Pipeline",
             DiffusionPipeline::Flux(_) => "FluxPipeline",
+            DiffusionPipeline::DiT(_) => "DiTPipeline",
+            DiffusionPipeline::PixArt(p) => p.class_name(),
             DiffusionPipeline::Ddpm(_) => "DDPMPipeline",
         }
     }

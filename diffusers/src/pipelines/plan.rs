@@ -157,7 +157,28 @@ fn transformer_shape(
     lw: usize,
 ) -> Result<(usize, usize, usize, usize)> {
     let path = files.file("transformer", "config.json")?;
-    match files.index.components["transformer"].1.as_str() {
+    match transformer_class(files)?.as_str() {
+        "DiTTransformer2DModel" => {
+            let c = crate::models::transformer_dit::DiTTransformer2DConfig::from_file(&path)?;
+            let p = c.patch_size;
+            Ok((c.inner_dim(), c.num_attention_heads, (lh / p) * (lw / p), 0))
+        }
+        "PixArtTransformer2DModel" => {
+            let c = crate::models::transformer_pixart::PixArtTransformer2DConfig::from_file(&path)?;
+            let p = c.patch_size;
+            // T5's default prompt length: PixArt-α 120, PixArt-Σ 300.
+            let text = if files.index.class_name == "PixArtSigmaPipeline" {
+                300
+            } else {
+                120
+            };
+            Ok((
+                c.inner_dim(),
+                c.num_attention_heads,
+                (lh / p) * (lw / p),
+                text,
+            ))
+        }
         "SD3Transformer2DModel" => {
             let c = crate::models::transformer_sd3::SD3Transformer2DConfig::from_file(&path)?;
             let p = c.patch_size;
@@ -181,12 +202,45 @@ fn transformer_shape(
     }
 }
 
+/// The transformer's class, with `Transformer2DModel` resolved by its `norm_type` as
+/// diffusers remaps it (adaLN-Zero: DiT, adaLN-single: PixArt).
+fn transformer_class(files: &PipelineFiles) -> Result<String> {
+    let class = files.index.components["transformer"].1.clone();
+    if class != "Transformer2DModel" {
+        return Ok(class);
+    }
+    let path = files.file("transformer", "config.json")?;
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::Config {
+        path: path.clone(),
+        reason: format!("cannot read it: {e}"),
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Config {
+        path: path.clone(),
+        reason: format!("not valid JSON: {e}"),
+    })?;
+    match v.get("norm_type").and_then(|n| n.as_str()) {
+        Some("ada_norm_zero") => Ok("DiTTransformer2DModel".into()),
+        Some("ada_norm_single") => Ok("PixArtTransformer2DModel".into()),
+        other => Err(Error::Unsupported(format!(
+            "{}: a Transformer2DModel with norm_type {other:?} is not a diffusion transformer zoo plans (ada_norm_zero: DiT, ada_norm_single: PixArt)",
+            path.display()
+        ))),
+    }
+}
+
 /// The default sample size of a pipeline's transformer, in latent pixels.
 fn transformer_sample_size(files: &PipelineFiles) -> Result<usize> {
     let path = files.file("transformer", "config.json")?;
-    Ok(match files.index.components["transformer"].1.as_str() {
+    Ok(match transformer_class(files)?.as_str() {
         "SD3Transformer2DModel" => {
             crate::models::transformer_sd3::SD3Transformer2DConfig::from_file(&path)?.sample_size
+        }
+        "DiTTransformer2DModel" => {
+            crate::models::transformer_dit::DiTTransformer2DConfig::from_file(&path)?.sample_size
+        }
+        "PixArtTransformer2DModel" => {
+            crate::models::transformer_pixart::PixArtTransformer2DConfig::from_file(&path)?
+                .sample_size
         }
         // FluxPipeline's default_sample_size.
         _ => 128,

@@ -166,6 +166,34 @@ impl TextEncoder {
     }
 }
 
+impl TextEncoder {
+    /// The last hidden state of `texts` padded to `len` tokens with the padding masked in
+    /// the encoder, and that mask `[B, len]` (1 = token, 0 = padding), as PixArt encodes.
+    pub(crate) fn encode_masked(&self, texts: &[String], len: usize) -> Result<(Tensor, Tensor)> {
+        let (mut ids, mut mask) = (Vec::with_capacity(texts.len() * len), Vec::new());
+        for t in texts {
+            let mut row = self.tokenizer.encode_truncated(t, len).map_err(Box::new)?;
+            mask.extend((0..len).map(|i| i64::from(i < row.len())));
+            row.resize(len, self.pad_id);
+            ids.extend(row.into_iter().map(i64::from));
+        }
+        let device = self.encoder.device();
+        let ids = Tensor::from_vec(ids, &[texts.len(), len], &device)?;
+        let mask = Tensor::from_vec(mask, &[texts.len(), len], &device)?;
+        let out = self
+            .encoder
+            .forward(EncoderArgs {
+                input_ids: &ids,
+                attention_mask: Some(&mask),
+                token_type_ids: None,
+                position_ids: None,
+                output_hidden_states: false,
+            })
+            .map_err(Box::new)?;
+        Ok((out.last_hidden_state, mask))
+    }
+}
+
 /// The conditioning of one pipeline call: what the UNet takes besides the latents.
 #[derive(Clone, Debug)]
 pub struct Conditioning {
@@ -224,6 +252,9 @@ pub struct TextToImage {
     pub skip_layer_guidance_start: f64,
     /// Fraction of the steps at which it stops.
     pub skip_layer_guidance_stop: f64,
+    /// PixArt: generate at the closest size of diffusers' aspect-ratio table for the
+    /// transformer's sample size, then resize and crop to the requested size.
+    pub resolution_binning: bool,
 }
 
 impl Default for TextToImage {
@@ -248,6 +279,7 @@ impl Default for TextToImage {
             skip_layer_guidance_scale: 2.8,
             skip_layer_guidance_start: 0.01,
             skip_layer_guidance_stop: 0.2,
+            resolution_binning: true,
         }
     }
 }

@@ -1,0 +1,404 @@
+//! `DiTTransformer2DModel` (diffusers' `transformers/dit_transformer_2d.py`): the
+//! class-conditional Diffusion Transformer. Latent patches pass through
+//! `BasicTransformerBlock`s with adaLN-Zero (each block embeds the timestep and the class
+//! label itself), then a modulated LayerNorm and a projection back to patches. The Hub's DiT
+//! checkpoints name the class `Transformer2DModel` (with `norm_type = "ada_norm_zero"`),
+//! which diffusers remaps to this one; zoo reads either.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use zoo_runtime::nn::{LayerNorm, Linear, Weights};
+use zoo_runtime::{DType, Device, Tensor};
+
+use super::attention::{Attention, AttentionSpec, FeedForward};
+use super::embeddings::{CombinedTimestepLabelEmbeddings, PatchEmbed};
+use super::normalization::{gated, modulate, AdaLayerNormZero};
+use super::{ensure, read_config};
+use crate::{Error, Result};
+
+fn d_heads() -> usize {
+    16
+}
+fn d_head_dim() -> usize {
+    72
+}
+fn d_channels() -> usize {
+    4
+}
+fn d_layers() -> usize {
+    28
+}
+fn d_sample() -> usize {
+    32
+}
+fn d_patch() -> usize {
+    2
+}
+fn d_act() -> String {
+    "gelu-approximate".into()
+}
+fn d_classes() -> Option<usize> {
+    Some(1000)
+}
+fn d_norm() -> String {
+    "ada_norm_zero".into()
+}
+fn d_eps() -> f64 {
+    1e-5
+}
+fn yes() -> bool {
+    true
+}
+
+/// `config.json` of a `DiTTransformer2DModel`, with diffusers' defaults.
+#[derive(Clone, Debug, Deserialize)]
+#[allow(missing_docs)]
+pub struct DiTTransformer2DConfig {
+    #[serde(default = "d_heads")]
+    pub num_attention_heads: usize,
+    #[serde(default = "d_head_dim")]
+    pub attention_head_dim: usize,
+    #[serde(default = "d_channels")]
+    pub in_channels: usize,
+    #[serde(default)]
+    pub out_channels: Option<usize>,
+    #[serde(default = "d_layers")]
+    pub num_layers: usize,
+    #[serde(default = "yes")]
+    pub attention_bias: bool,
+    #[serde(default = "d_sample")]
+    pub sample_size: usize,
+    #[serde(default = "d_patch")]
+    pub patch_size: usize,
+    #[serde(default = "d_act")]
+    pub activation_fn: String,
+    #[serde(default = "d_classes")]
+    pub num_embeds_ada_norm: Option<usize>,
+    #[serde(default = "d_norm")]
+    pub norm_type: String,
+    #[serde(default)]
+    pub norm_elementwise_affine: bool,
+    #[serde(default = "d_eps")]
+    pub norm_eps: f64,
+    /// Where the config was read from, for errors.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl DiTTransformer2DConfig {
+    /// Reads and checks `config.json` (`DiTTransformer2DModel`, or `Transformer2DModel` with
+    /// adaLN-Zero).
+    pub fn from_file(path: &Path) -> Result<DiTTransformer2DConfig> {
+        let (mut c, _): (DiTTransformer2DConfig, _) =
+            read_config(path, &["DiTTransformer2DModel", "Transformer2DModel"])?;
+        c.path = path.to_path_buf();
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Width of the tokens: `num_attention_heads * attention_head_dim`.
+    pub fn inner_dim(&self) -> usize {
+        self.num_attention_heads * self.attention_head_dim
+    }
+
+    /// Output channels (`in_channels` when unset; twice that for learned-sigma models).
+    pub fn out_channels(&self) -> usize {
+        self.out_channels.unwrap_or(self.in_channels)
+    }
+
+    /// The number of class labels (`num_embeds_ada_norm`); label `num_classes` is the null
+    /// label of classifier-free guidance.
+    pub fn num_classes(&self) -> usize {
+        self.num_embeds_ada_norm.unwrap_or(1000)
+    }
+
+    /// The checks diffusers' constructor would fail on, as typed errors naming the field.
+    pub fn check(&self) -> Result<()> {
+        let p = &self.path;
+        ensure(self.norm_type == "ada_norm_zero", p, || {
+            format!(
+                "`norm_type` is {:?}: a DiT transformer uses \"ada_norm_zero\" (\"ada_norm_single\" is PixArt's)",
+                self.norm_type
+            )
+        })?;
+        ensure(self.num_embeds_ada_norm.is_some(), p, || {
+            "`num_embeds_ada_norm` (the number of class labels) must be set for a DiT".into()
+        })?;
+        ensure(
+            self.patch_size > 0
+                && self.num_attention_heads > 0
+                && self.attention_head_dim > 0
+                && self.in_channels > 0
+                && self.num_layers > 0,
+            p,
+            || {
+                "`patch_size`, `num_attention_heads`, `attention_head_dim`, `in_channels` and `num_layers` must be positive".into()
+            },
+        )?;
+        ensure(self.inner_dim().is_multiple_of(4), p, || {
+            format!(
+                "the token width {} must be divisible by 4 for the 2-D sin-cos positions",
+                self.inner_dim()
+            )
+        })
+    }
+}
+
+/// `BasicTransformerBlock` with `norm_type = "ada_norm_zero"` and no cross-attention.
+#[derive(Clone, Debug)]
+pub struct DiTBlock {
+    emb: CombinedTimestepLabelEmbeddings,
+    norm1: AdaLayerNormZero,
+    attn1: Attention,
+    norm3: LayerNorm,
+    ff: FeedForward,
+}
+
+impl DiTBlock {
+    /// Loads one block of `config`.
+    pub fn load(w: &Weights, c: &DiTTransformer2DConfig) -> Result<DiTBlock> {
+        let dim = c.inner_dim();
+        Ok(DiTBlock {
+            emb: CombinedTimestepLabelEmbeddings::load(
+                &w.pp("norm1.emb"),
+                c.num_classes(),
+                dim,
+                true,
+            )?,
+            norm1: AdaLayerNormZero::load(&w.pp("norm1"), dim, 6)?,
+            attn1: Attention::load(
+                &w.pp("attn1"),
+                AttentionSpec {
+                    query_dim: dim,
+                    cross_attention_dim: dim,
+                    heads: c.num_attention_heads,
+                    dim_head: c.attention_head_dim,
+                    bias: c.attention_bias,
+                    group_norm: None,
+                    residual_connection: false,
+                    rescale_output_factor: 1.0,
+                },
+            )?,
+            norm3: if c.norm_elementwise_affine {
+                LayerNorm::load(&w.pp("norm3"), dim, c.norm_eps)?
+            } else {
+                LayerNorm::no_affine(c.norm_eps)
+            },
+            ff: FeedForward::load(&w.pp("ff"), dim, 4 * dim, &c.activation_fn)?,
+        })
+    }
+
+    /// The block's own conditioning `[B, dim]` of `timestep [B]` and `class_labels [B]`.
+    pub fn conditioning(&self, timestep: &Tensor, labels: &Tensor, dtype: DType) -> Result<Tensor> {
+        self.emb.forward(timestep, labels, dtype)
+    }
+
+    /// One block on tokens `x [B, L, dim]` conditioned on `cond` (from
+    /// [`DiTBlock::conditioning`]).
+    pub fn forward(&self, x: &Tensor, cond: &Tensor) -> Result<Tensor> {
+        let n = self.norm1.forward(x, cond)?;
+        // rest: gate_msa, shift_mlp, scale_mlp, gate_mlp
+        let r = &n.rest;
+        let x = x.add(&gated(&r[0], &self.attn1.forward(&n.x, None)?)?)?;
+        let h = modulate(&self.norm3.forward(&x)?, &r[1], &r[2])?;
+        Ok(x.add(&gated(&r[3], &self.ff.forward(&h)?)?)?)
+    }
+}
+
+/// `DiTTransformer2DModel`.
+#[derive(Clone, Debug)]
+pub struct DiTTransformer2DModel {
+    pos_embed: PatchEmbed,
+    transformer_blocks: Vec<DiTBlock>,
+    /// Each block's device (one for all unless the weights were placed over several).
+    block_devices: Vec<Device>,
+    norm_out: LayerNorm,
+    proj_out_1: Linear,
+    proj_out_2: Linear,
+    head_device: Device,
+    config: DiTTransformer2DConfig,
+    dtype: DType,
+    device: Device,
+}
+
+impl DiTTransformer2DModel {
+    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`).
+    pub fn from_pretrained(
+        repo_or_path: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<DiTTransformer2DModel> {
+        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
+        DiTTransformer2DModel::load(&w, &DiTTransformer2DConfig::from_file(&config)?)
+    }
+
+    /// Loads a component folder split over `devices` at its blocks, in contiguous stages
+    /// balanced by weight bytes (one device: no split).
+    pub fn from_pretrained_split(
+        repo_or_path: &str,
+        dtype: DType,
+        devices: &[Device],
+    ) -> Result<DiTTransformer2DModel> {
+        let (config, w) = super::open_split(repo_or_path, dtype, devices)?;
+        DiTTransformer2DModel::load(&w, &DiTTransformer2DConfig::from_file(&config)?)
+    }
+
+    /// Builds the model of `config` from the weights under `w` (diffusers' names).
+    pub fn load(w: &Weights, config: &DiTTransformer2DConfig) -> Result<DiTTransformer2DModel> {
+        let c = config;
+        c.check()?;
+        let dim = c.inner_dim();
+        let p = c.patch_size;
+        let mut blocks = Vec::with_capacity(c.num_layers);
+        let mut block_devices = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let bw = w.pp(format!("transformer_blocks.{i}"));
+            block_devices.push(bw.device());
+            blocks.push(DiTBlock::load(&bw, c)?);
+        }
+        Ok(DiTTransformer2DModel {
+            pos_embed: PatchEmbed::load(
+                &w.pp("pos_embed"),
+                c.in_channels,
+                dim,
+                p,
+                c.sample_size,
+                None,
+                1.0,
+            )?,
+            transformer_blocks: blocks,
+            block_devices,
+            norm_out: LayerNorm::no_affine(1e-6),
+            proj_out_1: Linear::load(&w.pp("proj_out_1"), dim, 2 * dim, true)?,
+            proj_out_2: Linear::load(&w.pp("proj_out_2"), dim, p * p * c.out_channels(), true)?,
+            head_device: w.pp("proj_out_2").device(),
+            config: c.clone(),
+            dtype: w.dtype(),
+            device: w.device(),
+        })
+    }
+
+    /// The config it was built from.
+    pub fn config(&self) -> &DiTTransformer2DConfig {
+        &self.config
+    }
+
+    /// The dtype of its weights.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device its input goes to.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Every device it runs on, in execution order, each once.
+    pub fn devices(&self) -> Vec<Device> {
+        let mut all = vec![self.device];
+        for d in self.block_devices.iter().chain([&self.head_device]) {
+            if !all.contains(d) {
+                all.push(*d);
+            }
+        }
+        all
+    }
+
+    /// The prediction `[B, out_channels, H, W]` for latents `[B, in_channels, H, W]`,
+    /// timesteps `[B]` (or one for all) on the 0..1000 scale and class labels `[B]`
+    /// (`num_classes` = the null label).
+    pub fn forward(
+        &self,
+        hidden_states: &Tensor,
+        timestep: &Tensor,
+        class_labels: &Tensor,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let latents = hidden_states
+            .to_device(&self.device)?
+            .to_dtype(self.dtype)?;
+        let (b, height, width) = check_latents(&latents, c.in_channels, c.patch_size)?;
+        let t = per_sample(&timestep.to_device(&self.device)?, b, "timesteps")?;
+        let labels = per_sample(&class_labels.to_device(&self.device)?, b, "class labels")?;
+        let mut h = self.pos_embed.forward(&latents)?;
+        let mut first_cond = None;
+        for (block, &d) in self.transformer_blocks.iter().zip(&self.block_devices) {
+            let (t, labels) = (on(&t, d)?, on(&labels, d)?);
+            let cond = block.conditioning(&t, &labels, self.dtype)?;
+            h = block.forward(&on(&h, d)?, &cond)?;
+            first_cond.get_or_insert(cond);
+        }
+        let d = self.head_device;
+        // diffusers conditions the output on the first block's embedding.
+        let cond = first_cond.ok_or_else(|| Error::Shape("the model has no blocks".into()))?;
+        let mods = self
+            .proj_out_1
+            .forward(&on(&cond, d)?.silu()?)?
+            .chunk(2, 1)?;
+        let h = modulate(&self.norm_out.forward(&on(&h, d)?)?, &mods[0], &mods[1])?;
+        unpatchify(
+            &self.proj_out_2.forward(&h)?,
+            b,
+            height,
+            width,
+            c.patch_size,
+            c.out_channels(),
+        )
+    }
+}
+
+/// `t` on device `d` (a copy only when it lives elsewhere).
+pub(crate) fn on(t: &Tensor, d: Device) -> Result<Tensor> {
+    Ok(if t.device() == d {
+        t.clone()
+    } else {
+        t.to_device(&d)?
+    })
+}
+
+/// `(batch, height, width)` of `[B, channels, H, W]` latents whose sides `patch` divides.
+pub(crate) fn check_latents(
+    latents: &Tensor,
+    channels: usize,
+    patch: usize,
+) -> Result<(usize, usize, usize)> {
+    match latents.shape()[..] {
+        [b, ch, h, w]
+            if ch == channels && h.is_multiple_of(patch) && w.is_multiple_of(patch) =>
+        {
+            Ok((b, h, w))
+        }
+        _ => Err(Error::Shape(format!(
+            "the latents {:?} must be [batch, {channels}, height, width] with sides divisible by patch_size {patch}",
+            latents.shape()
+        ))),
+    }
+}
+
+/// One value per sample of a batch of `b` from `t` holding one or `b` values.
+pub(crate) fn per_sample(t: &Tensor, b: usize, what: &str) -> Result<Tensor> {
+    match t.elem_count() {
+        1 => Ok(t.reshape_to(&[1])?.broadcast_as(&[b])?),
+        n if n == b => Ok(t.reshape_to(&[b])?),
+        n => Err(Error::Shape(format!(
+            "{n} {what} for a batch of {b}: pass one per sample or one for all"
+        ))),
+    }
+}
+
+/// Patch tokens `[B, (H/p)(W/p), p * p * C]` back to `[B, C, H, W]` (diffusers' einsum
+/// `nhwpqc -> nchpwq`).
+pub(crate) fn unpatchify(
+    x: &Tensor,
+    b: usize,
+    height: usize,
+    width: usize,
+    p: usize,
+    channels: usize,
+) -> Result<Tensor> {
+    let (gh, gw) = (height / p, width / p);
+    Ok(x.reshape_to(&[b, gh, gw, p, p, channels])?
+        .permute(&[0, 5, 1, 3, 2, 4])?
+        .reshape_to(&[b, channels, height, width])?)
+}
