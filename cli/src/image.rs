@@ -120,6 +120,10 @@ pub struct Args {
     /// last.
     #[arg(long, default_value = "cpu")]
     device_map: String,
+    /// SD3 / Flux / PixArt: run the T5 text encoder on this one device instead (cpu,
+    /// cuda:N, pjrt:cpu:N, ...), e.g. to keep a large T5 off the denoiser's devices.
+    #[arg(long)]
+    text_encoder_device: Option<String>,
     /// Weight and activation dtype: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     dtype: String,
@@ -254,6 +258,15 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let devices = devices_of(&args.device_map)?;
+    let text_encoder_device = match args.text_encoder_device.as_deref() {
+        None => None,
+        Some(map) => {
+            match devices_of(map).with_context(|| format!("--text-encoder-device {map}"))?[..] {
+                [one] => Some(one),
+                _ => bail!("--text-encoder-device {map}: name one device, e.g. pjrt:cpu:3 or cpu"),
+            }
+        }
+    };
     let opts = LoadOptions {
         device: devices[0],
         unet_devices: if devices.len() > 1 {
@@ -261,7 +274,7 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             Vec::new()
         },
-        text_encoder_device: None,
+        text_encoder_device,
         dtype: Some(dtype),
         variant: args.variant.clone(),
         scheduler: args.scheduler.clone(),
@@ -278,6 +291,12 @@ pub fn run(args: Args) -> Result<()> {
     if !(flow || pixart) && args.max_sequence_length.is_some() {
         bail!(
             "--max-sequence-length applies to SD3, Flux and PixArt pipelines; {} has no T5",
+            pipe.class_name()
+        );
+    }
+    if !(flow || pixart) && args.text_encoder_device.is_some() {
+        bail!(
+            "--text-encoder-device places T5 (SD3, Flux, PixArt); {} has none",
             pipe.class_name()
         );
     }

@@ -10,7 +10,9 @@ use zoo_runtime::device_map::{
 };
 
 /// Plan how a model splits across devices before loading it: per device the weights, KV cache,
-/// activations, reserve and free memory, where the cuts fall and what crosses them per token.
+/// activations, reserve and free memory, where the cuts fall and what crosses them per token
+/// (for a pipeline: per denoising step inside the UNet or transformer, once per call between
+/// components).
 /// Works from safetensors/GGUF headers alone, so a TPU deployment can be planned from a laptop
 /// and the plan file loaded on the real host as an explicit device map.
 ///
@@ -230,7 +232,24 @@ fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) 
     };
     let plan = plan(&request)?;
     plan.check_covers(&p.inventory)?;
-    print!("{plan}");
+    print!("{}", plan.table());
+    for pair in plan.stages.windows(2) {
+        let last = pair[0].units.last().map(String::as_str).unwrap_or("-");
+        if let Some(c) = p.crossing(last) {
+            println!(
+                "cut {} -> {}: after {last}, {} {} ({})",
+                pair[0].device.name,
+                pair[1].device.name,
+                zoo_runtime::device_map::human(c.bytes),
+                if c.per_step {
+                    "per denoising step"
+                } else {
+                    "once per call"
+                },
+                c.what
+            );
+        }
+    }
     println!(
         "note: {} at {}x{}: the denoiser runs a batch of {} (activations {} per device, the largest component's peak)",
         p.class_name,

@@ -164,6 +164,30 @@ fn dit_and_pixart_pngs_are_diffusers_images() {
             "16",
         ],
     );
+    // The same on the XLA CPU plugin: the transformer over devices 0 and 1, T5 on device 3.
+    std::env::var_os("ZOO_PJRT_CPU_PLUGIN")
+        .filter(|v| !v.is_empty())
+        .expect("ZOO_PJRT_CPU_PLUGIN is not set: run the tests through scripts/run-tests.sh");
+    png_matches(
+        "pixart-alpha",
+        "pipe.latents",
+        &[
+            "a photo of a red dog and a cat in the world",
+            "--negative",
+            "hello",
+            "--size",
+            "48x32",
+            "--no-resolution-binning",
+            "--steps",
+            "3",
+            "--max-sequence-length",
+            "16",
+            "--device-map",
+            "pjrt:cpu:0,1",
+            "--text-encoder-device",
+            "pjrt:cpu:3",
+        ],
+    );
 }
 
 #[test]

@@ -363,3 +363,33 @@ fn a_pixart_pipeline_plans_its_t5_blocks_and_vae() {
     assert!(pos("transformer.transformer_blocks.1") < pos("transformer.proj_out"));
     assert!(pos("transformer.proj_out") < pos("vae"));
 }
+
+#[test]
+fn a_pipeline_plan_prints_what_crosses_each_cut() {
+    let sigma = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../diffusers/tests/data/pipelines/pixart-sigma");
+    let (ok, stdout, stderr) = zoo(&[
+        "plan",
+        &sigma.to_string_lossy(),
+        "--max-memory",
+        "0=1.95MiB,1=1.95MiB,2=3MiB",
+        "--size",
+        "64x64",
+        "--reserve",
+        "0",
+    ]);
+    assert!(ok, "{stderr}");
+    // Inside the transformer: 2 guided rows x ((16 image + 300 text tokens) x 16 + 7 x 16
+    // modulations) x 4 B at every step; to the VAE: one image's 4 x 8 x 8 f32 latents.
+    assert!(
+        stdout.contains(
+            "after transformer, 40.38 KiB per denoising step (16 image + 300 text tokens x 16"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("after transformer.proj_out, 1.00 KiB once per call (the final latents"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("per token"), "{stdout}");
+}

@@ -458,10 +458,12 @@ impl PixArtTransformer2DModel {
                     .affine(10000.0, -10000.0)?
                     .reshape_to(&[b, 1, 1, s])?,
             ),
-            Some(m) => return Err(Error::Shape(format!(
+            Some(m) => {
+                return Err(Error::Shape(format!(
                 "the text attention mask is {:?}; it must be [{b}, {s}] (1 = token, 0 = padding)",
                 m.shape()
-            ))),
+            )))
+            }
             None => None,
         };
         for (block, &d) in self.transformer_blocks.iter().zip(&self.block_devices) {

@@ -31,6 +31,151 @@ pub struct PipelinePlan {
     pub size: (usize, usize),
     /// The batch the UNet runs: images, doubled under classifier-free guidance.
     pub unet_batch: usize,
+    /// The denoiser's shapes, for what crosses a cut.
+    denoiser: Denoiser,
+    /// Bytes of the prompt embeddings the denoiser takes (all its rows).
+    text_bytes: u64,
+    /// Bytes of the final latents handed to the VAE (float32).
+    latent_bytes: u64,
+    elem: u64,
+}
+
+/// What crosses a cut between two units of a pipeline plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Crossing {
+    /// Bytes sent over the cut.
+    pub bytes: u64,
+    /// Sent at every denoising step (else once per call).
+    pub per_step: bool,
+    /// What the bytes are.
+    pub what: String,
+}
+
+/// The denoiser's shapes the crossings are computed from.
+#[derive(Clone, Debug)]
+enum Denoiser {
+    None,
+    /// Token width, image and text tokens, conditioning width.
+    Transformer {
+        dim: usize,
+        img: usize,
+        txt: usize,
+        cond: usize,
+    },
+    /// Levels, latent size, time-embedding width, text tokens x width.
+    Unet {
+        levels: Vec<Level>,
+        h: usize,
+        w: usize,
+        temb: usize,
+        text: usize,
+    },
+}
+
+impl PipelinePlan {
+    /// What crosses a cut right after unit `after` (`None` after the last unit): inside
+    /// the denoiser its streams at every step; into it the prompt embeddings, out of it the
+    /// latents, once per call.
+    pub fn crossing(&self, after: &str) -> Option<Crossing> {
+        let pos = self.units.iter().position(|u| u.name == after)?;
+        let next = self.units.get(pos + 1)?;
+        let inside = |u: &str| u.starts_with("transformer") || u.starts_with("unet");
+        let b = self.unet_batch as u64;
+        if inside(after) && inside(&next.name) {
+            let (bytes, what) = self.denoiser_crossing(after);
+            return Some(Crossing {
+                bytes: b * bytes * self.elem,
+                per_step: true,
+                what,
+            });
+        }
+        if inside(after) {
+            return Some(Crossing {
+                bytes: self.latent_bytes,
+                per_step: false,
+                what: "the final latents (float32)".into(),
+            });
+        }
+        if inside(&next.name) {
+            return Some(Crossing {
+                bytes: self.text_bytes,
+                per_step: false,
+                what: "the prompt embeddings".into(),
+            });
+        }
+        Some(Crossing {
+            bytes: self.text_bytes,
+            per_step: false,
+            what: "at most the prompt embeddings (components between the text encoders)".into(),
+        })
+    }
+
+    /// Elements per batch row crossing after denoiser unit `after`, and what they are.
+    fn denoiser_crossing(&self, after: &str) -> (u64, String) {
+        match &self.denoiser {
+            Denoiser::None => (0, "nothing the planner knows".into()),
+            Denoiser::Transformer {
+                dim,
+                img,
+                txt,
+                cond,
+            } => (
+                ((img + txt) * dim + cond) as u64,
+                format!("{img} image + {txt} text tokens x {dim} and a {cond}-wide conditioning"),
+            ),
+            Denoiser::Unet {
+                levels,
+                h,
+                w,
+                temb,
+                text,
+            } => {
+                let n = levels.len();
+                // Skip connections in the order the down path makes them.
+                let mut skips = vec![(levels[0].0 * h * w) as u64];
+                let mut ends = Vec::with_capacity(n);
+                let (mut rh, mut rw) = (*h, *w);
+                let mut sizes = Vec::with_capacity(n);
+                for (i, &(ch, layers, _)) in levels.iter().enumerate() {
+                    sizes.push((rh, rw));
+                    skips.extend(std::iter::repeat_n((ch * rh * rw) as u64, layers));
+                    if i + 1 < n {
+                        (rh, rw) = (rh.div_ceil(2), rw.div_ceil(2));
+                        skips.push((ch * rh * rw) as u64);
+                    }
+                    ends.push(skips.len());
+                }
+                let idx = |u: &str| u.rsplit('.').next().and_then(|i| i.parse::<usize>().ok());
+                let total: u64 = skips.iter().sum();
+                let (kept, hidden) = if after == "unet" {
+                    (skips[0], 0)
+                } else if let Some(i) = after.strip_prefix("unet.down_blocks.").and(idx(after)) {
+                    (skips[..ends[i.min(n - 1)]].iter().sum(), 0)
+                } else if after == "unet.mid_block" {
+                    (total, (levels[n - 1].0 * rh * rw) as u64)
+                } else if let Some(j) = after.strip_prefix("unet.up_blocks.").and(idx(after)) {
+                    let j = j.min(n - 1);
+                    let used: usize = (0..=j).map(|k| levels[n - 1 - k].1 + 1).sum();
+                    let left = skips.len().saturating_sub(used);
+                    let (oh, ow) = if j + 1 < n {
+                        sizes[n - 2 - j]
+                    } else {
+                        (*h, *w)
+                    };
+                    (
+                        skips[..left].iter().sum(),
+                        (levels[n - 1 - j].0 * oh * ow) as u64,
+                    )
+                } else {
+                    (0, 0)
+                };
+                (
+                    kept + hidden + (temb + text) as u64,
+                    "the feature map and the skip connections still to be used, the time embedding and the text".into(),
+                )
+            }
+        }
+    }
 }
 
 /// Components in the order a pipeline call runs them.
@@ -149,19 +294,26 @@ fn transformer_units(inventory: &Inventory, dtype: Option<Dtype>) -> Vec<Unit> {
     )
 }
 
-/// A diffusion transformer's token width, heads, image-token count and text-token count
-/// for latents of `lh x lw`, read by the class `model_index.json` names.
-fn transformer_shape(
-    files: &PipelineFiles,
-    lh: usize,
-    lw: usize,
-) -> Result<(usize, usize, usize, usize)> {
+/// A diffusion transformer's token width, heads, image tokens, text tokens, the width of
+/// the text it takes and of its conditioning, for latents of `lh x lw`.
+type TransformerShape = (usize, usize, usize, usize, usize, usize);
+
+/// The [`TransformerShape`] of the pipeline's transformer, read by the class
+/// `model_index.json` names.
+fn transformer_shape(files: &PipelineFiles, lh: usize, lw: usize) -> Result<TransformerShape> {
     let path = files.file("transformer", "config.json")?;
     match transformer_class(files)?.as_str() {
         "DiTTransformer2DModel" => {
             let c = crate::models::transformer_dit::DiTTransformer2DConfig::from_file(&path)?;
             let p = c.patch_size;
-            Ok((c.inner_dim(), c.num_attention_heads, (lh / p) * (lw / p), 0))
+            Ok((
+                c.inner_dim(),
+                c.num_attention_heads,
+                (lh / p) * (lw / p),
+                0,
+                0,
+                c.inner_dim(),
+            ))
         }
         "PixArtTransformer2DModel" => {
             let c = crate::models::transformer_pixart::PixArtTransformer2DConfig::from_file(&path)?;
@@ -177,6 +329,9 @@ fn transformer_shape(
                 c.num_attention_heads,
                 (lh / p) * (lw / p),
                 text,
+                c.text_dim().unwrap_or(0),
+                // The blocks' 6 modulations and the output's embedded timestep.
+                7 * c.inner_dim(),
             ))
         }
         "SD3Transformer2DModel" => {
@@ -188,6 +343,8 @@ fn transformer_shape(
                 c.num_attention_heads,
                 (lh / p) * (lw / p),
                 77 + 256,
+                c.joint_attention_dim,
+                c.inner_dim(),
             ))
         }
         _ => {
@@ -197,6 +354,8 @@ fn transformer_shape(
                 c.num_attention_heads,
                 (lh / 2) * (lw / 2),
                 512,
+                c.joint_attention_dim,
+                c.inner_dim(),
             ))
         }
     }
@@ -278,6 +437,7 @@ pub fn plan_units(
     let mut inventory = Inventory::default();
     let elem = dtype.map_or(4, |d| d.plain_size());
     let mut activations = 0u64;
+    let (mut denoiser, mut text_bytes, mut latent_bytes) = (Denoiser::None, 0u64, 0u64);
     let vae_cfg = match index.components.contains_key("vae") {
         true => Some(AutoencoderKLConfig::from_file(
             &files.file("vae", "config.json")?,
@@ -303,15 +463,34 @@ pub fn plan_units(
         if name == "transformer" {
             let side = transformer_sample_size(&files)?;
             let (h, w) = *planned.get_or_insert((side * factor, side * factor));
-            let (dim, heads, img, txt) = transformer_shape(&files, h / factor, w / factor)?;
+            let (dim, heads, img, txt, text_in, cond) =
+                transformer_shape(&files, h / factor, w / factor)?;
             let act = transformer_activations(dim, heads, img + txt, unet_batch, elem);
             activations = activations.max(act);
+            denoiser = Denoiser::Transformer {
+                dim,
+                img,
+                txt,
+                cond,
+            };
+            text_bytes = (unet_batch * txt * text_in) as u64 * elem;
+            latent_bytes = latents_of(&files, h / factor, w / factor)? * images as u64 * 4;
             units.extend(transformer_units(&ck.inventory, dtype));
         } else if name == "unet" {
             let ((sh, sw), levels) = unet_shape(&files)?;
             let (h, w) = *planned.get_or_insert((sh * factor, sw * factor));
             let act = unet_activations(&levels, h / factor, w / factor, unet_batch, elem);
             activations = activations.max(act);
+            let text = unet_text(&files)?;
+            denoiser = Denoiser::Unet {
+                temb: 4 * levels[0].0,
+                levels,
+                h: h / factor,
+                w: w / factor,
+                text,
+            };
+            text_bytes = (unet_batch * text) as u64 * elem;
+            latent_bytes = latents_of(&files, h / factor, w / factor)? * images as u64 * 4;
             units.extend(unet_units(&ck.inventory, dtype));
         } else {
             if let (Some(v), Some((h, w)), "vae") = (&vae_cfg, planned, name.as_str()) {
@@ -352,7 +531,34 @@ pub fn plan_units(
         inventory,
         size,
         unet_batch,
+        denoiser,
+        text_bytes,
+        latent_bytes,
+        elem,
     })
+}
+
+/// Elements of one image's latents of `lh x lw` (the VAE's latent channels; 4 without one).
+fn latents_of(files: &PipelineFiles, lh: usize, lw: usize) -> Result<u64> {
+    let channels = match files.index.components.contains_key("vae") {
+        true => AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?.latent_channels,
+        false => 4,
+    };
+    Ok((channels * lh * lw) as u64)
+}
+
+/// Elements of one row of a UNet's text conditioning: CLIP's 77 tokens times
+/// `cross_attention_dim` (0 for an unconditional `UNet2DModel`).
+fn unet_text(files: &PipelineFiles) -> Result<usize> {
+    if files.index.components["unet"].1 == "UNet2DModel" {
+        return Ok(0);
+    }
+    let c = UNet2DConditionConfig::from_file(&files.file("unet", "config.json")?)?;
+    let cross = match &c.cross_attention_dim {
+        serde_json::Value::Array(a) => a.first().and_then(|v| v.as_u64()),
+        v => v.as_u64(),
+    };
+    Ok(77 * cross.unwrap_or(768) as usize)
 }
 
 /// One UNet level: channels, ResNets per down block, attention heads (0 without attention).

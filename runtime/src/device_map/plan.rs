@@ -567,8 +567,16 @@ impl Plan {
     }
 }
 
-impl fmt::Display for Plan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Plan {
+    /// The plan's table (a header, one row per stage) without the cut lines, for callers
+    /// that account for the cuts themselves (a pipeline's per-step crossings).
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = self.write_table(&mut s);
+        s
+    }
+
+    fn write_table(&self, f: &mut impl fmt::Write) -> fmt::Result {
         writeln!(
             f,
             "plan: {} (batch {}, seq {})",
@@ -595,6 +603,13 @@ impl fmt::Display for Plan {
                 s.units.len()
             )?;
         }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_table(f)?;
         for pair in self.stages.windows(2) {
             writeln!(
                 f,
