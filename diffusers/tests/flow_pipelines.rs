@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{check, xla_cpu, Case};
+use common::{check, edited_copy, xla_cpu, Case};
 use zoo_diffusers::pipelines::stable_diffusion::TextToImage;
 use zoo_diffusers::pipelines::{FluxPipeline, LoadOptions, Noise, StableDiffusion3Pipeline};
 use zoo_diffusers::{
@@ -298,26 +298,6 @@ fn flow_pipelines_match_diffusers_on_the_xla_cpu_plugin() {
             report.join(", ")
         );
     }
-}
-
-/// A copy of fixture `name` in a temporary folder, with `edit` applied to it.
-fn edited_copy(name: &str, edit: impl FnOnce(&std::path::Path)) -> tempfile::TempDir {
-    fn copy(from: &std::path::Path, to: &std::path::Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let dest = to.join(e.file_name());
-            if e.file_type().unwrap().is_dir() {
-                copy(&e.path(), &dest);
-            } else {
-                std::fs::copy(e.path(), dest).unwrap();
-            }
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    copy(&common::case_dir(name), dir.path());
-    edit(dir.path());
-    dir
 }
 
 /// Rewrites one field of a component's config.json.

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{check, xla_cpu, Case};
+use common::{check, edited_copy, xla_cpu, Case};
 use zoo_diffusers::pipelines::pixart::binned_size;
 use zoo_diffusers::pipelines::stable_diffusion::TextToImage;
 use zoo_diffusers::pipelines::{
@@ -263,26 +263,6 @@ fn resolution_binning_picks_diffusers_sizes() {
     assert_eq!(binned_size(PixArtVersion::Sigma, 48, 512, 512), None);
 }
 
-/// A copy of fixture `name` in a temporary folder, with `edit` applied to it.
-fn edited_copy(name: &str, edit: impl FnOnce(&std::path::Path)) -> tempfile::TempDir {
-    fn copy(from: &std::path::Path, to: &std::path::Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let dest = to.join(e.file_name());
-            if e.file_type().unwrap().is_dir() {
-                copy(&e.path(), &dest);
-            } else {
-                std::fs::copy(e.path(), dest).unwrap();
-            }
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    copy(&common::case_dir(name), dir.path());
-    edit(dir.path());
-    dir
-}
-
 /// Rewrites one field of a JSON file under `root`.
 fn set_field(root: &std::path::Path, file: &str, field: &str, value: serde_json::Value) {
     let path = root.join(file);
@@ -331,6 +311,17 @@ fn hub_class_names_and_bad_inputs() {
             plan.units.iter().map(|u| &u.name).collect::<Vec<_>>()
         );
     }
+    // A generic Transformer2DModel (no norm_type) is not read as a patch transformer.
+    let d = edited_copy("dit", |root| {
+        let path = root.join("transformer/config.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        v["_class_name"] = "Transformer2DModel".into();
+        v.as_object_mut().unwrap().remove("norm_type");
+        std::fs::write(&path, v.to_string()).unwrap();
+    });
+    let e = load(&d).unwrap_err().to_string();
+    assert!(e.contains("without `norm_type`"), "{e}");
     // A PixArt transformer config in a DiT pipeline, and a caption width that cannot join
     // the tokens.
     let d = edited_copy("dit", |root| {

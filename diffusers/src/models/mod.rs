@@ -230,3 +230,18 @@ pub(crate) fn check_groups(channels: &[usize], groups: usize, path: &Path) -> Re
     }
     Ok(())
 }
+
+/// `first`, then every device of `rest` not seen yet: a split model's devices in execution
+/// order, each once.
+pub(crate) fn devices_in_order<'a>(
+    first: zoo_runtime::Device,
+    rest: impl IntoIterator<Item = &'a zoo_runtime::Device>,
+) -> Vec<zoo_runtime::Device> {
+    let mut all = vec![first];
+    for d in rest {
+        if !all.contains(d) {
+            all.push(*d);
+        }
+    }
+    all
+}

@@ -90,8 +90,18 @@ impl DiTTransformer2DConfig {
     /// Reads and checks `config.json` (`DiTTransformer2DModel`, or `Transformer2DModel` with
     /// adaLN-Zero).
     pub fn from_file(path: &Path) -> Result<DiTTransformer2DConfig> {
-        let (mut c, _): (DiTTransformer2DConfig, _) =
+        let (mut c, raw): (DiTTransformer2DConfig, _) =
             read_config(path, &["DiTTransformer2DModel", "Transformer2DModel"])?;
+        // A generic `Transformer2DModel` defaults to another norm: only an explicit
+        // `norm_type` makes it this model (diffusers' class remapping reads the same field).
+        if raw.get("_class_name").and_then(|v| v.as_str()) == Some("Transformer2DModel")
+            && raw.get("norm_type").is_none()
+        {
+            return Err(Error::Config {
+                path: path.to_path_buf(),
+                reason: "a Transformer2DModel config without `norm_type` is not a patch diffusion transformer (DiT has \"ada_norm_zero\", PixArt \"ada_norm_single\")".into(),
+            });
+        }
         c.path = path.to_path_buf();
         c.check()?;
         Ok(c)
@@ -296,13 +306,10 @@ impl DiTTransformer2DModel {
 
     /// Every device it runs on, in execution order, each once.
     pub fn devices(&self) -> Vec<Device> {
-        let mut all = vec![self.device];
-        for d in self.block_devices.iter().chain([&self.head_device]) {
-            if !all.contains(d) {
-                all.push(*d);
-            }
-        }
-        all
+        super::devices_in_order(
+            self.device,
+            self.block_devices.iter().chain([&self.head_device]),
+        )
     }
 
     /// The prediction `[B, out_channels, H, W]` for latents `[B, in_channels, H, W]`,

@@ -371,13 +371,10 @@ impl FluxTransformer2DModel {
 
     /// Every device it runs on, in execution order, each once.
     pub fn devices(&self) -> Vec<Device> {
-        let mut all = vec![self.device];
-        for d in self.block_devices.iter().chain([&self.head_device]) {
-            if !all.contains(d) {
-                all.push(*d);
-            }
-        }
-        all
+        super::devices_in_order(
+            self.device,
+            self.block_devices.iter().chain([&self.head_device]),
+        )
     }
 
     /// The rotary tables (cos, sin `[S + L, head_dim / 2]`) of the joint sequence's ids,

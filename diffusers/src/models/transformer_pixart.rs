@@ -106,8 +106,18 @@ impl PixArtTransformer2DConfig {
     /// Reads and checks `config.json` (`PixArtTransformer2DModel`, or `Transformer2DModel`
     /// with adaLN-single).
     pub fn from_file(path: &Path) -> Result<PixArtTransformer2DConfig> {
-        let (mut c, _): (PixArtTransformer2DConfig, _) =
+        let (mut c, raw): (PixArtTransformer2DConfig, _) =
             read_config(path, &["PixArtTransformer2DModel", "Transformer2DModel"])?;
+        // A generic `Transformer2DModel` defaults to another norm: only an explicit
+        // `norm_type` makes it this model (diffusers' class remapping reads the same field).
+        if raw.get("_class_name").and_then(|v| v.as_str()) == Some("Transformer2DModel")
+            && raw.get("norm_type").is_none()
+        {
+            return Err(Error::Config {
+                path: path.to_path_buf(),
+                reason: "a Transformer2DModel config without `norm_type` is not a patch diffusion transformer (DiT has \"ada_norm_zero\", PixArt \"ada_norm_single\")".into(),
+            });
+        }
         c.path = path.to_path_buf();
         c.check()?;
         Ok(c)
@@ -402,13 +412,10 @@ impl PixArtTransformer2DModel {
 
     /// Every device it runs on, in execution order, each once.
     pub fn devices(&self) -> Vec<Device> {
-        let mut all = vec![self.device];
-        for d in self.block_devices.iter().chain([&self.head_device]) {
-            if !all.contains(d) {
-                all.push(*d);
-            }
-        }
-        all
+        super::devices_in_order(
+            self.device,
+            self.block_devices.iter().chain([&self.head_device]),
+        )
     }
 
     /// The prediction `[B, out_channels, H, W]`.

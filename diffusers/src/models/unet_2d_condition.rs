@@ -684,13 +684,10 @@ impl UNet2DConditionModel {
     /// Every device the UNet runs on, in execution order, each once.
     pub fn devices(&self) -> Vec<Device> {
         let d = &self.devices;
-        let mut all = vec![self.device];
-        for x in d.down.iter().chain([&d.mid]).chain(&d.up).chain([&d.head]) {
-            if !all.contains(x) {
-                all.push(*x);
-            }
-        }
-        all
+        super::devices_in_order(
+            self.device,
+            d.down.iter().chain([&d.mid]).chain(&d.up).chain([&d.head]),
+        )
     }
 
     fn time_embedding(&self, x: &UNet2DConditionInput<'_>, batch: usize) -> Result<Tensor> {

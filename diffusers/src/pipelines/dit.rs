@@ -13,10 +13,8 @@ use std::time::Instant;
 use zoo_runtime::{DType, Device, Tensor};
 
 use super::stable_diffusion::{decode_latents, TextToImage};
-use super::stable_diffusion_3::{check_latent_channels, initial_latents, vae_dtype};
-use super::{
-    component_weights, pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles,
-};
+use super::stable_diffusion_3::{check_latent_channels, initial_latents};
+use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::transformer_dit::{DiTTransformer2DConfig, DiTTransformer2DModel};
 use crate::{Error, Result, SchedulerConfig};
@@ -43,7 +41,6 @@ impl DiTPipeline {
 
     pub(crate) fn load(files: PipelineFiles, opts: &LoadOptions) -> Result<DiTPipeline> {
         let dtype = pipeline_dtype(opts)?;
-        let device = opts.device;
         let cfg = DiTTransformer2DConfig::from_file(&files.file("transformer", "config.json")?)?;
         let vae_cfg = AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?;
         check_latent_channels(&vae_cfg, cfg.in_channels, "in_channels")?;
@@ -55,21 +52,9 @@ impl DiTPipeline {
             &["DiTTransformer2DModel", "Transformer2DModel"],
         )?;
         let vae_files = files.component("vae", &["AutoencoderKL"])?;
-        let first = opts.unet_devices.first().copied().unwrap_or(device);
-        let mut w = component_weights(&transformer_files, dtype, &first)?;
-        if opts.unet_devices.len() > 1 {
-            w = w.with_placement(super::plan::transformer_placement(
-                &transformer_files,
-                &opts.unet_devices,
-                dtype,
-            )?);
-        }
+        let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;
         let transformer = DiTTransformer2DModel::load(&w, &cfg)?;
-        let vae_device = opts.unet_devices.last().copied().unwrap_or(device);
-        let vae = AutoencoderKL::load(
-            &component_weights(&vae_files, vae_dtype(dtype, &vae_cfg), &vae_device)?,
-            &vae_cfg,
-        )?;
+        let vae = super::load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         Ok(DiTPipeline {
             transformer,
             vae,

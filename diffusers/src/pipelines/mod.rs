@@ -276,6 +276,39 @@ pub(crate) fn component_weights(
     Ok(Weights::new(source, dtype, *device))
 }
 
+/// A diffusion transformer's weights on the first of `opts.unet_devices` (else
+/// `opts.device`), its blocks placed over all of them in balanced stages when there are
+/// several; and that first device, where the denoising loop keeps its latents.
+pub(crate) fn transformer_weights(
+    component: &Pretrained,
+    dtype: DType,
+    opts: &LoadOptions,
+) -> Result<(Weights, Device)> {
+    let first = opts.unet_devices.first().copied().unwrap_or(opts.device);
+    let w = component_weights(component, dtype, &first)?;
+    if opts.unet_devices.len() < 2 {
+        return Ok((w, first));
+    }
+    let placement = plan::transformer_placement(component, &opts.unet_devices, dtype)?;
+    Ok((w.with_placement(placement), first))
+}
+
+/// The VAE of a pipeline of `dtype` (f32 when it must upcast under f16), on the last of
+/// `opts.unet_devices` (else `opts.device`): after a split denoiser, where its latents end.
+pub(crate) fn load_vae(
+    component: &Pretrained,
+    config: &crate::models::autoencoder_kl::AutoencoderKLConfig,
+    dtype: DType,
+    opts: &LoadOptions,
+) -> Result<crate::models::autoencoder_kl::AutoencoderKL> {
+    let device = opts.unet_devices.last().copied().unwrap_or(opts.device);
+    let dtype = stable_diffusion_3::vae_dtype(dtype, config);
+    crate::models::autoencoder_kl::AutoencoderKL::load(
+        &component_weights(component, dtype, &device)?,
+        config,
+    )
+}
+
 /// The pipeline's dtype: float16/bfloat16/float32 only.
 pub(crate) fn pipeline_dtype(opts: &LoadOptions) -> Result<DType> {
     match opts.dtype.unwrap_or(DType::F32) {

@@ -22,11 +22,10 @@ use zoo_runtime::{DType, Device, Tensor};
 
 use super::stable_diffusion::{TextEncoder, TextToImage, T5};
 use super::stable_diffusion_3::{
-    check_common, check_latent_channels, initial_latents, negatives, repeat_rows, vae_dtype,
+    check_common, check_latent_channels, initial_latents, negatives, repeat_rows,
 };
 use super::{
-    check_size, component_weights, pipeline_dtype, postprocess, step_bar, Generated, LoadOptions,
-    Noise, PipelineFiles,
+    check_size, pipeline_dtype, postprocess, step_bar, Generated, LoadOptions, Noise, PipelineFiles,
 };
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::transformer_pixart::{
@@ -160,21 +159,9 @@ impl PixArtPipeline {
             opts.text_encoder_device.unwrap_or(device),
             opts,
         )?;
-        let first = opts.unet_devices.first().copied().unwrap_or(device);
-        let mut w = component_weights(&transformer_files, dtype, &first)?;
-        if opts.unet_devices.len() > 1 {
-            w = w.with_placement(super::plan::transformer_placement(
-                &transformer_files,
-                &opts.unet_devices,
-                dtype,
-            )?);
-        }
+        let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;
         let transformer = PixArtTransformer2DModel::load(&w, &cfg)?;
-        let vae_device = opts.unet_devices.last().copied().unwrap_or(device);
-        let vae = AutoencoderKL::load(
-            &component_weights(&vae_files, vae_dtype(dtype, &vae_cfg), &vae_device)?,
-            &vae_cfg,
-        )?;
+        let vae = super::load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         Ok(PixArtPipeline {
             text_encoder,
             transformer,

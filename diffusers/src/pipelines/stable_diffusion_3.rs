@@ -13,10 +13,7 @@ use std::time::Instant;
 use zoo_runtime::{DType, Device, Tensor};
 
 use super::stable_diffusion::{decode_latents, TextEncoder, TextToImage, T5};
-use super::{
-    check_size, component_weights, pipeline_dtype, step_bar, Generated, LoadOptions, Noise,
-    PipelineFiles,
-};
+use super::{check_size, pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::transformer_sd3::{
     SD3Transformer2DConfig, SD3Transformer2DModel, SD3TransformerInput,
@@ -92,22 +89,9 @@ impl StableDiffusion3Pipeline {
         } else {
             None
         };
-        let split = opts.unet_devices.len() > 1;
-        let first = opts.unet_devices.first().copied().unwrap_or(device);
-        let mut w = component_weights(&transformer_files, dtype, &first)?;
-        if split {
-            w = w.with_placement(super::plan::transformer_placement(
-                &transformer_files,
-                &opts.unet_devices,
-                dtype,
-            )?);
-        }
+        let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;
         let transformer = SD3Transformer2DModel::load(&w, &cfg)?;
-        let vae_device = opts.unet_devices.last().copied().unwrap_or(device);
-        let vae = AutoencoderKL::load(
-            &component_weights(&vae_files, vae_dtype(dtype, &vae_cfg), &vae_device)?,
-            &vae_cfg,
-        )?;
+        let vae = super::load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         Ok(StableDiffusion3Pipeline {
             text_encoder,
             text_encoder_2,

@@ -85,3 +85,23 @@ pub fn xla_cpu(ordinal: usize) -> Device {
         ordinal,
     })
 }
+
+/// A copy of fixture `name` in a temporary folder, with `edit` applied to it.
+pub fn edited_copy(name: &str, edit: impl FnOnce(&std::path::Path)) -> tempfile::TempDir {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let dest = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy(&e.path(), &dest);
+            } else {
+                std::fs::copy(e.path(), dest).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(&case_dir(name), dir.path());
+    edit(dir.path());
+    dir
+}
