@@ -257,6 +257,22 @@ impl CombinedTimestepLabelEmbeddings {
         })
     }
 
+    /// Fails when a label whose value the host knows is not a row of the table.
+    pub fn check_labels(&self, class_labels: &Tensor) -> Result<()> {
+        let ids = class_labels.to_dtype(DType::I64)?;
+        if let Some(bad) = ids.host_known_i64().and_then(|v| {
+            v.into_iter()
+                .find(|&i| i < 0 || i as usize >= self.num_classes)
+        }) {
+            return Err(Error::Input(format!(
+                "class label {bad} is outside the model's {} labels (0..{})",
+                self.num_classes,
+                self.num_classes - 1
+            )));
+        }
+        Ok(())
+    }
+
     /// The conditioning `[B, dim]` (in `dtype`) of `timestep [B]` and `class_labels [B]`
     /// (integer ids, any numeric dtype).
     pub fn forward(
@@ -269,15 +285,6 @@ impl CombinedTimestepLabelEmbeddings {
             .timestep_embedder
             .forward(&self.time_proj.forward(timestep)?.to_dtype(dtype)?, None)?;
         let ids = class_labels.to_dtype(DType::I64)?;
-        if let Some(v) = ids.host_known_i64() {
-            if let Some(bad) = v.iter().find(|&&i| i < 0 || i as usize >= self.num_classes) {
-                return Err(Error::Input(format!(
-                    "class label {bad} is outside the model's {} labels (0..{})",
-                    self.num_classes,
-                    self.num_classes - 1
-                )));
-            }
-        }
         let labels = self.class_embedder.forward(&ids)?.to_dtype(dtype)?;
         Ok(t.add(&labels)?)
     }

@@ -245,3 +245,81 @@ pub(crate) fn devices_in_order<'a>(
     }
     all
 }
+
+/// The shape checks every patch transformer's config passes: positive patch size, heads,
+/// head width, channels and layers, and a token width the 2-D sin-cos positions split in 4.
+pub(crate) fn check_patch_transformer(
+    path: &Path,
+    patch_size: usize,
+    heads: usize,
+    head_dim: usize,
+    in_channels: usize,
+    layers: usize,
+) -> Result<()> {
+    ensure(
+        patch_size > 0 && heads > 0 && head_dim > 0 && in_channels > 0 && layers > 0,
+        path,
+        || {
+            "`patch_size`, `num_attention_heads`, `attention_head_dim`, `in_channels` and `num_layers` must be positive".into()
+        },
+    )?;
+    let dim = heads * head_dim;
+    ensure(dim.is_multiple_of(4), path, || {
+        format!("the token width {dim} must be divisible by 4 for the 2-D sin-cos positions")
+    })
+}
+
+/// `t` on device `d` (a copy only when it lives elsewhere).
+pub(crate) fn on(t: &Tensor, d: zoo_runtime::Device) -> Result<Tensor> {
+    Ok(if t.device() == d {
+        t.clone()
+    } else {
+        t.to_device(&d)?
+    })
+}
+
+/// `(batch, height, width)` of `[B, channels, H, W]` latents whose sides `patch` divides.
+pub(crate) fn check_latents(
+    latents: &Tensor,
+    channels: usize,
+    patch: usize,
+) -> Result<(usize, usize, usize)> {
+    match latents.shape()[..] {
+        [b, ch, h, w]
+            if ch == channels && h.is_multiple_of(patch) && w.is_multiple_of(patch) =>
+        {
+            Ok((b, h, w))
+        }
+        _ => Err(Error::Shape(format!(
+            "the latents {:?} must be [batch, {channels}, height, width] with sides divisible by patch_size {patch}",
+            latents.shape()
+        ))),
+    }
+}
+
+/// One value per sample of a batch of `b` from `t` holding one or `b` values.
+pub(crate) fn per_sample(t: &Tensor, b: usize, what: &str) -> Result<Tensor> {
+    match t.elem_count() {
+        1 => Ok(t.reshape_to(&[1])?.broadcast_as(&[b])?),
+        n if n == b => Ok(t.reshape_to(&[b])?),
+        n => Err(Error::Shape(format!(
+            "{n} {what} for a batch of {b}: pass one per sample or one for all"
+        ))),
+    }
+}
+
+/// Patch tokens `[B, (H/p)(W/p), p * p * C]` back to `[B, C, H, W]` (diffusers' einsum
+/// `nhwpqc -> nchpwq`).
+pub(crate) fn unpatchify(
+    x: &Tensor,
+    b: usize,
+    height: usize,
+    width: usize,
+    p: usize,
+    channels: usize,
+) -> Result<Tensor> {
+    let (gh, gw) = (height / p, width / p);
+    Ok(x.reshape_to(&[b, gh, gw, p, p, channels])?
+        .permute(&[0, 5, 1, 3, 2, 4])?
+        .reshape_to(&[b, channels, height, width])?)
+}

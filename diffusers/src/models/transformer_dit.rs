@@ -14,7 +14,9 @@ use zoo_runtime::{DType, Device, Tensor};
 use super::attention::{Attention, AttentionSpec, FeedForward};
 use super::embeddings::{CombinedTimestepLabelEmbeddings, PatchEmbed};
 use super::normalization::{gated, modulate, AdaLayerNormZero};
-use super::{ensure, read_config};
+use super::{
+    check_latents, check_patch_transformer, ensure, on, per_sample, read_config, unpatchify,
+};
 use crate::{Error, Result};
 
 fn d_heads() -> usize {
@@ -135,23 +137,14 @@ impl DiTTransformer2DConfig {
         ensure(self.num_embeds_ada_norm.is_some(), p, || {
             "`num_embeds_ada_norm` (the number of class labels) must be set for a DiT".into()
         })?;
-        ensure(
-            self.patch_size > 0
-                && self.num_attention_heads > 0
-                && self.attention_head_dim > 0
-                && self.in_channels > 0
-                && self.num_layers > 0,
+        check_patch_transformer(
             p,
-            || {
-                "`patch_size`, `num_attention_heads`, `attention_head_dim`, `in_channels` and `num_layers` must be positive".into()
-            },
-        )?;
-        ensure(self.inner_dim().is_multiple_of(4), p, || {
-            format!(
-                "the token width {} must be divisible by 4 for the 2-D sin-cos positions",
-                self.inner_dim()
-            )
-        })
+            self.patch_size,
+            self.num_attention_heads,
+            self.attention_head_dim,
+            self.in_channels,
+            self.num_layers,
+        )
     }
 }
 
@@ -328,6 +321,9 @@ impl DiTTransformer2DModel {
         let (b, height, width) = check_latents(&latents, c.in_channels, c.patch_size)?;
         let t = per_sample(&timestep.to_device(&self.device)?, b, "timesteps")?;
         let labels = per_sample(&class_labels.to_device(&self.device)?, b, "class labels")?;
+        if let Some(first) = self.transformer_blocks.first() {
+            first.emb.check_labels(&labels)?;
+        }
         let mut h = self.pos_embed.forward(&latents)?;
         let mut first_cond = None;
         for (block, &d) in self.transformer_blocks.iter().zip(&self.block_devices) {
@@ -353,59 +349,4 @@ impl DiTTransformer2DModel {
             c.out_channels(),
         )
     }
-}
-
-/// `t` on device `d` (a copy only when it lives elsewhere).
-pub(crate) fn on(t: &Tensor, d: Device) -> Result<Tensor> {
-    Ok(if t.device() == d {
-        t.clone()
-    } else {
-        t.to_device(&d)?
-    })
-}
-
-/// `(batch, height, width)` of `[B, channels, H, W]` latents whose sides `patch` divides.
-pub(crate) fn check_latents(
-    latents: &Tensor,
-    channels: usize,
-    patch: usize,
-) -> Result<(usize, usize, usize)> {
-    match latents.shape()[..] {
-        [b, ch, h, w]
-            if ch == channels && h.is_multiple_of(patch) && w.is_multiple_of(patch) =>
-        {
-            Ok((b, h, w))
-        }
-        _ => Err(Error::Shape(format!(
-            "the latents {:?} must be [batch, {channels}, height, width] with sides divisible by patch_size {patch}",
-            latents.shape()
-        ))),
-    }
-}
-
-/// One value per sample of a batch of `b` from `t` holding one or `b` values.
-pub(crate) fn per_sample(t: &Tensor, b: usize, what: &str) -> Result<Tensor> {
-    match t.elem_count() {
-        1 => Ok(t.reshape_to(&[1])?.broadcast_as(&[b])?),
-        n if n == b => Ok(t.reshape_to(&[b])?),
-        n => Err(Error::Shape(format!(
-            "{n} {what} for a batch of {b}: pass one per sample or one for all"
-        ))),
-    }
-}
-
-/// Patch tokens `[B, (H/p)(W/p), p * p * C]` back to `[B, C, H, W]` (diffusers' einsum
-/// `nhwpqc -> nchpwq`).
-pub(crate) fn unpatchify(
-    x: &Tensor,
-    b: usize,
-    height: usize,
-    width: usize,
-    p: usize,
-    channels: usize,
-) -> Result<Tensor> {
-    let (gh, gw) = (height / p, width / p);
-    Ok(x.reshape_to(&[b, gh, gw, p, p, channels])?
-        .permute(&[0, 5, 1, 3, 2, 4])?
-        .reshape_to(&[b, channels, height, width])?)
 }

@@ -444,24 +444,9 @@ impl FluxTransformer2DModel {
         let mut joint_ids = ids(x.txt_ids, "txt_ids", s)?;
         joint_ids.extend(ids(x.img_ids, "img_ids", l)?);
 
-        let on = |t: &Tensor, d: Device| -> Result<Tensor> {
-            Ok(if t.device() == d {
-                t.clone()
-            } else {
-                t.to_device(&d)?
-            })
-        };
+        let on = super::on;
         let batch = |t: &Tensor, what: &str| -> Result<Tensor> {
-            let t = t.to_device(&self.device)?;
-            Ok(match t.elem_count() {
-                1 => t.reshape_to(&[1])?.broadcast_as(&[b])?,
-                n if n == b => t.reshape_to(&[b])?,
-                n => {
-                    return Err(Error::Shape(format!(
-                        "{n} {what} values for a batch of {b}: pass one per sample or one for all"
-                    )))
-                }
-            })
+            super::per_sample(&t.to_device(&self.device)?, b, what)
         };
         // The pipeline passes sigma; the model embeds sigma * 1000, rounded as diffusers does
         // (in the latents' dtype).

@@ -15,8 +15,9 @@ use zoo_runtime::{Activation, DType, Device, Tensor};
 use super::attention::{Attention, AttentionSpec, FeedForward};
 use super::embeddings::{PatchEmbed, TextProjection, TimestepSizeEmbeddings};
 use super::normalization::{gated, modulate};
-use super::transformer_dit::{check_latents, on, per_sample, unpatchify};
-use super::{ensure, read_config, Act};
+use super::{
+    check_latents, check_patch_transformer, ensure, on, per_sample, read_config, unpatchify, Act,
+};
 use crate::{Error, Result};
 
 fn d_heads() -> usize {
@@ -169,20 +170,14 @@ impl PixArtTransformer2DConfig {
                 self.attention_type
             )
         })?;
-        ensure(
-            self.patch_size > 0
-                && self.num_attention_heads > 0
-                && self.attention_head_dim > 0
-                && self.in_channels > 0
-                && self.num_layers > 0,
+        check_patch_transformer(
             p,
-            || {
-                "`patch_size`, `num_attention_heads`, `attention_head_dim`, `in_channels` and `num_layers` must be positive".into()
-            },
+            self.patch_size,
+            self.num_attention_heads,
+            self.attention_head_dim,
+            self.in_channels,
+            self.num_layers,
         )?;
-        ensure(dim.is_multiple_of(4), p, || {
-            format!("the token width {dim} must be divisible by 4 for the 2-D sin-cos positions")
-        })?;
         ensure(
             !self.use_additional_conditions() || dim.is_multiple_of(3),
             p,

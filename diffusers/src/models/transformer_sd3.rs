@@ -105,26 +105,18 @@ impl SD3Transformer2DConfig {
     /// The checks diffusers' constructor would fail on, as typed errors naming the field.
     pub fn check(&self) -> Result<()> {
         let p = &self.path;
-        ensure(
-            self.patch_size > 0
-                && self.num_attention_heads > 0
-                && self.attention_head_dim > 0
-                && self.in_channels > 0,
+        super::check_patch_transformer(
             p,
-            || {
-                "`patch_size`, `num_attention_heads`, `attention_head_dim` and `in_channels` must be positive".into()
-            },
+            self.patch_size,
+            self.num_attention_heads,
+            self.attention_head_dim,
+            self.in_channels,
+            self.num_layers,
         )?;
         ensure(self.caption_projection_dim == self.inner_dim(), p, || {
             format!(
                 "`caption_projection_dim` = {} must equal num_attention_heads * attention_head_dim = {}: the text tokens join the image tokens' attention",
                 self.caption_projection_dim,
-                self.inner_dim()
-            )
-        })?;
-        ensure(self.inner_dim().is_multiple_of(4), p, || {
-            format!(
-                "the token width {} must be divisible by 4 for the 2-D sin-cos positions",
                 self.inner_dim()
             )
         })?;
@@ -411,38 +403,10 @@ impl SD3Transformer2DModel {
             .hidden_states
             .to_device(&self.device)?
             .to_dtype(self.dtype)?;
-        let [b, chans, height, width] = latents.shape()[..] else {
-            return Err(Error::Shape(format!(
-                "the latents must be [batch, {}, height, width], got {:?}",
-                c.in_channels,
-                x.hidden_states.shape()
-            )));
-        };
+        let (b, height, width) = super::check_latents(&latents, c.in_channels, c.patch_size)?;
         let p = c.patch_size;
-        if chans != c.in_channels || !height.is_multiple_of(p) || !width.is_multiple_of(p) {
-            return Err(Error::Shape(format!(
-                "the latents {:?} must have {} channels and sides divisible by patch_size {p}",
-                latents.shape(),
-                c.in_channels
-            )));
-        }
-        let on = |t: &Tensor, d: Device| -> Result<Tensor> {
-            Ok(if t.device() == d {
-                t.clone()
-            } else {
-                t.to_device(&d)?
-            })
-        };
-        let t = x.timestep.to_device(&self.device)?;
-        let t = match t.elem_count() {
-            1 => t.reshape_to(&[1])?.broadcast_as(&[b])?,
-            n if n == b => t.reshape_to(&[b])?,
-            n => {
-                return Err(Error::Shape(format!(
-                    "{n} timesteps for a batch of {b}: pass one per sample or one for all"
-                )))
-            }
-        };
+        let on = super::on;
+        let t = super::per_sample(&x.timestep.to_device(&self.device)?, b, "timesteps")?;
         let pooled = x
             .pooled_projections
             .to_device(&self.device)?
@@ -472,9 +436,6 @@ impl SD3Transformer2DModel {
         let d = self.head_device;
         let h = self.norm_out.forward(&on(&h, d)?, &on(&temb, d)?)?;
         let h = self.proj_out.forward(&h)?;
-        let (gh, gw, oc) = (height / p, width / p, c.out_channels());
-        Ok(h.reshape_to(&[b, gh, gw, p, p, oc])?
-            .permute(&[0, 5, 1, 3, 2, 4])?
-            .reshape_to(&[b, oc, height, width])?)
+        super::unpatchify(&h, b, height, width, p, c.out_channels())
     }
 }

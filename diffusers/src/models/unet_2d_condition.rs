@@ -792,13 +792,7 @@ impl UNet2DConditionModel {
         }
         // A split UNet moves the activations, the time embedding and the context to each
         // stage's device as it reaches it (a no-op on one device).
-        let on = |t: &Tensor, d: Device| -> Result<Tensor> {
-            Ok(if t.device() == d {
-                t.clone()
-            } else {
-                t.to_device(&d)?
-            })
-        };
+        let on = super::on;
         let mut h_ = self.conv_in.forward(&sample)?;
         let mut skips = vec![h_.clone()];
         for (block, &d) in self.down_blocks.iter().zip(&self.devices.down) {

@@ -382,11 +382,7 @@ impl PixArtPipeline {
             .to_device(&self.vae.device())?
             .to_dtype(self.vae.dtype())?
             .div_scalar(self.vae.config().scaling_factor)?;
-        let mut decoded = self
-            .vae
-            .decode(&z)?
-            .to_dtype(DType::F32)?
-            .to_device(&Device::Cpu)?;
+        let mut decoded = self.vae.decode(&z)?;
         if (rh, rw) != (h, w) {
             decoded = resize_and_crop(&decoded, rh, rw)?;
         }
@@ -401,11 +397,11 @@ impl PixArtPipeline {
     }
 }
 
-/// diffusers' `resize_and_crop_tensor` on `[N, C, H, W]` float32 host images: scaled
-/// (bilinear, `align_corners=False`, as `F.interpolate`) until both sides cover the target,
-/// then centre-cropped to `height x width`.
+/// diffusers' `resize_and_crop_tensor` on `[N, C, H, W]` images: scaled (bilinear,
+/// `align_corners=False`) until both sides cover the target, then centre-cropped to
+/// `height x width`.
 pub fn resize_and_crop(images: &Tensor, height: usize, width: usize) -> Result<Tensor> {
-    let [n, c, ih, iw] = images.shape()[..] else {
+    let [_, _, ih, iw] = images.shape()[..] else {
         return Err(Error::Shape(format!(
             "images must be [N, C, H, W], got {:?}",
             images.shape()
@@ -413,33 +409,10 @@ pub fn resize_and_crop(images: &Tensor, height: usize, width: usize) -> Result<T
     };
     let ratio = (height as f64 / ih as f64).max(width as f64 / iw as f64);
     let (rh, rw) = ((ih as f64 * ratio) as usize, (iw as f64 * ratio) as usize);
-    let src: Vec<f32> = images.to_dtype(DType::F32)?.to_vec::<f32>()?;
-    // PyTorch's source index: (dst + 0.5) * in / out - 0.5, clamped at 0, in float32.
-    let axis = |inp: usize, out: usize| -> Vec<(usize, usize, f32)> {
-        let s = inp as f32 / out as f32;
-        (0..out)
-            .map(|d| {
-                let x = ((d as f32 + 0.5) * s - 0.5).max(0.0);
-                let i0 = (x as usize).min(inp - 1);
-                let i1 = (i0 + 1).min(inp - 1);
-                (i0, i1, x - i0 as f32)
-            })
-            .collect()
-    };
-    let (ys, xs) = (axis(ih, rh), axis(iw, rw));
     // Truncation can leave a side a pixel short of the target: crop what there is.
     let (height, width) = (height.min(rh), width.min(rw));
-    let (top, left) = ((rh - height) / 2, (rw - width) / 2);
-    let mut out = Vec::with_capacity(n * c * height * width);
-    for plane in src.chunks(ih * iw) {
-        for &(y0, y1, ly) in &ys[top..top + height] {
-            for &(x0, x1, lx) in &xs[left..left + width] {
-                let p = |y: usize, x: usize| plane[y * iw + x];
-                let top_row = (1.0 - lx) * p(y0, x0) + lx * p(y0, x1);
-                let bottom = (1.0 - lx) * p(y1, x0) + lx * p(y1, x1);
-                out.push((1.0 - ly) * top_row + ly * bottom);
-            }
-        }
-    }
-    Ok(Tensor::from_vec(out, &[n, c, height, width], &Device::Cpu)?)
+    Ok(images
+        .upsample_bilinear2d(rh, rw)?
+        .narrow(2, (rh - height) / 2, height)?
+        .narrow(3, (rw - width) / 2, width)?)
 }

@@ -369,14 +369,14 @@ fn transformer_class(files: &PipelineFiles) -> Result<String> {
         return Ok(class);
     }
     let path = files.file("transformer", "config.json")?;
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::Config {
-        path: path.clone(),
-        reason: format!("cannot read it: {e}"),
-    })?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Config {
-        path: path.clone(),
-        reason: format!("not valid JSON: {e}"),
-    })?;
+    let (v, _): (serde_json::Value, _) = crate::models::read_config(
+        &path,
+        &[
+            "Transformer2DModel",
+            "DiTTransformer2DModel",
+            "PixArtTransformer2DModel",
+        ],
+    )?;
     match v.get("norm_type").and_then(|n| n.as_str()) {
         Some("ada_norm_zero") => Ok("DiTTransformer2DModel".into()),
         Some("ada_norm_single") => Ok("PixArtTransformer2DModel".into()),

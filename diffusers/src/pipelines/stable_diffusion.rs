@@ -123,17 +123,23 @@ impl TextEncoder {
 
     /// Ids of `texts`, each truncated and padded to `len` (`padding="max_length"`).
     pub(crate) fn ids(&self, texts: &[String], len: usize) -> Result<Tensor> {
-        let mut all = Vec::with_capacity(texts.len() * len);
+        Ok(self.ids_and_mask(texts, len)?.0)
+    }
+
+    /// [`TextEncoder::ids`] and the attention mask `[B, len]` (1 = token, 0 = padding).
+    pub(crate) fn ids_and_mask(&self, texts: &[String], len: usize) -> Result<(Tensor, Tensor)> {
+        let (mut ids, mut mask) = (Vec::with_capacity(texts.len() * len), Vec::new());
         for t in texts {
-            let mut ids = self.tokenizer.encode_truncated(t, len).map_err(Box::new)?;
-            ids.resize(len, self.pad_id);
-            all.extend(ids.into_iter().map(i64::from));
+            let mut row = self.tokenizer.encode_truncated(t, len).map_err(Box::new)?;
+            mask.extend((0..len).map(|i| i64::from(i < row.len())));
+            row.resize(len, self.pad_id);
+            ids.extend(row.into_iter().map(i64::from));
         }
-        Ok(Tensor::from_vec(
-            all,
-            &[texts.len(), len],
-            &self.encoder.device(),
-        )?)
+        let device = self.encoder.device();
+        Ok((
+            Tensor::from_vec(ids, &[texts.len(), len], &device)?,
+            Tensor::from_vec(mask, &[texts.len(), len], &device)?,
+        ))
     }
 
     /// The encoder's output for `texts` padded to the tokenizer's `model_max_length`, with
@@ -164,22 +170,11 @@ impl TextEncoder {
             })
             .map_err(|e| Box::new(e).into())
     }
-}
 
-impl TextEncoder {
     /// The last hidden state of `texts` padded to `len` tokens with the padding masked in
     /// the encoder, and that mask `[B, len]` (1 = token, 0 = padding), as PixArt encodes.
     pub(crate) fn encode_masked(&self, texts: &[String], len: usize) -> Result<(Tensor, Tensor)> {
-        let (mut ids, mut mask) = (Vec::with_capacity(texts.len() * len), Vec::new());
-        for t in texts {
-            let mut row = self.tokenizer.encode_truncated(t, len).map_err(Box::new)?;
-            mask.extend((0..len).map(|i| i64::from(i < row.len())));
-            row.resize(len, self.pad_id);
-            ids.extend(row.into_iter().map(i64::from));
-        }
-        let device = self.encoder.device();
-        let ids = Tensor::from_vec(ids, &[texts.len(), len], &device)?;
-        let mask = Tensor::from_vec(mask, &[texts.len(), len], &device)?;
+        let (ids, mask) = self.ids_and_mask(texts, len)?;
         let out = self
             .encoder
             .forward(EncoderArgs {

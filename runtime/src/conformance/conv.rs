@@ -186,5 +186,23 @@ pub(super) fn conv(c: &mut Ctx) {
             dt,
             None,
         );
+        // Bilinear, align_corners=False: up on one axis, down on the other.
+        let src = |d: usize, inp: usize, out: usize| -> (usize, usize, f64) {
+            let s = ((d as f64 + 0.5) * inp as f64 / out as f64 - 0.5).max(0.0);
+            let i0 = (s.floor() as usize).min(inp - 1);
+            (i0, (i0 + 1).min(inp - 1), s - i0 as f64)
+        };
+        c.check(
+            "upsample_bilinear2d",
+            x.upsample_bilinear2d(7, 3),
+            &Host::from_fn(&[1, 2, 7, 3], |i| {
+                let ((y0, y1, ly), (x0, x1, lx)) = (src(i[2], 3, 7), src(i[3], 4, 3));
+                let p = |y: usize, x: usize| xh.at(&[i[0], i[1], y, x]);
+                (1.0 - ly) * ((1.0 - lx) * p(y0, x0) + lx * p(y0, x1))
+                    + ly * ((1.0 - lx) * p(y1, x0) + lx * p(y1, x1))
+            }),
+            dt,
+            None,
+        );
     }
 }

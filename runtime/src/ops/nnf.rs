@@ -498,6 +498,65 @@ impl Tensor {
         self.apply1(Op::UpsampleNearest2d { h, w }, self.dtype())
     }
 
+    /// Bilinear resize of `[N, C, H, W]` to `[N, C, h, w]` as PyTorch's
+    /// `F.interpolate(mode="bilinear", align_corners=False)` without antialiasing: output
+    /// pixel `d` reads source position `max((d + 0.5) * in / out - 0.5, 0)`, blended from its
+    /// two neighbours per axis in float32 (float64 for float64 input). Built from two row
+    /// gathers and a lerp per axis, so it runs on every backend.
+    pub fn upsample_bilinear2d(&self, h: usize, w: usize) -> Result<Tensor> {
+        let [_, _, ih, iw] = self.shape()[..] else {
+            return Err(Error::InvalidArgument {
+                op: "upsample_bilinear2d",
+                msg: format!("input {:?} must be [N, C, H, W]", self.shape()),
+            });
+        };
+        if h == 0 || w == 0 || ih == 0 || iw == 0 {
+            return Err(Error::InvalidArgument {
+                op: "upsample_bilinear2d",
+                msg: format!("cannot resize {:?} to {h}x{w}", self.shape()),
+            });
+        }
+        let device = self.device();
+        // PyTorch computes positions and blends in float32, in float64 for float64 input.
+        let wide = self.dtype() == DType::F64;
+        let dt = if wide { DType::F64 } else { DType::F32 };
+        let x = self.to_dtype(dt)?;
+        // One axis: the two source rows of each output row and their weights.
+        let lerp = |x: &Tensor, axis: usize, inp: usize, out: usize| -> Result<Tensor> {
+            let (mut lo, mut hi, mut keep, mut frac) = (vec![], vec![], vec![], vec![]);
+            for d in 0..out {
+                let src = if wide {
+                    ((d as f64 + 0.5) * (inp as f64 / out as f64) - 0.5).max(0.0)
+                } else {
+                    ((d as f32 + 0.5) * (inp as f32 / out as f32) - 0.5).max(0.0) as f64
+                };
+                let i0 = (src as usize).min(inp - 1);
+                let l = if wide {
+                    src - i0 as f64
+                } else {
+                    (src as f32 - i0 as f32) as f64
+                };
+                lo.push(i0 as i64);
+                hi.push((i0 + 1).min(inp - 1) as i64);
+                keep.push(if wide {
+                    1.0 - l
+                } else {
+                    (1.0 - l as f32) as f64
+                });
+                frac.push(l);
+            }
+            let mut shape = [1usize; 4];
+            shape[axis] = out;
+            let keep = Tensor::from_f64s(&keep, &shape, dt, &device)?;
+            let frac = Tensor::from_f64s(&frac, &shape, dt, &device)?;
+            let a = x.index_select(axis as isize, &Tensor::from_vec(lo, &[out], &device)?)?;
+            let b = x.index_select(axis as isize, &Tensor::from_vec(hi, &[out], &device)?)?;
+            a.mul(&keep)?.add(&b.mul(&frac)?)
+        };
+        let y = lerp(&x, 2, ih, h)?;
+        lerp(&y, 3, iw, w)?.to_dtype(self.dtype())
+    }
+
     /// Nearest-neighbour 2x upsampling of `[N, C, H, W]` (diffusers' `Upsample2D`).
     pub fn upsample_nearest2x(&self) -> Result<Tensor> {
         if self.rank() != 4 {
