@@ -6,8 +6,9 @@
 #   scripts/nightly-parity.sh BACKENDS [CASES] [OUT] [HISTORY]
 #   scripts/nightly-parity.sh candle-cpu,pjrt-cpu,pjrt-cpu-x4
 #
-# CASES defaults to nightly/fixtures, OUT to parity-out, HISTORY to parity-history (each
-# created when absent). ZOO_BIN names the zoo binary (default: a release build of zoo-cli).
+# CASES (comma-separated folders) defaults to nightly/fixtures (models against
+# transformers) and diffusers/tests/data/pipelines (pipelines against diffusers); OUT to
+# parity-out, HISTORY to parity-history (each created when absent). ZOO_BIN names the zoo binary (default: a release build of zoo-cli).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ $# -lt 1 ]; then
@@ -15,7 +16,7 @@ if [ $# -lt 1 ]; then
   exit 2
 fi
 backends="$1"
-cases="${2:-$root/nightly/fixtures}"
+cases="${2:-$root/nightly/fixtures,$root/diffusers/tests/data/pipelines}"
 out="${3:-parity-out}"
 history="${4:-parity-history}"
 mkdir -p "$out" "$history"
@@ -25,7 +26,12 @@ if [ -z "$zoo" ]; then
   zoo="$root/target/release/zoo"
 fi
 set +e
-"$zoo" parity run --cases "$cases" --backends "$backends" --out "$out" --history "$history" \
+case_args=()
+IFS=',' read -ra case_dirs <<<"$cases"
+for dir in "${case_dirs[@]}"; do
+  case_args+=(--cases "$dir")
+done
+"$zoo" parity run "${case_args[@]}" --backends "$backends" --out "$out" --history "$history" \
   | tee "$out/summary.txt"
 status=${PIPESTATUS[0]}
 set -e

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use zoo_diffusers::pipelines::stable_diffusion::TextToImage;
-use zoo_diffusers::pipelines::{DiffusionPipeline, LoadOptions, Noise};
+use zoo_diffusers::pipelines::{self, DiffusionPipeline, LoadOptions, Noise};
 use zoo_runtime::device_map::DeviceMap;
-use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
+use zoo_runtime::{DType, Device, Tensor};
 
 /// Generate images with a diffusers pipeline and write them as PNG.
 ///
@@ -155,37 +155,7 @@ fn parse_size(s: &str) -> Result<(usize, usize)> {
 /// runs the text encoders, the last the VAE).
 fn devices_of(map: &str) -> Result<Vec<Device>> {
     let parsed: DeviceMap = map.parse().context("--device-map")?;
-    let pjrt = |platform: PjrtPlatform, listed: Option<&[usize]>| -> Result<Vec<Device>> {
-        let n = lazy::device_count(platform).context("opening the PJRT plugin")?;
-        let ordinals: Vec<usize> = match listed {
-            None | Some([]) => (0..n).collect(),
-            Some(l) => l.to_vec(),
-        };
-        if let Some(bad) = ordinals.iter().find(|&&o| o >= n) {
-            bail!("--device-map {map}: device {bad} does not exist (the plugin has {n})");
-        }
-        Ok(ordinals
-            .into_iter()
-            .map(|ordinal| Device::Pjrt(PjrtDevice { platform, ordinal }))
-            .collect())
-    };
-    Ok(match parsed {
-        DeviceMap::Cpu => vec![Device::Cpu],
-        DeviceMap::Cuda(i) => vec![Device::Cuda(i)],
-        DeviceMap::Tpu => pjrt(PjrtPlatform::Tpu, None)?,
-        DeviceMap::Pjrt { platform, devices } => {
-            let platform = match platform.as_str() {
-                "cpu" => PjrtPlatform::Cpu,
-                "cuda" | "gpu" => PjrtPlatform::Cuda,
-                "tpu" => PjrtPlatform::Tpu,
-                other => bail!("--device-map pjrt:{other}: use pjrt:cpu, pjrt:cuda or pjrt:tpu"),
-            };
-            pjrt(platform, devices.as_deref())?
-        }
-        other => bail!(
-            "--device-map {other:?}: pipelines take cpu, cuda:N, tpu or pjrt:PLATFORM[:N,...]"
-        ),
-    })
+    pipelines::devices_of(&parsed).with_context(|| format!("--device-map {map}"))
 }
 
 fn read_latents(path: &Path) -> Result<Tensor> {
@@ -268,17 +238,12 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let opts = LoadOptions {
-        device: devices[0],
-        unet_devices: if devices.len() > 1 {
-            devices
-        } else {
-            Vec::new()
-        },
         text_encoder_device,
         dtype: Some(dtype),
         variant: args.variant.clone(),
         scheduler: args.scheduler.clone(),
         progress: true,
+        ..LoadOptions::on_devices(&devices)
     };
     let t0 = Instant::now();
     let mut pipe = DiffusionPipeline::from_pretrained(&args.model, &opts)

@@ -29,7 +29,8 @@ enum Command {
 
 /// Run parity cases on each backend and dtype and record the results.
 ///
-/// Runs every case folder under --cases, prints a table
+/// Runs every case folder under --cases (model cases against transformers, pipeline
+/// cases against diffusers), prints a table
 /// (case × backend × dtype: status, max abs diff, time) and record the run as
 /// OUT/results.json and HISTORY/<run_id>.json, with new failures and fixes against the
 /// previous run. A backend zoo cannot run models on here is "not-available", never a
@@ -45,7 +46,7 @@ enum Command {
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
     /// A case folder, or a folder of case folders; repeatable. Default: nightly/fixtures
-    /// under the current folder.
+    /// and diffusers/tests/data/pipelines under the current folder, those present.
     #[arg(long = "cases")]
     cases: Vec<PathBuf>,
     /// Comma-separated: candle-cpu, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda, pjrt-tpu, candle-cuda
@@ -93,13 +94,24 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
+/// The committed case folders `zoo parity run` runs without --cases: the language and
+/// encoder models', then the diffusion pipelines'.
+const DEFAULT_CASES: [&str; 2] = ["nightly/fixtures", "diffusers/tests/data/pipelines"];
+
 fn run_cases(args: RunArgs) -> Result<()> {
     let cases = if args.cases.is_empty() {
-        let default = PathBuf::from("nightly/fixtures");
-        if !default.is_dir() {
-            bail!("no --cases given and ./nightly/fixtures does not exist; pass --cases DIR");
+        let defaults: Vec<PathBuf> = DEFAULT_CASES
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir())
+            .collect();
+        if defaults.is_empty() {
+            bail!(
+                "no --cases given and none of {} exists here; pass --cases DIR",
+                DEFAULT_CASES.join(", ")
+            );
         }
-        vec![default]
+        defaults
     } else {
         args.cases
     };

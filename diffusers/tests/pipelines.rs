@@ -169,8 +169,14 @@ fn ddpm(case: &Case, device: &Device, report: &mut Vec<String>) {
         device: *device,
         ..Default::default()
     };
+    ddpm_pipeline(case, &opts, report);
+}
+
+/// Returns the UNet's devices.
+fn ddpm_pipeline(case: &Case, opts: &LoadOptions, report: &mut Vec<String>) -> Vec<Device> {
+    let t = |n: &str| case.tensor(n, &opts.device);
     let DiffusionPipeline::Ddpm(p) =
-        DiffusionPipeline::from_pretrained(&case.path(""), &opts).unwrap()
+        DiffusionPipeline::from_pretrained(&case.path(""), opts).unwrap()
     else {
         panic!("not a DDPM pipeline");
     };
@@ -190,6 +196,7 @@ fn ddpm(case: &Case, device: &Device, report: &mut Vec<String>) {
         "image",
         report,
     );
+    p.unet.devices()
 }
 
 fn run_all(device: &Device) {
@@ -250,6 +257,15 @@ fn pipelines_match_diffusers_on_the_xla_cpu_plugin() {
         pipeline_with(&case, &opts, &mut report);
         eprintln!("{name} with the UNet over 4 devices: {}", report.join(", "));
     }
+    let opts = LoadOptions::on_devices(&devices);
+    let mut report = Vec::new();
+    let used = ddpm_pipeline(&Case::open("ddpm"), &opts, &mut report);
+    assert!(used.len() > 1, "the DDPM UNet is not split: {used:?}");
+    eprintln!(
+        "ddpm with the UNet over {} devices: {}",
+        used.len(),
+        report.join(", ")
+    );
     // Compiled once per (size, batch): the first, a middle and the last step are the
     // programs there are, so more steps of the same call compile nothing new.
     let case = Case::open("sdxl");

@@ -21,6 +21,7 @@ use zoo_transformers::{
 };
 
 use crate::case::{discover, Case, CaseDtype, CaseError, CaseSpec, CompareKind, Task};
+use crate::pipeline::PipelineCase;
 use crate::results::{
     record_run, BackendInfo, CaseResult, Environment, ResultsError, RunResults, Status,
 };
@@ -346,6 +347,10 @@ fn run_case_dir(
     results: &mut Vec<CaseResult>,
     libraries: &mut BTreeMap<String, String>,
 ) {
+    if crate::pipeline::is_pipeline_case(dir) {
+        run_pipeline_dir(dir, probes, dtypes, results, libraries);
+        return;
+    }
     let started = Instant::now();
     let folder = dir
         .file_name()
@@ -447,6 +452,132 @@ fn run_case_dir(
             });
         }
     }
+}
+
+/// Loads one pipeline case folder and runs it on every backend, appending the results.
+/// Pipeline references are float32 only: another asked dtype is recorded as skipped.
+fn run_pipeline_dir(
+    dir: &Path,
+    probes: &BTreeMap<Backend, Probe>,
+    dtypes: &[CaseDtype],
+    results: &mut Vec<CaseResult>,
+    libraries: &mut BTreeMap<String, String>,
+) {
+    let started = Instant::now();
+    let loaded = PipelineCase::load(dir);
+    let load_time = started.elapsed().as_secs_f64();
+    let (name, class) = match &loaded {
+        Ok(case) => (case.spec.name.clone(), case.spec.pipeline.clone()),
+        Err(_) => (
+            dir.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| dir.display().to_string()),
+            "unknown".to_string(),
+        ),
+    };
+    if let Ok(case) = &loaded {
+        for (k, v) in &case.spec.library_versions {
+            libraries.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    let dtypes: Vec<CaseDtype> = if dtypes.is_empty() {
+        vec![CaseDtype::F32]
+    } else {
+        dtypes.to_vec()
+    };
+    for (&backend, probe) in probes {
+        for &dtype in &dtypes {
+            let label = |status, message: String, time_s| {
+                CaseResult::without_outputs(
+                    &name,
+                    &class,
+                    backend.as_str(),
+                    dtype.as_str(),
+                    status,
+                    message,
+                    time_s,
+                )
+            };
+            if dtype != CaseDtype::F32 {
+                results.push(label(
+                    Status::Skipped,
+                    format!(
+                        "the pipeline reference ran in f32; no {} outputs to compare with",
+                        dtype.as_str()
+                    ),
+                    0.0,
+                ));
+                continue;
+            }
+            let case = match &loaded {
+                Ok(case) => case,
+                Err(e) => {
+                    results.push(label(Status::Error, format!("case folder: {e}"), load_time));
+                    continue;
+                }
+            };
+            if let Probe::Absent(why) = probe {
+                results.push(label(Status::NotAvailable, why.clone(), 0.0));
+                continue;
+            }
+            if backend.pjrt_platform().is_some() {
+                zoo_runtime::set_matmul_precision(zoo_runtime::Precision::Highest);
+            }
+            let started = Instant::now();
+            let outcome = guarded(|| {
+                let devices = zoo_diffusers::pipelines::devices_of(&backend.device_map())
+                    .map_err(|e| RunError::NotAvailable(e.to_string()))?;
+                crate::pipeline::run(case, &devices).map_err(RunError::Failed)
+            });
+            let time_s = load_time + started.elapsed().as_secs_f64();
+            if backend.pjrt_platform().is_some() {
+                zoo_runtime::lazy::clear_memory_cache();
+            }
+            results.push(match outcome {
+                Ok(Ok(produced)) => judge_pipeline(case, backend, produced, time_s),
+                Ok(Err(RunError::NotAvailable(why))) => label(Status::NotAvailable, why, 0.0),
+                Ok(Err(RunError::Failed(why))) => label(Status::Error, why, time_s),
+                Err(panic) => label(Status::Error, panic, time_s),
+            });
+        }
+    }
+}
+
+/// Compares every output a pipeline case produced with its recorded counterpart; a
+/// recorded output the run did not produce is an error.
+fn judge_pipeline(
+    case: &PipelineCase,
+    backend: Backend,
+    produced: BTreeMap<String, HostTensor>,
+    time_s: f64,
+) -> CaseResult {
+    let mut reports = Vec::new();
+    let mut problems = Vec::new();
+    for (name, actual) in &produced {
+        match case.compare(name, actual) {
+            Ok(report) => reports.push(report),
+            Err(e) => problems.push(e),
+        }
+    }
+    for missing in crate::pipeline::JUDGED
+        .iter()
+        .filter(|n| case.expected.contains_key(**n) && !produced.contains_key(**n))
+    {
+        problems.push(format!("the pipeline produced no `{missing}`"));
+    }
+    let mut result = CaseResult::from_outputs(
+        &case.spec.name,
+        &case.spec.pipeline,
+        backend.as_str(),
+        CaseDtype::F32.as_str(),
+        reports,
+        time_s,
+    );
+    if !problems.is_empty() {
+        result.status = Status::Error;
+        result.message = Some(problems.join("; "));
+    }
+    result
 }
 
 /// Compares every output the model produced; an expected (non-info) output it did not

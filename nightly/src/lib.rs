@@ -7,6 +7,8 @@
 //!   the run.
 //! - [`metrics`]: allclose pass/fail, max abs diff, mean relative diff, mismatch
 //!   percentage, cosine similarity, top-1 agreement, greedy-token match.
+//! - [`pipeline`]: diffusion pipeline cases (a diffusers `save_pretrained` folder with the
+//!   call it made and what it computed), run on zoo-diffusers.
 //! - [`results`]: one JSON per run, the history folder, new failures and fixes.
 //! - [`tensor`]: safetensors files read into host tensors.
 //!
@@ -18,6 +20,7 @@ pub mod case;
 pub mod dashboard;
 pub mod harness;
 pub mod metrics;
+pub mod pipeline;
 pub mod results;
 pub mod tensor;
 

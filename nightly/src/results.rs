@@ -177,16 +177,36 @@ pub struct CaseResult {
 impl CaseResult {
     /// A result from compared outputs: passed when every judged output passed.
     pub fn compared(case: &Case, backend: &str, outputs: Vec<OutputReport>, time_s: f64) -> Self {
+        Self::from_outputs(
+            case.name(),
+            &case.spec.architecture,
+            backend,
+            case.spec.dtype.as_str(),
+            outputs,
+            time_s,
+        )
+    }
+
+    /// A result from compared outputs of any kind of case (a model's, a pipeline's):
+    /// passed when every judged output passed.
+    pub fn from_outputs(
+        case: &str,
+        architecture: &str,
+        backend: &str,
+        dtype: &str,
+        outputs: Vec<OutputReport>,
+        time_s: f64,
+    ) -> Self {
         let status = if outputs.iter().all(|o| o.passed) {
             Status::Passed
         } else {
             Status::Failed
         };
         Self {
-            case: case.name().to_string(),
-            architecture: case.spec.architecture.clone(),
+            case: case.to_string(),
+            architecture: architecture.to_string(),
             backend: backend.to_string(),
-            dtype: case.spec.dtype.as_str().to_string(),
+            dtype: dtype.to_string(),
             status,
             time_s,
             message: None,

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use zoo_runtime::{Activation, Tensor};
+use zoo_runtime::nn::Weights;
+use zoo_runtime::{Activation, Device, Tensor};
 
 use crate::{Error, Result};
 
@@ -267,6 +268,46 @@ pub(crate) fn check_patch_transformer(
     ensure(dim.is_multiple_of(4), path, || {
         format!("the token width {dim} must be divisible by 4 for the 2-D sin-cos positions")
     })
+}
+
+/// Where each stage of a split UNet runs (`UNet2DConditionModel` and `UNet2DModel` share
+/// diffusers' block names): one device for all unless the weights were placed over several.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockDevices {
+    pub down: Vec<Device>,
+    pub mid: Device,
+    pub up: Vec<Device>,
+    /// `conv_norm_out` and `conv_out`.
+    pub head: Device,
+}
+
+impl BlockDevices {
+    /// The devices the weights under `w` place a UNet of `blocks` down and up blocks on.
+    pub fn of(w: &Weights, blocks: usize) -> BlockDevices {
+        let each = |kind: &str| {
+            (0..blocks)
+                .map(|i| w.pp(format!("{kind}.{i}")).device())
+                .collect()
+        };
+        BlockDevices {
+            down: each("down_blocks"),
+            mid: w.pp("mid_block").device(),
+            up: each("up_blocks"),
+            head: w.pp("conv_out").device(),
+        }
+    }
+
+    /// `first` (the stem's), then every stage's device not seen yet, in execution order.
+    pub fn in_order(&self, first: Device) -> Vec<Device> {
+        devices_in_order(
+            first,
+            self.down
+                .iter()
+                .chain([&self.mid])
+                .chain(&self.up)
+                .chain([&self.head]),
+        )
+    }
 }
 
 /// `t` on device `d` (a copy only when it lives elsewhere).

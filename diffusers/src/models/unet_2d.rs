@@ -11,7 +11,7 @@ use zoo_runtime::{ConvParams, DType, Device, Tensor};
 use super::embeddings::{TimestepEmbedding, Timesteps};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
-use super::{ensure, read_config, Act};
+use super::{ensure, on, read_config, Act, BlockDevices};
 use crate::{Error, Result};
 
 fn d_2() -> usize {
@@ -185,6 +185,8 @@ pub struct UNet2DModel {
     up_blocks: Vec<UpBlock>,
     conv_norm_out: GroupNorm,
     conv_out: Conv2d,
+    /// Each block's device: one for all unless the weights were placed over several.
+    devices: BlockDevices,
     config: UNet2DConfig,
     dtype: DType,
     device: Device,
@@ -341,6 +343,7 @@ impl UNet2DModel {
                 c.norm_eps,
             )?,
             conv_out: conv3("conv_out", ch[0], c.out_channels)?,
+            devices: BlockDevices::of(w, n),
             config: c.clone(),
             dtype: w.dtype(),
             device,
@@ -352,9 +355,19 @@ impl UNet2DModel {
         &self.config
     }
 
-    /// The device the model runs on.
+    /// The device inputs go to (the first stage's).
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// The device the prediction comes out on (the last stage's).
+    pub fn output_device(&self) -> Device {
+        self.devices.head
+    }
+
+    /// Every device the UNet runs on, in execution order, each once.
+    pub fn devices(&self) -> Vec<Device> {
+        self.devices.in_order(self.device)
     }
 
     /// The dtype of weights and activations.
@@ -415,22 +428,30 @@ impl UNet2DModel {
             };
             emb = emb.add(&class.to_dtype(self.dtype)?)?;
         }
+        // A split UNet moves the activations and the time embedding to each stage's device
+        // as it reaches it (a no-op on one device).
         let mut h = self.conv_in.forward(&x)?;
         let mut skips = vec![h.clone()];
-        for block in &self.down_blocks {
-            let (out, states) = block.forward(&h, Some(&emb), None)?;
+        for (block, &d) in self.down_blocks.iter().zip(&self.devices.down) {
+            let (out, states) = block.forward(&on(&h, d)?, Some(&on(&emb, d)?), None)?;
             h = out;
             skips.extend(states);
         }
         if let Some(mid) = &self.mid_block {
-            h = mid.forward(&h, Some(&emb), None)?;
+            let d = self.devices.mid;
+            h = mid.forward(&on(&h, d)?, Some(&on(&emb, d)?), None)?;
         }
-        for block in &self.up_blocks {
+        for (block, &d) in self.up_blocks.iter().zip(&self.devices.up) {
             let take = block.len().min(skips.len());
-            let these = skips.split_off(skips.len() - take);
-            h = block.forward(&h, &these, Some(&emb), None, None)?;
+            let these = skips
+                .split_off(skips.len() - take)
+                .iter()
+                .map(|s| on(s, d))
+                .collect::<Result<Vec<_>>>()?;
+            h = block.forward(&on(&h, d)?, &these, Some(&on(&emb, d)?), None, None)?;
         }
         let silu = Act::from_diffusers("silu").map_err(Error::Unsupported)?;
+        let h = on(&h, self.devices.head)?;
         let h = silu.apply(&self.conv_norm_out.forward(&h)?)?;
         Ok(self.conv_out.forward(&h)?)
     }

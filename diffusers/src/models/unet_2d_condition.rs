@@ -17,7 +17,7 @@ use zoo_runtime::{ConvParams, DType, Device, Tensor};
 use super::embeddings::{TimestepEmbedding, Timesteps};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
-use super::{ensure, per_block, read_config, Act};
+use super::{ensure, per_block, read_config, Act, BlockDevices};
 use crate::{Error, Result};
 
 fn d_groups() -> Option<usize> {
@@ -432,15 +432,6 @@ pub struct UNet2DConditionModel {
     device: Device,
 }
 
-/// Where each stage of a split UNet runs.
-#[derive(Clone, Debug)]
-struct BlockDevices {
-    down: Vec<Device>,
-    mid: Device,
-    up: Vec<Device>,
-    head: Device,
-}
-
 impl UNet2DConditionModel {
     /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`), as
     /// diffusers' `UNet2DConditionModel.from_pretrained` does.
@@ -630,16 +621,7 @@ impl UNet2DConditionModel {
         }
         let conv_in = conv("conv_in", c.in_channels, ch[0], c.conv_in_kernel)?;
         let device = conv_in.weight.device();
-        let devices = BlockDevices {
-            down: (0..n)
-                .map(|i| w.pp(format!("down_blocks.{i}")).device())
-                .collect(),
-            mid: w.pp("mid_block").device(),
-            up: (0..n)
-                .map(|i| w.pp(format!("up_blocks.{i}")).device())
-                .collect(),
-            head: w.pp("conv_out").device(),
-        };
+        let devices = BlockDevices::of(w, n);
         Ok(UNet2DConditionModel {
             conv_in,
             time_proj,
@@ -683,11 +665,7 @@ impl UNet2DConditionModel {
 
     /// Every device the UNet runs on, in execution order, each once.
     pub fn devices(&self) -> Vec<Device> {
-        let d = &self.devices;
-        super::devices_in_order(
-            self.device,
-            d.down.iter().chain([&d.mid]).chain(&d.up).chain([&d.head]),
-        )
+        self.devices.in_order(self.device)
     }
 
     fn time_embedding(&self, x: &UNet2DConditionInput<'_>, batch: usize) -> Result<Tensor> {

@@ -33,20 +33,26 @@ impl DDPMPipeline {
 
     pub(crate) fn load(files: PipelineFiles, opts: &LoadOptions) -> Result<DDPMPipeline> {
         let dtype = pipeline_dtype(opts)?;
-        if opts.unet_devices.len() > 1 {
-            return Err(Error::Unsupported(
-                "splitting a UNet2DModel over devices is not built; give one device".into(),
-            ));
-        }
         let cfg = UNet2DConfig::from_file(&files.file("unet", "config.json")?)?;
         let scheduler_config = files.scheduler(opts.scheduler.as_deref())?;
         scheduler_config.build()?;
         let unet_files = files.component("unet", &["UNet2DModel"])?;
-        let unet = UNet2DModel::load(&component_weights(&unet_files, dtype, &opts.device)?, &cfg)?;
+        // Split over several devices, the UNet's blocks go in balanced stages and the
+        // sample stays on the first stage's device.
+        let device = opts.unet_devices.first().copied().unwrap_or(opts.device);
+        let mut w = component_weights(&unet_files, dtype, &device)?;
+        if opts.unet_devices.len() > 1 {
+            w = w.with_placement(super::plan::unet_placement(
+                &unet_files,
+                &opts.unet_devices,
+                dtype,
+            )?);
+        }
+        let unet = UNet2DModel::load(&w, &cfg)?;
         Ok(DDPMPipeline {
             unet,
             scheduler_config,
-            device: opts.device,
+            device,
         })
     }
 
@@ -85,7 +91,11 @@ impl DDPMPipeline {
         for (i, &t) in timesteps.iter().enumerate() {
             let input = scheduler.scale_model_input(&image, i)?;
             let ts = Tensor::from_f64s(&[t], &[1], DType::F32, &self.device)?;
-            let pred = self.unet.forward(&input, &ts, None)?.to_dtype(DType::F32)?;
+            let pred = self
+                .unet
+                .forward(&input, &ts, None)?
+                .to_dtype(DType::F32)?
+                .to_device(&self.device)?;
             image = super::scheduler_step(&mut *scheduler, &pred, i, &image, noise)?;
             bar.inc(1);
         }

@@ -24,8 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use zoo_hub::{ModelIndex, Pretrained};
+use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::nn::Weights;
-use zoo_runtime::{DType, Device, Generator, Tensor};
+use zoo_runtime::{DType, Device, Generator, PjrtDevice, PjrtPlatform, Tensor};
 
 pub use ddpm::DDPMPipeline;
 pub use dit::DiTPipeline;
@@ -81,6 +82,67 @@ impl Default for LoadOptions {
             scheduler: None,
             progress: false,
         }
+    }
+}
+
+impl LoadOptions {
+    /// Options that run a pipeline on `devices`: every component on the first, the denoiser
+    /// split over all of them when there are several (the VAE then on the last), as
+    /// [`devices_of`] lists them for a device map.
+    pub fn on_devices(devices: &[Device]) -> LoadOptions {
+        LoadOptions {
+            device: devices.first().copied().unwrap_or(Device::Cpu),
+            unet_devices: if devices.len() > 1 {
+                devices.to_vec()
+            } else {
+                Vec::new()
+            },
+            ..LoadOptions::default()
+        }
+    }
+}
+
+/// The devices a device map names for a pipeline: one, or the several its denoiser is
+/// split over (`pjrt:cpu:0,1`, `tpu`: every chip). Planner strategies (`auto`, `balanced`,
+/// an explicit module map) place transformer layers, not pipeline components, and are
+/// refused with what to pass instead.
+pub fn devices_of(map: &DeviceMap) -> Result<Vec<Device>> {
+    let pjrt = |platform: PjrtPlatform, listed: Option<&[usize]>| -> Result<Vec<Device>> {
+        let n = zoo_runtime::lazy::device_count(platform)?;
+        let ordinals: Vec<usize> = match listed {
+            None | Some([]) => (0..n).collect(),
+            Some(l) => l.to_vec(),
+        };
+        if let Some(bad) = ordinals.iter().find(|&&o| o >= n) {
+            return Err(Error::Input(format!(
+                "device map {map:?}: device {bad} does not exist (the {platform:?} plugin has {n})"
+            )));
+        }
+        Ok(ordinals
+            .into_iter()
+            .map(|ordinal| Device::Pjrt(PjrtDevice { platform, ordinal }))
+            .collect())
+    };
+    match map {
+        DeviceMap::Cpu => Ok(vec![Device::Cpu]),
+        DeviceMap::Cuda(i) => Ok(vec![Device::Cuda(*i)]),
+        DeviceMap::Tpu => pjrt(PjrtPlatform::Tpu, None),
+        DeviceMap::Pjrt { platform, devices } => {
+            let platform = match platform.as_str() {
+                "cpu" => PjrtPlatform::Cpu,
+                "cuda" | "gpu" => PjrtPlatform::Cuda,
+                "tpu" => PjrtPlatform::Tpu,
+                other => {
+                    return Err(Error::Input(format!(
+                        "device map pjrt:{other}: use pjrt:cpu, pjrt:cuda or pjrt:tpu"
+                    )))
+                }
+            };
+            pjrt(platform, devices.as_deref())
+        }
+        other => Err(Error::Input(format!(
+            "device map {other:?}: pipelines take cpu, cuda:N, tpu or pjrt:PLATFORM[:N,...]"
+        ))),
     }
 }
 
