@@ -149,7 +149,7 @@ impl Pretrained {
     /// `merges.txt` (see [`crate::slow_tokenizer`]).
     pub fn tokenizer_json(&self) -> Result<Option<Value>> {
         if let Some(ck) = self.gguf()? {
-            return Ok(ck.tokenizer.clone());
+            return ck.tokenizer_json();
         }
         if let Some(p) = self.files.get_optional(&self.rel("tokenizer.json"))? {
             return Ok(Some(read_json(&p)?));

@@ -118,9 +118,9 @@ fn every_tensor_matches_transformers_values() {
 fn tokenizer_matches_transformers_on_50_strings() {
     let ck = open();
     let r = reference();
-    let json = ck
-        .tokenizer
-        .as_ref()
+    let json = &ck
+        .tokenizer_json()
+        .unwrap()
         .expect("SmolLM2's GGUF holds a tokenizer");
     let tok = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(json).unwrap())
         .unwrap_or_else(|e| panic!("HF tokenizers refuses the GGUF-built tokenizer.json: {e}"));

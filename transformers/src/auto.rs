@@ -621,12 +621,15 @@ impl CausalLMBuilder {
         let Loaders::Decoder { causal_lm, .. } = cfg.family.loaders else {
             return Err(cfg.wrong_kind("AutoModelForCausalLM"));
         };
+        // The tokenizer first: its build's scratch goes back to the system before the
+        // weights arrive, so the two never peak together.
+        let text = TextSide::load(&pretrained, &cfg)?;
+        crate::loading::release_freed_heap();
         let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
         let model = causal_lm(&w, &cfg.pretrained);
         source.finish();
         let model = model?;
         report.devices = model.model().devices();
-        let text = TextSide::load(&pretrained, &cfg)?;
         report.seconds = started.elapsed().as_secs_f64();
         Ok(CausalLM {
             model,
@@ -899,12 +902,13 @@ impl Seq2SeqLMBuilder {
         let Loaders::Seq2Seq { seq2seq, .. } = cfg.family.loaders else {
             return Err(cfg.wrong_kind("AutoModelForSeq2SeqLM"));
         };
+        let text = TextSide::load(&pretrained, &cfg)?;
+        crate::loading::release_freed_heap();
         let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
         let model = seq2seq(&w, &cfg.pretrained);
         source.finish();
         let model = model?;
         report.devices = model.devices();
-        let text = TextSide::load(&pretrained, &cfg)?;
         // generation_config.json may name another start token than config.json.
         let decoder_start = text
             .generation_config

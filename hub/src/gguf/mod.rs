@@ -13,7 +13,7 @@ mod names;
 pub mod reader;
 mod tokenizer;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{HubError, Result};
 use crate::inventory::{Inventory, TensorInfo, Transform};
@@ -30,20 +30,34 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
 /// A GGUF file seen as an HF checkpoint.
 #[derive(Clone, Debug)]
 pub struct GgufCheckpoint {
+    /// The file.
+    pub path: PathBuf,
     /// Every tensor under its HF name and shape, pointing into the GGUF file.
     pub inventory: Inventory,
     /// The file's metadata, as stored.
     pub metadata: Metadata,
     /// The `config.json` equivalent.
     pub config: serde_json::Value,
-    /// The `tokenizer.json` equivalent (HF tokenizers' format), when the file holds a tokenizer.
-    pub tokenizer: Option<serde_json::Value>,
-    /// The `tokenizer_config.json` equivalent, when the file holds a tokenizer.
+    /// The `tokenizer_config.json` equivalent, when the file holds a tokenizer (its
+    /// `tokenizer.json` comes from [`GgufCheckpoint::tokenizer_json`]).
     pub tokenizer_config: Option<serde_json::Value>,
     /// GGUF format version (2 or 3).
     pub version: u32,
     /// `general.architecture` (`"llama"`).
     pub architecture: String,
+}
+
+impl GgufCheckpoint {
+    /// The `tokenizer.json` equivalent (HF tokenizers' format), when the file holds a
+    /// tokenizer, built from the metadata.
+    pub fn tokenizer_json(&self) -> Result<Option<serde_json::Value>> {
+        tokenizer::build(&self.metadata)
+            .map(|built| built.map(|(tok, _)| tok))
+            .map_err(|reason| HubError::Gguf {
+                path: self.path.clone(),
+                reason,
+            })
+    }
 }
 
 /// Opens the GGUF file at `path` as an HF checkpoint, reading its header only.
@@ -117,15 +131,16 @@ pub fn from_file(file: GgufFile) -> Result<GgufCheckpoint> {
         })?;
     }
 
-    let (tokenizer, tokenizer_config) = match tokenizer::build(&file).map_err(err)? {
-        Some((tok, cfg)) => (Some(tok), Some(cfg)),
-        None => (None, None),
-    };
+    // Built here to refuse a broken vocabulary at open; the tokenizer.json itself is
+    // rebuilt when asked for rather than kept, so it is not resident beside the weights.
+    let tokenizer_config = tokenizer::build(&file.metadata)
+        .map_err(err)?
+        .map(|(_, cfg)| cfg);
 
     Ok(GgufCheckpoint {
+        path: file.path.clone(),
         inventory,
         config,
-        tokenizer,
         tokenizer_config,
         version: file.version,
         architecture: arch,

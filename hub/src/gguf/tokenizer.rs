@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value as J};
 
-use super::reader::{Array, GgufFile, Metadata};
+use super::reader::{Array, Metadata};
 
 /// llama.cpp token types (`tokenizer.ggml.token_type`).
 const CONTROL: i32 = 3;
@@ -120,8 +120,7 @@ impl Common<'_> {
 
 /// `(tokenizer.json, tokenizer_config.json)` for the file, or `None` when the file stores no
 /// tokenizer (`tokenizer.ggml.model` absent).
-pub(crate) fn build(file: &GgufFile) -> Result<Option<(J, J)>, String> {
-    let md = &file.metadata;
+pub(crate) fn build(md: &Metadata) -> Result<Option<(J, J)>, String> {
     let Some(model) = md.get("tokenizer.ggml.model") else {
         return Ok(None);
     };
