@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use zoo_diffusers::pipelines::placement::PlanShape;
 use zoo_diffusers::pipelines::stable_diffusion::TextToImage;
 use zoo_diffusers::pipelines::{self, DiffusionPipeline, LoadOptions, Noise};
-use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::device_map::{parse_max_memory, DeviceMap};
 use zoo_runtime::{DType, Device, Tensor};
 
 /// Generate images with a diffusers pipeline and write them as PNG.
@@ -117,9 +118,17 @@ pub struct Args {
     /// Where the pipeline runs: cpu, cuda:N, one PJRT device (pjrt:cpu:0), or several the
     /// UNet or transformer is split over in balanced stages by its blocks (pjrt:PLATFORM for
     /// all of them, pjrt:cpu:0,1, tpu); the text encoders run on the first, the VAE on the
-    /// last.
+    /// last. Or a strategy planned over the host's accelerator (TPU, else CUDA) from the
+    /// weights' headers and the image's activations, as accelerate's device_map: sequential
+    /// (fill device 0, split only what does not fit), balanced, balanced_low_0, auto
+    /// (balanced); each text encoder and the VAE where the plan puts it. `zoo plan MODEL`
+    /// prints the same plan.
     #[arg(long, default_value = "cpu")]
     device_map: String,
+    /// Memory budgets of a strategy --device-map, e.g. `0=16GiB,1=16GiB` or one size for
+    /// every device (instead of what the devices report).
+    #[arg(long)]
+    max_memory: Option<String>,
     /// SD3 / Flux / PixArt: run the T5 text encoder on this one device instead (cpu,
     /// cuda:N, pjrt:cpu:N, ...), e.g. to keep a large T5 off the denoiser's devices.
     #[arg(long)]
@@ -227,7 +236,29 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    let devices = devices_of(&args.device_map)?;
+    let map: DeviceMap = args.device_map.parse().context("--device-map")?;
+    let max_memory = args
+        .max_memory
+        .as_deref()
+        .map(parse_max_memory)
+        .transpose()
+        .context("--max-memory")?;
+    let shape = PlanShape {
+        dtype: Some(dtype),
+        size: size
+            .or(init_image.as_ref().map(|i| (i.shape()[3], i.shape()[2])))
+            .map(|(w, h)| (h, w)),
+        images: args.num_images,
+        guidance: args.guidance.is_none_or(|g| g > 1.0),
+    };
+    let placed = pipelines::placement::resolve(&args.model, &map, max_memory.as_ref(), &shape)
+        .with_context(|| format!("--device-map {}", args.device_map))?;
+    if let Some(note) = &placed.note {
+        eprintln!("note: {note}");
+    }
+    if let Some(plan) = &placed.plan {
+        eprint!("{}", plan.table());
+    }
     let text_encoder_device = match args.text_encoder_device.as_deref() {
         None => None,
         Some(map) => {
@@ -243,7 +274,7 @@ pub fn run(args: Args) -> Result<()> {
         variant: args.variant.clone(),
         scheduler: args.scheduler.clone(),
         progress: true,
-        ..LoadOptions::on_devices(&devices)
+        ..placed.options
     };
     let t0 = Instant::now();
     let mut pipe = DiffusionPipeline::from_pretrained(&args.model, &opts)

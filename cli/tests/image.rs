@@ -193,6 +193,21 @@ fn dit_and_pixart_pngs_are_diffusers_images() {
 #[test]
 fn the_png_is_diffusers_image_from_its_latents() {
     png_is_diffusers_image("sd15", "pipe.latents", &["--steps", "3", "--guidance", "6"]);
+    // A strategy device map on a host without a TPU or CUDA device: everything on the CPU.
+    png_is_diffusers_image(
+        "sd15",
+        "pipe.latents",
+        &[
+            "--steps",
+            "3",
+            "--guidance",
+            "6",
+            "--device-map",
+            "sequential",
+            "--max-memory",
+            "1GiB",
+        ],
+    );
     // SD 3.5 with skip-layer guidance; Flux with true CFG, from packed or unpacked latents.
     png_is_diffusers_image(
         "sd35",

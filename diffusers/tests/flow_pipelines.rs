@@ -298,6 +298,55 @@ fn flow_pipelines_match_diffusers_on_the_xla_cpu_plugin() {
             report.join(", ")
         );
     }
+    // Planned `balanced` over the 4 devices: the transformer runs on the devices the plan
+    // gives its blocks, T5 and the VAE where it puts them, and the images are diffusers'.
+    use zoo_diffusers::pipelines::placement::{plan_devices, PlanShape};
+    let case = Case::open("flux");
+    let shape = PlanShape {
+        size: Some((32, 32)),
+        guidance: false,
+        ..PlanShape::default()
+    };
+    let planned = |budget: u64| {
+        let m = zoo_runtime::device_map::parse_max_memory(&budget.to_string()).unwrap();
+        plan_devices(
+            &case.path(""),
+            zoo_runtime::PjrtPlatform::Cpu,
+            &[0, 1, 2, 3],
+            "balanced",
+            Some(&m),
+            &shape,
+        )
+        .unwrap()
+    };
+    let (opts, plan) = planned(1 << 30);
+    let planned_devices: std::collections::BTreeSet<String> = plan
+        .stages
+        .iter()
+        .filter(|s| s.units.iter().any(|u| u.starts_with("transformer")))
+        .map(|s| s.device.name.clone())
+        .collect();
+    let p = FluxPipeline::from_pretrained(&case.path(""), &opts).unwrap();
+    assert_eq!(
+        p.transformer.devices().len(),
+        planned_devices.len(),
+        "{}",
+        plan.table()
+    );
+    assert_eq!(
+        p.vae.device(),
+        opts.component_devices["vae"],
+        "{}",
+        plan.table()
+    );
+    drop(p);
+    let mut report = Vec::new();
+    flux_pipeline(&case, &opts, &mut report);
+    eprintln!(
+        "flux planned over {} devices: {}",
+        plan.stages.len(),
+        report.join(", ")
+    );
 }
 
 /// Rewrites one field of a component's config.json.

@@ -214,6 +214,56 @@ fn run_all(device: &Device) {
     eprintln!("ddpm on {device:?}: {}", report.join(", "));
 }
 
+/// The pipeline planned over the plugin's 4 devices with the planner's `sequential`
+/// strategy: whole on device 0 when its budget holds everything, the UNet split (each
+/// component where the plan puts it) when budgets are tight, an error naming the shortfall
+/// when they cannot hold it; the planned images are diffusers'.
+fn planned_placements(case: &Case) {
+    use zoo_diffusers::pipelines::placement::{plan_devices, PlanShape};
+    use zoo_runtime::device_map::parse_max_memory;
+    let shape = PlanShape {
+        size: Some((32, 32)),
+        ..PlanShape::default()
+    };
+    let planned = |budget: &str| {
+        let m = parse_max_memory(budget).unwrap();
+        plan_devices(
+            &case.path(""),
+            PjrtPlatform::Cpu,
+            &[0, 1, 2, 3],
+            "sequential",
+            Some(&m),
+            &shape,
+        )
+    };
+    let (whole, plan) = planned("1GiB").unwrap();
+    assert_eq!(plan.stages.len(), 1, "{}", plan.table());
+    assert!(whole.denoiser_placement.is_none());
+    let p = StableDiffusionPipeline::from_pretrained(&case.path(""), &whole).unwrap();
+    assert_eq!(p.unet.devices().len(), 1);
+    drop(p);
+    let mut report = Vec::new();
+    pipeline_with(case, &whole, &mut report);
+    // Room for the activations and half the weights each (5% is kept in reserve): the
+    // UNet must cross devices.
+    let (weights, activations) = (plan.stages[0].weights, plan.stages[0].activations);
+    let tight = (activations + weights / 2) * 100 / 95;
+    let (split, plan) = planned(&tight.to_string()).unwrap();
+    assert!(plan.stages.len() >= 2, "{}", plan.table());
+    let p = StableDiffusionPipeline::from_pretrained(&case.path(""), &split).unwrap();
+    assert!(p.unet.devices().len() > 1, "{}", plan.table());
+    drop(p);
+    pipeline_with(case, &split, &mut report);
+    eprintln!(
+        "{} planned whole and over {} devices: {}",
+        case.str("name"),
+        plan.stages.len(),
+        report.join(", ")
+    );
+    let e = planned(&activations.to_string()).unwrap_err().to_string();
+    assert!(e.contains("does not fit"), "{e}");
+}
+
 #[test]
 fn pipelines_match_diffusers_on_candle_cpu() {
     run_all(&Device::Cpu);
@@ -266,6 +316,7 @@ fn pipelines_match_diffusers_on_the_xla_cpu_plugin() {
         used.len(),
         report.join(", ")
     );
+    planned_placements(&Case::open("sd15"));
     // Compiled once per (size, batch): the first, a middle and the last step are the
     // programs there are, so more steps of the same call compile nothing new.
     let case = Case::open("sdxl");

@@ -8,8 +8,8 @@
 
 use zoo_hub::{Dtype, Inventory, PretrainedConfig};
 use zoo_runtime::device_map::{
-    pjrt_budgets, plan, platform_name, DeviceBudget, DeviceMap, DeviceMapError, ExplicitMap,
-    MaxMemory, Placement, Plan, PlanRequest, Workload,
+    accelerator, pjrt_budgets, plan, platform_name, Accelerator, DeviceBudget, DeviceMap,
+    DeviceMapError, ExplicitMap, MaxMemory, Placement, Plan, PlanRequest, Workload,
 };
 use zoo_runtime::nn::DevicePlacement;
 use zoo_runtime::pjrt::discovery;
@@ -158,30 +158,6 @@ fn tpu_err(e: zoo_runtime::pjrt::PjrtError) -> Error {
         map: "tpu".into(),
         reason: format!("this host has no usable TPU: {e}"),
     }
-}
-
-enum Accelerator {
-    Pjrt(PjrtPlatform, usize),
-    CandleCuda,
-}
-
-/// The best accelerator here: TPU, then CUDA (a PJRT plugin, else candle's), else none.
-fn accelerator() -> Result<Option<Accelerator>> {
-    if require_tpu().is_ok() {
-        return Ok(Some(Accelerator::Pjrt(
-            PjrtPlatform::Tpu,
-            lazy::device_count(PjrtPlatform::Tpu)?,
-        )));
-    }
-    if discovery::find_plugin(Some("cuda"), None).is_ok() {
-        if let Ok(n) = lazy::device_count(PjrtPlatform::Cuda) {
-            return Ok(Some(Accelerator::Pjrt(PjrtPlatform::Cuda, n)));
-        }
-    }
-    if Device::cuda_is_available() {
-        return Ok(Some(Accelerator::CandleCuda));
-    }
-    Ok(None)
 }
 
 /// The model on `ordinals` of `platform`: one device as is, several planned by `strategy`.

@@ -6,10 +6,7 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::{
-    component_weights, pipeline_dtype, postprocess, step_bar, Generated, LoadOptions, Noise,
-    PipelineFiles,
-};
+use super::{pipeline_dtype, postprocess, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::unet_2d::{UNet2DConfig, UNet2DModel};
 use crate::{Error, Result, SchedulerConfig};
 
@@ -37,17 +34,8 @@ impl DDPMPipeline {
         let scheduler_config = files.scheduler(opts.scheduler.as_deref())?;
         scheduler_config.build()?;
         let unet_files = files.component("unet", &["UNet2DModel"])?;
-        // Split over several devices, the UNet's blocks go in balanced stages and the
-        // sample stays on the first stage's device.
-        let device = opts.unet_devices.first().copied().unwrap_or(opts.device);
-        let mut w = component_weights(&unet_files, dtype, &device)?;
-        if opts.unet_devices.len() > 1 {
-            w = w.with_placement(super::plan::unet_placement(
-                &unet_files,
-                &opts.unet_devices,
-                dtype,
-            )?);
-        }
+        // Split over several devices, the sample stays on the first stage's device.
+        let (w, device) = super::unet_weights(&unet_files, dtype, opts)?;
         let unet = UNet2DModel::load(&w, &cfg)?;
         Ok(DDPMPipeline {
             unet,

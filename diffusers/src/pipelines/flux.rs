@@ -61,7 +61,6 @@ impl FluxPipeline {
 
     pub(crate) fn load(files: PipelineFiles, opts: &LoadOptions) -> Result<FluxPipeline> {
         let dtype = pipeline_dtype(opts)?;
-        let device = opts.device;
         let cfg = FluxTransformer2DConfig::from_file(&files.file("transformer", "config.json")?)?;
         let vae_cfg = AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?;
         if !cfg.in_channels.is_multiple_of(4) {
@@ -91,7 +90,7 @@ impl FluxPipeline {
             "text_encoder_2",
             T5,
             dtype,
-            opts.text_encoder_device.unwrap_or(device),
+            opts.text_encoder("text_encoder_2", true),
             opts,
         )?;
         let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;

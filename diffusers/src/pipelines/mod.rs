@@ -4,7 +4,7 @@
 //! `stable_diffusion_3.rs` (`StableDiffusion3Pipeline`), `flux.rs` (`FluxPipeline`),
 //! `dit.rs` (`DiTPipeline`), `pixart.rs` (`PixArtAlphaPipeline`, `PixArtSigmaPipeline`),
 //! `ddpm.rs` (`DDPMPipeline`); `plan.rs` plans a pipeline's components over devices and
-//! places a split UNet's blocks.
+//! places a split UNet's blocks; `placement.rs` resolves a device map to those devices.
 //!
 //! Initial noise (and every noise a scheduler step adds) comes from zoo's seeded generator
 //! on the host, so a seed gives the same image on every backend; latents can be passed in
@@ -14,18 +14,19 @@ pub mod ddpm;
 pub mod dit;
 pub mod flux;
 pub mod pixart;
+pub mod placement;
 pub mod plan;
 pub mod stable_diffusion;
 pub mod stable_diffusion_3;
 pub mod stable_diffusion_xl;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use zoo_hub::{ModelIndex, Pretrained};
 use zoo_runtime::device_map::DeviceMap;
-use zoo_runtime::nn::Weights;
+use zoo_runtime::nn::{DevicePlacement, Weights};
 use zoo_runtime::{DType, Device, Generator, PjrtDevice, PjrtPlatform, Tensor};
 
 pub use ddpm::DDPMPipeline;
@@ -61,6 +62,14 @@ pub struct LoadOptions {
     /// Where the T5 text encoder runs (SD3, Flux), when not on `device`: a large T5 can
     /// sit on its own device.
     pub text_encoder_device: Option<Device>,
+    /// A component's own device by its `model_index.json` name (`text_encoder_2`, `vae`),
+    /// as a planned device map places them; over `device`, `text_encoder_device` and the
+    /// VAE's default (the denoiser's last device).
+    pub component_devices: BTreeMap<String, Device>,
+    /// The denoiser's blocks as a planned device map places them (module prefixes such as
+    /// `down_blocks.1`, `transformer_blocks.3`), over the balanced split of
+    /// `unet_devices`; its stem runs on the first of `unet_devices`.
+    pub denoiser_placement: Option<DevicePlacement>,
     /// Dtype of weights and activations; `None` keeps float32 (diffusers' default).
     pub dtype: Option<DType>,
     /// A weights variant (`"fp16"`: `diffusion_pytorch_model.fp16.safetensors`).
@@ -77,6 +86,8 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             unet_devices: Vec::new(),
             text_encoder_device: None,
+            component_devices: BTreeMap::new(),
+            denoiser_placement: None,
             dtype: None,
             variant: None,
             scheduler: None,
@@ -86,6 +97,27 @@ impl Default for LoadOptions {
 }
 
 impl LoadOptions {
+    /// The VAE's device: planned, else the denoiser's last (where its latents end).
+    pub(crate) fn vae_device(&self) -> Device {
+        self.component_devices
+            .get("vae")
+            .copied()
+            .unwrap_or_else(|| self.unet_devices.last().copied().unwrap_or(self.device))
+    }
+
+    /// The device of text encoder `component`: for a T5, `text_encoder_device` when set;
+    /// else its planned device, else `device`.
+    pub(crate) fn text_encoder(&self, component: &str, t5: bool) -> Device {
+        match self.text_encoder_device {
+            Some(d) if t5 => d,
+            _ => self
+                .component_devices
+                .get(component)
+                .copied()
+                .unwrap_or(self.device),
+        }
+    }
+
     /// Options that run a pipeline on `devices`: every component on the first, the denoiser
     /// split over all of them when there are several (the VAE then on the last), as
     /// [`devices_of`] lists them for a device map.
@@ -339,31 +371,55 @@ pub(crate) fn component_weights(
 }
 
 /// A diffusion transformer's weights on the first of `opts.unet_devices` (else
-/// `opts.device`), its blocks placed over all of them in balanced stages when there are
-/// several; and that first device, where the denoising loop keeps its latents.
+/// `opts.device`), its blocks placed over all of them when there are several; and that
+/// first device, where the denoising loop keeps its latents.
 pub(crate) fn transformer_weights(
     component: &Pretrained,
     dtype: DType,
     opts: &LoadOptions,
+) -> Result<(Weights, Device)> {
+    denoiser_weights(component, dtype, opts, plan::transformer_placement)
+}
+
+/// A UNet's weights, placed as [`transformer_weights`] places a transformer's.
+pub(crate) fn unet_weights(
+    component: &Pretrained,
+    dtype: DType,
+    opts: &LoadOptions,
+) -> Result<(Weights, Device)> {
+    denoiser_weights(component, dtype, opts, plan::unet_placement)
+}
+
+/// The denoiser's weights on the first of `opts.unet_devices`, its blocks where
+/// `opts.denoiser_placement` puts them, else in `balanced` stages over every device.
+fn denoiser_weights(
+    component: &Pretrained,
+    dtype: DType,
+    opts: &LoadOptions,
+    balanced: fn(&Pretrained, &[Device], DType) -> Result<DevicePlacement>,
 ) -> Result<(Weights, Device)> {
     let first = opts.unet_devices.first().copied().unwrap_or(opts.device);
     let w = component_weights(component, dtype, &first)?;
     if opts.unet_devices.len() < 2 {
         return Ok((w, first));
     }
-    let placement = plan::transformer_placement(component, &opts.unet_devices, dtype)?;
+    let placement = match &opts.denoiser_placement {
+        Some(p) => p.clone(),
+        None => balanced(component, &opts.unet_devices, dtype)?,
+    };
     Ok((w.with_placement(placement), first))
 }
 
-/// The VAE of a pipeline of `dtype` (f32 when it must upcast under f16), on the last of
-/// `opts.unet_devices` (else `opts.device`): after a split denoiser, where its latents end.
+/// The VAE of a pipeline of `dtype` (f32 when it must upcast under f16), on its planned
+/// device, else the last of `opts.unet_devices` (else `opts.device`): after a split
+/// denoiser, where its latents end.
 pub(crate) fn load_vae(
     component: &Pretrained,
     config: &crate::models::autoencoder_kl::AutoencoderKLConfig,
     dtype: DType,
     opts: &LoadOptions,
 ) -> Result<crate::models::autoencoder_kl::AutoencoderKL> {
-    let device = opts.unet_devices.last().copied().unwrap_or(opts.device);
+    let device = opts.vae_device();
     let dtype = stable_diffusion_3::vae_dtype(dtype, config);
     crate::models::autoencoder_kl::AutoencoderKL::load(
         &component_weights(component, dtype, &device)?,

@@ -139,7 +139,6 @@ impl PixArtPipeline {
         opts: &LoadOptions,
     ) -> Result<PixArtPipeline> {
         let dtype = pipeline_dtype(opts)?;
-        let device = opts.device;
         let cfg = PixArtTransformer2DConfig::from_file(&files.file("transformer", "config.json")?)?;
         let vae_cfg = AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?;
         check_latent_channels(&vae_cfg, cfg.in_channels, "in_channels")?;
@@ -156,7 +155,7 @@ impl PixArtPipeline {
             "text_encoder",
             T5,
             dtype,
-            opts.text_encoder_device.unwrap_or(device),
+            opts.text_encoder("text_encoder", true),
             opts,
         )?;
         let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;

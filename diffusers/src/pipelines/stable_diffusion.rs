@@ -65,7 +65,8 @@ impl TextEncoder {
         dtype: DType,
         opts: &LoadOptions,
     ) -> Result<TextEncoder> {
-        TextEncoder::load_kind(files, tokenizer, encoder, CLIP, dtype, opts.device, opts)
+        let device = opts.text_encoder(encoder, false);
+        TextEncoder::load_kind(files, tokenizer, encoder, CLIP, dtype, device, opts)
     }
 
     /// A tokenizer and encoder of `kind`, the encoder on `device`.
@@ -313,7 +314,6 @@ impl StableDiffusionPipeline {
     ) -> Result<StableDiffusionPipeline> {
         let xl = files.index.class_name == "StableDiffusionXLPipeline";
         let dtype = pipeline_dtype(opts)?;
-        let device = opts.device;
         // Configs first: a bad config fails before any weight is read.
         let unet_cfg = UNet2DConditionConfig::from_file(&files.file("unet", "config.json")?)?;
         let vae_cfg = AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?;
@@ -340,21 +340,11 @@ impl StableDiffusionPipeline {
                     .into(),
             });
         }
-        // A UNet split over several devices: its blocks in balanced stages; the pipeline's
-        // latents live on the first stage's device, the VAE on the last's.
-        let split = opts.unet_devices.len() > 1;
-        let unet_device = opts.unet_devices.first().copied().unwrap_or(device);
-        let mut unet_w = component_weights(&unet_files, dtype, &unet_device)?;
-        if split {
-            unet_w = unet_w.with_placement(super::plan::unet_placement(
-                &unet_files,
-                &opts.unet_devices,
-                dtype,
-            )?);
-        }
+        // A UNet split over several devices: the pipeline's latents live on the first
+        // stage's device, the VAE (unless planned elsewhere) on the last's.
+        let (unet_w, device) = super::unet_weights(&unet_files, dtype, opts)?;
         let unet = UNet2DConditionModel::load(&unet_w, &unet_cfg)?;
-        let device = unet_device;
-        let vae_device = opts.unet_devices.last().copied().unwrap_or(device);
+        let vae_device = opts.vae_device();
         // diffusers runs a `force_upcast` VAE in float32 when the pipeline is float16.
         let vae_dtype = if dtype == DType::F16 && vae_cfg.force_upcast {
             DType::F32

@@ -64,7 +64,6 @@ impl StableDiffusion3Pipeline {
         opts: &LoadOptions,
     ) -> Result<StableDiffusion3Pipeline> {
         let dtype = pipeline_dtype(opts)?;
-        let device = opts.device;
         // Configs first: a bad config fails before any weight is read.
         let cfg = SD3Transformer2DConfig::from_file(&files.file("transformer", "config.json")?)?;
         let vae_cfg = AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?;
@@ -83,7 +82,7 @@ impl StableDiffusion3Pipeline {
                 "text_encoder_3",
                 T5,
                 dtype,
-                opts.text_encoder_device.unwrap_or(device),
+                opts.text_encoder("text_encoder_3", true),
                 opts,
             )?)
         } else {

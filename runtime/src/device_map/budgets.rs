@@ -86,3 +86,32 @@ fn host_available() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// The accelerator a strategy device map (`auto`, `balanced`, `sequential`) spreads over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accelerator {
+    /// A PJRT platform and its device count.
+    Pjrt(PjrtPlatform, usize),
+    /// candle's CUDA (no PJRT CUDA plugin here).
+    CandleCuda,
+}
+
+/// The best accelerator on this host: TPU, then CUDA (a PJRT plugin, else candle's), else
+/// none (the CPU plugin is never picked: candle's CPU serves the host).
+pub fn accelerator() -> Result<Option<Accelerator>> {
+    use crate::pjrt::discovery;
+    let tpu = discovery::tpu_allowed().is_ok() && discovery::find_plugin(Some("tpu"), None).is_ok();
+    if tpu {
+        let n = crate::lazy::device_count(PjrtPlatform::Tpu)?;
+        return Ok(Some(Accelerator::Pjrt(PjrtPlatform::Tpu, n)));
+    }
+    if discovery::find_plugin(Some("cuda"), None).is_ok() {
+        if let Ok(n) = crate::lazy::device_count(PjrtPlatform::Cuda) {
+            return Ok(Some(Accelerator::Pjrt(PjrtPlatform::Cuda, n)));
+        }
+    }
+    if crate::Device::cuda_is_available() {
+        return Ok(Some(Accelerator::CandleCuda));
+    }
+    Ok(None)
+}

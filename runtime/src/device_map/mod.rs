@@ -9,7 +9,7 @@ mod plan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use budgets::{pjrt_budgets, platform_name};
+pub use budgets::{accelerator, pjrt_budgets, platform_name, Accelerator};
 pub use memory::{human, parse_max_memory, parse_size, MaxMemory};
 pub use plan::{
     plan, units_from_inventory, CacheLayout, DeviceBudget, ModelShape, Plan, PlanRequest, Stage,
