@@ -191,6 +191,125 @@ unsafe fn dot_rows_avx512(rows: &[f32], x: &[f32], ys: &mut [f32]) {
     }
 }
 
+/// `x [m, k] @ w [n, k]^T` for f32 CPU tensors of 2 to [`FEW_ROWS`]` - 1` rows (a batch of
+/// decode steps), or `None` when this path does not apply. The weight streams once in
+/// memory order, as [`matvec`] reads it, instead of being packed per call for the tile
+/// kernel: at a few rows the packing would cost more than the products. Each output is the
+/// same 16-lane dot product a one-row call computes, so a row's result does not depend on
+/// the batch it came in.
+pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
+    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !has_avx512() {
+        return None;
+    }
+    let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
+    if !(2..FEW_ROWS).contains(&m) {
+        return None;
+    }
+    let y = with_f32(x, |xv| {
+        with_f32(w, |wv| {
+            let mut y = vec![0f32; m * n];
+            let yp = OutPtr(y.as_mut_ptr());
+            // Blocks of weight rows that stay in L2 while every group of x rows passes over.
+            const ROWS: usize = 64;
+            par_units(n.div_ceil(ROWS), |blk| {
+                let (r0, r1) = (blk * ROWS, ((blk + 1) * ROWS).min(n));
+                let rows = &wv[r0 * k..r1 * k];
+                // Four x rows per pass: sixteen accumulators, and the block is still in L2
+                // when the next four pass over it.
+                for (g, xs) in xv[..m * k].chunks(4 * k).enumerate() {
+                    let xr: Vec<&[f32]> = xs.chunks_exact(k).collect();
+                    let at = (4 * g, r0);
+                    // SAFETY: AVX-512F was detected above; each block writes columns
+                    // r0..r1 of the rows of y it is given, which no other block writes.
+                    #[cfg(target_arch = "x86_64")]
+                    unsafe {
+                        match xr[..] {
+                            [a] => dots_few::<1, 4>(rows, [a], yp, n, at),
+                            [a, b] => dots_few::<2, 4>(rows, [a, b], yp, n, at),
+                            [a, b, c] => dots_few::<3, 4>(rows, [a, b, c], yp, n, at),
+                            [a, b, c, d] => dots_few::<4, 4>(rows, [a, b, c, d], yp, n, at),
+                            _ => unreachable!("chunks of 4 rows"),
+                        }
+                    }
+                }
+            });
+            y
+        })
+    })??;
+    Some(Tensor::from_vec(y, &[m, n], &Device::Cpu))
+}
+
+/// Rows below which [`matmul_wt_few`] takes a product instead of the packed tile kernel.
+pub(crate) const FEW_ROWS: usize = 16;
+
+/// `y[(at.0 + i) * n + at.1 + r] = rows[r] · x[i]`: `W` weight rows at a time against the
+/// `X` x rows (`W * X` accumulators in registers), each weight load shared by `X` products
+/// and each x load by `W`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dots_few<const X: usize, const W: usize>(
+    rows: &[f32],
+    x: [&[f32]; X],
+    y: OutPtr,
+    n: usize,
+    at: (usize, usize),
+) {
+    use std::arch::x86_64::*;
+    let k = x[0].len();
+    let vk = k / 16 * 16;
+    let count = rows.len() / k.max(1);
+    let dot_tail = |p: *const f32, xi: &[f32]| -> f32 {
+        xi[vk..]
+            .iter()
+            .enumerate()
+            .map(|(o, &xv)| *p.add(vk + o) * xv)
+            .sum()
+    };
+    let put = |i: usize, r: usize, v: f32| *y.get().add((at.0 + i) * n + at.1 + r) = v;
+    let mut r = 0;
+    while r + W <= count {
+        let p: [*const f32; W] = std::array::from_fn(|j| rows.as_ptr().add((r + j) * k));
+        let mut acc = [[_mm512_setzero_ps(); X]; W];
+        let mut o = 0;
+        while o < vk {
+            let xv: [__m512; X] = std::array::from_fn(|i| _mm512_loadu_ps(x[i].as_ptr().add(o)));
+            for j in 0..W {
+                let wv = _mm512_loadu_ps(p[j].add(o));
+                for i in 0..X {
+                    acc[j][i] = _mm512_fmadd_ps(wv, xv[i], acc[j][i]);
+                }
+            }
+            o += 16;
+        }
+        for j in 0..W {
+            for i in 0..X {
+                put(
+                    i,
+                    r + j,
+                    _mm512_reduce_add_ps(acc[j][i]) + dot_tail(p[j], x[i]),
+                );
+            }
+        }
+        r += W;
+    }
+    while r < count {
+        let p = rows.as_ptr().add(r * k);
+        let mut acc = [_mm512_setzero_ps(); X];
+        let mut o = 0;
+        while o < vk {
+            let wv = _mm512_loadu_ps(p.add(o));
+            for i in 0..X {
+                acc[i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[i].as_ptr().add(o)), acc[i]);
+            }
+            o += 16;
+        }
+        for i in 0..X {
+            put(i, r, _mm512_reduce_add_ps(acc[i]) + dot_tail(p, x[i]));
+        }
+        r += 1;
+    }
+}
+
 pub(crate) fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -972,6 +1091,37 @@ mod tests {
             matmul_wt(&x, &w).is_none(),
             "n = 33 takes the runtime's path"
         );
+    }
+
+    #[test]
+    fn matmul_wt_few_matches_the_runtime_matmul_and_one_row_calls() {
+        let mut g = Generator::new(9);
+        for (m, k, n) in [
+            (2usize, 5usize, 3usize),
+            (3, 64, 67),
+            (8, 576, 130),
+            (15, 37, 9),
+        ] {
+            let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
+            let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
+            let Some(fast) = matmul_wt_few(&x, &w) else {
+                eprintln!("no AVX-512 here: the fast path is off");
+                return;
+            };
+            let fast = fast.unwrap().to_vec::<f32>().unwrap();
+            let slow = x.matmul(&w.t().unwrap()).unwrap().to_vec::<f32>().unwrap();
+            close(&fast, &slow, &format!("{m}x{k}x{n}"));
+            // Row i equals the one-row product bit for bit: batching does not change it.
+            for i in 0..m {
+                let row = x.narrow(0, i, 1).unwrap().reshape_to(&[k]).unwrap();
+                let one = matvec(&w, &row).unwrap().unwrap().to_vec::<f32>().unwrap();
+                assert_eq!(&fast[i * n..(i + 1) * n], &one[..], "{m}x{k}x{n} row {i}");
+            }
+        }
+        let one = g.randn(&[1, 8], DType::F32, &Device::Cpu).unwrap();
+        let many = g.randn(&[FEW_ROWS, 8], DType::F32, &Device::Cpu).unwrap();
+        let w = g.randn(&[4, 8], DType::F32, &Device::Cpu).unwrap();
+        assert!(matmul_wt_few(&one, &w).is_none() && matmul_wt_few(&many, &w).is_none());
     }
 
     #[test]

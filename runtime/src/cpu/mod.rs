@@ -1,6 +1,6 @@
 //! The eager backend's CPU fast paths: what a `Tensor` op on f32 CPU tensors runs when a
 //! faster kernel than candle's applies, reached only through the ops they speed up — a
-//! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt`, quantized blocks in
+//! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`, quantized blocks in
 //! `quant`, AMX tiles in `amx`), the attention composite (`kernels::attention`) and
 //! `Activation::apply_gated` (`kernels::silu_mul`). Each returns `None` when it does not
 //! apply (another dtype, device or layout, or a CPU without the instructions), and the op

@@ -160,10 +160,13 @@ impl Linear {
         if let Some(last) = out.last_mut() {
             *last = w.shape()[0];
         }
-        // f32 on the CPU: one row streams the weight once in memory order (a decode step),
-        // many rows take the AVX-512 tile kernel; both when the CPU has the instructions.
+        // f32 on the CPU: one row streams the weight once in memory order (a decode step), a
+        // few rows (a batch of decode steps) too, many rows take the AVX-512 tile kernel;
+        // each when the CPU has the instructions.
         let fast = if rows == 1 {
             kernels::matvec(w, x)
+        } else if rows < kernels::FEW_ROWS {
+            kernels::matmul_wt_few(&x.reshape_to(&[rows, in_dim])?, w)
         } else {
             kernels::matmul_wt(&x.reshape_to(&[rows, in_dim])?, w)
         };
