@@ -326,14 +326,9 @@ pub fn run(args: Args) -> Result<()> {
             _ if pixart => 20,
             _ => 50,
         }),
-        guidance_scale: args.guidance.unwrap_or(match pipe.class_name() {
-            "StableDiffusionXLPipeline" => 5.0,
-            "StableDiffusion3Pipeline" => 7.0,
-            "FluxPipeline" => 3.5,
-            "DiTPipeline" => 4.0,
-            "PixArtAlphaPipeline" | "PixArtSigmaPipeline" => 4.5,
-            _ => 7.5,
-        }),
+        guidance_scale: args
+            .guidance
+            .unwrap_or(pipelines::default_guidance_scale(pipe.class_name())),
         guidance_rescale: args.guidance_rescale,
         height: size.map(|s| s.1),
         width: size.map(|s| s.0),

@@ -374,21 +374,26 @@ pub struct CaseSpec {
     pub extra: BTreeMap<String, serde_json::Value>,
 }
 
+/// `dir/case.json` parsed as `T`; a bad field is named by its JSON path.
+pub(crate) fn read_case_json<T: serde::de::DeserializeOwned>(dir: &Path) -> Result<T, CaseError> {
+    let path = dir.join(CASE_JSON);
+    let text = std::fs::read_to_string(&path).map_err(|source| CaseError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| CaseError::Json {
+        path,
+        field: e.path().to_string(),
+        source: e.into_inner(),
+    })
+}
+
 impl CaseSpec {
     /// Reads and parses `dir/case.json` only (no tensors): cheap, for listing cases.
     pub fn read(dir: &Path) -> Result<Self, CaseError> {
         let path = dir.join(CASE_JSON);
-        let text = std::fs::read_to_string(&path).map_err(|source| CaseError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let mut de = serde_json::Deserializer::from_str(&text);
-        let spec: CaseSpec =
-            serde_path_to_error::deserialize(&mut de).map_err(|e| CaseError::Json {
-                path: path.clone(),
-                field: e.path().to_string(),
-                source: e.into_inner(),
-            })?;
+        let spec: CaseSpec = read_case_json(dir)?;
         if spec.format_version != FORMAT_VERSION {
             return Err(CaseError::UnsupportedFormatVersion {
                 path,

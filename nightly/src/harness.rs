@@ -429,28 +429,46 @@ fn run_case_dir(
                 results.push(label(Status::NotAvailable, why.clone(), 0.0));
                 continue;
             }
-            let started = Instant::now();
-            let outcome = guarded(|| match run {
-                Runner::CausalLm => run_causal_lm(case, backend),
-                Runner::Seq2SeqLm => run_seq2seq(case, backend),
-                Runner::Encoder(task) => run_encoder(case, backend, task),
-                Runner::Image(task) => run_image(case, backend, task),
-                Runner::ImageText => run_image_text(case, backend),
-            });
-            let time_s = load_time + started.elapsed().as_secs_f64();
-            // A finished case's executables are not reused by the next one (other weights,
-            // other shapes); kept, a run of many cases exhausts the process's memory maps
-            // with JIT code. The disk cache still serves a rerun.
-            if backend.pjrt_platform().is_some() {
-                zoo_runtime::lazy::clear_memory_cache();
-            }
-            results.push(match outcome {
-                Ok(Ok(produced)) => judge(case, backend, produced, time_s),
-                Ok(Err(RunError::NotAvailable(why))) => label(Status::NotAvailable, why, 0.0),
-                Ok(Err(RunError::Failed(why))) => label(Status::Error, why, time_s),
-                Err(panic) => label(Status::Error, panic, time_s),
-            });
+            results.push(run_and_judge(
+                backend,
+                load_time,
+                || match run {
+                    Runner::CausalLm => run_causal_lm(case, backend),
+                    Runner::Seq2SeqLm => run_seq2seq(case, backend),
+                    Runner::Encoder(task) => run_encoder(case, backend, task),
+                    Runner::Image(task) => run_image(case, backend, task),
+                    Runner::ImageText => run_image_text(case, backend),
+                },
+                |produced, time_s| judge(case, backend, produced, time_s),
+                label,
+            ));
         }
+    }
+}
+
+/// Runs one case on `backend` (panics caught), timed with its load, and judges what it
+/// produced; a backend that cannot serve it is not-available, a failure or panic an error.
+fn run_and_judge<T>(
+    backend: Backend,
+    load_time: f64,
+    run: impl FnOnce() -> Result<T, RunError>,
+    judge: impl FnOnce(T, f64) -> CaseResult,
+    label: impl Fn(Status, String, f64) -> CaseResult,
+) -> CaseResult {
+    let started = Instant::now();
+    let outcome = guarded(run);
+    let time_s = load_time + started.elapsed().as_secs_f64();
+    // A finished case's executables are not reused by the next one (other weights, other
+    // shapes); kept, a run of many cases exhausts the process's memory maps with JIT code.
+    // The disk cache still serves a rerun.
+    if backend.pjrt_platform().is_some() {
+        zoo_runtime::lazy::clear_memory_cache();
+    }
+    match outcome {
+        Ok(Ok(produced)) => judge(produced, time_s),
+        Ok(Err(RunError::NotAvailable(why))) => label(Status::NotAvailable, why, 0.0),
+        Ok(Err(RunError::Failed(why))) => label(Status::Error, why, time_s),
+        Err(panic) => label(Status::Error, panic, time_s),
     }
 }
 
@@ -523,22 +541,17 @@ fn run_pipeline_dir(
             if backend.pjrt_platform().is_some() {
                 zoo_runtime::set_matmul_precision(zoo_runtime::Precision::Highest);
             }
-            let started = Instant::now();
-            let outcome = guarded(|| {
-                let devices = zoo_diffusers::pipelines::devices_of(&backend.device_map())
-                    .map_err(|e| RunError::NotAvailable(e.to_string()))?;
-                crate::pipeline::run(case, &devices).map_err(RunError::Failed)
-            });
-            let time_s = load_time + started.elapsed().as_secs_f64();
-            if backend.pjrt_platform().is_some() {
-                zoo_runtime::lazy::clear_memory_cache();
-            }
-            results.push(match outcome {
-                Ok(Ok(produced)) => judge_pipeline(case, backend, produced, time_s),
-                Ok(Err(RunError::NotAvailable(why))) => label(Status::NotAvailable, why, 0.0),
-                Ok(Err(RunError::Failed(why))) => label(Status::Error, why, time_s),
-                Err(panic) => label(Status::Error, panic, time_s),
-            });
+            results.push(run_and_judge(
+                backend,
+                load_time,
+                || {
+                    let devices = zoo_diffusers::pipelines::devices_of(&backend.device_map())
+                        .map_err(|e| RunError::NotAvailable(e.to_string()))?;
+                    crate::pipeline::run(case, &devices).map_err(RunError::Failed)
+                },
+                |produced, time_s| judge_pipeline(case, backend, produced, time_s),
+                label,
+            ));
         }
     }
 }

@@ -90,17 +90,7 @@ pub fn is_pipeline_case(dir: &Path) -> bool {
 impl PipelineSpec {
     /// Reads `dir/case.json` only.
     pub fn read(dir: &Path) -> Result<Self, CaseError> {
-        let path = dir.join(CASE_JSON);
-        let text = std::fs::read_to_string(&path).map_err(|source| CaseError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let mut de = serde_json::Deserializer::from_str(&text);
-        serde_path_to_error::deserialize(&mut de).map_err(|e| CaseError::Json {
-            path,
-            field: e.path().to_string(),
-            source: e.into_inner(),
-        })
+        crate::case::read_case_json(dir)
     }
 }
 
@@ -409,18 +399,6 @@ fn vae(
     Ok(())
 }
 
-/// diffusers' default `guidance_scale` of each pipeline's `__call__`.
-fn default_guidance(pipeline: &str) -> f64 {
-    match pipeline {
-        "StableDiffusionXLPipeline" => 5.0,
-        "StableDiffusion3Pipeline" => 7.0,
-        "FluxPipeline" => 3.5,
-        "DiTPipeline" => 4.0,
-        "PixArtAlphaPipeline" | "PixArtSigmaPipeline" => 4.5,
-        _ => 7.5,
-    }
-}
-
 /// The keyword arguments of the case's call: `call`, or the older cases' top-level fields.
 fn call_kwargs(spec: &PipelineSpec) -> Map<String, Value> {
     if let Some(call) = &spec.call {
@@ -524,7 +502,9 @@ fn text_to_image(case: &PipelineCase, device: &Device) -> Result<(TextToImage, N
         negative_prompt: texts("negative_prompt")?,
         num_inference_steps: count("num_inference_steps")?
             .ok_or_else(|| bad("num_inference_steps", "given"))?,
-        guidance_scale: num("guidance_scale")?.unwrap_or(default_guidance(&spec.pipeline)),
+        guidance_scale: num("guidance_scale")?.unwrap_or(
+            zoo_diffusers::pipelines::default_guidance_scale(&spec.pipeline),
+        ),
         guidance_rescale: num("guidance_rescale")?.unwrap_or(0.0),
         height: count("height")?,
         width: count("width")?,

@@ -50,6 +50,18 @@ pub const PIPELINES: &[&str] = &[
     "DDPMPipeline",
 ];
 
+/// The `guidance_scale` a pipeline class's `__call__` defaults to in diffusers.
+pub fn default_guidance_scale(class_name: &str) -> f64 {
+    match class_name {
+        "StableDiffusionXLPipeline" => 5.0,
+        "StableDiffusion3Pipeline" => 7.0,
+        "FluxPipeline" => 3.5,
+        "DiTPipeline" => 4.0,
+        "PixArtAlphaPipeline" | "PixArtSigmaPipeline" => 4.5,
+        _ => 7.5,
+    }
+}
+
 /// How a pipeline is loaded.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
