@@ -2,7 +2,7 @@
 //! faster kernel than candle's applies, reached only through the ops they speed up — a
 //! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`, quantized blocks in
 //! `quant`, AMX tiles in `amx`), the attention composite (`kernels::attention`) and
-//! `Activation::apply_gated` (`kernels::silu_mul`). Each returns `None` when it does not
+//! `Activation::apply_gated` (`kernels::silu_mul`) and `Tensor::gelu_tanh` (`kernels::gelu_tanh`). Each returns `None` when it does not
 //! apply (another dtype, device or layout, or a CPU without the instructions), and the op
 //! then takes the backend's general path, so results never depend on this module.
 
