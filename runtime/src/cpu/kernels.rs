@@ -217,17 +217,17 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
                 // Four x rows per pass: sixteen accumulators, and the block is still in L2
                 // when the next four pass over it.
                 for (g, xs) in xv[..m * k].chunks(4 * k).enumerate() {
-                    let xr: Vec<&[f32]> = xs.chunks_exact(k).collect();
+                    let row = |i: usize| &xs[i * k..(i + 1) * k];
                     let at = (4 * g, r0);
                     // SAFETY: AVX-512F was detected above; each block writes columns
                     // r0..r1 of the rows of y it is given, which no other block writes.
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
-                        match xr[..] {
-                            [a] => dots_few::<1, 4>(rows, [a], yp, n, at),
-                            [a, b] => dots_few::<2, 4>(rows, [a, b], yp, n, at),
-                            [a, b, c] => dots_few::<3, 4>(rows, [a, b, c], yp, n, at),
-                            [a, b, c, d] => dots_few::<4, 4>(rows, [a, b, c, d], yp, n, at),
+                        match xs.len() / k {
+                            1 => dots_few::<1, 4>(rows, [row(0)], yp, n, at),
+                            2 => dots_few::<2, 4>(rows, std::array::from_fn(row), yp, n, at),
+                            3 => dots_few::<3, 4>(rows, std::array::from_fn(row), yp, n, at),
+                            4 => dots_few::<4, 4>(rows, std::array::from_fn(row), yp, n, at),
                             _ => unreachable!("chunks of 4 rows"),
                         }
                     }
@@ -1013,21 +1013,13 @@ pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
     }
     let y = with_f32(g, |gv| {
         with_f32(u, |uv| {
-            let n = gv.len();
-            let mut y: Vec<f32> = Vec::with_capacity(n);
-            let yp = OutPtr(y.as_mut_ptr());
-            const CHUNK: usize = 16 * 1024;
-            par_units(n.div_ceil(CHUNK), |c| {
-                let (a, e) = (c * CHUNK, (c * CHUNK + CHUNK).min(n));
-                // SAFETY: AVX-512F was detected; each chunk writes its own range of y.
+            elementwise(gv.len(), |a, e, out| {
+                // SAFETY: AVX-512F was detected; `out` holds e - a values.
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
-                    silu_mul_avx512(&gv[a..e], &uv[a..e], yp.get().add(a))
+                    silu_mul_avx512(&gv[a..e], &uv[a..e], out)
                 }
-            });
-            // SAFETY: the chunks wrote all n values.
-            unsafe { y.set_len(n) };
-            y
+            })
         })
     })??;
     Some(Tensor::from_vec(y, g.shape(), &Device::Cpu))
@@ -1063,23 +1055,31 @@ pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
         return None;
     }
     let y = with_f32(x, |xv| {
-        let n = xv.len();
-        let mut y: Vec<f32> = Vec::with_capacity(n);
-        let yp = OutPtr(y.as_mut_ptr());
-        const CHUNK: usize = 16 * 1024;
-        par_units(n.div_ceil(CHUNK), |c| {
-            let (a, e) = (c * CHUNK, (c * CHUNK + CHUNK).min(n));
-            // SAFETY: AVX-512F was detected; each chunk writes its own range of y.
+        elementwise(xv.len(), |a, e, out| {
+            // SAFETY: AVX-512F was detected; `out` holds e - a values.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                gelu_tanh_avx512(&xv[a..e], yp.get().add(a))
+                gelu_tanh_avx512(&xv[a..e], out)
             }
-        });
-        // SAFETY: the chunks wrote all n values.
-        unsafe { y.set_len(n) };
-        y
+        })
     })?;
     Some(Tensor::from_vec(y, x.shape(), &Device::Cpu))
+}
+
+/// `n` outputs computed in chunks on the pool: `f(a, e, out)` must write all `e - a` values
+/// of `out`, the outputs `a..e`.
+fn elementwise(n: usize, f: impl Fn(usize, usize, *mut f32) + Sync) -> Vec<f32> {
+    let mut y: Vec<f32> = Vec::with_capacity(n);
+    let yp = OutPtr(y.as_mut_ptr());
+    const CHUNK: usize = 16 * 1024;
+    par_units(n.div_ceil(CHUNK), |c| {
+        let (a, e) = (c * CHUNK, (c * CHUNK + CHUNK).min(n));
+        // SAFETY: the chunks are disjoint ranges inside y's capacity.
+        f(a, e, unsafe { yp.get().add(a) })
+    });
+    // SAFETY: the chunks wrote all n values.
+    unsafe { y.set_len(n) };
+    y
 }
 
 #[cfg(target_arch = "x86_64")]
