@@ -5,12 +5,12 @@ the same session), and the writer of the random transformer both sides read.
 and depth (4 heads of 64, 2 double-stream and 4 single-stream blocks, rotary axes 8/28/28,
 T5 width 512, pooled width 768, guidance embedding, 64 packed channels) in f32 to DIR,
 seeded, with diffusers' own init.
-Otherwise --model-dir DIR: loads it in f32 on CPU with --threads threads and prints one JSON
-line: the best of --runs seconds per transformer call for a 256x256 image (16x16 = 256
-packed latent tokens) with --text text tokens, the load time and the peak RSS.
+Otherwise --model-dir DIR: loads it in --dtype (float32 or bfloat16) on CPU with --threads threads
+and prints one JSON line: the best of --runs seconds per transformer call for a 256x256 image
+(16x16 = 256 packed latent tokens) with --text text tokens, the load time and the peak RSS.
 
 Run: .venv/bin/python nightly/reference/flux_bench.py (--write DIR | --model-dir DIR)
-         [--threads 2] [--runs 3] [--text 128]
+         [--dtype float32] [--threads 2] [--runs 3] [--text 128]
 """
 
 import argparse
@@ -25,6 +25,7 @@ p = argparse.ArgumentParser()
 src = p.add_mutually_exclusive_group(required=True)
 src.add_argument("--write")
 src.add_argument("--model-dir")
+p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--runs", type=int, default=3)
 p.add_argument("--text", type=int, default=128)
@@ -40,16 +41,18 @@ if a.write:
     raise SystemExit(0)
 
 t0 = time.perf_counter()
-model = FluxTransformer2DModel.from_pretrained(a.model_dir, dtype=torch.float32).eval()
+dt = getattr(torch, a.dtype)
+model = FluxTransformer2DModel.from_pretrained(a.model_dir, dtype=dt).eval()
 load = time.perf_counter() - t0
-# The inputs the Rust side builds: zeros are as fast as any values on CPU.
-latents = torch.zeros(1, 256, 64)
-context = torch.zeros(1, a.text, 512)
-pooled = torch.zeros(1, 768)
-img_ids = FluxPipeline._prepare_latent_image_ids(1, 16, 16, "cpu", torch.float32)
-txt_ids = torch.zeros(a.text, 3)
+# The inputs the Rust side builds, in the model's dtype: zeros are as fast as any values on CPU.
+latents = torch.zeros(1, 256, 64, dtype=dt)
+context = torch.zeros(1, a.text, 512, dtype=dt)
+pooled = torch.zeros(1, 768, dtype=dt)
+img_ids = FluxPipeline._prepare_latent_image_ids(1, 16, 16, "cpu", dt)
+txt_ids = torch.zeros(a.text, 3, dtype=dt)
 kw = dict(hidden_states=latents, encoder_hidden_states=context, pooled_projections=pooled,
-          timestep=torch.tensor([0.5]), guidance=torch.tensor([3.5]), img_ids=img_ids, txt_ids=txt_ids)
+          timestep=torch.tensor([0.5], dtype=dt), guidance=torch.tensor([3.5], dtype=dt),
+          img_ids=img_ids, txt_ids=txt_ids)
 best = float("inf")
 with torch.no_grad():
     model(**kw)  # warm-up
@@ -62,6 +65,7 @@ print(json.dumps({
     "seconds_per_step": best,
     "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     "threads": a.threads,
+    "dtype": a.dtype,
     "torch": torch.__version__,
     "parameters": sum(p.numel() for p in model.parameters()),
 }))

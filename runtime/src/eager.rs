@@ -68,7 +68,13 @@ pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
                 .and_then(|c| c.where_cond(&a.broadcast_as(&shape)?, &b.broadcast_as(&shape)?))
         }
         Op::Cast(DType::Bool) => x[0].ne(0f64),
-        Op::Cast(d) => x[0].to_dtype(d.to_candle()),
+        Op::Cast(d) => {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(y) = crate::cpu::bf16::cast(x[0], d.to_candle()) {
+                return y.op(name);
+            }
+            x[0].to_dtype(d.to_candle())
+        }
         Op::Matmul => return matmul(x[0], x[1]),
         Op::Reduce { op, dims, keepdim } => return reduce(*op, x[0], dims, *keepdim),
         Op::ArgReduce { max, dim, keepdim } => {

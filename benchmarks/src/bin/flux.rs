@@ -1,15 +1,16 @@
 //! A FluxTransformer2DModel shaped like FLUX.1 at reduced width and depth (random weights,
 //! 4 heads of 64, 2 double-stream and 4 single-stream blocks, guidance embedding), one
-//! denoising step for a 256x256 image (256 packed latent tokens) with 128 text tokens, f32:
-//! zoo on candle CPU, on the XLA CPU plugin and split over 4 of its devices, beside diffusers
-//! on PyTorch CPU, the same checkpoint, inputs and thread count, all measured in this run;
-//! peak RSS of each zoo backend.
+//! denoising step for a 256x256 image (256 packed latent tokens) with 128 text tokens, in f32
+//! and in bf16: zoo on candle CPU, on the XLA CPU plugin and split over 4 of its devices,
+//! beside diffusers on PyTorch CPU in the same dtype, the same checkpoint, inputs and thread
+//! count, all measured in this run; peak RSS of each zoo backend.
 //!
 //! The checkpoint is written once by `nightly/reference/flux_bench.py --write` into
 //! `.cache/zoo-assets/flux-reduced`, or read from `ZOO_FLUX_BENCH_DIR`.
 //!
-//! Targets (judged under `--check`): seconds per step <= 0.8x PyTorch's (1.25x its speed) on
-//! candle CPU and on the XLA CPU plugin; the 4-device split within 1.15x one device's time.
+//! Targets (judged under `--check`), per dtype: seconds per step <= 0.8x PyTorch's (1.25x its
+//! speed) on candle CPU and on the XLA CPU plugin; the 4-device split within 1.15x one
+//! device's time.
 //!
 //! Run: `scripts/bench.sh [--check]`, or `cargo run --release --manifest-path
 //! benchmarks/Cargo.toml --bin flux -- [--check] [--threads 2] [--runs 3]`.
@@ -23,13 +24,15 @@ use zoo_diffusers::{FluxTransformer2DModel, FluxTransformerInput};
 use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 
 const HELP: &str = "\
-flux: a FLUX.1-shaped transformer at reduced width and depth, one step at 256x256, beside diffusers
+flux: a FLUX.1-shaped transformer at reduced width and depth, one step at 256x256 in f32 and
+bf16, beside diffusers in the same dtype
 
-USAGE: flux [--check] [--threads N] [--runs N]
+USAGE: flux [--check] [--threads N] [--runs N] [--dtypes f32,bf16]
 
   --check       exit 1 when a target is missed or cannot be judged
   --threads N   threads on every side (default 2)
   --runs N      timed steps per figure, best kept (default 3)
+  --dtypes L    comma-separated dtypes to measure, each on every side (default f32,bf16)
   --new N, --prefill N   accepted and unused (scripts/bench.sh passes its flags to every benchmark)
 
 Environment: ZOO_FLUX_BENCH_DIR (default .cache/zoo-assets/flux-reduced, written by
@@ -39,12 +42,14 @@ plugin; its rows are skipped without it), PYTHON (default .venv/bin/python).";
 struct Args {
     threads: usize,
     runs: usize,
+    dtypes: Vec<DType>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         threads: 2,
         runs: 3,
+        dtypes: vec![DType::F32, DType::BF16],
     };
     let mut unused = 0;
     let mut it = std::env::args().skip(1);
@@ -57,6 +62,18 @@ fn parse_args() -> Result<Args, String> {
             }
             "--threads" => &mut a.threads,
             "--runs" => &mut a.runs,
+            "--dtypes" => {
+                let list = it.next().ok_or("--dtypes needs a list, e.g. f32,bf16")?;
+                a.dtypes = list
+                    .split(',')
+                    .map(|d| match d.trim() {
+                        "f32" | "float32" => Ok(DType::F32),
+                        "bf16" | "bfloat16" => Ok(DType::BF16),
+                        other => Err(format!("--dtypes: {other:?} is not f32 or bf16")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                continue;
+            }
             "--new" | "--prefill" => &mut unused,
             other => return Err(format!("unknown argument {other:?}; see --help")),
         };
@@ -79,14 +96,19 @@ const TEXT: usize = 128;
 
 /// Best seconds per transformer call on `devices` (split over them when several) over `runs`
 /// calls after a warm-up (which, on PJRT, compiles), and the peak RSS of the load and calls.
-fn zoo_step(dir: &Path, devices: &[Device], runs: usize) -> Result<(f64, u64), String> {
+fn zoo_step(
+    dir: &Path,
+    dtype: DType,
+    devices: &[Device],
+    runs: usize,
+) -> Result<(f64, u64), String> {
     reset_peak_rss();
     let model =
-        FluxTransformer2DModel::from_pretrained_split(&dir.to_string_lossy(), DType::F32, devices)
+        FluxTransformer2DModel::from_pretrained_split(&dir.to_string_lossy(), dtype, devices)
             .map_err(|e| format!("zoo cannot load {}: {e}", dir.display()))?;
     let device = devices[0];
     let e = |e: zoo_runtime::Error| e.to_string();
-    let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &device).map_err(e);
+    let z = |shape: &[usize]| Tensor::zeros(shape, dtype, &device).map_err(e);
     let latents = z(&[1, 256, 64])?;
     let context = z(&[1, TEXT, 512])?;
     let pooled = z(&[1, 768])?;
@@ -94,10 +116,12 @@ fn zoo_step(dir: &Path, devices: &[Device], runs: usize) -> Result<(f64, u64), S
     let ids: Vec<f32> = (0..16)
         .flat_map(|r| (0..16).flat_map(move |c| [0.0, r as f32, c as f32]))
         .collect();
-    let img_ids = Tensor::from_vec(ids, &[256, 3], &device).map_err(e)?;
+    let img_ids = Tensor::from_vec(ids, &[256, 3], &device)
+        .and_then(|t| t.to_dtype(dtype))
+        .map_err(e)?;
     let step = || -> Result<f64, String> {
-        let t = Tensor::from_f64s(&[0.5], &[1], DType::F32, &device).map_err(e)?;
-        let g = Tensor::from_f64s(&[3.5], &[1], DType::F32, &device).map_err(e)?;
+        let t = Tensor::from_f64s(&[0.5], &[1], dtype, &device).map_err(e)?;
+        let g = Tensor::from_f64s(&[3.5], &[1], dtype, &device).map_err(e)?;
         let t0 = Instant::now();
         let out = model
             .forward(FluxTransformerInput {
@@ -110,7 +134,7 @@ fn zoo_step(dir: &Path, devices: &[Device], runs: usize) -> Result<(f64, u64), S
                 guidance: Some(&g),
             })
             .map_err(|e| e.to_string())?;
-        out.to_vec::<f32>().map_err(|e| e.to_string())?;
+        out.to_vec_f64().map_err(|e| e.to_string())?;
         Ok(t0.elapsed().as_secs_f64())
     };
     step()?;
@@ -121,12 +145,14 @@ fn zoo_step(dir: &Path, devices: &[Device], runs: usize) -> Result<(f64, u64), S
     Ok((best, peak_rss()))
 }
 
-fn torch(dir: &Path, a: &Args) -> Result<f64, String> {
+fn torch(dir: &Path, dtype: DType, a: &Args) -> Result<f64, String> {
     let v = python_figures(
         "nightly/reference/flux_bench.py",
         &[
             "--model-dir".into(),
             dir.display().to_string(),
+            "--dtype".into(),
+            dtype.to_string(),
             "--threads".into(),
             a.threads.to_string(),
             "--runs".into(),
@@ -141,69 +167,68 @@ fn torch(dir: &Path, a: &Args) -> Result<f64, String> {
         .ok_or("PyTorch printed no seconds_per_step".into())
 }
 
+/// The XLA CPU plugin's device `ordinal`.
+fn xla(ordinal: usize) -> Device {
+    Device::Pjrt(PjrtDevice {
+        platform: PjrtPlatform::Cpu,
+        ordinal,
+    })
+}
+
 fn run() -> Result<ExitCode, String> {
     let a = parse_args()?;
     std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
     let dir = checkpoint()?;
+    let plugin = std::env::var_os("ZOO_PJRT_CPU_PLUGIN").filter(|v| !v.is_empty());
+    if let Some(plugin) = &plugin {
+        lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4))
+            .map_err(|e| e.to_string())?;
+    }
     eprintln!("measuring (each figure best of {} steps)...", a.runs);
-    let (cpu, cpu_rss) = zoo_step(&dir, &[Device::Cpu], a.runs)?;
-    let xla = match std::env::var_os("ZOO_PJRT_CPU_PLUGIN").filter(|v| !v.is_empty()) {
-        Some(plugin) => {
-            lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4))
-                .map_err(|e| e.to_string())?;
-            let d = |ordinal| {
-                Device::Pjrt(PjrtDevice {
-                    platform: PjrtPlatform::Cpu,
-                    ordinal,
-                })
-            };
-            let one = zoo_step(&dir, &[d(0)], a.runs)?;
-            let four = zoo_step(&dir, &[d(0), d(1), d(2), d(3)], a.runs)?;
-            Some((one, four))
-        }
-        None => None,
-    };
-    let torch = torch(&dir, &a);
     let mut t = Table::new(format!(
-        "FluxTransformer2DModel, FLUX.1 shape at 4x64 heads, 2 double + 4 single blocks, f32, 256x256 image (256 latent + {TEXT} text tokens), {} threads; all in this run",
+        "FluxTransformer2DModel, FLUX.1 shape at 4x64 heads, 2 double + 4 single blocks, 256x256 image (256 latent + {TEXT} text tokens), {} threads; all in this run",
         a.threads
     ));
-    t.add(
-        "one step, candle CPU",
-        "ms",
-        cpu * 1e3,
-        "diffusers (PyTorch)",
-        torch.clone(),
-        Some(Target::AtMost(0.8)),
-    );
-    if let Some(((x, _), (x4, _))) = xla {
+    let mut rss = Vec::new();
+    for &dtype in &a.dtypes {
+        let peer = format!("diffusers (PyTorch) {dtype}");
+        let torch = torch(&dir, dtype, &a);
+        let (cpu, cpu_rss) = zoo_step(&dir, dtype, &[Device::Cpu], a.runs)?;
+        rss.push((format!("candle CPU, {dtype}"), cpu_rss));
         t.add(
-            "one step, XLA CPU plugin",
+            format!("one step, {dtype}, candle CPU"),
             "ms",
-            x * 1e3,
-            "diffusers (PyTorch)",
+            cpu * 1e3,
+            &peer,
+            torch.clone(),
+            Some(Target::AtMost(0.8)),
+        );
+        if plugin.is_none() {
+            continue;
+        }
+        let (one, one_rss) = zoo_step(&dir, dtype, &[xla(0)], a.runs)?;
+        rss.push((format!("XLA CPU plugin, {dtype}"), one_rss));
+        t.add(
+            format!("one step, {dtype}, XLA CPU plugin"),
+            "ms",
+            one * 1e3,
+            &peer,
             torch,
             Some(Target::AtMost(0.8)),
         );
+        let (four, _) = zoo_step(&dir, dtype, &[xla(0), xla(1), xla(2), xla(3)], a.runs)?;
         t.add(
-            "one step, split over 4 XLA CPU devices",
+            format!("one step, {dtype}, split over 4 XLA CPU devices"),
             "ms",
-            x4 * 1e3,
-            "one XLA CPU device",
-            Ok(x * 1e3),
+            four * 1e3,
+            format!("one XLA CPU device, {dtype}"),
+            Ok(one * 1e3),
             Some(Target::AtMost(1.15)),
         );
     }
     let failures = t.print();
-    println!(
-        "  peak RSS, candle CPU: {:.0} MiB",
-        cpu_rss as f64 / 1048576.0
-    );
-    if let Some(((_, rss), _)) = xla {
-        println!(
-            "  peak RSS, with the XLA CPU plugin: {:.0} MiB",
-            rss as f64 / 1048576.0
-        );
+    for (what, bytes) in rss {
+        println!("  peak RSS, {what}: {:.0} MiB", bytes as f64 / 1048576.0);
     }
     if check_mode() && failures > 0 {
         println!("--check: {failures} target(s) missed or not judged");

@@ -183,6 +183,17 @@ pub(super) fn elementwise(c: &mut Ctx) {
                 None,
             );
         }
+        // A gated MLP's `silu(gate) * up` (one fused pass on the CPU in f32 and bf16).
+        let Some((up, uph)) = c.input(&[3, 40], dt, Dist::Normal) else {
+            return;
+        };
+        c.check(
+            "apply_gated silu",
+            Activation::Silu.apply_gated(&x, &up),
+            &xh.zip(&uph, |g, u| g * sigmoid(g) * u),
+            dt,
+            None,
+        );
         c.check(
             "pow_scalar 0.5",
             x.abs().and_then(|a| a.pow_scalar(0.5)),

@@ -63,5 +63,30 @@ pub(super) fn matmul(c: &mut Ctx) {
             dt,
             Some(&mag),
         );
+        // nn::Linear over enough rows for the CPU tile kernels, with and without a bias (a
+        // 16-bit bias joins the f32 sum before the one rounding).
+        let Some((x, xh)) = c.input(&[2, 20, 48], dt, Dist::Normal) else {
+            return;
+        };
+        let Some((w, wh)) = c.input(&[64, 48], dt, Dist::Normal) else {
+            return;
+        };
+        let Some((b, bh)) = c.input(&[64], dt, Dist::Normal) else {
+            return;
+        };
+        let dot = |i: &[usize], f: fn(f64) -> f64| -> f64 {
+            (0..48)
+                .map(|k| f(xh.at(&[i[0], i[1], k]) * wh.at(&[i[2], k])))
+                .sum()
+        };
+        let shape = [2, 20, 64];
+        let want = Host::from_fn(&shape, |i| dot(i, |v| v));
+        let mag = Host::from_fn(&shape, |i| dot(i, f64::abs));
+        let plain = crate::nn::Linear::new(w.clone(), None).forward(&x);
+        c.check("Linear 40 rows", plain, &want, dt, Some(&mag));
+        let want = Host::from_fn(&shape, |i| dot(i, |v| v) + bh.at(&[i[2]]));
+        let mag = Host::from_fn(&shape, |i| dot(i, f64::abs) + bh.at(&[i[2]]).abs());
+        let biased = crate::nn::Linear::new(w, Some(b)).forward(&x);
+        c.check("Linear 40 rows + bias", biased, &want, dt, Some(&mag));
     }
 }

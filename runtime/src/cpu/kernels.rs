@@ -20,6 +20,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+#[cfg(target_arch = "x86_64")]
+use super::bf16::{with_bf16, Lane};
 use crate::{DType, Device, Tensor};
 
 use crate::Result;
@@ -310,6 +312,18 @@ unsafe fn dots_few<const X: usize, const W: usize>(
     }
 }
 
+/// AVX-512 BF16 (`vdpbf16ps`): Cooper Lake, Sapphire Rapids and Zen 4 on.
+pub(crate) fn has_avx512_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx512() && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 pub(crate) fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -375,8 +389,14 @@ const KC: usize = 256;
 const MIN_ROWS: usize = 8;
 
 /// A pointer to a buffer shared by tasks that write disjoint parts of it.
-#[derive(Clone, Copy)]
 pub(crate) struct OutPtr<T = f32>(pub(crate) *mut T);
+// Copy whatever `T` is (a derive would ask `T: Copy`).
+impl<T> Clone for OutPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for OutPtr<T> {}
 // SAFETY: every task writes only the elements of its own part.
 unsafe impl<T> Send for OutPtr<T> {}
 unsafe impl<T> Sync for OutPtr<T> {}
@@ -505,7 +525,34 @@ pub(crate) fn matmul_wt_with(
     n: usize,
     pack_panel: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) -> Option<Vec<f32>> {
+    gemm(x, m, k, n, pack_panel, Dot::F32)
+}
+
+/// What one k step of the register tile multiplies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dot {
+    /// An f32 times an f32 (one FMA).
+    F32,
+    /// Each 32-bit value holds two bf16 of consecutive k (the lower k in the low half): one
+    /// AVX-512 BF16 `vdpbf16ps` adds both products to the f32 sum.
+    Bf16Pairs,
+}
+
+/// The driver of [`matmul_wt_with`], for either [`Dot`]: with [`Dot::Bf16Pairs`], `x`,
+/// `k` and the panels count bf16 pairs (each f32 slot carries a pair's bits) and `None`
+/// comes back without AVX-512 BF16.
+pub(crate) fn gemm(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    pack_panel: &(dyn Fn(usize, &mut [f32]) + Sync),
+    dot: Dot,
+) -> Option<Vec<f32>> {
     if !has_avx512() || !n.is_multiple_of(NR) || m < MIN_ROWS || k == 0 || x.len() < m * k {
+        return None;
+    }
+    if dot == Dot::Bf16Pairs && !has_avx512_bf16() {
         return None;
     }
     let panels = n / NR;
@@ -574,7 +621,10 @@ pub(crate) fn matmul_wt_with(
                             ldc: n,
                             accumulate: k0 > 0,
                         };
-                        t.run(rows);
+                        match dot {
+                            Dot::F32 => t.run(rows),
+                            Dot::Bf16Pairs => t.run_pairs(rows),
+                        }
                     }
                     r += rows;
                 }
@@ -605,27 +655,76 @@ struct Tile {
     accumulate: bool,
 }
 
+/// Calls `$f::<R>($t)` for the tile's row count `$rows` (1 to [`MR`]).
+macro_rules! by_rows {
+    ($f:ident, $rows:expr, $t:expr) => {
+        match $rows {
+            14 => $f::<14>($t),
+            13 => $f::<13>($t),
+            12 => $f::<12>($t),
+            11 => $f::<11>($t),
+            10 => $f::<10>($t),
+            9 => $f::<9>($t),
+            8 => $f::<8>($t),
+            7 => $f::<7>($t),
+            6 => $f::<6>($t),
+            5 => $f::<5>($t),
+            4 => $f::<4>($t),
+            3 => $f::<3>($t),
+            2 => $f::<2>($t),
+            1 => $f::<1>($t),
+            _ => unreachable!("tiles have 1 to {MR} rows"),
+        }
+    };
+}
+
 impl Tile {
     /// SAFETY: AVX-512F must be available and every pointer valid for the extents above.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run(self, rows: usize) {
-        match rows {
-            14 => tile::<14>(self),
-            13 => tile::<13>(self),
-            12 => tile::<12>(self),
-            11 => tile::<11>(self),
-            10 => tile::<10>(self),
-            9 => tile::<9>(self),
-            8 => tile::<8>(self),
-            7 => tile::<7>(self),
-            6 => tile::<6>(self),
-            5 => tile::<5>(self),
-            4 => tile::<4>(self),
-            3 => tile::<3>(self),
-            2 => tile::<2>(self),
-            1 => tile::<1>(self),
-            _ => unreachable!("tiles have 1 to {MR} rows"),
+        by_rows!(tile, rows, self)
+    }
+
+    /// [`Tile::run`] over bf16 pairs ([`Dot::Bf16Pairs`]).
+    ///
+    /// SAFETY: as [`Tile::run`], and AVX-512 BF16 must be available.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_pairs(self, rows: usize) {
+        by_rows!(tile_pairs, rows, self)
+    }
+}
+
+/// [`Tile`] over bf16 pairs ([`Dot::Bf16Pairs`]), `a` packed ([`PACKED_A`]): one broadcast
+/// of a row's pair and two `vdpbf16ps` per row and k pair. The instruction multiplies
+/// exactly and adds in f32 (denormal inputs and results count as zero, as in PyTorch's
+/// oneDNN kernels on the same instruction).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn tile_pairs<const R: usize>(t: Tile) {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(t.lda, PACKED_A);
+    let mut lo = [_mm512_setzero_ps(); R];
+    let mut hi = [_mm512_setzero_ps(); R];
+    let (mut a, mut b) = (t.a.cast::<i32>(), t.b);
+    for _ in 0..t.depth {
+        let b0: __m512bh = std::mem::transmute(_mm512_loadu_ps(b));
+        let b1: __m512bh = std::mem::transmute(_mm512_loadu_ps(b.add(16)));
+        for i in 0..R {
+            let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*a.add(i)));
+            lo[i] = _mm512_dpbf16_ps(lo[i], av, b0);
+            hi[i] = _mm512_dpbf16_ps(hi[i], av, b1);
         }
+        a = a.add(MR);
+        b = b.add(t.ldb);
+    }
+    for i in 0..R {
+        let c = t.c.add(i * t.ldc);
+        if t.accumulate {
+            lo[i] = _mm512_add_ps(lo[i], _mm512_loadu_ps(c));
+            hi[i] = _mm512_add_ps(hi[i], _mm512_loadu_ps(c.add(16)));
+        }
+        _mm512_storeu_ps(c, lo[i]);
+        _mm512_storeu_ps(c.add(16), hi[i]);
     }
 }
 
@@ -1004,72 +1103,81 @@ unsafe fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     _mm512_scalef_ps(p, n)
 }
 
-/// `silu(g) * u` (`LlamaMLP`'s `act_fn(gate) * up`) for f32 CPU tensors of one shape, as
-/// PyTorch computes it (`g / (1 + e^-g)`, then the product), in one pass; `None` when this
-/// path does not apply.
+/// `silu(g) * u` (`LlamaMLP`'s `act_fn(gate) * up`) for f32 or bf16 CPU tensors of one
+/// shape, as PyTorch computes it (`g / (1 + e^-g)`, rounded to the dtype, then the product),
+/// in one pass; `None` when this path does not apply.
 pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
-    if g.shape() != u.shape() || !has_avx512() {
+    if g.shape() != u.shape() || g.dtype() != u.dtype() || !has_avx512() {
         return None;
     }
-    let y = with_f32(g, |gv| {
-        with_f32(u, |uv| {
-            elementwise(gv.len(), |a, e, out| {
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn run<T: Lane>(g: &[T], u: &[T], shape: &[usize]) -> Result<Tensor> {
+            let y = elementwise(g.len(), |a, e, out| {
                 // SAFETY: AVX-512F was detected; `out` holds e - a values.
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    silu_mul_avx512(&gv[a..e], &uv[a..e], out)
-                }
-            })
-        })
-    })??;
-    Some(Tensor::from_vec(y, g.shape(), &Device::Cpu))
+                unsafe { silu_mul_avx512(&g[a..e], &u[a..e], out) }
+            });
+            Tensor::from_vec(y, shape, &Device::Cpu)
+        }
+        match g.dtype() {
+            DType::F32 => with_f32(g, |gv| with_f32(u, |uv| run(gv, uv, g.shape())))?,
+            DType::BF16 => with_bf16(g, |gv| with_bf16(u, |uv| run(gv, uv, g.shape())))?,
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn silu_mul_avx512(g: &[f32], u: &[f32], y: *mut f32) {
+unsafe fn silu_mul_avx512<T: Lane>(g: &[T], u: &[T], y: *mut T) {
     use std::arch::x86_64::*;
     let one = _mm512_set1_ps(1.0);
     let mut j = 0;
     while j < g.len() {
-        let m: __mmask16 = if g.len() - j >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << (g.len() - j)) - 1) as __mmask16
-        };
-        let x = _mm512_maskz_loadu_ps(m, g.as_ptr().add(j));
+        let n = g.len() - j;
+        let x = T::load16(g.as_ptr().add(j), n);
         let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
-        let p = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u.as_ptr().add(j)));
-        _mm512_mask_storeu_ps(y.add(j), m, p);
+        let s = T::round(_mm512_div_ps(x, _mm512_add_ps(one, e)));
+        let p = _mm512_mul_ps(s, T::load16(u.as_ptr().add(j), n));
+        T::store16(y.add(j), n, p);
         j += 16;
     }
 }
 
 /// Tanh-approximated GELU (`0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`, PyTorch's
-/// `gelu(approximate="tanh")`) of an f32 CPU tensor in one vectorised pass, `tanh(u)` as
-/// `1 - 2 / (e^{2u} + 1)` with [`exp512`] (the scalar libm `tanhf` took a sixth of a Flux
-/// step); `None` when this path does not apply.
+/// `gelu(approximate="tanh")`) of an f32 or bf16 CPU tensor in one vectorised pass (bf16
+/// widened per element and rounded once, as PyTorch does), `tanh(u)` as `1 - 2 / (e^{2u} +
+/// 1)` with [`exp512`] (the scalar libm `tanhf` took a sixth of a Flux step); `None` when
+/// this path does not apply.
 pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
     if !has_avx512() {
         return None;
     }
-    let y = with_f32(x, |xv| {
-        elementwise(xv.len(), |a, e, out| {
-            // SAFETY: AVX-512F was detected; `out` holds e - a values.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                gelu_tanh_avx512(&xv[a..e], out)
-            }
-        })
-    })?;
-    Some(Tensor::from_vec(y, x.shape(), &Device::Cpu))
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn run<T: Lane>(x: &[T], shape: &[usize]) -> Result<Tensor> {
+            let y = elementwise(x.len(), |a, e, out| {
+                // SAFETY: AVX-512F was detected; `out` holds e - a values.
+                unsafe { gelu_tanh_avx512(&x[a..e], out) }
+            });
+            Tensor::from_vec(y, shape, &Device::Cpu)
+        }
+        match x.dtype() {
+            DType::F32 => with_f32(x, |v| run(v, x.shape())),
+            DType::BF16 => with_bf16(x, |v| run(v, x.shape())),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
 }
 
 /// `n` outputs computed in chunks on the pool: `f(a, e, out)` must write all `e - a` values
 /// of `out`, the outputs `a..e`.
-fn elementwise(n: usize, f: impl Fn(usize, usize, *mut f32) + Sync) -> Vec<f32> {
-    let mut y: Vec<f32> = Vec::with_capacity(n);
+fn elementwise<T>(n: usize, f: impl Fn(usize, usize, *mut T) + Sync) -> Vec<T> {
+    let mut y: Vec<T> = Vec::with_capacity(n);
     let yp = OutPtr(y.as_mut_ptr());
     const CHUNK: usize = 16 * 1024;
     par_units(n.div_ceil(CHUNK), |c| {
@@ -1084,19 +1192,15 @@ fn elementwise(n: usize, f: impl Fn(usize, usize, *mut f32) + Sync) -> Vec<f32> 
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn gelu_tanh_avx512(x: &[f32], y: *mut f32) {
+unsafe fn gelu_tanh_avx512<T: Lane>(x: &[T], y: *mut T) {
     use std::arch::x86_64::*;
     let (one, half) = (_mm512_set1_ps(1.0), _mm512_set1_ps(0.5));
     let c = _mm512_set1_ps((2.0 / std::f32::consts::PI).sqrt());
     let k = _mm512_set1_ps(0.044_715);
     let mut j = 0;
     while j < x.len() {
-        let m: __mmask16 = if x.len() - j >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << (x.len() - j)) - 1) as __mmask16
-        };
-        let v = _mm512_maskz_loadu_ps(m, x.as_ptr().add(j));
+        let n = x.len() - j;
+        let v = T::load16(x.as_ptr().add(j), n);
         let cube = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
         let u = _mm512_mul_ps(c, _mm512_fmadd_ps(k, cube, v));
         let e = exp512(_mm512_add_ps(u, u));
@@ -1105,7 +1209,7 @@ unsafe fn gelu_tanh_avx512(x: &[f32], y: *mut f32) {
             _mm512_div_ps(_mm512_set1_ps(2.0), _mm512_add_ps(e, one)),
         );
         let g = _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, t));
-        _mm512_mask_storeu_ps(y.add(j), m, g);
+        T::store16(y.add(j), n, g);
         j += 16;
     }
 }

@@ -8,5 +8,8 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod bf16;
 pub(crate) mod kernels;
 pub(crate) mod quant;
+pub(crate) mod rotary;

@@ -145,6 +145,21 @@ impl Linear {
             Matrix::Blocks(m) => return Linear::new(m.to_tensor()?, self.bias.clone()).forward(x),
         };
         let dt = x.dtype();
+        let in_dim = x.dim(-1)?;
+        let rows = x.elem_count() / in_dim.max(1);
+        let mut out = x.shape().to_vec();
+        if let Some(last) = out.last_mut() {
+            *last = w.shape()[0];
+        }
+        // bf16 on the CPU, many rows: the f32 tile kernel on values widened as it packs them,
+        // the bias added to the f32 sums, one rounding (PyTorch's `addmm` in bf16).
+        #[cfg(target_arch = "x86_64")]
+        if dt == DType::BF16 && rows >= kernels::FEW_ROWS {
+            let x2 = x.reshape_to(&[rows, in_dim])?;
+            if let Some(y) = crate::cpu::bf16::matmul_wt(&x2, w, self.bias.as_ref()) {
+                return y?.reshape_to(&out);
+            }
+        }
         // With a bias on 16-bit inputs, PyTorch's `addmm` adds the bias to the f32
         // accumulator and rounds once; adding it to a rounded product would round twice, so
         // that case runs in f32 and rounds at the end (candle's CPU kernel accumulates in
@@ -153,12 +168,6 @@ impl Linear {
             let acc = dt.accumulation();
             let wide = Linear::new(w.to_dtype(acc)?, Some(b.to_dtype(acc)?));
             return wide.forward_one(&x.to_dtype(acc)?)?.into_dtype(dt);
-        }
-        let in_dim = x.dim(-1)?;
-        let rows = x.elem_count() / in_dim.max(1);
-        let mut out = x.shape().to_vec();
-        if let Some(last) = out.last_mut() {
-            *last = w.shape()[0];
         }
         // f32 on the CPU: one row streams the weight once in memory order (a decode step), a
         // few rows (a batch of decode steps) too, many rows take the AVX-512 tile kernel;

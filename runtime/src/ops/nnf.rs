@@ -8,7 +8,7 @@ use crate::composite::{Attention, MaskKind};
 use crate::dims::Dims;
 use crate::op::{Composite, ConvGeom, Op, UnaryOp};
 use crate::tensor::{broadcast_shape, check_same_device};
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 
 /// An activation function, named as HF configs name it in `hidden_act` / `activation_fn`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -664,6 +664,27 @@ impl Tensor {
                 return out?.reshape_to(&[b, lq, hq, d])?.transpose(1, 2);
             }
         }
+        // bf16 on the CPU without rounded scores (`scaled_dot_product_attention`): PyTorch's
+        // CPU kernel keeps the scores and the softmax in f32 and rounds the output, so the
+        // fused f32 pass runs on widened copies (a few hundred KiB per call) and rounds once.
+        // (PyTorch also rounds the probabilities to bf16 for the value product; kept in f32
+        // here, the outputs stay within the bf16 parity tolerances.)
+        let sdpa = !opts.round_scores && !opts.upcast_scores;
+        let on_cpu = q.device() == Device::Cpu;
+        if let (Some(bias), false, None, DType::BF16, true, true) =
+            (plain, positions, opts.softcap, dt, sdpa, on_cpu)
+        {
+            let f = |t: &Tensor| t.to_dtype(acc);
+            let bias = bias.map(f).transpose()?;
+            if let Some(out) =
+                crate::cpu::kernels::attention(&f(&q)?, &f(&k)?, &f(&v)?, bias.as_ref(), scale)
+            {
+                return out?
+                    .into_dtype(dt)?
+                    .reshape_to(&[b, lq, hq, d])?
+                    .transpose(1, 2);
+            }
+        }
         let attn = Attention {
             scale,
             softcap: opts.softcap,
@@ -716,6 +737,9 @@ impl Tensor {
             x = std::borrow::Cow::Owned(x.broadcast_as(&wide)?);
         }
         let (c, s) = (cos.cast(dt)?, sin.cast(dt)?);
+        if let Some(y) = crate::cpu::rotary::rotary(&x, &c, &s, style) {
+            return y;
+        }
         Tensor::apply(Op::Composite(Composite::Rotary(style)), &[&x, &c, &s], dt)
     }
 }
