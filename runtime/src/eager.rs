@@ -103,12 +103,12 @@ pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
         Op::Conv2d(g) if x[0].dtype() == CDType::BF16 => {
             // Candle's CPU im2col path has no bf16 GEMM; run in f32 (PyTorch accumulates
             // bf16 convolutions in f32 as well) and round once at the end.
-            let f = |t: &CT| t.to_dtype(CDType::F32);
-            f(x[0])
-                .and_then(|a| a.conv2d(&f(x[1])?, g.padding, g.stride, g.dilation, g.groups))
-                .and_then(|y| y.to_dtype(CDType::BF16))
+            let f = |t: &CT| t.to_dtype(CDType::F32).op(name);
+            return conv2d(&f(x[0])?, &f(x[1])?, g)?
+                .to_dtype(CDType::BF16)
+                .op(name);
         }
-        Op::Conv2d(g) => x[0].conv2d(x[1], g.padding, g.stride, g.dilation, g.groups),
+        Op::Conv2d(g) => return conv2d(x[0], x[1], g),
         Op::ConvTranspose2d(g) => return conv_transpose2d(x[0], x[1], g),
         Op::UpsampleNearest2d { h, w } => x[0].upsample_nearest2d(*h, *w),
         Op::Contiguous => x[0].contiguous(),
@@ -276,6 +276,17 @@ fn update_region(x: &CT, update: &CT, starts: &[usize], from: usize) -> Result<C
     let band = x.narrow(d, starts[d], update.dims()[d]).op(op)?;
     let band = update_region(&band, update, starts, d + 1)?;
     x.slice_scatter(&band, d, starts[d]).op(op)
+}
+
+/// `conv2d` of f32 or f64 candle tensors: the runtime's tile GEMM where it applies, else
+/// candle's.
+fn conv2d(x: &CT, w: &CT, g: &ConvGeom) -> Result<CT> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(y) = crate::cpu::conv::conv2d(x, w, g) {
+        return y.op("conv2d");
+    }
+    x.conv2d(w, g.padding, g.stride, g.dilation, g.groups)
+        .op("conv2d")
 }
 
 fn conv_transpose2d(x: &CT, w: &CT, g: &ConvGeom) -> Result<CT> {

@@ -773,6 +773,100 @@ unsafe fn tile<const R: usize>(t: Tile) {
     }
 }
 
+/// Attention's probabilities times v for heads 8 or 16 wide, where the 32-wide [`Tile`]
+/// would multiply zero padding (4x the work at 8): each output is a dot product along the
+/// keys, 16 keys per register, of a probability row with a column of v (v transposed once
+/// per call, [`NarrowPv::transpose`]), summed across lanes at the end. Probability rows are
+/// read as stored, so no row addresses are recomputed per key.
+struct NarrowPv {
+    /// The first probability row, and the distance between rows.
+    a: *const f32,
+    lda: usize,
+    /// The first column of v transposed (`[width][keys]`), and the distance between columns.
+    vt: *const f32,
+    ldvt: usize,
+    depth: usize,
+    c: *mut f32,
+    ldc: usize,
+}
+
+impl NarrowPv {
+    /// Head widths this kernel takes.
+    fn fits(d: usize) -> bool {
+        d == 8 || d == 16
+    }
+
+    /// v `[B, KV, L, D]` (strides `vs` of B, KV, L; D contiguous) as `[B·KV][D][L]`.
+    fn transpose(v: &[f32], vs: [usize; 3], [b, kv, l, d]: [usize; 4]) -> Vec<f32> {
+        let mut vt = vec![0f32; b * kv * d * l];
+        let vtp = OutPtr(vt.as_mut_ptr());
+        par_units(b * kv, |u| {
+            // SAFETY: each (batch, kv head) fills its own d*l values.
+            let dst = unsafe { vtp.part(u * d * l, d * l) };
+            let base = (u / kv) * vs[0] + (u % kv) * vs[1];
+            for j in 0..l {
+                for (c, x) in v[base + j * vs[2]..][..d].iter().enumerate() {
+                    dst[c * l + j] = *x;
+                }
+            }
+        });
+        vt
+    }
+
+    /// SAFETY: AVX-512F must be available; `a` valid for `rows` rows of `depth`, `vt` for
+    /// `width` columns of `depth`, `c` for `rows` rows of `width`; `width` 8 or 16.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run(self, rows: usize, width: usize) {
+        let mut i = 0;
+        while i < rows {
+            let at = |p: *const f32, ld: usize| p.add(i * ld);
+            let t = NarrowPv {
+                a: at(self.a, self.lda),
+                c: at(self.c, self.ldc).cast_mut(),
+                ..self
+            };
+            // Rows x width accumulators: 3 x 8 or 1 x 16 of the 32 registers.
+            i += match (width, rows - i) {
+                (8, 3..) => narrow_pv::<3, 8>(&t),
+                (8, 2) => narrow_pv::<2, 8>(&t),
+                (8, _) => narrow_pv::<1, 8>(&t),
+                _ => narrow_pv::<1, 16>(&t),
+            };
+        }
+    }
+}
+
+/// [`NarrowPv`] for `R` rows of `W` outputs; returns `R`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn narrow_pv<const R: usize, const W: usize>(t: &NarrowPv) -> usize {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); W]; R];
+    let mut j = 0;
+    while j < t.depth {
+        let m: __mmask16 = if t.depth - j >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << (t.depth - j)) - 1) as __mmask16
+        };
+        let p: [__m512; R] =
+            std::array::from_fn(|i| _mm512_maskz_loadu_ps(m, t.a.add(i * t.lda + j)));
+        for c in 0..W {
+            let v = _mm512_maskz_loadu_ps(m, t.vt.add(c * t.ldvt + j));
+            for (row, p) in acc.iter_mut().zip(&p) {
+                row[c] = _mm512_fmadd_ps(*p, v, row[c]);
+            }
+        }
+        j += 16;
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (c, r) in row.iter().enumerate() {
+            *t.c.add(i * t.ldc + c) = _mm512_reduce_add_ps(*r);
+        }
+    }
+    R
+}
+
 /// The f32 storage of an eager CPU tensor from its first element, with its strides.
 fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Option<R> {
     if t.dtype() != DType::F32 || t.device() != Device::Cpu {
@@ -794,8 +888,9 @@ fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Opt
 /// Returns `[B, T, H * D]` (what `o_proj` takes), or `None` when this path does not apply (no
 /// AVX-512, a last dimension that is not contiguous). Scores live one tile of query rows at
 /// a time, so a long sequence (a UNet's 4096 latent positions) never materialises its
-/// `T x L` score matrix. A `D` that is not a multiple of 32 runs with `v` zero-padded to one
-/// (the padded output columns are dropped).
+/// `T x L` score matrix. Heads 8 or 16 wide (a reduced-width UNet's first levels) take the
+/// probabilities times v as dot products along the keys ([`NarrowPv`]); another `D` that is not a
+/// multiple of 32 runs with `v` zero-padded to one (the padded output columns are dropped).
 ///
 /// Same operations in the same order as the eager path (product, scale, mask add, max,
 /// `exp(x - max)`, sum, divide, product with v), with one exception that changes nothing:
@@ -820,7 +915,11 @@ pub(crate) fn attention(
     if bias.is_some_and(|m| m.shape() != [b, 1, t, l]) || d == 0 || t == 0 {
         return None;
     }
-    let dv = d.div_ceil(NR) * NR;
+    let dv = if NarrowPv::fits(d) {
+        d
+    } else {
+        d.div_ceil(NR) * NR
+    };
     let padded;
     let v = if dv == d {
         v
@@ -941,6 +1040,8 @@ fn attention_f32(
         let out = unsafe { kpp.part(u * d * NR, d * NR) };
         pack_rows(&rows, d, out);
     });
+    // Narrow heads multiply by v transposed (`NarrowPv`).
+    let vt = (dv < NR).then(|| NarrowPv::transpose(v, g.vs, [b, kv, l, dv]));
     let mut o: Vec<f32> = Vec::with_capacity(b * t * h * dv);
     let op = OutPtr(o.as_mut_ptr());
     let tiles = t.div_ceil(MR);
@@ -990,6 +1091,19 @@ fn attention_f32(
                 let vp = v
                     .as_ptr()
                     .add(bi * g.vs[0] + (hi / rep) * g.vs[1] + lo * g.vs[2]);
+                let out = op.get().add((bi * t + r0) * h * dv + hi * dv);
+                if let Some(vt) = &vt {
+                    NarrowPv {
+                        a: sc.add(lo),
+                        lda: width,
+                        vt: vt.as_ptr().add(kvh * dv * l + lo),
+                        ldvt: l,
+                        depth: hi_ - lo,
+                        c: out,
+                        ldc: h * dv,
+                    }
+                    .run(r1 - r0, dv);
+                }
                 for p in 0..dv / NR {
                     Tile {
                         a: sc.add(lo),
@@ -997,7 +1111,7 @@ fn attention_f32(
                         b: vp.add(p * NR),
                         ldb: g.vs[2],
                         depth: hi_ - lo,
-                        c: op.get().add((bi * t + r0) * h * dv + hi * dv + p * NR),
+                        c: out.add(p * NR),
                         ldc: h * dv,
                         accumulate: false,
                     }
@@ -1406,6 +1520,8 @@ mod tests {
             (1usize, 9usize, 3usize, 40usize, 0usize, 64usize),
             (2, 4, 2, 3, 33, 32),
             (1, 2, 1, 1, 70, 64),
+            (2, 4, 2, 20, 7, 16),
+            (2, 2, 1, 15, 4, 8),
         ] {
             let l = past + t;
             let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
@@ -1445,6 +1561,7 @@ mod tests {
             (2usize, 8usize, 300usize, 300usize, 8usize),
             (1, 2, 64, 77, 40),
             (2, 3, 17, 5, 32),
+            (2, 4, 100, 77, 16),
         ] {
             let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
             let k = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();

@@ -1,15 +1,19 @@
-//! The eager backend's CPU fast paths: what a `Tensor` op on f32 CPU tensors runs when a
-//! faster kernel than candle's applies, reached only through the ops they speed up — a
-//! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`, quantized blocks in
-//! `quant`, AMX tiles in `amx`), the attention composite (`kernels::attention`) and
-//! `Activation::apply_gated` (`kernels::silu_mul`) and `Tensor::gelu_tanh` (`kernels::gelu_tanh`). Each returns `None` when it does not
-//! apply (another dtype, device or layout, or a CPU without the instructions), and the op
+//! The eager backend's CPU fast paths: what a `Tensor` op on f32 (and bf16) CPU tensors runs
+//! when a faster kernel than candle's applies, reached only through the ops they speed up — a
+//! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`,
+//! bf16 pairs in `bf16`, quantized blocks in `quant`, AMX tiles in `amx`), the attention
+//! composite (`kernels::attention`), `Activation::apply_gated` (`kernels::silu_mul`),
+//! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`), 2-D
+//! convolutions (`conv`) and f32/bf16 casts (`bf16::cast`). Each returns `None` when it does
+//! not apply (another dtype, device or layout, or a CPU without the instructions), and the op
 //! then takes the backend's general path, so results never depend on this module.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod conv;
 pub(crate) mod kernels;
 pub(crate) mod quant;
 pub(crate) mod rotary;
