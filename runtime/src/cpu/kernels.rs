@@ -717,6 +717,20 @@ unsafe fn tile_pairs<const R: usize>(t: Tile) {
         a = a.add(MR);
         b = b.add(t.ldb);
     }
+    store_tile(&t, &mut lo, &mut hi);
+}
+
+/// Writes a tile's `R` rows of sums (`lo`: columns 0..16, `hi`: 16..32) to `t.c`, added to
+/// what is there when `t.accumulate`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_tile<const R: usize>(
+    t: &Tile,
+    lo: &mut [std::arch::x86_64::__m512; R],
+    hi: &mut [std::arch::x86_64::__m512; R],
+) {
+    use std::arch::x86_64::*;
     for i in 0..R {
         let c = t.c.add(i * t.ldc);
         if t.accumulate {
@@ -762,15 +776,7 @@ unsafe fn tile<const R: usize>(t: Tile) {
             b = b.add(t.ldb);
         }
     }
-    for i in 0..R {
-        let c = t.c.add(i * t.ldc);
-        if t.accumulate {
-            lo[i] = _mm512_add_ps(lo[i], _mm512_loadu_ps(c));
-            hi[i] = _mm512_add_ps(hi[i], _mm512_loadu_ps(c.add(16)));
-        }
-        _mm512_storeu_ps(c, lo[i]);
-        _mm512_storeu_ps(c.add(16), hi[i]);
-    }
+    store_tile(&t, &mut lo, &mut hi);
 }
 
 /// Attention's probabilities times v for heads 8 or 16 wide, where the 32-wide [`Tile`]

@@ -1,5 +1,5 @@
-//! The rotary embedding (`Tensor::apply_rotary`) of a contiguous f32 or bf16 CPU tensor in
-//! one pass over it.
+//! The rotary embedding (`Tensor::apply_rotary`) of an f32 or bf16 CPU tensor (any layout
+//! whose last dim is contiguous: heads transposed out of a projection) in one pass over it.
 //!
 //! The composite it replaces runs ten candle ops (narrows, four products, a sum and a
 //! difference, a concatenation, strided copies), each a pass over the heads; a diffusion
