@@ -655,6 +655,23 @@ struct Tile {
     accumulate: bool,
 }
 
+/// Writes a tile's rows of sums (`$lo`: columns 0..16, `$hi`: 16..32) to `$t.c`, added to
+/// what is there when `$t.accumulate`. A macro, not a function: the accumulators must stay
+/// in registers (a call took them through memory).
+macro_rules! store_tile {
+    ($t:expr, $lo:expr, $hi:expr) => {
+        for i in 0..$lo.len() {
+            let c = $t.c.add(i * $t.ldc);
+            if $t.accumulate {
+                $lo[i] = _mm512_add_ps($lo[i], _mm512_loadu_ps(c));
+                $hi[i] = _mm512_add_ps($hi[i], _mm512_loadu_ps(c.add(16)));
+            }
+            _mm512_storeu_ps(c, $lo[i]);
+            _mm512_storeu_ps(c.add(16), $hi[i]);
+        }
+    };
+}
+
 /// Calls `$f::<R>($t)` for the tile's row count `$rows` (1 to [`MR`]).
 macro_rules! by_rows {
     ($f:ident, $rows:expr, $t:expr) => {
@@ -717,29 +734,7 @@ unsafe fn tile_pairs<const R: usize>(t: Tile) {
         a = a.add(MR);
         b = b.add(t.ldb);
     }
-    store_tile(&t, &mut lo, &mut hi);
-}
-
-/// Writes a tile's `R` rows of sums (`lo`: columns 0..16, `hi`: 16..32) to `t.c`, added to
-/// what is there when `t.accumulate`.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn store_tile<const R: usize>(
-    t: &Tile,
-    lo: &mut [std::arch::x86_64::__m512; R],
-    hi: &mut [std::arch::x86_64::__m512; R],
-) {
-    use std::arch::x86_64::*;
-    for i in 0..R {
-        let c = t.c.add(i * t.ldc);
-        if t.accumulate {
-            lo[i] = _mm512_add_ps(lo[i], _mm512_loadu_ps(c));
-            hi[i] = _mm512_add_ps(hi[i], _mm512_loadu_ps(c.add(16)));
-        }
-        _mm512_storeu_ps(c, lo[i]);
-        _mm512_storeu_ps(c.add(16), hi[i]);
-    }
+    store_tile!(t, lo, hi);
 }
 
 /// [`Tile`] with `R` rows: accumulated in registers over `depth` (one broadcast of `a` per
@@ -776,7 +771,7 @@ unsafe fn tile<const R: usize>(t: Tile) {
             b = b.add(t.ldb);
         }
     }
-    store_tile(&t, &mut lo, &mut hi);
+    store_tile!(t, lo, hi);
 }
 
 /// Attention's probabilities times v for heads 8 or 16 wide, where the 32-wide [`Tile`]
@@ -898,11 +893,13 @@ fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Opt
 /// probabilities times v as dot products along the keys ([`NarrowPv`]); another `D` that is not a
 /// multiple of 32 runs with `v` zero-padded to one (the padded output columns are dropped).
 ///
-/// Same operations in the same order as the eager path (product, scale, mask add, max,
-/// `exp(x - max)`, sum, divide, product with v), with one exception that changes nothing:
-/// columns whose mask is the lowest f32 at either end of a row are skipped, since
-/// `exp(x + f32::MIN - max)` is exactly 0 in any row with one visible key (a row with none
-/// is computed whole). For a causal prefill that halves the work and keeps the scores in L1.
+/// The eager path's operations (product, scale, mask add, max, `exp(x - max)`, sum, product
+/// with v, divide), with the division by the sum moved after the product with v, as
+/// PyTorch's fused CPU attention does: `d` divisions per query instead of one per key (a
+/// UNet's 4096 keys), the same value to rounding. Columns whose mask is the lowest f32 at
+/// either end of a row are skipped, which changes nothing, since `exp(x + f32::MIN - max)`
+/// is exactly 0 in any row with one visible key (a row with none is computed whole). For a
+/// causal prefill that halves the work and keeps the scores in L1.
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -1087,12 +1084,13 @@ fn attention_f32(
                     }
                     .run(r1 - r0);
                 }
+                let mut sums = [0f32; MR];
                 for (i, &(rlo, rhi)) in rr.iter().enumerate() {
                     let brow = match bias {
                         Some(bias) => bias.as_ptr().add(bi * g.bs[0] + (r0 + i) * g.bs[1]),
                         None => std::ptr::null(),
                     };
-                    softmax_row(sc.add(i * width), brow, g.scale, lo, rlo, rhi, hi_);
+                    sums[i] = softmax_row(sc.add(i * width), brow, g.scale, lo, rlo, rhi, hi_);
                 }
                 let vp = v
                     .as_ptr()
@@ -1123,6 +1121,11 @@ fn attention_f32(
                     }
                     .run(r1 - r0);
                 }
+                // The softmax's division, on the row's dv outputs instead of its keys.
+                for (i, sum) in sums.iter().enumerate().take(r1 - r0) {
+                    let row = out.add(i * h * dv);
+                    divide(row, dv, *sum);
+                }
             }
         });
     });
@@ -1132,8 +1135,8 @@ fn attention_f32(
 }
 
 /// One row of scores `s` in place: `s[j] * scale + bias[j]` (no bias when `bias` is null),
-/// softmax over `[rlo, rhi)`, and zero in the rest of `[lo, hi)` (columns the tile's product
-/// reads).
+/// `exp(s[j] - max)` over `[rlo, rhi)` and zero in the rest of `[lo, hi)` (columns the
+/// tile's product reads); returns the sum of the exponentials, the softmax's divisor.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn softmax_row(
@@ -1144,7 +1147,7 @@ unsafe fn softmax_row(
     rlo: usize,
     rhi: usize,
     hi: usize,
-) {
+) -> f32 {
     use std::arch::x86_64::*;
     let mask = |j: usize, end: usize| -> __mmask16 {
         if end - j >= 16 {
@@ -1177,16 +1180,28 @@ unsafe fn softmax_row(
         _mm512_mask_storeu_ps(s.add(j), m, e);
         j += 16;
     }
-    let vsum = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
-    let mut j = rlo;
-    while j < rhi {
-        let m = mask(j, rhi);
-        let p = _mm512_div_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vsum);
-        _mm512_mask_storeu_ps(s.add(j), m, p);
-        j += 16;
-    }
     for j in (lo..rlo).chain(rhi..hi) {
         *s.add(j) = 0.0;
+    }
+    _mm512_reduce_add_ps(sum)
+}
+
+/// `row[..n] /= sum`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn divide(row: *mut f32, n: usize, sum: f32) {
+    use std::arch::x86_64::*;
+    let vs = _mm512_set1_ps(sum);
+    let mut j = 0;
+    while j < n {
+        let m: __mmask16 = if n - j >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << (n - j)) - 1) as __mmask16
+        };
+        let y = _mm512_div_ps(_mm512_maskz_loadu_ps(m, row.add(j)), vs);
+        _mm512_mask_storeu_ps(row.add(j), m, y);
+        j += 16;
     }
 }
 
