@@ -151,8 +151,9 @@ impl Linear {
         if let Some(last) = out.last_mut() {
             *last = w.shape()[0];
         }
-        // bf16 on the CPU, many rows: the f32 tile kernel on values widened as it packs them,
-        // the bias added to the f32 sums, one rounding (PyTorch's `addmm` in bf16).
+        // bf16 on the CPU, many rows: the tile kernel on bf16 pairs (on values widened as it
+        // packs them without AVX-512 BF16), the bias added to the f32 sums, one rounding
+        // (PyTorch's `addmm` in bf16).
         #[cfg(target_arch = "x86_64")]
         if dt == DType::BF16 && rows >= kernels::FEW_ROWS {
             let x2 = x.reshape_to(&[rows, in_dim])?;
