@@ -278,8 +278,8 @@ fn update_region(x: &CT, update: &CT, starts: &[usize], from: usize) -> Result<C
     x.slice_scatter(&band, d, starts[d]).op(op)
 }
 
-/// `conv2d` of f32 or f64 candle tensors: the runtime's tile GEMM where it applies, else
-/// candle's.
+/// `conv2d` of candle tensors: the runtime's tile GEMM where it applies (f32 on the CPU),
+/// else candle's.
 fn conv2d(x: &CT, w: &CT, g: &ConvGeom) -> Result<CT> {
     #[cfg(target_arch = "x86_64")]
     if let Some(y) = crate::cpu::conv::conv2d(x, w, g) {

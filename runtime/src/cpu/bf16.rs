@@ -2,9 +2,9 @@
 //!
 //! PyTorch's CPU ops on bf16 compute in f32 and round once: a GEMM accumulates in f32 (with
 //! the bias added to the accumulator), an activation widens each element, computes and
-//! rounds. So does this module: values widen to f32 as they are loaded or packed, the f32
-//! kernels of [`super::kernels`] run, and each result rounds to the nearest bf16 (ties to
-//! even) once. Candle's own bf16 CPU ops run scalar loops over libm instead, and a bf16
+//! rounds. So does this module: values widen to f32 as they are loaded (a GEMM on AVX-512
+//! BF16 multiplies bf16 pairs into f32 sums instead), the kernels of [`super::kernels`] run,
+//! and each result rounds to the nearest bf16 (ties to even) once. Candle's own bf16 CPU ops run scalar loops over libm instead, and a bf16
 //! `Linear` with a bias widened its whole weight on every call.
 //!
 //! [`Lane`] is the 16-lane load/store both element types share, so one elementwise kernel
@@ -12,22 +12,11 @@
 
 use half::bf16;
 
-use super::kernels::{gemm, has_avx512, matmul_wt_with, pack_rows, par_units, Dot, OutPtr, NR};
-use crate::{DType, Device, Result, Tensor};
-
-/// The bf16 contents of a contiguous eager CPU tensor, borrowed.
-pub(crate) fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> R) -> Option<R> {
-    if t.dtype() != DType::BF16 || t.device() != Device::Cpu {
-        return None;
-    }
-    let c = t.as_candle()?;
-    let (storage, layout) = c.storage_and_layout();
-    let (start, end) = layout.contiguous_offsets()?;
-    match &*storage {
-        candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(v)) => Some(f(&v[start..end])),
-        _ => None,
-    }
-}
+use super::kernels::{
+    gemm, has_avx512, matmul_wt_with, pack_rows, par_units, row_start, tail_mask, with_slice, Dot,
+    OutPtr, NR,
+};
+use crate::{Device, Result, Tensor};
 
 /// An element type the vectorised kernels load and store 16 lanes of, as f32.
 pub(crate) trait Lane: Copy + Send + Sync + crate::Element {
@@ -48,25 +37,17 @@ pub(crate) trait Lane: Copy + Send + Sync + crate::Element {
     unsafe fn round(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512;
 }
 
-fn lanes_mask(n: usize) -> std::arch::x86_64::__mmask16 {
-    if n >= 16 {
-        0xFFFF
-    } else {
-        ((1u32 << n) - 1) as u16
-    }
-}
-
 impl Lane for f32 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn load16(p: *const f32, n: usize) -> std::arch::x86_64::__m512 {
-        std::arch::x86_64::_mm512_maskz_loadu_ps(lanes_mask(n), p)
+        std::arch::x86_64::_mm512_maskz_loadu_ps(tail_mask(n), p)
     }
 
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn store16(p: *mut f32, n: usize, v: std::arch::x86_64::__m512) {
-        std::arch::x86_64::_mm512_mask_storeu_ps(p, lanes_mask(n), v)
+        std::arch::x86_64::_mm512_mask_storeu_ps(p, tail_mask(n), v)
     }
 
     #[inline]
@@ -150,9 +131,9 @@ pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Option
     if bias.is_some_and(|b| b.shape() != [n]) {
         return None;
     }
-    let c = with_bf16(x, |a| with_bf16(w, |b| product(a, b, m, k, n)))???;
+    let c = with_slice(x, |a| with_slice(w, |b| product(a, b, m, k, n)))???;
     let bias = match bias {
-        Some(b) => Some(with_bf16(b, widen)?),
+        Some(b) => Some(with_slice(b, widen)?),
         None => None,
     };
     Some(Tensor::from_vec(
@@ -231,17 +212,7 @@ pub(crate) fn cast(
         return None;
     }
     let rows = dims.iter().product::<usize>() / row;
-    let lead = &dims[..dims.len() - 1];
-    let start = layout.start_offset();
-    // The storage offset of row r: its index over the leading dims against their strides.
-    let at = |mut r: usize| {
-        let mut o = start;
-        for (d, s) in lead.iter().zip(strides).rev() {
-            o += (r % d) * s;
-            r /= d;
-        }
-        o
-    };
+    let at = row_start(layout);
     let flat = layout.contiguous_offsets();
     let cpu = &candle_core::Device::Cpu;
     let t = match (&*storage, to, flat) {
@@ -332,7 +303,7 @@ unsafe fn convert_row<S: Lane, D: Lane>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Generator;
+    use crate::{DType, Generator};
 
     #[test]
     fn rounds_like_half() {

@@ -50,13 +50,16 @@ pub(crate) fn conv2d(x: &CT, w: &CT, g: &ConvGeom) -> Option<candle_core::Result
         ow,
         g: *g,
     };
-    let mut out = Vec::with_capacity(n * o * positions);
-    for img in xv.chunks_exact(c * h * wd) {
-        let y = matmul_wt_with(wv, o, depth, positions, &|panel, dst| {
-            geo.pack(img, panel, dst)
-        })?;
-        out.extend_from_slice(&y);
-    }
+    let images: Option<Vec<Vec<f32>>> = xv
+        .chunks_exact(c * h * wd)
+        .map(|img| matmul_wt_with(wv, o, depth, positions, &|p, dst| geo.pack(img, p, dst)))
+        .collect();
+    // One image's product is the output as it is; several are laid one after another.
+    let mut images = images?;
+    let out = match images.len() {
+        1 => images.pop()?,
+        _ => images.concat(),
+    };
     Some(CT::from_vec(out, (n, o, oh, ow), &candle_core::Device::Cpu))
 }
 

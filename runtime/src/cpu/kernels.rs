@@ -1,4 +1,5 @@
-//! CPU fast paths for the products of `Linear` layers and for attention on f32 CPU tensors.
+//! CPU fast paths for the products of `Linear` layers, attention and activations on f32 CPU
+//! tensors (bf16 ones through [`super::bf16`]).
 //!
 //! With one token per row, every `Linear` is a matrix-vector product that reads each weight
 //! once: its speed is the memory bandwidth. The runtime's eager matmul hands it to a GEMM
@@ -11,7 +12,7 @@
 //! k-blocked, over weight panels packed on the fly (each task packs its own panel, so nothing
 //! is kept; [`matmul_wt_with`] takes the packing as a callback for other weight formats).
 //! [`attention`] fuses scores, mask, softmax and the product with v (skipping fully masked
-//! column ranges), and [`silu_mul`] the MLP's `silu(gate) * up`.
+//! column ranges), [`silu_mul`] the MLP's `silu(gate) * up`, [`gelu_tanh`] the tanh GELU.
 //!
 //! Everything here runs on candle's own CPU thread pool (see [`par_units`]).
 //!
@@ -21,22 +22,74 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(target_arch = "x86_64")]
-use super::bf16::{with_bf16, Lane};
+use super::bf16::Lane;
 use crate::{DType, Device, Tensor};
 
 use crate::Result;
 
-/// The f32 contents of a contiguous eager CPU tensor, borrowed.
-pub(crate) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
-    if t.dtype() != DType::F32 || t.device() != Device::Cpu {
-        return None;
+/// An element type of eager CPU storage that the fast paths borrow.
+pub(crate) trait Stored: Sized + 'static {
+    /// The values of `s` when it holds this type.
+    fn slice(s: &candle_core::CpuStorage) -> Option<&[Self]>;
+}
+
+impl Stored for f32 {
+    fn slice(s: &candle_core::CpuStorage) -> Option<&[f32]> {
+        match s {
+            candle_core::CpuStorage::F32(v) => Some(v),
+            _ => None,
+        }
     }
+}
+
+impl Stored for half::bf16 {
+    fn slice(s: &candle_core::CpuStorage) -> Option<&[half::bf16]> {
+        match s {
+            candle_core::CpuStorage::BF16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The contents of a contiguous eager CPU tensor of `T`, borrowed.
+pub(crate) fn with_slice<T: Stored, R>(t: &Tensor, f: impl FnOnce(&[T]) -> R) -> Option<R> {
     let c = t.as_candle()?;
     let (storage, layout) = c.storage_and_layout();
     let (start, end) = layout.contiguous_offsets()?;
     match &*storage {
-        candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => Some(f(&v[start..end])),
+        candle_core::Storage::Cpu(s) => Some(f(&T::slice(s)?[start..end])),
         _ => None,
+    }
+}
+
+/// The f32 contents of a contiguous eager CPU tensor, borrowed.
+pub(crate) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
+    with_slice(t, f)
+}
+
+/// Where row `r` (the last dim) of a layout starts in its storage: `r` indexed over the
+/// leading dims against their strides. For any layout whose last dim is contiguous.
+pub(crate) fn row_start(layout: &candle_core::Layout) -> impl Fn(usize) -> usize + Sync + '_ {
+    let (dims, strides) = (layout.dims(), layout.stride());
+    let lead = &dims[..dims.len().saturating_sub(1)];
+    move |mut r: usize| {
+        let mut o = layout.start_offset();
+        for (d, s) in lead.iter().zip(strides).rev() {
+            o += (r % d) * s;
+            r /= d;
+        }
+        o
+    }
+}
+
+/// Lanes `0..min(n, 16)` of a 16-lane register: the mask of a loop's last, partial step.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn tail_mask(n: usize) -> std::arch::x86_64::__mmask16 {
+    if n >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << n) - 1) as u16
     }
 }
 
@@ -845,11 +898,7 @@ unsafe fn narrow_pv<const R: usize, const W: usize>(t: &NarrowPv) -> usize {
     let mut acc = [[_mm512_setzero_ps(); W]; R];
     let mut j = 0;
     while j < t.depth {
-        let m: __mmask16 = if t.depth - j >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << (t.depth - j)) - 1) as __mmask16
-        };
+        let m = tail_mask(t.depth - j);
         let p: [__m512; R] =
             std::array::from_fn(|i| _mm512_maskz_loadu_ps(m, t.a.add(i * t.lda + j)));
         for c in 0..W {
@@ -1149,13 +1198,7 @@ unsafe fn softmax_row(
     hi: usize,
 ) -> f32 {
     use std::arch::x86_64::*;
-    let mask = |j: usize, end: usize| -> __mmask16 {
-        if end - j >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << (end - j)) - 1) as __mmask16
-        }
-    };
+    let mask = |j: usize, end: usize| tail_mask(end - j);
     let vs = _mm512_set1_ps(scale);
     let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut j = rlo;
@@ -1194,11 +1237,7 @@ unsafe fn divide(row: *mut f32, n: usize, sum: f32) {
     let vs = _mm512_set1_ps(sum);
     let mut j = 0;
     while j < n {
-        let m: __mmask16 = if n - j >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << (n - j)) - 1) as __mmask16
-        };
+        let m = tail_mask(n - j);
         let y = _mm512_div_ps(_mm512_maskz_loadu_ps(m, row.add(j)), vs);
         _mm512_mask_storeu_ps(row.add(j), m, y);
         j += 16;
@@ -1256,7 +1295,9 @@ pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
         }
         match g.dtype() {
             DType::F32 => with_f32(g, |gv| with_f32(u, |uv| run(gv, uv, g.shape())))?,
-            DType::BF16 => with_bf16(g, |gv| with_bf16(u, |uv| run(gv, uv, g.shape())))?,
+            DType::BF16 => with_slice(g, |gv: &[half::bf16]| {
+                with_slice(u, |uv| run(gv, uv, g.shape()))
+            })?,
             _ => None,
         }
     }
@@ -1301,7 +1342,7 @@ pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
         }
         match x.dtype() {
             DType::F32 => with_f32(x, |v| run(v, x.shape())),
-            DType::BF16 => with_bf16(x, |v| run(v, x.shape())),
+            DType::BF16 => with_slice(x, |v: &[half::bf16]| run(v, x.shape())),
             _ => None,
         }
     }

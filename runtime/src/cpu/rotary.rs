@@ -10,11 +10,11 @@
 
 use half::bf16;
 
-use super::kernels::{par_units, OutPtr};
+use super::kernels::{par_units, row_start, with_slice, OutPtr, Stored};
 use crate::{DType, Device, RopeStyle, Tensor};
 
 /// An element type the pass reads and writes, computing in f32.
-trait Value: Copy + Send + Sync + crate::Element {
+trait Value: Copy + Send + Sync + Stored + crate::Element {
     fn wide(self) -> f32;
     /// `v` rounded to this type.
     fn narrow(v: f32) -> Self;
@@ -22,8 +22,6 @@ trait Value: Copy + Send + Sync + crate::Element {
     fn round(v: f32) -> f32 {
         Self::narrow(v).wide()
     }
-    /// The values of a CPU storage of this type.
-    fn values(s: &candle_core::CpuStorage) -> Option<&[Self]>;
 }
 
 impl Value for f32 {
@@ -32,12 +30,6 @@ impl Value for f32 {
     }
     fn narrow(v: f32) -> f32 {
         v
-    }
-    fn values(s: &candle_core::CpuStorage) -> Option<&[f32]> {
-        match s {
-            candle_core::CpuStorage::F32(v) => Some(v),
-            _ => None,
-        }
     }
 }
 
@@ -53,12 +45,6 @@ impl Value for bf16 {
         let quiet = (b >> 16) | 0x40;
         bf16::from_bits(if v.is_nan() { quiet } else { rounded } as u16)
     }
-    fn values(s: &candle_core::CpuStorage) -> Option<&[bf16]> {
-        match s {
-            candle_core::CpuStorage::BF16(v) => Some(v),
-            _ => None,
-        }
-    }
 }
 
 /// The storage of an eager CPU tensor of `T` and where each of its rows (last dim) starts;
@@ -72,22 +58,11 @@ fn with_rows<T: Value, R>(
     let candle_core::Storage::Cpu(cpu) = &*storage else {
         return None;
     };
-    let v = T::values(cpu)?;
-    let (dims, strides) = (layout.dims(), layout.stride());
-    let last = dims.len().checked_sub(1)?;
-    if strides[last] != 1 && dims[last] > 1 {
+    let last = layout.dims().len().checked_sub(1)?;
+    if layout.stride()[last] != 1 && layout.dims()[last] > 1 {
         return None;
     }
-    let (lead, start) = (&dims[..last], layout.start_offset());
-    let at = |mut r: usize| {
-        let mut o = start;
-        for (d, s) in lead.iter().zip(strides).rev() {
-            o += (r % d) * s;
-            r /= d;
-        }
-        o
-    };
-    Some(f(v, &at))
+    Some(f(T::slice(cpu)?, &row_start(layout)))
 }
 
 /// `x [.., T, D]` rotated by the tables `cos`, `sin` (`[T, r/2]`, any leading dims of size
@@ -103,8 +78,7 @@ pub(crate) fn rotary(
     if x.rank() < 2 || cos.shape() != sin.shape() || cos.dtype() != x.dtype() {
         return None;
     }
-    let contiguous = |t: &Tensor| t.as_candle().is_some_and(|c| c.is_contiguous());
-    if x.device() != Device::Cpu || !contiguous(cos) || !contiguous(sin) {
+    if x.device() != Device::Cpu {
         return None;
     }
     let (t, d) = (x.shape()[x.rank() - 2], x.shape()[x.rank() - 1]);
@@ -125,11 +99,11 @@ pub(crate) fn rotary(
         dims: (usize, usize),
         style: RopeStyle,
     ) -> Option<crate::Result<Tensor>> {
-        // The tables are contiguous: their values start at their first row.
-        let table =
-            |t: &Tensor| with_rows::<T, _>(t, |v, at| v[at(0)..][..t.elem_count()].to_vec());
-        let (c, s) = (table(c)?, table(s)?);
-        let y = with_rows::<T, _>(x, |v, at| pass(v, at, x.elem_count(), &c, &s, dims, style))?;
+        let y = with_slice(c, |c| {
+            with_slice(s, |s| {
+                with_rows::<T, _>(x, |v, at| pass(v, at, x.elem_count(), c, s, dims, style))
+            })
+        })???;
         Some(Tensor::from_vec(y, x.shape(), &Device::Cpu))
     }
     match x.dtype() {
