@@ -14,6 +14,14 @@ use serde_json::Value;
 use zoo_runtime::Tensor;
 use zoo_transformers::{CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
 
+/// Prints the XLA CPU plugin the PJRT rows ran on (its path, PJRT API and XLA version), so a
+/// figure can be traced to the XLA build behind it. Call only once the plugin is loaded.
+pub fn print_xla_plugin() {
+    if let Ok(id) = zoo_runtime::lazy::plugin_identity(zoo_runtime::PjrtPlatform::Cpu) {
+        println!("  XLA CPU plugin: {id}");
+    }
+}
+
 /// The repository root (this crate lives in `benchmarks/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

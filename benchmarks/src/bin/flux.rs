@@ -189,7 +189,10 @@ fn run() -> Result<ExitCode, String> {
     let mut rss = Vec::new();
     let mut peers = Vec::new();
     for &dtype in &a.dtypes {
-        let peer = (format!("diffusers (PyTorch) {dtype}"), torch(&dir, dtype, &a));
+        let peer = (
+            format!("diffusers (PyTorch) {dtype}"),
+            torch(&dir, dtype, &a),
+        );
         let (cpu, cpu_rss) = zoo_step(&dir, dtype, &[Device::Cpu], a.runs)?;
         rss.push((format!("candle CPU, {dtype}"), cpu_rss));
         t.add(
@@ -228,6 +231,9 @@ fn run() -> Result<ExitCode, String> {
         );
     }
     let failures = t.print();
+    if plugin.is_some() {
+        zoo_benchmarks::print_xla_plugin();
+    }
     for (what, bytes) in rss {
         println!("  peak RSS, {what}: {:.0} MiB", bytes as f64 / 1048576.0);
     }

@@ -516,6 +516,7 @@ fn run() -> Result<ExitCode, String> {
         Some(AtMost(1.3)),
     );
     let failures = t.print();
+    zoo_benchmarks::print_xla_plugin();
     if check_mode() && failures > 0 {
         println!("--check: {failures} target(s) missed or not judged");
         return Ok(ExitCode::from(1));

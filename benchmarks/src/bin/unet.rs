@@ -168,6 +168,9 @@ fn run() -> Result<ExitCode, String> {
         );
     }
     let failures = t.print();
+    if xla.is_some() {
+        zoo_benchmarks::print_xla_plugin();
+    }
     println!(
         "  peak RSS, candle CPU: {:.0} MiB",
         cpu_rss as f64 / 1048576.0

@@ -408,7 +408,7 @@ fn transformer_sample_size(files: &PipelineFiles) -> Result<usize> {
 
 /// Peak bytes of a transformer call on `batch` sequences of `tokens` `dim`-wide tokens:
 /// the feed-forward's 4x-wide hidden and a few residual streams, plus one layer's
-/// attention scores.
+/// attention scores as a compiled program holds them.
 fn transformer_activations(
     dim: usize,
     heads: usize,
@@ -417,7 +417,8 @@ fn transformer_activations(
     elem: u64,
 ) -> u64 {
     let t = tokens as u64;
-    batch as u64 * (8 * t * dim as u64 * elem + heads as u64 * t * t * 4)
+    let scores = zoo_runtime::lazy::attention_scores_bytes(batch * heads, tokens, tokens);
+    batch as u64 * 8 * t * dim as u64 * elem + scores
 }
 
 /// Plans the pipeline at `repo_or_path` for `images` images of `size` (default: the UNet's
@@ -600,7 +601,8 @@ fn unet_shape(files: &PipelineFiles) -> Result<((usize, usize), Vec<Level>)> {
 
 /// Peak bytes of a UNet call on `batch` latents of `h x w`: every skip connection the down
 /// blocks keep for the up blocks, three feature maps of the widest level in flight, and the
-/// attention scores of the largest self-attention (a compiled device may materialise them).
+/// attention scores of the largest self-attention as a compiled program holds them (one
+/// query chunk's at a time once they pass the lowering's budget).
 fn unet_activations(
     levels: &[(usize, usize, usize)],
     h: usize,
@@ -617,23 +619,25 @@ fn unet_activations(
         widest = widest.max(map);
         skips += map * layers as u64;
         if heads > 0 {
-            let l = (rh * rw) as u64;
-            scores = scores.max(heads as u64 * l * l * 4);
+            let l = rh * rw;
+            let s = zoo_runtime::lazy::attention_scores_bytes(batch * heads, l, l);
+            scores = scores.max(s);
         }
         if i + 1 < levels.len() {
             (rh, rw) = (rh.div_ceil(2), rw.div_ceil(2));
             skips += (ch * rh * rw) as u64;
         }
     }
-    batch as u64 * ((skips + 3 * widest) * elem + scores)
+    batch as u64 * (skips + 3 * widest) * elem + scores
 }
 
 /// Peak bytes of a VAE decode of `batch` images of `h x w`: three maps of the first level
 /// at full size, and the mid block's one-head attention over the latent positions.
 fn vae_activations(c: &AutoencoderKLConfig, h: usize, w: usize, batch: usize, elem: u64) -> u64 {
     let ch = c.block_out_channels.first().copied().unwrap_or(0);
-    let l = ((h / c.scale_factor()) * (w / c.scale_factor())) as u64;
-    batch as u64 * (3 * (ch * h * w) as u64 * elem + l * l * 4)
+    let l = (h / c.scale_factor()) * (w / c.scale_factor());
+    let scores = zoo_runtime::lazy::attention_scores_bytes(batch, l, l);
+    batch as u64 * 3 * (ch * h * w) as u64 * elem + scores
 }
 
 /// The UNet's units (stem, down blocks, mid block, up blocks, head) from its inventory.

@@ -289,7 +289,8 @@ fn unit_costs(req: &PlanRequest) -> Vec<u64> {
 }
 
 /// Peak activation bytes of one layer running the whole prompt: the residual stream and its
-/// normed copy, q/k/v/o, the MLP's two intermediate tensors and the f32 attention scores.
+/// normed copy, q/k/v/o, the MLP's two intermediate tensors and the f32 attention scores a
+/// compiled program holds at once (one query chunk's when they are long).
 fn activation_peak(shape: Option<ModelShape>, w: Workload) -> u64 {
     let Some(s) = shape else { return 0 };
     let tokens = (w.batch * w.seq) as u64;
@@ -297,7 +298,7 @@ fn activation_peak(shape: Option<ModelShape>, w: Workload) -> u64 {
     let streams =
         tokens * e * (2 * s.hidden + (s.heads + 2 * s.kv_heads) * s.head_dim + s.hidden) as u64;
     let mlp = tokens * e * 2 * s.intermediate as u64;
-    let scores = (w.batch * s.heads * w.seq * w.seq * 4) as u64;
+    let scores = crate::lazy::attention_scores_bytes(w.batch * s.heads, w.seq, w.seq);
     streams + mlp + scores
 }
 

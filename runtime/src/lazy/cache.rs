@@ -1,6 +1,7 @@
 //! The disk cache of compiled executables.
 //!
-//! One file per (plugin, graph): `<graph hash>-<plugin key>.zpx` in the cache folder
+//! One file per (plugin, program): `<program hash>-<plugin key>.zpx` in the cache folder, the
+//! program hash covering the traced graph and the StableHLO text zoo lowered it to
 //! ([`cache_dir`]). A file is a small header naming the plugin (path, API and platform
 //! version) and graph, then the plugin's serialized executable and a checksum:
 //!

@@ -334,6 +334,11 @@ fn load_or_compile(
     precision: super::Precision,
     op: &'static str,
 ) -> Result<LoadedExecutable> {
+    // The disk entry is keyed by the program text too: the graph hash says what was traced,
+    // not how this build of zoo lowers it, and a newer lowering must not load an older one's
+    // executable.
+    let text = lower_trace(t, precision)?;
+    let h = h ^ cache::fnv1a(text.as_bytes()).rotate_left(1);
     let dir = cache::cache_dir();
     let header = cache::header(&b.identity, h);
     let path = dir
@@ -362,7 +367,6 @@ fn load_or_compile(
             Err(Miss::Absent) => {}
         }
     }
-    let text = lower_trace(t, precision)?;
     let options = CompileOptions::on(dev)
         .map_err(|e| pjrt_err(op, d, e))?
         .strict_rounding(super::matmul_precision() == super::Precision::Highest);

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use super::graph::{infer_shape, NodeOp};
 use super::Precision;
-use crate::composite::Prims;
+use crate::composite::{Attention, Composite, Prims};
 use crate::op::{BinaryOp, CmpOp, ConvGeom, Op, ReduceOp, UnaryOp};
 use crate::{DType, Error, Result};
 
@@ -678,10 +678,142 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             e.take(&y, &wi, 3)
         }
         Op::Contiguous => x.clone(),
+        Op::Composite(Composite::Attention(a)) => attention(e, a, ins)?,
         Op::Composite(c) => {
             let refs: Vec<&V> = ins.iter().collect();
             c.expand(e, &refs)?
         }
+    })
+}
+
+/// The most f32 attention scores one query chunk materialises (64 MiB).
+const MAX_CHUNK_SCORES: usize = 16 << 20;
+
+/// How attention over `lq` queries, each with `per_query` scores (batch x heads x keys),
+/// splits into query chunks: `(chunks, rows per chunk)`, one chunk when the scores fit.
+pub(crate) fn query_chunks(lq: usize, per_query: usize) -> (usize, usize) {
+    let rows = (MAX_CHUNK_SCORES / per_query.max(1)).max(1);
+    if lq <= rows {
+        return (1, lq);
+    }
+    let chunks = lq.div_ceil(rows);
+    (chunks, lq.div_ceil(chunks))
+}
+
+/// Attention whose scores would exceed [`MAX_CHUNK_SCORES`] runs as a `while` loop over
+/// query chunks: each iteration slices its queries (and masks that vary along them), runs the
+/// whole expansion and writes its rows of the output. A query's scores, softmax and output
+/// depend on no other query, so the result is the same. Without it a 64x64-latent UNet
+/// materialises [2, 8, 4096, 4096] f32 scores (1 GiB, and XLA takes a program's temporaries
+/// as fresh pages on every execution), SDXL's 128x128 latents 40 GiB. A loop keeps the
+/// program one chunk long at any size; the last chunk's start is clamped (as
+/// `dynamic_slice` does), so it recomputes a few rows rather than needing `rows | Lq`.
+fn attention(e: &mut Emitter, a: &Attention, ins: &[V]) -> Result<V> {
+    let c = Composite::Attention(*a);
+    let refs: Vec<&V> = ins.iter().collect();
+    let (q, k, v) = (&ins[0].shape, &ins[1].shape, &ins[2].shape);
+    if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+        return c.expand(e, &refs);
+    }
+    let lq = q[2];
+    let (chunks, rows) = query_chunks(lq, q[0] * q[1] * k[2]);
+    if chunks == 1 {
+        return c.expand(e, &refs);
+    }
+    let dt = ins[0].dt;
+    let out_shape = [q[0], q[1], lq, v[3]];
+    // Carried through the loop: the chunk number, the output, then every input unchanged.
+    let counter = e.constant(0.0, DType::I64);
+    let acc = e.full(0.0, &out_shape, dt);
+    let carried: Vec<&V> = [&counter, &acc].into_iter().chain(ins).collect();
+    let tys: Vec<String> = carried.iter().map(|v| v.ty()).collect();
+    let tys = tys.join(", ");
+    let names: Vec<&str> = carried.iter().map(|v| v.name.as_str()).collect();
+    let w = e.fresh();
+    let block = |e: &mut Emitter, tag: &str| -> Vec<V> {
+        let args: Vec<V> = carried
+            .iter()
+            .enumerate()
+            .map(|(i, v)| V {
+                name: region_arg(&w, &format!("{tag}{i}")),
+                shape: v.shape.clone(),
+                dt: v.dt,
+            })
+            .collect();
+        let decl: Vec<String> = args
+            .iter()
+            .map(|a| format!("{}: {}", a.name, a.ty()))
+            .collect();
+        let _ = writeln!(e.body, "    ^bb0({}):", decl.join(", "));
+        args
+    };
+    let _ = writeln!(
+        e.body,
+        "    {w}:{} = \"stablehlo.while\"({}) ({{",
+        carried.len(),
+        names.join(", ")
+    );
+    let args = block(e, "c");
+    let limit = e.constant(chunks as f64, DType::I64);
+    let go = e.compare("LT", &args[0], &limit);
+    let _ = writeln!(
+        e.body,
+        "      \"stablehlo.return\"({}) : (tensor<i1>) -> ()",
+        go.name
+    );
+    let _ = writeln!(e.body, "    }}, {{");
+    let args = block(e, "b");
+    let per = e.constant(rows as f64, DType::I64);
+    let start = e.same("stablehlo.multiply", &[&args[0], &per]);
+    let zero = e.constant(0.0, DType::I64);
+    // The chunk's slice of `x` along `dim`, or `x` itself.
+    let slice = |e: &mut Emitter, x: &V, dim: usize| {
+        let starts: Vec<&V> = (0..x.shape.len())
+            .map(|d| if d == dim { &start } else { &zero })
+            .collect();
+        let mut sizes = x.shape.clone();
+        sizes[dim] = rows;
+        let mut operands = vec![x];
+        operands.extend(starts);
+        let attrs = format!("{{slice_sizes = {}}}", arr(sizes.iter().copied()));
+        e.op("stablehlo.dynamic_slice", &operands, &attrs, &sizes, x.dt)
+    };
+    let mut part = Vec::with_capacity(ins.len());
+    for (i, x) in args[2..].iter().enumerate() {
+        // q's queries are dim 2, a mask's its second-to-last dim unless it broadcasts there.
+        let r = x.shape.len();
+        part.push(match i {
+            0 => slice(e, x, 2),
+            3.. if r >= 2 && x.shape[r - 2] == lq => slice(e, x, r - 2),
+            _ => x.clone(),
+        });
+    }
+    let refs: Vec<&V> = part.iter().collect();
+    let out = c.expand(e, &refs)?;
+    let at = [&zero, &zero, &start, &zero];
+    let acc = e.op(
+        "stablehlo.dynamic_update_slice",
+        &[&args[1], &out, at[0], at[1], at[2], at[3]],
+        "",
+        &out_shape,
+        dt,
+    );
+    let one = e.constant(1.0, DType::I64);
+    let next = e.same("stablehlo.add", &[&args[0], &one]);
+    let back: Vec<&str> = [next.name.as_str(), acc.name.as_str()]
+        .into_iter()
+        .chain(args[2..].iter().map(|a| a.name.as_str()))
+        .collect();
+    let _ = writeln!(
+        e.body,
+        "      \"stablehlo.return\"({}) : ({tys}) -> ()",
+        back.join(", ")
+    );
+    let _ = writeln!(e.body, "    }}) : ({tys}) -> ({tys})");
+    Ok(V {
+        name: format!("{w}#1"),
+        shape: out_shape.to_vec(),
+        dt,
     })
 }
 

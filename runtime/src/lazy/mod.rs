@@ -115,6 +115,15 @@ pub fn device_count(platform: PjrtPlatform) -> Result<usize> {
         .map_err(|e| plugins::pjrt_err("device_count", d, e))
 }
 
+/// The bytes of f32 attention scores one `scaled_dot_product_attention` holds at once in a
+/// compiled program, over `batch_heads` (batch x query heads) rows of `lq` queries by `lk`
+/// keys: all of them, or one query chunk's once they pass the lowering's chunk budget
+/// (64 MiB), which is what a memory plan for a PJRT device must reserve.
+pub fn attention_scores_bytes(batch_heads: usize, lq: usize, lk: usize) -> u64 {
+    let (_, rows) = lower::query_chunks(lq, batch_heads * lk);
+    (batch_heads * rows * lk * 4) as u64
+}
+
 /// The plugin identity (file, API and platform version, device count) of `platform`'s
 /// client: what disk-cache entries are keyed by.
 pub fn plugin_identity(platform: PjrtPlatform) -> Result<String> {
