@@ -14,6 +14,26 @@ use serde_json::Value;
 use zoo_runtime::Tensor;
 use zoo_transformers::{CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
 
+/// Rounds of the diffusion benchmarks: each measures every side in turn (the peer, then zoo),
+/// and a figure is the best over all of them, so a burst of the host's other load that slows
+/// one round cannot favour either side.
+pub const ROUNDS: usize = 2;
+
+/// Folds a round's timing into `best`: the lower one; a failure (the first round's message)
+/// only while every round has failed.
+pub fn keep_faster(best: &mut Option<Result<f64, String>>, r: Result<f64, String>) {
+    *best = Some(match (best.take(), r) {
+        (None, r) | (Some(Err(_)), r @ Ok(_)) => r,
+        (Some(Ok(x)), Ok(y)) => Ok(x.min(y)),
+        (Some(b), Err(_)) => b,
+    });
+}
+
+/// A figure folded by [`keep_faster`], or "not measured" when no round ran.
+pub fn folded(best: &Option<Result<f64, String>>) -> Result<f64, String> {
+    best.clone().unwrap_or_else(|| Err("not measured".into()))
+}
+
 /// Prints the XLA CPU plugin the PJRT rows ran on (its path, PJRT API and XLA version), so a
 /// figure can be traced to the XLA build behind it. Call only once the plugin is loaded.
 pub fn print_xla_plugin() {
