@@ -33,6 +33,10 @@ pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
         Op::Unary(u) => return unary(*u, x[0]),
         Op::Binary(b) => {
             let (a, c) = (x[0], x[1]);
+            #[cfg(target_arch = "x86_64")]
+            if let Some(y) = crate::cpu::bf16::binary(*b, a, c) {
+                return y.op(name);
+            }
             match b {
                 BinaryOp::Add => a.broadcast_add(c),
                 BinaryOp::Sub => a.broadcast_sub(c),

@@ -278,6 +278,138 @@ fn convert_flat<S: Lane, D: Lane>(v: &[S]) -> Vec<D> {
 /// Values per task of a conversion.
 const CHUNK: usize = 16 * 1024;
 
+/// One operand of [`binary`]: a buffer read at the output's index modulo `period`.
+#[derive(Clone, Copy)]
+struct Operand {
+    p: *const bf16,
+    period: usize,
+}
+
+// SAFETY: an Operand only reads a buffer that `binary` keeps borrowed until its tasks end.
+unsafe impl Sync for Operand {}
+unsafe impl Send for Operand {}
+
+/// Candle's broadcasting `Op::Binary` add, sub, mul or div of two bf16 CPU tensors as one
+/// vectorised pass on the pool: each pair widened, combined in f32 and rounded once, as
+/// PyTorch's and candle's bf16 ops compute (candle's own pass rounds through a call per 8
+/// values, on one thread for small tensors). Both operands contiguous, each either the
+/// output's size or repeated along its leading dims (a bias, a modulation row, a scalar).
+/// `None` otherwise.
+pub(crate) fn binary(
+    op: crate::op::BinaryOp,
+    a: &candle_core::Tensor,
+    b: &candle_core::Tensor,
+) -> Option<candle_core::Result<candle_core::Tensor>> {
+    use crate::op::BinaryOp as B;
+    use candle_core::{CpuStorage, Storage};
+    if !matches!(op, B::Add | B::Sub | B::Mul | B::Div) || !has_avx512() {
+        return None;
+    }
+    let out = a
+        .shape()
+        .broadcast_shape_binary_op(b.shape(), "binary")
+        .ok()?;
+    let n = out.elem_count();
+    // Where `t`'s values repeat: n when it is the output's size, else its own size when its
+    // dims (leading ones dropped) are the output's last dims, in runs of 16+ or one value.
+    let period = |t: &candle_core::Tensor| {
+        let own: Vec<usize> = t.dims().iter().copied().skip_while(|&d| d == 1).collect();
+        let p = t.elem_count();
+        let trailing = out.dims().ends_with(&own);
+        (p == n || (trailing && (p == 1 || p >= 16))).then_some(p)
+    };
+    let (pa, pb) = (period(a)?, period(b)?);
+    if n == 0 || (pa != n && pb != n) {
+        return None;
+    }
+    let (sa, la) = a.storage_and_layout();
+    let (sb, lb) = b.storage_and_layout();
+    let (Storage::Cpu(CpuStorage::BF16(va)), Storage::Cpu(CpuStorage::BF16(vb))) = (&*sa, &*sb)
+    else {
+        return None;
+    };
+    let ((a0, _), (b0, _)) = (la.contiguous_offsets()?, lb.contiguous_offsets()?);
+    let (x, y) = (
+        Operand {
+            p: va[a0..].as_ptr(),
+            period: pa,
+        },
+        Operand {
+            p: vb[b0..].as_ptr(),
+            period: pb,
+        },
+    );
+    // Chunks of whole periods of the repeated operand, so each run starts at its index 0.
+    let step = match pa.min(pb) {
+        1 => CHUNK,
+        p if p == n => CHUNK,
+        p => (CHUNK / p).max(1) * p,
+    };
+    let mut v: Vec<bf16> = Vec::with_capacity(n);
+    let vp = OutPtr(v.as_mut_ptr());
+    par_units(n.div_ceil(step), |c| {
+        let (s, e) = (c * step, ((c + 1) * step).min(n));
+        // SAFETY: AVX-512F was checked; s..e is this task's alone, inside the output, and
+        // inside each operand at its index modulo its period.
+        unsafe { combine(op, x, y, s, e, vp.get()) }
+    });
+    // SAFETY: the tasks wrote all n values.
+    unsafe { v.set_len(n) };
+    Some(candle_core::Tensor::from_vec(
+        v,
+        out,
+        &candle_core::Device::Cpu,
+    ))
+}
+
+/// Output values `s..e` of `x op y`, in runs that end where a repeated operand wraps.
+///
+/// SAFETY: AVX-512F must be available; `out` valid for `e` values; `s` a multiple of each
+/// period below `e - s`.
+#[target_feature(enable = "avx512f")]
+unsafe fn combine(
+    op: crate::op::BinaryOp,
+    x: Operand,
+    y: Operand,
+    s: usize,
+    e: usize,
+    out: *mut half::bf16,
+) {
+    use crate::op::BinaryOp as B;
+    use std::arch::x86_64::*;
+    // A run: as long as the shorter non-scalar period, or the chunk.
+    let run = [x.period, y.period]
+        .into_iter()
+        .filter(|&p| p > 1)
+        .min()
+        .map_or(e - s, |p| p.min(e - s));
+    let load = |o: Operand, j: usize, n: usize| {
+        if o.period == 1 {
+            _mm512_set1_ps(half::bf16::to_f32(*o.p))
+        } else {
+            <half::bf16 as Lane>::load16(o.p.add(j % o.period), n)
+        }
+    };
+    let mut r = s;
+    while r < e {
+        let end = (r + run).min(e);
+        let mut j = r;
+        while j < end {
+            let n = end - j;
+            let (a, b) = (load(x, j, n), load(y, j, n));
+            let v = match op {
+                B::Add => _mm512_add_ps(a, b),
+                B::Sub => _mm512_sub_ps(a, b),
+                B::Mul => _mm512_mul_ps(a, b),
+                _ => _mm512_div_ps(a, b),
+            };
+            <half::bf16 as Lane>::store16(out.add(j), n, v);
+            j += 16;
+        }
+        r = end;
+    }
+}
+
 /// `len` values from `src` to `dst`, plus `bias` (`len` values) when given.
 ///
 /// SAFETY: AVX-512F must be available; `src`, `dst` (and `bias`) valid for `len` values.
@@ -362,6 +494,59 @@ mod tests {
         for k in [70, 71] {
             product_case(37, k, 64);
         }
+    }
+
+    /// The pool's binary ops equal candle's bit for bit: same shapes, a repeated row either
+    /// side, a scalar either side, tails shorter than 16 lanes; and decline what they skip.
+    #[test]
+    fn binary_ops_equal_candles() {
+        use crate::op::BinaryOp as B;
+        let mut g = Generator::new(9);
+        let mut bf = |shape: &[usize]| {
+            let t = g.randn(shape, DType::F32, &Device::Cpu).unwrap();
+            t.to_dtype(DType::BF16)
+                .unwrap()
+                .as_candle()
+                .unwrap()
+                .clone()
+        };
+        let cases = [
+            (vec![3, 37, 20], vec![3, 37, 20]),
+            (vec![3, 37, 20], vec![1, 1, 20]),
+            (vec![37], vec![2, 5, 37]),
+            (vec![2, 3, 19], vec![1]),
+            (vec![], vec![4, 33]),
+            (vec![1, 70_001], vec![1, 70_001]),
+        ];
+        for (sa, sb) in cases {
+            let (a, b) = (bf(&sa), bf(&sb));
+            for op in [B::Add, B::Sub, B::Mul, B::Div] {
+                let Some(fast) = binary(op, &a, &b) else {
+                    assert!(!has_avx512(), "{op:?} {sa:?} {sb:?} declined");
+                    return;
+                };
+                let want = match op {
+                    B::Add => a.broadcast_add(&b),
+                    B::Sub => a.broadcast_sub(&b),
+                    B::Mul => a.broadcast_mul(&b),
+                    _ => a.broadcast_div(&b),
+                };
+                let bits = |t: candle_core::Tensor| -> Vec<u16> {
+                    let v = t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+                    v.iter().map(|x| x.to_bits()).collect()
+                };
+                assert_eq!(
+                    bits(fast.unwrap()),
+                    bits(want.unwrap()),
+                    "{op:?} {sa:?} {sb:?}"
+                );
+            }
+        }
+        // A repeat shorter than 16 values, two repeated operands, another op: candle's.
+        let (a, b, c) = (bf(&[4, 5]), bf(&[5]), bf(&[4, 1]));
+        assert!(binary(B::Add, &a, &b).is_none());
+        assert!(binary(B::Add, &b, &c).is_none());
+        assert!(binary(B::Maximum, &a, &a).is_none());
     }
 
     fn product_case(m: usize, k: usize, n: usize) {

@@ -10,16 +10,17 @@
 
 use half::bf16;
 
-use super::kernels::{par_units, row_start, with_slice, OutPtr, Stored};
+use super::bf16::Lane;
+use super::kernels::{has_avx512, par_units, row_start, with_slice, OutPtr, Stored};
 use crate::{DType, Device, RopeStyle, Tensor};
 
 /// An element type the pass reads and writes, computing in f32.
-trait Value: Copy + Send + Sync + Stored + crate::Element {
+trait Value: Copy + Send + Sync + Stored + crate::Element + Lane {
     fn wide(self) -> f32;
     /// `v` rounded to this type.
     fn narrow(v: f32) -> Self;
     /// `v` rounded to this type and widened back.
-    fn round(v: f32) -> f32 {
+    fn rounded(v: f32) -> f32 {
         Self::narrow(v).wide()
     }
 }
@@ -128,6 +129,7 @@ fn pass<T: Value>(
     let mut out: Vec<T> = Vec::with_capacity(n);
     let op = OutPtr(out.as_mut_ptr());
     let per = (16 * 1024 / d).max(1);
+    let avx512 = has_avx512();
     par_units(rows.div_ceil(per), |u| {
         for row in u * per..((u + 1) * per).min(rows) {
             let p = (row % positions) * half;
@@ -140,11 +142,18 @@ fn pass<T: Value>(
                 let (a, b, c, s) = (x[i].wide(), x[j].wide(), c[k].wide(), s[k].wide());
                 // SAFETY: i, j < d: inside this task's row.
                 unsafe {
-                    y.add(i).write(T::narrow(T::round(a * c) - T::round(b * s)));
-                    y.add(j).write(T::narrow(T::round(b * c) + T::round(a * s)));
+                    y.add(i)
+                        .write(T::narrow(T::rounded(a * c) - T::rounded(b * s)));
+                    y.add(j)
+                        .write(T::narrow(T::rounded(b * c) + T::rounded(a * s)));
                 }
             };
             match style {
+                // SAFETY: AVX-512F is present; x, c and s hold the row's 2 * half values and
+                // half table entries, y has the row's d slots.
+                _ if avx512 => unsafe {
+                    rotate16(x.as_ptr(), y, (c.as_ptr(), s.as_ptr()), half, style)
+                },
                 RopeStyle::RotateHalf => (0..half).for_each(|k| rotate(k, k + half, k)),
                 RopeStyle::Interleaved => (0..half).for_each(|k| rotate(2 * k, 2 * k + 1, k)),
             }
@@ -156,6 +165,49 @@ fn pass<T: Value>(
     // SAFETY: the tasks wrote every row.
     unsafe { out.set_len(n) };
     out
+}
+
+/// The scalar loop's rotation of one row, 16 lanes at a time: the same products, rounded
+/// where it rounds, so the two agree bit for bit. Interleaved pairs are neighbouring lanes:
+/// each table entry is duplicated onto its pair and the pair swapped for the cross products.
+///
+/// SAFETY: AVX-512F must be available; `x` readable and `y` writable for `2 * half` values,
+/// `c` and `s` readable for `half`.
+#[target_feature(enable = "avx512f")]
+unsafe fn rotate16<T: Value>(
+    x: *const T,
+    y: *mut T,
+    (c, s): (*const T, *const T),
+    half: usize,
+    style: RopeStyle,
+) {
+    use std::arch::x86_64::*;
+    let mul = |a, b| <T as Lane>::round(_mm512_mul_ps(a, b));
+    match style {
+        RopeStyle::RotateHalf => {
+            for k in (0..half).step_by(16) {
+                let n = half - k;
+                let (a, b) = (T::load16(x.add(k), n), T::load16(x.add(half + k), n));
+                let (cv, sv) = (T::load16(c.add(k), n), T::load16(s.add(k), n));
+                T::store16(y.add(k), n, _mm512_sub_ps(mul(a, cv), mul(b, sv)));
+                T::store16(y.add(half + k), n, _mm512_add_ps(mul(b, cv), mul(a, sv)));
+            }
+        }
+        RopeStyle::Interleaved => {
+            let dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            let swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
+            for k in (0..half).step_by(8) {
+                let n = (half - k).min(8);
+                let v = T::load16(x.add(2 * k), 2 * n);
+                let cv = _mm512_permutexvar_ps(dup, T::load16(c.add(k), n));
+                let sv = _mm512_permutexvar_ps(dup, T::load16(s.add(k), n));
+                let (p, q) = (mul(v, cv), mul(_mm512_permutexvar_ps(swap, v), sv));
+                // Even lanes (a): a c - b s; odd lanes (b): b c + a s.
+                let r = _mm512_mask_add_ps(_mm512_sub_ps(p, q), 0xAAAA, p, q);
+                T::store16(y.add(2 * k), 2 * n, r);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -170,8 +222,13 @@ mod tests {
         let mut g = Generator::new(3);
         for dt in [DType::F32, DType::BF16] {
             for style in [RopeStyle::RotateHalf, RopeStyle::Interleaved] {
-                // Whole and partial rotary; tables with and without leading ones.
-                for (d, half, table) in [(16, 8, vec![5, 8]), (20, 6, vec![1, 1, 5, 6])] {
+                // Whole and partial rotary; tables with and without leading ones; rows longer
+                // than one 16-lane step, with a tail.
+                for (d, half, table) in [
+                    (16, 8, vec![5, 8]),
+                    (20, 6, vec![1, 1, 5, 6]),
+                    (80, 37, vec![5, 37]),
+                ] {
                     // Heads transposed out of a [B, T, H, D] projection, as attention has them.
                     let x = g.randn(&[2, 5, 3, d], dt, &Device::Cpu).unwrap();
                     let x = x.transpose(1, 2).unwrap();
