@@ -194,17 +194,29 @@ unsafe fn rotate16<T: Value>(
             }
         }
         RopeStyle::Interleaved => {
-            let dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            // 16 pairs per step: one full load of each table (a shorter one is a copy through
+            // the stack), duplicated onto the lanes of two 16-lane halves of x.
+            let lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            let hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
             let swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
-            for k in (0..half).step_by(8) {
-                let n = (half - k).min(8);
-                let v = T::load16(x.add(2 * k), 2 * n);
-                let cv = _mm512_permutexvar_ps(dup, T::load16(c.add(k), n));
-                let sv = _mm512_permutexvar_ps(dup, T::load16(s.add(k), n));
-                let (p, q) = (mul(v, cv), mul(_mm512_permutexvar_ps(swap, v), sv));
-                // Even lanes (a): a c - b s; odd lanes (b): b c + a s.
-                let r = _mm512_mask_add_ps(_mm512_sub_ps(p, q), 0xAAAA, p, q);
-                T::store16(y.add(2 * k), 2 * n, r);
+            for k in (0..half).step_by(16) {
+                let pairs = half - k;
+                let (cv, sv) = (T::load16(c.add(k), pairs), T::load16(s.add(k), pairs));
+                for (h, dup) in [(0, lo), (8, hi)] {
+                    if h >= pairs {
+                        break;
+                    }
+                    let n = 2 * (pairs - h).min(8);
+                    let v = T::load16(x.add(2 * (k + h)), n);
+                    let (cd, sd) = (
+                        _mm512_permutexvar_ps(dup, cv),
+                        _mm512_permutexvar_ps(dup, sv),
+                    );
+                    let (p, q) = (mul(v, cd), mul(_mm512_permutexvar_ps(swap, v), sd));
+                    // Even lanes (a): a c - b s; odd lanes (b): b c + a s.
+                    let r = _mm512_mask_add_ps(_mm512_sub_ps(p, q), 0xAAAA, p, q);
+                    T::store16(y.add(2 * (k + h)), n, r);
+                }
             }
         }
     }
