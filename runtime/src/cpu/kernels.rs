@@ -262,12 +262,14 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
     }
     let y = with_f32(x, |xv| {
         with_f32(w, |wv| {
-            let mut y = vec![0f32; m * n];
+            let mut y: Vec<f32> = Vec::with_capacity(m * n);
             let yp = OutPtr(y.as_mut_ptr());
-            // Blocks of weight rows that stay in L2 while every group of x rows passes over.
-            const ROWS: usize = 64;
-            par_units(n.div_ceil(ROWS), |blk| {
-                let (r0, r1) = (blk * ROWS, ((blk + 1) * ROWS).min(n));
+            // Blocks of weight rows that stay in L2 while every group of x rows passes over:
+            // at most 64 rows, fewer when that would give a thread under 8 blocks, so a
+            // 192-row k/v projection does not leave one of two threads idle for a third of it.
+            let block = (n / (8 * pool_threads())).clamp(8, 64) / 4 * 4;
+            par_units(n.div_ceil(block), |blk| {
+                let (r0, r1) = (blk * block, ((blk + 1) * block).min(n));
                 let rows = &wv[r0 * k..r1 * k];
                 // Four x rows per pass: sixteen accumulators, and the block is still in L2
                 // when the next four pass over it.
@@ -288,6 +290,8 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
                     }
                 }
             });
+            // SAFETY: the blocks wrote every column of every row.
+            unsafe { y.set_len(m * n) };
             y
         })
     })??;
