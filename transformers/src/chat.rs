@@ -36,8 +36,9 @@ pub struct ChatTemplate {
     extra_tokens: Vec<(String, String)>,
 }
 
-/// The instructions one render may execute.
-const TEMPLATE_FUEL: u64 = 50_000_000;
+/// The instructions one render may execute: a real template spends a few thousand per
+/// message, and a runaway loop stops within about a second (50M took over ten).
+const TEMPLATE_FUEL: u64 = 5_000_000;
 
 impl ChatTemplate {
     /// Compiles `source` (a template from `tokenizer_config.json` or a GGUF file).

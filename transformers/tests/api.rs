@@ -571,3 +571,40 @@ fn chat_templates_render_like_apply_chat_template() {
     ));
     assert!(t.apply(&[], true).is_err());
 }
+
+/// A template is user input: a runaway loop is an error within the renderer's fuel, while a
+/// long real conversation (a ChatML-style template over 500 messages) still renders.
+#[test]
+fn chat_templates_have_a_work_budget() {
+    let runaway = ChatTemplate::new(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{{ strftime_now('%Y') }}{% endfor %}{% endfor %}",
+        None,
+        None,
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let err = runaway
+        .apply(&[Message::new("user", "hi")], false)
+        .unwrap_err();
+    assert!(matches!(err, Error::ChatTemplate(_)), "{err}");
+    assert!(
+        start.elapsed().as_secs() < 30,
+        "the budget did not stop the loop"
+    );
+    let chatml = ChatTemplate::new(
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        None,
+        None,
+    )
+    .unwrap();
+    let long: Vec<Message> = (0..500)
+        .map(|i| {
+            Message::new(
+                if i % 2 == 0 { "user" } else { "assistant" },
+                "Tell me more.",
+            )
+        })
+        .collect();
+    let out = chatml.apply(&long, true).unwrap();
+    assert_eq!(out.matches("<|im_start|>").count(), 501);
+}
