@@ -301,8 +301,10 @@ pub(crate) fn binary(
     b: &candle_core::Tensor,
 ) -> Option<candle_core::Result<candle_core::Tensor>> {
     use crate::op::BinaryOp as B;
-    use candle_core::{CpuStorage, Storage};
-    if !matches!(op, B::Add | B::Sub | B::Mul | B::Div) || !has_avx512() {
+    use candle_core::{CpuStorage, DType as C, Storage};
+    // Every eager binary op asks: decline the others before any shape work.
+    let bf16s = a.dtype() == C::BF16 && b.dtype() == C::BF16;
+    if !bf16s || !matches!(op, B::Add | B::Sub | B::Mul | B::Div) || !has_avx512() {
         return None;
     }
     let out = a
@@ -362,7 +364,8 @@ pub(crate) fn binary(
     ))
 }
 
-/// Output values `s..e` of `x op y`, in runs that end where a repeated operand wraps.
+/// Output values `s..e` of `x op y`, in runs that end where a repeated operand wraps, so
+/// within a run each operand reads on from the run's start.
 ///
 /// SAFETY: AVX-512F must be available; `out` valid for `e` values; `s` a multiple of each
 /// period below `e - s`.
@@ -383,20 +386,21 @@ unsafe fn combine(
         .filter(|&p| p > 1)
         .min()
         .map_or(e - s, |p| p.min(e - s));
-    let load = |o: Operand, j: usize, n: usize| {
+    let load = |o: Operand, at: usize, n: usize| {
         if o.period == 1 {
             _mm512_set1_ps(half::bf16::to_f32(*o.p))
         } else {
-            <half::bf16 as Lane>::load16(o.p.add(j % o.period), n)
+            <half::bf16 as Lane>::load16(o.p.add(at), n)
         }
     };
     let mut r = s;
     while r < e {
         let end = (r + run).min(e);
+        let (bx, by) = (r % x.period, r % y.period);
         let mut j = r;
         while j < end {
             let n = end - j;
-            let (a, b) = (load(x, j, n), load(y, j, n));
+            let (a, b) = (load(x, bx + j - r, n), load(y, by + j - r, n));
             let v = match op {
                 B::Add => _mm512_add_ps(a, b),
                 B::Sub => _mm512_sub_ps(a, b),

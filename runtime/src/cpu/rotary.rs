@@ -10,12 +10,24 @@
 
 use half::bf16;
 
+#[cfg(target_arch = "x86_64")]
 use super::bf16::Lane;
-use super::kernels::{has_avx512, par_units, row_start, with_slice, OutPtr, Stored};
+#[cfg(target_arch = "x86_64")]
+use super::kernels::has_avx512;
+use super::kernels::{par_units, row_start, with_slice, OutPtr, Stored};
 use crate::{DType, Device, RopeStyle, Tensor};
 
+/// What the vectorised rotation needs of an element type: its 16-lane loads and stores
+/// where there are AVX-512 lanes, nothing elsewhere (the scalar loop serves).
+#[cfg(target_arch = "x86_64")]
+trait Lanes: Lane {}
+#[cfg(not(target_arch = "x86_64"))]
+trait Lanes {}
+impl Lanes for f32 {}
+impl Lanes for bf16 {}
+
 /// An element type the pass reads and writes, computing in f32.
-trait Value: Copy + Send + Sync + Stored + crate::Element + Lane {
+trait Value: Copy + Send + Sync + Stored + crate::Element + Lanes {
     fn wide(self) -> f32;
     /// `v` rounded to this type.
     fn narrow(v: f32) -> Self;
@@ -129,6 +141,7 @@ fn pass<T: Value>(
     let mut out: Vec<T> = Vec::with_capacity(n);
     let op = OutPtr(out.as_mut_ptr());
     let per = (16 * 1024 / d).max(1);
+    #[cfg(target_arch = "x86_64")]
     let avx512 = has_avx512();
     par_units(rows.div_ceil(per), |u| {
         for row in u * per..((u + 1) * per).min(rows) {
@@ -151,6 +164,7 @@ fn pass<T: Value>(
             match style {
                 // SAFETY: AVX-512F is present; x, c and s hold the row's 2 * half values and
                 // half table entries, y has the row's d slots.
+                #[cfg(target_arch = "x86_64")]
                 _ if avx512 => unsafe {
                     rotate16(x.as_ptr(), y, (c.as_ptr(), s.as_ptr()), half, style)
                 },
@@ -173,6 +187,7 @@ fn pass<T: Value>(
 ///
 /// SAFETY: AVX-512F must be available; `x` readable and `y` writable for `2 * half` values,
 /// `c` and `s` readable for `half`.
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn rotate16<T: Value>(
     x: *const T,
