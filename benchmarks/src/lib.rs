@@ -64,6 +64,34 @@ pub fn peak_rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// The machine's streaming read bandwidth on `threads` threads, in bytes per second: the best
+/// of five passes summing a 1 GiB buffer (far larger than any cache), each thread over its
+/// own slice. A decode step streams its weights once, so this bounds decode tokens/s at
+/// bandwidth / weight bytes.
+pub fn read_bandwidth(threads: usize) -> f64 {
+    const BYTES: usize = 1 << 30;
+    let buf: Vec<u64> = (0..BYTES / 8).map(|i| i as u64).collect();
+    let per = buf.len().div_ceil(threads.max(1));
+    best_of(5, || {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for part in buf.chunks(per) {
+                s.spawn(move || {
+                    // Eight independent sums, so the adds keep up with the loads.
+                    let mut acc = [0u64; 8];
+                    for c in part.chunks_exact(8) {
+                        for (a, v) in acc.iter_mut().zip(c) {
+                            *a = a.wrapping_add(*v);
+                        }
+                    }
+                    std::hint::black_box(acc);
+                });
+            }
+        });
+        BYTES as f64 / t.elapsed().as_secs_f64()
+    })
+}
+
 /// The best (largest) of `runs` calls of `f`: load from other processes on a shared machine
 /// only ever slows a run down.
 pub fn best_of(runs: usize, mut f: impl FnMut() -> f64) -> f64 {

@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value = "cpu")]
     device_map: String,
     /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's). A
-    /// quantized GGUF keeps its Q4_0/Q4_1/Q8_0 blocks by default and computes in f32 from
+    /// quantized GGUF keeps its blocks (Q4–Q8, K-quants) by default and computes in f32 from
     /// them, as llama.cpp does; an explicit --dtype dequantizes it at load, as transformers'
     /// `from_pretrained(dir, gguf_file=...)` does (more memory, the same numbers as PyTorch).
     #[arg(long)]

@@ -129,7 +129,7 @@ impl AutoConfig {
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
     /// Dtype of weights and activations; `None` keeps the checkpoint's float dtype, like
-    /// transformers' `dtype="auto"`. A quantized GGUF then keeps its Q4_0/Q4_1/Q8_0 blocks
+    /// transformers' `dtype="auto"`. A quantized GGUF then keeps its blocks (Q4–Q8, K-quants)
     /// and computes in f32 from them (as llama.cpp does); an explicit dtype dequantizes
     /// every tensor at load, as transformers' `gguf_file=` load does.
     pub dtype: Option<DType>,

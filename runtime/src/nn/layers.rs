@@ -9,7 +9,7 @@ use crate::{ConvParams, DType, Device, Error, Result, Tensor};
 
 /// The weight of a [`Linear`] or an [`Embedding`]: a tensor, or GGUF blocks kept as stored.
 ///
-/// Blocks are kept when a checkpoint stores a matrix as Q4_0, Q4_1 or Q8_0 and it loads in
+/// Blocks are kept when a checkpoint stores a matrix as Q4_0–Q8_0 or a K-quant and it loads in
 /// f32 onto the eager CPU device (`Weights::get_quantized`): products and lookups then read
 /// the blocks (`cpu::quant`), a quarter to a sixth of the f32 bytes. On PJRT devices and in
 /// 16-bit the hub dequantizes them at load, so the compiled graph sees plain tensors: the

@@ -1,0 +1,386 @@
+//! The GGUF block types kept as blocks, read 32 weights at a time.
+//!
+//! Every kept type stores a row as blocks of 32 weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) or as
+//! super-blocks of 256 (the K-quants) whose weights still come in runs of 32 sharing their
+//! scales: a *group*. A group is read as 32 small integers `q` and, per half of 16, a scale
+//! `a` and (for types with a minimum) an offset `m`; each weight is `a * q`, plus `m` as a
+//! second rounding where the type has one. That is the arithmetic of
+//! [`zoo_hub::gguf::dequantize`] term for term (a K-quant's `(d * sc) * q - dmin * mn` is
+//! `a * q + m` with `a = d * sc` and `m = -(dmin * mn)`, negation being exact), so every
+//! kernel built on groups sees the hub's f32 weights bit for bit.
+
+use zoo_hub::GgmlType;
+
+/// The block types kept as blocks (ggml's names).
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum QKind {
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+}
+
+/// Weights per group.
+pub(crate) const GROUP: usize = 32;
+
+/// Runs `$body` with `$k` a `const u8` naming `$kind` (`QKind::from_id` turns it back), so
+/// that a kernel generic over it compiles once per block type with the type's decoding
+/// folded in: matched per group at run time, the decoding's branches and spills cost more
+/// than its arithmetic.
+macro_rules! monomorphic {
+    ($kind:expr, |$k:ident| $body:expr) => {{
+        use $crate::cpu::quant::QKind as Q;
+        match $kind {
+            Q::Q4_0 => {
+                const $k: u8 = Q::Q4_0 as u8;
+                $body
+            }
+            Q::Q4_1 => {
+                const $k: u8 = Q::Q4_1 as u8;
+                $body
+            }
+            Q::Q5_0 => {
+                const $k: u8 = Q::Q5_0 as u8;
+                $body
+            }
+            Q::Q5_1 => {
+                const $k: u8 = Q::Q5_1 as u8;
+                $body
+            }
+            Q::Q8_0 => {
+                const $k: u8 = Q::Q8_0 as u8;
+                $body
+            }
+            Q::Q2_K => {
+                const $k: u8 = Q::Q2_K as u8;
+                $body
+            }
+            Q::Q3_K => {
+                const $k: u8 = Q::Q3_K as u8;
+                $body
+            }
+            Q::Q4_K => {
+                const $k: u8 = Q::Q4_K as u8;
+                $body
+            }
+            Q::Q5_K => {
+                const $k: u8 = Q::Q5_K as u8;
+                $body
+            }
+            Q::Q6_K => {
+                const $k: u8 = Q::Q6_K as u8;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use monomorphic;
+
+impl QKind {
+    /// The kind whose discriminant is `id` (see [`monomorphic`]).
+    pub(crate) const fn from_id(id: u8) -> QKind {
+        const ALL: [QKind; 10] = [
+            QKind::Q4_0,
+            QKind::Q4_1,
+            QKind::Q5_0,
+            QKind::Q5_1,
+            QKind::Q8_0,
+            QKind::Q2_K,
+            QKind::Q3_K,
+            QKind::Q4_K,
+            QKind::Q5_K,
+            QKind::Q6_K,
+        ];
+        ALL[id as usize]
+    }
+
+    pub(crate) fn of(g: GgmlType) -> Option<QKind> {
+        Some(match g {
+            GgmlType::Q4_0 => QKind::Q4_0,
+            GgmlType::Q4_1 => QKind::Q4_1,
+            GgmlType::Q5_0 => QKind::Q5_0,
+            GgmlType::Q5_1 => QKind::Q5_1,
+            GgmlType::Q8_0 => QKind::Q8_0,
+            GgmlType::Q2_K => QKind::Q2_K,
+            GgmlType::Q3_K => QKind::Q3_K,
+            GgmlType::Q4_K => QKind::Q4_K,
+            GgmlType::Q5_K => QKind::Q5_K,
+            GgmlType::Q6_K => QKind::Q6_K,
+            // Q8_1 and Q8_K are activation formats ggml does not store weights in.
+            GgmlType::Q8_1 | GgmlType::Q8_K => return None,
+        })
+    }
+
+    pub(crate) fn ggml(self) -> GgmlType {
+        match self {
+            QKind::Q4_0 => GgmlType::Q4_0,
+            QKind::Q4_1 => GgmlType::Q4_1,
+            QKind::Q5_0 => GgmlType::Q5_0,
+            QKind::Q5_1 => GgmlType::Q5_1,
+            QKind::Q8_0 => GgmlType::Q8_0,
+            QKind::Q2_K => GgmlType::Q2_K,
+            QKind::Q3_K => GgmlType::Q3_K,
+            QKind::Q4_K => GgmlType::Q4_K,
+            QKind::Q5_K => GgmlType::Q5_K,
+            QKind::Q6_K => GgmlType::Q6_K,
+        }
+    }
+
+    /// Weights per block (32, or 256 for a K-quant super-block).
+    pub(crate) fn block_len(self) -> usize {
+        self.ggml().block().0 as usize
+    }
+
+    /// Bytes per block.
+    pub(crate) fn block_bytes(self) -> usize {
+        self.ggml().block().1 as usize
+    }
+
+    /// Whether weights carry an offset `m` after the scaled value.
+    #[inline]
+    pub(crate) fn has_min(self) -> bool {
+        matches!(
+            self,
+            QKind::Q4_1 | QKind::Q5_1 | QKind::Q2_K | QKind::Q4_K | QKind::Q5_K
+        )
+    }
+
+    /// Whether the two halves of a group have scales of their own (16-weight sub-blocks).
+    #[inline]
+    pub(crate) fn split_scales(self) -> bool {
+        matches!(self, QKind::Q2_K | QKind::Q3_K | QKind::Q6_K)
+    }
+
+    /// Whether the AMX tiles of `amx.rs` take this type (one scale and minimum per block of
+    /// 32, values a bf16 lookup can hold).
+    pub(crate) fn on_tiles(self) -> bool {
+        matches!(self, QKind::Q4_0 | QKind::Q4_1 | QKind::Q8_0)
+    }
+}
+
+/// The bytes of group `g`'s block, and the group's index within it.
+///
+/// # Safety
+/// `row` holds the block (`g` is below the row's group count). Unchecked: the kernels call
+/// this per group, and a checked slice's compare and branch are a tenth of a group's work;
+/// offsets within the block are constants the compiler checks against its constant size.
+#[inline(always)]
+unsafe fn locate(kind: QKind, row: &[u8], g: usize) -> (&[u8], usize) {
+    let per = kind.block_len() / GROUP;
+    let bb = kind.block_bytes();
+    let b = g / per;
+    debug_assert!((b + 1) * bb <= row.len());
+    (
+        std::slice::from_raw_parts(row.as_ptr().add(b * bb), bb),
+        g % per,
+    )
+}
+
+/// The f16 at `b[at..at + 2]` as f32.
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    let bits = u16::from_le_bytes(b[at..at + 2].try_into().expect("two bytes"));
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the kernels calling this run only where F16C was detected (`has_avx2_fma`).
+    unsafe {
+        use std::arch::x86_64::*;
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K super-block's 12 bytes.
+#[inline(always)]
+fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 0x3f, s[j + 4] & 0x3f)
+    } else {
+        (
+            (s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30),
+            (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30),
+        )
+    }
+}
+
+/// Group `g`'s scales and offsets per half: `([a0, a1], [m0, m1])` (`m` is unused where the
+/// type has no minimum).
+///
+/// # Safety
+/// As [`locate`]; on x86-64 the CPU has F16C.
+#[inline(always)]
+pub(crate) unsafe fn scales(kind: QKind, row: &[u8], g: usize) -> ([f32; 2], [f32; 2]) {
+    let (b, j) = locate(kind, row, g);
+    match kind {
+        QKind::Q4_0 | QKind::Q5_0 | QKind::Q8_0 => {
+            let d = f16_at(b, 0);
+            ([d, d], [0.0; 2])
+        }
+        QKind::Q4_1 | QKind::Q5_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            ([d, d], [m, m])
+        }
+        QKind::Q4_K | QKind::Q5_K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let (sc, mn) = k_scale_min(&b[4..16], j);
+            let (a, m) = (d * sc as f32, -(dmin * mn as f32));
+            ([a, a], [m, m])
+        }
+        QKind::Q6_K => {
+            let d = f16_at(b, 208);
+            let s = |k: usize| d * b[192 + k] as i8 as f32;
+            ([s(2 * j), s(2 * j + 1)], [0.0; 2])
+        }
+        QKind::Q2_K => {
+            let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+            let a = |k: usize| d * (b[k] & 0x0f) as f32;
+            let m = |k: usize| -(dmin * (b[k] >> 4) as f32);
+            ([a(2 * j), a(2 * j + 1)], [m(2 * j), m(2 * j + 1)])
+        }
+        QKind::Q3_K => {
+            let d = f16_at(b, 108);
+            let sc = &b[96..108];
+            let s = |k: usize| {
+                let lo = (sc[k % 8] >> (4 * (k / 8))) & 0x0f;
+                let hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 0x03;
+                d * ((lo | (hi << 4)) as i32 - 32) as f32
+            };
+            ([s(2 * j), s(2 * j + 1)], [0.0; 2])
+        }
+    }
+}
+
+/// Group `g`'s 32 integers `q` in element order, as 32 signed bytes. `BW`: the CPU has
+/// AVX-512BW and VL, whose byte masks set a bit-plane's bits in one instruction each; without
+/// them the bits are spread with compares.
+///
+/// # Safety
+/// As [`locate`]; the CPU has AVX2, and AVX-512BW and VL where `BW`. Always inlined, so that it compiles
+/// with its caller's features (the callers enable them); a call per group would cost more
+/// than the group's arithmetic.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn ints<const BW: bool>(
+    kind: QKind,
+    row: &[u8],
+    g: usize,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let (b, j) = locate(kind, row, g);
+    let p = b.as_ptr();
+    // SAFETY (loads): every offset below lies within the block (sizes from `GgmlType::block`).
+    let load16 = |at: usize| {
+        debug_assert!(at + 16 <= b.len());
+        _mm_loadu_si128(p.add(at) as *const __m128i)
+    };
+    let load32 = |at: usize| {
+        debug_assert!(at + 32 <= b.len());
+        _mm256_loadu_si256(p.add(at) as *const __m256i)
+    };
+    let byte = |k: u8| _mm256_set1_epi8(k as i8);
+    // Bits `shift..` of every byte, under `mask`.
+    let bits = |v: __m256i, shift: usize, mask: u8| {
+        _mm256_and_si256(
+            _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift as i32)),
+            byte(mask),
+        )
+    };
+    // The 16 nibble pairs at `at` as 32 values: low nibbles, then high ones.
+    let nibbles = |at: usize| {
+        let qs = load16(at);
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(qs), qs), byte(0x0f))
+    };
+    // `v + add` in the bytes whose `bits` bit is set: a 32-bit plane (Q5_0/Q5_1: bit i is
+    // element i's) or bit `j` of each of 32 bytes (the K-quants').
+    let plane_add = |v: __m256i, bits: u32, add: i8| {
+        if BW {
+            _mm256_mask_add_epi8(v, bits, v, _mm256_set1_epi8(add))
+        } else {
+            // Byte i takes byte i / 8 of the plane, then its bit i % 8.
+            let spread = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(bits as i32),
+                _mm256_set_epi64x(
+                    0x0303030303030303,
+                    0x0202020202020202,
+                    0x0101010101010101,
+                    0,
+                ),
+            );
+            let m = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, m), m);
+            _mm256_add_epi8(v, _mm256_and_si256(set, _mm256_set1_epi8(add)))
+        }
+    };
+    let byte_bit = |v: __m256i, plane: __m256i, add: i8| {
+        let m = byte(1 << j);
+        if BW {
+            _mm256_mask_add_epi8(v, _mm256_test_epi8_mask(plane, m), v, _mm256_set1_epi8(add))
+        } else {
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(plane, m), m);
+            _mm256_add_epi8(v, _mm256_and_si256(set, _mm256_set1_epi8(add)))
+        }
+    };
+    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    match kind {
+        QKind::Q4_0 => _mm256_sub_epi8(nibbles(2), byte(8)),
+        QKind::Q4_1 => nibbles(4),
+        // The fifth bit adds 16; Q5_0 is centred on 16.
+        QKind::Q5_0 => plane_add(_mm256_sub_epi8(nibbles(6), byte(16)), u32_at(2), 16),
+        QKind::Q5_1 => plane_add(nibbles(8), u32_at(4), 16),
+        QKind::Q8_0 => load32(2),
+        QKind::Q4_K => bits(load32(16 + (j / 2) * 32), 4 * (j % 2), 0x0f),
+        QKind::Q5_K => {
+            let low = bits(load32(48 + (j / 2) * 32), 4 * (j % 2), 0x0f);
+            byte_bit(low, load32(16), 16)
+        }
+        QKind::Q6_K => {
+            let (t, r) = (j / 4, j % 4);
+            let low = bits(load32(t * 64 + (j % 2) * 32), 4 * (r / 2), 0x0f);
+            let high = _mm256_slli_epi16::<4>(bits(load32(128 + t * 32), 2 * r, 0x03));
+            _mm256_sub_epi8(_mm256_or_si256(low, high), byte(32))
+        }
+        QKind::Q2_K => bits(load32(16 + (j / 4) * 32), 2 * (j % 4), 0x03),
+        // A clear mask bit subtracts 4: subtract 4 everywhere, add it back where set.
+        QKind::Q3_K => {
+            let low = bits(load32(32 + (j / 4) * 32), 2 * (j % 4), 0x03);
+            byte_bit(_mm256_sub_epi8(low, byte(4)), load32(0), 4)
+        }
+    }
+}
+
+/// Group `g`'s 32 weights as four 8-lane vectors.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C (inlined as [`ints`] is).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn weights8(kind: QKind, row: &[u8], g: usize) -> [std::arch::x86_64::__m256; 4] {
+    use std::arch::x86_64::*;
+    let q = ints::<false>(kind, row, g);
+    let (a, m) = scales(kind, row, g);
+    let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+    let w = |i: usize| {
+        let h = i / 2;
+        let v = if i.is_multiple_of(2) {
+            halves[h]
+        } else {
+            _mm_srli_si128::<8>(halves[h])
+        };
+        let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+        let p = _mm256_mul_ps(_mm256_set1_ps(a[h]), f);
+        if kind.has_min() {
+            _mm256_add_ps(p, _mm256_set1_ps(m[h]))
+        } else {
+            p
+        }
+    };
+    [w(0), w(1), w(2), w(3)]
+}

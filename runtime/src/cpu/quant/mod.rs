@@ -1,0 +1,806 @@
+//! GGUF block-quantized weights kept as stored on the CPU, multiplied straight from their
+//! blocks.
+//!
+//! A decode step reads every weight once, so its speed is the bytes it streams. A Q4_1 GGUF
+//! loaded as f32 streams 6.4 times the bytes of its blocks; kept as blocks, the products are
+//! those of the f32 matrix [`zoo_hub::gguf::dequantize`] builds (weights `a * q + m` per group
+//! of 32; see `group`), in f32, like transformers' on the same file, at a fraction of the
+//! memory traffic and of the resident memory:
+//!
+//! - rows rebuilt as f32 ([`QMatrix::dequant_row`]: embedding lookups, the panels of a
+//!   prefill's GEMM) are the hub's weights bit for bit;
+//! - the decode kernel regroups the sum instead, `Σ a·(Σ q·x) + Σ m·(Σ x)`: f32 rounding as
+//!   in any other summation order, for half the vector work per weight. On two cores a
+//!   decode is bound by that work rather than by memory.
+//!
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K to Q6_K are kept (a Q4_K_M file mixes
+//! several); a row whose length is not a whole number of blocks loads as f32. Only f32 loads
+//! on the CPU use blocks (on PJRT devices, or in 16-bit, weights are plain tensors).
+
+use crate::nn::QuantizedWeight;
+use crate::{Device, Tensor};
+use zoo_hub::GgmlType;
+
+use crate::cpu::kernels::{par_chunks, par_units, OutPtr};
+use crate::{Error, Result};
+
+mod group;
+
+pub(crate) use group::QKind;
+use group::{monomorphic, GROUP};
+
+/// Whether a stored `ggml` tensor of HF shape `shape` stays as blocks when its matrix is
+/// kept (what [`QMatrix::new`] accepts): what a load's resident bytes are counted from.
+pub fn keeps_blocks(ggml: GgmlType, shape: &[usize]) -> bool {
+    QKind::of(ggml).is_some_and(|k| matches!(shape, &[_, cols] if cols % k.block_len() == 0))
+}
+
+/// Below this many rows, products rebuild each block once for all rows
+/// ([`QMatrix::matvec_each`]); from it on, the weights are unpacked into panels for the
+/// tiles or the GEMM, which pays once the rows share it (measured crossover: 16 rows).
+const FEW_ROWS: usize = 16;
+
+/// A `[rows, cols]` matrix of quantized blocks, row-major, rows in HF order.
+#[derive(Debug)]
+pub(crate) struct QMatrix {
+    kind: QKind,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+impl QMatrix {
+    /// The blocks of `w`, or `None` for a block type or shape kept as f32 instead.
+    pub(crate) fn new(w: QuantizedWeight) -> Result<Option<QMatrix>> {
+        let Some(kind) = QKind::of(w.ggml) else {
+            return Ok(None);
+        };
+        let &[rows, cols] = &w.shape[..] else {
+            return Ok(None);
+        };
+        if cols % kind.block_len() != 0 {
+            return Ok(None);
+        }
+        let want = rows * cols / kind.block_len() * kind.block_bytes();
+        if w.data.len() != want {
+            return Err(Error::InvalidArgument {
+                op: "load",
+                msg: format!(
+                    "weight `{}`: {} bytes of {:?} blocks for shape {:?}, expected {want}; the file is damaged",
+                    w.name,
+                    w.data.len(),
+                    kind,
+                    w.shape
+                ),
+            });
+        }
+        Ok(Some(QMatrix {
+            kind,
+            rows,
+            cols,
+            data: w.data,
+        }))
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / self.kind.block_len() * self.kind.block_bytes()
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        let n = self.row_bytes();
+        &self.data[r * n..(r + 1) * n]
+    }
+
+    /// Row `r` as f32, exactly as `zoo_hub::gguf::dequantize` computes it.
+    pub(crate) fn dequant_row(&self, r: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2_fma() {
+            // SAFETY: AVX2, FMA and F16C were detected; `out` holds the row's cols values.
+            let (row, out) = (self.row(r), &mut out[..self.cols]);
+            unsafe { monomorphic!(self.kind, |K| dequant_avx2::<K>(row, out)) };
+            return;
+        }
+        // Whole blocks of a kind `new` accepted: the hub's dequantizer cannot fail here.
+        let _ =
+            zoo_hub::gguf::dequantize_into(self.kind.ggml(), self.row(r), &mut out[..self.cols]);
+    }
+
+    /// The rows `ids` as f32 (an embedding lookup), `[ids.len(), cols]` row-major.
+    pub(crate) fn gather_rows(&self, ids: &[i64]) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; ids.len() * self.cols];
+        for (&id, y) in ids.iter().zip(out.chunks_exact_mut(self.cols)) {
+            if id < 0 || id as usize >= self.rows {
+                return Err(Error::InvalidArgument {
+                    op: "embedding",
+                    msg: format!(
+                        "token id {id} is outside the vocabulary of {} ids",
+                        self.rows
+                    ),
+                });
+            }
+            self.dequant_row(id as usize, y);
+        }
+        Ok(out)
+    }
+
+    /// The whole matrix as f32, row-major.
+    pub(crate) fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        par_chunks(&mut out, self.cols, |r, y| self.dequant_row(r, y));
+        out
+    }
+
+    /// `x [m, cols] @ wᵀ` → `[m, rows]` for each of `ws` and a few rows `m` (a decode step,
+    /// batched or not): each group's integers are widened once and multiplied with every row,
+    /// so the weights stream from memory once per call whatever `m`. All the weights share one
+    /// parallel region: a decode step's products (a layer's q, k and v) take a few
+    /// microseconds each, about what handing work to the pool and waiting for it costs.
+    fn matvec_each(ws: &[&QMatrix], x: &[f32], m: usize) -> Vec<Vec<f32>> {
+        // Blocks of rows big enough to amortise scheduling, small enough to balance 2+ threads.
+        const ROWS: usize = 64;
+        let Some(k) = ws.first().map(|w| w.cols) else {
+            return Vec::new();
+        };
+        let xs: Vec<&[f32]> = x.chunks_exact(k).take(m).collect();
+        let wide = has_avx512();
+        // The sum of each half-group of every x row, for the offsets' share (see `dots_avx512`).
+        let sums: Vec<Vec<f32>> = if wide && ws.iter().any(|w| w.kind.has_min()) {
+            xs.iter()
+                .map(|x| x.chunks_exact(GROUP / 2).map(|h| h.iter().sum()).collect())
+                .collect()
+        } else {
+            vec![Vec::new(); m]
+        };
+        // Weight row r's products with every x row, [rows][m] per weight; transposed below.
+        let mut yts: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; w.rows * m]).collect();
+        let outs: Vec<OutPtr> = yts.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        // Unit u is block u - starts[j] of weight j.
+        let mut starts = vec![0];
+        for w in ws {
+            starts.push(starts.last().copied().unwrap_or(0) + w.rows.div_ceil(ROWS));
+        }
+        par_units(starts[ws.len()], |u| {
+            let j = starts.partition_point(|&s| s <= u) - 1;
+            let (w, c) = (ws[j], u - starts[j]);
+            let (r0, r1) = (c * ROWS, ((c + 1) * ROWS).min(w.rows));
+            // SAFETY: block c covers rows r0..r1 of weight j's output, which no other unit
+            // writes; `yts` outlives the region.
+            let ys = unsafe { outs[j].part(r0 * m, (r1 - r0) * m) };
+            w.matvec_block(r0, &xs, &sums, ys, wide);
+        });
+        if m == 1 {
+            return yts;
+        }
+        ws.iter()
+            .zip(yts)
+            .map(|(w, yt)| {
+                let n = w.rows;
+                let mut y = vec![0f32; m * n];
+                for (r, row) in yt.chunks_exact(m).enumerate() {
+                    for (i, v) in row.iter().enumerate() {
+                        y[i * n + r] = *v;
+                    }
+                }
+                y
+            })
+            .collect()
+    }
+
+    /// Rows `r0..` of [`QMatrix::matvec_each`]'s `[rows][m]` output, `ys` holding them.
+    fn matvec_block(
+        &self,
+        r0: usize,
+        xs: &[&[f32]],
+        sums: &[Vec<f32>],
+        ys: &mut [f32],
+        wide: bool,
+    ) {
+        let (k, m) = (self.cols, xs.len());
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            let row_bytes = self.row_bytes();
+            let rows = &self.data[r0 * row_bytes..][..ys.len() / m * row_bytes];
+            // Up to four x rows per pass over the block's weight rows (still in cache for the
+            // next pass): four accumulator pairs and the widened group stay in registers.
+            for (g, (xg, sg)) in xs.chunks(4).zip(sums.chunks(4)).enumerate() {
+                let at = 4 * g;
+                let s = |i: usize| &sg[i][..];
+                // SAFETY: AVX-512F/BW/VL and F16C were detected; every weight row holds
+                // cols/32 groups and each x row cols values.
+                unsafe {
+                    let rows = (rows, row_bytes);
+                    monomorphic!(self.kind, |K| match *xg {
+                        [a] => dots_rows::<K, 1>(rows, [a], [s(0)], ys, m, at),
+                        [a, b] => dots_rows::<K, 2>(rows, [a, b], [s(0), s(1)], ys, m, at),
+                        [a, b, d] => {
+                            dots_rows::<K, 3>(rows, [a, b, d], [s(0), s(1), s(2)], ys, m, at)
+                        }
+                        [a, b, d, e] => dots_rows::<K, 4>(
+                            rows,
+                            [a, b, d, e],
+                            [s(0), s(1), s(2), s(3)],
+                            ys,
+                            m,
+                            at,
+                        ),
+                        _ => unreachable!("chunks(4) yields 1 to 4 rows"),
+                    })
+                }
+            }
+            return;
+        }
+        let mut w = vec![0f32; k];
+        for (i, y) in ys.chunks_exact_mut(m).enumerate() {
+            let r = r0 + i;
+            #[cfg(target_arch = "x86_64")]
+            if m == 1 && has_avx2_fma() {
+                // SAFETY: AVX2, FMA and F16C were detected; the row holds cols/32 groups and
+                // `x` holds cols values.
+                let row = self.row(r);
+                y[0] = monomorphic!(self.kind, |K| unsafe { dot_avx2::<K>(row, xs[0]) });
+                continue;
+            }
+            self.dequant_row(r, &mut w);
+            for (y, xr) in y.iter_mut().zip(xs) {
+                *y = w.iter().zip(*xr).map(|(a, b)| a * b).sum();
+            }
+        }
+    }
+
+    /// `x [m, cols] @ wᵀ` → `[m, rows]` for each of several weights that take the same
+    /// input (a layer's q, k and v projections; gate and up). A few rows: block by block
+    /// ([`QMatrix::matvec_each`]); many: on AMX tiles where the CPU has them (see `amx.rs`;
+    /// the input is split for the tiles once), else with rows of weights rebuilt into f32
+    /// panels for the GEMM kernel as it goes; no f32 matrix exists whole.
+    pub(crate) fn matmul_t_each(ws: &[&QMatrix], x: &[f32], m: usize) -> Vec<Vec<f32>> {
+        if m < FEW_ROWS {
+            return QMatrix::matvec_each(ws, x, m);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = ws.first().map(|w| w.cols) {
+            let same = ws.iter().all(|w| w.cols == k && w.kind.on_tiles());
+            if let Some(split) = same.then(|| crate::cpu::amx::Split::new(x, m, k)).flatten() {
+                return ws
+                    .iter()
+                    .map(|w| {
+                        let fill = |g: usize, p: &mut crate::cpu::amx::Panel| w.fill_panel(g, p);
+                        split.matmul(w.rows, w.kind == QKind::Q4_1, &fill)
+                    })
+                    .collect();
+            }
+        }
+        ws.iter().map(|w| w.matmul_t_f32(x, m)).collect()
+    }
+
+    /// One product of [`QMatrix::matmul_t_each`] without AMX tiles.
+    fn matmul_t_f32(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let k = self.cols;
+        let fast = crate::cpu::kernels::matmul_wt_with(x, m, k, self.rows, &|panel, out| {
+            use crate::cpu::kernels::{pack_rows, NR};
+            PANEL.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.resize(NR * k, 0.0);
+                for (j, row) in buf.chunks_exact_mut(k).enumerate() {
+                    self.dequant_row(panel * NR + j, row);
+                }
+                let rows: [&[f32]; NR] = std::array::from_fn(|j| &buf[j * k..(j + 1) * k]);
+                pack_rows(&rows, k, out);
+            })
+        });
+        if let Some(y) = fast {
+            return y;
+        }
+        // No fast kernel here: one f32 copy of the matrix for the runtime's GEMM.
+        let w = self.dequantize();
+        let mut y = vec![0f32; m * self.rows];
+        par_chunks(&mut y, self.rows, |i, yr| {
+            let xr = &x[i * k..(i + 1) * k];
+            for (o, yv) in yr.iter_mut().enumerate() {
+                *yv = w[o * k..(o + 1) * k]
+                    .iter()
+                    .zip(xr)
+                    .map(|(a, b)| a * b)
+                    .sum();
+            }
+        });
+        y
+    }
+
+    /// Columns `g * 48 ..` (weight rows) of the AMX path: each block's quantized values as
+    /// bf16 pairs, its scale and (Q4_1) minimum; columns past the last weight row as zeros.
+    #[cfg(target_arch = "x86_64")]
+    fn fill_panel(&self, g: usize, p: &mut crate::cpu::amx::Panel) {
+        use crate::cpu::amx::GROUP;
+        let bb = self.kind.block_bytes();
+        let half = |b: &[u8], i: usize| f32::from(half::f16::from_le_bytes([b[i], b[i + 1]]));
+        let cols = GROUP.min(self.rows - g * GROUP);
+        p.scale.fill(0.0);
+        p.min.fill(0.0);
+        for c in 0..cols {
+            for (b, blk) in self.row(g * GROUP + c).chunks_exact(bb).enumerate() {
+                p.scale[b * GROUP + c] = half(blk, 0);
+                if self.kind == QKind::Q4_1 {
+                    p.min[b * GROUP + c] = half(blk, 2);
+                }
+            }
+        }
+        assert!(
+            p.pairs.len() >= self.cols / 2 * GROUP,
+            "a panel holds every k pair"
+        );
+        // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW; only
+        // existing rows are read and `pairs` holds cols / 2 * 48 values (asserted).
+        unsafe { self.fill_pairs(g, cols, p.pairs) };
+    }
+
+    /// The quantized values of [`QMatrix::fill_panel`] for its first `cols` columns: per
+    /// block and 16 columns, each column's 32 values become one register of bf16 pairs, and
+    /// a 16 × 16 transpose turns those into the panel's k-pair rows.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn fill_pairs(&self, g: usize, cols: usize, pairs: &mut [u32]) {
+        use crate::cpu::amx::{bf16_int, GROUP};
+        use std::arch::x86_64::*;
+        // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
+        let lut: [u16; 32] = std::array::from_fn(|v| {
+            bf16_int(v as i32 - if self.kind == QKind::Q4_0 { 8 } else { 0 })
+        });
+        let lut = _mm512_loadu_si512(lut.as_ptr() as *const __m512i);
+        let bb = self.kind.block_bytes();
+        let column = |blk: *const u8| -> __m512i {
+            match self.kind {
+                QKind::Q4_0 | QKind::Q4_1 => {
+                    let qs = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
+                    let low = _mm_set1_epi8(0x0f);
+                    let lo = _mm_and_si128(qs, low);
+                    let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), low);
+                    let idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
+                    _mm512_permutexvar_epi16(idx, lut)
+                }
+                QKind::Q8_0 => {
+                    let bf = |o: usize| {
+                        let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(o) as *const __m128i));
+                        let f = _mm512_castps_si512(_mm512_cvtepi32_ps(q));
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(f))
+                    };
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bf(2)), bf(18))
+                }
+                _ => unreachable!("`matmul_t_each` sends only `on_tiles` types to the tiles"),
+            }
+        };
+        let o = pairs.as_mut_ptr();
+        const BLOCK: usize = 32;
+        for b in 0..self.cols / BLOCK {
+            for ct in 0..GROUP / 16 {
+                let mut r: [__m512i; 16] = std::array::from_fn(|c| {
+                    if ct * 16 + c < cols {
+                        column(self.row(g * GROUP + ct * 16 + c).as_ptr().add(b * bb))
+                    } else {
+                        _mm512_setzero_si512()
+                    }
+                });
+                crate::cpu::kernels::transpose16(&mut r);
+                for (kp, v) in r.iter().enumerate() {
+                    let dst = o.add((b * BLOCK / 2 + kp) * GROUP + ct * 16);
+                    _mm512_storeu_si512(dst as *mut __m512i, *v);
+                }
+            }
+        }
+    }
+
+    /// The matrix as an f32 CPU tensor (for paths without a block kernel).
+    pub(crate) fn to_tensor(&self) -> Result<Tensor> {
+        Tensor::from_vec(self.dequantize(), &[self.rows, self.cols], &Device::Cpu)
+    }
+}
+
+/// The 16-lane kernels also set bit-planes with AVX-512BW/VL byte masks.
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::cpu::kernels::has_avx512()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && has_avx2_fma()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+thread_local! {
+    /// Per-thread rows of one weight panel, rebuilt from blocks before packing.
+    static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The block kernels also convert f16 scales with F16C.
+fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::cpu::kernels::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `row · x` for one row: each weight rebuilt in a register, then FMA'd with x.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_avx2<const K: u8>(row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let kind = QKind::from_id(K);
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    for g in 0..x.len() / GROUP {
+        let xp = x.as_ptr().add(g * GROUP);
+        let w = group::weights8(kind, row, g);
+        acc0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xp), acc0);
+        acc1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xp.add(8)), acc1);
+        acc0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xp.add(16)), acc0);
+        acc1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xp.add(24)), acc1);
+    }
+    crate::cpu::kernels::hsum256(_mm256_add_ps(acc0, acc1))
+}
+
+/// Columns `at..at + R` of `ys` (`[weight rows][m]`): each weight row of `rows` (its bytes
+/// and the bytes per row) times the `R` vectors `x`, whose half-group sums are `sums`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn dots_rows<const K: u8, const R: usize>(
+    (rows, row_bytes): (&[u8], usize),
+    x: [&[f32]; R],
+    sums: [&[f32]; R],
+    ys: &mut [f32],
+    m: usize,
+    at: usize,
+) {
+    for (row, y) in rows.chunks_exact(row_bytes).zip(ys.chunks_exact_mut(m)) {
+        y[at..at + R].copy_from_slice(&dots_avx512::<K, R>(row, x, sums));
+    }
+}
+
+/// `row · x` for each of `R` vectors `x`, with 16-lane vectors: a group's 32 integers are
+/// widened once for all `R`, multiplied with x, and the group's scale multiplies their sum.
+///
+/// Weights are `a * q + m` (see `group`); the products sum as `Σ a·(Σ q·x) + Σ m·(Σ x)`, the
+/// sums of x per half-group (`sums`) computed once per call. That is the dequantized matrix's
+/// product regrouped, at f32 rounding like any other summation order, and it spends two
+/// vector operations per 16 weights where rebuilding each weight first spent four: on two
+/// cores, decode is bound by that arithmetic, not by memory.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn dots_avx512<const K: u8, const R: usize>(
+    row: &[u8],
+    x: [&[f32]; R],
+    sums: [&[f32]; R],
+) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let groups = x[0].len() / GROUP;
+    // Two accumulators per x row, for even and odd groups: each takes one dependent FMA
+    // per two groups.
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let mut off = [0f32; R];
+    let mut g = 0;
+    while g + 2 <= groups {
+        group_step::<K, R>(row, x, sums, g, &mut acc, &mut off, 0);
+        group_step::<K, R>(row, x, sums, g + 1, &mut acc, &mut off, 1);
+        g += 2;
+    }
+    if g < groups {
+        group_step::<K, R>(row, x, sums, g, &mut acc, &mut off, 0);
+    }
+    std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) + off[i])
+}
+
+/// Group `g` of [`dots_avx512`] into accumulator `k` of each x row.
+///
+/// # Safety
+/// As [`dots_avx512`], whose features this compiles with (always inlined; a closure would
+/// compile without them).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_step<const K: u8, const R: usize>(
+    row: &[u8],
+    x: [&[f32]; R],
+    sums: [&[f32]; R],
+    g: usize,
+    acc: &mut [[std::arch::x86_64::__m512; 2]; R],
+    off: &mut [f32; R],
+    k: usize,
+) {
+    use std::arch::x86_64::*;
+    let kind = QKind::from_id(K);
+    // A few hundred bytes ahead: the prefetcher alone left a tenth of the time idle.
+    _mm_prefetch::<_MM_HINT_T0>(
+        row.as_ptr()
+            .wrapping_add(g * kind.block_bytes() * GROUP / kind.block_len() + 1024)
+            as *const i8,
+    );
+    let q = group::ints::<true>(kind, row, g);
+    let (a, m) = group::scales(kind, row, g);
+    let f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+    let f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(q)));
+    for i in 0..R {
+        let xp = x[i].as_ptr().add(g * GROUP);
+        let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
+        if kind.split_scales() {
+            let t = _mm512_mul_ps(f0, x0);
+            acc[i][k] = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, acc[i][k]);
+            let t = _mm512_mul_ps(f1, x1);
+            acc[i][k] = _mm512_fmadd_ps(_mm512_set1_ps(a[1]), t, acc[i][k]);
+        } else {
+            let t = _mm512_fmadd_ps(f1, x1, _mm512_mul_ps(f0, x0));
+            acc[i][k] = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, acc[i][k]);
+        }
+        if kind.has_min() {
+            let s = sums[i].as_ptr().add(2 * g);
+            off[i] += m[0] * *s + m[1] * *s.add(1);
+        }
+    }
+}
+
+/// One row written out as f32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_avx2<const K: u8>(row: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let kind = QKind::from_id(K);
+    for (g, y) in out.chunks_exact_mut(GROUP).enumerate() {
+        for (i, w) in group::weights8(kind, row, g).into_iter().enumerate() {
+            _mm256_storeu_ps(y.as_mut_ptr().add(8 * i), w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+
+    use super::*;
+    use crate::Generator;
+
+    const KINDS: [QKind; 10] = [
+        QKind::Q4_0,
+        QKind::Q4_1,
+        QKind::Q5_0,
+        QKind::Q5_1,
+        QKind::Q8_0,
+        QKind::Q2_K,
+        QKind::Q3_K,
+        QKind::Q4_K,
+        QKind::Q5_K,
+        QKind::Q6_K,
+    ];
+
+    /// Where each block type keeps its f16 scale fields (so random bytes there stay finite).
+    fn f16_fields(kind: QKind) -> &'static [usize] {
+        match kind {
+            QKind::Q4_0 | QKind::Q5_0 | QKind::Q8_0 => &[0],
+            QKind::Q4_1 | QKind::Q5_1 | QKind::Q4_K | QKind::Q5_K => &[0, 2],
+            QKind::Q2_K => &[80, 82],
+            QKind::Q3_K => &[108],
+            QKind::Q6_K => &[208],
+        }
+    }
+
+    /// Random blocks of `kind` (every bit pattern of quants and packed scales, finite f16
+    /// scales) for a `[rows, cols]` matrix.
+    fn random(kind: QKind, rows: usize, cols: usize, seed: u64) -> QMatrix {
+        let mut g = Generator::new(seed);
+        let bb = kind.block_bytes();
+        let mut data = vec![0u8; rows * cols / kind.block_len() * bb];
+        for blk in data.chunks_exact_mut(bb) {
+            for b in blk.iter_mut() {
+                *b = (g.next_f64() * 256.0) as u8;
+            }
+            for &at in f16_fields(kind) {
+                let d = f16::from_f32((g.next_f64() as f32 - 0.5) * 0.1).to_bits();
+                blk[at..at + 2].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+        QMatrix::new(QuantizedWeight {
+            name: "w".into(),
+            ggml: kind.ggml(),
+            shape: vec![rows, cols],
+            data,
+        })
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_dequantize_as_the_hub_does_and_products_match_f32() {
+        for kind in KINDS {
+            // Three blocks of 32, or two super-blocks of 256, per row.
+            let (rows, cols) = (70, if kind.block_len() == 32 { 96 } else { 512 });
+            let q = random(kind, rows, cols, 3);
+            let hub = zoo_hub::gguf::dequantize(kind.ggml(), &q.data, rows * cols).unwrap();
+            assert_eq!(
+                q.dequantize(),
+                hub,
+                "{kind:?}: bit-equal to the hub's dequantization"
+            );
+
+            let mut g = Generator::new(9);
+            let x: Vec<f32> = (0..cols).map(|_| g.next_f64() as f32 - 0.5).collect();
+            let mut y = QMatrix::matvec_each(&[&q], &x, 1).remove(0);
+            // The 8-lane row kernel too, which CPUs without AVX-512 take.
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2_fma() {
+                // SAFETY: AVX2, FMA and F16C were detected; rows hold cols / 32 groups.
+                let y8 = (0..rows)
+                    .map(|r| monomorphic!(kind, |K| unsafe { dot_avx2::<K>(q.row(r), &x) }));
+                y.extend(y8);
+            }
+            for (r, y) in y.iter().enumerate() {
+                let r = r % rows;
+                let terms = (0..cols).map(|c| f64::from(hub[r * cols + c]) * f64::from(x[c]));
+                let want: f64 = terms.clone().sum();
+                let scale: f64 = terms.map(f64::abs).sum();
+                assert!(
+                    (f64::from(*y) - want).abs() <= 1e-6 * (1.0 + scale),
+                    "{kind:?} row {r}"
+                );
+            }
+            // A few rows block by block (1 to 4 per pass), and enough rows for the panels
+            // (AMX tiles here; a 70-wide output zero-pads its last group).
+            for m in [2, 5, 11, 20] {
+                let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
+                let ys = QMatrix::matmul_t_each(&[&q], &xs, m).remove(0);
+                for i in 0..m {
+                    for r in 0..rows {
+                        let terms = (0..cols)
+                            .map(|c| f64::from(hub[r * cols + c]) * f64::from(xs[i * cols + c]));
+                        let want: f64 = terms.clone().sum();
+                        let scale: f64 = terms.map(f64::abs).sum();
+                        let got = f64::from(ys[i * rows + r]);
+                        assert!(
+                            (got - want).abs() <= 1e-6 * (1.0 + scale),
+                            "{kind:?} m={m} {i},{r}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The row-block products (through `matmul_t_each`, AMX tiles where the CPU has them, and
+    /// through the f32 kernels) against f64 sums over the hub's dequantized weights, for row counts that fill tiles partly, once and several times.
+    #[test]
+    fn products_of_many_rows_match_f64_sums() {
+        #[cfg(target_arch = "x86_64")]
+        eprintln!("AMX tiles: {}", crate::cpu::amx::available());
+        for kind in KINDS {
+            let (rows, cols) = (64, if kind.block_len() == 32 { 160 } else { 256 });
+            let q = random(kind, rows, cols, 5);
+            let w = q.dequantize();
+            let mut g = Generator::new(17);
+            for m in [2, 16, 37] {
+                let xs: Vec<f32> = (0..m * cols)
+                    .map(|i| (g.next_f64() as f32 - 0.5) * if i % 7 == 0 { 300.0 } else { 1.0 })
+                    .collect();
+                // The dispatching entry point (AMX where present; one input split shared by
+                // two products) and the f32 kernels.
+                let both = QMatrix::matmul_t_each(&[&q, &q], &xs, m);
+                assert_eq!(
+                    both[0], both[1],
+                    "{kind:?}: a shared split gives equal products"
+                );
+                // Weights of other heights in one call (a layer's q, k and v): each product
+                // is the one it has alone.
+                let taller = random(kind, 3 * rows + 5, cols, 6);
+                let mixed = QMatrix::matmul_t_each(&[&q, &taller, &q], &xs, m);
+                assert_eq!(mixed[0], both[0], "{kind:?} m={m}: first of three");
+                assert_eq!(mixed[2], both[0], "{kind:?} m={m}: last of three");
+                let alone = QMatrix::matmul_t_each(&[&taller], &xs, m).remove(0);
+                assert_eq!(mixed[1], alone, "{kind:?} m={m}: the taller weight");
+                let paths = [
+                    ("matmul_t_each", both[0].clone()),
+                    ("f32", q.matmul_t_f32(&xs, m)),
+                ];
+                for (path, ys) in paths {
+                    for i in 0..m {
+                        for r in 0..rows {
+                            let terms = (0..cols)
+                                .map(|c| f64::from(w[r * cols + c]) * f64::from(xs[i * cols + c]));
+                            let want: f64 = terms.clone().sum();
+                            let scale: f64 = terms.map(f64::abs).sum();
+                            let got = f64::from(ys[i * rows + r]);
+                            assert!(
+                                (got - want).abs() <= 1e-6 * (1.0 + scale),
+                                "{kind:?} {path} m={m} {i},{r}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A group's weights as registers hold the hub's f32 weights bit for bit, and its
+    /// integers are the same with AVX-512 byte masks as with compares.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn group_registers_hold_the_hubs_weights() {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+        unsafe fn ints_bw(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
+            std::mem::transmute(group::ints::<true>(kind, row, g))
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn ints_cmp(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
+            std::mem::transmute(group::ints::<false>(kind, row, g))
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn narrow(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
+            std::mem::transmute(group::weights8(kind, row, g))
+        }
+        for kind in KINDS {
+            let (rows, cols) = (3, 512);
+            let q = random(kind, rows, cols, 11);
+            let hub = zoo_hub::gguf::dequantize(kind.ggml(), &q.data, rows * cols).unwrap();
+            for r in 0..rows {
+                for g in 0..cols / GROUP {
+                    let want: Vec<u32> = hub[r * cols + g * GROUP..][..GROUP]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    let bits = |w: [f32; 32]| w.map(f32::to_bits).to_vec();
+                    if has_avx512() {
+                        // SAFETY: the features were detected.
+                        let (a, b) =
+                            unsafe { (ints_bw(kind, q.row(r), g), ints_cmp(kind, q.row(r), g)) };
+                        assert_eq!(a, b, "{kind:?} byte-mask integers, row {r} group {g}");
+                    }
+                    if has_avx2_fma() {
+                        // SAFETY: the features were detected.
+                        let w = unsafe { narrow(kind, q.row(r), g) };
+                        assert_eq!(bits(w), want, "{kind:?} 8-lane row {r} group {g}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_range_ids_and_damaged_blocks_are_errors() {
+        let q = random(QKind::Q8_0, 4, 32, 1);
+        assert!(q.gather_rows(&[0, 3]).is_ok());
+        assert!(q.gather_rows(&[4]).is_err());
+        let bad = QMatrix::new(QuantizedWeight {
+            name: "model.embed_tokens.weight".into(),
+            ggml: GgmlType::Q8_0,
+            shape: vec![4, 32],
+            data: vec![0; 10],
+        })
+        .unwrap_err();
+        assert!(
+            bad.to_string().contains("model.embed_tokens.weight"),
+            "{bad}"
+        );
+        // Rows that are not whole super-blocks, and activation formats, load as f32.
+        for (ggml, cols) in [(GgmlType::Q6_K, 640), (GgmlType::Q8_K, 256)] {
+            let kept_as_f32 = QMatrix::new(QuantizedWeight {
+                name: "w".into(),
+                ggml,
+                shape: vec![1, cols],
+                data: vec![0; 1],
+            })
+            .unwrap();
+            assert!(kept_as_f32.is_none(), "{ggml:?}");
+            assert!(!keeps_blocks(ggml, &[1, cols]));
+        }
+        assert!(keeps_blocks(GgmlType::Q6_K, &[1, 512]));
+    }
+}
