@@ -60,6 +60,7 @@ fn run() -> Result<ExitCode, String> {
     let (pf, dec) = zoo_figures(&model, "The capital of France is", prefill, new, runs);
     drop(model);
     let llama = llama_bench(&gguf, threads, prefill, new, runs);
+    let bandwidth = zoo_benchmarks::read_bandwidth(threads) / 1e9;
     let pick = |i: usize| {
         llama
             .as_ref()
@@ -76,6 +77,15 @@ fn run() -> Result<ExitCode, String> {
         "llama.cpp",
         pick(1),
         Some(AtLeast(1.0)),
+    );
+    // A decode step reads every block once (the tied lm_head reads the embedding table).
+    t.add(
+        "decode, blocks streamed",
+        "GB/s",
+        dec * mib * 1048576.0 / 1e9,
+        "read bandwidth",
+        Ok(bandwidth),
+        None,
     );
     t.add(
         "prefill, candle CPU",

@@ -1084,7 +1084,9 @@ fn attention_f32(
         })
         .collect();
     // Keys packed as the GEMM's weight panels: for each (batch, kv head), [L/32][D][32].
-    let mut kp = vec![0f32; b * kv * lp * d * NR];
+    // Not zero-filled first: the packing writes every value (padding included), and a decode
+    // step repacks the whole cache, so a fill would double its serial memory traffic.
+    let mut kp: Vec<f32> = Vec::with_capacity(b * kv * lp * d * NR);
     let kpp = OutPtr(kp.as_mut_ptr());
     par_units(b * kv * lp, |u| {
         let (bg, p) = (u / lp, u % lp);
@@ -1096,6 +1098,8 @@ fn attention_f32(
         let out = unsafe { kpp.part(u * d * NR, d * NR) };
         pack_rows(&rows, d, out);
     });
+    // SAFETY: the units above wrote all b*kv*lp panels of d*NR values.
+    unsafe { kp.set_len(b * kv * lp * d * NR) };
     // Narrow heads multiply by v transposed (`NarrowPv`).
     let vt = (dv < NR).then(|| NarrowPv::transpose(v, g.vs, [b, kv, l, dv]));
     let mut o: Vec<f32> = Vec::with_capacity(b * t * h * dv);

@@ -490,7 +490,8 @@ unsafe fn dots_avx512<const K: u8, const R: usize>(
     // Two accumulators per x row, for even and odd groups: each takes one dependent FMA
     // per two groups.
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    let mut off = [0f32; R];
+    // The offsets' share, per x row and accumulator (two chains, as for `acc`).
+    let mut off = [[0f32; 2]; R];
     let mut g = 0;
     while g + 2 <= groups {
         group_step::<K, R>(row, x, sums, g, &mut acc, &mut off, 0);
@@ -500,7 +501,9 @@ unsafe fn dots_avx512<const K: u8, const R: usize>(
     if g < groups {
         group_step::<K, R>(row, x, sums, g, &mut acc, &mut off, 0);
     }
-    std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) + off[i])
+    std::array::from_fn(|i| {
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) + (off[i][0] + off[i][1])
+    })
 }
 
 /// Group `g` of [`dots_avx512`] into accumulator `k` of each x row.
@@ -517,7 +520,7 @@ unsafe fn group_step<const K: u8, const R: usize>(
     sums: [&[f32]; R],
     g: usize,
     acc: &mut [[std::arch::x86_64::__m512; 2]; R],
-    off: &mut [f32; R],
+    off: &mut [[f32; 2]; R],
     k: usize,
 ) {
     use std::arch::x86_64::*;
@@ -546,7 +549,11 @@ unsafe fn group_step<const K: u8, const R: usize>(
         }
         if kind.has_min() {
             let s = sums[i].as_ptr().add(2 * g);
-            off[i] += m[0] * *s + m[1] * *s.add(1);
+            off[i][k] += if kind.split_scales() {
+                m[0] * *s + m[1] * *s.add(1)
+            } else {
+                m[0] * (*s + *s.add(1))
+            };
         }
     }
 }
