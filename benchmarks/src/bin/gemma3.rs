@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use zoo_benchmarks::{check_mode, llama_bench, positive, zoo_figures, Table, Target::AtLeast};
+use zoo_benchmarks::{check_mode, positive, zoo_and_llama_cpp, Table, Target::AtLeast, ROUNDS};
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::AutoModelForCausalLM;
 
@@ -51,15 +51,21 @@ fn run() -> Result<ExitCode, String> {
     let gguf = std::env::var_os("ZOO_GEMMA3_GGUF")
         .map(PathBuf::from)
         .ok_or("ZOO_GEMMA3_GGUF is not set: run through scripts/bench.sh, which sets it")?;
-    eprintln!("measuring Gemma 3 270M (each figure best of {runs} runs)...");
+    eprintln!(
+        "measuring Gemma 3 270M (each figure best of {runs} runs in each of {ROUNDS} rounds alternating with llama.cpp)..."
+    );
     let model = AutoModelForCausalLM::builder(&gguf.to_string_lossy())
         .device_map(DeviceMap::Cpu)
         .load()
         .map_err(|e| format!("zoo cannot load {}: {e}", gguf.display()))?;
     let mib = model.load_report().weight_bytes as f64 / 1048576.0;
-    let (pf, dec) = zoo_figures(&model, "The capital of France is", prefill, new, runs);
+    let ((pf, dec), llama) = zoo_and_llama_cpp(
+        &model,
+        &gguf,
+        "The capital of France is",
+        (threads, prefill, new, runs),
+    );
     drop(model);
-    let llama = llama_bench(&gguf, threads, prefill, new, runs);
     let bandwidth = zoo_benchmarks::read_bandwidth(threads) / 1e9;
     let pick = |i: usize| {
         llama

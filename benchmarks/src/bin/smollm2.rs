@@ -12,6 +12,7 @@
 //! Greedy decode tok/s after the first token (eos suppressed) and the tok/s of one forward
 //! over a 512-token prompt computing the last position's logits, as generation does. Each
 //! figure is the best of `--runs` runs: a shared machine's other load only slows runs down.
+//! zoo's Q4_1 figures and llama.cpp's alternate over `ROUNDS` rounds, each side's best kept.
 //!
 //! Targets (judged under `--check`, which exits 1 when one is missed or cannot be judged):
 //! - f32 decode >= 2.0x PyTorch and >= 1.0x candle-transformers, and its weight bytes per
@@ -35,7 +36,8 @@ use std::time::Instant;
 
 use candle_core::{Device as CDevice, Tensor as CTensor};
 use zoo_benchmarks::{
-    best_of, check_mode, peak_rss, prefill_ids, python_figures, reset_peak_rss, Table, Target,
+    best_of, check_mode, peak_rss, prefill_ids, python_figures, reset_peak_rss, zoo_and_llama_cpp,
+    Table, Target,
 };
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::{AutoModelForCausalLM, CausalLM};
@@ -226,10 +228,6 @@ fn candle_q4(gguf: &Path, prompt: &[u32], a: &Args) -> Result<(f64, f64), String
 }
 
 /// llama.cpp's own `llama-bench` on the same file: (pp tok/s, tg tok/s).
-fn llama_cpp(gguf: &Path, a: &Args) -> Result<(f64, f64), String> {
-    zoo_benchmarks::llama_bench(gguf, a.threads, a.prefill, a.new, a.runs)
-}
-
 fn torch(dir: &Path, a: &Args) -> Result<(f64, f64), String> {
     let v = python_figures(
         "nightly/reference/smollm2_bench.py",
@@ -327,7 +325,8 @@ fn run() -> Result<ExitCode, String> {
     eprintln!("  Q4_1: zoo, candle-transformers, llama.cpp...");
     reset_peak_rss();
     let model = load(&gguf, DeviceMap::Cpu)?;
-    let (q_pf, q_dec) = zoo_figures(&model, &a);
+    let limits = (a.threads, a.prefill, a.new, a.runs);
+    let ((q_pf, q_dec), llama) = zoo_and_llama_cpp(&model, &gguf, PROMPT, limits);
     let q_rss = peak_rss();
     let q_batched = batched_decode(&model, BATCH, &a);
     let q_weights = model.load_report().weight_bytes;
@@ -335,7 +334,6 @@ fn run() -> Result<ExitCode, String> {
     let prompt = model.encode(PROMPT, false).unwrap();
     drop(model);
     let candle_q = candle_q4(&gguf, &prompt, &a);
-    let llama = llama_cpp(&gguf, &a);
 
     // f32 weights.
     reset_peak_rss();

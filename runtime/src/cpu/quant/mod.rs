@@ -160,7 +160,8 @@ impl QMatrix {
             vec![Vec::new(); m]
         };
         // Weight row r's products with every x row, [rows][m] per weight; transposed below.
-        let mut yts: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; w.rows * m]).collect();
+        // Not zero-filled: every unit writes all of its rows (a Gemma 3 step's logits are 1 MiB).
+        let mut yts: Vec<Vec<f32>> = ws.iter().map(|w| Vec::with_capacity(w.rows * m)).collect();
         let outs: Vec<OutPtr> = yts.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         // Unit u is block u - starts[j] of weight j.
         let mut starts = vec![0];
@@ -176,6 +177,10 @@ impl QMatrix {
             let ys = unsafe { outs[j].part(r0 * m, (r1 - r0) * m) };
             w.matvec_block(r0, &xs, &sums, ys, wide);
         });
+        for (y, w) in yts.iter_mut().zip(ws) {
+            // SAFETY: the units above wrote every row's m values of every weight's output.
+            unsafe { y.set_len(w.rows * m) };
+        }
         if m == 1 {
             return yts;
         }
