@@ -144,11 +144,15 @@ impl QMatrix {
     /// parallel region: a decode step's products (a layer's q, k and v) take a few
     /// microseconds each, about what handing work to the pool and waiting for it costs.
     fn matvec_each(ws: &[&QMatrix], x: &[f32], m: usize) -> Vec<Vec<f32>> {
-        // Blocks of rows big enough to amortise scheduling, small enough to balance 2+ threads.
-        const ROWS: usize = 64;
         let Some(k) = ws.first().map(|w| w.cols) else {
             return Vec::new();
         };
+        // Blocks of rows big enough to amortise scheduling, small enough to balance the
+        // threads: at least 8 per thread (a 576-row projection in blocks of 64 is 9 blocks,
+        // 5 on one of two threads and 4 on the other).
+        let total: usize = ws.iter().map(|w| w.rows).sum();
+        let per_thread = total / (8 * crate::cpu::kernels::pool_threads()).max(1);
+        let rows_per_unit = per_thread.clamp(8, 64);
         let xs: Vec<&[f32]> = x.chunks_exact(k).take(m).collect();
         let wide = has_avx512();
         // The sum of each half-group of every x row, for the offsets' share (see `dots_avx512`).
@@ -166,12 +170,12 @@ impl QMatrix {
         // Unit u is block u - starts[j] of weight j.
         let mut starts = vec![0];
         for w in ws {
-            starts.push(starts.last().copied().unwrap_or(0) + w.rows.div_ceil(ROWS));
+            starts.push(starts.last().copied().unwrap_or(0) + w.rows.div_ceil(rows_per_unit));
         }
         par_units(starts[ws.len()], |u| {
             let j = starts.partition_point(|&s| s <= u) - 1;
             let (w, c) = (ws[j], u - starts[j]);
-            let (r0, r1) = (c * ROWS, ((c + 1) * ROWS).min(w.rows));
+            let (r0, r1) = (c * rows_per_unit, ((c + 1) * rows_per_unit).min(w.rows));
             // SAFETY: block c covers rows r0..r1 of weight j's output, which no other unit
             // writes; `yts` outlives the region.
             let ys = unsafe { outs[j].part(r0 * m, (r1 - r0) * m) };
