@@ -114,11 +114,13 @@ pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
     let avx512 = has_avx512();
     let y = with_f32(w, |wv| {
         let mut y = vec![0f32; out];
-        // Blocks of rows big enough to amortise scheduling, small enough to balance 2+ threads.
-        const ROWS: usize = 64;
+        // Blocks of rows big enough to amortise scheduling, small enough to balance the
+        // threads: at most 64 rows, fewer when that would give a thread under 8 blocks (a
+        // 576-row projection in blocks of 64 left one of two threads a block short).
+        let block = (out / (8 * pool_threads())).clamp(8, 64) / 8 * 8;
         let yp = OutPtr(y.as_mut_ptr());
-        par_units(out.div_ceil(ROWS), |blk| {
-            let (r0, r1) = (blk * ROWS, ((blk + 1) * ROWS).min(out));
+        par_units(out.div_ceil(block), |blk| {
+            let (r0, r1) = (blk * block, ((blk + 1) * block).min(out));
             let rows = &wv[r0 * k..r1 * k];
             // SAFETY: AVX2 and FMA were detected above (AVX-512 where it is used); each block
             // writes its own rows of y.
