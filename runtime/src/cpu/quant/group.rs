@@ -35,71 +35,44 @@ pub(crate) const GROUP: usize = 32;
 /// that a kernel generic over it compiles once per block type with the type's decoding
 /// folded in: matched per group at run time, the decoding's branches and spills cost more
 /// than its arithmetic.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_macros))]
 macro_rules! monomorphic {
-    ($kind:expr, |$k:ident| $body:expr) => {{
+    ($kind:expr, |$k:ident| $body:expr) => {
+        monomorphic!(@each $kind, $k, $body, Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K)
+    };
+    (@each $kind:expr, $k:ident, $body:expr, $($v:ident)*) => {{
         use $crate::cpu::quant::QKind as Q;
         match $kind {
-            Q::Q4_0 => {
-                const $k: u8 = Q::Q4_0 as u8;
+            $(Q::$v => {
+                const $k: u8 = Q::$v as u8;
                 $body
-            }
-            Q::Q4_1 => {
-                const $k: u8 = Q::Q4_1 as u8;
-                $body
-            }
-            Q::Q5_0 => {
-                const $k: u8 = Q::Q5_0 as u8;
-                $body
-            }
-            Q::Q5_1 => {
-                const $k: u8 = Q::Q5_1 as u8;
-                $body
-            }
-            Q::Q8_0 => {
-                const $k: u8 = Q::Q8_0 as u8;
-                $body
-            }
-            Q::Q2_K => {
-                const $k: u8 = Q::Q2_K as u8;
-                $body
-            }
-            Q::Q3_K => {
-                const $k: u8 = Q::Q3_K as u8;
-                $body
-            }
-            Q::Q4_K => {
-                const $k: u8 = Q::Q4_K as u8;
-                $body
-            }
-            Q::Q5_K => {
-                const $k: u8 = Q::Q5_K as u8;
-                $body
-            }
-            Q::Q6_K => {
-                const $k: u8 = Q::Q6_K as u8;
-                $body
-            }
+            })*
         }
     }};
 }
+#[cfg(target_arch = "x86_64")]
 pub(crate) use monomorphic;
 
 impl QKind {
+    /// Every kind, in discriminant order.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const ALL: [QKind; 10] = [
+        QKind::Q4_0,
+        QKind::Q4_1,
+        QKind::Q5_0,
+        QKind::Q5_1,
+        QKind::Q8_0,
+        QKind::Q2_K,
+        QKind::Q3_K,
+        QKind::Q4_K,
+        QKind::Q5_K,
+        QKind::Q6_K,
+    ];
+
     /// The kind whose discriminant is `id` (see [`monomorphic`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn from_id(id: u8) -> QKind {
-        const ALL: [QKind; 10] = [
-            QKind::Q4_0,
-            QKind::Q4_1,
-            QKind::Q5_0,
-            QKind::Q5_1,
-            QKind::Q8_0,
-            QKind::Q2_K,
-            QKind::Q3_K,
-            QKind::Q4_K,
-            QKind::Q5_K,
-            QKind::Q6_K,
-        ];
-        ALL[id as usize]
+        QKind::ALL[id as usize]
     }
 
     pub(crate) fn of(g: GgmlType) -> Option<QKind> {
@@ -154,6 +127,7 @@ impl QKind {
     }
 
     /// Whether the two halves of a group have scales of their own (16-weight sub-blocks).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline]
     pub(crate) fn split_scales(self) -> bool {
         matches!(self, QKind::Q2_K | QKind::Q3_K | QKind::Q6_K)
@@ -161,6 +135,7 @@ impl QKind {
 
     /// Whether the AMX tiles of `amx.rs` take this type (one scale and minimum per block of
     /// 32, values a bf16 lookup can hold).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn on_tiles(self) -> bool {
         matches!(self, QKind::Q4_0 | QKind::Q4_1 | QKind::Q8_0)
     }
@@ -172,6 +147,7 @@ impl QKind {
 /// `row` holds the block (`g` is below the row's group count). Unchecked: the kernels call
 /// this per group, and a checked slice's compare and branch are a tenth of a group's work;
 /// offsets within the block are constants the compiler checks against its constant size.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn locate(kind: QKind, row: &[u8], g: usize) -> (&[u8], usize) {
     let per = kind.block_len() / GROUP;
@@ -184,21 +160,19 @@ unsafe fn locate(kind: QKind, row: &[u8], g: usize) -> (&[u8], usize) {
     )
 }
 
-/// The f16 at `b[at..at + 2]` as f32.
+/// The f16 at `b[at..at + 2]` as f32, through F16C (the kernels calling this run only where
+/// it was detected).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
+    use std::arch::x86_64::*;
     let bits = u16::from_le_bytes(b[at..at + 2].try_into().expect("two bytes"));
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the kernels calling this run only where F16C was detected (`has_avx2_fma`).
-    unsafe {
-        use std::arch::x86_64::*;
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    half::f16::from_bits(bits).to_f32()
+    // SAFETY: F16C is present wherever a kernel runs (`has_avx2_fma`).
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
 }
 
 /// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K super-block's 12 bytes.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
@@ -215,7 +189,8 @@ fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
 /// type has no minimum).
 ///
 /// # Safety
-/// As [`locate`]; on x86-64 the CPU has F16C.
+/// As [`locate`]; the CPU has F16C.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn scales(kind: QKind, row: &[u8], g: usize) -> ([f32; 2], [f32; 2]) {
     let (b, j) = locate(kind, row, g);

@@ -26,8 +26,10 @@ use crate::{Error, Result};
 
 mod group;
 
+#[cfg(target_arch = "x86_64")]
+use group::monomorphic;
 pub(crate) use group::QKind;
-use group::{monomorphic, GROUP};
+use group::GROUP;
 
 /// Whether a stored `ggml` tensor of HF shape `shape` stays as blocks when its matrix is
 /// kept (what [`QMatrix::new`] accepts): what a load's resident bytes are counted from.
@@ -147,6 +149,9 @@ impl QMatrix {
         let Some(k) = ws.first().map(|w| w.cols) else {
             return Vec::new();
         };
+        if m == 0 {
+            return vec![Vec::new(); ws.len()];
+        }
         // Blocks of rows big enough to amortise scheduling, small enough to balance the
         // threads: at least 8 per thread (a 576-row projection in blocks of 64 is 9 blocks,
         // 5 on one of two threads and 4 on the other).
@@ -587,18 +592,7 @@ mod tests {
     use super::*;
     use crate::Generator;
 
-    const KINDS: [QKind; 10] = [
-        QKind::Q4_0,
-        QKind::Q4_1,
-        QKind::Q5_0,
-        QKind::Q5_1,
-        QKind::Q8_0,
-        QKind::Q2_K,
-        QKind::Q3_K,
-        QKind::Q4_K,
-        QKind::Q5_K,
-        QKind::Q6_K,
-    ];
+    const KINDS: [QKind; 10] = QKind::ALL;
 
     /// Where each block type keeps its f16 scale fields (so random bytes there stay finite).
     fn f16_fields(kind: QKind) -> &'static [usize] {
@@ -660,40 +654,41 @@ mod tests {
                     .map(|r| monomorphic!(kind, |K| unsafe { dot_avx2::<K>(q.row(r), &x) }));
                 y.extend(y8);
             }
-            for (r, y) in y.iter().enumerate() {
-                let r = r % rows;
-                let terms = (0..cols).map(|c| f64::from(hub[r * cols + c]) * f64::from(x[c]));
-                let want: f64 = terms.clone().sum();
-                let scale: f64 = terms.map(f64::abs).sum();
-                assert!(
-                    (f64::from(*y) - want).abs() <= 1e-6 * (1.0 + scale),
-                    "{kind:?} row {r}"
-                );
+            assert_products(&format!("{kind:?} one row"), &hub, &x, &y[..rows], rows);
+            if y.len() > rows {
+                assert_products(&format!("{kind:?} 8-lane"), &hub, &x, &y[rows..], rows);
             }
             // A few rows block by block (1 to 4 per pass), and enough rows for the panels
             // (AMX tiles here; a 70-wide output zero-pads its last group).
             for m in [2, 5, 11, 20] {
                 let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
                 let ys = QMatrix::matmul_t_each(&[&q], &xs, m).remove(0);
-                for i in 0..m {
-                    for r in 0..rows {
-                        let terms = (0..cols)
-                            .map(|c| f64::from(hub[r * cols + c]) * f64::from(xs[i * cols + c]));
-                        let want: f64 = terms.clone().sum();
-                        let scale: f64 = terms.map(f64::abs).sum();
-                        let got = f64::from(ys[i * rows + r]);
-                        assert!(
-                            (got - want).abs() <= 1e-6 * (1.0 + scale),
-                            "{kind:?} m={m} {i},{r}: {got} vs {want}"
-                        );
-                    }
-                }
+                assert_products(&format!("{kind:?} m={m}"), &hub, &xs, &ys, rows);
+            }
+        }
+    }
+
+    /// `ys` (`[m, rows]`) against f64 sums of `w` (`[rows, cols]`) times `xs` (`[m, cols]`),
+    /// within f32 rounding of the terms' magnitudes.
+    fn assert_products(what: &str, w: &[f32], xs: &[f32], ys: &[f32], rows: usize) {
+        let cols = w.len() / rows;
+        for (i, x) in xs.chunks_exact(cols).enumerate() {
+            for r in 0..rows {
+                let terms = (0..cols).map(|c| f64::from(w[r * cols + c]) * f64::from(x[c]));
+                let want: f64 = terms.clone().sum();
+                let scale: f64 = terms.map(f64::abs).sum();
+                let got = f64::from(ys[i * rows + r]);
+                assert!(
+                    (got - want).abs() <= 1e-6 * (1.0 + scale),
+                    "{what}: {i},{r}: {got} vs {want}"
+                );
             }
         }
     }
 
     /// The row-block products (through `matmul_t_each`, AMX tiles where the CPU has them, and
-    /// through the f32 kernels) against f64 sums over the hub's dequantized weights, for row counts that fill tiles partly, once and several times.
+    /// through the f32 kernels) against f64 sums over the hub's dequantized weights, for row
+    /// counts that fill tiles partly, once and several times.
     #[test]
     fn products_of_many_rows_match_f64_sums() {
         #[cfg(target_arch = "x86_64")]
@@ -727,19 +722,7 @@ mod tests {
                     ("f32", q.matmul_t_f32(&xs, m)),
                 ];
                 for (path, ys) in paths {
-                    for i in 0..m {
-                        for r in 0..rows {
-                            let terms = (0..cols)
-                                .map(|c| f64::from(w[r * cols + c]) * f64::from(xs[i * cols + c]));
-                            let want: f64 = terms.clone().sum();
-                            let scale: f64 = terms.map(f64::abs).sum();
-                            let got = f64::from(ys[i * rows + r]);
-                            assert!(
-                                (got - want).abs() <= 1e-6 * (1.0 + scale),
-                                "{kind:?} {path} m={m} {i},{r}: {got} vs {want}"
-                            );
-                        }
-                    }
+                    assert_products(&format!("{kind:?} {path} m={m}"), &w, &xs, &ys, rows);
                 }
             }
         }
