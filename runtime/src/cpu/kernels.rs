@@ -273,11 +273,13 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
             par_units(n.div_ceil(block), |blk| {
                 let (r0, r1) = (blk * block, ((blk + 1) * block).min(n));
                 let rows = &wv[r0 * k..r1 * k];
-                // Four x rows per pass: sixteen accumulators, and the block is still in L2
-                // when the next four pass over it.
-                for (g, xs) in xv[..m * k].chunks(4 * k).enumerate() {
+                // Up to eight x rows per pass: the block streams from memory while the
+                // products run (a second pass over it from L2 would leave that first pass
+                // waiting on memory with the FMA units idle). Sixteen accumulators: four
+                // weight rows by up to four x rows, or two by up to eight.
+                for (g, xs) in xv[..m * k].chunks(8 * k).enumerate() {
                     let row = |i: usize| &xs[i * k..(i + 1) * k];
-                    let at = (4 * g, r0);
+                    let at = (8 * g, r0);
                     // SAFETY: AVX-512F was detected above; each block writes columns
                     // r0..r1 of the rows of y it is given, which no other block writes.
                     #[cfg(target_arch = "x86_64")]
@@ -287,7 +289,11 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
                             2 => dots_few::<2, 4>(rows, std::array::from_fn(row), yp, n, at),
                             3 => dots_few::<3, 4>(rows, std::array::from_fn(row), yp, n, at),
                             4 => dots_few::<4, 4>(rows, std::array::from_fn(row), yp, n, at),
-                            _ => unreachable!("chunks of 4 rows"),
+                            5 => dots_few::<5, 2>(rows, std::array::from_fn(row), yp, n, at),
+                            6 => dots_few::<6, 2>(rows, std::array::from_fn(row), yp, n, at),
+                            7 => dots_few::<7, 2>(rows, std::array::from_fn(row), yp, n, at),
+                            8 => dots_few::<8, 2>(rows, std::array::from_fn(row), yp, n, at),
+                            _ => unreachable!("chunks of 8 rows"),
                         }
                     }
                 }
@@ -335,6 +341,9 @@ unsafe fn dots_few<const X: usize, const W: usize>(
         while o < vk {
             let xv: [__m512; X] = std::array::from_fn(|i| _mm512_loadu_ps(x[i].as_ptr().add(o)));
             for j in 0..W {
+                // The next W rows' same line: they stream in while these products run
+                // (waiting on weight loads had left half the time idle at 8 x rows).
+                _mm_prefetch::<_MM_HINT_T0>(p[j].wrapping_add(o + W * k) as *const i8);
                 let wv = _mm512_loadu_ps(p[j].add(o));
                 for i in 0..X {
                     acc[j][i] = _mm512_fmadd_ps(wv, xv[i], acc[j][i]);
@@ -1474,7 +1483,9 @@ mod tests {
         for (m, k, n) in [
             (2usize, 5usize, 3usize),
             (3, 64, 67),
+            (6, 100, 21),
             (8, 576, 130),
+            (12, 64, 10),
             (15, 37, 9),
         ] {
             let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
