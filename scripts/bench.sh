@@ -51,8 +51,18 @@ PY
     exit 2
   fi
   mkdir -p "$llama_dir"
-  cmake -S "$src" -B "$llama_dir/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON >&2
-  cmake --build "$llama_dir/build" --target llama-bench -j "$(nproc)" >&2
+  build() {
+    cmake -S "$src" -B "$llama_dir/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON "$@" >&2
+    cmake --build "$llama_dir/build" --target llama-bench -j "$(nproc)" >&2
+  }
+  build
+  # Some virtual machines report AMX, and llama.cpp's AMX prefill kernels then fault on their
+  # first tile configuration: a short prefill tells, and the build is redone without them.
+  if ! "$llama_dir/build/bin/llama-bench" -m "$ZOO_SMOLLM2_GGUF" -t 1 -p 32 -n 0 -r 1 >/dev/null 2>&1; then
+    echo "bench.sh: llama-bench fails a prefill on this CPU (its AMX kernels); rebuilding without AMX" >&2
+    noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    build -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx"
+  fi
   rm -rf "$tmp"
 fi
 if [ -z "${LLAMA_BENCH:-}" ] && [ -x "$llama_dir/build/bin/llama-bench" ]; then
