@@ -171,6 +171,19 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
 }
 
+/// The two f16 at `b[at..at + 4]` as f32, in one conversion (as [`f16_at`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn f16_pair_at(b: &[u8], at: usize) -> (f32, f32) {
+    use std::arch::x86_64::*;
+    let bits = u32::from_le_bytes(b[at..at + 4].try_into().expect("four bytes"));
+    // SAFETY: F16C is present wherever a kernel runs (`has_avx2_fma`).
+    unsafe {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
+}
+
 /// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K super-block's 12 bytes.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -200,11 +213,11 @@ pub(crate) unsafe fn scales(kind: QKind, row: &[u8], g: usize) -> ([f32; 2], [f3
             ([d, d], [0.0; 2])
         }
         QKind::Q4_1 | QKind::Q5_1 => {
-            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            let (d, m) = f16_pair_at(b, 0);
             ([d, d], [m, m])
         }
         QKind::Q4_K | QKind::Q5_K => {
-            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let (d, dmin) = f16_pair_at(b, 0);
             let (sc, mn) = k_scale_min(&b[4..16], j);
             let (a, m) = (d * sc as f32, -(dmin * mn as f32));
             ([a, a], [m, m])
@@ -215,7 +228,7 @@ pub(crate) unsafe fn scales(kind: QKind, row: &[u8], g: usize) -> ([f32; 2], [f3
             ([s(2 * j), s(2 * j + 1)], [0.0; 2])
         }
         QKind::Q2_K => {
-            let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+            let (d, dmin) = f16_pair_at(b, 80);
             let a = |k: usize| d * (b[k] & 0x0f) as f32;
             let m = |k: usize| -(dmin * (b[k] >> 4) as f32);
             ([a(2 * j), a(2 * j + 1)], [m(2 * j), m(2 * j + 1)])
@@ -327,6 +340,61 @@ pub(crate) unsafe fn ints<const BW: bool>(
         QKind::Q3_K => {
             let low = bits(load32(32 + (j / 4) * 32), 2 * (j % 4), 0x03);
             byte_bit(_mm256_sub_epi8(low, byte(4)), load32(0), 4)
+        }
+    }
+}
+
+/// Group `g`'s 32 integers as two 16-lane f32 vectors (values 0..16 and 16..32). Q4_0, Q4_1
+/// and Q8_0 widen straight from the block (a 4-bit pair's byte holds values i and i + 16, so
+/// one zero-extension serves both halves): about half the operations of widening [`ints`],
+/// which the other types take. Decode steps of a model that fits in the last-level cache are
+/// bound by these operations, not by memory.
+///
+/// # Safety
+/// As [`locate`]; the CPU has AVX-512F/BW/VL (inlined as [`ints`] is).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn floats16(
+    kind: QKind,
+    row: &[u8],
+    g: usize,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let (b, _) = locate(kind, row, g);
+    // SAFETY (loads): 16 bytes at offset 2 or 4 (Q4_0/Q4_1, 18/20-byte blocks), 2 or 18
+    // (Q8_0, 34-byte blocks) lie within the block.
+    let load16 = |at: usize| {
+        debug_assert!(at + 16 <= b.len());
+        _mm_loadu_si128(b.as_ptr().add(at) as *const __m128i)
+    };
+    let f = |v: __m512i| _mm512_cvtepi32_ps(v);
+    match kind {
+        QKind::Q4_0 | QKind::Q4_1 => {
+            let v = _mm512_cvtepu8_epi32(load16(if kind == QKind::Q4_0 { 2 } else { 4 }));
+            let (lo, hi) = (
+                _mm512_and_si512(v, _mm512_set1_epi32(0x0f)),
+                _mm512_srli_epi32::<4>(v),
+            );
+            if kind == QKind::Q4_0 {
+                let eight = _mm512_set1_epi32(8);
+                (
+                    f(_mm512_sub_epi32(lo, eight)),
+                    f(_mm512_sub_epi32(hi, eight)),
+                )
+            } else {
+                (f(lo), f(hi))
+            }
+        }
+        QKind::Q8_0 => (
+            f(_mm512_cvtepi8_epi32(load16(2))),
+            f(_mm512_cvtepi8_epi32(load16(18))),
+        ),
+        _ => {
+            let q = ints::<true>(kind, row, g);
+            (
+                f(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))),
+                f(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(q))),
+            )
         }
     }
 }

@@ -545,10 +545,8 @@ unsafe fn group_step<const K: u8, const R: usize>(
             .wrapping_add(g * kind.block_bytes() * GROUP / kind.block_len() + 1024)
             as *const i8,
     );
-    let q = group::ints::<true>(kind, row, g);
+    let (f0, f1) = group::floats16(kind, row, g);
     let (a, m) = group::scales(kind, row, g);
-    let f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
-    let f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(q)));
     for i in 0..R {
         let xp = x[i].as_ptr().add(g * GROUP);
         let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
