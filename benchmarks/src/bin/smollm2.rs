@@ -227,7 +227,7 @@ fn candle_q4(gguf: &Path, prompt: &[u32], a: &Args) -> Result<(f64, f64), String
     Ok((prefill, decode))
 }
 
-/// llama.cpp's own `llama-bench` on the same file: (pp tok/s, tg tok/s).
+/// transformers on PyTorch over the same f32 folder: (prefill tok/s, decode tok/s).
 fn torch(dir: &Path, a: &Args) -> Result<(f64, f64), String> {
     let v = python_figures(
         "nightly/reference/smollm2_bench.py",

@@ -114,10 +114,7 @@ pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
     let avx512 = has_avx512();
     let y = with_f32(w, |wv| {
         let mut y = vec![0f32; out];
-        // Blocks of rows big enough to amortise scheduling, small enough to balance the
-        // threads: at most 64 rows, fewer when that would give a thread under 8 blocks (a
-        // 576-row projection in blocks of 64 left one of two threads a block short).
-        let block = (out / (8 * pool_threads())).clamp(8, 64) / 8 * 8;
+        let block = decode_rows_per_unit(out, 8);
         let yp = OutPtr(y.as_mut_ptr());
         par_units(out.div_ceil(block), |blk| {
             let (r0, r1) = (blk * block, ((blk + 1) * block).min(out));
@@ -266,10 +263,8 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
         with_f32(w, |wv| {
             let mut y: Vec<f32> = Vec::with_capacity(m * n);
             let yp = OutPtr(y.as_mut_ptr());
-            // Blocks of weight rows that stay in L2 while every group of x rows passes over:
-            // at most 64 rows, fewer when that would give a thread under 8 blocks, so a
-            // 192-row k/v projection does not leave one of two threads idle for a third of it.
-            let block = (n / (8 * pool_threads())).clamp(8, 64) / 4 * 4;
+            // Blocks of weight rows that stay in L2 while the x rows pass over them.
+            let block = decode_rows_per_unit(n, 4);
             par_units(n.div_ceil(block), |blk| {
                 let (r0, r1) = (blk * block, ((blk + 1) * block).min(n));
                 let rows = &wv[r0 * k..r1 * k];
@@ -436,6 +431,14 @@ pub(crate) fn par_chunks(out: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [
         // SAFETY: the pieces are disjoint and inside `out`, which outlives the call.
         f(i, unsafe { p.part(a, b - a) })
     });
+}
+
+/// Weight rows per parallel unit of a decode product over `rows` rows, a multiple of `step`
+/// (the kernel's rows per pass): big enough to amortise scheduling, small enough to balance
+/// the threads. At most 64, fewer when that would give a thread under 8 units (a 576-row
+/// projection in units of 64 is 9 units, 5 on one of two threads and 4 on the other).
+pub(crate) fn decode_rows_per_unit(rows: usize, step: usize) -> usize {
+    (rows / (8 * pool_threads())).clamp(8, 64) / step * step
 }
 
 /// Threads of the pool [`par_units`] runs on.

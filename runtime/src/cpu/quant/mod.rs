@@ -152,12 +152,9 @@ impl QMatrix {
         if m == 0 {
             return vec![Vec::new(); ws.len()];
         }
-        // Blocks of rows big enough to amortise scheduling, small enough to balance the
-        // threads: at least 8 per thread (a 576-row projection in blocks of 64 is 9 blocks,
-        // 5 on one of two threads and 4 on the other).
+        // Sized over all the weights, which share one parallel region.
         let total: usize = ws.iter().map(|w| w.rows).sum();
-        let per_thread = total / (8 * crate::cpu::kernels::pool_threads()).max(1);
-        let rows_per_unit = per_thread.clamp(8, 64);
+        let rows_per_unit = crate::cpu::kernels::decode_rows_per_unit(total, 1);
         let xs: Vec<&[f32]> = x.chunks_exact(k).take(m).collect();
         let wide = has_avx512();
         // The sum of each half-group of every x row, for the offsets' share (see `dots_avx512`).
@@ -361,7 +358,7 @@ impl QMatrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn fill_pairs(&self, g: usize, cols: usize, pairs: &mut [u32]) {
-        use crate::cpu::amx::{bf16_int, GROUP};
+        use crate::cpu::amx::{bf16_int, BLOCK, GROUP};
         use std::arch::x86_64::*;
         // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
         let lut: [u16; 32] = std::array::from_fn(|v| {
@@ -391,7 +388,6 @@ impl QMatrix {
             }
         };
         let o = pairs.as_mut_ptr();
-        const BLOCK: usize = 32;
         for b in 0..self.cols / BLOCK {
             for ct in 0..GROUP / 16 {
                 let mut r: [__m512i; 16] = std::array::from_fn(|c| {
