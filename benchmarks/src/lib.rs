@@ -316,6 +316,49 @@ pub fn zoo_figures(
     (prefill_tps, decode)
 }
 
+/// Where a compiled decode step's time goes, in milliseconds per step over `new` greedy
+/// steps of `prompt` (best of `runs` by total): `(plugin, host)`. `plugin` is the time inside
+/// the plugin's execute until the step's outputs were ready; `host` is the rest of the step
+/// (zoo recording and hashing the step's graph, the cache lookup, reading the token, the
+/// sampler). The first step's graph compiles before the timed window opens.
+pub fn decode_phases(model: &CausalLM, prompt: &str, new: usize, runs: usize) -> (f64, f64) {
+    let prompts = [model.encode(prompt, false).unwrap()];
+    let opts = GenerationOptions {
+        min_new_tokens: new + 1,
+        ..GenerationOptions::greedy(new + 1)
+    };
+    model.generate_ids(&prompts, &opts, |_| true).unwrap();
+    let mut best = (f64::INFINITY, 0.0, 0.0);
+    for _ in 0..runs.max(1) {
+        // The window opens at the first token (after the prefill) and closes at the last.
+        let mut first: Option<(Instant, zoo_runtime::lazy::LazyStats)> = None;
+        let mut steps = 0usize;
+        let mut last = None;
+        model
+            .generate_ids(&prompts, &opts, |_| {
+                match first {
+                    None => first = Some((Instant::now(), zoo_runtime::lazy::stats())),
+                    Some(_) => steps += 1,
+                }
+                last = Some((Instant::now(), zoo_runtime::lazy::stats()));
+                true
+            })
+            .unwrap();
+        let (Some((t0, s0)), Some((t1, s1))) = (first, last) else {
+            continue;
+        };
+        if steps == 0 {
+            continue;
+        }
+        let wall = (t1 - t0).as_secs_f64() * 1e3 / steps as f64;
+        let plugin = (s1.execute_nanos - s0.execute_nanos) as f64 / 1e6 / steps as f64;
+        if wall < best.0 {
+            best = (wall, plugin, wall - plugin);
+        }
+    }
+    (best.1, best.2)
+}
+
 /// [`zoo_figures`] and [`llama_bench`] on the same GGUF in [`ROUNDS`] alternating rounds,
 /// each figure the best over all its runs: `((zoo prefill, zoo decode), llama.cpp's)`. The
 /// host's other load moves either side's figures by a fifth within minutes; alternating lets

@@ -629,7 +629,13 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             let starts = e.starts(&ins[2]);
             let mut args: Vec<&V> = vec![x, &ins[1]];
             args.extend(starts.iter());
-            e.op("stablehlo.dynamic_update_slice", &args, "", shape, dt)
+            let u = e.op("stablehlo.dynamic_update_slice", &args, "", shape, dt);
+            // Readers see the update through a barrier. Without it XLA fuses the update into
+            // every reader (a decode step's score and value products become fusions), and
+            // then copies the donated buffer so the duplicates do not write over each other:
+            // four copies of each layer's cache per step on the XLA CPU plugin. Behind the
+            // barrier the update runs once, in place.
+            e.same("stablehlo.optimization_barrier", &[&u])
         }
         Op::Conv2d(g) => {
             let ct = if is16(dt) { DType::F32 } else { dt };

@@ -160,8 +160,8 @@ pub(crate) struct Positions<'a> {
     pub(crate) start: usize,
 }
 
-/// The q/k/v projections: three matrices, or one stored fused (`qkv_proj`) whose output is
-/// split by columns (no copy of the weights).
+/// The q/k/v projections: three matrices, or one whose output is split by columns, stored
+/// fused (`qkv_proj`) or stacked at load on a PJRT device (`Linear::concat_rows`).
 #[derive(Clone, Debug)]
 enum QkvProj {
     Separate([Linear; 3]),
@@ -240,11 +240,16 @@ impl Attention {
                 sizes,
             }
         } else {
-            QkvProj::Separate([
-                Linear::load(&w.pp("q_proj"), hd, h * d, f.qkv_bias)?,
-                Linear::load(&w.pp("k_proj"), hd, kv * d, f.qkv_bias)?,
-                Linear::load(&w.pp("v_proj"), hd, kv * d, f.qkv_bias)?,
-            ])
+            let [q, k, v] = [("q_proj", h), ("k_proj", kv), ("v_proj", kv)]
+                .map(|(name, heads)| Linear::load(&w.pp(name), hd, heads * d, f.qkv_bias));
+            let (q, k, v) = (q?, k?, v?);
+            match Linear::concat_rows(&[&q, &k, &v])? {
+                Some(qkv_proj) => QkvProj::Fused {
+                    qkv_proj,
+                    sizes: [h * d, kv * d, kv * d],
+                },
+                None => QkvProj::Separate([q, k, v]),
+            }
         };
         Ok(Attention {
             qkv,
@@ -300,7 +305,8 @@ impl Attention {
     }
 }
 
-/// The gate and up projections: two matrices, or one stored fused (`gate_up_proj`).
+/// The gate and up projections: two matrices, or one stored fused (`gate_up_proj`) or stacked
+/// at load on a PJRT device.
 #[derive(Clone, Debug)]
 enum GateUp {
     Separate([Linear; 2]),
@@ -337,10 +343,12 @@ impl Mlp {
         let gate_up = if f.fused_gate_up {
             GateUp::Fused(Linear::load(&w.pp("gate_up_proj"), h, 2 * i, f.mlp_bias)?)
         } else {
-            GateUp::Separate([
-                Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
-                Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
-            ])
+            let gate = Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?;
+            let up = Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?;
+            match Linear::concat_rows(&[&gate, &up])? {
+                Some(gate_up) => GateUp::Fused(gate_up),
+                None => GateUp::Separate([gate, up]),
+            }
         };
         Ok(Mlp {
             gate_up,
