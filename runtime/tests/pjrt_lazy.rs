@@ -11,6 +11,7 @@ mod common;
 use std::sync::{Mutex, MutexGuard};
 
 use common::device;
+use zoo_runtime::nn::Linear;
 use zoo_runtime::pjrt::{leak, PjrtError};
 use zoo_runtime::{lazy, DType, Device, Error, PjrtPlatform, Precision, Tensor};
 
@@ -526,6 +527,68 @@ fn emitted_stablehlo_and_precision() {
         .is_none());
 }
 
+/// q/k/v-shaped layers stacked into one (`Linear::concat_rows`) give each layer's output
+/// where it was, with and without biases; eager layers, and mixed biases, stay separate.
+#[test]
+fn stacked_projections_equal_the_separate_layers() {
+    let _g = serial();
+    common::setup(VAR);
+    let d = device(1);
+    let rows = [6usize, 2, 2];
+    for bias in [false, true] {
+        let layers: Vec<Linear> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let w = Tensor::from_slice(&f32s(r * 5, 20 + i as u64), &[r, 5], &d).expect("w");
+                let b = bias
+                    .then(|| Tensor::from_slice(&f32s(r, 30 + i as u64), &[r], &d).expect("bias"));
+                Linear::new(w, b)
+            })
+            .collect();
+        let refs: Vec<&Linear> = layers.iter().collect();
+        let stacked = Linear::concat_rows(&refs)
+            .expect("stacks")
+            .expect("PJRT layers stack");
+        assert!(
+            !stacked.weight().expect("weight").is_pending(),
+            "materialised once"
+        );
+        let x = Tensor::from_slice(&f32s(15, 40), &[1, 3, 5], &d).expect("x");
+        let y = stacked
+            .forward(&x)
+            .expect("stacked")
+            .to_vec::<f32>()
+            .expect("read");
+        let mut start = 0;
+        for (l, &r) in layers.iter().zip(&rows) {
+            let want = l.forward(&x).expect("one").to_vec::<f32>().expect("read");
+            let got: Vec<f32> = (0..3)
+                .flat_map(|t| y[t * 10 + start..t * 10 + start + r].to_vec())
+                .collect();
+            assert!(close(&got, &want, 1e-6), "bias {bias}: {got:?} vs {want:?}");
+            start += r;
+        }
+    }
+    let eager = |r: usize, b: bool| {
+        let w = Tensor::from_slice(&f32s(r * 5, 50), &[r, 5], &Device::Cpu).expect("w");
+        Linear::new(
+            w,
+            b.then(|| Tensor::zeros(&[r], DType::F32, &Device::Cpu).expect("b")),
+        )
+    };
+    let (e1, e2) = (eager(3, false), eager(4, false));
+    assert!(Linear::concat_rows(&[&e1, &e2]).expect("eager").is_none());
+    let on = |l: &Linear| {
+        Linear::new(
+            l.weight().expect("w").to_device(&d).expect("up"),
+            l.bias.as_ref().map(|b| b.to_device(&d).expect("up")),
+        )
+    };
+    let (p1, p2) = (on(&eager(3, true)), on(&eager(4, false)));
+    assert!(Linear::concat_rows(&[&p1, &p2]).expect("mixed").is_none());
+}
+
 /// `cache` `[2, 8, 4]` with `update` `[2, 1, 4]` written at row `row`, on the host.
 fn write_row(cache: &[f32], update: &[f32], row: usize) -> Vec<f32> {
     let mut out = cache.to_vec();
@@ -550,6 +613,13 @@ fn cache_updates_donate_leaves_no_tensor_holds() {
     // The decode pattern: the old cache handle is replaced, so only the pending update reads
     // the old buffer, which is donated to it (consumed by the plugin: it reads as deleted).
     let mut cache = Tensor::from_slice(&init, &[2, 8, 4], &d).expect("cache");
+    // Readers see an update through a barrier, so XLA neither duplicates it into each
+    // reader nor copies the donated buffer for the duplicates.
+    let text = Tensor::from_slice(&init, &[2, 8, 4], &d)
+        .and_then(|c| c.dynamic_update_slice(&u, &at(0)))
+        .and_then(|c| c.stablehlo().expect("lazy"))
+        .expect("lowers");
+    assert!(text.contains("stablehlo.optimization_barrier"), "{text}");
     let mut want = init.clone();
     let s0 = lazy::stats();
     for row in [3usize, 5, 0] {
