@@ -3,7 +3,7 @@
 //! Image and text tokens are projected separately, normed per head, attended together as one
 //! sequence and split again.
 
-use zoo_runtime::nn::{LayerNorm, Linear, RmsNorm, Weights};
+use zoo_runtime::nn::{LayerNorm, Linear, RmsNorm, SharedInput, Weights};
 use zoo_runtime::{RopeStyle, Tensor};
 
 use crate::{Error, Result};
@@ -40,9 +40,7 @@ impl QkNorm {
 /// `to_add_out`, absent in the last SD3 block, whose text output is dropped).
 #[derive(Clone, Debug)]
 struct Added {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    qkv: SharedInput<3>,
     norm_q: Option<QkNorm>,
     norm_k: Option<QkNorm>,
     out: Option<Linear>,
@@ -75,9 +73,8 @@ pub struct JointAttentionSpec<'a> {
 /// Joint attention over image tokens and (optionally) text tokens.
 #[derive(Clone, Debug)]
 pub struct JointAttention {
-    to_q: Linear,
-    to_k: Linear,
-    to_v: Linear,
+    /// `to_q`, `to_k`, `to_v` (stacked on PJRT devices).
+    qkv: SharedInput<3>,
     norm_q: Option<QkNorm>,
     norm_k: Option<QkNorm>,
     added: Option<Added>,
@@ -100,9 +97,11 @@ impl JointAttention {
         };
         let added = if s.added {
             Some(Added {
-                q: lin("add_q_proj")?,
-                k: lin("add_k_proj")?,
-                v: lin("add_v_proj")?,
+                qkv: SharedInput::new([
+                    lin("add_q_proj")?,
+                    lin("add_k_proj")?,
+                    lin("add_v_proj")?,
+                ])?,
                 norm_q: norm("norm_added_q")?,
                 norm_k: norm("norm_added_k")?,
                 out: if s.added_out {
@@ -115,9 +114,7 @@ impl JointAttention {
             None
         };
         Ok(JointAttention {
-            to_q: lin("to_q")?,
-            to_k: lin("to_k")?,
-            to_v: lin("to_v")?,
+            qkv: SharedInput::new([lin("to_q")?, lin("to_k")?, lin("to_v")?])?,
             norm_q: norm("norm_q")?,
             norm_k: norm("norm_k")?,
             added,
@@ -132,12 +129,10 @@ impl JointAttention {
         })
     }
 
-    /// `[B, L, dim]` → normed heads `[B, heads, L, head_dim]`.
-    fn heads_of(&self, x: &Tensor, proj: &Linear, norm: Option<&QkNorm>) -> Result<Tensor> {
-        let (b, l) = (x.shape()[0], x.shape()[1]);
-        let mut h = proj
-            .forward(x)?
-            .reshape_to(&[b, l, self.heads, self.head_dim])?;
+    /// A projection `[B, L, inner]` → normed heads `[B, heads, L, head_dim]`.
+    fn heads_of(&self, y: Tensor, norm: Option<&QkNorm>) -> Result<Tensor> {
+        let (b, l) = (y.shape()[0], y.shape()[1]);
+        let mut h = y.reshape_to(&[b, l, self.heads, self.head_dim])?;
         if let Some(n) = norm {
             h = n.forward(&h)?;
         }
@@ -154,14 +149,16 @@ impl JointAttention {
         rope: Option<(&Tensor, &Tensor)>,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let (b, l) = (x.shape()[0], x.shape()[1]);
-        let mut q = self.heads_of(x, &self.to_q, self.norm_q.as_ref())?;
-        let mut k = self.heads_of(x, &self.to_k, self.norm_k.as_ref())?;
-        let mut v = self.heads_of(x, &self.to_v, None)?;
+        let [q, k, v] = self.qkv.forward(x)?;
+        let mut q = self.heads_of(q, self.norm_q.as_ref())?;
+        let mut k = self.heads_of(k, self.norm_k.as_ref())?;
+        let mut v = self.heads_of(v, None)?;
         let text = match (context, &self.added) {
             (Some(c), Some(a)) => {
-                let cq = self.heads_of(c, &a.q, a.norm_q.as_ref())?;
-                let ck = self.heads_of(c, &a.k, a.norm_k.as_ref())?;
-                let cv = self.heads_of(c, &a.v, None)?;
+                let [cq, ck, cv] = a.qkv.forward(c)?;
+                let cq = self.heads_of(cq, a.norm_q.as_ref())?;
+                let ck = self.heads_of(ck, a.norm_k.as_ref())?;
+                let cv = self.heads_of(cv, None)?;
                 let join = |img: &Tensor, txt: &Tensor| -> Result<Tensor> {
                     Ok(if self.text_first {
                         Tensor::cat(&[txt, img], 2)?

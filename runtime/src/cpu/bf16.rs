@@ -145,6 +145,14 @@ pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Option
 
 /// The f32 sums of `a [m, k] @ b [n, k]ᵀ`.
 fn product(a: &[bf16], b: &[bf16], m: usize, k: usize, n: usize) -> Option<Vec<f32>> {
+    // On AMX, the tile unit's bf16 products (the ones oneDNN gives PyTorch there).
+    let bits = |v: &[bf16]| -> &[u16] {
+        // SAFETY: bf16 is a transparent u16.
+        unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u16>(), v.len()) }
+    };
+    if let Some(c) = crate::cpu::amx::bf16_matmul_wt(bits(a), bits(b), m, k, n) {
+        return Some(c);
+    }
     if let (Some(ap), Some(bp)) = (pairs(a, k), pairs(b, k)) {
         let kp = k / 2;
         let pack = |panel: usize, out: &mut [f32]| {
@@ -498,6 +506,12 @@ mod tests {
         for k in [70, 71] {
             product_case(37, k, 64);
         }
+        // k a multiple of 32 and 32+ rows: the tile unit where the CPU has AMX, with a
+        // row block and a panel of columns cut short.
+        product_case(37, 96, 50);
+        product_case(64, 256, 64);
+        let taken = crate::cpu::amx::bf16_matmul_wt(&[0; 37 * 96], &[0; 50 * 96], 37, 96, 50);
+        assert_eq!(taken.is_some(), crate::cpu::amx::available());
     }
 
     /// The pool's binary ops equal candle's bit for bit: same shapes, a repeated row either

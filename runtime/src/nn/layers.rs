@@ -242,6 +242,71 @@ impl Linear {
     }
 }
 
+/// Layers that take the same input (an attention's q, k and v): one product over their
+/// weights stacked at load where [`Linear::concat_rows`] stacks them (PJRT devices), their own
+/// products sharing one pass elsewhere ([`Linear::forward_each`]). Outputs are the layers'
+/// outputs, in order, either way.
+#[derive(Clone, Debug)]
+pub struct SharedInput<const N: usize> {
+    parts: Parts<N>,
+}
+
+#[derive(Clone, Debug)]
+enum Parts<const N: usize> {
+    Separate([Linear; N]),
+    Stacked { layer: Linear, sizes: [usize; N] },
+}
+
+impl<const N: usize> SharedInput<N> {
+    /// `layers`, stacked when they can be.
+    pub fn new(layers: [Linear; N]) -> Result<SharedInput<N>> {
+        let refs: Vec<&Linear> = layers.iter().collect();
+        let parts = match Linear::concat_rows(&refs)? {
+            Some(layer) => Parts::Stacked {
+                layer,
+                sizes: layers.each_ref().map(Linear::out_features),
+            },
+            None => Parts::Separate(layers),
+        };
+        Ok(SharedInput { parts })
+    }
+
+    /// One layer whose outputs are `sizes` wide in order, as a checkpoint stores them
+    /// (Phi-3's `qkv_proj` and `gate_up_proj`).
+    pub fn stacked(layer: Linear, sizes: [usize; N]) -> Result<SharedInput<N>> {
+        let rows = layer.out_features();
+        if sizes.iter().sum::<usize>() != rows {
+            return Err(Error::InvalidArgument {
+                op: "linear",
+                msg: format!("a stacked weight of {rows} rows cannot split into {sizes:?}"),
+            });
+        }
+        Ok(SharedInput {
+            parts: Parts::Stacked { layer, sizes },
+        })
+    }
+
+    /// Each layer applied to `x [.., in]`.
+    pub fn forward(&self, x: &Tensor) -> Result<[Tensor; N]> {
+        match &self.parts {
+            Parts::Separate(layers) => Linear::forward_each(layers.each_ref(), x),
+            Parts::Stacked { layer, sizes } => {
+                let y = layer.forward(x)?;
+                let mut start = 0;
+                let mut out = Vec::with_capacity(N);
+                for &n in sizes {
+                    out.push(y.narrow(-1, start, n)?);
+                    start += n;
+                }
+                out.try_into().map_err(|_| Error::InvalidArgument {
+                    op: "linear",
+                    msg: "a stacked layer lost an output".into(),
+                })
+            }
+        }
+    }
+}
+
 /// `x @ wᵀ` for each block matrix of `ms`, `x [.., cols]` f32 on the CPU; the input's own
 /// storage is borrowed when it is contiguous (a prefill's is megabytes).
 fn quantized_products(ms: &[&QMatrix], x: &Tensor) -> Result<Vec<Tensor>> {

@@ -7,6 +7,8 @@ mod weights;
 
 pub use crate::cpu::quant::keeps_blocks;
 pub use experts::{ExpertNames, Experts};
-pub use layers::{Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear, RmsNorm};
+pub use layers::{
+    Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear, RmsNorm, SharedInput,
+};
 pub use rope::{RopeConfig, RopeScaling, RotaryEmbedding};
 pub use weights::{DevicePlacement, MemWeights, QuantizedWeight, WeightSource, Weights};

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::{CacheLayout, ModelShape};
-use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, Weights};
+use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
 use super::mixtral::{MoeFeatures, SparseMoeBlock};
@@ -160,33 +160,6 @@ pub(crate) struct Positions<'a> {
     pub(crate) start: usize,
 }
 
-/// The q/k/v projections: three matrices, or one whose output is split by columns, stored
-/// fused (`qkv_proj`) or stacked at load on a PJRT device (`Linear::concat_rows`).
-#[derive(Clone, Debug)]
-enum QkvProj {
-    Separate([Linear; 3]),
-    Fused { qkv_proj: Linear, sizes: [usize; 3] },
-}
-
-impl QkvProj {
-    fn forward(&self, x: &Tensor) -> Result<[Tensor; 3]> {
-        match self {
-            QkvProj::Separate([q, k, v]) => Ok(Linear::forward_each([q, k, v], x)?),
-            QkvProj::Fused {
-                qkv_proj,
-                sizes: [nq, nk, nv],
-            } => {
-                let y = qkv_proj.forward(x)?;
-                Ok([
-                    y.narrow(-1, 0, *nq)?,
-                    y.narrow(-1, *nq, *nk)?,
-                    y.narrow(-1, nq + nk, *nv)?,
-                ])
-            }
-        }
-    }
-}
-
 /// How a family's attention differs from Llama's, beyond the projections' biases.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AttentionKind {
@@ -202,7 +175,8 @@ pub(crate) struct AttentionKind {
 /// cache write, grouped attention.
 #[derive(Clone, Debug)]
 pub(crate) struct Attention {
-    qkv: QkvProj,
+    /// q, k and v: separate, stored fused (`qkv_proj`), or stacked at load on PJRT devices.
+    qkv: SharedInput<3>,
     o_proj: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -232,24 +206,19 @@ impl Attention {
             })
         };
         let hd = c.hidden_size;
+        let sizes = [h * d, kv * d, kv * d];
         let qkv = if f.fused_qkv {
-            let sizes = [h * d, kv * d, kv * d];
             let rows = sizes.iter().sum();
-            QkvProj::Fused {
-                qkv_proj: Linear::load(&w.pp("qkv_proj"), hd, rows, f.qkv_bias)?,
-                sizes,
-            }
+            let qkv_proj = Linear::load(&w.pp("qkv_proj"), hd, rows, f.qkv_bias)?;
+            SharedInput::stacked(qkv_proj, sizes)?
         } else {
-            let [q, k, v] = [("q_proj", h), ("k_proj", kv), ("v_proj", kv)]
-                .map(|(name, heads)| Linear::load(&w.pp(name), hd, heads * d, f.qkv_bias));
-            let (q, k, v) = (q?, k?, v?);
-            match Linear::concat_rows(&[&q, &k, &v])? {
-                Some(qkv_proj) => QkvProj::Fused {
-                    qkv_proj,
-                    sizes: [h * d, kv * d, kv * d],
-                },
-                None => QkvProj::Separate([q, k, v]),
-            }
+            let [q, k, v] = [
+                ("q_proj", sizes[0]),
+                ("k_proj", sizes[1]),
+                ("v_proj", sizes[2]),
+            ]
+            .map(|(name, rows)| Linear::load(&w.pp(name), hd, rows, f.qkv_bias));
+            SharedInput::new([q?, k?, v?])?
         };
         Ok(Attention {
             qkv,
@@ -305,18 +274,12 @@ impl Attention {
     }
 }
 
-/// The gate and up projections: two matrices, or one stored fused (`gate_up_proj`) or stacked
-/// at load on a PJRT device.
-#[derive(Clone, Debug)]
-enum GateUp {
-    Separate([Linear; 2]),
-    Fused(Linear),
-}
-
 /// `LlamaMLP` (and Gemma's GeGLU): `down(act(gate(x)) * up(x))`.
 #[derive(Clone, Debug)]
 pub(crate) struct Mlp {
-    gate_up: GateUp,
+    /// gate and up: separate, stored fused (`gate_up_proj`), or stacked at load on PJRT
+    /// devices.
+    gate_up: SharedInput<2>,
     down_proj: Linear,
     act: Activation,
 }
@@ -341,14 +304,13 @@ impl Mlp {
         act: Activation,
     ) -> Result<Mlp> {
         let gate_up = if f.fused_gate_up {
-            GateUp::Fused(Linear::load(&w.pp("gate_up_proj"), h, 2 * i, f.mlp_bias)?)
+            let fused = Linear::load(&w.pp("gate_up_proj"), h, 2 * i, f.mlp_bias)?;
+            SharedInput::stacked(fused, [i, i])?
         } else {
-            let gate = Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?;
-            let up = Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?;
-            match Linear::concat_rows(&[&gate, &up])? {
-                Some(gate_up) => GateUp::Fused(gate_up),
-                None => GateUp::Separate([gate, up]),
-            }
+            SharedInput::new([
+                Linear::load(&w.pp("gate_proj"), h, i, f.mlp_bias)?,
+                Linear::load(&w.pp("up_proj"), h, i, f.mlp_bias)?,
+            ])?
         };
         Ok(Mlp {
             gate_up,
@@ -358,17 +320,7 @@ impl Mlp {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (g, u) = match &self.gate_up {
-            GateUp::Separate([gate, up]) => {
-                let [g, u] = Linear::forward_each([gate, up], x)?;
-                (g, u)
-            }
-            GateUp::Fused(gate_up) => {
-                let y = gate_up.forward(x)?;
-                let i = y.dim(-1)? / 2;
-                (y.narrow(-1, 0, i)?, y.narrow(-1, i, i)?)
-            }
-        };
+        let [g, u] = self.gate_up.forward(x)?;
         Ok(self.down_proj.forward(&self.act.apply_gated(&g, &u)?)?)
     }
 }
