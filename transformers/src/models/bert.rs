@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::{CacheLayout, ModelShape};
-use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
+use zoo_runtime::nn::{Embedding, LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::config::require_positive;
@@ -261,9 +261,8 @@ impl Embeddings {
 /// residual LayerNorm).
 #[derive(Clone, Debug)]
 struct Attention {
-    query: Linear,
-    key: Linear,
-    value: Linear,
+    /// query, key and value (stacked on PJRT devices).
+    qkv: SharedInput<3>,
     dense: Linear,
     layer_norm: LayerNorm,
     heads: usize,
@@ -275,9 +274,11 @@ impl Attention {
         let s = w.pp("self");
         let o = w.pp("output");
         Ok(Attention {
-            query: Linear::load(&s.pp("query"), h, h, true)?,
-            key: Linear::load(&s.pp("key"), h, h, true)?,
-            value: Linear::load(&s.pp("value"), h, h, true)?,
+            qkv: SharedInput::new([
+                Linear::load(&s.pp("query"), h, h, true)?,
+                Linear::load(&s.pp("key"), h, h, true)?,
+                Linear::load(&s.pp("value"), h, h, true)?,
+            ])?,
             dense: Linear::load(&o.pp("dense"), h, h, true)?,
             layer_norm: layer_norm(&o.pp("LayerNorm"), h, c.layer_norm_eps)?,
             heads: c.num_attention_heads,
@@ -291,9 +292,8 @@ impl Attention {
         let split = |y: Tensor| -> Result<Tensor> {
             Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
         };
-        let q = split(self.query.forward(x)?)?;
-        let k = split(self.key.forward(x)?)?;
-        let v = split(self.value.forward(x)?)?;
+        let [q, k, v] = self.qkv.forward(x)?;
+        let (q, k, v) = (split(q)?, split(k)?, split(v)?);
         let opts = SdpaOptions {
             mask: Some(bias),
             round_scores: true,

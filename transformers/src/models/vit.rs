@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::{CacheLayout, ModelShape};
-use zoo_runtime::nn::{LayerNorm, Linear, Weights};
+use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::config::require_positive;
@@ -243,9 +243,8 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Im
 /// `ViTAttention` (or the original `ViTSelfAttention` + `ViTSelfOutput`).
 #[derive(Clone, Debug)]
 struct Attention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// query, key and value (stacked on PJRT devices).
+    qkv: SharedInput<3>,
     o: Linear,
     heads: usize,
     head_dim: usize,
@@ -290,9 +289,11 @@ impl Layer {
         Ok(Layer {
             layernorm_before: LayerNorm::load(&w.pp("layernorm_before"), h, c.layer_norm_eps)?,
             attention: Attention {
-                q: Linear::load(&q, h, inner, c.qkv_bias)?,
-                k: Linear::load(&k, h, inner, c.qkv_bias)?,
-                v: Linear::load(&v, h, inner, c.qkv_bias)?,
+                qkv: SharedInput::new([
+                    Linear::load(&q, h, inner, c.qkv_bias)?,
+                    Linear::load(&k, h, inner, c.qkv_bias)?,
+                    Linear::load(&v, h, inner, c.qkv_bias)?,
+                ])?,
                 o: Linear::load(&o, inner, h, true)?,
                 heads: c.num_attention_heads,
                 head_dim: c.head_dim(),
@@ -312,7 +313,7 @@ impl Layer {
             Ok(y.reshape_to(&[b, t, a.heads, a.head_dim])?
                 .transpose(1, 2)?)
         };
-        let [q, k, v] = Linear::forward_each([&a.q, &a.k, &a.v], &h)?;
+        let [q, k, v] = a.qkv.forward(&h)?;
         let opts = SdpaOptions {
             round_scores: true,
             ..Default::default()

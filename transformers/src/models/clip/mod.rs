@@ -17,7 +17,7 @@ pub(crate) use model::FAMILY as CLIP_FAMILY;
 pub(crate) use text::FAMILY;
 pub(crate) use vision::FAMILY as VISION_FAMILY;
 
-use zoo_runtime::nn::{LayerNorm, Linear, Weights};
+use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, SdpaOptions, Tensor};
 
 use crate::Result;
@@ -35,9 +35,8 @@ pub(crate) struct LayerSpec<'a> {
 /// `CLIPAttention`: scaled dot-product attention over q/k/v projections with biases.
 #[derive(Clone, Debug)]
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// `q_proj`, `k_proj`, `v_proj` (stacked on PJRT devices).
+    qkv: SharedInput<3>,
     out_proj: Linear,
     heads: usize,
 }
@@ -45,10 +44,9 @@ struct Attention {
 impl Attention {
     fn load(w: &Weights, s: &LayerSpec<'_>) -> Result<Attention> {
         let h = s.hidden;
+        let [q, k, v] = ["q_proj", "k_proj", "v_proj"].map(|n| Linear::load(&w.pp(n), h, h, true));
         Ok(Attention {
-            q_proj: Linear::load(&w.pp("q_proj"), h, h, true)?,
-            k_proj: Linear::load(&w.pp("k_proj"), h, h, true)?,
-            v_proj: Linear::load(&w.pp("v_proj"), h, h, true)?,
+            qkv: SharedInput::new([q?, k?, v?])?,
             out_proj: Linear::load(&w.pp("out_proj"), h, h, true)?,
             heads: s.heads,
         })
@@ -62,7 +60,7 @@ impl Attention {
         let split = |y: Tensor| -> Result<Tensor> {
             Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
         };
-        let [q, k, v] = Linear::forward_each([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let [q, k, v] = self.qkv.forward(x)?;
         let (q, k, v) = (split(q)?, split(k)?, split(v)?);
         let opts = SdpaOptions {
             mask: bias,
