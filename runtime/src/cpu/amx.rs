@@ -298,6 +298,27 @@ struct TileConfig {
     rows: [u8; 16],
 }
 
+impl TileConfig {
+    /// Configures this thread's eight tiles as 16 rows × 64 bytes.
+    ///
+    /// # Safety
+    /// The CPU has AMX and the process holds the tile state ([`available`]).
+    unsafe fn load_16x64() {
+        let mut cfg = TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [0; 16],
+            rows: [0; 16],
+        };
+        for t in 0..8 {
+            cfg.colsb[t] = 64;
+            cfg.rows[t] = TR as u8;
+        }
+        std::arch::asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+    }
+}
+
 impl Step<'_> {
     /// Output rows of the row tiles `tiles` into the first `cols` of the 48 columns at `c`
     /// (row stride `n`), rows at or past `m` skipped.
@@ -316,18 +337,7 @@ impl Step<'_> {
     ) {
         use std::arch::asm;
         use std::arch::x86_64::*;
-        let mut cfg = TileConfig {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            colsb: [0; 16],
-            rows: [0; 16],
-        };
-        for t in 0..8 {
-            cfg.colsb[t] = 64;
-            cfg.rows[t] = TR as u8;
-        }
-        asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+        TileConfig::load_16x64();
         let tile_len = self.nb * PARTS * TILE_U16;
         let mut prod = Aligned([0f32; CT * TR * 16]);
         let mut acc = Aligned([0f32; BLOCK_TILES * TR * GROUP]);
@@ -535,18 +545,7 @@ unsafe fn bf16_block(
     n: usize,
 ) {
     use std::arch::asm;
-    let mut cfg = TileConfig {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [0; 16],
-        rows: [0; 16],
-    };
-    for t in 0..8 {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = TR as u8;
-    }
-    asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+    TileConfig::load_16x64();
     asm!(
         "tilezero tmm0",
         "tilezero tmm1",
