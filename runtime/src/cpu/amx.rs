@@ -469,17 +469,15 @@ pub(crate) fn bf16_matmul_wt(
         return None;
     }
     let kc = k / BLOCK;
-    // Activation rows past m in the last row block read zeros.
     let row_blocks = m.div_ceil(2 * TR);
-    let padded;
-    let a = if m.is_multiple_of(2 * TR) {
-        a
-    } else {
-        let mut v = vec![0u16; row_blocks * 2 * TR * k];
-        v[..m * k].copy_from_slice(&a[..m * k]);
-        padded = v;
-        &padded[..]
-    };
+    // A short last row block reads its rows from a copy padded with zero rows; the others
+    // read the activation in place.
+    let full = m / (2 * TR);
+    let mut tail = Vec::new();
+    if full < row_blocks {
+        tail = vec![0u16; 2 * TR * k];
+        tail[..(m - full * 2 * TR) * k].copy_from_slice(&a[full * 2 * TR * k..m * k]);
+    }
     // Panel g, k chunk c, column tile t: 16 rows of k pairs × 16 columns (one u32 a pair).
     let panels = n.div_ceil(PANEL);
     let panel_len = kc * 2 * TR * 16;
@@ -511,12 +509,18 @@ pub(crate) fn bf16_matmul_wt(
         let (g, rb) = (u / row_blocks, u % row_blocks);
         let rows = (2 * TR).min(m - rb * 2 * TR);
         let cols = PANEL.min(n - g * PANEL);
-        // SAFETY: the tile state and AVX-512 were checked by `available`; the activation
-        // holds row_blocks * 32 rows of k values and the panel kc chunks; the unit writes
-        // only its rows and columns of c.
+        let rows_at = if rb < full {
+            // SAFETY: full row blocks lie inside the activation's m rows.
+            unsafe { a.as_ptr().add(rb * 2 * TR * k) }
+        } else {
+            tail.as_ptr()
+        };
+        // SAFETY: the tile state and AVX-512 were checked by `available`; `rows_at` holds
+        // 32 rows of k values and the panel kc chunks; the unit writes only its rows and
+        // columns of c.
         unsafe {
             bf16_block(
-                a.as_ptr().add(rb * 2 * TR * k),
+                rows_at,
                 k,
                 packed.as_ptr().add(g * panel_len),
                 kc,

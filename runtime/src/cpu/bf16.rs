@@ -146,11 +146,9 @@ pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Option
 /// The f32 sums of `a [m, k] @ b [n, k]ᵀ`.
 fn product(a: &[bf16], b: &[bf16], m: usize, k: usize, n: usize) -> Option<Vec<f32>> {
     // On AMX, the tile unit's bf16 products (the ones oneDNN gives PyTorch there).
-    let bits = |v: &[bf16]| -> &[u16] {
-        // SAFETY: bf16 is a transparent u16.
-        unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u16>(), v.len()) }
-    };
-    if let Some(c) = crate::cpu::amx::bf16_matmul_wt(bits(a), bits(b), m, k, n) {
+    use half::slice::HalfFloatSliceExt;
+    let (ab, bb) = (a.reinterpret_cast(), b.reinterpret_cast());
+    if let Some(c) = crate::cpu::amx::bf16_matmul_wt(ab, bb, m, k, n) {
         return Some(c);
     }
     if let (Some(ap), Some(bp)) = (pairs(a, k), pairs(b, k)) {
