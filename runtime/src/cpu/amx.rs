@@ -1,4 +1,6 @@
-//! Products of many activation rows with GGUF block weights on AMX tiles, with f32 results.
+//! Products of many activation rows with GGUF block weights on AMX tiles, with f32 results,
+//! and what every AMX kernel shares (the CPU check, the tile configuration); the dense bf16
+//! and f32 products are in `amx_gemm`.
 //!
 //! A prefill multiplies hundreds of rows by every weight; on CPUs with AMX (Intel Sapphire
 //! Rapids and later) the tile unit does bf16 dot products at many times the rate of AVX-512
@@ -234,7 +236,7 @@ impl Split {
 /// the values around them are written (zeros), those from the offset are the caller's to
 /// write before `set_len(capacity)`. A tile row is 64 bytes: from an unaligned address each
 /// row load touches two cache lines, and tile loads bound the kernel.
-fn aligned_uninit<T: Copy + Default>(len: usize) -> (Vec<T>, usize) {
+pub(crate) fn aligned_uninit<T: Copy + Default>(len: usize) -> (Vec<T>, usize) {
     let pad = 64 / std::mem::size_of::<T>();
     let mut v: Vec<T> = Vec::with_capacity(len + pad);
     let off = v.as_ptr().align_offset(64).min(pad);
@@ -290,7 +292,7 @@ struct Step<'a> {
 
 /// The tile configuration: all eight tiles 16 rows × 64 bytes.
 #[repr(C, align(64))]
-struct TileConfig {
+pub(crate) struct TileConfig {
     palette: u8,
     start_row: u8,
     reserved: [u8; 14],
@@ -303,7 +305,7 @@ impl TileConfig {
     ///
     /// # Safety
     /// The CPU has AMX and the process holds the tile state ([`available`]).
-    unsafe fn load_16x64() {
+    pub(crate) unsafe fn load_16x64() {
         let mut cfg = TileConfig {
             palette: 1,
             start_row: 0,
@@ -440,159 +442,6 @@ impl Step<'_> {
     }
 }
 
+/// A value from a 64-byte boundary (a tile row is one cache line).
 #[repr(C, align(64))]
-struct Aligned<T>(T);
-
-/// Output columns per [`bf16_matmul_wt`] panel: two 16-column tiles.
-const PANEL: usize = 32;
-
-/// The f32 sums of `a [m, k] @ b [n, k]ᵀ` for bf16 operands (bit patterns) on the tile unit,
-/// or `None` where it does not apply (no AMX, `k` not a multiple of 32, fewer than 32 rows).
-///
-/// bf16 × bf16 products are exact in f32 and `tdpbf16ps` sums them in f32, as the AVX-512
-/// BF16 kernel (`vdpbf16ps`) and PyTorch's oneDNN kernels do. The weight is packed once
-/// per call into panels of 32 columns (pairs of consecutive k values side by side, the
-/// layout the tiles multiply); the activation is read in place. Each unit accumulates a
-/// 32 × 32 output block over all of k in four tiles: per 32 k values two activation tiles
-/// and two weight tiles feed four products.
-pub(crate) fn bf16_matmul_wt(
-    a: &[u16],
-    b: &[u16],
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Option<Vec<f32>> {
-    if m < 2 * TR || k == 0 || !k.is_multiple_of(BLOCK) || n == 0 || !available() {
-        return None;
-    }
-    if a.len() < m * k || b.len() < n * k {
-        return None;
-    }
-    let kc = k / BLOCK;
-    let row_blocks = m.div_ceil(2 * TR);
-    // A short last row block reads its rows from a copy padded with zero rows; the others
-    // read the activation in place.
-    let full = m / (2 * TR);
-    let mut tail = Vec::new();
-    if full < row_blocks {
-        tail = vec![0u16; 2 * TR * k];
-        tail[..(m - full * 2 * TR) * k].copy_from_slice(&a[full * 2 * TR * k..m * k]);
-    }
-    // Panel g, k chunk c, column tile t: 16 rows of k pairs × 16 columns (one u32 a pair).
-    let panels = n.div_ceil(PANEL);
-    let panel_len = kc * 2 * TR * 16;
-    let (mut packed, p0) = aligned_uninit::<u32>(panels * panel_len);
-    // SAFETY: `aligned_uninit` reserved p0 + panels * panel_len values.
-    let pp = OutPtr(unsafe { packed.as_mut_ptr().add(p0) });
-    par_units(panels, |g| {
-        // SAFETY: panel g owns its panel_len values.
-        let dst = unsafe { pp.part(g * panel_len, panel_len) };
-        for (i, slot) in dst.iter_mut().enumerate() {
-            let (c, rest) = (i / (2 * TR * 16), i % (2 * TR * 16));
-            let (t, p, col) = (rest / (TR * 16), rest / 16 % TR, rest % 16);
-            let row = g * PANEL + t * 16 + col;
-            *slot = if row < n {
-                let at = row * k + c * BLOCK + 2 * p;
-                u32::from(b[at]) | (u32::from(b[at + 1]) << 16)
-            } else {
-                0
-            };
-        }
-    });
-    // SAFETY: every panel value was written above, `aligned_uninit` the padding.
-    unsafe { packed.set_len(packed.capacity()) };
-    let packed = &packed[p0..];
-    let mut c: Vec<f32> = Vec::with_capacity(m * n);
-    let out = OutPtr(c.as_mut_ptr());
-    // Panel-major: a panel (at most a few hundred KiB) stays in L2 across the row blocks.
-    par_units(panels * row_blocks, |u| {
-        let (g, rb) = (u / row_blocks, u % row_blocks);
-        let rows = (2 * TR).min(m - rb * 2 * TR);
-        let cols = PANEL.min(n - g * PANEL);
-        let rows_at = if rb < full {
-            // SAFETY: full row blocks lie inside the activation's m rows.
-            unsafe { a.as_ptr().add(rb * 2 * TR * k) }
-        } else {
-            tail.as_ptr()
-        };
-        // SAFETY: the tile state and AVX-512 were checked by `available`; `rows_at` holds
-        // 32 rows of k values and the panel kc chunks; the unit writes only its rows and
-        // columns of c.
-        unsafe {
-            bf16_block(
-                rows_at,
-                k,
-                packed.as_ptr().add(g * panel_len),
-                kc,
-                (rows, cols),
-                out.get().add(rb * 2 * TR * n + g * PANEL),
-                n,
-            )
-        };
-    });
-    // SAFETY: the units wrote every row below m of every column.
-    unsafe { c.set_len(m * n) };
-    Some(c)
-}
-
-/// One 32 × 32 output block: `a` 32 rows of `k` bf16 (row stride k), `panel` its `kc`
-/// chunks of two weight tiles, the first `rows` × `cols` of the sums stored at `c` (row
-/// stride `n`).
-#[target_feature(enable = "avx512f")]
-unsafe fn bf16_block(
-    a: *const u16,
-    k: usize,
-    panel: *const u32,
-    kc: usize,
-    (rows, cols): (usize, usize),
-    c: *mut f32,
-    n: usize,
-) {
-    use std::arch::asm;
-    TileConfig::load_16x64();
-    asm!(
-        "tilezero tmm0",
-        "tilezero tmm1",
-        "tilezero tmm2",
-        "tilezero tmm3",
-        options(nostack, nomem)
-    );
-    let stride = k * 2;
-    for ch in 0..kc {
-        let a0 = a.add(ch * BLOCK);
-        let a1 = a0.add(TR * k);
-        let w = panel.add(ch * 2 * TR * 16);
-        asm!(
-            "tileloadd tmm4, [{a0} + {s}]",
-            "tileloadd tmm5, [{a1} + {s}]",
-            "tileloadd tmm6, [{w} + {ws}]",
-            "tileloadd tmm7, [{w} + {ws} + 1024]",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "tdpbf16ps tmm2, tmm5, tmm6",
-            "tdpbf16ps tmm3, tmm5, tmm7",
-            a0 = in(reg) a0,
-            a1 = in(reg) a1,
-            s = in(reg) stride,
-            w = in(reg) w,
-            ws = in(reg) 64usize,
-            options(nostack, readonly),
-        );
-    }
-    let mut sums = Aligned([0f32; 2 * TR * PANEL]);
-    let p = sums.0.as_mut_ptr();
-    asm!(
-        "tilestored [{p} + {s}], tmm0",
-        "tilestored [{p} + {s} + 64], tmm1",
-        "tilestored [{q} + {s}], tmm2",
-        "tilestored [{q} + {s} + 64], tmm3",
-        p = in(reg) p,
-        q = in(reg) p.add(TR * PANEL),
-        s = in(reg) PANEL * 4,
-        options(nostack),
-    );
-    asm!("tilerelease", options(nostack, nomem));
-    for r in 0..rows {
-        std::ptr::copy_nonoverlapping(p.add(r * PANEL), c.add(r * n), cols);
-    }
-}
+pub(crate) struct Aligned<T>(pub(crate) T);

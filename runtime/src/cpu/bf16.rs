@@ -148,7 +148,8 @@ fn product(a: &[bf16], b: &[bf16], m: usize, k: usize, n: usize) -> Option<Vec<f
     // On AMX, the tile unit's bf16 products (the ones oneDNN gives PyTorch there).
     use half::slice::HalfFloatSliceExt;
     let (ab, bb) = (a.reinterpret_cast(), b.reinterpret_cast());
-    if let Some(c) = crate::cpu::amx::bf16_matmul_wt(ab, bb, m, k, n) {
+    use crate::cpu::amx_gemm::{matmul_wt as tiles, Operand};
+    if let Some(c) = tiles(Operand::Bf16(ab), Operand::Bf16(bb), m, k, n) {
         return Some(c);
     }
     if let (Some(ap), Some(bp)) = (pairs(a, k), pairs(b, k)) {
@@ -508,7 +509,9 @@ mod tests {
         // row block and a panel of columns cut short.
         product_case(37, 96, 50);
         product_case(64, 256, 64);
-        let taken = crate::cpu::amx::bf16_matmul_wt(&[0; 37 * 96], &[0; 50 * 96], 37, 96, 50);
+        use crate::cpu::amx_gemm::{matmul_wt as tiles, Operand};
+        let (a, b) = (Operand::Bf16(&[0; 37 * 96]), Operand::Bf16(&[0; 50 * 96]));
+        let taken = tiles(a, b, 37, 96, 50);
         assert_eq!(taken.is_some(), crate::cpu::amx::available());
     }
 

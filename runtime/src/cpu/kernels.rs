@@ -536,6 +536,7 @@ unsafe fn pack_avx512(rows: &[&[f32]], k: usize, out: &mut [f32]) {
 /// Transposes a 16 × 16 matrix of 32-bit values held one row per register: afterwards
 /// `r[j]` lane `i` is the former `r[i]` lane `j`.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512i; 16]) {
     use std::arch::x86_64::*;
@@ -566,12 +567,23 @@ pub(crate) unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512i; 16]) {
 
 /// `x [m, k] @ w [n, k]^T` (`nn.Linear` without bias) for f32 CPU tensors, or `None` when this
 /// path does not apply (no AVX-512, `n` not a multiple of 32, fewer than 8 rows, another
-/// device, dtype or layout).
+/// device, dtype or layout). From [`F32_MIN_ROWS`](super::amx_gemm::F32_MIN_ROWS) rows on a
+/// CPU with AMX the tile unit multiplies the values' bf16 parts ([`super::amx_gemm`]).
 pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
     if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] {
         return None;
     }
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
+    #[cfg(target_arch = "x86_64")]
+    if m >= super::amx_gemm::F32_MIN_ROWS {
+        use super::amx_gemm::{matmul_wt as tiles, Operand};
+        let tiled = with_f32(x, |a| {
+            with_f32(w, |b| tiles(Operand::F32(a), Operand::F32(b), m, k, n))
+        })??;
+        if let Some(c) = tiled {
+            return Some(Tensor::from_vec(c, &[m, n], &Device::Cpu));
+        }
+    }
     let c = with_f32(x, |a| {
         with_f32(w, |b| {
             matmul_wt_with(a, m, k, n, &|panel, out| {
@@ -1456,6 +1468,7 @@ mod tests {
             (9, 1, 32),
             (29, 600, 64),
             (40, 1536, 192),
+            (130, 576, 200),
         ] {
             let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
             let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();

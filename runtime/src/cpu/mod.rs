@@ -11,6 +11,8 @@
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod amx_gemm;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod conv;
