@@ -608,3 +608,36 @@ fn chat_templates_have_a_work_budget() {
     let out = chatml.apply(&long, true).unwrap();
     assert_eq!(out.matches("<|im_start|>").count(), 501);
 }
+
+/// A template that nests or recurses as deep as the parser and renderer allow errors (or
+/// renders) on any thread, even one with a small stack (an app's worker thread), instead of
+/// overflowing it.
+#[test]
+fn chat_template_recursion_errors_instead_of_overflowing_the_stack() {
+    let deep = |open: &str, mid: &str, close: &str, n: usize| {
+        format!("{}{mid}{}", open.repeat(n), close.repeat(n))
+    };
+    let sources = [
+        "{% macro a(n) %}{{ a(n) }}{% endmacro %}{{ a(1) }}".to_string(),
+        "{% macro a(n) %}{% for m in messages %}{{ a(n ~ m['role']) | upper }}{% endfor %}{% endmacro %}{{ a('x') }}".to_string(),
+        "{% for m in [[[[1]]]] recursive %}{{ loop([m]) }}{% endfor %}".to_string(),
+        deep("{{ (", "1", ") }}", 1).replace("(1)", &deep("(", "1", ")", 140)),
+        deep("{% if true %}", "x", "{% endif %}", 140),
+        deep("{% if true %}", "x", "{% endif %}", 400),
+    ];
+    for (i, source) in sources.into_iter().enumerate() {
+        let result = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                ChatTemplate::new(&source, None, None)?.apply(&[Message::new("user", "hi")], false)
+            })
+            .unwrap()
+            .join()
+            .expect("a template overflowed a 256 KiB stack");
+        // The first three recurse without end: the recursion limit must stop them.
+        match result {
+            Err(err) => assert!(matches!(err, Error::ChatTemplate(_)), "{err}"),
+            Ok(_) => assert!(i >= 3, "template {i} recursed without end and rendered"),
+        }
+    }
+}
