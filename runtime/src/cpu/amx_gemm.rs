@@ -42,6 +42,10 @@ const MAX_GROUP: usize = 16;
 /// parts per call costs more than the products save (measured: even at 64 rows, ahead from
 /// 128).
 pub(crate) const F32_MIN_ROWS: usize = 128;
+/// Fewest weight values for which f32 operands take the tile unit: a smaller weight has too
+/// few panels to hide the splitting and the second parallel pass (measured at 256 × 256 and
+/// 576 × 192: 4–7% behind the f32 kernel; from 256 × 1024 on, 6–31% ahead).
+pub(crate) const F32_MIN_WEIGHT: usize = 1 << 18;
 /// Activation bytes per k slice (in L1 while the group's panels multiply it).
 const SLICE_BYTES: usize = 16 << 10;
 

@@ -567,15 +567,17 @@ pub(crate) unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512i; 16]) {
 
 /// `x [m, k] @ w [n, k]^T` (`nn.Linear` without bias) for f32 CPU tensors, or `None` when this
 /// path does not apply (no AVX-512, `n` not a multiple of 32, fewer than 8 rows, another
-/// device, dtype or layout). From [`F32_MIN_ROWS`](super::amx_gemm::F32_MIN_ROWS) rows on a
-/// CPU with AMX the tile unit multiplies the values' bf16 parts ([`super::amx_gemm`]).
+/// device, dtype or layout). On a CPU with AMX, from
+/// [`F32_MIN_ROWS`](super::amx_gemm::F32_MIN_ROWS) rows and a weight of
+/// [`F32_MIN_WEIGHT`](super::amx_gemm::F32_MIN_WEIGHT) values, the tile unit multiplies the
+/// values' bf16 parts ([`super::amx_gemm`]).
 pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
     if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] {
         return None;
     }
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
     #[cfg(target_arch = "x86_64")]
-    if m >= super::amx_gemm::F32_MIN_ROWS {
+    if m >= super::amx_gemm::F32_MIN_ROWS && n * k >= super::amx_gemm::F32_MIN_WEIGHT {
         use super::amx_gemm::{matmul_wt as tiles, Operand};
         let tiled = with_f32(x, |a| {
             with_f32(w, |b| tiles(Operand::F32(a), Operand::F32(b), m, k, n))
@@ -1468,7 +1470,7 @@ mod tests {
             (9, 1, 32),
             (29, 600, 64),
             (40, 1536, 192),
-            (130, 576, 200),
+            (130, 576, 608),
         ] {
             let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
             let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
