@@ -396,12 +396,17 @@ impl Unit<'_> {
         let last = self.chunks.end == self.kc;
         SUMS.with(|s| {
             let mut s = s.borrow_mut();
-            let blocks = rbs.len() * self.panels;
-            if s.len() < blocks {
-                s.resize_with(blocks, || Aligned([0.0; PANEL * PANEL]));
+            // Sums outlive a row block only when k comes in several blocks.
+            let kept = if self.chunks.len() == self.kc {
+                1
+            } else {
+                rbs.len()
+            };
+            if s.len() < kept * self.panels {
+                s.resize_with(kept * self.panels, || Aligned([0.0; PANEL * PANEL]));
             }
             for (bi, rb) in rbs.enumerate() {
-                let sums = &mut s[bi * self.panels..][..self.panels];
+                let sums = &mut s[bi % kept * self.panels..][..self.panels];
                 let mut c0 = self.chunks.start;
                 while c0 < self.chunks.end {
                     let c1 = (c0 + self.slice).min(self.chunks.end);
