@@ -252,13 +252,6 @@ pub(crate) fn aligned_uninit<T: Copy + Default>(len: usize) -> (Vec<T>, usize) {
 #[target_feature(enable = "avx512f")]
 unsafe fn split_row(row: &[f32], nb: usize, r: usize, at: &mut [u16], st: &mut [f32]) {
     use std::arch::x86_64::*;
-    // Round to the nearest bf16 (ties to even): the high half of the result's bits.
-    let round = |v: __m512| -> __m512i {
-        let b = _mm512_castps_si512(v);
-        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
-        let b = _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-        _mm512_and_si512(b, _mm512_set1_epi32(0xffff_0000u32 as i32))
-    };
     for b in 0..nb {
         let mut sum = _mm512_setzero_ps();
         for h in 0..2 {
@@ -266,7 +259,7 @@ unsafe fn split_row(row: &[f32], nb: usize, r: usize, at: &mut [u16], st: &mut [
             sum = _mm512_add_ps(sum, v);
             for p in 0..PARTS {
                 // The last part is the exact remainder (at most 8 significant bits left).
-                let hi = round(v);
+                let hi = _mm512_castps_si512(crate::cpu::amx_gemm::round_bf16(v));
                 v = _mm512_sub_ps(v, _mm512_castsi512_ps(hi));
                 let half = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(hi));
                 let dst = at

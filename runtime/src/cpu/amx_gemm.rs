@@ -238,7 +238,7 @@ fn a_row<'a>(a: Operand<'a>, r: usize, m: usize, k: usize) -> Option<Operand<'a>
 /// Rounds each f32 lane to the nearest bf16 (ties to even): the f32 whose high half is it.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn round_bf16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+pub(crate) unsafe fn round_bf16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     let b = _mm512_castps_si512(v);
     let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
