@@ -36,6 +36,15 @@ pub struct ChatTemplate {
     extra_tokens: Vec<(String, String)>,
 }
 
+/// Runs `f` (parsing or rendering a template) with at least 2 MiB of stack, on a new 4 MiB
+/// segment when the caller's thread has less left. minijinja parses up to 150 levels of
+/// nesting by recursion, and compiles and drops the tree the same way: a release build spent
+/// more than 256 KiB on 140 nested `if` blocks, which overflowed an app's small worker
+/// thread (the renderer grows its own stack for macro calls).
+fn with_stack<T>(f: impl FnOnce() -> T) -> T {
+    stacker::maybe_grow(2 << 20, 4 << 20, f)
+}
+
 /// The instructions one render may execute: a real template spends a few thousand per
 /// message, and a runaway loop stops within about a second (50M took over ten).
 const TEMPLATE_FUEL: u64 = 5_000_000;
@@ -69,7 +78,7 @@ impl ChatTemplate {
                 .replace("%B", "January")
                 .replace("%b", "Jan")
         });
-        env.add_template_owned("chat", source.to_string())
+        with_stack(|| env.add_template_owned("chat", source.to_string()))
             .map_err(|e| Error::ChatTemplate(format!("the template does not compile: {e}")))?;
         Ok(ChatTemplate {
             env,
@@ -128,7 +137,7 @@ impl ChatTemplate {
         for (k, v) in &self.extra_tokens {
             ctx.insert(k.clone(), Value::from(v.clone()));
         }
-        tmpl.render(ctx).map_err(|e| {
+        with_stack(|| tmpl.render(ctx)).map_err(|e| {
             let mut msg = e.to_string();
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {

@@ -622,7 +622,7 @@ fn chat_template_recursion_errors_instead_of_overflowing_the_stack() {
         "{% macro a(n) %}{% for m in messages %}{{ a(n ~ m['role']) | upper }}{% endfor %}{% endmacro %}{{ a('x') }}".to_string(),
         "{% for m in [[[[1]]]] recursive %}{{ loop([m]) }}{% endfor %}".to_string(),
         deep("{{ (", "1", ") }}", 1).replace("(1)", &deep("(", "1", ")", 140)),
-        deep("{% if true %}", "x", "{% endif %}", 140),
+        deep("{% if true %}", "x", "{% endif %}", 149),
         deep("{% if true %}", "x", "{% endif %}", 400),
     ];
     for (i, source) in sources.into_iter().enumerate() {

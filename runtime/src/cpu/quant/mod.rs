@@ -8,9 +8,10 @@
 //! memory traffic and of the resident memory:
 //!
 //! - rows rebuilt as f32 ([`QMatrix::dequant_row`]: embedding lookups, the panels of a
-//!   prefill's GEMM) are the hub's weights bit for bit;
-//! - the decode kernel regroups the sum instead, `Σ a·(Σ q·x) + Σ m·(Σ x)`: f32 rounding as
-//!   in any other summation order, for half the vector work per weight. On two cores a
+//!   prefill's GEMM; and each group of a batched decode step's products) are the hub's
+//!   weights bit for bit;
+//! - a one-row decode step regroups the sum instead, `Σ a·(Σ q·x) + Σ m·(Σ x)`: f32 rounding
+//!   as in any other summation order, for less vector work per weight. On two cores a
 //!   decode is bound by that work rather than by memory.
 //!
 //! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K to Q6_K are kept (a Q4_K_M file mixes
@@ -39,8 +40,10 @@ pub fn keeps_blocks(ggml: GgmlType, shape: &[usize]) -> bool {
 
 /// Below this many rows, products rebuild each block once for all rows
 /// ([`QMatrix::matvec_each`]); from it on, the weights are unpacked into panels for the
-/// tiles or the GEMM, which pays once the rows share it (measured crossover: 16 rows).
-const FEW_ROWS: usize = 16;
+/// tiles or the GEMM, which pays once enough rows share it. Measured crossover on AMX tiles,
+/// SmolLM2 Q4_1 decoding many prompts at once: 24 prompts 400 tok/s by blocks, 373 on
+/// tiles; 32 prompts 392 and 441.
+const FEW_ROWS: usize = 32;
 
 /// A `[rows, cols]` matrix of quantized blocks, row-major, rows in HF order.
 #[derive(Debug)]
@@ -141,10 +144,10 @@ impl QMatrix {
     }
 
     /// `x [m, cols] @ wᵀ` → `[m, rows]` for each of `ws` and a few rows `m` (a decode step,
-    /// batched or not): each group's integers are widened once and multiplied with every row,
-    /// so the weights stream from memory once per call whatever `m`. All the weights share one
-    /// parallel region: a decode step's products (a layer's q, k and v) take a few
-    /// microseconds each, about what handing work to the pool and waiting for it costs.
+    /// batched or not): each group's integers are widened once for all rows, so the weights
+    /// stream from memory once per call whatever `m`. All the weights share one parallel
+    /// region: a decode step's products (a layer's q, k and v) take a few microseconds each,
+    /// about what handing work to the pool and waiting for it costs.
     fn matvec_each(ws: &[&QMatrix], x: &[f32], m: usize) -> Vec<Vec<f32>> {
         let Some(k) = ws.first().map(|w| w.cols) else {
             return Vec::new();
@@ -155,20 +158,27 @@ impl QMatrix {
         // Sized over all the weights, which share one parallel region.
         let total: usize = ws.iter().map(|w| w.rows).sum();
         let rows_per_unit = crate::cpu::kernels::decode_rows_per_unit(total, 1);
-        let xs: Vec<&[f32]> = x.chunks_exact(k).take(m).collect();
+        // The kernels load x in 64-byte vectors, and one off a 64-byte boundary reads two
+        // cache lines: copied to one, a batched step's products ran 1.3x faster.
+        let mut aligned: Vec<f32> = Vec::with_capacity(m * k + 16);
+        let off = aligned.as_ptr().align_offset(64).min(16);
+        aligned.resize(off, 0.0);
+        aligned.extend_from_slice(&x[..m * k]);
+        let xs: Vec<&[f32]> = aligned[off..].chunks_exact(k).collect();
         let wide = has_avx512();
-        // The sum of each half-group of every x row, for the offsets' share (see `dots_avx512`).
-        let sums: Vec<Vec<f32>> = if wide && ws.iter().any(|w| w.kind.has_min()) {
-            xs.iter()
-                .map(|x| x.chunks_exact(GROUP / 2).map(|h| h.iter().sum()).collect())
+        // One x row takes the regrouped sum, which needs the sum of each half-group of x
+        // (see `dots_avx512`).
+        let sums: Vec<f32> = if wide && m == 1 && ws.iter().any(|w| w.kind.has_min()) {
+            xs[0]
+                .chunks_exact(GROUP / 2)
+                .map(|h| h.iter().sum())
                 .collect()
         } else {
-            vec![Vec::new(); m]
+            Vec::new()
         };
-        // Weight row r's products with every x row, [rows][m] per weight; transposed below.
         // Not zero-filled: every unit writes all of its rows (a Gemma 3 step's logits are 1 MiB).
-        let mut yts: Vec<Vec<f32>> = ws.iter().map(|w| Vec::with_capacity(w.rows * m)).collect();
-        let outs: Vec<OutPtr> = yts.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| Vec::with_capacity(w.rows * m)).collect();
+        let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         // Unit u is block u - starts[j] of weight j.
         let mut starts = vec![0];
         for w in ws {
@@ -177,91 +187,78 @@ impl QMatrix {
         par_units(starts[ws.len()], |u| {
             let j = starts.partition_point(|&s| s <= u) - 1;
             let (w, c) = (ws[j], u - starts[j]);
-            let (r0, r1) = (c * rows_per_unit, ((c + 1) * rows_per_unit).min(w.rows));
-            // SAFETY: block c covers rows r0..r1 of weight j's output, which no other unit
-            // writes; `yts` outlives the region.
-            let ys = unsafe { outs[j].part(r0 * m, (r1 - r0) * m) };
-            w.matvec_block(r0, &xs, &sums, ys, wide);
+            let rows = c * rows_per_unit..((c + 1) * rows_per_unit).min(w.rows);
+            // SAFETY: unit u writes columns `rows` of every row of weight j's `[m, rows]`
+            // output, which no other unit writes; `ys` outlives the region.
+            unsafe { w.matvec_block(rows, &xs, &sums, outs[j], wide) };
         });
-        for (y, w) in yts.iter_mut().zip(ws) {
+        for (y, w) in ys.iter_mut().zip(ws) {
             // SAFETY: the units above wrote every row's m values of every weight's output.
             unsafe { y.set_len(w.rows * m) };
         }
-        if m == 1 {
-            return yts;
-        }
-        ws.iter()
-            .zip(yts)
-            .map(|(w, yt)| {
-                let n = w.rows;
-                let mut y = vec![0f32; m * n];
-                for (r, row) in yt.chunks_exact(m).enumerate() {
-                    for (i, v) in row.iter().enumerate() {
-                        y[i * n + r] = *v;
-                    }
-                }
-                y
-            })
-            .collect()
+        ys
     }
 
-    /// Rows `r0..` of [`QMatrix::matvec_each`]'s `[rows][m]` output, `ys` holding them.
-    fn matvec_block(
+    /// Columns `rows` of [`QMatrix::matvec_each`]'s `[m, self.rows]` output at `out`.
+    ///
+    /// # Safety
+    /// `out` holds `m * self.rows` values, and no other thread writes these columns.
+    unsafe fn matvec_block(
         &self,
-        r0: usize,
+        rows: std::ops::Range<usize>,
         xs: &[&[f32]],
-        sums: &[Vec<f32>],
-        ys: &mut [f32],
+        sums: &[f32],
+        out: OutPtr,
         wide: bool,
     ) {
-        let (k, m) = (self.cols, xs.len());
+        let (k, m, n) = (self.cols, xs.len(), self.rows);
         #[cfg(target_arch = "x86_64")]
         if wide {
             let row_bytes = self.row_bytes();
-            let rows = &self.data[r0 * row_bytes..][..ys.len() / m * row_bytes];
-            // Up to four x rows per pass over the block's weight rows (still in cache for the
-            // next pass): four accumulator pairs and the widened group stay in registers.
-            for (g, (xg, sg)) in xs.chunks(4).zip(sums.chunks(4)).enumerate() {
-                let at = 4 * g;
-                let s = |i: usize| &sg[i][..];
+            let blocks = &self.data[rows.start * row_bytes..rows.end * row_bytes];
+            if m == 1 {
                 // SAFETY: AVX-512F/BW/VL and F16C were detected; every weight row holds
-                // cols/32 groups and each x row cols values.
-                unsafe {
-                    let rows = (rows, row_bytes);
-                    monomorphic!(self.kind, |K| match *xg {
-                        [a] => dots_rows::<K, 1>(rows, [a], [s(0)], ys, m, at),
-                        [a, b] => dots_rows::<K, 2>(rows, [a, b], [s(0), s(1)], ys, m, at),
-                        [a, b, d] => {
-                            dots_rows::<K, 3>(rows, [a, b, d], [s(0), s(1), s(2)], ys, m, at)
-                        }
-                        [a, b, d, e] => dots_rows::<K, 4>(
-                            rows,
-                            [a, b, d, e],
-                            [s(0), s(1), s(2), s(3)],
-                            ys,
-                            m,
-                            at,
-                        ),
-                        _ => unreachable!("chunks(4) yields 1 to 4 rows"),
-                    })
-                }
+                // cols/32 groups and x holds cols values; the caller owns these columns.
+                let y = out.part(rows.start, rows.len());
+                monomorphic!(self.kind, |K| dots_rows::<K>(
+                    (blocks, row_bytes),
+                    xs[0],
+                    sums,
+                    y
+                ));
+                return;
+            }
+            // Up to 8 x rows per pass over the block's weight rows (still in cache for the
+            // next pass).
+            for (p, xg) in xs.chunks(8).enumerate() {
+                // A pass of 3, 5, 6 or 7 rows runs the next width up, repeating its first
+                // row (whose products are dropped): fewer kernels to compile, each unrolled
+                // over its rows.
+                let x = |i: usize| xg.get(i).copied().unwrap_or(xg[0]);
+                let at = (out, n, rows.start, p * 8, xg.len());
+                // SAFETY: as above; `at` names this pass's rows of the caller's columns.
+                monomorphic!(self.kind, |K| match xg.len() {
+                    1 => rebuilt_rows::<K, 1>((blocks, row_bytes), [x(0)], at),
+                    2 => rebuilt_rows::<K, 2>((blocks, row_bytes), [x(0), x(1)], at),
+                    3 | 4 => rebuilt_rows::<K, 4>((blocks, row_bytes), std::array::from_fn(x), at),
+                    _ => rebuilt_rows::<K, 8>((blocks, row_bytes), std::array::from_fn(x), at),
+                })
             }
             return;
         }
         let mut w = vec![0f32; k];
-        for (i, y) in ys.chunks_exact_mut(m).enumerate() {
-            let r = r0 + i;
+        for r in rows {
             #[cfg(target_arch = "x86_64")]
             if m == 1 && has_avx2_fma() {
                 // SAFETY: AVX2, FMA and F16C were detected; the row holds cols/32 groups and
                 // `x` holds cols values.
                 let row = self.row(r);
-                y[0] = monomorphic!(self.kind, |K| unsafe { dot_avx2::<K>(row, xs[0]) });
+                *out.get().add(r) = monomorphic!(self.kind, |K| dot_avx2::<K>(row, xs[0]));
                 continue;
             }
             self.dequant_row(r, &mut w);
-            for (y, xr) in y.iter_mut().zip(xs) {
-                *y = w.iter().zip(*xr).map(|(a, b)| a * b).sum();
+            for (i, xr) in xs.iter().enumerate() {
+                *out.get().add(i * n + r) = w.iter().zip(*xr).map(|(a, b)| a * b).sum();
             }
         }
     }
@@ -330,34 +327,28 @@ impl QMatrix {
     #[cfg(target_arch = "x86_64")]
     fn fill_panel(&self, g: usize, p: &mut crate::cpu::amx::Panel) {
         use crate::cpu::amx::GROUP;
-        let bb = self.kind.block_bytes();
-        let half = |b: &[u8], i: usize| f32::from(half::f16::from_le_bytes([b[i], b[i + 1]]));
         let cols = GROUP.min(self.rows - g * GROUP);
-        p.scale.fill(0.0);
-        p.min.fill(0.0);
-        for c in 0..cols {
-            for (b, blk) in self.row(g * GROUP + c).chunks_exact(bb).enumerate() {
-                p.scale[b * GROUP + c] = half(blk, 0);
-                if self.kind == QKind::Q4_1 {
-                    p.min[b * GROUP + c] = half(blk, 2);
-                }
-            }
-        }
+        let nb = self.cols / crate::cpu::amx::BLOCK;
         assert!(
-            p.pairs.len() >= self.cols / 2 * GROUP,
-            "a panel holds every k pair"
+            p.pairs.len() >= self.cols / 2 * GROUP && p.scale.len() >= nb * GROUP,
+            "a panel holds every k pair and block scale"
         );
-        // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW; only
-        // existing rows are read and `pairs` holds cols / 2 * 48 values (asserted).
-        unsafe { self.fill_pairs(g, cols, p.pairs) };
+        assert!(
+            p.min.len() >= nb * GROUP,
+            "a panel holds every block minimum"
+        );
+        // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW (and
+        // the kernels F16C); only existing rows are read, and the panel's sizes are asserted.
+        unsafe { self.fill_pairs(g, cols, p) };
     }
 
-    /// The quantized values of [`QMatrix::fill_panel`] for its first `cols` columns: per
-    /// block and 16 columns, each column's 32 values become one register of bf16 pairs, and
-    /// a 16 × 16 transpose turns those into the panel's k-pair rows.
+    /// [`QMatrix::fill_panel`] for its first `cols` columns: per block and 16 columns, each
+    /// column's 32 values become one register of bf16 pairs, and a 16 × 16 transpose turns
+    /// those into the panel's k-pair rows; the 16 blocks' leading f16 fields (scale, and
+    /// minimum for Q4_1) are gathered as one vector.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn fill_pairs(&self, g: usize, cols: usize, pairs: &mut [u32]) {
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn fill_pairs(&self, g: usize, cols: usize, p: &mut crate::cpu::amx::Panel) {
         use crate::cpu::amx::{bf16_int, BLOCK, GROUP};
         use std::arch::x86_64::*;
         // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
@@ -387,9 +378,34 @@ impl QMatrix {
                 _ => unreachable!("`matmul_t_each` sends only `on_tiles` types to the tiles"),
             }
         };
-        let o = pairs.as_mut_ptr();
+        let o = p.pairs.as_mut_ptr();
+        let row_bytes = self.row_bytes();
+        // Byte offsets of 16 consecutive rows' first block.
+        let rows16 = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(row_bytes as i32),
+        );
         for b in 0..self.cols / BLOCK {
             for ct in 0..GROUP / 16 {
+                let live = cols.saturating_sub(ct * 16).min(16);
+                let first = (g * GROUP + ct * 16).min(self.rows - 1);
+                let base = self.data.as_ptr().add(first * row_bytes + b * bb);
+                // Absent columns stay zero (their rows are not read).
+                let fields = _mm512_mask_i32gather_epi32::<1>(
+                    _mm512_setzero_si512(),
+                    ((1u32 << live) - 1) as u16,
+                    rows16,
+                    base as *const i32,
+                );
+                let at = b * GROUP + ct * 16;
+                let f16s = |v: __m512i| _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+                _mm512_storeu_ps(p.scale.as_mut_ptr().add(at), f16s(fields));
+                let min = if self.kind == QKind::Q4_1 {
+                    f16s(_mm512_srli_epi32::<16>(fields))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                _mm512_storeu_ps(p.min.as_mut_ptr().add(at), min);
                 let mut r: [__m512i; 16] = std::array::from_fn(|c| {
                     if ct * 16 + c < cols {
                         column(self.row(g * GROUP + ct * 16 + c).as_ptr().add(b * bb))
@@ -463,109 +479,196 @@ unsafe fn dot_avx2<const K: u8>(row: &[u8], x: &[f32]) -> f32 {
     crate::cpu::kernels::hsum256(_mm256_add_ps(acc0, acc1))
 }
 
-/// Columns `at..at + R` of `ys` (`[weight rows][m]`): each weight row of `rows` (its bytes
-/// and the bytes per row) times the `R` vectors `x`, whose half-group sums are `sums`.
+/// `ys[r] = rows[r] · x` for each weight row of `rows` (its bytes and the bytes per row),
+/// `sums` holding x's half-group sums.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn dots_rows<const K: u8, const R: usize>(
+unsafe fn dots_rows<const K: u8>(
     (rows, row_bytes): (&[u8], usize),
-    x: [&[f32]; R],
-    sums: [&[f32]; R],
+    x: &[f32],
+    sums: &[f32],
     ys: &mut [f32],
-    m: usize,
-    at: usize,
 ) {
-    for (row, y) in rows.chunks_exact(row_bytes).zip(ys.chunks_exact_mut(m)) {
-        y[at..at + R].copy_from_slice(&dots_avx512::<K, R>(row, x, sums));
+    for (row, y) in rows.chunks_exact(row_bytes).zip(ys) {
+        *y = dots_avx512::<K>(row, x, sums);
     }
 }
 
-/// `row · x` for each of `R` vectors `x`, with 16-lane vectors: a group's 32 integers are
-/// widened once for all `R`, multiplied with x, and the group's scale multiplies their sum.
+/// Where a pass of [`rebuilt_rows`] writes: the `[m, n]` output, `n`, the first weight row
+/// of the block, the pass's first x row and how many of its x rows are real.
+#[cfg(target_arch = "x86_64")]
+type PassOut = (OutPtr, usize, usize, usize, usize);
+
+/// Each weight row of `rows` (its bytes and the bytes per row) times the real x rows of `x`
+/// (the first `live`; the rest repeat one of them and are dropped), written to `y[i][r]`.
+///
+/// # Safety
+/// The CPU has AVX-512F/BW/VL, FMA and F16C; the output holds these rows and columns, and no
+/// other thread writes them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn rebuilt_rows<const K: u8, const R: usize>(
+    (rows, row_bytes): (&[u8], usize),
+    x: [&[f32]; R],
+    (out, n, r0, i0, live): PassOut,
+) {
+    // Three weight rows at a time share each load of x: 24 accumulators, 6 weight
+    // registers, one for x.
+    const W: usize = 3;
+    let count = rows.len() / row_bytes;
+    let row = |r: usize| &rows[r * row_bytes..(r + 1) * row_bytes];
+    let write = |r: usize, d: &[f32; R]| {
+        for (i, v) in d.iter().take(live).enumerate() {
+            *out.get().add((i0 + i) * n + r0 + r) = *v;
+        }
+    };
+    let mut r = 0;
+    while r + W <= count {
+        let d = rebuilt_dots::<K, R, W>([row(r), row(r + 1), row(r + 2)], x);
+        for (j, d) in d.iter().enumerate() {
+            write(r + j, d);
+        }
+        r += W;
+    }
+    for r in r..count {
+        write(r, &rebuilt_dots::<K, R, 1>([row(r)], x)[0]);
+    }
+}
+
+/// `rows[r] · x[i]` for `W` weight rows and `R` vectors `x` (a batched decode step): each
+/// group's 32 weights are rebuilt once as f32, `a * q + m` exactly as the hub dequantizes
+/// them, then multiplied with every x row, each load of x serving all `W` weight rows.
+/// The rebuilding is shared by the rows, where the regrouped sum of [`dots_avx512`] spends
+/// one more operation per row and 16 weights, and a scalar offset sum: from two rows on,
+/// rebuilding is the cheaper. SmolLM2 Q4_1 decoding 8 prompts at once: 213 -> 353 tok/s
+/// (one prompt: 110), with x copied to a 64-byte boundary and written as `[m, rows]` by the
+/// kernel (the transpose after the products had been serial).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn rebuilt_dots<const K: u8, const R: usize, const W: usize>(
+    rows: [&[u8]; W],
+    x: [&[f32]; R],
+) -> [[f32; R]; W] {
+    use std::arch::x86_64::*;
+    let kind = QKind::from_id(K);
+    // One accumulator per weight row and x row (two FMAs per group each).
+    let mut acc = [[_mm512_setzero_ps(); R]; W];
+    for g in 0..x[0].len() / GROUP {
+        let mut w = [[_mm512_setzero_ps(); 2]; W];
+        for r in 0..W {
+            prefetch_ahead(kind, rows[r], g);
+            let (f0, f1) = group::floats16(kind, rows[r], g);
+            let (a, m) = group::scales(kind, rows[r], g);
+            w[r] = [
+                _mm512_mul_ps(_mm512_set1_ps(a[0]), f0),
+                _mm512_mul_ps(_mm512_set1_ps(a[1]), f1),
+            ];
+            if kind.has_min() {
+                w[r][0] = _mm512_add_ps(w[r][0], _mm512_set1_ps(m[0]));
+                w[r][1] = _mm512_add_ps(w[r][1], _mm512_set1_ps(m[1]));
+            }
+        }
+        for (i, x) in x.iter().enumerate() {
+            let xp = x.as_ptr().add(g * GROUP);
+            let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
+            for r in 0..W {
+                acc[r][i] = _mm512_fmadd_ps(w[r][0], x0, acc[r][i]);
+                acc[r][i] = _mm512_fmadd_ps(w[r][1], x1, acc[r][i]);
+            }
+        }
+    }
+    let mut out = [[0f32; R]; W];
+    for r in 0..W {
+        for i in 0..R {
+            out[r][i] = _mm512_reduce_add_ps(acc[r][i]);
+        }
+    }
+    out
+}
+
+/// `row · x` with 16-lane vectors: a group's 32 integers are widened, multiplied with x, and
+/// the group's scale multiplies their sum.
 ///
 /// Weights are `a * q + m` (see `group`); the products sum as `Σ a·(Σ q·x) + Σ m·(Σ x)`, the
 /// sums of x per half-group (`sums`) computed once per call. That is the dequantized matrix's
-/// product regrouped, at f32 rounding like any other summation order, and it spends two
-/// vector operations per 16 weights where rebuilding each weight first spent four: on two
-/// cores, decode is bound by that arithmetic, not by memory.
+/// product regrouped, at f32 rounding like any other summation order, and it spends
+/// one and a half vector operations per 16 weights where rebuilding each weight spends two:
+/// on two cores, a one-row decode is bound by that arithmetic, not by memory.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn dots_avx512<const K: u8, const R: usize>(
-    row: &[u8],
-    x: [&[f32]; R],
-    sums: [&[f32]; R],
-) -> [f32; R] {
+#[inline(always)]
+unsafe fn dots_avx512<const K: u8>(row: &[u8], x: &[f32], sums: &[f32]) -> f32 {
     use std::arch::x86_64::*;
-    let groups = x[0].len() / GROUP;
-    // Two accumulators per x row, for even and odd groups: each takes one dependent FMA
-    // per two groups.
-    let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    // The offsets' share, per x row and accumulator (two chains, as for `acc`).
-    let mut off = [[0f32; 2]; R];
+    let groups = x.len() / GROUP;
+    // Two accumulators, for even and odd groups: each takes one dependent FMA per two groups.
+    let mut acc = [_mm512_setzero_ps(); 2];
+    // The offsets' share, per accumulator.
+    let mut off = [0f32; 2];
     let mut g = 0;
     while g + 2 <= groups {
-        group_step::<K, R>(row, x, sums, g, &mut acc, &mut off, 0);
-        group_step::<K, R>(row, x, sums, g + 1, &mut acc, &mut off, 1);
+        group_step::<K>(row, x, sums, g, &mut acc[0], &mut off[0]);
+        group_step::<K>(row, x, sums, g + 1, &mut acc[1], &mut off[1]);
         g += 2;
     }
     if g < groups {
-        group_step::<K, R>(row, x, sums, g, &mut acc, &mut off, 0);
+        group_step::<K>(row, x, sums, g, &mut acc[0], &mut off[0]);
     }
-    std::array::from_fn(|i| {
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) + (off[i][0] + off[i][1])
-    })
+    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + (off[0] + off[1])
 }
 
-/// Group `g` of [`dots_avx512`] into accumulator `k` of each x row.
+/// Group `g` of [`dots_avx512`] into one of its accumulators and offset sums.
 ///
 /// # Safety
 /// As [`dots_avx512`], whose features this compiles with (always inlined; a closure would
 /// compile without them).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn group_step<const K: u8, const R: usize>(
+unsafe fn group_step<const K: u8>(
     row: &[u8],
-    x: [&[f32]; R],
-    sums: [&[f32]; R],
+    x: &[f32],
+    sums: &[f32],
     g: usize,
-    acc: &mut [[std::arch::x86_64::__m512; 2]; R],
-    off: &mut [[f32; 2]; R],
-    k: usize,
+    acc: &mut std::arch::x86_64::__m512,
+    off: &mut f32,
 ) {
     use std::arch::x86_64::*;
     let kind = QKind::from_id(K);
-    // 4 KiB ahead (rows further on): the hardware prefetcher alone left a tenth of the time
-    // idle, and 1 KiB ahead still left the widening waiting on its loads (SmolLM2 Q4_1 decode
-    // 122 -> 140-150 tok/s, Gemma 3 Q4_K_M 51 -> 59-61; 8 KiB ahead was slower again).
+    prefetch_ahead(kind, row, g);
+    let (f0, f1) = group::floats16(kind, row, g);
+    let (a, m) = group::scales(kind, row, g);
+    let xp = x.as_ptr().add(g * GROUP);
+    let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
+    if kind.split_scales() {
+        let t = _mm512_mul_ps(f0, x0);
+        *acc = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, *acc);
+        let t = _mm512_mul_ps(f1, x1);
+        *acc = _mm512_fmadd_ps(_mm512_set1_ps(a[1]), t, *acc);
+    } else {
+        let t = _mm512_fmadd_ps(f1, x1, _mm512_mul_ps(f0, x0));
+        *acc = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, *acc);
+    }
+    if kind.has_min() {
+        let s = sums.as_ptr().add(2 * g);
+        *off += if kind.split_scales() {
+            m[0] * *s + m[1] * *s.add(1)
+        } else {
+            m[0] * (*s + *s.add(1))
+        };
+    }
+}
+
+/// Prefetches the weights 4 KiB past group `g` of `row` (rows further on): the hardware
+/// prefetcher alone left a tenth of a decode step idle, and 1 KiB ahead still left the
+/// widening waiting on its loads (SmolLM2 Q4_1 decode 122 -> 140-150 tok/s, Gemma 3 Q4_K_M
+/// 51 -> 59-61; 8 KiB ahead was slower again).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn prefetch_ahead(kind: QKind, row: &[u8], g: usize) {
+    use std::arch::x86_64::*;
     _mm_prefetch::<_MM_HINT_T0>(
         row.as_ptr()
             .wrapping_add(g * kind.block_bytes() * GROUP / kind.block_len() + 4096)
             as *const i8,
     );
-    let (f0, f1) = group::floats16(kind, row, g);
-    let (a, m) = group::scales(kind, row, g);
-    for i in 0..R {
-        let xp = x[i].as_ptr().add(g * GROUP);
-        let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
-        if kind.split_scales() {
-            let t = _mm512_mul_ps(f0, x0);
-            acc[i][k] = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, acc[i][k]);
-            let t = _mm512_mul_ps(f1, x1);
-            acc[i][k] = _mm512_fmadd_ps(_mm512_set1_ps(a[1]), t, acc[i][k]);
-        } else {
-            let t = _mm512_fmadd_ps(f1, x1, _mm512_mul_ps(f0, x0));
-            acc[i][k] = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, acc[i][k]);
-        }
-        if kind.has_min() {
-            let s = sums[i].as_ptr().add(2 * g);
-            off[i][k] += if kind.split_scales() {
-                m[0] * *s + m[1] * *s.add(1)
-            } else {
-                m[0] * (*s + *s.add(1))
-            };
-        }
-    }
 }
 
 /// One row written out as f32.
@@ -694,7 +797,8 @@ mod tests {
             let q = random(kind, rows, cols, 5);
             let w = q.dequantize();
             let mut g = Generator::new(17);
-            for m in [2, 16, 37] {
+            // 150 rows: two row blocks of the AMX path, whose panels come in chunks.
+            for m in [2, 16, 37, 150] {
                 let xs: Vec<f32> = (0..m * cols)
                     .map(|i| (g.next_f64() as f32 - 0.5) * if i % 7 == 0 { 300.0 } else { 1.0 })
                     .collect();
