@@ -293,8 +293,12 @@ impl Node {
         )
     }
 
+    /// Whether a tensor handle refers to the node. Acquire, with the release in
+    /// [`Node::release`]: a thread that finds no handle also sees what the thread that
+    /// dropped the last one did before (such as recording a consumer of the node, which
+    /// the donation check in `trace` counts).
     pub(crate) fn is_live(&self) -> bool {
-        self.handles.load(Ordering::Relaxed) > 0
+        self.handles.load(Ordering::Acquire) > 0
     }
 
     pub(crate) fn acquire(&self) {
@@ -302,7 +306,7 @@ impl Node {
     }
 
     pub(crate) fn release(&self) {
-        self.handles.fetch_sub(1, Ordering::Relaxed);
+        self.handles.fetch_sub(1, Ordering::Release);
     }
 }
 

@@ -40,9 +40,9 @@ pub(super) fn key(n: &Arc<Node>) -> usize {
 pub(super) struct Trace<'g> {
     /// Borrowed: the run lock and the caller's roots keep every traced node alive and its
     /// operands unchanged until the results are set (see `run`).
-    pub(super) params: Vec<&'g Node>,
+    pub(super) params: Vec<&'g Arc<Node>>,
     pub(super) param_bufs: Vec<&'g Arc<Buffer>>,
-    pub(super) nodes: Vec<&'g Node>,
+    pub(super) nodes: Vec<&'g Arc<Node>>,
     /// The operands of every node, flattened; node `i` owns `edges[spans[i].0..spans[i].1]`.
     pub(super) edges: Vec<Ref>,
     pub(super) spans: Vec<(usize, usize)>,
@@ -69,16 +69,16 @@ const TAG_ALIASES: u64 = 0x414c_4941_5300_0004;
 /// wiring, device, precision, donation; never values). Each node's own structure was hashed
 /// when it was recorded (`Node::local`), so the walk feeds a few words per node.
 ///
-/// With `donate`, every parameter whose buffer nothing else can read any more (no tensor
-/// handle on its node, and no other owner of the buffer) is donated to an output of the same
-/// shape and dtype, preferring the `dynamic_update_slice` that writes into it (a KV cache
-/// update then happens in place). Only pass `donate` when `outs` holds every live pending
-/// tensor of the device: a pending tensor outside the graph could still read the leaf.
+/// With `donate` (the registry's references to dead nodes, which the caller holds), a
+/// parameter that nothing outside this graph can read any more is donated to the
+/// `dynamic_update_slice` output that writes into it (a KV cache update then happens in
+/// place); see [`choose_aliases`]. Only donate when `outs` holds every live pending tensor
+/// of the device that the registry knows of.
 pub(super) fn trace<'g>(
     outs: &'g [Arc<Node>],
     running: &'g Running<'_>,
     precision: super::Precision,
-    donate: bool,
+    donate: Option<&[Arc<Node>]>,
 ) -> Trace<'g> {
     // Marks are per walk (a fresh epoch each) and a node is only walked under its device's
     // run lock, so two walks never touch the same node.
@@ -174,8 +174,10 @@ pub(super) fn trace<'g>(
     for &o in &t.outputs {
         h.word(o as u64);
     }
-    if donate {
-        t.aliases = choose_aliases(&t);
+    if let Some(held) = donate {
+        // The dead nodes' references to nodes of this graph, by number.
+        let held = held.iter().filter(|n| numbered(n)).map(|n| decode(slot(n)));
+        t.aliases = choose_aliases(&t, held);
     }
     h.word(TAG_ALIASES);
     h.word(t.aliases.len() as u64);
@@ -235,13 +237,64 @@ fn decode(v: u64) -> Ref {
 }
 
 /// Which parameters of `t` to donate, and to which output (see [`trace`]). A parameter is
-/// donatable when no tensor handle refers to its node and the trace and the node are the
-/// only owners of its buffer (a shared one-element upload, or a buffer being read on
-/// another thread, is not). Decided from the handles before the hash, so a graph whose leaf
-/// is still held compiles (and is cached) without the alias.
-fn choose_aliases(t: &Trace<'_>) -> Vec<(usize, usize)> {
-    let donatable =
-        |p: usize| -> bool { !t.params[p].is_live() && Arc::strong_count(t.param_bufs[p]) == 1 };
+/// donatable when no tensor handle refers to its node, the trace and the node are the only
+/// owners of its buffer (a shared one-element upload, or a buffer being read on another
+/// thread, is not), and nothing that may run again can reach it: every reference to its
+/// node, and to each pending node between it and the outputs, is an operand edge of this
+/// graph or one of `held` (the registry's references to dead nodes, which never run).
+/// Outputs are computed here, so what they reference is never read again through them.
+///
+/// Counting references is what makes donation safe while other threads record: a node
+/// recorded on another thread joins the registry only after it exists, so a graph that
+/// drained the registry before cannot see it, and it may read a leaf, or a pending node of
+/// this graph that is not an output, whose handle was dropped since. That happened: a
+/// batched decode step's ring-buffer caches were donated by a graph another test ran on the
+/// same device, and the step that recorded them then read deleted buffers. Such a consumer
+/// holds a reference, which the counts catch; so do harmless ones (a dead node not yet
+/// freed), which only cost the in-place update.
+///
+/// Decided before the hash, so a graph whose leaf may still be read compiles (and is
+/// cached) without the alias.
+fn choose_aliases(t: &Trace<'_>, held: impl Iterator<Item = Ref>) -> Vec<(usize, usize)> {
+    // References accounted for: operand edges of this graph and the dead nodes' entries.
+    let mut param_refs = vec![0usize; t.params.len()];
+    let mut node_refs = vec![0usize; t.nodes.len()];
+    let mut count = |r: Ref| match r {
+        Ref::Param(p) => param_refs[p] += 1,
+        Ref::Node(i) => node_refs[i] += 1,
+    };
+    t.edges.iter().copied().for_each(&mut count);
+    held.for_each(count);
+    let mut output = vec![false; t.nodes.len()];
+    for &i in &t.outputs {
+        output[i] = true;
+    }
+    // Pending nodes that may run again (referenced from outside, or by one that is), in
+    // reverse dependency order so each consumer is decided before its operands; and the
+    // parameters they read.
+    let mut escapes = vec![false; t.nodes.len()];
+    let mut param_escapes = vec![false; t.params.len()];
+    for i in (0..t.nodes.len()).rev() {
+        if output[i] || !(escapes[i] || Arc::strong_count(t.nodes[i]) > node_refs[i]) {
+            continue;
+        }
+        let (a, b) = t.spans[i];
+        for e in &t.edges[a..b] {
+            match *e {
+                Ref::Param(p) => param_escapes[p] = true,
+                Ref::Node(j) => escapes[j] = true,
+            }
+        }
+    }
+    let donatable = |p: usize| -> bool {
+        let n = t.params[p];
+        // Acquire: pairs with the release of the last handle, so the references its thread
+        // took before dropping it (a consumer recorded there) are counted.
+        !n.is_live()
+            && Arc::strong_count(t.param_bufs[p]) == 1
+            && Arc::strong_count(n) == param_refs[p]
+            && !param_escapes[p]
+    };
     let mut aliases = Vec::new();
     let mut param_taken: Vec<bool> = Vec::new();
     // In-place updates: an output `dynamic_update_slice` of a donatable leaf.
@@ -263,8 +316,8 @@ fn choose_aliases(t: &Trace<'_>) -> Vec<(usize, usize)> {
     }
     // Only those: donating any other unheld leaf to a free output of its shape and dtype
     // let a split model running beside another model on the same devices read a donated
-    // buffer (cause not found; tests/pjrt.rs in zoo-transformers caught it), so the
-    // allocator keeps that memory.
+    // buffer (tests/pjrt.rs in zoo-transformers caught it; likely the recording race that
+    // the reference count above now guards against), so the allocator keeps that memory.
     aliases.sort_unstable();
     aliases
 }
