@@ -177,6 +177,12 @@ impl Split {
         Some(Split { a, a0, sums, m, k })
     }
 
+    /// Blocks per row, and the values a panel's k pairs and its scales each take.
+    fn panel_sizes(&self) -> (usize, usize, usize) {
+        let nb = self.k / BLOCK;
+        (nb, self.k / 2 * GROUP, nb * GROUP)
+    }
+
     /// `x @ wᵀ` (`[m, n]`) for a weight `[n, k]` of quantized blocks whose panels the
     /// caller fills: `fill(g, panel)` writes columns `g * 48 .. g * 48 + 48` (called once
     /// per group, from several threads). `with_min` adds `min · Σ x` per block (Q4_1).
@@ -186,10 +192,9 @@ impl Split {
         with_min: bool,
         fill: &(dyn Fn(usize, &mut Panel) + Sync),
     ) -> Vec<f32> {
-        let (m, k) = (self.m, self.k);
-        let nb = k / BLOCK;
+        let m = self.m;
+        let (nb, pl, sl) = self.panel_sizes();
         let groups = n.div_ceil(GROUP);
-        let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
         let tiles = m.div_ceil(TR);
         if tiles <= BLOCK_TILES {
             return self.matmul_one_block(n, with_min, fill);
@@ -253,9 +258,8 @@ impl Split {
         with_min: bool,
         fill: &(dyn Fn(usize, &mut Panel) + Sync),
     ) -> Vec<f32> {
-        let (m, k) = (self.m, self.k);
-        let nb = k / BLOCK;
-        let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
+        let m = self.m;
+        let (nb, pl, sl) = self.panel_sizes();
         let mut c: Vec<f32> = Vec::with_capacity(m * n);
         let out = OutPtr(c.as_mut_ptr());
         par_units(n.div_ceil(GROUP), |g| {
