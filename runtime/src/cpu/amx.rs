@@ -177,101 +177,31 @@ impl Split {
         Some(Split { a, a0, sums, m, k })
     }
 
-    /// Blocks per row, and the values a panel's k pairs and its scales each take.
-    fn panel_sizes(&self) -> (usize, usize, usize) {
-        let nb = self.k / BLOCK;
-        (nb, self.k / 2 * GROUP, nb * GROUP)
-    }
-
     /// `x @ wᵀ` (`[m, n]`) for a weight `[n, k]` of quantized blocks whose panels the
     /// caller fills: `fill(g, panel)` writes columns `g * 48 .. g * 48 + 48` (called once
     /// per group, from several threads). `with_min` adds `min · Σ x` per block (Q4_1).
+    ///
+    /// Up to one row block (128 rows), each task fills one panel into its thread's buffer,
+    /// which stays in L2 for the products. Above that, the panels of up to `CHUNK_BYTES` of
+    /// columns at a time are filled once and shared by every row block's task. Filling the
+    /// whole weight first had cost 2 bytes per value, each panel read once at a few rows
+    /// (SmolLM2's `lm_head` over 16 rows: 32 ms, now 7.5).
     pub(crate) fn matmul(
         &self,
         n: usize,
         with_min: bool,
         fill: &(dyn Fn(usize, &mut Panel) + Sync),
     ) -> Vec<f32> {
-        let m = self.m;
-        let (nb, pl, sl) = self.panel_sizes();
+        let (m, k) = (self.m, self.k);
+        let nb = k / BLOCK;
         let groups = n.div_ceil(GROUP);
+        let (pl, sl) = (k / 2 * GROUP, nb * GROUP);
         let tiles = m.div_ceil(TR);
-        if tiles <= BLOCK_TILES {
-            return self.matmul_one_block(n, with_min, fill);
-        }
-        // Several row blocks: the panels of up to `CHUNK_BYTES` of columns at a time, each
-        // filled once and shared by every row block's task.
-        let per_chunk = (CHUNK_BYTES / (4 * (pl + 2 * sl))).clamp(1, groups);
-        let (mut pairs, p0) = aligned_uninit::<u32>(per_chunk * pl);
-        // SAFETY: `fill` writes every pair of its panel, `aligned_uninit` the padding.
-        unsafe { pairs.set_len(pairs.capacity()) };
-        let mut scales = vec![0f32; 2 * per_chunk * sl];
-        let row_blocks = tiles.div_ceil(BLOCK_TILES);
         let mut c: Vec<f32> = Vec::with_capacity(m * n);
         let out = OutPtr(c.as_mut_ptr());
-        for g0 in (0..groups).step_by(per_chunk) {
-            let count = per_chunk.min(groups - g0);
-            let (pp, scp) = (
-                OutPtr(pairs[p0..].as_mut_ptr()),
-                OutPtr(scales.as_mut_ptr()),
-            );
-            par_units(count, |g| {
-                // SAFETY: panel g owns its pl pairs and 2 * sl scales.
-                let (pairs, sc) = unsafe { (pp.part(g * pl, pl), scp.part(2 * g * sl, 2 * sl)) };
-                let (scale, min) = sc.split_at_mut(sl);
-                fill(g0 + g, &mut Panel { pairs, scale, min });
-            });
-            let pairs = &pairs[p0..];
-            // Units in row-block order: both threads work on one row block's activation at
-            // a time.
-            par_units(row_blocks * count, |u| {
-                let (rb, g) = (u / count, u % count);
-                let step = Step {
-                    a: &self.a[self.a0..],
-                    sums: &self.sums,
-                    nb,
-                    with_min,
-                    pairs: &pairs[g * pl..][..pl],
-                    scale: &scales[2 * g * sl..][..sl],
-                    min: &scales[(2 * g + 1) * sl..][..sl],
-                };
-                let t0 = rb * BLOCK_TILES;
-                let t1 = (t0 + BLOCK_TILES).min(tiles);
-                let g = g0 + g;
-                let cols = GROUP.min(n - g * GROUP);
-                // SAFETY: AVX-512F and the tile state were checked by `available`; each unit
-                // writes only rows of its tiles in columns g*48..g*48+cols.
-                unsafe { step.run(t0..t1, m, n, cols, out.get().add(g * GROUP)) };
-            });
-        }
-        // SAFETY: the units wrote every row below m of every column.
-        unsafe { c.set_len(m * n) };
-        c
-    }
-
-    /// [`Split::matmul`] for at most one row block (128 rows): each unit fills one panel into
-    /// its thread's buffer, which stays in L2 for the products: each panel is read once, so
-    /// filling all first only cost memory (SmolLM2's `lm_head` over 16 rows: 32 ms -> 7.5).
-    fn matmul_one_block(
-        &self,
-        n: usize,
-        with_min: bool,
-        fill: &(dyn Fn(usize, &mut Panel) + Sync),
-    ) -> Vec<f32> {
-        let m = self.m;
-        let (nb, pl, sl) = self.panel_sizes();
-        let mut c: Vec<f32> = Vec::with_capacity(m * n);
-        let out = OutPtr(c.as_mut_ptr());
-        par_units(n.div_ceil(GROUP), |g| {
-            PANEL.with(|buf| {
-                let (pairs, scales) = &mut *buf.borrow_mut();
-                // 16 spare values leave room to start the pairs on a 64-byte boundary.
-                pairs.resize(pl + 16, 0);
-                scales.resize(2 * sl, 0.0);
-                let p0 = pairs.as_ptr().align_offset(64).min(16);
-                let pairs = &mut pairs[p0..p0 + pl];
-                let (scale, min) = scales.split_at_mut(sl);
-                fill(g, &mut Panel { pairs, scale, min });
+        // Row tiles `t` into columns g*48.. of the output, from panel g.
+        let run =
+            |t: std::ops::Range<usize>, g: usize, pairs: &[u32], scale: &[f32], min: &[f32]| {
                 let step = Step {
                     a: &self.a[self.a0..],
                     sums: &self.sums,
@@ -282,19 +212,70 @@ impl Split {
                     min,
                 };
                 let cols = GROUP.min(n - g * GROUP);
-                // SAFETY: AVX-512F and the tile state were checked by `available`; each unit
-                // writes only columns g*48..g*48+cols.
-                unsafe { step.run(0..m.div_ceil(TR), m, n, cols, out.get().add(g * GROUP)) };
-            })
-        });
-        // SAFETY: the units wrote every row below m of every column.
+                // SAFETY: AVX-512F and the tile state were checked by `available`; each task
+                // writes only rows of its tiles in columns g*48..g*48+cols.
+                unsafe { step.run(t, m, n, cols, out.get().add(g * GROUP)) };
+            };
+        if tiles <= BLOCK_TILES {
+            par_units(groups, |g| {
+                PANEL.with(|buf| {
+                    let (pairs, scales) = &mut *buf.borrow_mut();
+                    // 16 spare values leave room to start the pairs on a 64-byte boundary.
+                    pairs.resize(pl + 16, 0);
+                    scales.resize(2 * sl, 0.0);
+                    let p0 = pairs.as_ptr().align_offset(64).min(16);
+                    let pairs = &mut pairs[p0..p0 + pl];
+                    let (scale, min) = scales.split_at_mut(sl);
+                    fill(g, &mut Panel { pairs, scale, min });
+                    run(0..tiles, g, pairs, scale, min);
+                })
+            });
+        } else {
+            let per_chunk = (CHUNK_BYTES / (4 * (pl + 2 * sl))).clamp(1, groups);
+            let (mut pairs, p0) = aligned_uninit::<u32>(per_chunk * pl);
+            // SAFETY: `fill` writes every pair of its panel, `aligned_uninit` the padding.
+            unsafe { pairs.set_len(pairs.capacity()) };
+            let mut scales = vec![0f32; 2 * per_chunk * sl];
+            let row_blocks = tiles.div_ceil(BLOCK_TILES);
+            for g0 in (0..groups).step_by(per_chunk) {
+                let count = per_chunk.min(groups - g0);
+                let (pp, scp) = (
+                    OutPtr(pairs[p0..].as_mut_ptr()),
+                    OutPtr(scales.as_mut_ptr()),
+                );
+                par_units(count, |g| {
+                    // SAFETY: panel g owns its pl pairs and 2 * sl scales.
+                    let (pairs, sc) =
+                        unsafe { (pp.part(g * pl, pl), scp.part(2 * g * sl, 2 * sl)) };
+                    let (scale, min) = sc.split_at_mut(sl);
+                    fill(g0 + g, &mut Panel { pairs, scale, min });
+                });
+                let pairs = &pairs[p0..];
+                // Tasks in row-block order: both threads work on one row block's activation
+                // at a time.
+                par_units(row_blocks * count, |u| {
+                    let (rb, g) = (u / count, u % count);
+                    let t0 = rb * BLOCK_TILES;
+                    let sc = &scales[2 * g * sl..][..2 * sl];
+                    let (scale, min) = sc.split_at(sl);
+                    run(
+                        t0..(t0 + BLOCK_TILES).min(tiles),
+                        g0 + g,
+                        &pairs[g * pl..][..pl],
+                        scale,
+                        min,
+                    );
+                });
+            }
+        }
+        // SAFETY: the tasks wrote every row below m of every column.
         unsafe { c.set_len(m * n) };
         c
     }
 }
 
 thread_local! {
-    /// Per-thread panel of [`Split::matmul_one_block`]: its pairs (from a 64-byte boundary),
+    /// Per-thread panel of [`Split::matmul`] over one row block: its pairs (from a 64-byte boundary),
     /// then its scales and minimums.
     static PANEL: std::cell::RefCell<(Vec<u32>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };

@@ -183,13 +183,13 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
         // Every live pending tensor of the device the registry knows of is in this graph,
         // so leaves only it can read may be donated (`trace` counts references for the
         // nodes other threads are recording meanwhile).
-        let mut r = run(&outs, &running, op, Donate::Yes, &mut held);
+        let mut r = run(&outs, &running, op, true, &mut held);
         if r.is_err() {
             if outs.len() > asked && asked > 0 {
                 // Another live tensor may be what fails (one too large for the device,
                 // say): what was asked for must not fail because of it, so run that alone,
                 // donating nothing (the live tensors left out may still read any leaf).
-                r = run(&outs[..asked], &running, op, Donate::No, &mut held);
+                r = run(&outs[..asked], &running, op, false, &mut held);
             }
             // What the failed graph left pending joins the next one again.
             super::registry::restore(&outs);
@@ -203,29 +203,17 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
     Ok(())
 }
 
-/// Whether a graph may donate leaves that only it reads (see `trace`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Donate {
-    Yes,
-    No,
-}
-
 fn run(
     outs: &[Arc<Node>],
     running: &Running<'_>,
     op: &'static str,
-    donate: Donate,
+    donate: bool,
     held: &mut Vec<Arc<Node>>,
 ) -> Result<()> {
     let d = running.device;
     let (b, dev) = device(op, d)?;
     let precision = matmul_precision();
-    let t = trace(
-        outs,
-        running,
-        precision,
-        (donate == Donate::Yes).then_some(&held[..]),
-    );
+    let t = trace(outs, running, precision, donate.then_some(&held[..]));
     let h = t.hash;
     bump(10, t.nodes.len() as u64);
     let cached = lock(&b.exes).get(&h).cloned();

@@ -256,6 +256,26 @@ fn decode(v: u64) -> Ref {
 /// Decided before the hash, so a graph whose leaf may still be read compiles (and is
 /// cached) without the alias.
 fn choose_aliases(t: &Trace<'_>, held: impl Iterator<Item = Ref>) -> Vec<(usize, usize)> {
+    // Candidates: unheld, unshared leaves that an output `dynamic_update_slice` writes into.
+    // Most graphs have none, and then nothing below is counted.
+    let candidates: Vec<(usize, usize)> = t
+        .outputs
+        .iter()
+        .enumerate()
+        .filter(|&(_, &i)| matches!(t.nodes[i].op, NodeOp::Op(Op::DynamicUpdateSlice)))
+        .filter_map(|(o, &i)| match t.edges[t.spans[i].0] {
+            // Acquire (`is_live`): pairs with the release of the last handle, so the
+            // references its thread took before dropping it (a consumer recorded there) are
+            // counted below.
+            Ref::Param(p) if !t.params[p].is_live() && Arc::strong_count(t.param_bufs[p]) == 1 => {
+                Some((p, o))
+            }
+            _ => None,
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
     // References accounted for: operand edges of this graph and the dead nodes' entries.
     let mut param_refs = vec![0usize; t.params.len()];
     let mut node_refs = vec![0usize; t.nodes.len()];
@@ -286,32 +306,12 @@ fn choose_aliases(t: &Trace<'_>, held: impl Iterator<Item = Ref>) -> Vec<(usize,
             }
         }
     }
-    let donatable = |p: usize| -> bool {
-        let n = t.params[p];
-        // Acquire: pairs with the release of the last handle, so the references its thread
-        // took before dropping it (a consumer recorded there) are counted.
-        !n.is_live()
-            && Arc::strong_count(t.param_bufs[p]) == 1
-            && Arc::strong_count(n) == param_refs[p]
-            && !param_escapes[p]
-    };
-    let mut aliases = Vec::new();
-    let mut param_taken: Vec<bool> = Vec::new();
-    // In-place updates: an output `dynamic_update_slice` of a donatable leaf.
-    for (o, &i) in t.outputs.iter().enumerate() {
-        let n = &t.nodes[i];
-        if !matches!(n.op, NodeOp::Op(Op::DynamicUpdateSlice)) {
-            continue;
-        }
-        let (a, _) = t.spans[i];
-        if let Ref::Param(p) = t.edges[a] {
-            if param_taken.len() <= p {
-                param_taken.resize(t.params.len(), false);
-            }
-            if !param_taken[p] && donatable(p) {
-                param_taken[p] = true;
-                aliases.push((p, o));
-            }
+    // One alias per parameter (an output list may hold two updates of one leaf).
+    let mut aliases: Vec<(usize, usize)> = Vec::new();
+    for (p, o) in candidates {
+        let sole = Arc::strong_count(t.params[p]) == param_refs[p] && !param_escapes[p];
+        if sole && !aliases.iter().any(|&(q, _)| q == p) {
+            aliases.push((p, o));
         }
     }
     // Only those: donating any other unheld leaf to a free output of its shape and dtype
