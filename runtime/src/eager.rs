@@ -28,6 +28,7 @@ fn as_index(t: &CT, op: &'static str) -> Result<CT> {
 
 /// Executes `op` on `x` and returns the candle result.
 pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
+    crate::cpu::heap::keep_freed_pages();
     let name = op.name();
     let r = match op {
         Op::Unary(u) => return unary(*u, x[0]),

@@ -6,7 +6,8 @@
 //! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`), 2-D
 //! convolutions (`conv`) and f32/bf16 casts (`bf16::cast`). Each returns `None` when it does
 //! not apply (another dtype, device or layout, or a CPU without the instructions), and the op
-//! then takes the backend's general path, so results never depend on this module.
+//! then takes the backend's general path, so results never depend on this module. `heap`
+//! keeps glibc from returning each step's freed activations to the system (see there).
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
@@ -16,6 +17,7 @@ pub(crate) mod amx_gemm;
 pub(crate) mod bf16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod conv;
+pub(crate) mod heap;
 pub(crate) mod kernels;
 pub(crate) mod quant;
 pub(crate) mod rotary;
