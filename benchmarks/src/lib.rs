@@ -384,6 +384,64 @@ pub fn zoo_and_llama_cpp(
     (zoo, llama.unwrap_or_else(|| Err("not measured".into())))
 }
 
+/// A GGUF's rows beside llama.cpp on the same file: zoo loads it on candle CPU (blocks
+/// kept), then [`zoo_and_llama_cpp`] measures both sides; decode and prefill against
+/// llama.cpp (target >= 1.0x), and decode's block bytes per second against `bandwidth`
+/// (GB/s). Each row starts with `label`.
+pub fn gguf_rows(
+    t: &mut Table,
+    label: &str,
+    gguf: &Path,
+    (threads, prefill, new, runs): (usize, usize, usize, usize),
+    bandwidth: f64,
+) -> Result<(), String> {
+    let model = zoo_transformers::AutoModelForCausalLM::builder(&gguf.to_string_lossy())
+        .device_map(zoo_runtime::device_map::DeviceMap::Cpu)
+        .load()
+        .map_err(|e| format!("zoo cannot load {}: {e}", gguf.display()))?;
+    let mib = model.load_report().weight_bytes as f64 / 1048576.0;
+    let ((pf, dec), llama) = zoo_and_llama_cpp(
+        &model,
+        gguf,
+        "The capital of France is",
+        (threads, prefill, new, runs),
+    );
+    drop(model);
+    let pick = |i: usize| {
+        llama
+            .as_ref()
+            .map(|p| if i == 0 { p.0 } else { p.1 })
+            .map_err(Clone::clone)
+    };
+    let at_least = Some(Target::AtLeast(1.0));
+    t.add(
+        format!("{label} decode ({mib:.0} MiB)"),
+        "tok/s",
+        dec,
+        "llama.cpp",
+        pick(1),
+        at_least,
+    );
+    // A decode step reads every block once (a tied lm_head reads the embedding table).
+    t.add(
+        format!("{label} decode, blocks streamed"),
+        "GB/s",
+        dec * mib * 1048576.0 / 1e9,
+        "read bandwidth",
+        Ok(bandwidth),
+        None,
+    );
+    t.add(
+        format!("{label} prefill"),
+        "tok/s",
+        pf,
+        "llama.cpp",
+        pick(0),
+        at_least,
+    );
+    Ok(())
+}
+
 /// llama.cpp's own `llama-bench` (`LLAMA_BENCH`) on `gguf` with `threads` threads: (prefill
 /// tok/s over `prefill` tokens, decode tok/s over `new`), the best of `runs` (as zoo's
 /// figures are; llama-bench's own summary is their mean).

@@ -12,9 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use zoo_benchmarks::{check_mode, positive, zoo_and_llama_cpp, Table, Target::AtLeast, ROUNDS};
-use zoo_runtime::device_map::DeviceMap;
-use zoo_transformers::AutoModelForCausalLM;
+use zoo_benchmarks::{check_mode, gguf_rows, positive, Table, ROUNDS};
 
 const HELP: &str = "\
 gemma3: Gemma 3 270M Q4_K_M beside llama.cpp on the same file (same run)
@@ -54,53 +52,17 @@ fn run() -> Result<ExitCode, String> {
     eprintln!(
         "measuring Gemma 3 270M (each figure best of {runs} runs in each of {ROUNDS} rounds alternating with llama.cpp)..."
     );
-    let model = AutoModelForCausalLM::builder(&gguf.to_string_lossy())
-        .device_map(DeviceMap::Cpu)
-        .load()
-        .map_err(|e| format!("zoo cannot load {}: {e}", gguf.display()))?;
-    let mib = model.load_report().weight_bytes as f64 / 1048576.0;
-    let ((pf, dec), llama) = zoo_and_llama_cpp(
-        &model,
-        &gguf,
-        "The capital of France is",
-        (threads, prefill, new, runs),
-    );
-    drop(model);
     let bandwidth = zoo_benchmarks::read_bandwidth(threads) / 1e9;
-    let pick = |i: usize| {
-        llama
-            .as_ref()
-            .map(|p| if i == 0 { p.0 } else { p.1 })
-            .map_err(Clone::clone)
-    };
     let mut t = Table::new(format!(
-        "Gemma 3 270M Q4_K_M ({mib:.0} MiB resident in zoo), {threads} threads, {new} greedy tokens, {prefill}-token prefill; both in this run"
+        "Gemma 3 270M, {threads} threads, {new} greedy tokens, {prefill}-token prefill; both in this run"
     ));
-    t.add(
-        "decode, candle CPU",
-        "tok/s",
-        dec,
-        "llama.cpp",
-        pick(1),
-        Some(AtLeast(1.0)),
-    );
-    // A decode step reads every block once (the tied lm_head reads the embedding table).
-    t.add(
-        "decode, blocks streamed",
-        "GB/s",
-        dec * mib * 1048576.0 / 1e9,
-        "read bandwidth",
-        Ok(bandwidth),
-        None,
-    );
-    t.add(
-        "prefill, candle CPU",
-        "tok/s",
-        pf,
-        "llama.cpp",
-        pick(0),
-        Some(AtLeast(1.0)),
-    );
+    gguf_rows(
+        &mut t,
+        "Q4_K_M",
+        &gguf,
+        (threads, prefill, new, runs),
+        bandwidth,
+    )?;
     let failures = t.print();
     if check_mode() && failures > 0 {
         return Ok(ExitCode::from(1));

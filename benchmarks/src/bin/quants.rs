@@ -16,9 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use zoo_benchmarks::{check_mode, positive, zoo_and_llama_cpp, Table, Target::AtLeast, ROUNDS};
-use zoo_runtime::device_map::DeviceMap;
-use zoo_transformers::AutoModelForCausalLM;
+use zoo_benchmarks::{check_mode, positive, Table, ROUNDS};
 
 const HELP: &str = "\
 quants: SmolLM2-135M in Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 beside llama.cpp on the same files (same run)
@@ -127,49 +125,13 @@ fn run() -> Result<ExitCode, String> {
             "measuring {kind} (each figure best of {} runs in each of {ROUNDS} rounds alternating with llama.cpp)...",
             a.runs
         );
-        let model = AutoModelForCausalLM::builder(&gguf.to_string_lossy())
-            .device_map(DeviceMap::Cpu)
-            .load()
-            .map_err(|e| format!("zoo cannot load {}: {e}", gguf.display()))?;
-        let mib = model.load_report().weight_bytes as f64 / 1048576.0;
-        let ((pf, dec), llama) = zoo_and_llama_cpp(
-            &model,
+        zoo_benchmarks::gguf_rows(
+            &mut t,
+            kind,
             &gguf,
-            "The capital of France is",
             (a.threads, a.prefill, a.new, a.runs),
-        );
-        drop(model);
-        let pick = |i: usize| {
-            llama
-                .as_ref()
-                .map(|p| if i == 0 { p.0 } else { p.1 })
-                .map_err(Clone::clone)
-        };
-        t.add(
-            format!("{kind} decode ({mib:.0} MiB)"),
-            "tok/s",
-            dec,
-            "llama.cpp",
-            pick(1),
-            Some(AtLeast(1.0)),
-        );
-        // A decode step reads every block once (the tied lm_head reads the embedding table).
-        t.add(
-            format!("{kind} decode, blocks streamed"),
-            "GB/s",
-            dec * mib * 1048576.0 / 1e9,
-            "read bandwidth",
-            Ok(bandwidth),
-            None,
-        );
-        t.add(
-            format!("{kind} prefill"),
-            "tok/s",
-            pf,
-            "llama.cpp",
-            pick(0),
-            Some(AtLeast(1.0)),
-        );
+            bandwidth,
+        )?;
     }
     let failures = t.print();
     if check_mode() && failures > 0 {
