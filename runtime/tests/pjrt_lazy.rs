@@ -589,6 +589,57 @@ fn stacked_projections_equal_the_separate_layers() {
     assert!(Linear::concat_rows(&[&p1, &p2]).expect("mixed").is_none());
 }
 
+/// A bf16 `Linear` with a bias: one `dot_general` from the bf16 operands into f32 sums (the
+/// accelerators' native form; no widened weight in the graph), the bias added to the sums and
+/// one rounding, as the eager layer (and PyTorch's `addmm`) computes it.
+#[test]
+fn bf16_linear_with_bias_contracts_into_f32_sums() {
+    let _g = serial();
+    common::setup(VAR);
+    let d = device(2);
+    let (n, k) = (6usize, 40usize);
+    let bf = |v: &[f32], shape: &[usize], dev: &Device| {
+        Tensor::from_slice(v, shape, dev)
+            .and_then(|t| t.to_dtype(DType::BF16))
+            .expect("bf16")
+    };
+    let (w, b) = (f32s(n * k, 60), f32s(n, 61));
+    let layer = |dev: &Device| Linear::new(bf(&w, &[n, k], dev), Some(bf(&b, &[n], dev)));
+    for rows in [1usize, 3] {
+        let x = f32s(rows * k, 62);
+        let y = layer(&d).forward(&bf(&x, &[rows, k], &d)).expect("device");
+        assert_eq!(y.dtype(), DType::BF16);
+        let text = y.stablehlo().expect("a lazy tensor").expect("lowers");
+        let dots: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("stablehlo.dot_general"))
+            .collect();
+        assert!(
+            dots.len() == 1 && dots[0].contains("xbf16>) -> tensor<") && dots[0].ends_with("xf32>"),
+            "rows {rows}: {text}"
+        );
+        assert!(
+            !text.contains(&format!("(tensor<{n}x{k}xbf16>) -> tensor<{n}x{k}xf32>")),
+            "rows {rows}: the weight is widened in the graph: {text}"
+        );
+        let got = y.to_vec_f64().expect("read");
+        let want = layer(&Device::Cpu)
+            .forward(&bf(&x, &[rows, k], &Device::Cpu))
+            .and_then(|t| t.to_vec_f64())
+            .expect("eager");
+        let (got, want): (Vec<f32>, Vec<f32>) = (
+            got.iter().map(|&v| v as f32).collect(),
+            want.iter().map(|&v| v as f32).collect(),
+        );
+        // Both sum exact products in f32, in their own orders, and round once: at most a
+        // bf16 step apart.
+        assert!(
+            close(&got, &want, 1.0 / 128.0),
+            "rows {rows}: {got:?} vs {want:?}"
+        );
+    }
+}
+
 /// `cache` `[2, 8, 4]` with `update` `[2, 1, 4]` written at row `row`, on the host.
 fn write_row(cache: &[f32], update: &[f32], row: usize) -> Vec<f32> {
     let mut out = cache.to_vec();

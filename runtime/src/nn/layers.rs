@@ -206,13 +206,19 @@ impl Linear {
             }
         }
         // With a bias on 16-bit inputs, PyTorch's `addmm` adds the bias to the f32
-        // accumulator and rounds once; adding it to a rounded product would round twice, so
-        // that case runs in f32 and rounds at the end (candle's CPU kernel accumulates in
-        // f32 anyway).
+        // accumulator and rounds once; adding it to a rounded product would round twice.
         if let (Some(b), true) = (&self.bias, dt != dt.accumulation()) {
             let acc = dt.accumulation();
-            let wide = Linear::new(w.to_dtype(acc)?, Some(b.to_dtype(acc)?));
-            return wide.forward_one(&x.to_dtype(acc)?)?.into_dtype(dt);
+            if x.device() == Device::Cpu {
+                // On widened copies, through the f32 kernels below (candle's CPU kernel
+                // accumulates in f32 anyway).
+                let wide = Linear::new(w.to_dtype(acc)?, Some(b.to_dtype(acc)?));
+                return wide.forward_one(&x.to_dtype(acc)?)?.into_dtype(dt);
+            }
+            // Elsewhere one product from the 16-bit operands into f32 sums (on PJRT devices
+            // the TPU's and GPU's native form; widening first put f32 matmuls in the graph).
+            let y = plain_product(w, x, (rows, in_dim), &out, true)?;
+            return y.add(&b.to_dtype(acc)?)?.into_dtype(dt);
         }
         // f32 on the CPU: one row streams the weight once in memory order (a decode step), a
         // few rows (a batch of decode steps) too, many rows take the AVX-512 tile kernel;
@@ -226,14 +232,7 @@ impl Linear {
         };
         let y = match fast {
             Some(y) => y?.reshape_to(&out)?,
-            // One row: `W x`, which reads the weight in its stored order (a compiled graph
-            // gets no transpose of the weight to fold or copy per step).
-            None if rows == 1 => w.matmul(&x.reshape_to(&[in_dim, 1])?)?.reshape_to(&out)?,
-            // Leading dims fold into one matrix: a single GEMM against the transposed view.
-            None => x
-                .reshape_to(&[rows, in_dim])?
-                .matmul(&w.t()?)?
-                .reshape_to(&out)?,
+            None => plain_product(w, x, (rows, in_dim), &out, false)?,
         };
         match &self.bias {
             Some(b) => y.add(b),
@@ -305,6 +304,26 @@ impl<const N: usize> SharedInput<N> {
             }
         }
     }
+}
+
+/// `x [.., in] @ wᵀ` reshaped to `out` without a CPU kernel: one row as `W x`, which reads the
+/// weight in its stored order (a compiled graph gets no transpose of the weight to fold or
+/// copy per step); more as one GEMM against the transposed view, leading dims folded. `wide`
+/// keeps 16-bit operands' f32 sums ([`Tensor::matmul_wide`]).
+fn plain_product(
+    w: &Tensor,
+    x: &Tensor,
+    (rows, in_dim): (usize, usize),
+    out: &[usize],
+    wide: bool,
+) -> Result<Tensor> {
+    let mm = |a: &Tensor, b: &Tensor| if wide { a.matmul_wide(b) } else { a.matmul(b) };
+    let y = if rows == 1 {
+        mm(w, &x.reshape_to(&[in_dim, 1])?)?
+    } else {
+        mm(&x.reshape_to(&[rows, in_dim])?, &w.t()?)?
+    };
+    y.reshape_to(out)
 }
 
 /// `x @ wᵀ` for each block matrix of `ms`, `x [.., cols]` f32 on the CPU; the input's own

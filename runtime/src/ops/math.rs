@@ -359,6 +359,19 @@ impl Tensor {
     /// rank-1 operand is treated as a row (lhs) or column (rhs) vector and its dim dropped
     /// from the result.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.matmul_into(rhs, false)
+    }
+
+    /// [`Tensor::matmul`] whose products sum into the operands' accumulation dtype and stay
+    /// there: 16-bit operands give f32, unrounded, for a layer that adds its bias to the sums
+    /// before its one rounding (PyTorch's `addmm`). On PJRT devices that is one `dot_general`
+    /// from the 16-bit operands into f32, the native form of TPU and GPU matrix units;
+    /// eagerly the operands are widened first, which gives the same values.
+    pub(crate) fn matmul_wide(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.matmul_into(rhs, true)
+    }
+
+    fn matmul_into(&self, rhs: &Tensor, wide: bool) -> Result<Tensor> {
         let name = "matmul";
         check_same_device(name, self, rhs)?;
         let (ra, rb) = (self.rank(), rhs.rank());
@@ -371,10 +384,10 @@ impl Tensor {
             });
         }
         if ra == 1 {
-            return self.unsqueeze(0)?.matmul(rhs)?.squeeze(-2);
+            return self.unsqueeze(0)?.matmul_into(rhs, wide)?.squeeze(-2);
         }
         if rb == 1 {
-            return self.matmul(&rhs.unsqueeze(1)?)?.squeeze(-1);
+            return self.matmul_into(&rhs.unsqueeze(1)?, wide)?.squeeze(-1);
         }
         let (a, b) = (self.shape(), rhs.shape());
         if a[ra - 1] != b[rb - 2] {
@@ -399,9 +412,12 @@ impl Tensor {
                 hint: "; matmul runs on float dtypes, cast first".into(),
             });
         }
-        let x = self.cast(dt)?;
-        let y = rhs.cast(dt)?;
-        Tensor::apply(Op::Matmul, &[&x, &y], dt)
+        let out = if wide { dt.accumulation() } else { dt };
+        // candle multiplies in its operands' dtype, so eagerly they widen first.
+        let operands = if self.lazy().is_some() { dt } else { out };
+        let x = self.cast(operands)?;
+        let y = rhs.cast(operands)?;
+        Tensor::apply(Op::Matmul, &[&x, &y], out)
     }
 
     // ----- reductions -----
