@@ -265,6 +265,28 @@ pub fn check_mode() -> bool {
     std::env::args().any(|a| a == "--check")
 }
 
+/// The exit status for `failures` targets missed or not judged: 1 under `--check` (saying
+/// how many), else success.
+pub fn exit_status(failures: usize) -> std::process::ExitCode {
+    if check_mode() && failures > 0 {
+        println!("--check: {failures} target(s) missed or not judged");
+        return std::process::ExitCode::from(1);
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// A benchmark's `main`: the status `run` gives, or its error on stderr after `name` and
+/// status 2.
+pub fn main_of(
+    name: &str,
+    run: impl FnOnce() -> Result<std::process::ExitCode, String>,
+) -> std::process::ExitCode {
+    run().unwrap_or_else(|e| {
+        eprintln!("{name}: {e}");
+        std::process::ExitCode::from(2)
+    })
+}
+
 /// The prefill prompt every side runs: `100 + (1000 + i) % 40000`.
 pub fn prefill_ids(n: usize) -> Vec<u32> {
     (0..n as u32).map(|i| 100 + (1000 + i) % 40000).collect()

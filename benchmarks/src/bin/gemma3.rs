@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use zoo_benchmarks::{check_mode, gguf_rows, positive, Table, ROUNDS};
+use zoo_benchmarks::{gguf_rows, positive, Table, ROUNDS};
 
 const HELP: &str = "\
 gemma3: Gemma 3 270M Q4_K_M beside llama.cpp on the same file (same run)
@@ -64,18 +64,9 @@ fn run() -> Result<ExitCode, String> {
         bandwidth,
     )?;
     let failures = t.print();
-    if check_mode() && failures > 0 {
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(zoo_benchmarks::exit_status(failures))
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("gemma3: {e}");
-            ExitCode::from(2)
-        }
-    }
+    zoo_benchmarks::main_of("gemma3", run)
 }

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use zoo_benchmarks::{best_of, check_mode, python_figures, Table, Target};
+use zoo_benchmarks::{best_of, python_figures, Table, Target};
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::{AutoModelForCausalLM, GenerationOptions};
 
@@ -157,19 +157,9 @@ fn run() -> Result<ExitCode, String> {
         Some(Target::AtLeast(1.5)),
     );
     let failures = t.print();
-    if check_mode() && failures > 0 {
-        println!("--check: {failures} target(s) missed or not judged");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(zoo_benchmarks::exit_status(failures))
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("mixtral: {e}");
-            ExitCode::from(2)
-        }
-    }
+    zoo_benchmarks::main_of("mixtral", run)
 }

@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use zoo_benchmarks::{check_mode, positive, Table, ROUNDS};
+use zoo_benchmarks::{positive, Table, ROUNDS};
 
 const HELP: &str = "\
 quants: SmolLM2-135M in Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 beside llama.cpp on the same files (same run)
@@ -134,18 +134,9 @@ fn run() -> Result<ExitCode, String> {
         )?;
     }
     let failures = t.print();
-    if check_mode() && failures > 0 {
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(zoo_benchmarks::exit_status(failures))
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("quants: {e}");
-            ExitCode::from(2)
-        }
-    }
+    zoo_benchmarks::main_of("quants", run)
 }

@@ -38,8 +38,8 @@ use std::time::Instant;
 
 use candle_core::{Device as CDevice, Tensor as CTensor};
 use zoo_benchmarks::{
-    best_of, check_mode, peak_rss, prefill_ids, python_figures, reset_peak_rss, zoo_and_llama_cpp,
-    Table, Target,
+    best_of, peak_rss, prefill_ids, python_figures, reset_peak_rss, zoo_and_llama_cpp, Table,
+    Target,
 };
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::{AutoModelForCausalLM, CausalLM};
@@ -251,13 +251,7 @@ fn torch(dir: &Path, a: &Args) -> Result<(f64, f64), String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("smollm2 benchmark: {e}");
-            ExitCode::from(2)
-        }
-    }
+    zoo_benchmarks::main_of("smollm2 benchmark", run)
 }
 
 /// The GPU table: the same f32 model on `pjrt:cuda` device 0 and on `cuda:0`.
@@ -556,9 +550,5 @@ fn run() -> Result<ExitCode, String> {
     );
     let failures = t.print();
     zoo_benchmarks::print_xla_plugin();
-    if check_mode() && failures > 0 {
-        println!("--check: {failures} target(s) missed or not judged");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(zoo_benchmarks::exit_status(failures))
 }

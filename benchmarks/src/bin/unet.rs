@@ -20,8 +20,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use zoo_benchmarks::{
-    check_mode, folded, keep_faster, peak_rss, python_figures, reset_peak_rss, Table, Target,
-    ROUNDS,
+    folded, keep_faster, peak_rss, python_figures, reset_peak_rss, Table, Target, ROUNDS,
 };
 use zoo_diffusers::{UNet2DConditionInput, UNet2DConditionModel};
 use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
@@ -202,19 +201,9 @@ fn run() -> Result<ExitCode, String> {
             xla_rss as f64 / 1048576.0
         );
     }
-    if check_mode() && failures > 0 {
-        println!("--check: {failures} target(s) missed or not judged");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(zoo_benchmarks::exit_status(failures))
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("unet: {e}");
-            ExitCode::from(2)
-        }
-    }
+    zoo_benchmarks::main_of("unet", run)
 }
