@@ -29,13 +29,6 @@ TYPES = {
 SOURCE_TYPE = gguf.GGMLQuantizationType.Q4_1
 
 
-def file_name(source: str, name: str) -> str:
-    stem = os.path.basename(source)
-    stem = stem[: -len(".gguf")] if stem.endswith(".gguf") else stem
-    stem = stem.rsplit(".", 1)[0] if stem.upper().endswith(".Q4_1") else stem
-    return f"{stem}.{name}.gguf"
-
-
 def requantize(reader: gguf.GGUFReader, path: str, qtype, ftype: int) -> None:
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(path, arch, endianess=reader.endianess)
@@ -67,7 +60,7 @@ def main() -> int:
         "--from",
         dest="source",
         default=os.environ.get("ZOO_SMOLLM2_GGUF"),
-        help="the Q4_1 GGUF (default: $ZOO_SMOLLM2_GGUF)",
+        help="the Q4_1 SmolLM2 GGUF (default: $ZOO_SMOLLM2_GGUF)",
     )
     args = ap.parse_args()
     if not args.source:
@@ -79,7 +72,7 @@ def main() -> int:
         return 2
     os.makedirs(args.write, exist_ok=True)
     for name, (qtype, ftype) in TYPES.items():
-        path = os.path.join(args.write, file_name(args.source, name))
+        path = os.path.join(args.write, f"SmolLM2-135M-Instruct.{name}.gguf")
         print(f"writing {path}", file=sys.stderr)
         requantize(reader, path, qtype, ftype)
     return 0

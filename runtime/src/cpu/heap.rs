@@ -5,15 +5,16 @@
 //! to a freed block's size up to 32 MiB) with a fresh `mmap`, and hands a free top of the
 //! heap above its trim threshold back to the system, so the next step takes the same pages
 //! again as page faults, each one zero-filled by the kernel. For the benchmark's FLUX.1-shaped
-//! f32 step those faults were a fifth of the step (41.6 → 33.5 ms with the thresholds below,
-//! bf16 21.6 → 19.9 ms; SmolLM2 decode unchanged within noise), and peak RSS did not move: what
-//! is kept is what the previous step had in use.
+//! step in a fresh process those faults were a fifth of the step (f32 40.8–43.1 → 32.3–33.2
+//! ms with the thresholds below, bf16 21.6–21.9 → 19.8–20.0 ms; SmolLM2 decode unchanged
+//! within noise), and peak RSS did not move: what is kept is what the previous step had in
+//! use.
 //!
 //! So on first use the eager backend fixes the mmap threshold at 32 MiB (glibc's own ceiling
 //! for the dynamic one: larger buffers, weights, still come from `mmap` and go back when
 //! freed) and the trim threshold at 256 MiB. A process that sets either itself
-//! (`GLIBC_TUNABLES=glibc.malloc.*`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) keeps
-//! its own; an explicit `malloc_trim` (as the loaders call after building a tokenizer) still
+//! (`glibc.malloc.mmap_threshold` or `glibc.malloc.trim_threshold` in `GLIBC_TUNABLES`,
+//! `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) keeps its own; an explicit `malloc_trim` (as the loaders call after building a tokenizer) still
 //! returns every free page. Other allocators and platforms are left alone.
 
 /// Sets the thresholds once per process (see the module docs); cheap after the first call.

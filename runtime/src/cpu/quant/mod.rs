@@ -33,7 +33,7 @@ pub(crate) use group::QKind;
 use group::GROUP;
 
 /// Whether a stored `ggml` tensor of HF shape `shape` stays as blocks when its matrix is
-/// kept (what [`QMatrix::new`] accepts): what a load's resident bytes are counted from.
+/// kept (what `QMatrix::new` accepts): what a load's resident bytes are counted from.
 pub fn keeps_blocks(ggml: GgmlType, shape: &[usize]) -> bool {
     QKind::of(ggml).is_some_and(|k| matches!(shape, &[_, cols] if cols % k.block_len() == 0))
 }
