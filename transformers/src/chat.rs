@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use crate::{Error, Result};
 
+mod limits;
+use limits::{template_fuel, BoundedOutput, STACK_PER_FUEL};
+
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Message {
@@ -36,18 +39,13 @@ pub struct ChatTemplate {
     extra_tokens: Vec<(String, String)>,
 }
 
-/// Runs `f` (parsing or rendering a template) with at least 2 MiB of stack, on a new 4 MiB
-/// segment when the caller's thread has less left. minijinja parses up to 150 levels of
-/// nesting by recursion, and compiles and drops the tree the same way: a release build spent
-/// more than 256 KiB on 140 nested `if` blocks, which overflowed an app's small worker
-/// thread (the renderer grows its own stack for macro calls).
+/// Runs `f` (parsing a template) with at least 2 MiB of stack, on a new 4 MiB segment when
+/// the caller's thread has less left. minijinja parses up to 150 levels of nesting by
+/// recursion, and compiles and drops the tree the same way: a release build spent more than
+/// 256 KiB on 140 nested `if` blocks, which overflowed an app's small worker thread.
 fn with_stack<T>(f: impl FnOnce() -> T) -> T {
     stacker::maybe_grow(2 << 20, 4 << 20, f)
 }
-
-/// The instructions one render may execute: a real template spends a few thousand per
-/// message, and a runaway loop stops within about a second (50M took over ten).
-const TEMPLATE_FUEL: u64 = 5_000_000;
 
 impl ChatTemplate {
     /// Compiles `source` (a template from `tokenizer_config.json` or a GGUF file).
@@ -59,9 +57,6 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        // A template is user input: bound its work so a runaway loop errors instead of
-        // hanging (real templates spend a few thousand instructions per message).
-        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",
@@ -69,6 +64,8 @@ impl ChatTemplate {
                 Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
             },
         );
+        env.add_filter("pprint", limits::pprint);
+        env.add_filter("tojson", limits::tojson);
         env.add_function("strftime_now", |fmt: String| -> String {
             // Templates use it for "today's date" lines; a fixed, documented date keeps
             // rendering deterministic.
@@ -120,8 +117,12 @@ impl ChatTemplate {
         if messages.is_empty() {
             return Err(Error::ChatTemplate("no messages to render".into()));
         }
-        let tmpl = self
-            .env
+        // A template is user input: its work is bounded (a runaway loop errors instead of
+        // hanging), and so is the nesting of the values it builds, through the stack below.
+        let fuel = template_fuel(messages.len());
+        let mut env = self.env.clone();
+        env.set_fuel(Some(fuel));
+        let tmpl = env
             .get_template("chat")
             .map_err(|e| Error::ChatTemplate(e.to_string()))?;
         let mut ctx = std::collections::BTreeMap::new();
@@ -137,7 +138,30 @@ impl ChatTemplate {
         for (k, v) in &self.extra_tokens {
             ctx.insert(k.clone(), Value::from(v.clone()));
         }
-        with_stack(|| tmpl.render(ctx)).map_err(|e| {
+        // The render runs on its own thread with a stack for the deepest value its fuel can
+        // build, so nothing a template does overflows the caller's stack (a small worker
+        // thread's included).
+        let stack = usize::try_from(fuel * STACK_PER_FUEL).unwrap_or(usize::MAX);
+        let rendered = std::thread::scope(|scope| {
+            let worker = std::thread::Builder::new()
+                .name("chat-template".into())
+                .stack_size(stack)
+                .spawn_scoped(scope, || {
+                    let mut out = BoundedOutput(Vec::new());
+                    tmpl.render_captured_to(ctx, &mut out)?;
+                    Ok::<_, minijinja::Error>(out.0)
+                })
+                .map_err(|e| {
+                    Error::ChatTemplate(format!(
+                        "could not start a thread with {} MiB of stack to render the template: {e}",
+                        stack >> 20
+                    ))
+                })?;
+            worker
+                .join()
+                .map_err(|_| Error::ChatTemplate("rendering the template panicked".into()))
+        })?;
+        let bytes = rendered.map_err(|e| {
             let mut msg = e.to_string();
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {
@@ -145,6 +169,8 @@ impl ChatTemplate {
                 src = s.source();
             }
             Error::ChatTemplate(msg)
-        })
+        })?;
+        String::from_utf8(bytes)
+            .map_err(|e| Error::ChatTemplate(format!("the rendered prompt is not UTF-8: {e}")))
     }
 }

@@ -609,6 +609,83 @@ fn chat_templates_have_a_work_budget() {
     assert_eq!(out.matches("<|im_start|>").count(), 501);
 }
 
+/// A template can nest a value one level deeper per instruction (a namespace attribute
+/// wrapped in a loop): printed, serialized, compared, hashed and dropped at the deepest its
+/// work budget allows, it renders on any thread, even one with a small stack; layouts whose
+/// indentation would explode and prompts past 64 MiB are errors.
+#[test]
+fn chat_template_values_nest_as_deep_as_the_budget_allows_without_overflowing_the_stack() {
+    let wrap = |name: &str| format!("{}ns.{name}{}", "[".repeat(60), "]".repeat(60));
+    let nest = |n: usize, names: &[&str], tail: &str| {
+        let sets: String = names
+            .iter()
+            .map(|v| format!("{{% set ns.{v} = {} %}}", wrap(v)))
+            .collect();
+        format!(
+            "{{% set ns = namespace(x=[], y=[]) %}}{{% for i in range({n}) %}}{sets}{{% endfor %}}{tail}"
+        )
+    };
+    let render = |source: String| {
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                ChatTemplate::new(&source, None, None)?.apply(&[Message::new("user", "hi")], false)
+            })
+            .unwrap()
+            .join()
+            .expect("the render panicked")
+    };
+    // 740 rounds of 60 levels: 44 400 levels, close to what one message's budget builds.
+    let depth = 740 * 60;
+    let out = render(nest(
+        740,
+        &["x"],
+        "{{ ns.x }}|{{ ns.x | tojson | length }}|{{ (ns.x ~ '') | length }}|{{ {ns.x: 1} | length }}",
+    ))
+    .unwrap();
+    let printed = format!("{}{}", "[".repeat(depth + 1), "]".repeat(depth + 1));
+    assert_eq!(
+        out,
+        format!("{printed}|{}|{}|1", printed.len(), printed.len())
+    );
+    let out = render(nest(
+        370,
+        &["x", "y"],
+        "{{ ns.x == ns.y }} {{ ns.x < ns.y }} {{ [ns.x, ns.y] | unique | length }}",
+    ))
+    .unwrap();
+    assert_eq!(out, "True False 1");
+    // Past the budget the loop stops, and the nested value is dropped on the way out.
+    let err = render(nest(100_000, &["x"], "")).unwrap_err();
+    assert!(err.to_string().contains("fuel"), "{err}");
+
+    // 12 000 levels: pprint would take hours, an indented tojson would write 144 MB; a value
+    // doubled 40 times would expand to 2^40 items.
+    for tail in [
+        "{{ ns.x | pprint }}",
+        "{{ ns.x | tojson(indent=2) }}",
+        "{{ 1 | tojson(indent=100000) }}",
+    ] {
+        let err = render(nest(200, &["x"], tail)).unwrap_err();
+        assert!(matches!(err, Error::ChatTemplate(_)), "{err}");
+    }
+    let doubled = "{% set ns = namespace(x=[1]) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}";
+    for tail in ["{{ ns.x | tojson }}", "{{ ns.x }}"] {
+        let err = render(format!("{doubled}{tail}")).unwrap_err().to_string();
+        assert!(err.contains("64 MiB"), "{err}");
+    }
+    // Ordinary layouts are untouched.
+    let out = render(
+        "{{ {'a': [1, {'b': none}]} | tojson(indent=2) }}|{{ [1, 2] | tojson }}|{{ 'x' | pprint }}"
+            .into(),
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "{\n  \"a\": [\n    1,\n    {\n      \"b\": null\n    }\n  ]\n}|[1,2]|\"x\""
+    );
+}
+
 /// A template that nests or recurses as deep as the parser and renderer allow errors (or
 /// renders) on any thread, even one with a small stack (an app's worker thread), instead of
 /// overflowing it.
