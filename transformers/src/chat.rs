@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::{Error, Result};
 
 mod limits;
+mod namespaces;
 use limits::{template_fuel, BoundedOutput, STACK_PER_FUEL};
 
 /// One chat message.
@@ -75,6 +76,8 @@ impl ChatTemplate {
                 .replace("%B", "January")
                 .replace("%b", "Jan")
         });
+        with_stack(|| namespaces::check(source))
+            .map_err(|e| Error::ChatTemplate(format!("the template is refused: {e}")))?;
         with_stack(|| env.add_template_owned("chat", source.to_string()))
             .map_err(|e| Error::ChatTemplate(format!("the template does not compile: {e}")))?;
         Ok(ChatTemplate {
@@ -113,6 +116,10 @@ impl ChatTemplate {
 
     /// Renders `messages`, ending with the assistant's turn header when
     /// `add_generation_prompt`.
+    ///
+    /// The template is untrusted input and its render is bounded: an [`Error::ChatTemplate`]
+    /// when it raises, runs past its budget of 50 000 instructions plus 500 per message,
+    /// writes more than 64 MiB, or asks `pprint`/`tojson` for a layout past 64 MiB of work.
     pub fn apply(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         if messages.is_empty() {
             return Err(Error::ChatTemplate("no messages to render".into()));

@@ -686,6 +686,49 @@ fn chat_template_values_nest_as_deep_as_the_budget_allows_without_overflowing_th
     );
 }
 
+/// A namespace stored where it can reach itself makes a cycle that printing or hashing
+/// follows without end, so a template may use its namespaces only through their attributes
+/// (as real templates do); every way of storing one is refused at compile time.
+#[test]
+fn chat_templates_keep_namespaces_out_of_values() {
+    let ns = "{% set ns = namespace(a=1) %}";
+    for stores in [
+        "{% set ns.x = ns %}{{ ns }}",
+        "{% set ns.x = [ns] %}",
+        "{% set ns.x = {'k': ns} | items | list %}",
+        "{% set b = ns %}{% set ns.x = b %}",
+        "{% set other = namespace(x=ns) %}",
+        "{% set ns.x = namespace() %}{% set ns.x.y = ns.x %}",
+        "{% macro f(a, b) %}{% set a.x = b %}{% endmacro %}{{ f(ns, ns) }}",
+        "{% for n in [ns] %}{% set n.x = 1 %}{% endfor %}",
+        "{% set f = namespace %}",
+        "{{ {ns: 1} }}",
+    ] {
+        let err = ChatTemplate::new(&format!("{ns}{stores}"), None, None).unwrap_err();
+        assert!(
+            matches!(&err, Error::ChatTemplate(m) if m.contains("namespace")),
+            "{stores}: {err}"
+        );
+    }
+    // What templates do with namespaces: flags, counters, accumulated lists, an alias, tests.
+    let t = ChatTemplate::new(
+        "{% set ns = namespace(found=false, msgs=[], n=0) %}{% set alias = ns %}\
+         {% for m in messages %}{% set ns.msgs = ns.msgs + [m] %}{% set alias.n = alias.n + 1 %}\
+         {% if ns is defined and m.role == 'user' %}{% set ns.found = true %}{% endif %}{% endfor %}\
+         {{ ns.msgs | length }} {{ ns.n }} {{ ns.found }} {{ ns['msgs'][0].content }}",
+        None,
+        None,
+    )
+    .unwrap();
+    let out = t
+        .apply(
+            &[Message::new("system", "s"), Message::new("user", "u")],
+            false,
+        )
+        .unwrap();
+    assert_eq!(out, "2 2 True s");
+}
+
 /// A template that nests or recurses as deep as the parser and renderer allow errors (or
 /// renders) on any thread, even one with a small stack (an app's worker thread), instead of
 /// overflowing it.
