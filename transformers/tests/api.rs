@@ -710,6 +710,10 @@ fn chat_templates_keep_namespaces_out_of_values() {
             "{stores}: {err}"
         );
     }
+    let err = ChatTemplate::new(&format!("{ns}\n{{% set ns.x = [ns] %}}"), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 2: `ns` is stored"), "{err}");
     // What templates do with namespaces: flags, counters, accumulated lists, an alias, tests.
     let t = ChatTemplate::new(
         "{% set ns = namespace(found=false, msgs=[], n=0) %}{% set alias = ns %}\

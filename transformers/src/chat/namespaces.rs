@@ -55,10 +55,10 @@ impl<'a> Walk<'_, 'a> {
     }
 }
 
-fn refused(what: &str) -> String {
+fn refused(line: u16, what: &str) -> String {
     format!(
-        "{what}: a namespace can be used only through its attributes (`ns.name`), since a \
-         namespace stored in a value can come to contain itself"
+        "line {line}: {what}: a namespace can be used only through its attributes (`ns.name`), \
+         since a namespace stored in a value can come to contain itself"
     )
 }
 
@@ -176,10 +176,14 @@ fn expr<'a>(e: &Expr<'a>, place: Place, w: &mut Walk<'_, 'a>) -> Result<(), Stri
     match e {
         Expr::Var(v) => {
             if check && place == Place::Value && w.holds(v.id) {
-                return Err(refused(&format!("`{}` is stored or passed on", v.id)));
+                return Err(refused(
+                    v.span().start_line,
+                    &format!("`{}` is stored or passed on", v.id),
+                ));
             }
             if check && v.id == "namespace" {
                 return Err(refused(
+                    v.span().start_line,
                     "`namespace` is used other than as `set name = namespace(...)`",
                 ));
             }
@@ -230,6 +234,7 @@ fn expr<'a>(e: &Expr<'a>, place: Place, w: &mut Walk<'_, 'a>) -> Result<(), Stri
                 Expr::Var(f) if f.id == "namespace" => {
                     if check && place != Place::Kept(true) {
                         return Err(refused(
+                            c.span().start_line,
                             "`namespace()` is called other than as `set name = namespace(...)`",
                         ));
                     }

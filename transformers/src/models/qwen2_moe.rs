@@ -2,7 +2,7 @@
 //!
 //! What differs from Qwen2: the MLP of the layers `decoder_sparse_step` and `mlp_only_layers`
 //! pick is a mixture of `num_experts` experts of width `moe_intermediate_size` (Mixtral's
-//! block: [`super::mixtral::SparseMoeBlock`]) plus a shared expert of width
+//! block: `mixtral::SparseMoeBlock`) plus a shared expert of width
 //! `shared_expert_intermediate_size` behind a sigmoid gate; the top-k weights are
 //! renormalised only with `norm_topk_prob` and rounded to the model dtype; the q/k/v bias
 //! follows `qkv_bias`; the sliding layers, without `layer_types`, are the even ones below

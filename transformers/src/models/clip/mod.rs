@@ -3,7 +3,7 @@
 //! `CLIPTextModel`, `CLIPTextModelWithProjection`), the vision tower (`clip_vision_model`:
 //! `CLIPVisionModel`, `CLIPVisionModelWithProjection`) and both with their projections and
 //! temperature (`clip`: `CLIPModel`). Both towers are the same pre-norm encoder
-//! ([`EncoderLayer`]); they differ in their embeddings, mask and pooling.
+//! (`EncoderLayer`); they differ in their embeddings, mask and pooling.
 
 mod model;
 mod text;
