@@ -14,8 +14,9 @@
 //! for the dynamic one: larger buffers, weights, still come from `mmap` and go back when
 //! freed) and the trim threshold at 256 MiB. A process that sets either itself
 //! (`glibc.malloc.mmap_threshold` or `glibc.malloc.trim_threshold` in `GLIBC_TUNABLES`,
-//! `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) keeps its own; an explicit `malloc_trim` (as the loaders call after building a tokenizer) still
-//! returns every free page. Other allocators and platforms are left alone.
+//! `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) keeps its own; an explicit
+//! `malloc_trim` (as the loaders call after building a tokenizer) still returns every free
+//! page. Other allocators and platforms are left alone.
 
 /// Sets the thresholds once per process (see the module docs); cheap after the first call.
 pub(crate) fn keep_freed_pages() {

@@ -1,12 +1,12 @@
 //! Keeps a chat template's namespaces out of its values. A namespace is the one mutable value
 //! of a template, so storing one where a namespace can reach it (`{% set ns.x = ns %}`, or
-//! `[ns]`, an alias, a macro argument) makes a cycle, and minijinja then prints, hashes or
-//! compares that value by recursing without end: no stack is deep enough. Real templates use
-//! a namespace only through its attributes (`ns.found`, `ns.messages + [m]`), so the template
-//! is checked before it compiles: a namespace-holding name may appear bare only where no
-//! value can keep it (an attribute's base, a `set` target, a test, `{{ ns }}`), or as the
-//! whole value of a `set` of a plain name (an alias, itself namespace-holding); `namespace()`
-//! is called only as the whole value of such a `set`.
+//! through `[ns]`, an alias or a macro argument) makes a cycle, and minijinja then prints,
+//! hashes or compares that value by recursing without end: no stack is deep enough. Real
+//! templates use a namespace only through its attributes (`ns.found`, `ns.messages + [m]`),
+//! so the template is checked before it compiles: a namespace-holding name may appear bare
+//! only where no value can keep it (an attribute's base, a `set` target, a test, `{{ ns }}`),
+//! or as the whole value of a `set` of a plain name (an alias, itself namespace-holding);
+//! `namespace()` is called only as the whole value of such a `set`.
 
 use std::collections::BTreeSet;
 
