@@ -980,7 +980,9 @@ fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Opt
 /// UNet's 4096 keys), the same value to rounding. Columns whose mask is the lowest f32 at
 /// either end of a row are skipped, which changes nothing, since `exp(x + f32::MIN - max)`
 /// is exactly 0 in any row with one visible key (a row with none is computed whole). For a
-/// causal prefill that halves the work and keeps the scores in L1.
+/// causal prefill that halves the work and keeps the scores in L1. A one-query step (a
+/// decode) reads the keys where they lie instead of packing them ([`dot_keys`]), with the
+/// query heads of each kv head together in one tile.
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -1111,12 +1113,16 @@ fn attention_f32(
             }
         })
         .collect();
+    // A one-query step (a decode) takes its scores straight from the cached keys
+    // (`dot_keys`): packing them for the GEMM tile would copy the whole cache every step to
+    // serve one query row per head. Longer queries share keys packed once.
+    let direct = t == 1;
     // Keys packed as the GEMM's weight panels: for each (batch, kv head), [L/32][D][32].
-    // Not zero-filled first: the packing writes every value (padding included), and a decode
-    // step repacks the whole cache, so a fill would double its serial memory traffic.
-    let mut kp: Vec<f32> = Vec::with_capacity(b * kv * lp * d * NR);
+    // Not zero-filled first: the packing writes every value (padding included).
+    let panels = if direct { 0 } else { b * kv * lp };
+    let mut kp: Vec<f32> = Vec::with_capacity(panels * d * NR);
     let kpp = OutPtr(kp.as_mut_ptr());
-    par_units(b * kv * lp, |u| {
+    par_units(panels, |u| {
         let (bg, p) = (u / lp, u % lp);
         let base = (bg / kv) * ks[0] + (bg % kv) * ks[1];
         let rows: Vec<&[f32]> = (p * NR..(p * NR + NR).min(l))
@@ -1126,61 +1132,96 @@ fn attention_f32(
         let out = unsafe { kpp.part(u * d * NR, d * NR) };
         pack_rows(&rows, d, out);
     });
-    // SAFETY: the units above wrote all b*kv*lp panels of d*NR values.
-    unsafe { kp.set_len(b * kv * lp * d * NR) };
+    // SAFETY: the units above wrote all the panels of d*NR values.
+    unsafe { kp.set_len(panels * d * NR) };
     // Narrow heads multiply by v transposed (`NarrowPv`).
     let vt = (dv < NR).then(|| NarrowPv::transpose(v, g.vs, [b, kv, l, dv]));
     let mut o: Vec<f32> = Vec::with_capacity(b * t * h * dv);
     let op = OutPtr(o.as_mut_ptr());
-    let tiles = t.div_ceil(MR);
     let rep = h / kv;
-    // Later query tiles see more keys: hand them out first so the last units are short.
-    par_units(b * h * tiles, |u| {
-        let (tile, bh) = (tiles - 1 - u / (b * h), u % (b * h));
-        let (bi, hi) = (bh / h, bh % h);
-        let (r0, r1) = (tile * MR, (tile * MR + MR).min(t));
-        let rr = &ranges[bi * t + r0..bi * t + r1];
+    let width = lp * NR;
+    // A one-query step's tile holds the query heads that share a kv head, so each key and
+    // value loaded serves all of them (a grouped-query model's heads had each streamed the
+    // same keys); otherwise a tile is up to MR positions of one head.
+    let chunks = rep.div_ceil(MR);
+    let tiles = t.div_ceil(MR);
+    let units = if direct {
+        b * kv * chunks
+    } else {
+        b * h * tiles
+    };
+    // Rows of a one-query tile are heads, qs[1] apart in q and dv in the output; otherwise
+    // they are positions, qs[2] and h * dv apart.
+    let (lda, ldc) = if direct {
+        (g.qs[1], dv)
+    } else {
+        (g.qs[2], h * dv)
+    };
+    par_units(units, |u| {
+        // The tile's batch row, first head, first position and rows.
+        let (bi, h0, r0, n) = if direct {
+            let (bi, rest) = (u / (kv * chunks), u % (kv * chunks));
+            let h0 = rest / chunks * rep + rest % chunks * MR;
+            (bi, h0, 0, MR.min(rep - rest % chunks * MR))
+        } else {
+            // Later query tiles see more keys: hand them out first so the last units are short.
+            let (tile, bh) = (tiles - 1 - u / (b * h), u % (b * h));
+            (bh / h, bh % h, tile * MR, MR.min(t - tile * MR))
+        };
+        let position = |i: usize| if direct { 0 } else { r0 + i };
+        let rr: [(usize, usize); MR] = std::array::from_fn(|i| {
+            if i < n {
+                ranges[bi * t + position(i)]
+            } else {
+                (0, 0)
+            }
+        });
+        let rr = &rr[..n];
         let lo = rr.iter().map(|r| r.0).min().unwrap_or(0) / NR * NR;
         let hi_ = rr.iter().map(|r| r.1).max().unwrap_or(l);
-        let width = lp * NR;
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             if s.len() < MR * width {
                 s.resize(MR * width, 0.0);
             }
             let sc = s.as_mut_ptr();
-            let kvh = bi * kv + hi / rep;
+            let kvh = bi * kv + h0 / rep;
             // SAFETY: AVX-512F was detected by `attention`; the pointers stay inside q, the
             // packed keys, v, the scratch (MR rows of `width`) and this tile's rows of the
             // output, which no other unit writes.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                let qp = q.as_ptr().add(bi * g.qs[0] + hi * g.qs[1] + r0 * g.qs[2]);
-                for p in lo / NR..hi_.div_ceil(NR) {
-                    Tile {
-                        a: qp,
-                        lda: g.qs[2],
-                        b: kp.as_ptr().add((kvh * lp + p) * d * NR),
-                        ldb: NR,
-                        depth: d,
-                        c: sc.add(p * NR),
-                        ldc: width,
-                        accumulate: false,
+                let qp = q.as_ptr().add(bi * g.qs[0] + h0 * g.qs[1] + r0 * g.qs[2]);
+                if direct {
+                    let kb = k.as_ptr().add(bi * ks[0] + (h0 / rep) * ks[1]);
+                    dot_keys((qp, lda, n), (kb, ks[2], d), (lo, hi_), (sc, width));
+                } else {
+                    for p in lo / NR..hi_.div_ceil(NR) {
+                        Tile {
+                            a: qp,
+                            lda,
+                            b: kp.as_ptr().add((kvh * lp + p) * d * NR),
+                            ldb: NR,
+                            depth: d,
+                            c: sc.add(p * NR),
+                            ldc: width,
+                            accumulate: false,
+                        }
+                        .run(n);
                     }
-                    .run(r1 - r0);
                 }
                 let mut sums = [0f32; MR];
                 for (i, &(rlo, rhi)) in rr.iter().enumerate() {
                     let brow = match bias {
-                        Some(bias) => bias.as_ptr().add(bi * g.bs[0] + (r0 + i) * g.bs[1]),
+                        Some(bias) => bias.as_ptr().add(bi * g.bs[0] + position(i) * g.bs[1]),
                         None => std::ptr::null(),
                     };
                     sums[i] = softmax_row(sc.add(i * width), brow, g.scale, lo, rlo, rhi, hi_);
                 }
                 let vp = v
                     .as_ptr()
-                    .add(bi * g.vs[0] + (hi / rep) * g.vs[1] + lo * g.vs[2]);
-                let out = op.get().add((bi * t + r0) * h * dv + hi * dv);
+                    .add(bi * g.vs[0] + (h0 / rep) * g.vs[1] + lo * g.vs[2]);
+                let out = op.get().add((bi * t + r0) * h * dv + h0 * dv);
                 if let Some(vt) = &vt {
                     NarrowPv {
                         a: sc.add(lo),
@@ -1189,9 +1230,9 @@ fn attention_f32(
                         ldvt: l,
                         depth: hi_ - lo,
                         c: out,
-                        ldc: h * dv,
+                        ldc,
                     }
-                    .run(r1 - r0, dv);
+                    .run(n, dv);
                 }
                 for p in 0..dv / NR {
                     Tile {
@@ -1201,15 +1242,14 @@ fn attention_f32(
                         ldb: g.vs[2],
                         depth: hi_ - lo,
                         c: out.add(p * NR),
-                        ldc: h * dv,
+                        ldc,
                         accumulate: false,
                     }
-                    .run(r1 - r0);
+                    .run(n);
                 }
                 // The softmax's division, on the row's dv outputs instead of its keys.
-                for (i, sum) in sums.iter().enumerate().take(r1 - r0) {
-                    let row = out.add(i * h * dv);
-                    divide(row, dv, *sum);
+                for (i, sum) in sums.iter().enumerate().take(n) {
+                    divide(out.add(i * ldc), dv, *sum);
                 }
             }
         });
@@ -1217,6 +1257,73 @@ fn attention_f32(
     // SAFETY: every (batch, position, head) tile wrote its dv values above.
     unsafe { o.set_len(b * t * h * dv) };
     o
+}
+
+/// The scores of `n` query rows (at `q`, `ldq` apart) against the keys `[lo, hi)` (at `k`,
+/// `ldk` apart, `d` values each), written to `s` (rows `lds` apart) at the keys' columns.
+/// Sixteen keys accumulate in sixteen vectors, each load of a query chunk serving them all,
+/// and their lanes are summed together ([`lane_sums16`]).
+///
+/// # Safety
+/// AVX-512F is available; the rows, keys and outputs named are in bounds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dot_keys(
+    (q, ldq, n): (*const f32, usize, usize),
+    (k, ldk, d): (*const f32, usize, usize),
+    (lo, hi): (usize, usize),
+    (s, lds): (*mut f32, usize),
+) {
+    use std::arch::x86_64::*;
+    let chunks = d.div_ceil(16);
+    let mut j = lo;
+    while j < hi {
+        let keys = (hi - j).min(16);
+        for i in 0..n {
+            let qi = q.add(i * ldq);
+            let mut acc = [_mm512_setzero_ps(); 16];
+            for c in 0..chunks {
+                let m = tail_mask(d - c * 16);
+                let qc = _mm512_maskz_loadu_ps(m, qi.add(c * 16));
+                for (jj, a) in acc.iter_mut().enumerate().take(keys) {
+                    let kc = _mm512_maskz_loadu_ps(m, k.add((j + jj) * ldk + c * 16));
+                    *a = _mm512_fmadd_ps(qc, kc, *a);
+                }
+            }
+            _mm512_mask_storeu_ps(s.add(i * lds + j), tail_mask(keys), lane_sums16(acc));
+        }
+        j += 16;
+    }
+}
+
+/// Lane `i` of the result is the sum of `v[i]`'s lanes: pairs, then quads summed within
+/// 128-bit quarters, then the quarters (45 operations for 16 sums, where 16 separate
+/// reductions take about 130).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lane_sums16(v: [std::arch::x86_64::__m512; 16]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // Per quarter, [a0 + a2, b0 + b2, a1 + a3, b1 + b3] for the pair (a, b) = v[2p], v[2p+1].
+    let t: [__m512; 8] = std::array::from_fn(|p| {
+        let (a, b) = (v[2 * p], v[2 * p + 1]);
+        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
+    });
+    // Per quarter, the quarter's sums of v[4m..4m + 4].
+    let u: [__m512; 4] = std::array::from_fn(|m| {
+        let (a, b) = (t[2 * m], t[2 * m + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_ps::<0b11_10_11_10>(a, b),
+        )
+    });
+    // Quarters [x.q0 + x.q1, x.q2 + x.q3, y.q0 + y.q1, y.q2 + y.q3].
+    let halves = |x: __m512, y: __m512| {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
+        )
+    };
+    halves(halves(u[0], u[1]), halves(u[2], u[3]))
 }
 
 /// One row of scores `s` in place: `s[j] * scale + bias[j]` (no bias when `bias` is null),
@@ -1623,6 +1730,14 @@ mod tests {
             (1, 2, 1, 1, 70, 64),
             (2, 4, 2, 20, 7, 16),
             (2, 2, 1, 15, 4, 8),
+            // One-query steps (decodes): scores straight from the keys, the heads of a kv
+            // head in one tile (more of them than a tile's rows; without grouping), head
+            // dims off the 16 grid and narrow ones, key counts off it, a single key.
+            (2, 16, 1, 1, 45, 40),
+            (3, 6, 3, 1, 300, 8),
+            (2, 4, 4, 1, 17, 128),
+            (2, 12, 4, 1, 0, 64),
+            (1, 28, 4, 1, 1000, 24),
         ] {
             let l = past + t;
             let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
@@ -1663,6 +1778,7 @@ mod tests {
             (1, 2, 64, 77, 40),
             (2, 3, 17, 5, 32),
             (2, 4, 100, 77, 16),
+            (2, 3, 1, 50, 24),
         ] {
             let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
             let k = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
