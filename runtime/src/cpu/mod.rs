@@ -3,7 +3,8 @@
 //! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`,
 //! bf16 pairs in `bf16`, quantized blocks in `quant`, AMX tiles in `amx`), the attention
 //! composite (`kernels::attention`), `Activation::apply_gated` (`kernels::silu_mul`),
-//! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`), 2-D
+//! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`),
+//! `Tensor::rms_norm` and `Tensor::layer_norm` (`norm`), `Tensor::cat` (`cat`), 2-D
 //! convolutions (`conv`) and f32/bf16 casts (`bf16::cast`). Each returns `None` when it does
 //! not apply (another dtype, device or layout, or a CPU without the instructions), and the op
 //! then takes the backend's general path, so results never depend on this module. `heap`
@@ -15,9 +16,11 @@ pub(crate) mod amx;
 pub(crate) mod amx_gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16;
+pub(crate) mod cat;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod conv;
 pub(crate) mod heap;
 pub(crate) mod kernels;
+pub(crate) mod norm;
 pub(crate) mod quant;
 pub(crate) mod rotary;

@@ -272,10 +272,13 @@ impl Tensor {
         self.check_param(op, bias, n)?;
         let out = self.dtype().float_or_default();
         let x = self.cast(out)?;
-        let mut y = x.apply1(
-            Op::Composite(Composite::LayerNorm { eps }),
-            out.accumulation(),
-        )?;
+        let mut y = match crate::cpu::norm::norm_last(&x, crate::cpu::norm::Norm::Layer, eps) {
+            Some(y) => y?,
+            None => x.apply1(
+                Op::Composite(Composite::LayerNorm { eps }),
+                out.accumulation(),
+            )?,
+        };
         if let Some(w) = weight {
             y = y.mul(&*w.cast(y.dtype())?)?;
         }
@@ -295,9 +298,11 @@ impl Tensor {
         })?;
         self.check_param(op, weight, n)?;
         let out = self.dtype().float_or_default();
-        let y = self
-            .cast(out)?
-            .apply1(Op::Composite(Composite::RmsNorm { eps }), out)?;
+        let x = self.cast(out)?;
+        let y = match crate::cpu::norm::norm_last(&x, crate::cpu::norm::Norm::Rms, eps) {
+            Some(y) => y?,
+            None => x.apply1(Op::Composite(Composite::RmsNorm { eps }), out)?,
+        };
         match weight {
             Some(w) => w.mul(&y),
             None => Ok(y),

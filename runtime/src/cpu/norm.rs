@@ -1,0 +1,208 @@
+//! Row norms over the last dim (`Tensor::rms_norm`, `Tensor::layer_norm`) of an f32 or bf16
+//! CPU tensor, in one parallel pass: each row's statistics in f32, then the row scaled.
+//!
+//! The composites they replace run five and seven candle ops (products, sums, a square root,
+//! differences), each a serial pass over the whole tensor with an allocation of its own: in a
+//! FLUX.1-shaped step on two threads the norms ran on one while the other waited. The steps
+//! here are the composites' (`x · 1/sqrt(mean(x²) + eps)`; `(x - mean) · 1/sqrt(mean((x -
+//! mean)²) + eps)`), rounded where they round, but each sum runs in 16 lanes reduced at the
+//! end, an order candle's sums do not share: results agree to f32 rounding, not bit for bit.
+
+use half::bf16;
+
+#[cfg(target_arch = "x86_64")]
+use super::bf16::Lane;
+#[cfg(target_arch = "x86_64")]
+use super::kernels::has_avx512;
+use super::kernels::{par_units, with_slice, OutPtr, Stored};
+use crate::{DType, Device, Tensor};
+
+/// Which norm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Norm {
+    /// `x / sqrt(mean(x²) + eps)`, in the input's dtype.
+    Rms,
+    /// `(x - mean) / sqrt(var + eps)`, in f32 (the composite's accumulation dtype, which
+    /// `Tensor::layer_norm` applies its weight and bias in).
+    Layer,
+}
+
+/// Values per parallel unit, in whole rows: enough to amortise handing the unit out.
+const UNIT_VALUES: usize = 16 * 1024;
+
+/// `norm` over the last dim of `x` (contiguous, on the CPU, f32 or bf16), or `None` where
+/// this pass does not apply and the composite runs.
+pub(crate) fn norm_last(x: &Tensor, norm: Norm, eps: f64) -> Option<crate::Result<Tensor>> {
+    let n = *x.shape().last()?;
+    if n == 0 || x.device() != Device::Cpu {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !has_avx512() {
+            return None;
+        }
+        fn go<T: Lane + Stored, O: Lane + Stored>(
+            x: &Tensor,
+            n: usize,
+            norm: Norm,
+            eps: f64,
+        ) -> Option<crate::Result<Tensor>> {
+            with_slice(x, |v: &[T]| {
+                let rows = v.len() / n;
+                let per = (UNIT_VALUES / n).max(1);
+                let mut y: Vec<O> = Vec::with_capacity(v.len());
+                let yp = OutPtr(y.as_mut_ptr());
+                par_units(rows.div_ceil(per), |u| {
+                    for r in u * per..((u + 1) * per).min(rows) {
+                        // SAFETY: AVX-512F was detected; row r of v and of y holds n values,
+                        // and no other unit writes this row of y.
+                        unsafe { norm_row(&v[r * n..(r + 1) * n], yp.get().add(r * n), norm, eps) }
+                    }
+                });
+                // SAFETY: the units wrote every row.
+                unsafe { y.set_len(v.len()) };
+                Tensor::from_vec(y, x.shape(), &Device::Cpu)
+            })
+        }
+        match (x.dtype(), norm) {
+            (DType::F32, _) => go::<f32, f32>(x, n, norm, eps),
+            (DType::BF16, Norm::Rms) => go::<bf16, bf16>(x, n, norm, eps),
+            (DType::BF16, Norm::Layer) => go::<bf16, f32>(x, n, norm, eps),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (norm, eps);
+        None
+    }
+}
+
+/// One row: its statistics, then the row scaled into `y` (rounded to `O`).
+///
+/// # Safety
+/// AVX-512F is available and `y` is valid for `x.len()` writes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn norm_row<T: Lane, O: Lane>(x: &[T], y: *mut O, norm: Norm, eps: f64) {
+    use std::arch::x86_64::*;
+    let (n, p) = (x.len(), x.as_ptr());
+    let inv_n = (1.0 / n as f64) as f32;
+    let mean = match norm {
+        Norm::Rms => 0.0,
+        Norm::Layer => {
+            let mut acc = _mm512_setzero_ps();
+            let mut j = 0;
+            while j < n {
+                acc = _mm512_add_ps(acc, T::load16(p.add(j), n - j));
+                j += 16;
+            }
+            _mm512_reduce_add_ps(acc) * inv_n
+        }
+    };
+    let vm = _mm512_set1_ps(mean);
+    // Lanes past the row load as zero; centred, they would add mean² each, so they are
+    // masked out of the squares.
+    let mut acc = _mm512_setzero_ps();
+    let mut j = 0;
+    while j < n {
+        let m = super::kernels::tail_mask(n - j);
+        let c = _mm512_maskz_sub_ps(m, T::load16(p.add(j), n - j), vm);
+        acc = _mm512_fmadd_ps(c, c, acc);
+        j += 16;
+    }
+    let var = _mm512_reduce_add_ps(acc) * inv_n;
+    let r = _mm512_set1_ps(1.0 / (var + eps as f32).sqrt());
+    let mut j = 0;
+    while j < n {
+        let c = _mm512_sub_ps(T::load16(p.add(j), n - j), vm);
+        O::store16(y.add(j), n - j, _mm512_mul_ps(c, r));
+        j += 16;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::Op;
+    use crate::random::Generator;
+
+    fn close(a: &[f32], b: &[f32], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 + 1e-5 * y.abs(),
+                "{what}: value {i}: {x} vs {y}"
+            );
+        }
+    }
+
+    /// The fused rows against the composites on the runtime's ops (the path every other
+    /// device and dtype takes), over row lengths on and off the 16-lane grid, a row of one,
+    /// rows far from zero mean and rows many enough to split across units.
+    #[test]
+    fn rows_match_the_composites() {
+        use crate::composite::Composite;
+        let mut g = Generator::new(5);
+        for (rows, n) in [
+            (3usize, 64usize),
+            (5, 37),
+            (2, 1),
+            (4, 16),
+            (700, 40),
+            (2, 3072),
+        ] {
+            let x = g
+                .randn(&[rows, n], DType::F32, &Device::Cpu)
+                .unwrap()
+                .affine(3.0, 5.0)
+                .unwrap();
+            for (norm, composite) in [
+                (Norm::Rms, Composite::RmsNorm { eps: 1e-6 }),
+                (Norm::Layer, Composite::LayerNorm { eps: 1e-5 }),
+            ] {
+                let eps = match composite {
+                    Composite::RmsNorm { eps } | Composite::LayerNorm { eps } => eps,
+                    _ => unreachable!(),
+                };
+                let slow = x
+                    .apply1(Op::Composite(composite), DType::F32)
+                    .unwrap()
+                    .to_vec::<f32>()
+                    .unwrap();
+                let Some(fast) = norm_last(&x, norm, eps) else {
+                    eprintln!("no AVX-512 here: the fused pass is off");
+                    return;
+                };
+                let fast = fast.unwrap();
+                assert_eq!(fast.dtype(), DType::F32);
+                close(
+                    &fast.to_vec::<f32>().unwrap(),
+                    &slow,
+                    &format!("{norm:?} {rows}x{n}"),
+                );
+                // bf16 in: rms stays bf16 (rounded once), layer comes out in f32.
+                let xb = x.to_dtype(DType::BF16).unwrap();
+                let out = match norm {
+                    Norm::Rms => DType::BF16,
+                    Norm::Layer => DType::F32,
+                };
+                let slow = xb.apply1(Op::Composite(composite), out).unwrap();
+                let fast = norm_last(&xb, norm, eps).unwrap().unwrap();
+                assert_eq!(fast.dtype(), slow.dtype(), "{norm:?}: dtype");
+                let (f, s) = (
+                    fast.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+                    slow.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+                );
+                for (i, (a, b)) in f.iter().zip(&s).enumerate() {
+                    // One bf16 rounding apart at most.
+                    assert!(
+                        (a - b).abs() <= 1e-5 + b.abs() / 128.0,
+                        "{norm:?} bf16 {rows}x{n}: value {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}
