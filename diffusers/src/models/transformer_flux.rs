@@ -383,15 +383,23 @@ impl FluxTransformer2DModel {
         let axes = &self.config.axes_dims_rope;
         let n = ids.len() / axes.len();
         let half: usize = axes.iter().sum::<usize>() / 2;
+        // Per axis, its frequencies; the exponent in float64, as `torch.arange(0, dim, 2,
+        // float64) / dim`.
+        let freqs: Vec<Vec<f64>> = axes
+            .iter()
+            .map(|&dim| {
+                (0..dim / 2)
+                    .map(|i| 1.0 / THETA.powf((2 * i) as f64 / dim as f64))
+                    .collect()
+            })
+            .collect();
         let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
         for row in ids.chunks(axes.len()) {
-            for (&pos, &dim) in row.iter().zip(axes) {
-                for i in 0..dim / 2 {
-                    // The exponent in float64, as `torch.arange(0, dim, 2, float64) / dim`.
-                    let freq = 1.0 / THETA.powf((2 * i) as f64 / dim as f64);
-                    let a = pos as f64 * freq;
-                    cos.push(a.cos() as f32);
-                    sin.push(a.sin() as f32);
+            for (&pos, freqs) in row.iter().zip(&freqs) {
+                for freq in freqs {
+                    let (s, c) = (pos as f64 * freq).sin_cos();
+                    cos.push(c as f32);
+                    sin.push(s as f32);
                 }
             }
         }

@@ -4,8 +4,8 @@
 //! bf16 pairs in `bf16`, quantized blocks in `quant`, AMX tiles in `amx`), the attention
 //! composite (`kernels::attention`), `Activation::apply_gated` (`kernels::silu_mul`),
 //! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`),
-//! `Tensor::rms_norm` and `Tensor::layer_norm` (`norm`), `Tensor::cat` (`cat`), 2-D
-//! convolutions (`conv`) and f32/bf16 casts (`bf16::cast`). Each returns `None` when it does
+//! `Tensor::rms_norm` and `Tensor::layer_norm` (`norm`), `Tensor::cat` (`cat`), arithmetic
+//! with an operand repeated along the other (`binary`), 2-D convolutions (`conv`) and f32/bf16 casts (`bf16::cast`). Each returns `None` when it does
 //! not apply (another dtype, device or layout, or a CPU without the instructions), and the op
 //! then takes the backend's general path, so results never depend on this module. `heap`
 //! keeps glibc from returning each step's freed activations to the system (see there).
@@ -16,6 +16,7 @@ pub(crate) mod amx;
 pub(crate) mod amx_gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16;
+pub(crate) mod binary;
 pub(crate) mod cat;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod conv;

@@ -47,6 +47,9 @@ impl Tensor {
         }
         let a = self.cast(dt)?;
         let b = rhs.cast(dt)?;
+        if let Some(y) = crate::cpu::binary::binary(&a, &b, op) {
+            return y;
+        }
         Tensor::apply(Op::Binary(op), &[&a, &b], dt)
     }
 

@@ -1,0 +1,180 @@
+//! Elementwise `+ - * /` of f32 or bf16 CPU tensors where one operand repeats along the
+//! other's leading dims (`x * (1 + scale[:, None]) + shift[:, None]`, a bias row), in one
+//! parallel pass.
+//!
+//! Candle runs a broadcast operand on the calling thread: a diffusion transformer's
+//! modulations and gates were, after its norms and joins, the largest serial stretch of its
+//! step. Each value is computed in f32 and rounded once to the dtype, as candle's bf16 ops
+//! round, so results are the same bit for bit.
+
+#[cfg(target_arch = "x86_64")]
+use super::bf16::Lane;
+#[cfg(target_arch = "x86_64")]
+use super::kernels::has_avx512;
+use super::kernels::{par_units, with_slice, OutPtr, Stored};
+use crate::op::BinaryOp;
+use crate::{DType, Device, Tensor};
+
+/// Output values per parallel unit.
+const UNIT: usize = 16 * 1024;
+
+/// `a op b` where one of them has the output's shape and the other a suffix of it (leading
+/// dims of 1 dropped) of at least 16 values, or `None` where this pass does not apply.
+pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Option<crate::Result<Tensor>> {
+    if a.device() != Device::Cpu || b.device() != Device::Cpu || a.dtype() != b.dtype() {
+        return None;
+    }
+    if !matches!(
+        op,
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+    ) {
+        return None;
+    }
+    // The full operand and the repeated one (its values, as a suffix of the full shape).
+    let (full, part, part_left) = if suffix(b.shape(), a.shape()) {
+        (a, b, false)
+    } else if suffix(a.shape(), b.shape()) {
+        (b, a, true)
+    } else {
+        return None;
+    };
+    let n: usize = full.shape().iter().product();
+    let m: usize = part.shape().iter().product();
+    // Same-shape operands already run in parallel in candle; small ones are not worth a
+    // region, and repeats shorter than a vector would run lane by lane.
+    if m == n || m < 16 || n < 2 * UNIT {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !has_avx512() {
+            return None;
+        }
+        fn go<T: Lane + Stored>(
+            full: &Tensor,
+            part: &Tensor,
+            (op, part_left): (BinaryOp, bool),
+            (n, m): (usize, usize),
+        ) -> Option<crate::Result<Tensor>> {
+            with_slice(full, |f: &[T]| {
+                with_slice(part, |p: &[T]| {
+                    let mut y: Vec<T> = Vec::with_capacity(n);
+                    let yp = OutPtr(y.as_mut_ptr());
+                    // Units of whole repeats where a repeat is long, so each unit walks its
+                    // rows against the whole of `p`.
+                    let per = (UNIT / m).max(1) * m;
+                    par_units(n.div_ceil(per), |u| {
+                        let (s, e) = (u * per, ((u + 1) * per).min(n));
+                        // SAFETY: AVX-512F was detected; this unit alone writes y[s..e], inside
+                        // its capacity, reading f[s..e] and p (s is a multiple of m).
+                        unsafe { rows(&f[s..e], p, yp.get().add(s), op, part_left) };
+                    });
+                    // SAFETY: the units wrote all n values.
+                    unsafe { y.set_len(n) };
+                    Tensor::from_vec(y, full.shape(), &Device::Cpu)
+                })
+            })
+            .flatten()
+        }
+        let dims = (n, m);
+        match full.dtype() {
+            DType::F32 => go::<f32>(full, part, (op, part_left), dims),
+            DType::BF16 => go::<half::bf16>(full, part, (op, part_left), dims),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = part_left;
+        None
+    }
+}
+
+/// Whether `small` (leading 1s dropped) is a suffix of `big`, and no longer than it.
+fn suffix(small: &[usize], big: &[usize]) -> bool {
+    let lead = small.iter().take_while(|&&d| d == 1).count();
+    let small = &small[lead..];
+    small.len() <= big.len() && big.ends_with(small)
+}
+
+/// `f op p` (or `p op f` when `part_left`) over `f`, `p` repeated along it, into `y`.
+///
+/// # Safety
+/// AVX-512F is available, `f.len()` is a multiple of `p.len()` and `y` holds `f.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn rows<T: Lane>(f: &[T], p: &[T], y: *mut T, op: BinaryOp, part_left: bool) {
+    use std::arch::x86_64::*;
+    let m = p.len();
+    let apply = |x: __m512, q: __m512| {
+        let (l, r) = if part_left { (q, x) } else { (x, q) };
+        match op {
+            BinaryOp::Add => _mm512_add_ps(l, r),
+            BinaryOp::Sub => _mm512_sub_ps(l, r),
+            BinaryOp::Mul => _mm512_mul_ps(l, r),
+            _ => _mm512_div_ps(l, r),
+        }
+    };
+    for (i, row) in f.chunks_exact(m).enumerate() {
+        let out = y.add(i * m);
+        let mut j = 0;
+        while j < m {
+            let k = m - j;
+            let v = apply(
+                T::load16(row.as_ptr().add(j), k),
+                T::load16(p.as_ptr().add(j), k),
+            );
+            T::store16(out.add(j), k, v);
+            j += 16;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::random::Generator;
+
+    /// Every op, either side repeated, f32 and bf16: the same bits as the backend's own
+    /// broadcast; shapes this pass does not take are left to it.
+    #[test]
+    fn repeated_operands_match_the_backend_bit_for_bit() {
+        let mut g = Generator::new(13);
+        for (big, small) in [
+            (vec![1usize, 384, 256], vec![1usize, 1, 256]),
+            (vec![2, 300, 70], vec![70]),
+            (vec![3, 40, 500], vec![40, 500]),
+        ] {
+            for dtype in [DType::F32, DType::BF16] {
+                let x = g.randn(&big, DType::F32, &Device::Cpu).unwrap();
+                let x = x.to_dtype(dtype).unwrap();
+                let s = g.randn(&small, DType::F32, &Device::Cpu).unwrap();
+                let s = s.affine(1.0, 3.0).unwrap().to_dtype(dtype).unwrap();
+                for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+                    for (l, r) in [(&x, &s), (&s, &x)] {
+                        let fast = binary(l, r, op).expect("a repeated operand").unwrap();
+                        let slow =
+                            Tensor::apply(crate::op::Op::Binary(op), &[l, r], dtype).unwrap();
+                        assert_eq!(fast.shape(), slow.shape());
+                        let bits =
+                            |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                        let (f, s) = (bits(&fast), bits(&slow));
+                        assert!(
+                            f.iter().zip(&s).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{op:?} {big:?} with {small:?}, {dtype:?}"
+                        );
+                    }
+                }
+            }
+        }
+        let x = Tensor::zeros(&[64, 64, 64], DType::F32, &Device::Cpu).unwrap();
+        let col = Tensor::zeros(&[64, 1], DType::F32, &Device::Cpu).unwrap();
+        assert!(binary(&x, &col, BinaryOp::Add).is_none(), "not a suffix");
+        assert!(binary(&x, &x, BinaryOp::Add).is_none(), "same shape");
+        let one = Tensor::zeros(&[1], DType::F32, &Device::Cpu).unwrap();
+        assert!(
+            binary(&x, &one, BinaryOp::Add).is_none(),
+            "shorter than a vector"
+        );
+    }
+}
