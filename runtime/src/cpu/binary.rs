@@ -90,11 +90,11 @@ pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Option<crate::Resu
     }
 }
 
-/// Whether `small` (leading 1s dropped) is a suffix of `big`, and no longer than it.
+/// Whether `small` (leading 1s dropped) is a suffix of `big` and has no more dims than it,
+/// so that the broadcast's shape is `big`'s.
 fn suffix(small: &[usize], big: &[usize]) -> bool {
     let lead = small.iter().take_while(|&&d| d == 1).count();
-    let small = &small[lead..];
-    small.len() <= big.len() && big.ends_with(small)
+    small.len() <= big.len() && big.ends_with(&small[lead..])
 }
 
 /// `f op p` (or `p op f` when `part_left`) over `f`, `p` repeated along it, into `y`.
@@ -171,6 +171,11 @@ mod tests {
         let col = Tensor::zeros(&[64, 1], DType::F32, &Device::Cpu).unwrap();
         assert!(binary(&x, &col, BinaryOp::Add).is_none(), "not a suffix");
         assert!(binary(&x, &x, BinaryOp::Add).is_none(), "same shape");
+        // More dims than the full operand: the broadcast's shape is not the full one's.
+        let rows = Tensor::zeros(&[384, 256], DType::F32, &Device::Cpu).unwrap();
+        let wide = Tensor::zeros(&[1, 1, 256], DType::F32, &Device::Cpu).unwrap();
+        assert!(binary(&rows, &wide, BinaryOp::Add).is_none(), "higher rank");
+        assert_eq!(rows.add(&wide).unwrap().shape(), [1, 384, 256]);
         let one = Tensor::zeros(&[1], DType::F32, &Device::Cpu).unwrap();
         assert!(
             binary(&x, &one, BinaryOp::Add).is_none(),

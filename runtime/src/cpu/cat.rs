@@ -36,7 +36,6 @@ pub(crate) fn cat(tensors: &[&Tensor], dim: usize) -> Option<crate::Result<Tenso
             let row: usize = inner.iter().sum();
             let mut y: Vec<T> = Vec::with_capacity(total);
             let yp = OutPtr(y.as_mut_ptr());
-            let srcs: Vec<SrcPtr<T>> = srcs.iter().map(|&p| SrcPtr(p)).collect();
             par_units(total.div_ceil(UNIT), |u| {
                 let (mut at, end) = (u * UNIT, ((u + 1) * UNIT).min(total));
                 while at < end {
@@ -73,8 +72,14 @@ pub(crate) fn cat(tensors: &[&Tensor], dim: usize) -> Option<crate::Result<Tenso
 }
 
 /// An input's first value, shared with the pool's threads (which only read it).
-#[derive(Clone, Copy)]
 struct SrcPtr<T>(*const T);
+// Copy whatever `T` is (a derive would ask `T: Copy`).
+impl<T> Clone for SrcPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SrcPtr<T> {}
 // SAFETY: the pointee is read, never written, while the parallel region runs.
 unsafe impl<T> Send for SrcPtr<T> {}
 unsafe impl<T> Sync for SrcPtr<T> {}
@@ -90,13 +95,13 @@ impl<T> SrcPtr<T> {
 /// tensor of `T`.
 fn with_all<T: Stored, R>(
     tensors: &[&Tensor],
-    got: &mut Vec<*const T>,
-    f: &mut dyn FnMut(&[*const T]) -> R,
+    got: &mut Vec<SrcPtr<T>>,
+    f: &mut dyn FnMut(&[SrcPtr<T>]) -> R,
 ) -> Option<R> {
     match tensors.split_first() {
         None => Some(f(got)),
         Some((t, rest)) => with_slice(t, |s: &[T]| {
-            got.push(s.as_ptr());
+            got.push(SrcPtr(s.as_ptr()));
             let r = with_all(rest, got, f);
             got.pop();
             r

@@ -158,13 +158,10 @@ mod tests {
                 .unwrap()
                 .affine(3.0, 5.0)
                 .unwrap();
-            for (norm, composite) in [
-                (Norm::Rms, Composite::RmsNorm { eps: 1e-6 }),
-                (Norm::Layer, Composite::LayerNorm { eps: 1e-5 }),
-            ] {
-                let eps = match composite {
-                    Composite::RmsNorm { eps } | Composite::LayerNorm { eps } => eps,
-                    _ => unreachable!(),
+            for (norm, eps) in [(Norm::Rms, 1e-6), (Norm::Layer, 1e-5)] {
+                let composite = match norm {
+                    Norm::Rms => Composite::RmsNorm { eps },
+                    Norm::Layer => Composite::LayerNorm { eps },
                 };
                 let slow = x
                     .apply1(Op::Composite(composite), DType::F32)
