@@ -561,6 +561,11 @@ unsafe fn rebuilt_dots<const K: u8, const R: usize, const W: usize>(
         let mut w = [[_mm512_setzero_ps(); 2]; W];
         for r in 0..W {
             prefetch_ahead(kind, rows[r], g);
+            if matches!(kind, QKind::Q4_0 | QKind::Q4_1) {
+                let (w0, w1) = group::weights16_by_table(kind, rows[r], g);
+                w[r] = [w0, w1];
+                continue;
+            }
             let (f0, f1) = group::floats16(kind, rows[r], g);
             let (a, m) = group::scales(kind, rows[r], g);
             w[r] = [
@@ -885,6 +890,10 @@ mod tests {
         unsafe fn narrow(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
             std::mem::transmute(group::weights8(kind, row, g))
         }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+        unsafe fn table(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
+            std::mem::transmute(group::weights16_by_table(kind, row, g))
+        }
         for kind in KINDS {
             let (rows, cols) = (3, 512);
             let q = random(kind, rows, cols, 11);
@@ -901,6 +910,11 @@ mod tests {
                         let (a, b) =
                             unsafe { (ints_bw(kind, q.row(r), g), ints_cmp(kind, q.row(r), g)) };
                         assert_eq!(a, b, "{kind:?} byte-mask integers, row {r} group {g}");
+                        if matches!(kind, QKind::Q4_0 | QKind::Q4_1) {
+                            // SAFETY: as above.
+                            let w = unsafe { table(kind, q.row(r), g) };
+                            assert_eq!(bits(w), want, "{kind:?} by table, row {r} group {g}");
+                        }
                     }
                     if has_avx2_fma() {
                         // SAFETY: the features were detected.
