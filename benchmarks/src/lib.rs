@@ -339,10 +339,11 @@ pub fn zoo_figures(
 }
 
 /// Where a compiled decode step's time goes, in milliseconds per step over `new` greedy
-/// steps of `prompt` (best of `runs` by total): `(plugin, host)`. `plugin` is the time inside
-/// the plugin's execute until the step's outputs were ready; `host` is the rest of the step
-/// (zoo recording and hashing the step's graph, the cache lookup, reading the token, the
-/// sampler). The first step's graph compiles before the timed window opens.
+/// steps of `prompt` (best of `runs` by total): `(device, host)`. `host` is how long the
+/// device sat waiting for the host between programs (the plugin's completion callbacks
+/// against the next dispatch: recording, tracing and dispatching a step, reading its token,
+/// whatever of it the decode loop does not overlap with the previous step's run); `device`
+/// is the rest of the step. The first step's graph compiles before the timed window opens.
 pub fn decode_phases(model: &CausalLM, prompt: &str, new: usize, runs: usize) -> (f64, f64) {
     let prompts = [model.encode(prompt, false).unwrap()];
     let opts = GenerationOptions {
@@ -373,9 +374,9 @@ pub fn decode_phases(model: &CausalLM, prompt: &str, new: usize, runs: usize) ->
             continue;
         }
         let wall = (t1 - t0).as_secs_f64() * 1e3 / steps as f64;
-        let plugin = (s1.execute_nanos - s0.execute_nanos) as f64 / 1e6 / steps as f64;
+        let host = (s1.idle_nanos - s0.idle_nanos) as f64 / 1e6 / steps as f64;
         if wall < best.0 {
-            best = (wall, plugin, wall - plugin);
+            best = (wall, wall - host, host);
         }
     }
     (best.1, best.2)

@@ -177,6 +177,69 @@ fn decode_steps_after_the_first_compile_nothing() {
     assert!(close(&cache_l, &ec.to_vec::<f32>().expect("cache"), 1e-5));
 }
 
+/// `dispatch` hands a step's graph to the device and returns: the next step is recorded from
+/// the results of one still being computed (a decode loop running ahead of its reads), the
+/// values are the eager ones, and the device's waits for the host are counted.
+#[test]
+fn dispatched_steps_run_ahead_of_their_reads() {
+    let _g = serial();
+    common::setup(VAR);
+    let d = device(2);
+    let w = f32s(64, 5);
+    let x0 = f32s(8, 6);
+    let mut lc = Tensor::zeros(&[1, 16, 8], DType::F32, &d).expect("cache");
+    let mut lx = Tensor::from_slice(&x0, &[1, 8], &d).expect("x");
+    let lw = Tensor::from_slice(&w, &[8, 8], &d).expect("w");
+    let mut ec = Tensor::zeros(&[1, 16, 8], DType::F32, &Device::Cpu).expect("cache");
+    let mut ex = Tensor::from_slice(&x0, &[1, 8], &Device::Cpu).expect("x");
+    let ew = Tensor::from_slice(&w, &[8, 8], &Device::Cpu).expect("w");
+    let before = lazy::stats();
+    let mut outputs = Vec::new();
+    for t in 0..6 {
+        let pos = [0i64, t, 0];
+        let (c, x) = step(
+            &lc,
+            &lx,
+            &Tensor::from_slice(&pos, &[3], &d).expect("pos"),
+            &lw,
+        )
+        .expect("lazy step");
+        x.dispatch().expect("dispatch");
+        assert!(
+            !x.is_pending() && !c.is_pending(),
+            "step {t} was not dispatched"
+        );
+        let (c2, x2) = step(
+            &ec,
+            &ex,
+            &Tensor::from_slice(&pos, &[3], &Device::Cpu).expect("pos"),
+            &ew,
+        )
+        .expect("eager step");
+        outputs.push((x.clone(), x2.clone()));
+        (lc, lx, ec, ex) = (c, x, c2, x2);
+    }
+    let after = lazy::stats();
+    assert_eq!(after.dispatched - before.dispatched, 6);
+    assert_eq!(after.executions - before.executions, 6);
+    // Read only now, in order: every step's value is the eager one.
+    for (t, (l, e)) in outputs.iter().enumerate() {
+        let got = l.to_vec::<f32>().expect("read");
+        assert!(
+            close(&got, &e.to_vec::<f32>().expect("eager"), 1e-5),
+            "step {t}"
+        );
+    }
+    // The device waits while the host sleeps between two programs, and that wait is counted.
+    let idle = lazy::stats().idle_nanos;
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    lx.add_scalar(1.0)
+        .and_then(|y| y.to_vec::<f32>())
+        .expect("one more program");
+    let waited = lazy::stats().idle_nanos - idle;
+    assert!(waited >= 30_000_000, "idle {waited} ns after a 30 ms sleep");
+}
+
 /// Norms, softmax, rotary embedding and attention are one recorded node each (a decoder
 /// step records a few nodes per layer, not dozens) and agree with the eager backend.
 #[test]

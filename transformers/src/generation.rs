@@ -277,10 +277,28 @@ pub fn generate(
         started,
         prompt_tokens: batch * longest,
     };
-    decode_loop(decoding, logits, sampler, on_token, |next, step| {
+    // Feeding the device's own picks lets step N+1 be recorded while step N runs, unless
+    // the model may have to rerun the whole sequence (which needs every token on the host).
+    let ahead = base.recompute_cache_at().is_none();
+    decode_loop(decoding, logits, sampler, ahead, on_token, |next, step| {
         let p: Vec<i64> = prompts.iter().map(|p| (p.len() + step) as i64).collect();
-        history.push(next, &p);
-        decode_step(model, &mut cache, &history)
+        match next {
+            Feed::Host(next) => {
+                history.push(next, &p);
+                decode_step(model, &mut cache, &history)
+            }
+            Feed::Device(ids) => {
+                let input = ids.reshape_to(&[batch, 1])?.to_device(&device)?;
+                let positions = Tensor::from_vec(p, &[batch, 1], &device)?;
+                let args = ForwardArgs {
+                    input_ids: &input,
+                    position_ids: &positions,
+                    attention_mask: None,
+                    output_hidden_states: false,
+                };
+                Ok(model.forward(args, &mut cache, LogitsFor::Last)?.0)
+            }
+        }
     })
 }
 
@@ -381,8 +399,11 @@ pub fn generate_seq2seq(
     let hidden = encoded.last_hidden_state;
     let mut cache = model.new_cache(batch, capacity)?;
     // Every row's decoder input has the same length, so no decoder padding is needed.
-    let mut step = |tokens: &[i64], position: usize| -> Result<Tensor> {
-        let ids = Tensor::from_vec(tokens.to_vec(), &[batch, 1], &host)?;
+    let mut step = |tokens: Feed<'_>, position: usize| -> Result<Tensor> {
+        let ids = match tokens {
+            Feed::Host(t) => Tensor::from_vec(t.to_vec(), &[batch, 1], &host)?,
+            Feed::Device(t) => t.reshape_to(&[batch, 1])?.to_device(&host)?,
+        };
         let pos = Tensor::from_vec(vec![position as i64; batch], &[batch, 1], &host)?;
         let args = ForwardArgs {
             input_ids: &ids,
@@ -393,7 +414,7 @@ pub fn generate_seq2seq(
         model.decode(args, &hidden, Some(&mask), &mut cache, LogitsFor::Last)
     };
     let context = vec![vec![decoder_start_token_id]; batch];
-    let logits = step(&vec![decoder_start_token_id as i64; batch], 0)?;
+    let logits = step(Feed::Host(&vec![decoder_start_token_id as i64; batch]), 0)?;
     let sampler = if compiled {
         Some(DeviceSampler::new(
             opts,
@@ -416,7 +437,7 @@ pub fn generate_seq2seq(
         started,
         prompt_tokens: batch * longest,
     };
-    decode_loop(decoding, logits, sampler, on_token, |next, i| {
+    decode_loop(decoding, logits, sampler, true, on_token, |next, i| {
         step(next, i + 1)
     })
 }
@@ -438,15 +459,33 @@ struct Decoding<'a> {
     prompt_tokens: usize,
 }
 
+/// The tokens a decode step feeds, one per row.
+enum Feed<'a> {
+    /// Read back to the host (pads for finished rows).
+    Host(&'a [i64]),
+    /// The `[batch]` ids the device sampler picked, still on the device.
+    Device(&'a Tensor),
+}
+
 /// Picks a token per row from `logits` (the prompt's last), streams it, stops rows on eos
 /// or a stop string, and asks `next_logits(tokens, step)` for the logits after feeding
-/// `tokens` (one per row; pads for finished rows) as generated token `step`.
+/// `tokens` as generated token `step`.
+///
+/// With a device sampler and `ahead`, the loop runs one step ahead of the host, as a
+/// compiled decode loop should: it records step N+1 from the device's picks of step N and
+/// dispatches it before reading those picks back, so the device never waits for the host's
+/// recording. Finished rows then keep feeding their own picks instead of pads (their
+/// outputs are cut at the stop either way; no row reads another's), and a stop before
+/// `max_new_tokens` leaves one step computed for nothing. Sampled batches of several rows
+/// stay in lockstep instead: a row that stops draws no more numbers from the seeded stream,
+/// which the step ahead would already have drawn.
 fn decode_loop(
     d: Decoding<'_>,
     mut logits: Tensor,
     mut sampler: Option<DeviceSampler>,
+    ahead: bool,
     mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
-    mut next_logits: impl FnMut(&[i64], usize) -> Result<Tensor>,
+    mut next_logits: impl FnMut(Feed<'_>, usize) -> Result<Tensor>,
 ) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
     let Decoding {
         opts,
@@ -473,25 +512,54 @@ fn decode_loop(
     };
     let mut decode_started = None;
     let mut cancelled = false;
+    let ahead = ahead && sampler.is_some() && (!opts.do_sample || batch == 1);
+    // One number per row still generating, when sampling, from the seeded stream.
+    let uniforms = |rng: &mut Generator, done: &[Option<StopReason>]| -> Vec<f64> {
+        done.iter()
+            .map(|d| {
+                if opts.do_sample && d.is_none() {
+                    rng.next_f64()
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    };
+    // Running ahead: the device picks of the current step, dispatched.
+    let mut queued: Option<Tensor> = None;
+    if let (true, Some(sampler)) = (ahead, &mut sampler) {
+        let ids = sampler.pick(&logits, 0, &uniforms(&mut rng, &done))?;
+        sampler.observe(&ids)?;
+        ids.dispatch()?;
+        queued = Some(ids);
+    }
     for step in 0..opts.max_new_tokens {
-        let picked: Vec<u32> = match &mut sampler {
-            Some(sampler) => {
+        let picked: Vec<u32> = match (&mut sampler, queued.take()) {
+            (Some(sampler), Some(ids)) => {
+                // Step N+1 is recorded from these ids and queued behind step N before the
+                // host waits for N's.
+                if step + 1 < opts.max_new_tokens {
+                    // The logits go before the dispatch: only the ids are the program's.
+                    let next = sampler.pick(
+                        &next_logits(Feed::Device(&ids), step)?,
+                        step + 1,
+                        &uniforms(&mut rng, &done),
+                    )?;
+                    sampler.observe(&next)?;
+                    next.dispatch()?;
+                    queued = Some(next);
+                }
+                let host = ids.to_vec::<i64>()?;
+                host.into_iter().map(|t| t as u32).collect()
+            }
+            (Some(sampler), None) => {
                 // The step's program ends in the sampler: only token ids come back.
-                let uniforms: Vec<f64> = (0..batch)
-                    .map(|b| {
-                        if opts.do_sample && done[b].is_none() {
-                            rng.next_f64()
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let ids = sampler.pick(&logits, step, &uniforms)?;
+                let ids = sampler.pick(&logits, step, &uniforms(&mut rng, &done))?;
                 let host = ids.to_vec::<i64>()?;
                 sampler.observe(&ids)?;
                 host.into_iter().map(|t| t as u32).collect()
             }
-            None => {
+            (None, _) => {
                 let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
                 if rows.len() != batch * vocab {
                     return Err(Error::Generation(format!(
@@ -547,11 +615,14 @@ fn decode_loop(
         if cancelled || done.iter().all(Option::is_some) || step + 1 == opts.max_new_tokens {
             break;
         }
+        stats.decode_steps += 1;
+        if queued.is_some() {
+            continue;
+        }
         // Finished rows keep receiving pad tokens so the batch stays rectangular, as in
         // transformers.
         let next: Vec<i64> = next.iter().map(|&t| t as i64).collect();
-        logits = next_logits(&next, step)?;
-        stats.decode_steps += 1;
+        logits = next_logits(Feed::Host(&next), step)?;
     }
     if let Some(t) = decode_started {
         stats.decode_seconds = t.elapsed().as_secs_f64();

@@ -156,6 +156,62 @@ fn sampling_on_the_device_picks_what_the_host_picks() {
     }
 }
 
+/// A compiled decode loop records step N+1 from the device's picks and dispatches it before
+/// reading step N's: a row that stops early (eos) ends exactly where the host's does while the
+/// other runs on, a single sampled row draws what the host draws, and a split model (whose
+/// picks cross devices) decodes the same.
+#[test]
+fn running_a_step_ahead_picks_what_the_host_picks() {
+    setup();
+    let cpu = load("mistral-swa-f32", DeviceMap::Cpu);
+    let dev = load("mistral-swa-f32", pjrt(&[2]));
+    let split = load("mistral-swa-f32", pjrt(&[0, 1, 2, 3]));
+    let prompts = [vec![5, 6, 7, 8], vec![9, 10]];
+    let free = GenerationOptions::greedy(12);
+    let (plain, _) = cpu.generate_ids(&prompts, &free, |_| true).unwrap();
+    // A token of row 0 that neither row produced before: row 0 stops there, row 1 runs on.
+    let (r0, r1) = (&plain[0].token_ids, &plain[1].token_ids);
+    let at = (2..r0.len())
+        .find(|&i| !r0[..i].contains(&r0[i]) && !r1[..=i].contains(&r0[i]))
+        .expect("the fixture's rows share no late token");
+    let eos = r0[at];
+    let stopping = GenerationOptions {
+        eos_token_ids: Some(vec![eos]),
+        ..free.clone()
+    };
+    let sampled = GenerationOptions {
+        do_sample: true,
+        temperature: 0.9,
+        top_p: Some(0.95),
+        seed: 3,
+        ..free.clone()
+    };
+    let cases = [
+        (&prompts[..], &free),
+        (&prompts[..], &stopping),
+        (&prompts[..1], &sampled),
+    ];
+    for (prompts, opts) in cases {
+        let (want, _) = cpu.generate_ids(prompts, opts, |_| true).unwrap();
+        for model in [&dev, &split] {
+            let before = lazy::stats().dispatched;
+            let (got, stats) = model.generate_ids(prompts, opts, |_| true).unwrap();
+            for (a, b) in want.iter().zip(&got) {
+                assert_eq!(a.token_ids, b.token_ids, "{opts:?}");
+                assert_eq!(a.stop_reason, b.stop_reason, "{opts:?}");
+            }
+            // Every token came from a dispatched step (the others' tests run beside this
+            // one, so the counter only bounds it from below).
+            let steps = got.iter().map(|o| o.token_ids.len()).max().unwrap();
+            assert!(lazy::stats().dispatched - before >= steps as u64);
+            assert_eq!(stats.decode_steps + 1, steps);
+        }
+    }
+    let (stopped, _) = cpu.generate_ids(&prompts, &stopping, |_| true).unwrap();
+    assert_eq!(stopped[0].token_ids.len(), at + 1);
+    assert!(stopped[1].token_ids.len() > at + 1);
+}
+
 #[test]
 fn a_plan_file_loads_as_an_explicit_map_on_its_devices() {
     setup();

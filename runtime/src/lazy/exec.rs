@@ -76,9 +76,15 @@ pub struct LazyStats {
     /// Leaf buffers donated to an output of the graph that read them last (a KV cache
     /// updated in place) and consumed by the plugin.
     pub donated_buffers: u64,
+    /// Nanoseconds a device sat without a program between one finishing and the host
+    /// dispatching the next: the host's share of a loop of programs (a decode loop's
+    /// recording, tracing and token reads), measured from the plugin's completion callbacks.
+    pub idle_nanos: u64,
+    /// Graphs dispatched without waiting for them ([`Tensor::dispatch`](crate::Tensor::dispatch)).
+    pub dispatched: u64,
 }
 
-static STATS: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
+static STATS: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
 
 pub(super) fn bump(i: usize, v: u64) {
     STATS[i].fetch_add(v, Ordering::Relaxed);
@@ -99,6 +105,8 @@ pub(crate) fn stats() -> LazyStats {
         transfer_nanos: g(9),
         traced_nodes: g(10),
         donated_buffers: g(11),
+        idle_nanos: g(12),
+        dispatched: g(13),
     }
 }
 
@@ -148,6 +156,19 @@ fn device_lock(d: PjrtDevice) -> Arc<Mutex<()>> {
 }
 
 pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
+    materialize_then(roots, op, Wait::Yes)
+}
+
+/// Whether materialising waits for the programs it dispatches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Until they finish; their errors are this call's.
+    Yes,
+    /// Not at all: reads of their outputs wait, and fail with the program's error.
+    No,
+}
+
+pub(crate) fn materialize_then(roots: &[Arc<Node>], op: &'static str, wait: Wait) -> Result<()> {
     let mut devices: Vec<PjrtDevice> = Vec::new();
     for r in roots {
         if !r.is_ready() && !devices.contains(&r.device) {
@@ -183,13 +204,13 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
         // Every live pending tensor of the device the registry knows of is in this graph,
         // so leaves only it can read may be donated (`trace` counts references for the
         // nodes other threads are recording meanwhile).
-        let mut r = run(&outs, &running, op, true, &mut held);
+        let mut r = run(&outs, &running, op, true, wait, &mut held);
         if r.is_err() {
             if outs.len() > asked && asked > 0 {
                 // Another live tensor may be what fails (one too large for the device,
                 // say): what was asked for must not fail because of it, so run that alone,
                 // donating nothing (the live tensors left out may still read any leaf).
-                r = run(&outs[..asked], &running, op, false, &mut held);
+                r = run(&outs[..asked], &running, op, false, wait, &mut held);
             }
             // What the failed graph left pending joins the next one again.
             super::registry::restore(&outs);
@@ -203,11 +224,91 @@ pub(crate) fn materialize(roots: &[Arc<Node>], op: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// What each device is running, as the plugin's completion callbacks report it: how long
+/// the device waited for the host between programs. (A program dispatched without waiting
+/// reports its error through its outputs: every read of them fails with it.)
+#[derive(Default)]
+struct Timeline {
+    state: Mutex<TimelineState>,
+}
+
+#[derive(Default)]
+struct TimelineState {
+    /// Programs dispatched whose completion has not been reported yet.
+    running: usize,
+    /// When the last of them finished.
+    done_at: Option<Instant>,
+    /// The completion events of programs nobody waited for (destroyed once ready).
+    unwaited: Vec<pjrt::Event>,
+}
+
+static TIMELINES: Mutex<Option<HashMap<PjrtDevice, Arc<Timeline>>>> = Mutex::new(None);
+
+fn timeline(d: PjrtDevice) -> Arc<Timeline> {
+    lock(&TIMELINES)
+        .get_or_insert_with(HashMap::new)
+        .entry(d)
+        .or_default()
+        .clone()
+}
+
+impl Timeline {
+    /// The dispatch instant of a program; counts the device's wait for it.
+    fn dispatching(&self) -> Instant {
+        let mut s = lock(&self.state);
+        let now = Instant::now();
+        if s.running == 0 {
+            if let Some(done) = s.done_at {
+                bump(12, now.saturating_duration_since(done).as_nanos() as u64);
+            }
+        }
+        s.running += 1;
+        now
+    }
+
+    fn dispatch_failed(&self) {
+        let mut s = lock(&self.state);
+        s.running = s.running.saturating_sub(1);
+    }
+
+    /// Asks the plugin to report when `events` (one program's) are ready.
+    fn watch(self: &Arc<Self>, events: &[pjrt::Event]) {
+        let left = Arc::new(AtomicU64::new(events.len() as u64));
+        let mut unwatched = events.is_empty();
+        for e in events {
+            let (me, left) = (self.clone(), left.clone());
+            let ready = Box::new(move |_: pjrt::Result<()>| {
+                let mut s = lock(&me.state);
+                if left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    s.running = s.running.saturating_sub(1);
+                    s.done_at = Some(Instant::now());
+                }
+            });
+            unwatched |= e.on_ready(ready).is_err();
+        }
+        if unwatched {
+            // No report will come (no events, or a plugin without callbacks): the device's
+            // idle time is unknown from here on.
+            let mut s = lock(&self.state);
+            s.running = s.running.saturating_sub(1);
+            s.done_at = None;
+        }
+    }
+
+    /// Keeps the events of a program nobody waits for; drops those of finished ones.
+    fn keep(&self, events: Vec<pjrt::Event>) {
+        let mut s = lock(&self.state);
+        s.unwaited.retain(|e| !e.is_ready().unwrap_or(true));
+        s.unwaited.extend(events);
+    }
+}
+
 fn run(
     outs: &[Arc<Node>],
     running: &Running<'_>,
     op: &'static str,
     donate: bool,
+    wait: Wait,
     held: &mut Vec<Arc<Node>>,
 ) -> Result<()> {
     let d = running.device;
@@ -229,7 +330,8 @@ fn run(
         }
     };
     let args: Vec<&Buffer> = t.param_bufs.iter().map(|b| &***b).collect();
-    let start = Instant::now();
+    let timeline = timeline(d);
+    let start = timeline.dispatching();
     let dispatched = exe.execute_async(&[&args], &ExecuteOptions::new());
     // From here until the wait, zoo's bookkeeping overlaps the running program.
     let dispatched_at = Instant::now();
@@ -240,11 +342,13 @@ fn run(
     } = match dispatched {
         Ok(e) => e,
         Err(e) => {
+            timeline.dispatch_failed();
             bump(7, start.elapsed().as_nanos() as u64);
             bump(0, 1);
             return Err(pjrt_err(op, d, e));
         }
     };
+    timeline.watch(&events);
     let bufs = lists.pop().unwrap_or_default();
     if bufs.len() != t.outputs.len() {
         for e in &events {
@@ -284,6 +388,15 @@ fn run(
     drop(std::mem::take(held));
     let mut released = Vec::new();
     super::graph::recycle(history, &mut released);
+    if wait == Wait::No {
+        bump(0, 1);
+        bump(13, 1);
+        timeline.keep(events);
+        if !released.is_empty() {
+            reap(Box::new(released));
+        }
+        return Ok(());
+    }
     let bookkeeping = dispatched_at.elapsed();
     // Time spent here counts as the plugin's only while the program was still running
     // (it overlapped): when it is done already, all of it was zoo's.

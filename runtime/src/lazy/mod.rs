@@ -336,6 +336,27 @@ impl Tensor {
         exec::materialize(&nodes, "sync")
     }
 
+    /// Starts computing this tensor if it is a pending PJRT value, without waiting for the
+    /// device (see [`Tensor::dispatch_all`]).
+    pub fn dispatch(&self) -> Result<()> {
+        Tensor::dispatch_all(&[self])
+    }
+
+    /// [`Tensor::sync_all`] without the wait: the graph is traced, compiled or found, and
+    /// handed to the device, and the call returns while the device computes. The host can
+    /// record the next graph meanwhile (a decode loop records step N+1 while step N runs);
+    /// reads of the results wait for them, and fail with the program's error if it failed.
+    pub fn dispatch_all(tensors: &[&Tensor]) -> Result<()> {
+        let nodes: Vec<Arc<Node>> = tensors
+            .iter()
+            .filter_map(|t| t.lazy().map(|l| l.node.clone()))
+            .collect();
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        exec::materialize_then(&nodes, "dispatch", exec::Wait::No)
+    }
+
     /// Whether this is a PJRT tensor whose value is not computed yet.
     pub fn is_pending(&self) -> bool {
         self.lazy().is_some_and(|l| !l.node.is_ready())

@@ -220,6 +220,41 @@ impl Event {
     }
 }
 
+impl Event {
+    /// Calls `f` once the event is ready, with the error of the work it tracks, if any, on a
+    /// thread of the plugin (or on this one when the event is ready already). `f` must not
+    /// block: the plugin's thread runs it.
+    pub fn on_ready(&self, f: Box<dyn FnOnce(Result<()>) + Send>) -> Result<()> {
+        struct Ready {
+            client: Arc<ClientInner>,
+            f: Box<dyn FnOnce(Result<()>) + Send>,
+        }
+        unsafe extern "C" fn ready(error: *mut ffi::PJRT_Error, arg: *mut c_void) {
+            // SAFETY: `arg` is the box `on_ready` leaked for this one call.
+            let ready = unsafe { Box::from_raw(arg.cast::<Ready>()) };
+            let result = ready.client.api().take_error(error, "PJRT_Event_OnReady");
+            // A panic must not unwind into the plugin.
+            let _ =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (ready.f)(result)));
+        }
+        let arg = Box::into_raw(Box::new(Ready {
+            client: self.client.clone(),
+            f,
+        }));
+        let mut args = ffi::PJRT_Event_OnReady_Args::new();
+        args.event = self.raw;
+        args.callback = Some(ready);
+        args.user_arg = arg.cast();
+        let r = pjrt_call!(self.client.api(), PJRT_Event_OnReady, &mut args);
+        if r.is_err() {
+            // Not registered: the callback will never run, so the box is still ours.
+            // SAFETY: `arg` came from `Box::into_raw` above and was not handed over.
+            drop(unsafe { Box::from_raw(arg) });
+        }
+        r
+    }
+}
+
 impl Drop for Event {
     fn drop(&mut self) {
         let mut args = ffi::PJRT_Event_Destroy_Args::new();

@@ -227,6 +227,20 @@ pub struct PJRT_Event_Await_Args {
 }
 args!(PJRT_Event_Await_Args, event: *mut PJRT_Event);
 
+/// `void (*)(PJRT_Error* error, void* user_arg)`: called once when the event is ready; the
+/// callee owns `error` (null on success).
+pub type PJRT_Event_OnReadyCallback = Option<unsafe extern "C" fn(*mut PJRT_Error, *mut c_void)>;
+
+#[repr(C)]
+pub struct PJRT_Event_OnReady_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub event: *mut PJRT_Event,
+    pub callback: PJRT_Event_OnReadyCallback,
+    pub user_arg: *mut c_void,
+}
+args!(PJRT_Event_OnReady_Args, user_arg: *mut c_void);
+
 #[repr(C)]
 pub struct PJRT_Client_Create_Args {
     pub struct_size: usize,
@@ -698,7 +712,7 @@ pub struct PJRT_Api {
     pub PJRT_Event_IsReady: Fn<PJRT_Event_IsReady_Args>,
     pub PJRT_Event_Error: Fn<PJRT_Event_Error_Args>,
     pub PJRT_Event_Await: Fn<PJRT_Event_Await_Args>,
-    pub PJRT_Event_OnReady: RawFn,
+    pub PJRT_Event_OnReady: Fn<PJRT_Event_OnReady_Args>,
     pub PJRT_Client_Create: Fn<PJRT_Client_Create_Args>,
     pub PJRT_Client_Destroy: Fn<PJRT_Client_Destroy_Args>,
     pub PJRT_Client_PlatformName: Fn<PJRT_Client_PlatformName_Args>,
