@@ -209,6 +209,8 @@ fn dispatched_steps_run_ahead_of_their_reads() {
             !x.is_pending() && !c.is_pending(),
             "step {t} was not dispatched"
         );
+        // Waiting for the step before keeps one step queued (the diffusion loop's pattern).
+        lx.block_until_ready().expect("the step before");
         let (c2, x2) = step(
             &ec,
             &ex,

@@ -603,9 +603,11 @@ pub fn load_image(path: &Path) -> Result<Tensor> {
     Ok(Tensor::from_vec(chw, &[1, 3, h, w], &Device::Cpu)?)
 }
 
-/// One scheduler step from the model's prediction, with the noise the step draws (if any),
-/// computed before the next: on PJRT each step is then one compiled program, the same from
-/// step to step (the timestep and the coefficients are inputs).
+/// One scheduler step from the model's prediction, with the noise the step draws (if any).
+/// On PJRT each step is one compiled program, the same from step to step (the timestep and
+/// the coefficients are inputs), handed to the device without waiting: the host records the
+/// next step while this one runs, and waits only for the step before (`sample`), so one step
+/// at most is queued and the progress bar counts finished steps.
 pub(crate) fn scheduler_step(
     scheduler: &mut dyn crate::Scheduler,
     pred: &Tensor,
@@ -619,6 +621,7 @@ pub(crate) fn scheduler_step(
         None
     };
     let next = scheduler.step(pred, step, sample, drawn.as_ref())?;
-    next.sync()?;
+    next.dispatch()?;
+    sample.block_until_ready()?;
     Ok(next)
 }

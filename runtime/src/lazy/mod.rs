@@ -357,6 +357,20 @@ impl Tensor {
         exec::materialize_then(&nodes, "dispatch", exec::Wait::No)
     }
 
+    /// Waits until this tensor's value exists on its device: computes it if pending, then
+    /// waits for the program that writes it (a [`Tensor::dispatch`]ed one may still run).
+    /// Returns that program's error, if it failed. A no-op for eager tensors.
+    pub fn block_until_ready(&self) -> Result<()> {
+        let Some(l) = self.lazy() else {
+            return Ok(());
+        };
+        let op = "block_until_ready";
+        let buf = transfer::ready_buffer(&l.node, op)?;
+        buf.ready_event()
+            .and_then(|e| e.wait())
+            .map_err(|e| plugins::pjrt_err(op, l.node.device, e))
+    }
+
     /// Whether this is a PJRT tensor whose value is not computed yet.
     pub fn is_pending(&self) -> bool {
         self.lazy().is_some_and(|l| !l.node.is_ready())
