@@ -1,6 +1,7 @@
 //! The same Tensor code on the XLA CPU plugin through PJRT: ops record a graph, reading a
 //! value compiles it to StableHLO once and runs it; the next call with other values but the
-//! same shapes is a cache hit.
+//! same shapes is a cache hit. A loop of steps can run ahead of its reads: `dispatch` hands a
+//! step to the device and returns, so the host records the next step while it runs.
 //!
 //! Run (the plugin comes from `pip install xla-cpu-pjrt`, found by discovery, or name it):
 //! `ZOO_PJRT_CPU_PLUGIN=/path/to/xla_cpu_pjrt.so cargo run -p zoo-examples --example pjrt_tensor`
@@ -62,6 +63,27 @@ fn main() -> anyhow::Result<()> {
             .fold(0f32, f32::max);
         println!("  max |pjrt - eager| = {diff:.2e}");
     }
+
+    // A loop whose step N+1 starts from step N's result: dispatch each step and wait only for
+    // the one before, so the device never waits for the host's recording.
+    let mut state = Tensor::from_vec(vec![0.1f32; 32], &[1, 4, 8], &dev)?;
+    // The first step compiles (the device idles meanwhile); the rest reuse its program.
+    state = attention_block(&state, &w)?;
+    state.block_until_ready()?;
+    let before = lazy::stats();
+    for _ in 0..8 {
+        let next = attention_block(&state, &w)?;
+        next.dispatch()?;
+        state.block_until_ready()?;
+        state = next;
+    }
+    let after = lazy::stats();
+    println!(
+        "8 steps run ahead: {} dispatched, the device idle {:.3} ms between them; last {:?}",
+        after.dispatched - before.dispatched,
+        (after.idle_nanos - before.idle_nanos) as f64 / 1e6,
+        &state.to_vec::<f32>()?[..4]
+    );
 
     // Tensors move between the plugin's devices (ZOO_PJRT_CPU_DEVICES, default 4).
     let n = lazy::device_count(PjrtPlatform::Cpu)?;
