@@ -114,35 +114,40 @@ fn step(
     Ok((cache, next))
 }
 
+/// The toy decoder on `d`: an empty cache, the first state and the weight (seeded: the same
+/// values on every device).
+struct Toy {
+    cache: Tensor,
+    x: Tensor,
+    w: Tensor,
+}
+
+impl Toy {
+    fn new(d: &Device, seed: u64) -> Toy {
+        Toy {
+            cache: Tensor::zeros(&[1, 16, 8], DType::F32, d).expect("cache"),
+            x: Tensor::from_slice(&f32s(8, seed + 1), &[1, 8], d).expect("x"),
+            w: Tensor::from_slice(&f32s(64, seed), &[8, 8], d).expect("w"),
+        }
+    }
+
+    /// Step `t` (writing cache slot `t`): the new cache and state, not yet taken in.
+    fn step(&self, t: i64) -> (Tensor, Tensor) {
+        let pos = Tensor::from_slice(&[0i64, t, 0], &[3], &self.cache.device()).expect("pos");
+        step(&self.cache, &self.x, &pos, &self.w).expect("step")
+    }
+}
+
 #[test]
 fn decode_steps_after_the_first_compile_nothing() {
     let _g = serial();
     common::setup(VAR);
-    let d = device(1);
-    let w = f32s(64, 3);
-    let x0 = f32s(8, 4);
-    let (mut lc, mut lx) = (
-        Tensor::zeros(&[1, 16, 8], DType::F32, &d).expect("cache"),
-        Tensor::from_slice(&x0, &[1, 8], &d).expect("x"),
-    );
-    let lw = Tensor::from_slice(&w, &[8, 8], &d).expect("w");
-    let (mut ec, mut ex) = (
-        Tensor::zeros(&[1, 16, 8], DType::F32, &Device::Cpu).expect("cache"),
-        Tensor::from_slice(&x0, &[1, 8], &Device::Cpu).expect("x"),
-    );
-    let ew = Tensor::from_slice(&w, &[8, 8], &Device::Cpu).expect("w");
-    lc.sync().expect("the initial cache");
+    let (mut lazy_toy, mut eager) = (Toy::new(&device(1), 3), Toy::new(&Device::Cpu, 3));
+    lazy_toy.cache.sync().expect("the initial cache");
     let mut compiles_after_first = 0;
     for t in 0..6 {
-        let pos = [0i64, t, 0];
         let before = lazy::stats();
-        let (c, x) = step(
-            &lc,
-            &lx,
-            &Tensor::from_slice(&pos, &[3], &d).expect("pos"),
-            &lw,
-        )
-        .expect("lazy step");
+        let (c, x) = lazy_toy.step(t);
         let got = x.to_vec::<f32>().expect("read");
         let after = lazy::stats();
         // The cache written this step was live, so it ran in the same graph.
@@ -159,22 +164,20 @@ fn decode_steps_after_the_first_compile_nothing() {
             compiles_after_first += after.compiles - before.compiles;
             assert!(after.memory_hits > before.memory_hits);
         }
-        let (c2, x2) = step(
-            &ec,
-            &ex,
-            &Tensor::from_slice(&pos, &[3], &Device::Cpu).expect("pos"),
-            &ew,
-        )
-        .expect("eager step");
+        let (c2, x2) = eager.step(t);
         assert!(
             close(&got, &x2.to_vec::<f32>().expect("eager"), 1e-5),
             "step {t}"
         );
-        (lc, lx, ec, ex) = (c, x, c2, x2);
+        (lazy_toy.cache, lazy_toy.x, eager.cache, eager.x) = (c, x, c2, x2);
     }
     assert_eq!(compiles_after_first, 0, "steps 2..6 compiled");
-    let cache_l = lc.to_vec::<f32>().expect("cache");
-    assert!(close(&cache_l, &ec.to_vec::<f32>().expect("cache"), 1e-5));
+    let cache_l = lazy_toy.cache.to_vec::<f32>().expect("cache");
+    assert!(close(
+        &cache_l,
+        &eager.cache.to_vec::<f32>().expect("cache"),
+        1e-5
+    ));
 }
 
 /// `dispatch` hands a step's graph to the device and returns: the next step is recorded from
@@ -184,42 +187,21 @@ fn decode_steps_after_the_first_compile_nothing() {
 fn dispatched_steps_run_ahead_of_their_reads() {
     let _g = serial();
     common::setup(VAR);
-    let d = device(2);
-    let w = f32s(64, 5);
-    let x0 = f32s(8, 6);
-    let mut lc = Tensor::zeros(&[1, 16, 8], DType::F32, &d).expect("cache");
-    let mut lx = Tensor::from_slice(&x0, &[1, 8], &d).expect("x");
-    let lw = Tensor::from_slice(&w, &[8, 8], &d).expect("w");
-    let mut ec = Tensor::zeros(&[1, 16, 8], DType::F32, &Device::Cpu).expect("cache");
-    let mut ex = Tensor::from_slice(&x0, &[1, 8], &Device::Cpu).expect("x");
-    let ew = Tensor::from_slice(&w, &[8, 8], &Device::Cpu).expect("w");
+    let (mut lazy_toy, mut eager) = (Toy::new(&device(2), 5), Toy::new(&Device::Cpu, 5));
     let before = lazy::stats();
     let mut outputs = Vec::new();
     for t in 0..6 {
-        let pos = [0i64, t, 0];
-        let (c, x) = step(
-            &lc,
-            &lx,
-            &Tensor::from_slice(&pos, &[3], &d).expect("pos"),
-            &lw,
-        )
-        .expect("lazy step");
+        let (c, x) = lazy_toy.step(t);
         x.dispatch().expect("dispatch");
         assert!(
             !x.is_pending() && !c.is_pending(),
             "step {t} was not dispatched"
         );
         // Waiting for the step before keeps one step queued (the diffusion loop's pattern).
-        lx.block_until_ready().expect("the step before");
-        let (c2, x2) = step(
-            &ec,
-            &ex,
-            &Tensor::from_slice(&pos, &[3], &Device::Cpu).expect("pos"),
-            &ew,
-        )
-        .expect("eager step");
+        lazy_toy.x.block_until_ready().expect("the step before");
+        let (c2, x2) = eager.step(t);
         outputs.push((x.clone(), x2.clone()));
-        (lc, lx, ec, ex) = (c, x, c2, x2);
+        (lazy_toy.cache, lazy_toy.x, eager.cache, eager.x) = (c, x, c2, x2);
     }
     let after = lazy::stats();
     assert_eq!(after.dispatched - before.dispatched, 6);
@@ -235,7 +217,9 @@ fn dispatched_steps_run_ahead_of_their_reads() {
     // The device waits while the host sleeps between two programs, and that wait is counted.
     let idle = lazy::stats().idle_nanos;
     std::thread::sleep(std::time::Duration::from_millis(30));
-    lx.add_scalar(1.0)
+    lazy_toy
+        .x
+        .add_scalar(1.0)
         .and_then(|y| y.to_vec::<f32>())
         .expect("one more program");
     let waited = lazy::stats().idle_nanos - idle;

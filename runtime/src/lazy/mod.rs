@@ -316,6 +316,18 @@ pub(crate) fn to_pjrt(t: &LazyTensor, device: PjrtDevice) -> Result<LazyTensor> 
     transfer::copy_to(t, device)
 }
 
+/// The PJRT tensors of `tensors` computed in one graph per device, waiting or not.
+fn materialize_all(tensors: &[&Tensor], op: &'static str, wait: exec::Wait) -> Result<()> {
+    let nodes: Vec<Arc<Node>> = tensors
+        .iter()
+        .filter_map(|t| t.lazy().map(|l| l.node.clone()))
+        .collect();
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    exec::materialize_then(&nodes, op, wait)
+}
+
 impl Tensor {
     /// Computes this tensor now if it is a pending PJRT value (a no-op for eager tensors and
     /// computed ones); the value then lives on the device. Other live pending tensors of the
@@ -326,14 +338,7 @@ impl Tensor {
 
     /// Computes all of `tensors` in one graph per device (see [`Tensor::sync`]).
     pub fn sync_all(tensors: &[&Tensor]) -> Result<()> {
-        let nodes: Vec<Arc<Node>> = tensors
-            .iter()
-            .filter_map(|t| t.lazy().map(|l| l.node.clone()))
-            .collect();
-        if nodes.is_empty() {
-            return Ok(());
-        }
-        exec::materialize(&nodes, "sync")
+        materialize_all(tensors, "sync", exec::Wait::Yes)
     }
 
     /// Starts computing this tensor if it is a pending PJRT value, without waiting for the
@@ -347,14 +352,7 @@ impl Tensor {
     /// record the next graph meanwhile (a decode loop records step N+1 while step N runs);
     /// reads of the results wait for them, and fail with the program's error if it failed.
     pub fn dispatch_all(tensors: &[&Tensor]) -> Result<()> {
-        let nodes: Vec<Arc<Node>> = tensors
-            .iter()
-            .filter_map(|t| t.lazy().map(|l| l.node.clone()))
-            .collect();
-        if nodes.is_empty() {
-            return Ok(());
-        }
-        exec::materialize_then(&nodes, "dispatch", exec::Wait::No)
+        materialize_all(tensors, "dispatch", exec::Wait::No)
     }
 
     /// Waits until this tensor's value exists on its device: computes it if pending, then
