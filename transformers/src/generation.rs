@@ -437,7 +437,9 @@ pub fn generate_seq2seq(
         started,
         prompt_tokens: batch * longest,
     };
-    decode_loop(decoding, logits, sampler, true, on_token, |next, i| {
+    // T5's decoder reads its ids back to the host (to check them and build its lookups), so
+    // a step recorded ahead would wait for them anyway: this loop stays in lockstep.
+    decode_loop(decoding, logits, sampler, false, on_token, |next, i| {
         step(next, i + 1)
     })
 }
