@@ -194,16 +194,14 @@ fn running_a_step_ahead_picks_what_the_host_picks() {
     for (prompts, opts) in cases {
         let (want, _) = cpu.generate_ids(prompts, opts, |_| true).unwrap();
         for model in [&dev, &split] {
-            let before = lazy::stats().dispatched;
             let (got, stats) = model.generate_ids(prompts, opts, |_| true).unwrap();
             for (a, b) in want.iter().zip(&got) {
                 assert_eq!(a.token_ids, b.token_ids, "{opts:?}");
                 assert_eq!(a.stop_reason, b.stop_reason, "{opts:?}");
             }
-            // Every token came from a dispatched step (the others' tests run beside this
-            // one, so the counter only bounds it from below).
+            // That each step was dispatched is counted in `pjrt_compiles.rs`, a process of
+            // its own (here other tests' graphs may take this one's pending steps along).
             let steps = got.iter().map(|o| o.token_ids.len()).max().unwrap();
-            assert!(lazy::stats().dispatched - before >= steps as u64);
             assert_eq!(stats.decode_steps + 1, steps);
         }
     }

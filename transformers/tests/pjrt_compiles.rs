@@ -1,5 +1,5 @@
-//! What each decode step compiles on the XLA CPU PJRT plugin, in a process of its own: the
-//! lazy backend's compile counter is process-wide, so no other test may run beside it.
+//! What each decode step compiles and dispatches on the XLA CPU PJRT plugin, in a process of
+//! its own: the lazy backend's counters are process-wide, so no other test may run beside it.
 
 use std::path::PathBuf;
 
@@ -43,10 +43,14 @@ fn decode_steps_after_the_first_compile_nothing() {
         compiles[2..].iter().all(|&c| c == compiles[1]),
         "compiles after each token: {compiles:?}"
     );
-    // A second call whose prompt lands in the same bucket compiles nothing at all.
-    let before = lazy::stats().compiles;
+    // A second call whose prompt lands in the same bucket compiles nothing at all, and runs
+    // ahead of its reads: the prefill's pick and each of the 9 steps after it are handed to
+    // the device without waiting.
+    let before = lazy::stats();
     model
         .generate_ids(&[vec![9, 8, 7, 6]], &opts, |_| true)
         .unwrap();
-    assert_eq!(lazy::stats().compiles, before);
+    let after = lazy::stats();
+    assert_eq!(after.compiles, before.compiles);
+    assert_eq!(after.dispatched - before.dispatched, 10);
 }
