@@ -11,7 +11,7 @@
 use super::bf16::Lane;
 #[cfg(target_arch = "x86_64")]
 use super::kernels::has_avx512;
-use super::kernels::{par_units, with_slice, OutPtr, Stored};
+use super::kernels::{par_fill, with_slice, Stored};
 use crate::op::BinaryOp;
 use crate::{DType, Device, Tensor};
 
@@ -58,19 +58,12 @@ pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Option<crate::Resu
         ) -> Option<crate::Result<Tensor>> {
             with_slice(full, |f: &[T]| {
                 with_slice(part, |p: &[T]| {
-                    let mut y: Vec<T> = Vec::with_capacity(n);
-                    let yp = OutPtr(y.as_mut_ptr());
-                    // Units of whole repeats where a repeat is long, so each unit walks its
-                    // rows against the whole of `p`.
-                    let per = (UNIT / m).max(1) * m;
-                    par_units(n.div_ceil(per), |u| {
-                        let (s, e) = (u * per, ((u + 1) * per).min(n));
-                        // SAFETY: AVX-512F was detected; this unit alone writes y[s..e], inside
-                        // its capacity, reading f[s..e] and p (s is a multiple of m).
-                        unsafe { rows(&f[s..e], p, yp.get().add(s), op, part_left) };
+                    // Chunks of whole repeats, so each walks its rows against the whole of `p`.
+                    let y = par_fill(n, (UNIT / m).max(1) * m, |s, e, out| {
+                        // SAFETY: AVX-512F was detected; `out` holds the e - s outputs s..e,
+                        // read from f[s..e] and p (s is a multiple of m).
+                        unsafe { rows(&f[s..e], p, out, op, part_left) }
                     });
-                    // SAFETY: the units wrote all n values.
-                    unsafe { y.set_len(n) };
                     Tensor::from_vec(y, full.shape(), &Device::Cpu)
                 })
             })

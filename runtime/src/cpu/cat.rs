@@ -5,7 +5,7 @@
 //! several times per step: in a FLUX.1-shaped step on two threads those copies were the
 //! largest serial stretch. The result is the same values in the same places.
 
-use super::kernels::{par_units, with_slice, OutPtr, Stored};
+use super::kernels::{par_fill, with_slice, Stored};
 use crate::{DType, Device, Tensor};
 
 /// Output values per parallel unit.
@@ -34,10 +34,8 @@ pub(crate) fn cat(tensors: &[&Tensor], dim: usize) -> Option<crate::Result<Tenso
     ) -> Option<crate::Result<Tensor>> {
         with_all::<T, _>(tensors, &mut Vec::new(), &mut |srcs| {
             let row: usize = inner.iter().sum();
-            let mut y: Vec<T> = Vec::with_capacity(total);
-            let yp = OutPtr(y.as_mut_ptr());
-            par_units(total.div_ceil(UNIT), |u| {
-                let (mut at, end) = (u * UNIT, ((u + 1) * UNIT).min(total));
+            let y = par_fill(total, UNIT, |start, end, out: *mut T| {
+                let mut at = start;
                 while at < end {
                     let (o, mut off) = (at / row, at % row);
                     let mut i = 0;
@@ -47,20 +45,18 @@ pub(crate) fn cat(tensors: &[&Tensor], dim: usize) -> Option<crate::Result<Tenso
                     }
                     let n = (inner[i] - off).min(end - at);
                     // SAFETY: input i holds `outer * inner[i]` values and its row o starts at
-                    // o * inner[i]; this unit alone writes outputs [at, at + n), inside y's
-                    // capacity; the inputs' storage is borrowed for the whole region.
+                    // o * inner[i]; `out` holds this chunk's outputs [start, end), of which
+                    // [at, at + n) lie inside; the inputs' storage is borrowed for the region.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             srcs[i].get().add(o * inner[i] + off),
-                            yp.get().add(at),
+                            out.add(at - start),
                             n,
                         )
                     };
                     at += n;
                 }
             });
-            // SAFETY: the units wrote all `total` values.
-            unsafe { y.set_len(total) };
             Tensor::from_vec(y, shape, &Device::Cpu)
         })
     }

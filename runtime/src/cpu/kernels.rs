@@ -1493,14 +1493,23 @@ pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
     None
 }
 
-/// `n` outputs computed in chunks on the pool: `f(a, e, out)` must write all `e - a` values
-/// of `out`, the outputs `a..e`.
+/// `n` outputs computed in chunks of 16K values on the pool (see [`par_fill`]).
 fn elementwise<T>(n: usize, f: impl Fn(usize, usize, *mut T) + Sync) -> Vec<T> {
+    par_fill(n, 16 * 1024, f)
+}
+
+/// `n` outputs computed on the pool in chunks of `chunk` values (the last shorter): `f(a, e,
+/// out)` must write all `e - a` values of `out`, the outputs `a..e`. No zero-fill first.
+pub(crate) fn par_fill<T>(
+    n: usize,
+    chunk: usize,
+    f: impl Fn(usize, usize, *mut T) + Sync,
+) -> Vec<T> {
+    let chunk = chunk.max(1);
     let mut y: Vec<T> = Vec::with_capacity(n);
     let yp = OutPtr(y.as_mut_ptr());
-    const CHUNK: usize = 16 * 1024;
-    par_units(n.div_ceil(CHUNK), |c| {
-        let (a, e) = (c * CHUNK, (c * CHUNK + CHUNK).min(n));
+    par_units(n.div_ceil(chunk), |c| {
+        let (a, e) = (c * chunk, (c * chunk + chunk).min(n));
         // SAFETY: the chunks are disjoint ranges inside y's capacity.
         f(a, e, unsafe { yp.get().add(a) })
     });

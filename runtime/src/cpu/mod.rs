@@ -5,10 +5,11 @@
 //! composite (`kernels::attention`), `Activation::apply_gated` (`kernels::silu_mul`),
 //! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`),
 //! `Tensor::rms_norm` and `Tensor::layer_norm` (`norm`), `Tensor::cat` (`cat`), arithmetic
-//! with an operand repeated along the other (`binary`), 2-D convolutions (`conv`) and f32/bf16 casts (`bf16::cast`). Each returns `None` when it does
-//! not apply (another dtype, device or layout, or a CPU without the instructions), and the op
-//! then takes the backend's general path, so results never depend on this module. `heap`
-//! keeps glibc from returning each step's freed activations to the system (see there).
+//! with an operand repeated along the other (`binary`), 2-D convolutions (`conv`) and
+//! f32/bf16 casts (`bf16::cast`). Each returns `None` when it does not apply (another dtype,
+//! device or layout, or a CPU without the instructions), and the op then takes the backend's
+//! general path, so results never depend on this module. `heap` keeps glibc from returning
+//! each step's freed activations to the system (see there).
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;

@@ -14,7 +14,7 @@ use half::bf16;
 use super::bf16::Lane;
 #[cfg(target_arch = "x86_64")]
 use super::kernels::has_avx512;
-use super::kernels::{par_units, with_slice, OutPtr, Stored};
+use super::kernels::{par_fill, with_slice, Stored};
 use crate::{DType, Device, Tensor};
 
 /// Which norm.
@@ -49,19 +49,18 @@ pub(crate) fn norm_last(x: &Tensor, norm: Norm, eps: f64) -> Option<crate::Resul
             eps: f64,
         ) -> Option<crate::Result<Tensor>> {
             with_slice(x, |v: &[T]| {
-                let rows = v.len() / n;
-                let per = (UNIT_VALUES / n).max(1);
-                let mut y: Vec<O> = Vec::with_capacity(v.len());
-                let yp = OutPtr(y.as_mut_ptr());
-                par_units(rows.div_ceil(per), |u| {
-                    for r in u * per..((u + 1) * per).min(rows) {
-                        // SAFETY: AVX-512F was detected; row r of v and of y holds n values,
-                        // and no other unit writes this row of y.
-                        unsafe { norm_row(&v[r * n..(r + 1) * n], yp.get().add(r * n), norm, eps) }
-                    }
-                });
-                // SAFETY: the units wrote every row.
-                unsafe { y.set_len(v.len()) };
+                // Chunks of whole rows.
+                let y = par_fill(
+                    v.len(),
+                    (UNIT_VALUES / n).max(1) * n,
+                    |a, e, out: *mut O| {
+                        for (i, row) in v[a..e].chunks_exact(n).enumerate() {
+                            // SAFETY: AVX-512F was detected; `out` holds this chunk's e - a
+                            // outputs, row i of them n values.
+                            unsafe { norm_row(row, out.add(i * n), norm, eps) }
+                        }
+                    },
+                );
                 Tensor::from_vec(y, x.shape(), &Device::Cpu)
             })
         }

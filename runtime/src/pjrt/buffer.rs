@@ -218,9 +218,7 @@ impl Event {
         pjrt_call!(self.client.api(), PJRT_Event_IsReady, &mut args)?;
         Ok(args.is_ready)
     }
-}
 
-impl Event {
     /// Calls `f` once the event is ready, with the error of the work it tracks, if any, on a
     /// thread of the plugin (or on this one when the event is ready already). `f` must not
     /// block: the plugin's thread runs it.
