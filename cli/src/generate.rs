@@ -19,8 +19,10 @@ use zoo_transformers::{AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, 
 /// flan-t5) run too: the prompt goes to the encoder, and the decoder generates from
 /// decoder_start_token_id, as transformers' text2text pipeline does.
 ///
-/// Decoding is greedy unless a sampling option (--temperature, --top-k, --top-p, --min-p) is
-/// given; defaults not given on the command line come from the model's generation_config.json.
+/// Decoding is greedy unless a sampling option (--temperature, --top-k, --top-p, --min-p,
+/// --typical-p, --epsilon-cutoff, --eta-cutoff) is given; defaults not given on the command
+/// line come from the model's generation_config.json (its no_repeat_ngram_size, bad_words_ids
+/// and suppress_tokens included), then transformers' defaults (top-k 50 when sampling).
 /// Generation stops at the model's eos token(s), at a --stop string, or after --max-new-tokens.
 ///
 /// Examples:
@@ -74,7 +76,7 @@ pub struct Args {
     /// Sampling temperature (> 0); turns sampling on.
     #[arg(long)]
     temperature: Option<f64>,
-    /// Sample among the k most likely tokens; turns sampling on.
+    /// Sample among the k most likely tokens (0 keeps all; default 50); turns sampling on.
     #[arg(long)]
     top_k: Option<usize>,
     /// Nucleus sampling mass in (0, 1]; turns sampling on.
@@ -83,9 +85,22 @@ pub struct Args {
     /// Drop tokens below this fraction of the top probability; turns sampling on.
     #[arg(long)]
     min_p: Option<f64>,
+    /// Typical decoding mass in (0, 1]: keep the tokens closest to the expected information;
+    /// turns sampling on.
+    #[arg(long)]
+    typical_p: Option<f64>,
+    /// Drop tokens less likely than this probability, in (0, 1); turns sampling on.
+    #[arg(long)]
+    epsilon_cutoff: Option<f64>,
+    /// Eta sampling cutoff in (0, 1) (scaled down for flat distributions); turns sampling on.
+    #[arg(long)]
+    eta_cutoff: Option<f64>,
     /// Penalise tokens already present (> 1 discourages repeats).
     #[arg(long)]
     repetition_penalty: Option<f64>,
+    /// Never repeat an n-gram of this many tokens (prompt included; 0 = off).
+    #[arg(long)]
+    no_repeat_ngram_size: Option<usize>,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -206,7 +221,10 @@ fn options(args: &Args, mut opts: GenerationOptions) -> GenerationOptions {
     let sampling = args.temperature.is_some()
         || args.top_k.is_some()
         || args.top_p.is_some()
-        || args.min_p.is_some();
+        || args.min_p.is_some()
+        || args.typical_p.is_some()
+        || args.epsilon_cutoff.is_some()
+        || args.eta_cutoff.is_some();
     if sampling {
         opts.do_sample = true;
     }
@@ -216,10 +234,19 @@ fn options(args: &Args, mut opts: GenerationOptions) -> GenerationOptions {
     if let Some(t) = args.temperature {
         opts.temperature = t;
     }
-    opts.top_k = args.top_k.or(opts.top_k);
+    if let Some(k) = args.top_k {
+        // As in transformers, top-k 0 keeps every token.
+        opts.top_k = (k > 0).then_some(k);
+    }
     opts.top_p = args.top_p.or(opts.top_p);
     opts.min_p = args.min_p.or(opts.min_p);
+    opts.typical_p = args.typical_p.or(opts.typical_p);
+    opts.epsilon_cutoff = args.epsilon_cutoff.or(opts.epsilon_cutoff);
+    opts.eta_cutoff = args.eta_cutoff.or(opts.eta_cutoff);
     opts.repetition_penalty = args.repetition_penalty.or(opts.repetition_penalty);
+    if let Some(n) = args.no_repeat_ngram_size {
+        opts.no_repeat_ngram_size = n;
+    }
     opts.seed = args.seed;
     opts.stop_strings = args.stop.iter().map(|s| s.replace("\\n", "\n")).collect();
     opts

@@ -1,4 +1,4 @@
-//! Load a causal LM and stream a greedy continuation of a prompt.
+//! Load a causal LM and stream a greedy continuation of a prompt that repeats no trigram.
 //!
 //! cargo run --release -p zoo-examples --example generate -- MODEL "Once upon a time"
 //!
@@ -19,7 +19,12 @@ fn main() -> Result<()> {
         .unwrap_or_else(|| "Once upon a time".to_string());
 
     let model = AutoModelForCausalLM::load_pretrained(&model_path, DeviceMap::Cpu)?;
-    let opts = GenerationOptions::greedy(64);
+    // Greedy, and no three-token sequence said twice (transformers' `no_repeat_ngram_size`;
+    // `bad_words_ids`, `suppress_tokens` and the sampling cutoffs are fields beside it).
+    let opts = GenerationOptions {
+        no_repeat_ngram_size: 3,
+        ..GenerationOptions::greedy(64)
+    };
 
     print!("{prompt}");
     let (out, stats) = model.generate_stream(&prompt, false, &opts, |piece| {

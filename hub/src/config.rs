@@ -271,6 +271,13 @@ pub struct GenerationConfig {
     pub max_length: Option<usize>,
     pub max_new_tokens: Option<usize>,
     pub min_new_tokens: Option<usize>,
+    pub no_repeat_ngram_size: Option<usize>,
+    pub bad_words_ids: Option<Vec<Vec<u32>>>,
+    pub suppress_tokens: Option<Vec<u32>>,
+    pub begin_suppress_tokens: Option<Vec<u32>>,
+    pub typical_p: Option<f64>,
+    pub epsilon_cutoff: Option<f64>,
+    pub eta_cutoff: Option<f64>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

@@ -1,7 +1,8 @@
 //! Token generation: greedy and sampled decoding over a fixed-capacity KV cache, for a batch
-//! of left-padded prompts, with transformers' logits processors (repetition penalty, min new
-//! tokens, temperature, top-k, top-p, min-p), eos and stop-string stopping, and a callback
-//! that receives each new token.
+//! of left-padded prompts, with transformers' logits processors (repetition penalty, no-repeat
+//! n-grams, bad words, min new tokens, suppressed tokens; then, when sampling, temperature,
+//! top-k, top-p, min-p, typical, epsilon and eta cutoffs), eos and stop-string stopping, and a
+//! callback that receives each new token.
 
 use zoo_runtime::{DType, Generator, Tensor};
 
@@ -21,7 +22,8 @@ pub struct GenerationOptions {
     pub do_sample: bool,
     /// Divides the logits before sampling (> 0).
     pub temperature: f64,
-    /// Keep only the `k` most likely tokens when sampling.
+    /// Keep only the `k` most likely tokens when sampling (transformers' default is 50;
+    /// `None` keeps all).
     pub top_k: Option<usize>,
     /// Keep the smallest set of most likely tokens whose probability reaches `p`, in (0, 1].
     pub top_p: Option<f64>,
@@ -29,6 +31,24 @@ pub struct GenerationOptions {
     pub min_p: Option<f64>,
     /// Divides positive (multiplies negative) logits of tokens already present (> 0; 1 = off).
     pub repetition_penalty: Option<f64>,
+    /// Bans the token that would repeat an n-gram of this size already in the sequence
+    /// (prompt included; 0 = off).
+    pub no_repeat_ngram_size: usize,
+    /// Token sequences never generated: a one-token sequence bans its token (unless it is an
+    /// eos token), a longer one bans its last token right after the rest.
+    pub bad_words_ids: Vec<Vec<u32>>,
+    /// Tokens never generated.
+    pub suppress_tokens: Vec<u32>,
+    /// Tokens not generated as the first new token.
+    pub begin_suppress_tokens: Vec<u32>,
+    /// Typical decoding: keep the tokens whose information is closest to the distribution's
+    /// entropy, up to this probability mass, in (0, 1] (sampling; 1 = off).
+    pub typical_p: Option<f64>,
+    /// Drop tokens less likely than this, in (0, 1) (sampling; the most likely is kept).
+    pub epsilon_cutoff: Option<f64>,
+    /// Eta sampling: drop tokens less likely than `min(eta, sqrt(eta) * exp(-entropy))`, in
+    /// (0, 1) (sampling; the most likely is kept).
+    pub eta_cutoff: Option<f64>,
     /// Seed of the sampler.
     pub seed: u64,
     /// Token ids that end a sequence; `None` takes the model's (generation_config.json, then
@@ -47,10 +67,17 @@ impl Default for GenerationOptions {
             min_new_tokens: 0,
             do_sample: false,
             temperature: 1.0,
-            top_k: None,
+            top_k: Some(50),
             top_p: None,
             min_p: None,
             repetition_penalty: None,
+            no_repeat_ngram_size: 0,
+            bad_words_ids: Vec::new(),
+            suppress_tokens: Vec::new(),
+            begin_suppress_tokens: Vec::new(),
+            typical_p: None,
+            epsilon_cutoff: None,
+            eta_cutoff: None,
             seed: 0,
             eos_token_ids: None,
             stop_strings: Vec::new(),
@@ -67,20 +94,42 @@ impl GenerationOptions {
         }
     }
 
-    /// Starts from a model's `generation_config.json` (its sampling defaults and limits).
+    /// Starts from a model's `generation_config.json` (its sampling defaults and limits),
+    /// with transformers' defaults for what it leaves out (top-k 50; `top_k: 0` turns it off).
     pub fn from_generation_config(g: &zoo_hub::GenerationConfig) -> GenerationOptions {
         let d = GenerationOptions::default();
+        let cutoff = |v: Option<f64>| v.filter(|&e| e > 0.0 && e < 1.0);
         GenerationOptions {
             max_new_tokens: g.max_new_tokens.unwrap_or(d.max_new_tokens),
             min_new_tokens: g.min_new_tokens.unwrap_or(0),
             do_sample: g.do_sample.unwrap_or(false),
             temperature: g.temperature.unwrap_or(1.0),
-            top_k: g.top_k.filter(|&k| k > 0),
+            top_k: g.top_k.map_or(d.top_k, |k| (k > 0).then_some(k)),
             top_p: g.top_p.filter(|&p| p < 1.0),
             min_p: g.min_p,
             repetition_penalty: g.repetition_penalty.filter(|&r| r != 1.0),
+            no_repeat_ngram_size: g.no_repeat_ngram_size.unwrap_or(0),
+            bad_words_ids: g.bad_words_ids.clone().unwrap_or_default(),
+            suppress_tokens: g.suppress_tokens.clone().unwrap_or_default(),
+            begin_suppress_tokens: g.begin_suppress_tokens.clone().unwrap_or_default(),
+            typical_p: g.typical_p.filter(|&p| p < 1.0),
+            epsilon_cutoff: cutoff(g.epsilon_cutoff),
+            eta_cutoff: cutoff(g.eta_cutoff),
             ..d
         }
+    }
+
+    /// Whether a processor that only the host implements is on (the device sampler of a
+    /// compiled model then hands the logits to the host each step).
+    pub(crate) fn needs_host_processors(&self) -> bool {
+        self.no_repeat_ngram_size > 0
+            || !self.bad_words_ids.is_empty()
+            || !self.suppress_tokens.is_empty()
+            || !self.begin_suppress_tokens.is_empty()
+            || (self.do_sample
+                && (self.typical_p.is_some()
+                    || self.epsilon_cutoff.is_some()
+                    || self.eta_cutoff.is_some()))
     }
 
     /// Refuses values transformers refuses.
@@ -120,6 +169,26 @@ impl GenerationOptions {
                     "repetition_penalty must be a positive number, got {r}"
                 ));
             }
+        }
+        if let Some(p) = self.typical_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return bad(format!("typical_p must be in (0, 1], got {p}"));
+            }
+        }
+        for (name, v) in [
+            ("epsilon_cutoff", self.epsilon_cutoff),
+            ("eta_cutoff", self.eta_cutoff),
+        ] {
+            if let Some(e) = v {
+                if !(e > 0.0 && e < 1.0) {
+                    return bad(format!("{name} must be in (0, 1), got {e}"));
+                }
+            }
+        }
+        if let Some(i) = self.bad_words_ids.iter().position(Vec::is_empty) {
+            return bad(format!(
+                "bad_words_ids[{i}] is empty; give each banned sequence at least one token id"
+            ));
         }
         if self.stop_strings.iter().any(String::is_empty) {
             return bad("stop strings must not be empty".into());
@@ -247,7 +316,8 @@ pub fn generate(
     let mut history = DecodeHistory::new(&ids, &pos, &mask, padded, padded - longest);
     let input = Tensor::from_vec(ids, &[batch, padded], &device)?;
     let positions = Tensor::from_vec(pos, &[batch, padded], &device)?;
-    let sampler = if compiled {
+    // Processors only the host has read the logits back each step.
+    let sampler = if compiled && !opts.needs_host_processors() {
         Some(DeviceSampler::new(
             opts,
             prompts,
@@ -327,6 +397,16 @@ fn check_request(
     if let Some(&bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
         return Err(Error::Generation(format!(
             "prompt token id {bad} is outside the vocabulary of {vocab} ids"
+        )));
+    }
+    if let Some(&bad) = opts
+        .bad_words_ids
+        .iter()
+        .flatten()
+        .find(|&&id| id as usize >= vocab)
+    {
+        return Err(Error::Generation(format!(
+            "bad_words_ids holds token id {bad}, outside the vocabulary of {vocab} ids"
         )));
     }
     Ok(())
@@ -415,7 +495,8 @@ pub fn generate_seq2seq(
     };
     let context = vec![vec![decoder_start_token_id]; batch];
     let logits = step(Feed::Host(&vec![decoder_start_token_id as i64; batch]), 0)?;
-    let sampler = if compiled {
+    // Processors only the host has read the logits back each step.
+    let sampler = if compiled && !opts.needs_host_processors() {
         Some(DeviceSampler::new(
             opts,
             &context,
@@ -501,6 +582,7 @@ fn decode_loop(
         prompt_tokens,
     } = d;
     let batch = prompts.len();
+    let longest_context = context.iter().map(Vec::len).max().unwrap_or(0);
     let mut rng = Generator::new(opts.seed);
     let mut streams: Vec<Option<crate::tokenizer::TextStream<'_>>> = (0..batch)
         .map(|_| tokenizer.map(|t| t.stream(true)))
@@ -576,9 +658,15 @@ fn decode_loop(
                             return pad_id;
                         }
                         let mut scores = row.to_vec();
-                        let seen: Vec<u32> =
-                            context[b].iter().chain(&generated[b]).copied().collect();
-                        pick(&mut scores, &seen, step, eos, opts, &mut rng)
+                        // The row as transformers' processors see it: left pads, then its
+                        // context and what it generated.
+                        let pads = longest_context - context[b].len();
+                        let seq: Vec<u32> = std::iter::repeat_n(pad_id, pads)
+                            .chain(context[b].iter().copied())
+                            .chain(generated[b].iter().copied())
+                            .collect();
+                        let row = Row { seq: &seq, pads };
+                        pick(&mut scores, row, step, eos, opts, &mut rng)
                     })
                     .collect()
             }
@@ -760,48 +848,116 @@ fn stop_string_end(text: &str, stops: &[String]) -> Option<usize> {
         .min()
 }
 
+/// One row's sequence as the logits processors read it: `seq` holds `pads` left pads, then
+/// the row's context (the prompt, or an encoder-decoder's start token) and its generated ids.
+#[derive(Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub seq: &'a [u32],
+    pub pads: usize,
+}
+
 /// Applies the logits processors in transformers' order and picks the next token.
 fn pick(
     scores: &mut [f32],
-    seen: &[u32],
+    row: Row<'_>,
     step: usize,
     eos: &[u32],
     o: &GenerationOptions,
     rng: &mut Generator,
 ) -> u32 {
-    pick_with(scores, seen, step, eos, o, &mut || rng.next_f64())
+    pick_with(scores, row, step, eos, o, &mut || rng.next_f64())
 }
 
 /// [`pick`] with the uniform number of a sampled pick drawn from `draw`.
 pub(crate) fn pick_with(
     scores: &mut [f32],
-    seen: &[u32],
+    row: Row<'_>,
     step: usize,
     eos: &[u32],
     o: &GenerationOptions,
     draw: &mut dyn FnMut() -> f64,
 ) -> u32 {
+    process(scores, row, step, eos, o);
+    if !o.do_sample {
+        return argmax(scores);
+    }
+    let Some((order, probs)) = warp(scores, o) else {
+        return argmax(scores);
+    };
+    let total: f64 = probs.iter().sum();
+    let mut u = draw() * total;
+    for (i, p) in probs.iter().enumerate() {
+        if u < *p {
+            return order[i] as u32;
+        }
+        u -= p;
+    }
+    order[order.len() - 1] as u32
+}
+
+/// The processors that apply to greedy and sampled decoding alike, in transformers' order:
+/// repetition penalty, no-repeat n-grams, bad words, min new tokens, suppressed tokens.
+/// Banned tokens get -inf.
+pub(crate) fn process(
+    scores: &mut [f32],
+    row: Row<'_>,
+    step: usize,
+    eos: &[u32],
+    o: &GenerationOptions,
+) {
     if let Some(r) = o.repetition_penalty {
-        let r = r as f32;
-        let mut uniq: Vec<u32> = seen.to_vec();
+        // Left pads are not the row's tokens.
+        let mut uniq: Vec<u32> = row.seq[row.pads..].to_vec();
         uniq.sort_unstable();
         uniq.dedup();
+        let r = r as f32;
         for id in uniq {
             if let Some(s) = scores.get_mut(id as usize) {
                 *s = if *s < 0.0 { *s * r } else { *s / r };
             }
         }
     }
-    if step < o.min_new_tokens {
-        for &e in eos {
-            if let Some(s) = scores.get_mut(e as usize) {
-                *s = f32::NEG_INFINITY;
+    let mut ban = |id: u32| {
+        if let Some(s) = scores.get_mut(id as usize) {
+            *s = f32::NEG_INFINITY;
+        }
+    };
+    let n = o.no_repeat_ngram_size;
+    if n > 0 && row.seq.len() >= n {
+        // Every earlier window that starts with the sequence's last n - 1 ids would be
+        // repeated by its own last id.
+        let tail = &row.seq[row.seq.len() + 1 - n..];
+        for w in row.seq.windows(n) {
+            if w[..n - 1] == *tail {
+                ban(w[n - 1]);
             }
         }
     }
-    if !o.do_sample {
-        return argmax(scores);
+    for word in &o.bad_words_ids {
+        let Some((&last, prefix)) = word.split_last() else {
+            continue;
+        };
+        // An eos token alone stays allowed, as transformers filters it out.
+        if prefix.is_empty() && eos.contains(&last) {
+            continue;
+        }
+        if row.seq.ends_with(prefix) {
+            ban(last);
+        }
     }
+    if step < o.min_new_tokens {
+        eos.iter().for_each(|&e| ban(e));
+    }
+    o.suppress_tokens.iter().for_each(|&t| ban(t));
+    if step == 0 {
+        o.begin_suppress_tokens.iter().for_each(|&t| ban(t));
+    }
+}
+
+/// The sampling warpers over processed `scores`, in transformers' order (temperature, top-k,
+/// top-p, min-p, typical, epsilon, eta): the candidates left, best first, and their
+/// probabilities (not normalised). `None` when every token is banned.
+pub(crate) fn warp(scores: &mut [f32], o: &GenerationOptions) -> Option<(Vec<usize>, Vec<f64>)> {
     if o.temperature != 1.0 {
         let t = o.temperature as f32;
         scores.iter_mut().for_each(|s| *s /= t);
@@ -811,7 +967,7 @@ pub(crate) fn pick_with(
         .filter(|&i| scores[i] > f32::NEG_INFINITY)
         .collect();
     if order.is_empty() {
-        return argmax(scores);
+        return None;
     }
     order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
     if let Some(k) = o.top_k {
@@ -822,8 +978,7 @@ pub(crate) fn pick_with(
         .iter()
         .map(|&i| ((scores[i] - max) as f64).exp())
         .collect();
-    let total: f64 = probs.iter().sum();
-    probs.iter_mut().for_each(|p| *p /= total);
+    normalise(&mut probs);
     if let Some(top_p) = o.top_p {
         // Keep tokens until the mass reaches top_p (the token that crosses it included).
         let mut acc = 0.0;
@@ -844,15 +999,65 @@ pub(crate) fn pick_with(
         order.truncate(keep);
         probs.truncate(keep);
     }
-    let total: f64 = probs.iter().sum();
-    let mut u = draw() * total;
-    for (i, p) in probs.iter().enumerate() {
-        if u < *p {
-            return order[i] as u32;
-        }
-        u -= p;
+    if let Some(mass) = o.typical_p.filter(|&m| m < 1.0) {
+        normalise(&mut probs);
+        let entropy: f64 = -probs
+            .iter()
+            .filter(|&&p| p > 0.0)
+            .map(|&p| p * p.ln())
+            .sum::<f64>();
+        // How far each token's information is from the entropy; the closest first.
+        let surprise: Vec<f64> = probs.iter().map(|&p| (-p.ln() - entropy).abs()).collect();
+        let mut by: Vec<usize> = (0..probs.len()).collect();
+        by.sort_by(|&a, &b| surprise[a].total_cmp(&surprise[b]));
+        let mut acc = 0.0;
+        let below = by
+            .iter()
+            .take_while(|&&i| {
+                acc += probs[i];
+                acc < mass
+            })
+            .count();
+        let limit = surprise[by[below.min(by.len() - 1)]];
+        let first = by[0];
+        retain(&mut order, &mut probs, |i, _| {
+            surprise[i] <= limit || i == first
+        });
     }
-    order[order.len() - 1] as u32
+    if let Some(eps) = o.epsilon_cutoff {
+        normalise(&mut probs);
+        let top = probs[0];
+        retain(&mut order, &mut probs, |_, p| p >= eps || p == top);
+    }
+    if let Some(eps) = o.eta_cutoff {
+        normalise(&mut probs);
+        let entropy: f64 = -probs
+            .iter()
+            .filter(|&&p| p > 0.0)
+            .map(|&p| p * p.ln())
+            .sum::<f64>();
+        let eta = eps.min(eps.sqrt() * (-entropy).exp());
+        let top = probs[0];
+        retain(&mut order, &mut probs, |_, p| p >= eta || p == top);
+    }
+    Some((order, probs))
+}
+
+fn normalise(probs: &mut [f64]) {
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+}
+
+/// Keeps the candidates for which `keep(index, probability)` holds, in order.
+fn retain(order: &mut Vec<usize>, probs: &mut Vec<f64>, keep: impl Fn(usize, f64) -> bool) {
+    let kept: Vec<(usize, f64)> = order
+        .iter()
+        .zip(probs.iter())
+        .enumerate()
+        .filter(|&(i, (_, &p))| keep(i, p))
+        .map(|(_, (&o, &p))| (o, p))
+        .collect();
+    (*order, *probs) = kept.into_iter().unzip();
 }
 
 /// Index of the largest score, the first on ties (as `torch.argmax`).
@@ -870,6 +1075,10 @@ fn argmax(scores: &[f32]) -> u32 {
 mod tests {
     use super::*;
 
+    fn row(seq: &[u32]) -> Row<'_> {
+        Row { seq, pads: 0 }
+    }
+
     fn opts() -> GenerationOptions {
         GenerationOptions {
             do_sample: true,
@@ -885,15 +1094,15 @@ mod tests {
             ..GenerationOptions::greedy(4)
         };
         let mut s = vec![1.0, 5.0, 5.0, 0.0];
-        assert_eq!(pick(&mut s, &[], 0, &[3], &o, &mut rng), 1);
+        assert_eq!(pick(&mut s, row(&[]), 0, &[3], &o, &mut rng), 1);
         let mut s = vec![1.0, 2.0, 0.0, 9.0];
         assert_eq!(
-            pick(&mut s, &[], 1, &[3], &o, &mut rng),
+            pick(&mut s, row(&[]), 1, &[3], &o, &mut rng),
             1,
             "eos blocked before min_new_tokens"
         );
         let mut s = vec![1.0, 2.0, 0.0, 9.0];
-        assert_eq!(pick(&mut s, &[], 2, &[3], &o, &mut rng), 3);
+        assert_eq!(pick(&mut s, row(&[]), 2, &[3], &o, &mut rng), 3);
     }
 
     #[test]
@@ -904,7 +1113,7 @@ mod tests {
             ..GenerationOptions::greedy(1)
         };
         let mut s = vec![3.0, 2.0, -1.0];
-        assert_eq!(pick(&mut s, &[0, 0, 2], 0, &[], &o, &mut rng), 1);
+        assert_eq!(pick(&mut s, row(&[0, 0, 2]), 0, &[], &o, &mut rng), 1);
         assert_eq!(s, vec![1.5, 2.0, -2.0]);
     }
 
@@ -927,7 +1136,7 @@ mod tests {
             let mut rng = Generator::new(7);
             for _ in 0..50 {
                 let mut s = vec![0.5, 0.1, 0.9, 0.3];
-                assert_eq!(pick(&mut s, &[], 0, &[], &o, &mut rng), 2, "{o:?}");
+                assert_eq!(pick(&mut s, row(&[]), 0, &[], &o, &mut rng), 2, "{o:?}");
             }
         }
     }
@@ -943,7 +1152,7 @@ mod tests {
             (0..2000)
                 .map(|_| {
                     let mut s = vec![0.0f32, (2.0f32).ln() / 2.0, f32::NEG_INFINITY];
-                    pick(&mut s, &[], 0, &[], &o, &mut rng)
+                    pick(&mut s, row(&[]), 0, &[], &o, &mut rng)
                 })
                 .collect::<Vec<_>>()
         };
@@ -991,9 +1200,102 @@ mod tests {
                 stop_strings: vec![String::new()],
                 ..Default::default()
             },
+            GenerationOptions {
+                typical_p: Some(0.0),
+                ..Default::default()
+            },
+            GenerationOptions {
+                epsilon_cutoff: Some(1.0),
+                ..Default::default()
+            },
+            GenerationOptions {
+                eta_cutoff: Some(-0.5),
+                ..Default::default()
+            },
+            GenerationOptions {
+                bad_words_ids: vec![vec![3], vec![]],
+                ..Default::default()
+            },
         ] {
             assert!(matches!(o.validate(), Err(Error::Generation(_))), "{o:?}");
         }
+    }
+
+    /// What transformers' own processors (the list `generate()` builds, with its defaults) make
+    /// of fixed scores: the same bans and values greedy, the same candidates when sampling
+    /// (written by nightly/reference/logits_processors.py).
+    #[test]
+    fn processors_match_transformers() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/logits_processors.json"
+        );
+        let data: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let ids = |v: &serde_json::Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        };
+        let cases = data["cases"].as_array().unwrap();
+        assert!(cases.len() >= 15);
+        for case in cases {
+            let name = case["name"].as_str().unwrap();
+            let g: zoo_hub::GenerationConfig =
+                serde_json::from_value(case["options"].clone()).unwrap();
+            let o = GenerationOptions::from_generation_config(&g);
+            o.validate().unwrap();
+            let seq = ids(&case["seq"]);
+            let row = Row {
+                seq: &seq,
+                pads: case["pads"].as_u64().unwrap() as usize,
+            };
+            let step = case["step"].as_u64().unwrap() as usize;
+            let mut scores: Vec<f32> = case["scores"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            let want: Vec<Option<f64>> = case["processed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(serde_json::Value::as_f64)
+                .collect();
+            process(&mut scores, row, step, &ids(&case["eos"]), &o);
+            if !o.do_sample {
+                for (i, (&got, want)) in scores.iter().zip(&want).enumerate() {
+                    match want {
+                        None => assert_eq!(got, f32::NEG_INFINITY, "{name}: token {i}"),
+                        Some(w) => assert_eq!(got, *w as f32, "{name}: token {i}"),
+                    }
+                }
+                continue;
+            }
+            let (mut kept, _) = warp(&mut scores, &o).unwrap();
+            kept.sort_unstable();
+            let expected: Vec<usize> = (0..want.len()).filter(|&i| want[i].is_some()).collect();
+            assert_eq!(kept, expected, "{name}: candidates");
+        }
+    }
+
+    #[test]
+    fn generation_config_defaults_are_transformers() {
+        let g: zoo_hub::GenerationConfig =
+            serde_json::from_str(r#"{"do_sample": true, "epsilon_cutoff": 0.0, "typical_p": 1.0}"#)
+                .unwrap();
+        let o = GenerationOptions::from_generation_config(&g);
+        assert_eq!(o.top_k, Some(50));
+        assert_eq!((o.epsilon_cutoff, o.typical_p), (None, None));
+        assert!(!o.needs_host_processors());
+        let g: zoo_hub::GenerationConfig =
+            serde_json::from_str(r#"{"top_k": 0, "no_repeat_ngram_size": 3}"#).unwrap();
+        let o = GenerationOptions::from_generation_config(&g);
+        assert_eq!(o.top_k, None);
+        assert!(o.needs_host_processors());
     }
 
     #[test]

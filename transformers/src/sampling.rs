@@ -231,7 +231,10 @@ mod tests {
                     let mut host_rng = FixedDraw(uniforms[b]);
                     let want = crate::generation::pick_with(
                         &mut scores,
-                        &prompts[b],
+                        crate::generation::Row {
+                            seq: &prompts[b],
+                            pads: 0,
+                        },
                         step,
                         &eos,
                         opts,

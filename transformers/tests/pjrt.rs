@@ -144,6 +144,22 @@ fn sampling_on_the_device_picks_what_the_host_picks() {
             repetition_penalty: Some(2.0),
             ..GenerationOptions::greedy(16)
         },
+        // Processors only the host runs: the compiled model hands its logits back each step.
+        GenerationOptions {
+            no_repeat_ngram_size: 2,
+            suppress_tokens: vec![3],
+            begin_suppress_tokens: vec![4],
+            bad_words_ids: vec![vec![6, 7]],
+            ..GenerationOptions::greedy(16)
+        },
+        GenerationOptions {
+            do_sample: true,
+            typical_p: Some(0.9),
+            epsilon_cutoff: Some(0.001),
+            eta_cutoff: Some(0.01),
+            seed: 3,
+            ..GenerationOptions::greedy(16)
+        },
     ];
     let prompts = [vec![5, 6, 7, 8], vec![9, 10]];
     for opts in &cases {
@@ -152,6 +168,15 @@ fn sampling_on_the_device_picks_what_the_host_picks() {
         for (a, b) in a.iter().zip(&b) {
             assert_eq!(a.token_ids, b.token_ids, "{opts:?}");
             assert_eq!(a.stop_reason, b.stop_reason);
+            if opts.no_repeat_ngram_size == 2 {
+                let seq: Vec<u32> = a.prompt_ids.iter().chain(&a.token_ids).copied().collect();
+                let mut pairs: Vec<&[u32]> = seq.windows(2).collect();
+                let n = pairs.len();
+                pairs.sort_unstable();
+                pairs.dedup();
+                assert_eq!(pairs.len(), n, "a bigram repeats in {seq:?}");
+                assert!(!a.token_ids.contains(&3) && a.token_ids[0] != 4);
+            }
         }
     }
 }
