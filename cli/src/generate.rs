@@ -162,6 +162,7 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("loading {}", args.model))?;
         let report = model.load_report().clone();
         print_plan(&report);
+        note_beams(model.generation_config());
         let opts = options(&args, model.default_options());
         let mut stdout = std::io::stdout();
         let (out, stats) = model.generate_stream(&args.prompt, &opts, |piece| {
@@ -178,6 +179,7 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("loading {}", args.model))?;
     let report = model.load_report().clone();
     print_plan(&report);
+    note_beams(model.generation_config());
     let opts = options(&args, model.default_options());
     let prompt = if args.chat {
         let mut messages = Vec::new();
@@ -207,6 +209,16 @@ fn print_plan(report: &LoadReport) {
     }
     if let Some(plan) = &report.plan {
         eprint!("{plan}");
+    }
+}
+
+/// Says so when the model's generation_config.json asks for beam search, which zoo does not
+/// run: it decodes one sequence per prompt.
+fn note_beams(config: Option<&zoo_hub::GenerationConfig>) {
+    if let Some(n) = config.and_then(|g| g.num_beams).filter(|&n| n > 1) {
+        eprintln!(
+            "note: generation_config.json asks for beam search (num_beams = {n}); zoo decodes one sequence per prompt (greedy or sampled), as transformers does with num_beams=1"
+        );
     }
 }
 

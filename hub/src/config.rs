@@ -272,6 +272,8 @@ pub struct GenerationConfig {
     pub max_new_tokens: Option<usize>,
     pub min_new_tokens: Option<usize>,
     pub no_repeat_ngram_size: Option<usize>,
+    /// Beam search width (zoo decodes one sequence: greedy or sampled).
+    pub num_beams: Option<usize>,
     pub bad_words_ids: Option<Vec<Vec<u32>>>,
     pub suppress_tokens: Option<Vec<u32>>,
     pub begin_suppress_tokens: Option<Vec<u32>>,

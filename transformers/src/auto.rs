@@ -769,6 +769,11 @@ impl CausalLM {
         &self.report
     }
 
+    /// The model's `generation_config.json`, when it has one.
+    pub fn generation_config(&self) -> Option<&zoo_hub::GenerationConfig> {
+        self.generation_config.as_ref()
+    }
+
     /// Generation defaults from `generation_config.json` (greedy, 20 tokens without one).
     pub fn default_options(&self) -> GenerationOptions {
         self.generation_config
@@ -970,6 +975,11 @@ impl Seq2SeqLM {
     /// What the load did (device, dtype, bytes, seconds).
     pub fn load_report(&self) -> &LoadReport {
         &self.report
+    }
+
+    /// The model's `generation_config.json`, when it has one.
+    pub fn generation_config(&self) -> Option<&zoo_hub::GenerationConfig> {
+        self.text.generation_config.as_ref()
     }
 
     /// Generation defaults from `generation_config.json` (greedy, 20 tokens without one).

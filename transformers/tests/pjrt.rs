@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 use zoo_runtime::device_map::{DeviceMap, ExplicitMap};
 use zoo_runtime::{lazy, DType, Device, PjrtPlatform, Tensor};
-use zoo_transformers::{AutoModelForCausalLM, CausalLM, Error, GenerationOptions};
+use zoo_transformers::{
+    AutoModelForCausalLM, AutoModelForSeq2SeqLM, CausalLM, Error, GenerationOptions,
+};
 use zoo_transformers::{ForwardArgs, LogitsFor};
 
 #[path = "../../hub/tests/common/assets.rs"]
@@ -178,6 +180,39 @@ fn sampling_on_the_device_picks_what_the_host_picks() {
                 assert!(!a.token_ids.contains(&3) && a.token_ids[0] != 4);
             }
         }
+    }
+}
+
+/// An encoder-decoder on the device with processors only the host runs: the decoder's
+/// logits come back each step and the picks equal the eager model's.
+#[test]
+fn seq2seq_host_processors_pick_what_eager_picks() {
+    setup();
+    let load = |map| {
+        AutoModelForSeq2SeqLM::builder(&fixture("t5-generate-f32"))
+            .device_map(map)
+            .dtype(DType::F32)
+            .load()
+            .unwrap()
+    };
+    let (cpu, dev) = (load(DeviceMap::Cpu), load(pjrt(&[1])));
+    let opts = GenerationOptions {
+        no_repeat_ngram_size: 1,
+        suppress_tokens: vec![5],
+        min_new_tokens: 8,
+        ..GenerationOptions::greedy(8)
+    };
+    let prompts = [vec![8, 9, 10, 11, 1], vec![12, 13, 1]];
+    let (a, _) = cpu.generate_ids(&prompts, &opts, |_| true).unwrap();
+    let (b, _) = dev.generate_ids(&prompts, &opts, |_| true).unwrap();
+    for (a, b) in a.iter().zip(&b) {
+        assert_eq!(a.token_ids, b.token_ids);
+        // No token twice, and never token 5.
+        let mut seen = a.token_ids.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), a.token_ids.len(), "{:?}", a.token_ids);
+        assert!(!a.token_ids.contains(&5));
     }
 }
 
