@@ -127,9 +127,16 @@ impl GenerationOptions {
             || !self.suppress_tokens.is_empty()
             || !self.begin_suppress_tokens.is_empty()
             || (self.do_sample
-                && (self.typical_p.is_some()
+                && (self.typical_p.is_some_and(|p| p < 1.0)
                     || self.epsilon_cutoff.is_some()
                     || self.eta_cutoff.is_some()))
+    }
+
+    /// Whether a processor reads the row's tokens (the others need only the step).
+    fn reads_sequence(&self) -> bool {
+        self.repetition_penalty.is_some()
+            || self.no_repeat_ngram_size > 0
+            || !self.bad_words_ids.is_empty()
     }
 
     /// Refuses values transformers refuses.
@@ -659,12 +666,17 @@ fn decode_loop(
                         }
                         let mut scores = row.to_vec();
                         // The row as transformers' processors see it: left pads, then its
-                        // context and what it generated.
-                        let pads = longest_context - context[b].len();
-                        let seq: Vec<u32> = std::iter::repeat_n(pad_id, pads)
-                            .chain(context[b].iter().copied())
-                            .chain(generated[b].iter().copied())
-                            .collect();
+                        // context and what it generated (built only when one reads it).
+                        let (seq, pads) = if opts.reads_sequence() {
+                            let pads = longest_context - context[b].len();
+                            let seq: Vec<u32> = std::iter::repeat_n(pad_id, pads)
+                                .chain(context[b].iter().copied())
+                                .chain(generated[b].iter().copied())
+                                .collect();
+                            (seq, pads)
+                        } else {
+                            (Vec::new(), 0)
+                        };
                         let row = Row { seq: &seq, pads };
                         pick(&mut scores, row, step, eos, opts, &mut rng)
                     })
@@ -1001,11 +1013,7 @@ pub(crate) fn warp(scores: &mut [f32], o: &GenerationOptions) -> Option<(Vec<usi
     }
     if let Some(mass) = o.typical_p.filter(|&m| m < 1.0) {
         normalise(&mut probs);
-        let entropy: f64 = -probs
-            .iter()
-            .filter(|&&p| p > 0.0)
-            .map(|&p| p * p.ln())
-            .sum::<f64>();
+        let entropy = entropy(&probs);
         // How far each token's information is from the entropy; the closest first.
         let surprise: Vec<f64> = probs.iter().map(|&p| (-p.ln() - entropy).abs()).collect();
         let mut by: Vec<usize> = (0..probs.len()).collect();
@@ -1031,16 +1039,21 @@ pub(crate) fn warp(scores: &mut [f32], o: &GenerationOptions) -> Option<(Vec<usi
     }
     if let Some(eps) = o.eta_cutoff {
         normalise(&mut probs);
-        let entropy: f64 = -probs
-            .iter()
-            .filter(|&&p| p > 0.0)
-            .map(|&p| p * p.ln())
-            .sum::<f64>();
+        let entropy = entropy(&probs);
         let eta = eps.min(eps.sqrt() * (-entropy).exp());
         let top = probs[0];
         retain(&mut order, &mut probs, |_, p| p >= eta || p == top);
     }
     Some((order, probs))
+}
+
+/// The entropy (nats) of normalised `probs`.
+fn entropy(probs: &[f64]) -> f64 {
+    -probs
+        .iter()
+        .filter(|&&p| p > 0.0)
+        .map(|&p| p * p.ln())
+        .sum::<f64>()
 }
 
 fn normalise(probs: &mut [f64]) {
@@ -1167,56 +1180,23 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        for o in [
-            GenerationOptions {
-                max_new_tokens: 0,
-                ..Default::default()
-            },
-            GenerationOptions {
-                min_new_tokens: 30,
-                ..Default::default()
-            },
-            GenerationOptions {
-                temperature: 0.0,
-                ..Default::default()
-            },
-            GenerationOptions {
-                top_p: Some(1.5),
-                ..Default::default()
-            },
-            GenerationOptions {
-                min_p: Some(-0.1),
-                ..Default::default()
-            },
-            GenerationOptions {
-                top_k: Some(0),
-                ..Default::default()
-            },
-            GenerationOptions {
-                repetition_penalty: Some(f64::NAN),
-                ..Default::default()
-            },
-            GenerationOptions {
-                stop_strings: vec![String::new()],
-                ..Default::default()
-            },
-            GenerationOptions {
-                typical_p: Some(0.0),
-                ..Default::default()
-            },
-            GenerationOptions {
-                epsilon_cutoff: Some(1.0),
-                ..Default::default()
-            },
-            GenerationOptions {
-                eta_cutoff: Some(-0.5),
-                ..Default::default()
-            },
-            GenerationOptions {
-                bad_words_ids: vec![vec![3], vec![]],
-                ..Default::default()
-            },
-        ] {
+        let cases: [fn(&mut GenerationOptions); 12] = [
+            |o| o.max_new_tokens = 0,
+            |o| o.min_new_tokens = 30,
+            |o| o.temperature = 0.0,
+            |o| o.top_p = Some(1.5),
+            |o| o.min_p = Some(-0.1),
+            |o| o.top_k = Some(0),
+            |o| o.repetition_penalty = Some(f64::NAN),
+            |o| o.stop_strings = vec![String::new()],
+            |o| o.typical_p = Some(0.0),
+            |o| o.epsilon_cutoff = Some(1.0),
+            |o| o.eta_cutoff = Some(-0.5),
+            |o| o.bad_words_ids = vec![vec![3], vec![]],
+        ];
+        for set in cases {
+            let mut o = GenerationOptions::default();
+            set(&mut o);
             assert!(matches!(o.validate(), Err(Error::Generation(_))), "{o:?}");
         }
     }
