@@ -514,7 +514,8 @@ pub fn llama_bench(
     ))
 }
 
-/// A random checkpoint the reference `script` writes (`script --write DIR`): the folder
+/// A checkpoint the reference `script` writes (`script --write DIR`: random weights, or the
+/// shipped GGUF requantized): the folder
 /// `env` names, else `.cache/zoo-assets/NAME`, written when `marker` is missing there (into
 /// a sibling first, renamed when complete, so an interrupted write is never read).
 pub fn reference_checkpoint(
@@ -532,7 +533,7 @@ pub fn reference_checkpoint(
     }
     let partial = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
-    eprintln!("writing the random checkpoint to {}...", dir.display());
+    eprintln!("writing {name} with {script} into {}...", dir.display());
     let status = std::process::Command::new(python())
         .arg(repo_root().join(script))
         .arg("--write")

@@ -441,7 +441,10 @@ fn run() -> Result<ExitCode, String> {
         Some(AtLeast(5.0)),
     );
     t.add(
-        format!("f32 peak RSS, load + decode (weights {:.0} MiB)", mib(f32_weights)),
+        format!(
+            "f32 peak RSS, load + decode (weights {:.0} MiB)",
+            mib(f32_weights)
+        ),
         "MiB",
         mib(f32_rss),
         "resident weights",
@@ -568,7 +571,10 @@ fn run() -> Result<ExitCode, String> {
         Some(AtLeast(5.0)),
     );
     t.add(
-        format!("Q4_1 peak RSS, load + decode (file {:.0} MiB)", mib(file_bytes)),
+        format!(
+            "Q4_1 peak RSS, load + decode (file {:.0} MiB)",
+            mib(file_bytes)
+        ),
         "MiB",
         mib(q_rss),
         "resident weights",
