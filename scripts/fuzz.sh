@@ -12,6 +12,7 @@
 # safe Rust, so the fuzzer hunts panics, overflows (checked here), hangs and runaway memory.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/need-commands.sh" c++=g++
 cd "$root/fuzz"
 seconds="${1:-30}"
 shift || true

@@ -17,6 +17,9 @@ use clap::{Parser, Subcommand};
 /// A MODEL is a local folder (config.json + safetensors), a single .safetensors or .gguf file,
 /// or a Hub repo id `org/name[@revision]` looked up in the Hugging Face cache (HF_HOME,
 /// HF_HUB_CACHE) and downloaded unless HF_HUB_OFFLINE=1.
+///
+/// ZOO_CPU=generic|avx2|avx512|amx caps the CPU instructions zoo's own kernels use (default:
+/// everything the CPU has; `zoo devices` prints the tier in force).
 #[derive(Parser)]
 #[command(name = "zoo", version, propagate_version = true)]
 struct Cli {
@@ -38,6 +41,10 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = zoo_runtime::cpu::features::tier() {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Devices(args) => devices::run(args),
         Command::Inspect(args) => inspect::run(args),

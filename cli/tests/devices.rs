@@ -43,3 +43,30 @@ fn devices_with_nothing_to_find_names_every_place_searched() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn devices_names_the_cpu_tier_and_an_unknown_cap_is_refused() {
+    let run = |cap: &str| {
+        Command::new(env!("CARGO_BIN_EXE_zoo"))
+            .args(["devices", "--platform", "cpu", "--plugin", &plugin()])
+            .env("ZOO_CPU", cap)
+            .output()
+            .unwrap()
+    };
+    let out = run("generic");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("CPU kernels: generic")),
+        "{text}"
+    );
+    let out = run("sse");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("ZOO_CPU=\"sse\"") && err.contains("generic, avx2, avx512, amx"),
+        "{err}"
+    );
+}

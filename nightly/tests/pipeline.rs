@@ -131,8 +131,9 @@ fn results_and_dashboard_cover_every_committed_case() {
 }
 
 /// Renders a dashboard in headless Chromium (Debian's `chromium` package) and checks the
-/// browser's DOM shows every committed case and a screenshot is produced. The test command's
-/// CI installs chromium; a machine without it fails here rather than skipping.
+/// browser's DOM shows every committed case and a screenshot is produced. The test command
+/// (`scripts/run-tests.sh`) installs chromium where it is missing; a machine without it fails
+/// here rather than skipping.
 #[test]
 fn dashboard_renders_in_headless_chromium() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
@@ -175,7 +176,7 @@ fn dashboard_renders_in_headless_chromium() {
             .args(args)
             .arg(&url)
             .output()
-            .expect("chromium runs (apt-get install chromium)")
+            .expect("chromium runs (scripts/run-tests.sh installs it; or apt-get install chromium)")
     };
     let dom = String::from_utf8(chromium(&["--dump-dom"]).stdout).unwrap();
     for case in &cases {

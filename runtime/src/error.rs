@@ -117,6 +117,9 @@ pub enum Error {
     /// A device map that cannot be planned or resolved (no budget, does not fit, ...).
     #[error(transparent)]
     DeviceMap(#[from] crate::device_map::DeviceMapError),
+    /// `ZOO_CPU` names no CPU tier.
+    #[error(transparent)]
+    CpuTier(#[from] crate::cpu::features::TierError),
     /// An error raised by the candle eager backend, with the zoo operation that called it.
     #[error("{op}: candle backend error: {source}")]
     Backend {

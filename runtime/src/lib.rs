@@ -7,7 +7,7 @@
 mod composite;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-mod cpu;
+pub mod cpu;
 mod device;
 mod dims;
 mod dtype;

@@ -1,5 +1,5 @@
 //! Products of many activation rows with GGUF block weights on AMX tiles, with f32 results,
-//! and what every AMX kernel shares (the CPU check, the tile configuration); the dense bf16
+//! and what every AMX kernel shares (the tile configuration); the dense bf16
 //! and f32 products are in `amx_gemm`.
 //!
 //! A prefill multiplies hundreds of rows by every weight; on CPUs with AMX (Intel Sapphire
@@ -12,7 +12,7 @@
 //!
 //! Each 32-value block's sum `Σ x·q` is then scaled in f32: `d · Σ x·q (+ m · Σ x)`, the same
 //! real number as `Σ x · (d·q + m)` over the dequantized weights, rounded in another order.
-//! Without AMX (or with `ZOO_NO_AMX=1`) the block kernels of `quant.rs` run instead. x86-64
+//! Below the AMX tier (`features`) the block kernels of `quant.rs` run instead. x86-64
 //! only.
 //!
 //! Layout: one row tile against three column tiles (16 × 48 outputs in tmm0..tmm2, the
@@ -22,8 +22,7 @@
 //! weight tiles serve a whole row block. An activation is split once for all the weights
 //! that take it ([`Split`]).
 
-use std::sync::OnceLock;
-
+use crate::cpu::features;
 use crate::cpu::kernels::{par_units, OutPtr};
 
 /// Values per GGUF block, and k values per tile row (32 bf16 = 64 bytes).
@@ -45,59 +44,6 @@ const BLOCK_TILES: usize = 8;
 /// whole unpacked weight would be 2 bytes per value: 56 MiB for SmolLM2's tied `lm_head`).
 /// Small in tests, so that their weights span several chunks.
 const CHUNK_BYTES: usize = if cfg!(test) { 32 << 10 } else { 8 << 20 };
-
-/// Whether the AMX path runs here: the CPU has AMX-TILE and AMX-BF16 (and AVX-512F/BW), Linux
-/// granted the process the tile state, and `ZOO_NO_AMX` is not set to `1`.
-pub(crate) fn available() -> bool {
-    static AMX: OnceLock<bool> = OnceLock::new();
-    *AMX.get_or_init(|| {
-        if std::env::var("ZOO_NO_AMX").is_ok_and(|v| v == "1") {
-            return false;
-        }
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        {
-            // CPUID.(EAX=7,ECX=0):EDX bit 22 = AMX-BF16, bit 24 = AMX-TILE.
-            let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-            let bw = std::arch::is_x86_feature_detected!("avx512bw");
-            if !crate::cpu::kernels::has_avx512()
-                || !bw
-                || edx & (1 << 22) == 0
-                || edx & (1 << 24) == 0
-            {
-                return false;
-            }
-            request_tile_state()
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            false
-        }
-    })
-}
-
-/// Asks Linux for the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)`), which
-/// a process must hold before its first tile instruction; false where the kernel refuses.
-#[cfg(target_os = "linux")]
-fn request_tile_state() -> bool {
-    const SYS_ARCH_PRCTL: i64 = 158;
-    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
-    const XFEATURE_XTILEDATA: i64 = 18;
-    let ret: i64;
-    // SAFETY: arch_prctl with these arguments only changes the process's permitted xsave
-    // features; the syscall clobbers rcx and r11 and returns in rax.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") SYS_ARCH_PRCTL => ret,
-            in("rdi") ARCH_REQ_XCOMP_PERM,
-            in("rsi") XFEATURE_XTILEDATA,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret == 0
-}
 
 /// The weights of [`GROUP`] output columns as the tiles read them, filled by the caller
 /// (columns past the weight's last as zeros).
@@ -135,7 +81,7 @@ impl Split {
     /// of 32, no rows).
     pub(crate) fn new(x: &[f32], m: usize, k: usize) -> Option<Split> {
         let fits = m > 0 && k > 0 && k.is_multiple_of(BLOCK);
-        if !fits || x.len() < m * k || !available() {
+        if !fits || x.len() < m * k || !features::amx() {
             return None;
         }
         let nb = k / BLOCK;

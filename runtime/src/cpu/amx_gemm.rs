@@ -23,7 +23,8 @@
 
 use std::cell::RefCell;
 
-use crate::cpu::amx::{aligned_uninit, available, Aligned, TileConfig};
+use crate::cpu::amx::{aligned_uninit, Aligned, TileConfig};
+use crate::cpu::features;
 use crate::cpu::kernels::{par_units, pool_threads, transpose16, OutPtr};
 
 /// Rows per tile.
@@ -78,7 +79,7 @@ impl Operand<'_> {
 /// value the parts cannot carry (infinite, NaN, or rounding to infinity in bf16), where the
 /// caller's f32 kernel keeps IEEE semantics.
 pub(crate) fn matmul_wt(a: Operand, b: Operand, m: usize, k: usize, n: usize) -> Option<Vec<f32>> {
-    if m < PANEL || k == 0 || !k.is_multiple_of(KT) || n == 0 || !available() {
+    if m < PANEL || k == 0 || !k.is_multiple_of(KT) || n == 0 || !features::amx() {
         return None;
     }
     if a.len() < m * k || b.len() < n * k {
@@ -524,7 +525,7 @@ impl Unit<'_> {
 #[cfg(test)]
 mod tests {
     use super::{matmul_wt, Operand};
-    use crate::cpu::amx::available;
+    use crate::cpu::features;
 
     /// Deterministic values of both signs over several binades.
     fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -561,84 +562,90 @@ mod tests {
 
     #[test]
     fn f32_products_are_as_accurate_as_f32_dot_products() {
-        // Short row blocks and panels, several k chunks, and a k whose three-part panel
-        // outgrows a group's buffer (two k blocks).
-        for (m, k, n) in [(32, 32, 1), (33, 64, 40), (130, 96, 64), (45, 5632, 33)] {
-            let (a, b) = (values(m * k, 1), values(n * k, 2));
-            let got = matmul_wt(Operand::F32(&a), Operand::F32(&b), m, k, n);
-            assert_eq!(
-                got.is_some(),
-                available(),
-                "the tile unit runs where it exists"
-            );
-            let Some(c) = got else { continue };
-            // The same products summed one after another in f32.
-            let serial: Vec<f32> = (0..m * n)
-                .map(|ij| {
-                    let (ar, br) = (&a[ij / n * k..][..k], &b[ij % n * k..][..k]);
-                    ar.iter().zip(br).fold(0f32, |s, (x, y)| x.mul_add(*y, s))
-                })
-                .collect();
-            let (tiles, f32_sum) = (
-                worst(&c, &a, &b, (m, k, n)),
-                worst(&serial, &a, &b, (m, k, n)),
-            );
-            assert!(
-                tiles <= 2.0 * f32_sum.max(f32::EPSILON as f64 / 2.0),
-                "{m}x{k}x{n}: error {tiles:.2e} of the sizes, serial f32 {f32_sum:.2e}"
-            );
-        }
+        crate::cpu::features::each_tier(|_tier| {
+            // Short row blocks and panels, several k chunks, and a k whose three-part panel
+            // outgrows a group's buffer (two k blocks).
+            for (m, k, n) in [(32, 32, 1), (33, 64, 40), (130, 96, 64), (45, 5632, 33)] {
+                let (a, b) = (values(m * k, 1), values(n * k, 2));
+                let got = matmul_wt(Operand::F32(&a), Operand::F32(&b), m, k, n);
+                assert_eq!(
+                    got.is_some(),
+                    features::amx(),
+                    "the tile unit runs where it exists"
+                );
+                let Some(c) = got else { continue };
+                // The same products summed one after another in f32.
+                let serial: Vec<f32> = (0..m * n)
+                    .map(|ij| {
+                        let (ar, br) = (&a[ij / n * k..][..k], &b[ij % n * k..][..k]);
+                        ar.iter().zip(br).fold(0f32, |s, (x, y)| x.mul_add(*y, s))
+                    })
+                    .collect();
+                let (tiles, f32_sum) = (
+                    worst(&c, &a, &b, (m, k, n)),
+                    worst(&serial, &a, &b, (m, k, n)),
+                );
+                assert!(
+                    tiles <= 2.0 * f32_sum.max(f32::EPSILON as f64 / 2.0),
+                    "{m}x{k}x{n}: error {tiles:.2e} of the sizes, serial f32 {f32_sum:.2e}"
+                );
+            }
+        });
     }
 
     #[test]
     fn bf16_products_sum_exact_products_in_f32() {
-        let (m, k, n) = (70, 160, 50);
-        let bits = |v: Vec<f32>| {
-            v.iter()
-                .map(|x| (x.to_bits() >> 16) as u16)
-                .collect::<Vec<_>>()
-        };
-        let (a, b) = (bits(values(m * k, 3)), bits(values(n * k, 4)));
-        let got = matmul_wt(Operand::Bf16(&a), Operand::Bf16(&b), m, k, n);
-        assert_eq!(got.is_some(), available());
-        let Some(c) = got else { return };
-        let wide = |v: &[u16]| {
-            v.iter()
-                .map(|h| f32::from_bits(u32::from(*h) << 16))
-                .collect::<Vec<_>>()
-        };
-        let tiles = worst(&c, &wide(&a), &wide(&b), (m, k, n));
-        assert!(
-            tiles <= 4.0 * f32::EPSILON as f64,
-            "error {tiles:.2e} of the sizes"
-        );
+        crate::cpu::features::each_tier(|_tier| {
+            let (m, k, n) = (70, 160, 50);
+            let bits = |v: Vec<f32>| {
+                v.iter()
+                    .map(|x| (x.to_bits() >> 16) as u16)
+                    .collect::<Vec<_>>()
+            };
+            let (a, b) = (bits(values(m * k, 3)), bits(values(n * k, 4)));
+            let got = matmul_wt(Operand::Bf16(&a), Operand::Bf16(&b), m, k, n);
+            assert_eq!(got.is_some(), features::amx());
+            let Some(c) = got else { return };
+            let wide = |v: &[u16]| {
+                v.iter()
+                    .map(|h| f32::from_bits(u32::from(*h) << 16))
+                    .collect::<Vec<_>>()
+            };
+            let tiles = worst(&c, &wide(&a), &wide(&b), (m, k, n));
+            assert!(
+                tiles <= 4.0 * f32::EPSILON as f64,
+                "error {tiles:.2e} of the sizes"
+            );
+        });
     }
 
     #[test]
     fn f32_values_the_parts_cannot_carry_are_declined() {
-        let (m, k, n) = (32, 32, 8);
-        let (a, b) = (values(m * k, 5), values(n * k, 6));
-        for (at, v) in [(7, f32::INFINITY), (100, f32::NAN), (3, f32::MAX)] {
-            let mut bad = a.clone();
-            bad[at] = v;
-            assert!(
-                matmul_wt(Operand::F32(&bad), Operand::F32(&b), m, k, n).is_none(),
-                "{v} in a"
+        crate::cpu::features::each_tier(|_tier| {
+            let (m, k, n) = (32, 32, 8);
+            let (a, b) = (values(m * k, 5), values(n * k, 6));
+            for (at, v) in [(7, f32::INFINITY), (100, f32::NAN), (3, f32::MAX)] {
+                let mut bad = a.clone();
+                bad[at] = v;
+                assert!(
+                    matmul_wt(Operand::F32(&bad), Operand::F32(&b), m, k, n).is_none(),
+                    "{v} in a"
+                );
+                let mut bad = b.clone();
+                bad[at] = v;
+                assert!(
+                    matmul_wt(Operand::F32(&a), Operand::F32(&bad), m, k, n).is_none(),
+                    "{v} in b"
+                );
+            }
+            let mut big = a.clone();
+            big[0] = 1e38;
+            let taken = matmul_wt(Operand::F32(&big), Operand::F32(&b), m, k, n);
+            assert_eq!(
+                taken.is_some(),
+                features::amx(),
+                "a large finite value is carried"
             );
-            let mut bad = b.clone();
-            bad[at] = v;
-            assert!(
-                matmul_wt(Operand::F32(&a), Operand::F32(&bad), m, k, n).is_none(),
-                "{v} in b"
-            );
-        }
-        let mut big = a.clone();
-        big[0] = 1e38;
-        let taken = matmul_wt(Operand::F32(&big), Operand::F32(&b), m, k, n);
-        assert_eq!(
-            taken.is_some(),
-            available(),
-            "a large finite value is carried"
-        );
+        });
     }
 }

@@ -13,9 +13,9 @@
 use half::bf16;
 
 use super::kernels::{
-    gemm, has_avx512, matmul_wt_with, pack_rows, par_units, row_start, tail_mask, with_slice, Dot,
-    OutPtr, NR,
+    gemm, matmul_wt_with, pack_rows, par_units, row_start, tail_mask, with_slice, Dot, OutPtr, NR,
 };
+use crate::cpu::features;
 use crate::{Device, Result, Tensor};
 
 /// An element type the vectorised kernels load and store 16 lanes of, as f32.
@@ -124,7 +124,7 @@ thread_local! {
 /// where the tile kernel does not apply (see [`matmul_wt_with`]) or the operands are not
 /// contiguous bf16 on the CPU.
 pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Option<Result<Tensor>> {
-    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !has_avx512() {
+    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !features::avx512() {
         return None;
     }
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
@@ -215,7 +215,7 @@ pub(crate) fn cast(
     let (storage, layout) = x.storage_and_layout();
     let (dims, strides) = (layout.dims(), layout.stride());
     let row = *dims.last()?;
-    if !has_avx512() || row == 0 || (strides.last() != Some(&1) && row > 1) {
+    if !features::avx512() || row == 0 || (strides.last() != Some(&1) && row > 1) {
         return None;
     }
     let rows = dims.iter().product::<usize>() / row;
@@ -311,7 +311,7 @@ pub(crate) fn binary(
     use candle_core::{CpuStorage, DType as C, Storage};
     // Every eager binary op asks: decline the others before any shape work.
     let bf16s = a.dtype() == C::BF16 && b.dtype() == C::BF16;
-    if !bf16s || !matches!(op, B::Add | B::Sub | B::Mul | B::Div) || !has_avx512() {
+    if !bf16s || !matches!(op, B::Add | B::Sub | B::Mul | B::Div) || !features::avx512() {
         return None;
     }
     let out = a
@@ -446,11 +446,12 @@ unsafe fn convert_row<S: Lane, D: Lane>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::features::taken;
     use crate::{DType, Generator};
 
     #[test]
     fn rounds_like_half() {
-        if !has_avx512() {
+        if !features::avx512() {
             eprintln!("no AVX-512 here: the bf16 lanes are off");
             return;
         }
@@ -500,75 +501,81 @@ mod tests {
 
     #[test]
     fn matmul_matches_the_widened_product() {
-        // An even k takes the bf16-pair kernel (where the CPU has it), an odd one the widened
-        // f32 kernel.
-        for k in [70, 71] {
-            product_case(37, k, 64);
-        }
-        // k a multiple of 32 and 32+ rows: the tile unit where the CPU has AMX, with a
-        // row block and a panel of columns cut short.
-        product_case(37, 96, 50);
-        product_case(64, 256, 64);
-        use crate::cpu::amx_gemm::{matmul_wt as tiles, Operand};
-        let (a, b) = (Operand::Bf16(&[0; 37 * 96]), Operand::Bf16(&[0; 50 * 96]));
-        let taken = tiles(a, b, 37, 96, 50);
-        assert_eq!(taken.is_some(), crate::cpu::amx::available());
+        use crate::cpu::features::Tier;
+        crate::cpu::features::each_tier(|tier| {
+            // An even k takes the bf16-pair kernel (where the CPU has it), an odd one the
+            // widened f32 kernel.
+            for k in [70, 71] {
+                product_case(37, k, 64, tier >= Tier::Avx512);
+            }
+            // k a multiple of 32 and 32+ rows: the tile unit where the CPU has AMX, with a
+            // row block and a panel of columns cut short (which only the tiles take).
+            product_case(37, 96, 50, tier >= Tier::Amx);
+            product_case(64, 256, 64, tier >= Tier::Avx512);
+            use crate::cpu::amx_gemm::{matmul_wt as tiles, Operand};
+            let (a, b) = (Operand::Bf16(&[0; 37 * 96]), Operand::Bf16(&[0; 50 * 96]));
+            let taken = tiles(a, b, 37, 96, 50);
+            assert_eq!(taken.is_some(), crate::cpu::features::amx());
+        });
     }
 
     /// The pool's binary ops equal candle's bit for bit: same shapes, a repeated row either
     /// side, a scalar either side, tails shorter than 16 lanes; and decline what they skip.
     #[test]
     fn binary_ops_equal_candles() {
-        use crate::op::BinaryOp as B;
-        let mut g = Generator::new(9);
-        let mut bf = |shape: &[usize]| {
-            let t = g.randn(shape, DType::F32, &Device::Cpu).unwrap();
-            t.to_dtype(DType::BF16)
-                .unwrap()
-                .as_candle()
-                .unwrap()
-                .clone()
-        };
-        let cases = [
-            (vec![3, 37, 20], vec![3, 37, 20]),
-            (vec![3, 37, 20], vec![1, 1, 20]),
-            (vec![37], vec![2, 5, 37]),
-            (vec![2, 3, 19], vec![1]),
-            (vec![], vec![4, 33]),
-            (vec![1, 70_001], vec![1, 70_001]),
-        ];
-        for (sa, sb) in cases {
-            let (a, b) = (bf(&sa), bf(&sb));
-            for op in [B::Add, B::Sub, B::Mul, B::Div] {
-                let Some(fast) = binary(op, &a, &b) else {
-                    assert!(!has_avx512(), "{op:?} {sa:?} {sb:?} declined");
-                    return;
-                };
-                let want = match op {
-                    B::Add => a.broadcast_add(&b),
-                    B::Sub => a.broadcast_sub(&b),
-                    B::Mul => a.broadcast_mul(&b),
-                    _ => a.broadcast_div(&b),
-                };
-                let bits = |t: candle_core::Tensor| -> Vec<u16> {
-                    let v = t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
-                    v.iter().map(|x| x.to_bits()).collect()
-                };
-                assert_eq!(
-                    bits(fast.unwrap()),
-                    bits(want.unwrap()),
-                    "{op:?} {sa:?} {sb:?}"
-                );
+        crate::cpu::features::each_tier(|_tier| {
+            use crate::op::BinaryOp as B;
+            let mut g = Generator::new(9);
+            let mut bf = |shape: &[usize]| {
+                let t = g.randn(shape, DType::F32, &Device::Cpu).unwrap();
+                t.to_dtype(DType::BF16)
+                    .unwrap()
+                    .as_candle()
+                    .unwrap()
+                    .clone()
+            };
+            let cases = [
+                (vec![3, 37, 20], vec![3, 37, 20]),
+                (vec![3, 37, 20], vec![1, 1, 20]),
+                (vec![37], vec![2, 5, 37]),
+                (vec![2, 3, 19], vec![1]),
+                (vec![], vec![4, 33]),
+                (vec![1, 70_001], vec![1, 70_001]),
+            ];
+            for (sa, sb) in cases {
+                let (a, b) = (bf(&sa), bf(&sb));
+                for op in [B::Add, B::Sub, B::Mul, B::Div] {
+                    let Some(fast) = binary(op, &a, &b) else {
+                        assert!(!features::avx512(), "{op:?} {sa:?} {sb:?} declined");
+                        return;
+                    };
+                    let want = match op {
+                        B::Add => a.broadcast_add(&b),
+                        B::Sub => a.broadcast_sub(&b),
+                        B::Mul => a.broadcast_mul(&b),
+                        _ => a.broadcast_div(&b),
+                    };
+                    let bits = |t: candle_core::Tensor| -> Vec<u16> {
+                        let v = t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+                        v.iter().map(|x| x.to_bits()).collect()
+                    };
+                    assert_eq!(
+                        bits(fast.unwrap()),
+                        bits(want.unwrap()),
+                        "{op:?} {sa:?} {sb:?}"
+                    );
+                }
             }
-        }
-        // A repeat shorter than 16 values, two repeated operands, another op: candle's.
-        let (a, b, c) = (bf(&[4, 5]), bf(&[5]), bf(&[4, 1]));
-        assert!(binary(B::Add, &a, &b).is_none());
-        assert!(binary(B::Add, &b, &c).is_none());
-        assert!(binary(B::Maximum, &a, &a).is_none());
+            // A repeat shorter than 16 values, two repeated operands, another op: candle's.
+            let (a, b, c) = (bf(&[4, 5]), bf(&[5]), bf(&[4, 1]));
+            assert!(binary(B::Add, &a, &b).is_none());
+            assert!(binary(B::Add, &b, &c).is_none());
+            assert!(binary(B::Maximum, &a, &a).is_none());
+        });
     }
 
-    fn product_case(m: usize, k: usize, n: usize) {
+    /// One product against the widened one, where `runs` says the fast path takes it.
+    fn product_case(m: usize, k: usize, n: usize, runs: bool) {
         let mut g = Generator::new(8);
         let bf = |shape: &[usize], g: &mut Generator| {
             g.randn(shape, DType::F32, &Device::Cpu)
@@ -577,8 +584,7 @@ mod tests {
                 .unwrap()
         };
         let (x, w, b) = (bf(&[m, k], &mut g), bf(&[n, k], &mut g), bf(&[n], &mut g));
-        let Some(fast) = matmul_wt(&x, &w, Some(&b)) else {
-            eprintln!("no AVX-512 here: the fast path is off");
+        let Some(fast) = taken(matmul_wt(&x, &w, Some(&b)), runs, "bf16 matmul_wt") else {
             return;
         };
         let fast = fast.unwrap().to_vec::<bf16>().unwrap();

@@ -114,44 +114,43 @@ mod tests {
 
     #[test]
     fn matches_candles_convolution() {
-        let dev = candle_core::Device::Cpu;
-        // (N, C, H, W, O, k, stride, padding, dilation): a UNet's 3x3 and 1x1 convs, a
-        // strided downsample, a dilated kernel, a rectangular image.
-        for (n, c, h, w, o, k, stride, padding, dilation) in [
-            (
-                2usize, 5usize, 8usize, 8usize, 12usize, 3usize, 1usize, 1usize, 1usize,
-            ),
-            (1, 7, 8, 12, 9, 1, 1, 0, 1),
-            (1, 4, 16, 16, 8, 3, 2, 1, 1),
-            (1, 3, 10, 10, 8, 3, 1, 1, 2),
-        ] {
-            let x = CT::randn(0f32, 1.0, (n, c, h, w), &dev).unwrap();
-            let wt = CT::randn(0f32, 1.0, (o, c, k, k), &dev).unwrap();
-            let g = ConvGeom {
-                stride,
-                padding,
-                dilation,
-                groups: 1,
-                output_padding: 0,
-            };
-            let Some(fast) = conv2d(&x, &wt, &g) else {
-                assert!(
-                    !super::super::kernels::has_avx512(),
-                    "the path should apply"
+        crate::cpu::features::each_tier(|_tier| {
+            let dev = candle_core::Device::Cpu;
+            // (N, C, H, W, O, k, stride, padding, dilation): a UNet's 3x3 and 1x1 convs, a
+            // strided downsample, a dilated kernel, a rectangular image.
+            for (n, c, h, w, o, k, stride, padding, dilation) in [
+                (
+                    2usize, 5usize, 8usize, 8usize, 12usize, 3usize, 1usize, 1usize, 1usize,
+                ),
+                (1, 7, 8, 12, 9, 1, 1, 0, 1),
+                (1, 4, 16, 16, 8, 3, 2, 1, 1),
+                (1, 3, 10, 10, 8, 3, 1, 1, 2),
+            ] {
+                let x = CT::randn(0f32, 1.0, (n, c, h, w), &dev).unwrap();
+                let wt = CT::randn(0f32, 1.0, (o, c, k, k), &dev).unwrap();
+                let g = ConvGeom {
+                    stride,
+                    padding,
+                    dilation,
+                    groups: 1,
+                    output_padding: 0,
+                };
+                let Some(fast) = conv2d(&x, &wt, &g) else {
+                    assert!(!crate::cpu::features::avx512(), "the path should apply");
+                    continue;
+                };
+                let fast = fast.unwrap();
+                let want = x.conv2d(&wt, padding, stride, dilation, 1).unwrap();
+                assert_eq!(fast.dims(), want.dims());
+                let (a, b) = (
+                    fast.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
                 );
-                continue;
-            };
-            let fast = fast.unwrap();
-            let want = x.conv2d(&wt, padding, stride, dilation, 1).unwrap();
-            assert_eq!(fast.dims(), want.dims());
-            let (a, b) = (
-                fast.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-                want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            );
-            for (i, (a, b)) in a.iter().zip(&b).enumerate() {
-                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{i}: {a} vs {b}");
+                for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+                    assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{i}: {a} vs {b}");
+                }
             }
-        }
+        });
     }
 
     #[test]

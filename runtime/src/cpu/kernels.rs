@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(target_arch = "x86_64")]
 use super::bf16::Lane;
+use super::features;
 use crate::{DType, Device, Tensor};
 
 use crate::Result;
@@ -93,25 +94,14 @@ pub(crate) fn tail_mask(n: usize) -> std::arch::x86_64::__mmask16 {
     }
 }
 
-pub(crate) fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// `w [out, in] @ x [in]` for f32 CPU tensors, or `None` when this path does not apply.
 pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
-    if w.rank() != 2 || x.elem_count() != w.shape()[1] || !has_avx2_fma() {
+    if w.rank() != 2 || x.elem_count() != w.shape()[1] || !features::avx2() {
         return None;
     }
     let (out, k) = (w.shape()[0], w.shape()[1]);
     let xv = with_f32(x, |v| v.to_vec())?;
-    let avx512 = has_avx512();
+    let avx512 = features::avx512();
     let y = with_f32(w, |wv| {
         let mut y = vec![0f32; out];
         let block = decode_rows_per_unit(out, 8);
@@ -252,7 +242,7 @@ unsafe fn dot_rows_avx512(rows: &[f32], x: &[f32], ys: &mut [f32]) {
 /// same 16-lane dot product a one-row call computes, so a row's result does not depend on
 /// the batch it came in.
 pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
-    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !has_avx512() {
+    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !features::avx512() {
         return None;
     }
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
@@ -375,29 +365,6 @@ unsafe fn dots_few<const X: usize, const W: usize>(
     }
 }
 
-/// AVX-512 BF16 (`vdpbf16ps`): Cooper Lake, Sapphire Rapids and Zen 4 on.
-pub(crate) fn has_avx512_bf16() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        has_avx512() && std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Runs `f(unit)` for every unit in `0..n` on candle's CPU thread pool, handing units out
 /// from a shared counter (a straggler on a busy machine is absorbed by the other threads).
 ///
@@ -412,12 +379,16 @@ pub(crate) fn par_units(n: usize, f: impl Fn(usize) + Sync) {
         return;
     }
     let next = AtomicUsize::new(0);
-    pool.execute(|_| loop {
-        let u = next.fetch_add(1, Ordering::Relaxed);
-        if u >= n {
-            break;
-        }
-        f(u);
+    // The pool's threads run at the caller's tier (a test's `with_tier`).
+    let cap = features::thread_cap();
+    pool.execute(|_| {
+        features::under_cap(cap, || loop {
+            let u = next.fetch_add(1, Ordering::Relaxed);
+            if u >= n {
+                break;
+            }
+            f(u);
+        })
     });
 }
 
@@ -499,7 +470,7 @@ pub(crate) fn pack_rows(rows: &[&[f32]], k: usize, out: &mut [f32]) {
     assert!(rows.len() <= NR && out.len() >= k * NR && rows.iter().all(|r| r.len() >= k));
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if rows.len() == NR && has_avx512() {
+    if rows.len() == NR && features::avx512() {
         // SAFETY: AVX-512F was detected; every row holds k values and out k*NR (asserted).
         unsafe { pack_avx512(rows, k, out) };
         done = k / 16 * 16;
@@ -634,10 +605,10 @@ pub(crate) fn gemm(
     pack_panel: &(dyn Fn(usize, &mut [f32]) + Sync),
     dot: Dot,
 ) -> Option<Vec<f32>> {
-    if !has_avx512() || !n.is_multiple_of(NR) || m < MIN_ROWS || k == 0 || x.len() < m * k {
+    if !features::avx512() || !n.is_multiple_of(NR) || m < MIN_ROWS || k == 0 || x.len() < m * k {
         return None;
     }
-    if dot == Dot::Bf16Pairs && !has_avx512_bf16() {
+    if dot == Dot::Bf16Pairs && !features::avx512_bf16() {
         return None;
     }
     let panels = n / NR;
@@ -990,7 +961,7 @@ pub(crate) fn attention(
     bias: Option<&Tensor>,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    if !has_avx512() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+    if !features::avx512() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
         return None;
     }
     let [b, h, t, d] = [0, 1, 2, 3].map(|i| q.shape()[i]);
@@ -1424,7 +1395,7 @@ unsafe fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
 /// shape, as PyTorch computes it (`g / (1 + e^-g)`, rounded to the dtype, then the product),
 /// in one pass; `None` when this path does not apply.
 pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
-    if g.shape() != u.shape() || g.dtype() != u.dtype() || !has_avx512() {
+    if g.shape() != u.shape() || g.dtype() != u.dtype() || !features::avx512() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -1471,7 +1442,7 @@ unsafe fn silu_mul_avx512<T: Lane>(g: &[T], u: &[T], y: *mut T) {
 /// 1)` with [`exp512`] (the scalar libm `tanhf` took a sixth of a Flux step); `None` when
 /// this path does not apply.
 pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
-    if !has_avx512() {
+    if !features::avx512() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -1545,128 +1516,136 @@ unsafe fn gelu_tanh_avx512<T: Lane>(x: &[T], y: *mut T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::features::{taken, Tier};
     use crate::Generator;
 
     #[test]
     fn gelu_tanh_matches_the_runtime_op() {
-        let mut g = Generator::new(13);
-        for n in [1usize, 17, 40000] {
-            let x = g
-                .randn(&[n], DType::F32, &Device::Cpu)
-                .unwrap()
-                .mul_scalar(6.0)
-                .unwrap();
-            let Some(fast) = gelu_tanh(&x) else {
-                eprintln!("no AVX-512 here: the fast path is off");
-                return;
-            };
-            let fast = fast.unwrap().to_vec::<f32>().unwrap();
-            let xs = x.to_vec::<f32>().unwrap();
-            for (f, v) in fast.iter().zip(&xs) {
-                let want = 0.5
-                    * v
-                    * (1.0
-                        + ((2.0f32 / std::f32::consts::PI).sqrt() * (v + 0.044715 * v * v * v))
-                            .tanh());
-                assert!(
-                    (f - want).abs() <= 2e-6 * (1.0 + want.abs()),
-                    "gelu_tanh({v}) = {f}, want {want}"
-                );
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(13);
+            for n in [1usize, 17, 40000] {
+                let x = g
+                    .randn(&[n], DType::F32, &Device::Cpu)
+                    .unwrap()
+                    .mul_scalar(6.0)
+                    .unwrap();
+                let Some(fast) = taken(gelu_tanh(&x), tier >= Tier::Avx512, "gelu_tanh") else {
+                    continue;
+                };
+                let fast = fast.unwrap().to_vec::<f32>().unwrap();
+                let xs = x.to_vec::<f32>().unwrap();
+                for (f, v) in fast.iter().zip(&xs) {
+                    let want = 0.5
+                        * v
+                        * (1.0
+                            + ((2.0f32 / std::f32::consts::PI).sqrt()
+                                * (v + 0.044715 * v * v * v))
+                                .tanh());
+                    assert!(
+                        (f - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                        "gelu_tanh({v}) = {f}, want {want}"
+                    );
+                }
             }
-        }
+        });
     }
 
     #[test]
     fn matmul_wt_matches_the_runtime_matmul() {
-        let mut g = Generator::new(5);
-        for (m, k, n) in [
-            (8usize, 5usize, 32usize),
-            (13, 64, 64),
-            (512, 96, 96),
-            (9, 1, 32),
-            (29, 600, 64),
-            (40, 1536, 192),
-            (130, 576, 608),
-        ] {
-            let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
-            let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
-            let Some(fast) = matmul_wt(&x, &w) else {
-                eprintln!("no AVX-512 here: the fast path is off");
-                return;
-            };
-            let fast = fast.unwrap().to_vec::<f32>().unwrap();
-            let slow = x.matmul(&w.t().unwrap()).unwrap().to_vec::<f32>().unwrap();
-            for (a, b) in fast.iter().zip(&slow) {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{m}x{k}x{n}: {a} vs {b}"
-                );
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(5);
+            for (m, k, n) in [
+                (8usize, 5usize, 32usize),
+                (13, 64, 64),
+                (512, 96, 96),
+                (9, 1, 32),
+                (29, 600, 64),
+                (40, 1536, 192),
+                (130, 576, 608),
+            ] {
+                let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
+                let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
+                let Some(fast) = taken(matmul_wt(&x, &w), tier >= Tier::Avx512, "matmul_wt") else {
+                    continue;
+                };
+                let fast = fast.unwrap().to_vec::<f32>().unwrap();
+                let slow = x.matmul(&w.t().unwrap()).unwrap().to_vec::<f32>().unwrap();
+                for (a, b) in fast.iter().zip(&slow) {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "{m}x{k}x{n}: {a} vs {b}"
+                    );
+                }
             }
-        }
-        let x = g.randn(&[8, 4], DType::F32, &Device::Cpu).unwrap();
-        let w = g.randn(&[33, 4], DType::F32, &Device::Cpu).unwrap();
-        assert!(
-            matmul_wt(&x, &w).is_none(),
-            "n = 33 takes the runtime's path"
-        );
+            let x = g.randn(&[8, 4], DType::F32, &Device::Cpu).unwrap();
+            let w = g.randn(&[33, 4], DType::F32, &Device::Cpu).unwrap();
+            assert!(
+                matmul_wt(&x, &w).is_none(),
+                "n = 33 takes the runtime's path"
+            );
+        });
     }
 
     #[test]
     fn matmul_wt_few_matches_the_runtime_matmul_and_one_row_calls() {
-        let mut g = Generator::new(9);
-        for (m, k, n) in [
-            (2usize, 5usize, 3usize),
-            (3, 64, 67),
-            (6, 100, 21),
-            (8, 576, 130),
-            (12, 64, 10),
-            (15, 37, 9),
-        ] {
-            let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
-            let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
-            let Some(fast) = matmul_wt_few(&x, &w) else {
-                eprintln!("no AVX-512 here: the fast path is off");
-                return;
-            };
-            let fast = fast.unwrap().to_vec::<f32>().unwrap();
-            let slow = x.matmul(&w.t().unwrap()).unwrap().to_vec::<f32>().unwrap();
-            close(&fast, &slow, &format!("{m}x{k}x{n}"));
-            // Row i equals the one-row product bit for bit: batching does not change it.
-            for i in 0..m {
-                let row = x.narrow(0, i, 1).unwrap().reshape_to(&[k]).unwrap();
-                let one = matvec(&w, &row).unwrap().unwrap().to_vec::<f32>().unwrap();
-                assert_eq!(&fast[i * n..(i + 1) * n], &one[..], "{m}x{k}x{n} row {i}");
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(9);
+            for (m, k, n) in [
+                (2usize, 5usize, 3usize),
+                (3, 64, 67),
+                (6, 100, 21),
+                (8, 576, 130),
+                (12, 64, 10),
+                (15, 37, 9),
+            ] {
+                let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
+                let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
+                let Some(fast) =
+                    taken(matmul_wt_few(&x, &w), tier >= Tier::Avx512, "matmul_wt_few")
+                else {
+                    continue;
+                };
+                let fast = fast.unwrap().to_vec::<f32>().unwrap();
+                let slow = x.matmul(&w.t().unwrap()).unwrap().to_vec::<f32>().unwrap();
+                close(&fast, &slow, &format!("{m}x{k}x{n}"));
+                // Row i equals the one-row product bit for bit: batching does not change it.
+                for i in 0..m {
+                    let row = x.narrow(0, i, 1).unwrap().reshape_to(&[k]).unwrap();
+                    let one = matvec(&w, &row).unwrap().unwrap().to_vec::<f32>().unwrap();
+                    assert_eq!(&fast[i * n..(i + 1) * n], &one[..], "{m}x{k}x{n} row {i}");
+                }
             }
-        }
-        let one = g.randn(&[1, 8], DType::F32, &Device::Cpu).unwrap();
-        let many = g.randn(&[FEW_ROWS, 8], DType::F32, &Device::Cpu).unwrap();
-        let w = g.randn(&[4, 8], DType::F32, &Device::Cpu).unwrap();
-        assert!(matmul_wt_few(&one, &w).is_none() && matmul_wt_few(&many, &w).is_none());
+            let one = g.randn(&[1, 8], DType::F32, &Device::Cpu).unwrap();
+            let many = g.randn(&[FEW_ROWS, 8], DType::F32, &Device::Cpu).unwrap();
+            let w = g.randn(&[4, 8], DType::F32, &Device::Cpu).unwrap();
+            assert!(matmul_wt_few(&one, &w).is_none() && matmul_wt_few(&many, &w).is_none());
+        });
     }
 
     #[test]
     fn matvec_matches_the_runtime_matmul() {
-        let mut g = Generator::new(3);
-        for (out, k) in [(1usize, 1usize), (7, 13), (64, 576), (131, 37)] {
-            let w = g.randn(&[out, k], DType::F32, &Device::Cpu).unwrap();
-            let x = g.randn(&[k], DType::F32, &Device::Cpu).unwrap();
-            let Some(fast) = matvec(&w, &x) else {
-                eprintln!("no AVX2/FMA here: the fast path is off");
-                return;
-            };
-            let fast = fast.unwrap().to_vec::<f32>().unwrap();
-            let slow = w
-                .matmul(&x.reshape_to(&[k, 1]).unwrap())
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
-            for (a, b) in fast.iter().zip(&slow) {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{out}x{k}: {a} vs {b}"
-                );
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(3);
+            for (out, k) in [(1usize, 1usize), (7, 13), (64, 576), (131, 37)] {
+                let w = g.randn(&[out, k], DType::F32, &Device::Cpu).unwrap();
+                let x = g.randn(&[k], DType::F32, &Device::Cpu).unwrap();
+                let Some(fast) = taken(matvec(&w, &x), tier >= Tier::Avx2, "matvec") else {
+                    continue;
+                };
+                let fast = fast.unwrap().to_vec::<f32>().unwrap();
+                let slow = w
+                    .matmul(&x.reshape_to(&[k, 1]).unwrap())
+                    .unwrap()
+                    .to_vec::<f32>()
+                    .unwrap();
+                for (a, b) in fast.iter().zip(&slow) {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "{out}x{k}: {a} vs {b}"
+                    );
+                }
             }
-        }
+        });
     }
 
     fn close(fast: &[f32], slow: &[f32], what: &str) {
@@ -1731,95 +1710,106 @@ mod tests {
 
     #[test]
     fn attention_matches_the_eager_path() {
-        let mut g = Generator::new(7);
-        // (batch, heads, kv heads, new tokens, cached before them, head dim)
-        for (b, h, kv, t, past, d) in [
-            (1usize, 9usize, 3usize, 40usize, 0usize, 64usize),
-            (2, 4, 2, 3, 33, 32),
-            (1, 2, 1, 1, 70, 64),
-            (2, 4, 2, 20, 7, 16),
-            (2, 2, 1, 15, 4, 8),
-            // One-query steps (decodes): scores straight from the keys, the heads of a kv
-            // head in one tile (more of them than a tile's rows; without grouping), head
-            // dims off the 16 grid and narrow ones, key counts off it, a single key.
-            (2, 16, 1, 1, 45, 40),
-            (3, 6, 3, 1, 300, 8),
-            (2, 4, 4, 1, 17, 128),
-            (2, 12, 4, 1, 0, 64),
-            (1, 28, 4, 1, 1000, 24),
-        ] {
-            let l = past + t;
-            let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
-            let k = g.randn(&[b, kv, l, d], DType::F32, &Device::Cpu).unwrap();
-            let v = g.randn(&[b, kv, l, d], DType::F32, &Device::Cpu).unwrap();
-            // Causal, the first two slots of batch row 1 padding, and in that row the first
-            // query fully masked (as a padding query is).
-            let mut m = vec![0f32; b * t * l];
-            for bi in 0..b {
-                for i in 0..t {
-                    for j in 0..l {
-                        let hidden = j > past + i || (bi == 1 && (j < 2 || i == 0));
-                        if hidden {
-                            m[(bi * t + i) * l + j] = f32::MIN;
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(7);
+            // (batch, heads, kv heads, new tokens, cached before them, head dim)
+            for (b, h, kv, t, past, d) in [
+                (1usize, 9usize, 3usize, 40usize, 0usize, 64usize),
+                (2, 4, 2, 3, 33, 32),
+                (1, 2, 1, 1, 70, 64),
+                (2, 4, 2, 20, 7, 16),
+                (2, 2, 1, 15, 4, 8),
+                // One-query steps (decodes): scores straight from the keys, the heads of a kv
+                // head in one tile (more of them than a tile's rows; without grouping), head
+                // dims off the 16 grid and narrow ones, key counts off it, a single key.
+                (2, 16, 1, 1, 45, 40),
+                (3, 6, 3, 1, 300, 8),
+                (2, 4, 4, 1, 17, 128),
+                (2, 12, 4, 1, 0, 64),
+                (1, 28, 4, 1, 1000, 24),
+            ] {
+                let l = past + t;
+                let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
+                let k = g.randn(&[b, kv, l, d], DType::F32, &Device::Cpu).unwrap();
+                let v = g.randn(&[b, kv, l, d], DType::F32, &Device::Cpu).unwrap();
+                // Causal, the first two slots of batch row 1 padding, and in that row the first
+                // query fully masked (as a padding query is).
+                let mut m = vec![0f32; b * t * l];
+                for bi in 0..b {
+                    for i in 0..t {
+                        for j in 0..l {
+                            let hidden = j > past + i || (bi == 1 && (j < 2 || i == 0));
+                            if hidden {
+                                m[(bi * t + i) * l + j] = f32::MIN;
+                            }
                         }
                     }
                 }
+                let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
+                let Some(fast) = taken(
+                    attention(&q, &k, &v, Some(&bias), 1.0 / (d as f64).sqrt()),
+                    tier >= Tier::Avx512,
+                    "attention",
+                ) else {
+                    continue;
+                };
+                let fast = fast.unwrap();
+                assert_eq!(fast.shape(), [b, t, h * d]);
+                let slow = attention_reference(&q, &k, &v, &bias);
+                close(&fast.to_vec::<f32>().unwrap(), &slow, "attention");
             }
-            let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
-            let Some(fast) = attention(&q, &k, &v, Some(&bias), 1.0 / (d as f64).sqrt()) else {
-                eprintln!("no AVX-512 here: the fast path is off");
-                return;
-            };
-            let fast = fast.unwrap();
-            assert_eq!(fast.shape(), [b, t, h * d]);
-            let slow = attention_reference(&q, &k, &v, &bias);
-            close(&fast.to_vec::<f32>().unwrap(), &slow, "attention");
-        }
+        });
     }
 
     #[test]
     fn unmasked_attention_with_any_head_dim_matches_the_eager_path() {
-        let mut g = Generator::new(9);
-        // (batch, heads, queries, keys, head dim): a UNet's self-attention over latent
-        // positions and cross-attention to 77 text positions, head dims off the 32 grid.
-        for (b, h, t, l, d) in [
-            (2usize, 8usize, 300usize, 300usize, 8usize),
-            (1, 2, 64, 77, 40),
-            (2, 3, 17, 5, 32),
-            (2, 4, 100, 77, 16),
-            (2, 3, 1, 50, 24),
-        ] {
-            let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
-            let k = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
-            let v = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
-            let Some(fast) = attention(&q, &k, &v, None, 1.0 / (d as f64).sqrt()) else {
-                eprintln!("no AVX-512 here: the fast path is off");
-                return;
-            };
-            let fast = fast.unwrap();
-            assert_eq!(fast.shape(), [b, t, h * d]);
-            let zeros = Tensor::zeros(&[b, 1, t, l], DType::F32, &Device::Cpu).unwrap();
-            let slow = attention_reference(&q, &k, &v, &zeros);
-            close(&fast.to_vec::<f32>().unwrap(), &slow, "unmasked attention");
-        }
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(9);
+            // (batch, heads, queries, keys, head dim): a UNet's self-attention over latent
+            // positions and cross-attention to 77 text positions, head dims off the 32 grid.
+            for (b, h, t, l, d) in [
+                (2usize, 8usize, 300usize, 300usize, 8usize),
+                (1, 2, 64, 77, 40),
+                (2, 3, 17, 5, 32),
+                (2, 4, 100, 77, 16),
+                (2, 3, 1, 50, 24),
+            ] {
+                let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
+                let k = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
+                let v = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
+                let Some(fast) = taken(
+                    attention(&q, &k, &v, None, 1.0 / (d as f64).sqrt()),
+                    tier >= Tier::Avx512,
+                    "attention",
+                ) else {
+                    continue;
+                };
+                let fast = fast.unwrap();
+                assert_eq!(fast.shape(), [b, t, h * d]);
+                let zeros = Tensor::zeros(&[b, 1, t, l], DType::F32, &Device::Cpu).unwrap();
+                let slow = attention_reference(&q, &k, &v, &zeros);
+                close(&fast.to_vec::<f32>().unwrap(), &slow, "unmasked attention");
+            }
+        });
     }
 
     #[test]
     fn silu_mul_matches_the_runtime_ops() {
-        let mut g = Generator::new(11);
-        for n in [1usize, 17, 40000] {
-            let a = g
-                .randn(&[n], DType::F32, &Device::Cpu)
-                .unwrap()
-                .mul_scalar(8.0)
-                .unwrap();
-            let u = g.randn(&[n], DType::F32, &Device::Cpu).unwrap();
-            let Some(fast) = silu_mul(&a, &u) else {
-                eprintln!("no AVX-512 here: the fast path is off");
-                return;
-            };
-            let slow = a.silu().unwrap().mul(&u).unwrap().to_vec::<f32>().unwrap();
-            close(&fast.unwrap().to_vec::<f32>().unwrap(), &slow, "silu_mul");
-        }
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(11);
+            for n in [1usize, 17, 40000] {
+                let a = g
+                    .randn(&[n], DType::F32, &Device::Cpu)
+                    .unwrap()
+                    .mul_scalar(8.0)
+                    .unwrap();
+                let u = g.randn(&[n], DType::F32, &Device::Cpu).unwrap();
+                let Some(fast) = taken(silu_mul(&a, &u), tier >= Tier::Avx512, "silu_mul") else {
+                    continue;
+                };
+                let slow = a.silu().unwrap().mul(&u).unwrap().to_vec::<f32>().unwrap();
+                close(&fast.unwrap().to_vec::<f32>().unwrap(), &slow, "silu_mul");
+            }
+        });
     }
 }

@@ -10,6 +10,10 @@
 //! device or layout, or a CPU without the instructions), and the op then takes the backend's
 //! general path, so results never depend on this module. `heap` keeps glibc from returning
 //! each step's freed activations to the system (see there).
+//!
+//! Which instructions a fast path may use is [`features`]' one answer: the CPU's tier, capped
+//! by `ZOO_CPU=generic|avx2|avx512|amx` for the process or by [`features::with_tier`] for a
+//! thread, which is how the tests run every tier's code on one machine.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
@@ -21,6 +25,7 @@ pub(crate) mod binary;
 pub(crate) mod cat;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod conv;
+pub mod features;
 pub(crate) mod heap;
 pub(crate) mod kernels;
 pub(crate) mod norm;

@@ -13,7 +13,7 @@ use half::bf16;
 #[cfg(target_arch = "x86_64")]
 use super::bf16::Lane;
 #[cfg(target_arch = "x86_64")]
-use super::kernels::has_avx512;
+use super::features;
 use super::kernels::{par_fill, with_slice, Stored};
 use crate::{DType, Device, Tensor};
 
@@ -39,7 +39,7 @@ pub(crate) fn norm_last(x: &Tensor, norm: Norm, eps: f64) -> Option<crate::Resul
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if !has_avx512() {
+        if !features::avx512() {
             return None;
         }
         fn go<T: Lane + Stored, O: Lane + Stored>(
@@ -124,6 +124,7 @@ unsafe fn norm_row<T: Lane, O: Lane>(x: &[T], y: *mut O, norm: Norm, eps: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::features::{taken, Tier};
     use crate::op::Op;
     use crate::random::Generator;
 
@@ -142,63 +143,66 @@ mod tests {
     /// rows far from zero mean and rows many enough to split across units.
     #[test]
     fn rows_match_the_composites() {
-        use crate::composite::Composite;
-        let mut g = Generator::new(5);
-        for (rows, n) in [
-            (3usize, 64usize),
-            (5, 37),
-            (2, 1),
-            (4, 16),
-            (700, 40),
-            (2, 3072),
-        ] {
-            let x = g
-                .randn(&[rows, n], DType::F32, &Device::Cpu)
-                .unwrap()
-                .affine(3.0, 5.0)
-                .unwrap();
-            for (norm, eps) in [(Norm::Rms, 1e-6), (Norm::Layer, 1e-5)] {
-                let composite = match norm {
-                    Norm::Rms => Composite::RmsNorm { eps },
-                    Norm::Layer => Composite::LayerNorm { eps },
-                };
-                let slow = x
-                    .apply1(Op::Composite(composite), DType::F32)
+        crate::cpu::features::each_tier(|tier| {
+            use crate::composite::Composite;
+            let mut g = Generator::new(5);
+            for (rows, n) in [
+                (3usize, 64usize),
+                (5, 37),
+                (2, 1),
+                (4, 16),
+                (700, 40),
+                (2, 3072),
+            ] {
+                let x = g
+                    .randn(&[rows, n], DType::F32, &Device::Cpu)
                     .unwrap()
-                    .to_vec::<f32>()
+                    .affine(3.0, 5.0)
                     .unwrap();
-                let Some(fast) = norm_last(&x, norm, eps) else {
-                    eprintln!("no AVX-512 here: the fused pass is off");
-                    return;
-                };
-                let fast = fast.unwrap();
-                assert_eq!(fast.dtype(), DType::F32);
-                close(
-                    &fast.to_vec::<f32>().unwrap(),
-                    &slow,
-                    &format!("{norm:?} {rows}x{n}"),
-                );
-                // bf16 in: rms stays bf16 (rounded once), layer comes out in f32.
-                let xb = x.to_dtype(DType::BF16).unwrap();
-                let out = match norm {
-                    Norm::Rms => DType::BF16,
-                    Norm::Layer => DType::F32,
-                };
-                let slow = xb.apply1(Op::Composite(composite), out).unwrap();
-                let fast = norm_last(&xb, norm, eps).unwrap().unwrap();
-                assert_eq!(fast.dtype(), slow.dtype(), "{norm:?}: dtype");
-                let (f, s) = (
-                    fast.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
-                    slow.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
-                );
-                for (i, (a, b)) in f.iter().zip(&s).enumerate() {
-                    // One bf16 rounding apart at most.
-                    assert!(
-                        (a - b).abs() <= 1e-5 + b.abs() / 128.0,
-                        "{norm:?} bf16 {rows}x{n}: value {i}: {a} vs {b}"
+                for (norm, eps) in [(Norm::Rms, 1e-6), (Norm::Layer, 1e-5)] {
+                    let composite = match norm {
+                        Norm::Rms => Composite::RmsNorm { eps },
+                        Norm::Layer => Composite::LayerNorm { eps },
+                    };
+                    let slow = x
+                        .apply1(Op::Composite(composite), DType::F32)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let Some(fast) =
+                        taken(norm_last(&x, norm, eps), tier >= Tier::Avx512, "norm_last")
+                    else {
+                        continue;
+                    };
+                    let fast = fast.unwrap();
+                    assert_eq!(fast.dtype(), DType::F32);
+                    close(
+                        &fast.to_vec::<f32>().unwrap(),
+                        &slow,
+                        &format!("{norm:?} {rows}x{n}"),
                     );
+                    // bf16 in: rms stays bf16 (rounded once), layer comes out in f32.
+                    let xb = x.to_dtype(DType::BF16).unwrap();
+                    let out = match norm {
+                        Norm::Rms => DType::BF16,
+                        Norm::Layer => DType::F32,
+                    };
+                    let slow = xb.apply1(Op::Composite(composite), out).unwrap();
+                    let fast = norm_last(&xb, norm, eps).unwrap().unwrap();
+                    assert_eq!(fast.dtype(), slow.dtype(), "{norm:?}: dtype");
+                    let (f, s) = (
+                        fast.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+                        slow.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+                    );
+                    for (i, (a, b)) in f.iter().zip(&s).enumerate() {
+                        // One bf16 rounding apart at most.
+                        assert!(
+                            (a - b).abs() <= 1e-5 + b.abs() / 128.0,
+                            "{norm:?} bf16 {rows}x{n}: value {i}: {a} vs {b}"
+                        );
+                    }
                 }
             }
-        }
+        });
     }
 }

@@ -13,7 +13,7 @@ use half::bf16;
 #[cfg(target_arch = "x86_64")]
 use super::bf16::Lane;
 #[cfg(target_arch = "x86_64")]
-use super::kernels::has_avx512;
+use super::features;
 use super::kernels::{par_units, row_start, with_slice, OutPtr, Stored};
 use crate::{DType, Device, RopeStyle, Tensor};
 
@@ -142,7 +142,7 @@ fn pass<T: Value>(
     let op = OutPtr(out.as_mut_ptr());
     let per = (16 * 1024 / d).max(1);
     #[cfg(target_arch = "x86_64")]
-    let avx512 = has_avx512();
+    let avx512 = features::avx512();
     par_units(rows.div_ceil(per), |u| {
         for row in u * per..((u + 1) * per).min(rows) {
             let p = (row % positions) * half;
@@ -246,58 +246,63 @@ mod tests {
 
     #[test]
     fn equals_the_composite_bit_for_bit() {
-        let mut g = Generator::new(3);
-        for dt in [DType::F32, DType::BF16] {
-            for style in [RopeStyle::RotateHalf, RopeStyle::Interleaved] {
-                // Whole and partial rotary; tables with and without leading ones; rows longer
-                // than one 16-lane step, with a tail.
-                for (d, half, table) in [
-                    (16, 8, vec![5, 8]),
-                    (20, 6, vec![1, 1, 5, 6]),
-                    (80, 37, vec![5, 37]),
-                ] {
-                    // Heads transposed out of a [B, T, H, D] projection, as attention has them.
-                    let x = g.randn(&[2, 5, 3, d], dt, &Device::Cpu).unwrap();
-                    let x = x.transpose(1, 2).unwrap();
-                    let c = g.randn(&table, dt, &Device::Cpu).unwrap();
-                    let s = g.randn(&table, dt, &Device::Cpu).unwrap();
-                    assert_eq!(*table.last().unwrap(), half);
-                    let fast = rotary(&x, &c, &s, style)
-                        .expect("the pass applies")
-                        .unwrap();
-                    let composite = Composite::Rotary(style);
-                    let want = Tensor::apply(Op::Composite(composite), &[&x, &c, &s], dt).unwrap();
-                    let bits = |t: &Tensor| {
-                        t.to_dtype(DType::F32)
-                            .unwrap()
-                            .to_vec::<f32>()
-                            .unwrap()
-                            .iter()
-                            .map(|v| v.to_bits())
-                            .collect::<Vec<_>>()
-                    };
-                    assert_eq!(bits(&fast), bits(&want), "{dt} {style:?} d={d}");
+        crate::cpu::features::each_tier(|_tier| {
+            let mut g = Generator::new(3);
+            for dt in [DType::F32, DType::BF16] {
+                for style in [RopeStyle::RotateHalf, RopeStyle::Interleaved] {
+                    // Whole and partial rotary; tables with and without leading ones; rows longer
+                    // than one 16-lane step, with a tail.
+                    for (d, half, table) in [
+                        (16, 8, vec![5, 8]),
+                        (20, 6, vec![1, 1, 5, 6]),
+                        (80, 37, vec![5, 37]),
+                    ] {
+                        // Heads transposed out of a [B, T, H, D] projection, as attention has them.
+                        let x = g.randn(&[2, 5, 3, d], dt, &Device::Cpu).unwrap();
+                        let x = x.transpose(1, 2).unwrap();
+                        let c = g.randn(&table, dt, &Device::Cpu).unwrap();
+                        let s = g.randn(&table, dt, &Device::Cpu).unwrap();
+                        assert_eq!(*table.last().unwrap(), half);
+                        let fast = rotary(&x, &c, &s, style)
+                            .expect("the pass applies")
+                            .unwrap();
+                        let composite = Composite::Rotary(style);
+                        let want =
+                            Tensor::apply(Op::Composite(composite), &[&x, &c, &s], dt).unwrap();
+                        let bits = |t: &Tensor| {
+                            t.to_dtype(DType::F32)
+                                .unwrap()
+                                .to_vec::<f32>()
+                                .unwrap()
+                                .iter()
+                                .map(|v| v.to_bits())
+                                .collect::<Vec<_>>()
+                        };
+                        assert_eq!(bits(&fast), bits(&want), "{dt} {style:?} d={d}");
+                    }
                 }
             }
-        }
+        });
     }
 
     #[test]
     fn declines_what_it_does_not_cover() {
-        let mut g = Generator::new(4);
-        let x = g.randn(&[2, 5, 8], DType::F32, &Device::Cpu).unwrap();
-        // Per-batch tables, an input whose last dim is strided, transposed tables.
-        let per_batch = g.randn(&[2, 5, 4], DType::F32, &Device::Cpu).unwrap();
-        assert!(rotary(&x, &per_batch, &per_batch, RopeStyle::RotateHalf).is_none());
-        let c = g.randn(&[5, 4], DType::F32, &Device::Cpu).unwrap();
-        let xt = g.randn(&[2, 8, 5], DType::F32, &Device::Cpu).unwrap();
-        let xt = xt.transpose(1, 2).unwrap();
-        assert!(rotary(&xt, &c, &c, RopeStyle::RotateHalf).is_none());
-        let ct = g.randn(&[4, 5], DType::F32, &Device::Cpu).unwrap();
-        let ct = ct.t().unwrap();
-        assert!(rotary(&x, &ct, &ct, RopeStyle::RotateHalf).is_none());
-        let f16 = x.to_dtype(DType::F16).unwrap();
-        let c16 = c.to_dtype(DType::F16).unwrap();
-        assert!(rotary(&f16, &c16, &c16, RopeStyle::RotateHalf).is_none());
+        crate::cpu::features::each_tier(|_tier| {
+            let mut g = Generator::new(4);
+            let x = g.randn(&[2, 5, 8], DType::F32, &Device::Cpu).unwrap();
+            // Per-batch tables, an input whose last dim is strided, transposed tables.
+            let per_batch = g.randn(&[2, 5, 4], DType::F32, &Device::Cpu).unwrap();
+            assert!(rotary(&x, &per_batch, &per_batch, RopeStyle::RotateHalf).is_none());
+            let c = g.randn(&[5, 4], DType::F32, &Device::Cpu).unwrap();
+            let xt = g.randn(&[2, 8, 5], DType::F32, &Device::Cpu).unwrap();
+            let xt = xt.transpose(1, 2).unwrap();
+            assert!(rotary(&xt, &c, &c, RopeStyle::RotateHalf).is_none());
+            let ct = g.randn(&[4, 5], DType::F32, &Device::Cpu).unwrap();
+            let ct = ct.t().unwrap();
+            assert!(rotary(&x, &ct, &ct, RopeStyle::RotateHalf).is_none());
+            let f16 = x.to_dtype(DType::F16).unwrap();
+            let c16 = c.to_dtype(DType::F16).unwrap();
+            assert!(rotary(&f16, &c16, &c16, RopeStyle::RotateHalf).is_none());
+        });
     }
 }

@@ -312,6 +312,9 @@ impl Weights {
     }
 
     fn stored_shape(&self, full: &str) -> Result<Vec<usize>> {
+        // Every load passes here: a `ZOO_CPU` that names no tier is refused before a weight
+        // is read, not run silently at another tier.
+        crate::cpu::features::tier()?;
         self.source.shape(full).ok_or_else(|| Error::MissingWeight {
             name: full.to_string(),
             hint: self.near_misses(full),

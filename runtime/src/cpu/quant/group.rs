@@ -167,7 +167,7 @@ unsafe fn locate(kind: QKind, row: &[u8], g: usize) -> (&[u8], usize) {
 fn f16_at(b: &[u8], at: usize) -> f32 {
     use std::arch::x86_64::*;
     let bits = u16::from_le_bytes(b[at..at + 2].try_into().expect("two bytes"));
-    // SAFETY: F16C is present wherever a kernel runs (`has_avx2_fma`).
+    // SAFETY: F16C is present wherever a kernel runs (`features::avx2`).
     unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
 }
 
@@ -177,7 +177,7 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
 fn f16_pair_at(b: &[u8], at: usize) -> (f32, f32) {
     use std::arch::x86_64::*;
     let bits = u32::from_le_bytes(b[at..at + 4].try_into().expect("four bytes"));
-    // SAFETY: F16C is present wherever a kernel runs (`has_avx2_fma`).
+    // SAFETY: F16C is present wherever a kernel runs (`features::avx2`).
     unsafe {
         let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
         (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))

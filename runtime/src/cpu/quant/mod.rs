@@ -22,6 +22,7 @@ use crate::nn::QuantizedWeight;
 use crate::{Device, Tensor};
 use zoo_hub::GgmlType;
 
+use crate::cpu::features;
 use crate::cpu::kernels::{par_chunks, par_units, OutPtr};
 use crate::{Error, Result};
 
@@ -107,7 +108,7 @@ impl QMatrix {
     /// Row `r` as f32, exactly as `zoo_hub::gguf::dequantize` computes it.
     pub(crate) fn dequant_row(&self, r: usize, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if has_avx2_fma() {
+        if features::avx2() {
             // SAFETY: AVX2, FMA and F16C were detected; `out` holds the row's cols values.
             let (row, out) = (self.row(r), &mut out[..self.cols]);
             unsafe { monomorphic!(self.kind, |K| dequant_avx2::<K>(row, out)) };
@@ -171,7 +172,7 @@ impl QMatrix {
             &aligned[off..]
         };
         let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
-        let wide = has_avx512();
+        let wide = features::avx512();
         // One x row takes the regrouped sum, which needs the sum of each half-group of x
         // (see `dots_avx512`).
         let sums: Vec<f32> = if wide && m == 1 && ws.iter().any(|w| w.kind.has_min()) {
@@ -255,7 +256,7 @@ impl QMatrix {
         let mut w = vec![0f32; k];
         for r in rows {
             #[cfg(target_arch = "x86_64")]
-            if m == 1 && has_avx2_fma() {
+            if m == 1 && features::avx2() {
                 // SAFETY: AVX2, FMA and F16C were detected; the row holds cols/32 groups and
                 // `x` holds cols values.
                 let row = self.row(r);
@@ -341,7 +342,7 @@ impl QMatrix {
                 && p.min.len() >= nb * GROUP,
             "a panel holds every k pair, block scale and minimum"
         );
-        // SAFETY: the AMX path runs only where `amx::available` found AVX-512F and BW (and
+        // SAFETY: the AMX path runs only where `features::amx` found AVX-512F and BW (and
         // the kernels F16C); only existing rows are read, and the panel's sizes are asserted.
         unsafe { self.fill_pairs(g, cols, p) };
     }
@@ -432,36 +433,9 @@ impl QMatrix {
     }
 }
 
-/// The 16-lane kernels also set bit-planes with AVX-512BW/VL byte masks.
-fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        crate::cpu::kernels::has_avx512()
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && has_avx2_fma()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 thread_local! {
     /// Per-thread rows of one weight panel, rebuilt from blocks before packing.
     static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The block kernels also convert f16 scales with F16C.
-fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        crate::cpu::kernels::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// `row · x` for one row: each weight rebuilt in a register, then FMA'd with x.
@@ -776,40 +750,42 @@ mod tests {
 
     #[test]
     fn rows_dequantize_as_the_hub_does_and_products_match_f32() {
-        for kind in KINDS {
-            // Three blocks of 32, or two super-blocks of 256, per row.
-            let (rows, cols) = (70, if kind.block_len() == 32 { 96 } else { 512 });
-            let q = random(kind, rows, cols, 3);
-            let hub = zoo_hub::gguf::dequantize(kind.ggml(), &q.data, rows * cols).unwrap();
-            assert_eq!(
-                q.dequantize(),
-                hub,
-                "{kind:?}: bit-equal to the hub's dequantization"
-            );
+        crate::cpu::features::each_tier(|_tier| {
+            for kind in KINDS {
+                // Three blocks of 32, or two super-blocks of 256, per row.
+                let (rows, cols) = (70, if kind.block_len() == 32 { 96 } else { 512 });
+                let q = random(kind, rows, cols, 3);
+                let hub = zoo_hub::gguf::dequantize(kind.ggml(), &q.data, rows * cols).unwrap();
+                assert_eq!(
+                    q.dequantize(),
+                    hub,
+                    "{kind:?}: bit-equal to the hub's dequantization"
+                );
 
-            let mut g = Generator::new(9);
-            let x: Vec<f32> = (0..cols).map(|_| g.next_f64() as f32 - 0.5).collect();
-            let mut y = QMatrix::matvec_each(&[&q], &x, 1).remove(0);
-            // The 8-lane row kernel too, which CPUs without AVX-512 take.
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2_fma() {
-                // SAFETY: AVX2, FMA and F16C were detected; rows hold cols / 32 groups.
-                let y8 = (0..rows)
-                    .map(|r| monomorphic!(kind, |K| unsafe { dot_avx2::<K>(q.row(r), &x) }));
-                y.extend(y8);
+                let mut g = Generator::new(9);
+                let x: Vec<f32> = (0..cols).map(|_| g.next_f64() as f32 - 0.5).collect();
+                let mut y = QMatrix::matvec_each(&[&q], &x, 1).remove(0);
+                // The 8-lane row kernel too, which CPUs without AVX-512 take.
+                #[cfg(target_arch = "x86_64")]
+                if features::avx2() {
+                    // SAFETY: AVX2, FMA and F16C were detected; rows hold cols / 32 groups.
+                    let y8 = (0..rows)
+                        .map(|r| monomorphic!(kind, |K| unsafe { dot_avx2::<K>(q.row(r), &x) }));
+                    y.extend(y8);
+                }
+                assert_products(&format!("{kind:?} one row"), &hub, &x, &y[..rows], rows);
+                if y.len() > rows {
+                    assert_products(&format!("{kind:?} 8-lane"), &hub, &x, &y[rows..], rows);
+                }
+                // A few rows block by block (1 to 4 per pass), and enough rows for the panels
+                // (AMX tiles here; a 70-wide output zero-pads its last group).
+                for m in [2, 5, 11, 20] {
+                    let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
+                    let ys = QMatrix::matmul_t_each(&[&q], &xs, m).remove(0);
+                    assert_products(&format!("{kind:?} m={m}"), &hub, &xs, &ys, rows);
+                }
             }
-            assert_products(&format!("{kind:?} one row"), &hub, &x, &y[..rows], rows);
-            if y.len() > rows {
-                assert_products(&format!("{kind:?} 8-lane"), &hub, &x, &y[rows..], rows);
-            }
-            // A few rows block by block (1 to 4 per pass), and enough rows for the panels
-            // (AMX tiles here; a 70-wide output zero-pads its last group).
-            for m in [2, 5, 11, 20] {
-                let xs: Vec<f32> = (0..m * cols).map(|_| g.next_f64() as f32 - 0.5).collect();
-                let ys = QMatrix::matmul_t_each(&[&q], &xs, m).remove(0);
-                assert_products(&format!("{kind:?} m={m}"), &hub, &xs, &ys, rows);
-            }
-        }
+        });
     }
 
     /// `ys` (`[m, rows]`) against f64 sums of `w` (`[rows, cols]`) times `xs` (`[m, cols]`),
@@ -835,42 +811,44 @@ mod tests {
     /// counts that fill tiles partly, once and several times.
     #[test]
     fn products_of_many_rows_match_f64_sums() {
-        #[cfg(target_arch = "x86_64")]
-        eprintln!("AMX tiles: {}", crate::cpu::amx::available());
-        for kind in KINDS {
-            let (rows, cols) = (64, if kind.block_len() == 32 { 160 } else { 256 });
-            let q = random(kind, rows, cols, 5);
-            let w = q.dequantize();
-            let mut g = Generator::new(17);
-            // 150 rows: two row blocks of the AMX path, whose panels come in chunks.
-            for m in [2, 16, 37, 150] {
-                let xs: Vec<f32> = (0..m * cols)
-                    .map(|i| (g.next_f64() as f32 - 0.5) * if i % 7 == 0 { 300.0 } else { 1.0 })
-                    .collect();
-                // The dispatching entry point (AMX where present; one input split shared by
-                // two products) and the f32 kernels.
-                let both = QMatrix::matmul_t_each(&[&q, &q], &xs, m);
-                assert_eq!(
-                    both[0], both[1],
-                    "{kind:?}: a shared split gives equal products"
-                );
-                // Weights of other heights in one call (a layer's q, k and v): each product
-                // is the one it has alone.
-                let taller = random(kind, 3 * rows + 5, cols, 6);
-                let mixed = QMatrix::matmul_t_each(&[&q, &taller, &q], &xs, m);
-                assert_eq!(mixed[0], both[0], "{kind:?} m={m}: first of three");
-                assert_eq!(mixed[2], both[0], "{kind:?} m={m}: last of three");
-                let alone = QMatrix::matmul_t_each(&[&taller], &xs, m).remove(0);
-                assert_eq!(mixed[1], alone, "{kind:?} m={m}: the taller weight");
-                let paths = [
-                    ("matmul_t_each", both[0].clone()),
-                    ("f32", q.matmul_t_f32(&xs, m)),
-                ];
-                for (path, ys) in paths {
-                    assert_products(&format!("{kind:?} {path} m={m}"), &w, &xs, &ys, rows);
+        crate::cpu::features::each_tier(|_tier| {
+            #[cfg(target_arch = "x86_64")]
+            eprintln!("AMX tiles: {}", crate::cpu::features::amx());
+            for kind in KINDS {
+                let (rows, cols) = (64, if kind.block_len() == 32 { 160 } else { 256 });
+                let q = random(kind, rows, cols, 5);
+                let w = q.dequantize();
+                let mut g = Generator::new(17);
+                // 150 rows: two row blocks of the AMX path, whose panels come in chunks.
+                for m in [2, 16, 37, 150] {
+                    let xs: Vec<f32> = (0..m * cols)
+                        .map(|i| (g.next_f64() as f32 - 0.5) * if i % 7 == 0 { 300.0 } else { 1.0 })
+                        .collect();
+                    // The dispatching entry point (AMX where present; one input split shared by
+                    // two products) and the f32 kernels.
+                    let both = QMatrix::matmul_t_each(&[&q, &q], &xs, m);
+                    assert_eq!(
+                        both[0], both[1],
+                        "{kind:?}: a shared split gives equal products"
+                    );
+                    // Weights of other heights in one call (a layer's q, k and v): each product
+                    // is the one it has alone.
+                    let taller = random(kind, 3 * rows + 5, cols, 6);
+                    let mixed = QMatrix::matmul_t_each(&[&q, &taller, &q], &xs, m);
+                    assert_eq!(mixed[0], both[0], "{kind:?} m={m}: first of three");
+                    assert_eq!(mixed[2], both[0], "{kind:?} m={m}: last of three");
+                    let alone = QMatrix::matmul_t_each(&[&taller], &xs, m).remove(0);
+                    assert_eq!(mixed[1], alone, "{kind:?} m={m}: the taller weight");
+                    let paths = [
+                        ("matmul_t_each", both[0].clone()),
+                        ("f32", q.matmul_t_f32(&xs, m)),
+                    ];
+                    for (path, ys) in paths {
+                        assert_products(&format!("{kind:?} {path} m={m}"), &w, &xs, &ys, rows);
+                    }
                 }
             }
-        }
+        });
     }
 
     /// A group's weights as registers hold the hub's f32 weights bit for bit, and its
@@ -878,52 +856,55 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn group_registers_hold_the_hubs_weights() {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-        unsafe fn ints_bw(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
-            std::mem::transmute(group::ints::<true>(kind, row, g))
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn ints_cmp(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
-            std::mem::transmute(group::ints::<false>(kind, row, g))
-        }
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn narrow(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
-            std::mem::transmute(group::weights8(kind, row, g))
-        }
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-        unsafe fn table(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
-            std::mem::transmute(group::weights16_by_table(kind, row, g))
-        }
-        for kind in KINDS {
-            let (rows, cols) = (3, 512);
-            let q = random(kind, rows, cols, 11);
-            let hub = zoo_hub::gguf::dequantize(kind.ggml(), &q.data, rows * cols).unwrap();
-            for r in 0..rows {
-                for g in 0..cols / GROUP {
-                    let want: Vec<u32> = hub[r * cols + g * GROUP..][..GROUP]
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .collect();
-                    let bits = |w: [f32; 32]| w.map(f32::to_bits).to_vec();
-                    if has_avx512() {
-                        // SAFETY: the features were detected.
-                        let (a, b) =
-                            unsafe { (ints_bw(kind, q.row(r), g), ints_cmp(kind, q.row(r), g)) };
-                        assert_eq!(a, b, "{kind:?} byte-mask integers, row {r} group {g}");
-                        if matches!(kind, QKind::Q4_0 | QKind::Q4_1) {
-                            // SAFETY: as above.
-                            let w = unsafe { table(kind, q.row(r), g) };
-                            assert_eq!(bits(w), want, "{kind:?} by table, row {r} group {g}");
+        crate::cpu::features::each_tier(|_tier| {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+            unsafe fn ints_bw(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
+                std::mem::transmute(group::ints::<true>(kind, row, g))
+            }
+            #[target_feature(enable = "avx2")]
+            unsafe fn ints_cmp(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
+                std::mem::transmute(group::ints::<false>(kind, row, g))
+            }
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn narrow(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
+                std::mem::transmute(group::weights8(kind, row, g))
+            }
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+            unsafe fn table(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
+                std::mem::transmute(group::weights16_by_table(kind, row, g))
+            }
+            for kind in KINDS {
+                let (rows, cols) = (3, 512);
+                let q = random(kind, rows, cols, 11);
+                let hub = zoo_hub::gguf::dequantize(kind.ggml(), &q.data, rows * cols).unwrap();
+                for r in 0..rows {
+                    for g in 0..cols / GROUP {
+                        let want: Vec<u32> = hub[r * cols + g * GROUP..][..GROUP]
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect();
+                        let bits = |w: [f32; 32]| w.map(f32::to_bits).to_vec();
+                        if features::avx512() {
+                            // SAFETY: the features were detected.
+                            let (a, b) = unsafe {
+                                (ints_bw(kind, q.row(r), g), ints_cmp(kind, q.row(r), g))
+                            };
+                            assert_eq!(a, b, "{kind:?} byte-mask integers, row {r} group {g}");
+                            if matches!(kind, QKind::Q4_0 | QKind::Q4_1) {
+                                // SAFETY: as above.
+                                let w = unsafe { table(kind, q.row(r), g) };
+                                assert_eq!(bits(w), want, "{kind:?} by table, row {r} group {g}");
+                            }
                         }
-                    }
-                    if has_avx2_fma() {
-                        // SAFETY: the features were detected.
-                        let w = unsafe { narrow(kind, q.row(r), g) };
-                        assert_eq!(bits(w), want, "{kind:?} 8-lane row {r} group {g}");
+                        if features::avx2() {
+                            // SAFETY: the features were detected.
+                            let w = unsafe { narrow(kind, q.row(r), g) };
+                            assert_eq!(bits(w), want, "{kind:?} 8-lane row {r} group {g}");
+                        }
                     }
                 }
             }
-        }
+        });
     }
 
     #[test]
