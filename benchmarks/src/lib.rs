@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 use zoo_runtime::Tensor;
-use zoo_transformers::{CausalLM, ForwardArgs, GenerationOptions, LogitsFor};
+use zoo_transformers::{TextGenerator, ForwardArgs, GenerationOptions, LogitsFor};
 
 /// Rounds of the benchmarks that alternate sides (the diffusion steps; zoo and llama.cpp on
 /// a GGUF): each measures every side in turn, and a figure is the best over all of them, so a
@@ -296,7 +296,7 @@ pub fn prefill_ids(n: usize) -> Vec<u32> {
 /// position's logits, and greedy decode tok/s over `new` tokens after the first of `prompt`
 /// (eos suppressed), each the best of `runs` after a warm-up (which compiles on PJRT).
 pub fn zoo_figures(
-    model: &CausalLM,
+    model: &TextGenerator,
     prompt: &str,
     prefill: usize,
     new: usize,
@@ -344,7 +344,7 @@ pub fn zoo_figures(
 /// against the next dispatch: recording, tracing and dispatching a step, reading its token,
 /// whatever of it the decode loop does not overlap with the previous step's run); `device`
 /// is the rest of the step. The first step's graph compiles before the timed window opens.
-pub fn decode_phases(model: &CausalLM, prompt: &str, new: usize, runs: usize) -> (f64, f64) {
+pub fn decode_phases(model: &TextGenerator, prompt: &str, new: usize, runs: usize) -> (f64, f64) {
     let prompts = [model.encode(prompt, false).unwrap()];
     let opts = GenerationOptions {
         min_new_tokens: new + 1,
@@ -387,7 +387,7 @@ pub fn decode_phases(model: &CausalLM, prompt: &str, new: usize, runs: usize) ->
 /// host's other load moves either side's figures by a fifth within minutes; alternating lets
 /// no burst of it fall on one side only.
 pub fn zoo_and_llama_cpp(
-    model: &CausalLM,
+    model: &TextGenerator,
     gguf: &Path,
     prompt: &str,
     (threads, prefill, new, runs): (usize, usize, usize, usize),

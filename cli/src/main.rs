@@ -59,7 +59,27 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// 2 when the first of zoo's typed errors in the chain is the caller's to fix (an input,
+/// option, file or setting, as for a bad command line), 1 for anything else.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        let caller = if let Some(e) = cause.downcast_ref::<zoo_transformers::Error>() {
+            e.is_caller_error()
+        } else if let Some(e) = cause.downcast_ref::<zoo_diffusers::Error>() {
+            e.is_caller_error()
+        } else if let Some(e) = cause.downcast_ref::<zoo_runtime::Error>() {
+            e.is_caller_error()
+        } else if let Some(e) = cause.downcast_ref::<zoo_hub::HubError>() {
+            e.is_caller_error()
+        } else {
+            continue;
+        };
+        return if caller { 2 } else { 1 };
+    }
+    1
 }

@@ -44,6 +44,25 @@ pub enum Error {
     Runtime(#[from] zoo_runtime::Error),
 }
 
+impl Error {
+    /// Whether the caller can fix this by changing its arguments, inputs or files (a server
+    /// answers 400, `zoo` exits with 2), rather than a failure inside zoo, on the device or
+    /// while writing.
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            Error::Config { .. }
+            | Error::Scheduler(_)
+            | Error::Shape(_)
+            | Error::Unsupported(_)
+            | Error::Input(_) => true,
+            Error::Hub(e) => e.is_caller_error(),
+            Error::Transformers(e) => e.is_caller_error(),
+            Error::Runtime(e) => e.is_caller_error(),
+            Error::Output { .. } => false,
+        }
+    }
+}
+
 /// `Result` with zoo-diffusers' [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 

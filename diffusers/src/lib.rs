@@ -8,6 +8,8 @@
 //! - `pipelines`: Stable Diffusion (1.x, 2.x, XL), img2img, SD3, Flux, DiT, PixArt-α / Σ and
 //!   DDPM from `model_index.json`.
 
+#![forbid(unsafe_code)]
+
 mod error;
 pub mod models;
 pub mod pipelines;

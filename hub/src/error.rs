@@ -105,6 +105,14 @@ pub enum HubError {
     Gguf { path: PathBuf, reason: String },
 }
 
+impl HubError {
+    /// Whether the files or names the caller gave are at fault (not found, malformed, not
+    /// what zoo reads), rather than the system (a failed read or download).
+    pub fn is_caller_error(&self) -> bool {
+        !matches!(self, HubError::Io { .. } | HubError::Download { .. })
+    }
+}
+
 /// Result alias of zoo-hub.
 pub type Result<T, E = HubError> = std::result::Result<T, E>;
 

@@ -16,8 +16,9 @@ use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::{DType, Tensor};
 use zoo_transformers::registry::{self, Loaders};
 use zoo_transformers::{
-    decode_step, AutoModelForCausalLM, AutoModelForSeq2SeqLM, CausalLM, DecodeHistory, EncoderArgs,
-    ForwardArgs, GenerationOptions, ImageArgs, LoadOptions, LogitsFor, Seq2SeqLM,
+    decode_step, AutoModelForCausalLM, AutoModelForSeq2SeqLM, DecodeHistory, EncoderArgs,
+    ForwardArgs, GenerationOptions, ImageArgs, LoadOptions, LogitsFor, Text2TextGenerator,
+    TextGenerator,
 };
 
 use crate::case::{discover, Case, CaseDtype, CaseError, CaseSpec, CompareKind, Task};
@@ -1063,7 +1064,7 @@ fn run_seq2seq(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostTen
 
 /// Greedy seq2seq `generate` on the unpadded prompts (rows that stop early padded with -1).
 fn generate_seq2seq(
-    model: &Seq2SeqLM,
+    model: &Text2TextGenerator,
     ids: &[i64],
     mask: &[i64],
     (b, t): (usize, usize),
@@ -1121,7 +1122,7 @@ fn mask_rows(mask: &[i64], t: usize) -> Vec<Vec<bool>> {
 /// `model.embed_tokens.output` / `model.layers.{i}.output`.
 fn full_forward(
     case: &Case,
-    model: &CausalLM,
+    model: &TextGenerator,
     ids: &[i64],
     mask: &[i64],
     positions: &[i64],
@@ -1161,7 +1162,7 @@ fn full_forward(
 /// Prefill, then one cached step per reference token: the logits of every step,
 /// `[batch, steps, vocab]`.
 fn decode_steps(
-    model: &CausalLM,
+    model: &TextGenerator,
     ids: &[i64],
     mask: &[i64],
     positions: &[i64],
@@ -1214,7 +1215,7 @@ fn decode_steps(
 /// Greedy `generate` on the unpadded prompts; rows shorter than the reference (an early
 /// eos) are padded with -1 so the token metrics show where they diverge.
 fn generate(
-    model: &CausalLM,
+    model: &TextGenerator,
     ids: &[i64],
     mask: &[i64],
     (b, t): (usize, usize),

@@ -129,6 +129,25 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether what the caller gave is at fault: a checkpoint whose weights do not match its
+    /// config, a device map or setting that cannot be served, files that cannot be read as
+    /// they should. Operand errors inside a model, device failures and out-of-memory are not.
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            Error::CudaNotCompiled(_)
+            | Error::MissingWeight { .. }
+            | Error::WeightShape { .. }
+            | Error::WeightDType { .. }
+            | Error::RopeConfig(_)
+            | Error::DeviceMap(_)
+            | Error::CpuTier(_) => true,
+            Error::Hub { source, .. } => source.is_caller_error(),
+            _ => false,
+        }
+    }
+}
+
 /// `Result` with zoo-runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

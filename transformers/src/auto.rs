@@ -555,7 +555,7 @@ pub struct AutoModelForCausalLM;
 impl AutoModelForCausalLM {
     /// Loads `repo_or_path` (a folder, a `.safetensors`/`.gguf` file, or `org/name[@rev]`)
     /// onto the device `device_map` names, in the checkpoint's dtype.
-    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<CausalLM> {
+    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<TextGenerator> {
         AutoModelForCausalLM::builder(repo_or_path)
             .device_map(device_map)
             .load()
@@ -614,7 +614,7 @@ impl CausalLMBuilder {
     load_option_setters!();
 
     /// Loads the model.
-    pub fn load(self) -> Result<CausalLM> {
+    pub fn load(self) -> Result<TextGenerator> {
         let started = Instant::now();
         let pretrained = open(&self.repo_or_path, self.opts.revision.as_deref())?;
         let cfg = AutoConfig::from_config(pretrained.config()?)?;
@@ -628,13 +628,13 @@ impl CausalLMBuilder {
         // A GGUF's header (its vocabulary and merges as parsed: 3 MiB for a 49k-token
         // vocabulary) is not needed past here either.
         drop(pretrained);
-        crate::loading::release_freed_heap();
+        zoo_runtime::cpu::release_freed_heap();
         let model = causal_lm(&w, &cfg.pretrained);
         source.finish();
         let model = model?;
         report.devices = model.model().devices();
         report.seconds = started.elapsed().as_secs_f64();
-        Ok(CausalLM {
+        Ok(TextGenerator {
             model,
             config: cfg,
             tokenizer: text.tokenizer,
@@ -722,7 +722,7 @@ fn stream_one(
     })?;
     let out = outs
         .pop()
-        .ok_or_else(|| Error::Generation("no output".into()))?;
+        .ok_or_else(|| Error::Internal("no output".into()))?;
     if let Some(rest) = out.text.as_deref().and_then(|t| t.get(streamed..)) {
         if !rest.is_empty() {
             on_text(rest);
@@ -732,7 +732,7 @@ fn stream_one(
 }
 
 /// A loaded causal LM with what generation needs: tokenizer, chat template, eos and pad ids.
-pub struct CausalLM {
+pub struct TextGenerator {
     model: Box<dyn CausalLm>,
     config: AutoConfig,
     tokenizer: Option<Tokenizer>,
@@ -743,7 +743,7 @@ pub struct CausalLM {
     report: LoadReport,
 }
 
-impl CausalLM {
+impl TextGenerator {
     /// The model.
     pub fn model(&self) -> &dyn CausalLm {
         &*self.model
@@ -808,7 +808,7 @@ impl CausalLM {
     /// rendered chat template does not (it writes its own), as in transformers.
     pub fn encode(&self, text: &str, chat_rendered: bool) -> Result<Vec<u32>> {
         if text.is_empty() {
-            return Err(Error::Generation("the prompt is empty".into()));
+            return Err(Error::invalid("prompt", "the prompt is empty".into()));
         }
         self.require_tokenizer()?.encode(text, !chat_rendered)
     }
@@ -877,7 +877,10 @@ pub struct AutoModelForSeq2SeqLM;
 impl AutoModelForSeq2SeqLM {
     /// Loads `repo_or_path` (a folder, a `.safetensors` file, or `org/name[@rev]`) onto the
     /// device `device_map` names, in the checkpoint's dtype.
-    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<Seq2SeqLM> {
+    pub fn load_pretrained(
+        repo_or_path: &str,
+        device_map: DeviceMap,
+    ) -> Result<Text2TextGenerator> {
         AutoModelForSeq2SeqLM::builder(repo_or_path)
             .device_map(device_map)
             .load()
@@ -903,7 +906,7 @@ impl Seq2SeqLMBuilder {
     load_option_setters!();
 
     /// Loads the model.
-    pub fn load(self) -> Result<Seq2SeqLM> {
+    pub fn load(self) -> Result<Text2TextGenerator> {
         let started = Instant::now();
         let pretrained = open(&self.repo_or_path, self.opts.revision.as_deref())?;
         let cfg = AutoConfig::from_config(pretrained.config()?)?;
@@ -913,7 +916,7 @@ impl Seq2SeqLMBuilder {
         let text = TextSide::load(&pretrained, &cfg)?;
         let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
         drop(pretrained);
-        crate::loading::release_freed_heap();
+        zoo_runtime::cpu::release_freed_heap();
         let model = seq2seq(&w, &cfg.pretrained);
         source.finish();
         let model = model?;
@@ -927,7 +930,7 @@ impl Seq2SeqLMBuilder {
             .and_then(|id| u32::try_from(id).ok())
             .unwrap_or_else(|| model.decoder_start_token_id());
         report.seconds = started.elapsed().as_secs_f64();
-        Ok(Seq2SeqLM {
+        Ok(Text2TextGenerator {
             model,
             config: cfg,
             text,
@@ -939,7 +942,7 @@ impl Seq2SeqLMBuilder {
 
 /// A loaded encoder-decoder with what generation needs: tokenizer, eos, pad and decoder
 /// start ids.
-pub struct Seq2SeqLM {
+pub struct Text2TextGenerator {
     model: Box<dyn Seq2SeqLm>,
     config: AutoConfig,
     text: TextSide,
@@ -947,7 +950,7 @@ pub struct Seq2SeqLM {
     report: LoadReport,
 }
 
-impl Seq2SeqLM {
+impl Text2TextGenerator {
     /// The model.
     pub fn model(&self) -> &dyn Seq2SeqLm {
         &*self.model
@@ -994,7 +997,7 @@ impl Seq2SeqLM {
     /// Token ids of a prompt, with the tokenizer's special tokens (T5 appends `</s>`).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         if text.is_empty() {
-            return Err(Error::Generation("the prompt is empty".into()));
+            return Err(Error::invalid("prompt", "the prompt is empty".into()));
         }
         let tokenizer = self
             .text

@@ -105,7 +105,7 @@ impl KvCache {
         dtype: DType,
     ) -> Result<KvCache> {
         if batch == 0 || capacity == 0 {
-            return Err(Error::Generation(format!(
+            return Err(Error::invalid("cache", format!(
                 "a KV cache needs at least one row and one slot (batch {batch}, capacity {capacity})"
             )));
         }
@@ -196,18 +196,24 @@ impl KvCache {
     /// (`token_mask[b][i]`, all true when `None`). Returns the first slot.
     pub fn begin(&mut self, t: usize, token_mask: Option<&[Vec<bool>]>) -> Result<usize> {
         if self.len + t > self.capacity {
-            return Err(Error::Generation(format!(
-                "the KV cache holds {} tokens; {} more do not fit (context used {}); \
+            return Err(Error::invalid(
+                "max_new_tokens",
+                format!(
+                    "the KV cache holds {} tokens; {} more do not fit (context used {}); \
                  ask for fewer new tokens or a shorter prompt",
-                self.capacity, t, self.len
-            )));
+                    self.capacity, t, self.len
+                ),
+            ));
         }
         if let Some(m) = token_mask {
             if m.len() != self.batch || m.iter().any(|r| r.len() != t) {
-                return Err(Error::Generation(format!(
-                    "attention mask must be [{}, {t}] to match the input ids",
-                    self.batch
-                )));
+                return Err(Error::invalid(
+                    "attention_mask",
+                    format!(
+                        "attention mask must be [{}, {t}] to match the input ids",
+                        self.batch
+                    ),
+                ));
             }
         }
         let start = self.len;
@@ -234,9 +240,12 @@ impl KvCache {
     ) -> Result<(Tensor, Tensor)> {
         let capacity = self.capacity;
         let Some((spec, Some((ck, cv)))) = self.layers.get_mut(layer) else {
-            return Err(Error::Generation(format!(
+            return Err(Error::invalid(
+                "cache",
+                format!(
                 "the KV cache has no self-attention layer {layer}; it was built for another model"
-            )));
+            ),
+            ));
         };
         let window = match spec.attention {
             CacheAttention::SelfAttention { window } => ring(window, capacity),
@@ -297,18 +306,22 @@ impl KvCache {
     pub fn store_cross(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let batch = self.batch;
         let Some((spec, slot)) = self.layers.get_mut(layer) else {
-            return Err(Error::Generation(format!(
-                "the KV cache has no layer {layer}; it was built for another model"
-            )));
+            return Err(Error::invalid(
+                "cache",
+                format!("the KV cache has no layer {layer}; it was built for another model"),
+            ));
         };
         if spec.attention != CacheAttention::Cross {
-            return Err(Error::Generation(format!(
-                "layer {layer} of the KV cache is a self-attention layer, not cross-attention"
-            )));
+            return Err(Error::invalid(
+                "cache",
+                format!(
+                    "layer {layer} of the KV cache is a self-attention layer, not cross-attention"
+                ),
+            ));
         }
         let want = [batch, spec.kv_heads, k.dim(2)?, spec.head_dim];
         if k.shape() != want || v.shape() != want {
-            return Err(Error::Generation(format!(
+            return Err(Error::Internal(format!(
                 "cross-attention keys {:?} and values {:?} of layer {layer} must be {want:?}",
                 k.shape(),
                 v.shape()

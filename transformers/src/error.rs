@@ -94,10 +94,49 @@ pub enum Error {
     #[error("chat template: {0}")]
     ChatTemplate(String),
 
-    /// A generation argument or input that cannot be used (empty prompt, bad sampling values,
-    /// prompt longer than the context, ...).
-    #[error("generate: {0}")]
-    Generation(String),
+    /// An input or option the caller gave cannot be used: an empty prompt, a sampling value
+    /// out of range, a prompt longer than the context, an image of the wrong size. The caller
+    /// can fix it (a server answers 400 and names `field`).
+    #[error("{reason}")]
+    InvalidInput {
+        /// The argument, option or input at fault, by its transformers name (`prompt`,
+        /// `temperature`, `pixel_values`, ...).
+        field: &'static str,
+        /// What is wrong, the limit it broke and what to do.
+        reason: String,
+    },
+
+    /// zoo broke one of its own invariants on a valid request (a model returned fewer values
+    /// than it must): a bug, not the caller's doing (a server answers 500).
+    #[error("internal error: {0}; this is a bug in zoo, please report it")]
+    Internal(String),
+}
+
+impl Error {
+    /// The caller's input or option `field` is refused for `reason`.
+    pub fn invalid(field: &'static str, reason: String) -> Error {
+        Error::InvalidInput { field, reason }
+    }
+
+    /// Whether the caller can fix this by changing what it asked for or gave (its inputs,
+    /// options, files or device map), rather than a failure inside zoo or on the device. A
+    /// server answers the first with 400 and the rest with 500; `zoo` exits with 2 and 1.
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            Error::InvalidInput { .. }
+            | Error::Config { .. }
+            | Error::UnsupportedArchitecture { .. }
+            | Error::WrongKind { .. }
+            | Error::UnsupportedDeviceMap { .. }
+            | Error::DeviceUnavailable { .. }
+            | Error::UnsupportedDType(_)
+            | Error::NoTokenizer { .. }
+            | Error::ChatTemplate(_) => true,
+            Error::Hub(e) => e.is_caller_error(),
+            Error::Runtime(e) => e.is_caller_error(),
+            Error::Tokenizer(_) | Error::Internal(_) => false,
+        }
+    }
 }
 
 impl From<zoo_runtime::device_map::DeviceMapError> for Error {

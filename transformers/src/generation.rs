@@ -141,45 +141,52 @@ impl GenerationOptions {
 
     /// Refuses values transformers refuses.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::Generation(m));
+        let bad = |field: &'static str, m: String| Err(Error::invalid(field, m));
         if self.max_new_tokens == 0 {
-            return bad("max_new_tokens must be at least 1".into());
+            return bad("max_new_tokens", "max_new_tokens must be at least 1".into());
         }
         if self.min_new_tokens > self.max_new_tokens {
-            return bad(format!(
-                "min_new_tokens ({}) exceeds max_new_tokens ({})",
-                self.min_new_tokens, self.max_new_tokens
-            ));
+            return bad(
+                "min_new_tokens",
+                format!(
+                    "min_new_tokens ({}) exceeds max_new_tokens ({})",
+                    self.min_new_tokens, self.max_new_tokens
+                ),
+            );
         }
         if !(self.temperature.is_finite() && self.temperature > 0.0) {
-            return bad(format!(
-                "temperature must be a positive number, got {}",
-                self.temperature
-            ));
+            return bad(
+                "temperature",
+                format!(
+                    "temperature must be a positive number, got {}",
+                    self.temperature
+                ),
+            );
         }
         if self.top_k == Some(0) {
-            return bad("top_k must be at least 1".into());
+            return bad("top_k", "top_k must be at least 1".into());
         }
         if let Some(p) = self.top_p {
             if !(p > 0.0 && p <= 1.0) {
-                return bad(format!("top_p must be in (0, 1], got {p}"));
+                return bad("top_p", format!("top_p must be in (0, 1], got {p}"));
             }
         }
         if let Some(p) = self.min_p {
             if !(0.0..=1.0).contains(&p) {
-                return bad(format!("min_p must be in [0, 1], got {p}"));
+                return bad("min_p", format!("min_p must be in [0, 1], got {p}"));
             }
         }
         if let Some(r) = self.repetition_penalty {
             if !(r.is_finite() && r > 0.0) {
-                return bad(format!(
-                    "repetition_penalty must be a positive number, got {r}"
-                ));
+                return bad(
+                    "repetition_penalty",
+                    format!("repetition_penalty must be a positive number, got {r}"),
+                );
             }
         }
         if let Some(p) = self.typical_p {
             if !(p > 0.0 && p <= 1.0) {
-                return bad(format!("typical_p must be in (0, 1], got {p}"));
+                return bad("typical_p", format!("typical_p must be in (0, 1], got {p}"));
             }
         }
         for (name, v) in [
@@ -188,17 +195,20 @@ impl GenerationOptions {
         ] {
             if let Some(e) = v {
                 if !(e > 0.0 && e < 1.0) {
-                    return bad(format!("{name} must be in (0, 1), got {e}"));
+                    return bad(name, format!("{name} must be in (0, 1), got {e}"));
                 }
             }
         }
         if let Some(i) = self.bad_words_ids.iter().position(Vec::is_empty) {
-            return bad(format!(
-                "bad_words_ids[{i}] is empty; give each banned sequence at least one token id"
-            ));
+            return bad(
+                "bad_words_ids",
+                format!(
+                    "bad_words_ids[{i}] is empty; give each banned sequence at least one token id"
+                ),
+            );
         }
         if self.stop_strings.iter().any(String::is_empty) {
-            return bad("stop strings must not be empty".into());
+            return bad("stop_strings", "stop strings must not be empty".into());
         }
         Ok(())
     }
@@ -287,7 +297,7 @@ pub fn generate(
     // transformers; other models would silently degrade, or index past learned positions.
     let context = base.max_position_embeddings();
     if longest > context && !base.stretches_context() {
-        return Err(Error::Generation(format!(
+        return Err(Error::invalid("prompt", format!(
             "the prompt has {longest} tokens but the model's context (max_position_embeddings) is {context}; \
              shorten it (generation itself may run past the context, as in transformers)"
         )));
@@ -389,22 +399,24 @@ fn check_request(
 ) -> Result<()> {
     opts.validate()?;
     if prompts.is_empty() {
-        return Err(Error::Generation("no prompts given".into()));
+        return Err(Error::invalid("prompts", "no prompts given".into()));
     }
     if let Some(i) = prompts.iter().position(Vec::is_empty) {
-        return Err(Error::Generation(format!(
+        return Err(Error::invalid("prompt", format!(
             "prompt {i} is empty; give at least one token (a plain text prompt gets a BOS token when the tokenizer adds one)"
         )));
     }
     if !opts.stop_strings.is_empty() && tokenizer.is_none() {
-        return Err(Error::Generation(
+        return Err(Error::invalid(
+            "stop_strings",
             "stop strings need a tokenizer to read the generated text".into(),
         ));
     }
     if let Some(&bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
-        return Err(Error::Generation(format!(
-            "prompt token id {bad} is outside the vocabulary of {vocab} ids"
-        )));
+        return Err(Error::invalid(
+            "prompt",
+            format!("prompt token id {bad} is outside the vocabulary of {vocab} ids"),
+        ));
     }
     if let Some(&bad) = opts
         .bad_words_ids
@@ -412,9 +424,10 @@ fn check_request(
         .flatten()
         .find(|&&id| id as usize >= vocab)
     {
-        return Err(Error::Generation(format!(
-            "bad_words_ids holds token id {bad}, outside the vocabulary of {vocab} ids"
-        )));
+        return Err(Error::invalid(
+            "bad_words_ids",
+            format!("bad_words_ids holds token id {bad}, outside the vocabulary of {vocab} ids"),
+        ));
     }
     Ok(())
 }
@@ -439,7 +452,7 @@ pub fn generate_seq2seq(
     let vocab = model.vocab_size();
     check_request(tokenizer, prompts, opts, vocab)?;
     if decoder_start_token_id as usize >= vocab {
-        return Err(Error::Generation(format!(
+        return Err(Error::invalid("decoder_start_token_id", format!(
             "decoder_start_token_id {decoder_start_token_id} is outside the vocabulary of {vocab} ids"
         )));
     }
@@ -653,7 +666,7 @@ fn decode_loop(
             (None, _) => {
                 let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
                 if rows.len() != batch * vocab {
-                    return Err(Error::Generation(format!(
+                    return Err(Error::Internal(format!(
                         "the model returned {} logits for {batch} rows of {vocab}",
                         rows.len()
                     )));
@@ -1197,7 +1210,10 @@ mod tests {
         for set in cases {
             let mut o = GenerationOptions::default();
             set(&mut o);
-            assert!(matches!(o.validate(), Err(Error::Generation(_))), "{o:?}");
+            assert!(
+                matches!(o.validate(), Err(Error::InvalidInput { .. })),
+                "{o:?}"
+            );
         }
     }
 

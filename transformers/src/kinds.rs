@@ -64,23 +64,30 @@ impl ForwardArgs<'_> {
     pub fn check(&self, cache: &KvCache) -> Result<(usize, usize)> {
         let ids = self.input_ids;
         if ids.rank() != 2 || self.position_ids.shape() != ids.shape() {
-            return Err(Error::Generation(format!(
-                "input_ids {:?} and position_ids {:?} must both be [batch, seq]",
-                ids.shape(),
-                self.position_ids.shape()
-            )));
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "input_ids {:?} and position_ids {:?} must both be [batch, seq]",
+                    ids.shape(),
+                    self.position_ids.shape()
+                ),
+            ));
         }
         let (b, t) = (ids.shape()[0], ids.shape()[1]);
         if t == 0 {
-            return Err(Error::Generation(
+            return Err(Error::invalid(
+                "input_ids",
                 "empty input: at least one token is needed".into(),
             ));
         }
         if b != cache.batch() {
-            return Err(Error::Generation(format!(
-                "input batch {b} differs from the KV cache's {}",
-                cache.batch()
-            )));
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "input batch {b} differs from the KV cache's {}",
+                    cache.batch()
+                ),
+            ));
         }
         Ok((b, t))
     }

@@ -14,11 +14,14 @@
 //! # Ok::<(), zoo_transformers::Error>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod auto;
 pub mod cache;
 pub mod chat;
 pub mod config;
 mod error;
+pub mod family;
 pub mod generation;
 pub mod image_processing;
 pub mod kinds;
@@ -34,8 +37,8 @@ pub mod vision;
 pub use auto::{
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
     AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
-    AutoModelForTokenClassification, AutoModelForZeroShotImageClassification, BaseModel, CausalLM,
-    LoadOptions, Seq2SeqLM,
+    AutoModelForTokenClassification, AutoModelForZeroShotImageClassification, BaseModel,
+    LoadOptions, Text2TextGenerator, TextGenerator,
 };
 pub use cache::{CacheSpec, KvCache};
 pub use chat::{ChatTemplate, Message};
@@ -52,8 +55,8 @@ pub use models::bert::{
     BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertModel,
 };
 pub use models::clip::{
-    ClipConfig, ClipModel, ClipTextConfig, ClipTextModel, ClipTextModelWithProjection,
-    ClipVisionConfig, ClipVisionModel, ClipVisionModelWithProjection,
+    CLIPConfig, CLIPModel, CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
+    CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection,
 };
 pub use models::gemma::{GemmaFeatures, GemmaForCausalLM, GemmaModel};
 pub use models::gemma2::{Gemma2ForCausalLM, Gemma2Model};
@@ -61,7 +64,8 @@ pub use models::gemma3::{Gemma3ForCausalLM, Gemma3TextModel};
 pub use models::gpt2::{GPT2LMHeadModel, GPT2Model};
 pub use models::llama::{LlamaForCausalLM, LlamaModel};
 pub use models::mistral::{MistralForCausalLM, MistralModel};
-pub use models::mixtral::{MixtralForCausalLM, MixtralModel, MoeFeatures};
+pub use models::mixtral::{MixtralForCausalLM, MixtralModel};
+pub use models::moe::MoeFeatures;
 pub use models::phi3::{Phi3ForCausalLM, Phi3Model};
 pub use models::qwen2::{Qwen2ForCausalLM, Qwen2Model};
 pub use models::qwen2_moe::{Qwen2MoeForCausalLM, Qwen2MoeModel};

@@ -96,20 +96,3 @@ impl WeightSource for HubSource {
         Some(Ok(q))
     }
 }
-
-/// Hands the heap's free pages back to the system (glibc's `malloc_trim`; elsewhere a
-/// no-op). Building a tokenizer from its JSON frees tens of MiB of small allocations that
-/// the allocator would otherwise keep mapped beside the weights loaded next: for a 94 MiB
-/// GGUF that is most of the gap between its file size and the process's peak.
-pub(crate) fn release_freed_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> std::ffi::c_int;
-        }
-        // SAFETY: malloc_trim only walks glibc's own arenas and takes no pointers.
-        unsafe {
-            malloc_trim(0);
-        }
-    }
-}

@@ -199,7 +199,7 @@ impl SentenceEmbedder {
     /// One embedding per sentence, as `SentenceTransformer.encode` returns them.
     pub fn embed(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>> {
         if sentences.is_empty() {
-            return Err(Error::Generation("no sentences given".into()));
+            return Err(Error::invalid("sentences", "no sentences given".into()));
         }
         let ids = sentences
             .iter()
@@ -227,7 +227,7 @@ impl SentenceEmbedder {
         })?;
         if self.pooling == Pooling::Projection {
             let Some(embeds) = out.embeds else {
-                return Err(Error::Generation(
+                return Err(Error::invalid("pooling", 
                     "this model has no projection; pool its tokens (cls, mean, max, mean_sqrt_len_tokens, lasttoken)".into(),
                 ));
             };

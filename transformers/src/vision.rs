@@ -68,7 +68,7 @@ fn pixels(
     model: &dyn ImageEncoder,
 ) -> Result<Tensor> {
     if images.is_empty() {
-        return Err(Error::Generation("no image given".into()));
+        return Err(Error::invalid("images", "no image given".into()));
     }
     processor.pixel_values(images, &model.device())
 }
@@ -136,9 +136,10 @@ impl ImageClassifier {
         let (model, pretrained) =
             load_image_encoder(repo_or_path, &opts, Task::ImageClassification)?;
         let EncoderHead::ImageClassification { labels } = model.head().clone() else {
-            return Err(Error::Generation(format!(
-                "{repo_or_path} has no image classifier head"
-            )));
+            return Err(Error::invalid(
+                "model",
+                format!("{repo_or_path} has no image classifier head"),
+            ));
         };
         Ok(ImageClassifier {
             model,
@@ -162,7 +163,7 @@ impl ImageClassifier {
         })?;
         let logits = out
             .logits
-            .ok_or_else(|| Error::Generation("the classifier returned no logits".into()))?;
+            .ok_or_else(|| Error::Internal("the classifier returned no logits".into()))?;
         Ok(rows(&logits)?
             .iter()
             .map(|l| ranked(l, &self.labels, top_k))
@@ -211,12 +212,13 @@ impl ZeroShotImageClassifier {
         template: &str,
     ) -> Result<Vec<Vec<Scored>>> {
         if labels.is_empty() {
-            return Err(Error::Generation("no candidate labels given".into()));
+            return Err(Error::invalid("labels", "no candidate labels given".into()));
         }
         if !template.contains("{}") {
-            return Err(Error::Generation(format!(
-                "the hypothesis template {template:?} has no {{}} for the label"
-            )));
+            return Err(Error::invalid(
+                "template",
+                format!("the hypothesis template {template:?} has no {{}} for the label"),
+            ));
         }
         let text = self.model.text();
         let max = text.max_position_embeddings();

@@ -88,7 +88,7 @@ fn fixture_dir(name: &str, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
     dir
 }
 
-fn load(dir: &Path) -> zoo_transformers::Result<zoo_transformers::CausalLM> {
+fn load(dir: &Path) -> zoo_transformers::Result<zoo_transformers::TextGenerator> {
     AutoModelForCausalLM::load_pretrained(dir.to_str().unwrap(), DeviceMap::Cpu)
 }
 
@@ -392,35 +392,45 @@ fn bad_prompts_are_typed_errors() {
     let dir = model_dir(|_| {});
     let m = load(dir.path()).unwrap();
     let opts = GenerationOptions::greedy(4);
-    assert!(matches!(
-        m.generate(&[""], &opts),
-        Err(Error::Generation(_))
-    ));
-    assert!(matches!(
-        m.generate_ids(&[vec![]], &opts, |_| true),
-        Err(Error::Generation(_))
-    ));
-    assert!(matches!(
-        m.generate_ids(&[], &opts, |_| true),
-        Err(Error::Generation(_))
-    ));
+    // Each names the field at fault and is the caller's to fix (a server's 400).
+    let field = |r: Result<_, Error>| match r {
+        Err(e @ Error::InvalidInput { field, .. }) => {
+            assert!(e.is_caller_error());
+            field
+        }
+        other => panic!("expected an invalid input, got {:?}", other.err()),
+    };
+    assert_eq!(field(m.generate(&[""], &opts).map(drop)), "prompt");
+    assert_eq!(
+        field(m.generate_ids(&[vec![]], &opts, |_| true).map(drop)),
+        "prompt"
+    );
+    assert_eq!(
+        field(m.generate_ids(&[], &opts, |_| true).map(drop)),
+        "prompts"
+    );
     let long = vec![5u32; 65];
     let err = m
         .generate_ids(&[long], &opts, |_| true)
         .expect_err("65 > 64 positions");
     assert!(err.to_string().contains("max_position_embeddings"), "{err}");
+    assert!(matches!(
+        err,
+        Error::InvalidInput {
+            field: "prompt",
+            ..
+        }
+    ));
     let err = m
         .generate_ids(&[vec![999]], &opts, |_| true)
         .expect_err("id outside vocab");
     assert!(err.to_string().contains("999"), "{err}");
+    assert!(err.is_caller_error());
     let bad = GenerationOptions {
         top_p: Some(0.0),
         ..opts
     };
-    assert!(matches!(
-        m.generate(&["abc"], &bad),
-        Err(Error::Generation(_))
-    ));
+    assert_eq!(field(m.generate(&["abc"], &bad).map(drop)), "top_p");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use zoo_runtime::device_map::{DeviceMap, ExplicitMap};
 use zoo_runtime::{lazy, DType, Device, PjrtPlatform, Tensor};
 use zoo_transformers::{
-    AutoModelForCausalLM, AutoModelForSeq2SeqLM, CausalLM, Error, GenerationOptions,
+    AutoModelForCausalLM, AutoModelForSeq2SeqLM, Error, GenerationOptions, TextGenerator,
 };
 use zoo_transformers::{ForwardArgs, LogitsFor};
 
@@ -41,7 +41,7 @@ fn pjrt(devices: &[usize]) -> DeviceMap {
     }
 }
 
-fn load(case: &str, map: DeviceMap) -> CausalLM {
+fn load(case: &str, map: DeviceMap) -> TextGenerator {
     AutoModelForCausalLM::builder(&fixture(case))
         .device_map(map)
         .dtype(DType::F32)
@@ -50,7 +50,7 @@ fn load(case: &str, map: DeviceMap) -> CausalLM {
 }
 
 /// All-position logits of a left-padded batch of two prompts, as f32 on the host.
-fn logits(model: &CausalLM) -> Vec<f32> {
+fn logits(model: &TextGenerator) -> Vec<f32> {
     let device = model.load_report().device;
     let ids: Vec<i64> = vec![0, 0, 5, 17, 3, 9, 11, 2, 8, 40, 7, 1, 6, 12];
     let pos: Vec<i64> = vec![0, 0, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6];

@@ -9,7 +9,9 @@
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::DType;
-use zoo_transformers::{AutoModelForCausalLM, CausalLM, GenerationOptions, Message, StopReason};
+use zoo_transformers::{
+    AutoModelForCausalLM, GenerationOptions, Message, StopReason, TextGenerator,
+};
 
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
@@ -129,7 +131,7 @@ const LOGITS_ATOL: f32 = 5e-4;
 
 /// The prompt's logits and the raw logits of 32 cached greedy steps against the slices
 /// `nightly/reference/smollm2_expected.py` recorded.
-fn logits_match_transformers(model: &CausalLM, expected: &Value) {
+fn logits_match_transformers(model: &TextGenerator, expected: &Value) {
     let (worst, step_worst) =
         expected::logits_match_transformers(model, expected, "first32", LOGITS_ATOL);
     eprintln!(

@@ -44,7 +44,7 @@ use zoo_benchmarks::{
     Target,
 };
 use zoo_runtime::device_map::DeviceMap;
-use zoo_transformers::{AutoModelForCausalLM, CausalLM};
+use zoo_transformers::{AutoModelForCausalLM, TextGenerator};
 
 const HELP: &str = "\
 smollm2: SmolLM2-135M beside PyTorch, candle-transformers and llama.cpp (same run)
@@ -120,13 +120,13 @@ const PROMPT: &str = "The history of the city of Paris";
 /// Prompts in the batched-decode rows.
 const BATCH: usize = 8;
 
-fn zoo_figures(model: &CausalLM, a: &Args) -> (f64, f64) {
+fn zoo_figures(model: &TextGenerator, a: &Args) -> (f64, f64) {
     zoo_benchmarks::zoo_figures(model, PROMPT, a.prefill, a.new, a.runs)
 }
 
 /// Greedy decode tok/s (all rows counted) of `rows` copies of the prompt decoded together,
 /// best of `--runs`.
-fn batched_decode(model: &CausalLM, rows: usize, a: &Args) -> f64 {
+fn batched_decode(model: &TextGenerator, rows: usize, a: &Args) -> f64 {
     let prompt = model.encode(PROMPT, false).unwrap();
     let prompts = vec![prompt; rows];
     let opts = zoo_transformers::GenerationOptions {
@@ -141,7 +141,7 @@ fn batched_decode(model: &CausalLM, rows: usize, a: &Args) -> f64 {
 
 /// One greedy decode of the prompt, `--new` tokens after the first: what a user's generation
 /// holds (the peak-RSS windows).
-fn generate_once(model: &CausalLM, a: &Args) {
+fn generate_once(model: &TextGenerator, a: &Args) {
     let prompt = model.encode(PROMPT, false).unwrap();
     let opts = zoo_transformers::GenerationOptions {
         min_new_tokens: a.new + 1,
@@ -150,7 +150,7 @@ fn generate_once(model: &CausalLM, a: &Args) {
     model.generate_ids(&[prompt], &opts, |_| true).unwrap();
 }
 
-fn load(path: &Path, map: DeviceMap) -> Result<CausalLM, String> {
+fn load(path: &Path, map: DeviceMap) -> Result<TextGenerator, String> {
     AutoModelForCausalLM::builder(&path.to_string_lossy())
         .device_map(map)
         .load()

@@ -27,6 +27,7 @@ pub(crate) mod cat;
 pub(crate) mod conv;
 pub mod features;
 pub(crate) mod heap;
+pub use heap::release_freed_heap;
 pub(crate) mod kernels;
 pub(crate) mod norm;
 pub(crate) mod quant;

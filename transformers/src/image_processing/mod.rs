@@ -367,7 +367,7 @@ impl ImageProcessor {
             match dims {
                 None => dims = Some((h, w)),
                 Some(d) if d != (h, w) => {
-                    return Err(Error::Generation(format!(
+                    return Err(Error::invalid("images", format!(
                         "image {i} becomes {w}x{h} pixel values but image 0 became {}x{}; batch images of one size or use a processor that crops",
                         d.1, d.0
                     )))
@@ -377,7 +377,7 @@ impl ImageProcessor {
             data.extend(v);
         }
         let Some((h, w)) = dims else {
-            return Err(Error::Generation("no image to process".into()));
+            return Err(Error::invalid("images", "no image to process".into()));
         };
         Ok(Tensor::from_vec(data, &[images.len(), 3, h, w], device)?)
     }

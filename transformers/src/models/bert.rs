@@ -19,8 +19,8 @@ use zoo_runtime::nn::{Embedding, LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::config::require_positive;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `bert`.
@@ -399,27 +399,30 @@ impl BertModel {
     fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let ids = args.input_ids;
         if ids.rank() != 2 {
-            return Err(Error::Generation(format!(
-                "input_ids {:?} must be [batch, seq]",
-                ids.shape()
-            )));
+            return Err(Error::invalid(
+                "input_ids",
+                format!("input_ids {:?} must be [batch, seq]", ids.shape()),
+            ));
         }
         let (b, t) = (ids.shape()[0], ids.shape()[1]);
         let c = &self.config;
         if t == 0 || t > c.max_position_embeddings {
-            return Err(Error::Generation(format!(
+            return Err(Error::invalid("input_ids", format!(
                 "the input has {t} tokens; BERT takes 1 to {} (max_position_embeddings); truncate it",
                 c.max_position_embeddings
             )));
         }
         let device = self.device();
-        let same = |name: &str, x: Option<&Tensor>| -> Result<Option<Tensor>> {
+        let same = |name: &'static str, x: Option<&Tensor>| -> Result<Option<Tensor>> {
             match x {
-                Some(x) if x.shape() != ids.shape() => Err(Error::Generation(format!(
-                    "{name} {:?} must have the shape of input_ids {:?}",
-                    x.shape(),
-                    ids.shape()
-                ))),
+                Some(x) if x.shape() != ids.shape() => Err(Error::invalid(
+                    name,
+                    format!(
+                        "{name} {:?} must have the shape of input_ids {:?}",
+                        x.shape(),
+                        ids.shape()
+                    ),
+                )),
                 Some(x) => Ok(Some(x.to_device(&device)?.to_dtype(DType::I64)?)),
                 None => Ok(None),
             }
@@ -488,16 +491,17 @@ impl BertModel {
 }
 
 /// Ids the host knows must index their table; ids computed on a device are left to it.
-fn check_ids(ids: &Tensor, rows: usize, name: &str) -> Result<()> {
+fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
     if let Some(&bad) = ids
         .host_known_i64()
         .iter()
         .flatten()
         .find(|&&i| i < 0 || i as usize >= rows)
     {
-        return Err(Error::Generation(format!(
-            "{name} holds {bad}, outside 0..{rows}"
-        )));
+        return Err(Error::invalid(
+            name,
+            format!("{name} holds {bad}, outside 0..{rows}"),
+        ));
     }
     Ok(())
 }

@@ -23,8 +23,8 @@ use super::llama::{self, Attention, AttentionKind, DecoderFeatures, Mlp, Positio
 use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `gemma`.
@@ -393,10 +393,13 @@ impl DecoderModel for GemmaModel {
             .flatten()
             .find(|&&id| id < 0 || id as usize >= self.config.vocab_size)
         {
-            return Err(Error::Generation(format!(
-                "token id {bad} is outside the vocabulary of {} ids",
-                self.config.vocab_size
-            )));
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "token id {bad} is outside the vocabulary of {} ids",
+                    self.config.vocab_size
+                ),
+            ));
         }
         let start = cache.begin(t, args.attention_mask)?;
         // transformers multiplies by sqrt(hidden) held in the model dtype (55.4256 becomes

@@ -12,7 +12,7 @@ use zoo_hub::PretrainedConfig;
 
 use super::gemma::{self, GemmaFeatures, GemmaForCausalLM, GemmaModel};
 use crate::config::DecoderConfig;
-use crate::registry::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `gemma2`: the Gemma block with Gemma 2's switches.

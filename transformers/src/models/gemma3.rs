@@ -13,7 +13,7 @@ use zoo_hub::{PretrainedConfig, Rope, RopeParameters};
 
 use super::gemma::{self, GemmaFeatures, GemmaForCausalLM, GemmaModel};
 use crate::config::DecoderConfig;
-use crate::registry::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `gemma3_text`: the Gemma block with Gemma 3's switches.

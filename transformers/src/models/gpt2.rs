@@ -19,8 +19,8 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 use super::placement::execution_order;
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::require_positive;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `gpt2`.
@@ -410,8 +410,8 @@ impl DecoderModel for GPT2Model {
         let ids = ids.to_device(&device)?.to_dtype(DType::I64)?;
         let pos = args.position_ids.to_device(&device)?.to_dtype(DType::I64)?;
         for (t, rows, name) in [
-            (&ids, c.vocab_size, "token id"),
-            (&pos, c.n_positions, "position"),
+            (&ids, c.vocab_size, "input_ids"),
+            (&pos, c.n_positions, "position_ids"),
         ] {
             // Host-known values are checked here; ids sampled on a device come from argmax.
             if let Some(&bad) = t
@@ -420,14 +420,17 @@ impl DecoderModel for GPT2Model {
                 .flatten()
                 .find(|&&v| v < 0 || v as usize >= rows)
             {
-                return Err(Error::Generation(format!(
-                    "{name} {bad} is outside 0..{rows}{}",
-                    if name == "position" {
-                        " (GPT-2's learned positions end at n_positions; shorten the prompt or max_new_tokens)"
-                    } else {
-                        ""
-                    }
-                )));
+                return Err(Error::invalid(
+                    name,
+                    format!(
+                        "{name} holds {bad}, outside 0..{rows}{}",
+                        if name == "position_ids" {
+                            " (GPT-2's learned positions end at n_positions; shorten the prompt or max_new_tokens)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
             }
         }
         let start = cache.begin(t, args.attention_mask)?;

@@ -14,12 +14,12 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
-use super::mixtral::{MoeFeatures, SparseMoeBlock};
+use super::moe::{MoeFeatures, SparseMoeBlock};
 use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `llama`.
@@ -522,10 +522,13 @@ impl DecoderModel for LlamaModel {
             .flatten()
             .find(|&&id| id < 0 || id as usize >= self.config.vocab_size)
         {
-            return Err(Error::Generation(format!(
-                "token id {bad} is outside the vocabulary of {} ids",
-                self.config.vocab_size
-            )));
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "token id {bad} is outside the vocabulary of {} ids",
+                    self.config.vocab_size
+                ),
+            ));
         }
         let start = cache.begin(t, args.attention_mask)?;
         let mut x = self.embed_tokens.forward(&ids)?;

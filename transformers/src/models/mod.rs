@@ -10,6 +10,7 @@ pub mod gpt2;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
+pub mod moe;
 mod patches;
 pub mod phi3;
 mod placement;

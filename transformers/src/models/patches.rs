@@ -51,23 +51,30 @@ impl PatchEmbedding {
     /// (the convolution's output flattened).
     pub fn forward(&self, pixel_values: &Tensor, dtype: DType) -> Result<Tensor> {
         let [b, c, h, w] = pixel_values.shape()[..] else {
-            return Err(Error::Generation(format!(
-                "pixel_values {:?} must be [batch, channels, height, width]",
-                pixel_values.shape()
-            )));
+            return Err(Error::invalid(
+                "pixel_values",
+                format!(
+                    "pixel_values {:?} must be [batch, channels, height, width]",
+                    pixel_values.shape()
+                ),
+            ));
         };
         if c != self.channels {
-            return Err(Error::Generation(format!(
-                "pixel_values have {c} channels; the model takes {} (num_channels)",
-                self.channels
-            )));
+            return Err(Error::invalid(
+                "pixel_values",
+                format!(
+                    "pixel_values have {c} channels; the model takes {} (num_channels)",
+                    self.channels
+                ),
+            ));
         }
         let (ph, pw) = self.patch;
         let (rows, cols) = self.grid(h, w);
         if rows == 0 || cols == 0 {
-            return Err(Error::Generation(format!(
-                "a {w}x{h} image holds no {pw}x{ph} patch"
-            )));
+            return Err(Error::invalid(
+                "pixel_values",
+                format!("a {w}x{h} image holds no {pw}x{ph} patch"),
+            ));
         }
         let mut x = pixel_values.to_dtype(dtype)?;
         if rows * ph != h {

@@ -9,7 +9,7 @@
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
-use crate::registry::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Loaders, Task};
 
 /// The registry entry of `phi3`: the Llama decoder with Phi-3's fused projections.
 pub(crate) const FAMILY: Family = Family {

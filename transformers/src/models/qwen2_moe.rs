@@ -2,7 +2,7 @@
 //!
 //! What differs from Qwen2: the MLP of the layers `decoder_sparse_step` and `mlp_only_layers`
 //! pick is a mixture of `num_experts` experts of width `moe_intermediate_size` (Mixtral's
-//! block: `mixtral::SparseMoeBlock`) plus a shared expert of width
+//! block: `moe::SparseMoeBlock`) plus a shared expert of width
 //! `shared_expert_intermediate_size` behind a sigmoid gate; the top-k weights are
 //! renormalised only with `norm_topk_prob` and rounded to the model dtype; the q/k/v bias
 //! follows `qkv_bias`; the sliding layers, without `layer_types`, are the even ones below
@@ -11,9 +11,9 @@
 use zoo_runtime::nn::ExpertNames;
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
-use super::mixtral::{self, MoeFeatures};
+use super::moe::{self, MoeFeatures};
 use crate::config::DecoderConfig;
-use crate::registry::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Loaders, Task};
 
 /// The registry entry of `qwen2_moe`.
 pub(crate) const FAMILY: Family = Family {
@@ -32,8 +32,8 @@ pub(crate) const FAMILY: Family = Family {
     // llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
     gguf_architectures: &["qwen2moe"],
     no_split_modules: &["Qwen2MoeDecoderLayer"],
-    validate: |c| mixtral::validate_with(c, features),
-    layout: |c| mixtral::layout_with(c, features),
+    validate: |c| moe::validate_with(c, features),
+    layout: |c| moe::layout_with(c, features),
     loaders: Loaders::Decoder {
         base: |w, c| llama::load_base_with(w, c, features),
         causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),

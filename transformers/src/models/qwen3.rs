@@ -7,7 +7,7 @@
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
-use crate::registry::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Loaders, Task};
 
 /// The registry entry of `qwen3`: the Llama decoder with Qwen3's switches.
 pub(crate) const FAMILY: Family = Family {

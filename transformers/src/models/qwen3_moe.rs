@@ -6,10 +6,10 @@
 //! `norm_topk_prob`. With `use_sliding_window` every layer slides.
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
-use super::mixtral::{self, MoeFeatures};
+use super::moe::{self, MoeFeatures};
 use super::qwen2_moe::QWEN_EXPERT_NAMES;
 use crate::config::DecoderConfig;
-use crate::registry::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Loaders, Task};
 
 /// The registry entry of `qwen3_moe`.
 pub(crate) const FAMILY: Family = Family {
@@ -28,8 +28,8 @@ pub(crate) const FAMILY: Family = Family {
     // llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
     gguf_architectures: &["qwen3moe"],
     no_split_modules: &["Qwen3MoeDecoderLayer"],
-    validate: |c| mixtral::validate_with(c, features),
-    layout: |c| mixtral::layout_with(c, features),
+    validate: |c| moe::validate_with(c, features),
+    layout: |c| moe::layout_with(c, features),
     loaders: Loaders::Decoder {
         base: |w, c| llama::load_base_with(w, c, features),
         causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),

@@ -20,10 +20,10 @@ use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::config::require_positive;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
 use crate::models::placement::execution_order;
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `vit`.
@@ -410,7 +410,7 @@ impl ViTModel {
             return Ok(table);
         }
         if r0 != c0 {
-            return Err(Error::Generation(format!(
+            return Err(Error::invalid("interpolate_pos_encoding", format!(
                 "interpolating position embeddings needs a square trained grid; this model's is {r0}x{c0}"
             )));
         }
@@ -423,13 +423,16 @@ impl ViTModel {
         let c = &self.config;
         let px = args.pixel_values;
         let [b, _, h, w] = px.shape()[..] else {
-            return Err(Error::Generation(format!(
-                "pixel_values {:?} must be [batch, channels, height, width]",
-                px.shape()
-            )));
+            return Err(Error::invalid(
+                "pixel_values",
+                format!(
+                    "pixel_values {:?} must be [batch, channels, height, width]",
+                    px.shape()
+                ),
+            ));
         };
         if !args.interpolate_pos_encoding && (h, w) != c.image_size {
-            return Err(Error::Generation(format!(
+            return Err(Error::invalid("pixel_values", format!(
                 "the image is {w}x{h} but the model takes {}x{} (image_size); resize it with the model's image processor, or interpolate the position embeddings",
                 c.image_size.1, c.image_size.0
             )));

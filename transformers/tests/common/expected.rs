@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 use zoo_runtime::{DType, Tensor};
-use zoo_transformers::{CausalLM, ForwardArgs, LogitsFor};
+use zoo_transformers::{ForwardArgs, LogitsFor, TextGenerator};
 
 pub fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
@@ -47,7 +47,7 @@ pub fn row_matches(row: &[f32], top: &Value, atol: f32, what: &str) -> f32 {
 /// `prompt_logits` and `step_logits`, each best id transformers' unless its lead is within
 /// `atol`; returns the largest differences (prompt, steps).
 pub fn logits_match_transformers(
-    model: &CausalLM,
+    model: &TextGenerator,
     expected: &Value,
     greedy: &str,
     atol: f32,

@@ -9,9 +9,9 @@ mod model;
 mod text;
 mod vision;
 
-pub use model::{ClipConfig, ClipModel};
-pub use text::{ClipTextConfig, ClipTextModel, ClipTextModelWithProjection};
-pub use vision::{ClipVisionConfig, ClipVisionModel, ClipVisionModelWithProjection};
+pub use model::{CLIPConfig, CLIPModel};
+pub use text::{CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection};
+pub use vision::{CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection};
 
 pub(crate) use model::FAMILY as CLIP_FAMILY;
 pub(crate) use text::FAMILY;

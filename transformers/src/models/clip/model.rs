@@ -8,12 +8,12 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Linear, Weights};
 use zoo_runtime::{DType, Tensor};
 
-use super::text::{ClipTextConfig, ClipTextModel, ClipTextModelWithProjection};
-use super::vision::{ClipVisionConfig, ClipVisionModel, ClipVisionModelWithProjection};
+use super::text::{CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection};
+use super::vision::{CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection};
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{
     Encoder, EncoderArgs, ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput,
 };
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `clip`.
@@ -30,25 +30,25 @@ pub(crate) const FAMILY: Family = Family {
         "CLIPEncoderLayer",
         "CLIPVisionEmbeddings",
     ],
-    validate: |c| ClipConfig::from_pretrained(c).map(drop),
+    validate: |c| CLIPConfig::from_pretrained(c).map(drop),
     layout,
     loaders: Loaders::ImageText(load),
 };
 
 /// `config.json` of a `CLIPModel`: both towers' configs and the shared projection width.
 #[derive(Clone, Debug)]
-pub struct ClipConfig {
+pub struct CLIPConfig {
     /// `text_config`.
-    pub text: ClipTextConfig,
+    pub text: CLIPTextConfig,
     /// `vision_config`.
-    pub vision: ClipVisionConfig,
+    pub vision: CLIPVisionConfig,
     /// Width of both projections (`projection_dim`, default 512).
     pub projection_dim: usize,
 }
 
-impl ClipConfig {
+impl CLIPConfig {
     /// Reads `text_config`, `vision_config` and `projection_dim`.
-    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ClipConfig> {
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<CLIPConfig> {
         for sub in ["text_config", "vision_config"] {
             if cfg.get(sub).is_none() {
                 return Err(Error::Config {
@@ -64,9 +64,9 @@ impl ClipConfig {
                 reason: format!("`projection_dim` is {v}, not a positive integer"),
             })? as usize,
         };
-        Ok(ClipConfig {
-            text: ClipTextConfig::from_pretrained(cfg)?,
-            vision: ClipVisionConfig::from_pretrained(cfg)?,
+        Ok(CLIPConfig {
+            text: CLIPTextConfig::from_pretrained(cfg)?,
+            vision: CLIPVisionConfig::from_pretrained(cfg)?,
             projection_dim,
         })
     }
@@ -75,7 +75,7 @@ impl ClipConfig {
 /// The planner's view: the text tower's embeddings and layers, then the vision tower's.
 /// Sized by the wider tower; the text context bounds the text side.
 fn layout(config: &PretrainedConfig) -> Result<Layout> {
-    let c = ClipConfig::from_pretrained(config)?;
+    let c = CLIPConfig::from_pretrained(config)?;
     let vision = super::vision::vision_layout(&c.vision);
     let (t, v) = (&c.text, &c.vision);
     Ok(Layout {
@@ -105,9 +105,9 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
 }
 
 fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn ImageTextModel>> {
-    let c = ClipConfig::from_pretrained(config)?;
-    let text = ClipTextModel::load(&w.pp("text_model"), &c.text)?.under("text_model.");
-    let vision = ClipVisionModel::load_either(w, &c.vision)?;
+    let c = CLIPConfig::from_pretrained(config)?;
+    let text = CLIPTextModel::load(&w.pp("text_model"), &c.text)?.under("text_model.");
+    let vision = CLIPVisionModel::load_either(w, &c.vision)?;
     let text_projection = Linear::load(
         &w.pp("text_projection"),
         c.text.hidden_size,
@@ -124,9 +124,9 @@ fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn ImageTextModel
         .get("logit_scale", &[])?
         .to_dtype(DType::F64)?
         .to_scalar::<f64>()?;
-    Ok(Box::new(ClipModel {
-        text: ClipTextModelWithProjection::new(text, text_projection),
-        vision: ClipVisionModelWithProjection::new(vision, visual_projection),
+    Ok(Box::new(CLIPModel {
+        text: CLIPTextModelWithProjection::new(text, text_projection),
+        vision: CLIPVisionModelWithProjection::new(vision, visual_projection),
         logit_scale,
         dtype: w.dtype(),
     }))
@@ -134,15 +134,15 @@ fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn ImageTextModel
 
 /// `CLIPModel`.
 #[derive(Clone, Debug)]
-pub struct ClipModel {
-    text: ClipTextModelWithProjection,
-    vision: ClipVisionModelWithProjection,
+pub struct CLIPModel {
+    text: CLIPTextModelWithProjection,
+    vision: CLIPVisionModelWithProjection,
     /// The stored (log) temperature; logits scale by its exponential.
     logit_scale: f64,
     dtype: DType,
 }
 
-impl ClipModel {
+impl CLIPModel {
     /// The learned log temperature (`logit_scale`, before `exp`).
     pub fn logit_scale(&self) -> f64 {
         self.logit_scale
@@ -156,7 +156,7 @@ fn normalized(x: &Tensor) -> Result<Tensor> {
     Ok(x.div(&norm)?)
 }
 
-impl ImageTextModel for ClipModel {
+impl ImageTextModel for CLIPModel {
     fn text(&self) -> &dyn Encoder {
         &self.text
     }
@@ -169,7 +169,7 @@ impl ImageTextModel for ClipModel {
         let mut text_out = self.text.project(text)?;
         let mut vision_out = self.vision.project(image)?;
         let (Some(t), Some(v)) = (text_out.embeds.take(), vision_out.embeds.take()) else {
-            return Err(Error::Generation(
+            return Err(Error::Internal(
                 "CLIP's towers returned no projected embeddings".into(),
             ));
         };

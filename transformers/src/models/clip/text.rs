@@ -19,9 +19,9 @@ use zoo_runtime::{Activation, DType, Device, Tensor};
 use super::{EncoderLayer, LayerSpec};
 
 use crate::config::require_positive;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
 use crate::models::placement::execution_order;
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `clip_text_model`. Both classes serve `AutoModel`'s task; which one
@@ -41,7 +41,7 @@ pub(crate) const FAMILY: Family = Family {
     ],
     gguf_architectures: &[],
     no_split_modules: &["CLIPTextEmbeddings", "CLIPEncoderLayer"],
-    validate: |c| ClipTextConfig::from_pretrained(c).map(drop),
+    validate: |c| CLIPTextConfig::from_pretrained(c).map(drop),
     layout,
     loaders: Loaders::Encoder(load),
 };
@@ -64,7 +64,7 @@ fn default_eos() -> i64 {
 
 /// `config.json` of a CLIP text tower, as transformers' `CLIPTextConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]
-pub struct ClipTextConfig {
+pub struct CLIPTextConfig {
     /// Rows of the token embedding table.
     pub vocab_size: usize,
     /// Width of the residual stream.
@@ -95,7 +95,7 @@ pub struct ClipTextConfig {
     pub path: std::path::PathBuf,
 }
 
-impl ClipTextConfig {
+impl CLIPTextConfig {
     pub(crate) fn layer_spec(&self) -> LayerSpec<'_> {
         LayerSpec {
             hidden: self.hidden_size,
@@ -107,8 +107,8 @@ impl ClipTextConfig {
     }
 
     /// Reads the typed config; a CLIPModel config's `text_config` is read when present.
-    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ClipTextConfig> {
-        let mut c: ClipTextConfig = match cfg.get("text_config") {
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<CLIPTextConfig> {
+        let mut c: CLIPTextConfig = match cfg.get("text_config") {
             Some(text) if cfg.model_type.as_deref() == Some("clip") => serde_json::from_value(text)
                 .map_err(|e| Error::Config {
                     path: cfg.path.clone(),
@@ -149,7 +149,7 @@ impl ClipTextConfig {
 /// The planner's view: embeddings, then `encoder.layers.N` (under `text_model.` in
 /// transformers 4 checkpoints and projection heads), no KV cache.
 fn layout(config: &PretrainedConfig) -> Result<Layout> {
-    let c = ClipTextConfig::from_pretrained(config)?;
+    let c = CLIPTextConfig::from_pretrained(config)?;
     Ok(Layout {
         layer_containers: vec!["encoder.layers".into(), "text_model.encoder.layers".into()],
         inputs: vec!["embeddings".into(), "text_model.embeddings".into()],
@@ -171,7 +171,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
 /// The family's loader: the projection head when the checkpoint is a
 /// `CLIPTextModelWithProjection`, else the bare text model.
 fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Encoder>> {
-    let c = ClipTextConfig::from_pretrained(config)?;
+    let c = CLIPTextConfig::from_pretrained(config)?;
     if task != Task::Base {
         return Err(Error::Config {
             path: c.path.clone(),
@@ -188,12 +188,12 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn En
     // transformers 4 saved a CLIPTextModel's transformer under `text_model.`; transformers 5
     // saves it at the root; the projection head keeps it under `text_model.`.
     let model = if w.contains("text_model.embeddings.token_embedding.weight") {
-        ClipTextModel::load(&w.pp("text_model"), &c)?.under("text_model.")
+        CLIPTextModel::load(&w.pp("text_model"), &c)?.under("text_model.")
     } else {
-        ClipTextModel::load(w, &c)?
+        CLIPTextModel::load(w, &c)?
     };
     Ok(if projected {
-        Box::new(ClipTextModelWithProjection {
+        Box::new(CLIPTextModelWithProjection {
             text_projection: Linear::load(
                 &w.pp("text_projection"),
                 c.hidden_size,
@@ -210,12 +210,12 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn En
 /// `CLIPTextModel` (its `CLIPTextTransformer`): embeddings, encoder layers, final LayerNorm,
 /// the pooled state at each row's end-of-text token.
 #[derive(Clone, Debug)]
-pub struct ClipTextModel {
+pub struct CLIPTextModel {
     token_embedding: Embedding,
     position_embedding: Embedding,
     layers: Vec<EncoderLayer>,
     final_layer_norm: LayerNorm,
-    config: ClipTextConfig,
+    config: CLIPTextConfig,
     dtype: DType,
     /// Where each layer runs; activations move between devices at the cuts.
     layer_devices: Vec<Device>,
@@ -223,10 +223,10 @@ pub struct ClipTextModel {
     prefix: &'static str,
 }
 
-impl ClipTextModel {
+impl CLIPTextModel {
     /// Loads the transformer's weights under `w` (`embeddings.*`, `encoder.*`,
     /// `final_layer_norm.*`).
-    pub fn load(w: &Weights, config: &ClipTextConfig) -> Result<ClipTextModel> {
+    pub fn load(w: &Weights, config: &CLIPTextConfig) -> Result<CLIPTextModel> {
         let c = config;
         let e = w.pp("embeddings");
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
@@ -236,7 +236,7 @@ impl ClipTextModel {
             layer_devices.push(lw.device());
             layers.push(EncoderLayer::load(&lw, &c.layer_spec())?);
         }
-        Ok(ClipTextModel {
+        Ok(CLIPTextModel {
             token_embedding: Embedding::load(
                 &e.pp("token_embedding"),
                 c.vocab_size,
@@ -260,13 +260,13 @@ impl ClipTextModel {
         })
     }
 
-    pub(crate) fn under(mut self, prefix: &'static str) -> ClipTextModel {
+    pub(crate) fn under(mut self, prefix: &'static str) -> CLIPTextModel {
         self.prefix = prefix;
         self
     }
 
     /// The config the model was built from.
-    pub fn config(&self) -> &ClipTextConfig {
+    pub fn config(&self) -> &CLIPTextConfig {
         &self.config
     }
 
@@ -276,23 +276,27 @@ impl ClipTextModel {
         let (b, t) = match ids.shape() {
             [b, t] => (*b, *t),
             s => {
-                return Err(Error::Generation(format!(
-                    "input_ids {s:?} must be [batch, seq]"
-                )))
+                return Err(Error::invalid(
+                    "input_ids",
+                    format!("input_ids {s:?} must be [batch, seq]"),
+                ))
             }
         };
         if t == 0 || t > c.max_position_embeddings {
-            return Err(Error::Generation(format!(
+            return Err(Error::invalid("input_ids", format!(
                 "the input has {t} tokens; CLIP's text model takes 1 to {} (max_position_embeddings); truncate it as CLIPTokenizer does",
                 c.max_position_embeddings
             )));
         }
-        let host = |x: &Tensor, name: &str| -> Result<Vec<i64>> {
+        let host = |x: &Tensor, name: &'static str| -> Result<Vec<i64>> {
             if x.shape() != [b, t] {
-                return Err(Error::Generation(format!(
-                    "{name} {:?} must have the shape of input_ids [{b}, {t}]",
-                    x.shape()
-                )));
+                return Err(Error::invalid(
+                    name,
+                    format!(
+                        "{name} {:?} must have the shape of input_ids [{b}, {t}]",
+                        x.shape()
+                    ),
+                ));
             }
             match x.host_known_i64() {
                 Some(v) => Ok(v),
@@ -304,10 +308,10 @@ impl ClipTextModel {
             .iter()
             .find(|&&i| i < 0 || i as usize >= c.vocab_size)
         {
-            return Err(Error::Generation(format!(
-                "input_ids holds {bad}, outside 0..{}",
-                c.vocab_size
-            )));
+            return Err(Error::invalid(
+                "input_ids",
+                format!("input_ids holds {bad}, outside 0..{}", c.vocab_size),
+            ));
         }
         let real = match args.attention_mask {
             Some(m) => host(m, "attention_mask")?,
@@ -321,10 +325,13 @@ impl ClipTextModel {
             .iter()
             .find(|&&p| p < 0 || p as usize >= c.max_position_embeddings)
         {
-            return Err(Error::Generation(format!(
-                "position_ids holds {bad}, outside 0..{}",
-                c.max_position_embeddings
-            )));
+            return Err(Error::invalid(
+                "position_ids",
+                format!(
+                    "position_ids holds {bad}, outside 0..{}",
+                    c.max_position_embeddings
+                ),
+            ));
         }
         let device = self.device();
         let ids_t = Tensor::from_vec(id_values.clone(), &[b, t], &device)?;
@@ -421,7 +428,7 @@ impl ClipTextModel {
 
 const BASE: EncoderHead = EncoderHead::Base;
 
-impl Encoder for ClipTextModel {
+impl Encoder for CLIPTextModel {
     fn dtype(&self) -> DType {
         self.dtype
     }
@@ -451,15 +458,15 @@ impl Encoder for ClipTextModel {
 /// `CLIPTextModelWithProjection`: the text model's pooled state through `text_projection`,
 /// returned as `embeds` (transformers' `text_embeds`; no pooled output).
 #[derive(Clone, Debug)]
-pub struct ClipTextModelWithProjection {
-    model: ClipTextModel,
+pub struct CLIPTextModelWithProjection {
+    model: CLIPTextModel,
     text_projection: Linear,
 }
 
-impl ClipTextModelWithProjection {
+impl CLIPTextModelWithProjection {
     /// The text model under its projection head (`text_projection [projection_dim, hidden]`).
-    pub fn new(model: ClipTextModel, text_projection: Linear) -> ClipTextModelWithProjection {
-        ClipTextModelWithProjection {
+    pub fn new(model: CLIPTextModel, text_projection: Linear) -> CLIPTextModelWithProjection {
+        CLIPTextModelWithProjection {
             model,
             text_projection,
         }
@@ -470,7 +477,7 @@ impl ClipTextModelWithProjection {
     pub(crate) fn project(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.model.run(args)?;
         let Some(pooled) = &out.pooler_output else {
-            return Err(Error::Generation(
+            return Err(Error::Internal(
                 "CLIP's text model returned no pooled state".into(),
             ));
         };
@@ -480,7 +487,7 @@ impl ClipTextModelWithProjection {
     }
 }
 
-impl Encoder for ClipTextModelWithProjection {
+impl Encoder for CLIPTextModelWithProjection {
     fn dtype(&self) -> DType {
         self.model.dtype
     }

@@ -16,10 +16,10 @@ use zoo_runtime::{Activation, DType, Device, Tensor};
 
 use super::{EncoderLayer, LayerSpec};
 use crate::config::require_positive;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
 use crate::models::placement::execution_order;
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `clip_vision_model`; which class loads follows `architectures`.
@@ -38,7 +38,7 @@ pub(crate) const FAMILY: Family = Family {
     ],
     gguf_architectures: &[],
     no_split_modules: &["CLIPVisionEmbeddings", "CLIPEncoderLayer"],
-    validate: |c| ClipVisionConfig::from_pretrained(c).map(drop),
+    validate: |c| CLIPVisionConfig::from_pretrained(c).map(drop),
     layout,
     loaders: Loaders::Image(load),
 };
@@ -58,7 +58,7 @@ fn default_channels() -> usize {
 
 /// `config.json` of a CLIP vision tower, as transformers' `CLIPVisionConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]
-pub struct ClipVisionConfig {
+pub struct CLIPVisionConfig {
     /// Width of the residual stream.
     pub hidden_size: usize,
     /// Width of the MLP.
@@ -88,7 +88,7 @@ pub struct ClipVisionConfig {
     pub path: std::path::PathBuf,
 }
 
-impl ClipVisionConfig {
+impl CLIPVisionConfig {
     pub(crate) fn layer_spec(&self) -> LayerSpec<'_> {
         LayerSpec {
             hidden: self.hidden_size,
@@ -105,8 +105,8 @@ impl ClipVisionConfig {
     }
 
     /// Reads the typed config; a CLIPModel config's `vision_config` is read when present.
-    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ClipVisionConfig> {
-        let mut c: ClipVisionConfig = match cfg.get("vision_config") {
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<CLIPVisionConfig> {
+        let mut c: CLIPVisionConfig = match cfg.get("vision_config") {
             Some(v) if cfg.model_type.as_deref() == Some("clip") => serde_json::from_value(v)
                 .map_err(|e| Error::Config {
                     path: cfg.path.clone(),
@@ -152,11 +152,11 @@ impl ClipVisionConfig {
 /// The planner's view: embeddings, then `encoder.layers.N` (under `vision_model.` in
 /// transformers 4 checkpoints and projection heads), no KV cache.
 fn layout(config: &PretrainedConfig) -> Result<Layout> {
-    let c = ClipVisionConfig::from_pretrained(config)?;
+    let c = CLIPVisionConfig::from_pretrained(config)?;
     Ok(vision_layout(&c))
 }
 
-pub(super) fn vision_layout(c: &ClipVisionConfig) -> Layout {
+pub(super) fn vision_layout(c: &CLIPVisionConfig) -> Layout {
     let tokens = c.grid_side() * c.grid_side() + 1;
     Layout {
         layer_containers: vec![
@@ -187,7 +187,7 @@ pub(super) fn vision_layout(c: &ClipVisionConfig) -> Layout {
 /// The family's loader: the projection head for a `CLIPVisionModelWithProjection`, else the
 /// bare vision model.
 fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ImageEncoder>> {
-    let c = ClipVisionConfig::from_pretrained(config)?;
+    let c = CLIPVisionConfig::from_pretrained(config)?;
     if task != Task::Base {
         return Err(Error::Config {
             path: c.path.clone(),
@@ -201,9 +201,9 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Im
         .architectures
         .iter()
         .any(|a| a == "CLIPVisionModelWithProjection");
-    let model = ClipVisionModel::load_either(w, &c)?;
+    let model = CLIPVisionModel::load_either(w, &c)?;
     Ok(if projected {
-        Box::new(ClipVisionModelWithProjection::new(
+        Box::new(CLIPVisionModelWithProjection::new(
             model,
             Linear::load(
                 &w.pp("visual_projection"),
@@ -220,23 +220,23 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Im
 /// `CLIPVisionModel`: embeddings, `pre_layrnorm`, encoder layers, the class token's state
 /// through `post_layernorm` as the pooled output.
 #[derive(Clone, Debug)]
-pub struct ClipVisionModel {
+pub struct CLIPVisionModel {
     patch_embedding: PatchEmbedding,
     class_embedding: Tensor,
     position_embedding: Tensor,
     pre_layrnorm: LayerNorm,
     layers: Vec<EncoderLayer>,
     post_layernorm: LayerNorm,
-    config: ClipVisionConfig,
+    config: CLIPVisionConfig,
     dtype: DType,
     layer_devices: Vec<Device>,
     prefix: &'static str,
 }
 
-impl ClipVisionModel {
+impl CLIPVisionModel {
     /// Loads the tower under `w` (`embeddings.*`, `pre_layrnorm.*`, `encoder.*`,
     /// `post_layernorm.*`).
-    pub fn load(w: &Weights, config: &ClipVisionConfig) -> Result<ClipVisionModel> {
+    pub fn load(w: &Weights, config: &CLIPVisionConfig) -> Result<CLIPVisionModel> {
         let c = config;
         let e = w.pp("embeddings");
         let side = c.grid_side();
@@ -247,7 +247,7 @@ impl ClipVisionModel {
             layer_devices.push(lw.device());
             layers.push(EncoderLayer::load(&lw, &c.layer_spec())?);
         }
-        Ok(ClipVisionModel {
+        Ok(CLIPVisionModel {
             patch_embedding: PatchEmbedding::load(
                 &e.pp("patch_embedding"),
                 c.num_channels,
@@ -274,21 +274,21 @@ impl ClipVisionModel {
     }
 
     /// Loads the tower at the root or under `vision_model.`, wherever the checkpoint has it.
-    pub(crate) fn load_either(w: &Weights, c: &ClipVisionConfig) -> Result<ClipVisionModel> {
+    pub(crate) fn load_either(w: &Weights, c: &CLIPVisionConfig) -> Result<CLIPVisionModel> {
         if w.contains("vision_model.embeddings.class_embedding") {
-            Ok(ClipVisionModel::load(&w.pp("vision_model"), c)?.under("vision_model."))
+            Ok(CLIPVisionModel::load(&w.pp("vision_model"), c)?.under("vision_model."))
         } else {
-            ClipVisionModel::load(w, c)
+            CLIPVisionModel::load(w, c)
         }
     }
 
-    fn under(mut self, prefix: &'static str) -> ClipVisionModel {
+    fn under(mut self, prefix: &'static str) -> CLIPVisionModel {
         self.prefix = prefix;
         self
     }
 
     /// The config the model was built from.
-    pub fn config(&self) -> &ClipVisionConfig {
+    pub fn config(&self) -> &CLIPVisionConfig {
         &self.config
     }
 
@@ -310,13 +310,16 @@ impl ClipVisionModel {
         let c = &self.config;
         let px = args.pixel_values;
         let [b, _, h, w] = px.shape()[..] else {
-            return Err(Error::Generation(format!(
-                "pixel_values {:?} must be [batch, channels, height, width]",
-                px.shape()
-            )));
+            return Err(Error::invalid(
+                "pixel_values",
+                format!(
+                    "pixel_values {:?} must be [batch, channels, height, width]",
+                    px.shape()
+                ),
+            ));
         };
         if !args.interpolate_pos_encoding && (h != c.image_size || w != c.image_size) {
-            return Err(Error::Generation(format!(
+            return Err(Error::invalid("pixel_values", format!(
                 "the image is {w}x{h} but the model takes {0}x{0} (image_size); resize it with the model's image processor, or interpolate the position embeddings",
                 c.image_size
             )));
@@ -388,7 +391,7 @@ impl ClipVisionModel {
 
 const BASE: EncoderHead = EncoderHead::Base;
 
-impl ImageEncoder for ClipVisionModel {
+impl ImageEncoder for CLIPVisionModel {
     fn dtype(&self) -> DType {
         self.dtype
     }
@@ -415,15 +418,15 @@ impl ImageEncoder for ClipVisionModel {
 /// `CLIPVisionModelWithProjection`: the pooled state through `visual_projection`, returned
 /// as `embeds` (transformers' `image_embeds`).
 #[derive(Clone, Debug)]
-pub struct ClipVisionModelWithProjection {
-    model: ClipVisionModel,
+pub struct CLIPVisionModelWithProjection {
+    model: CLIPVisionModel,
     visual_projection: Linear,
 }
 
-impl ClipVisionModelWithProjection {
+impl CLIPVisionModelWithProjection {
     /// The vision model under its projection head.
-    pub fn new(model: ClipVisionModel, visual_projection: Linear) -> ClipVisionModelWithProjection {
-        ClipVisionModelWithProjection {
+    pub fn new(model: CLIPVisionModel, visual_projection: Linear) -> CLIPVisionModelWithProjection {
+        CLIPVisionModelWithProjection {
             model,
             visual_projection,
         }
@@ -434,7 +437,7 @@ impl ClipVisionModelWithProjection {
     pub(crate) fn project(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.model.run(args)?;
         let Some(pooled) = &out.pooler_output else {
-            return Err(Error::Generation(
+            return Err(Error::Internal(
                 "CLIP's vision model returned no pooled state".into(),
             ));
         };
@@ -444,7 +447,7 @@ impl ClipVisionModelWithProjection {
     }
 }
 
-impl ImageEncoder for ClipVisionModelWithProjection {
+impl ImageEncoder for CLIPVisionModelWithProjection {
     fn dtype(&self) -> DType {
         self.model.dtype
     }

@@ -224,17 +224,23 @@ impl Seq2SeqLm for T5ForConditionalGeneration {
         let (b, t) = args.check(cache)?;
         let (ids, _, _) = checked_ids(args.input_ids, c.vocab_size)?;
         let [eb, s, width] = encoder_hidden_states.shape()[..] else {
-            return Err(Error::Generation(format!(
-                "encoder hidden states {:?} must be [batch, seq, d_model]",
-                encoder_hidden_states.shape()
-            )));
+            return Err(Error::invalid(
+                "encoder_hidden_states",
+                format!(
+                    "encoder hidden states {:?} must be [batch, seq, d_model]",
+                    encoder_hidden_states.shape()
+                ),
+            ));
         };
         if eb != b || width != c.d_model {
-            return Err(Error::Generation(format!(
-                "encoder hidden states {:?} must be [{b}, seq, {}] for a decoder batch of {b}",
-                encoder_hidden_states.shape(),
-                c.d_model
-            )));
+            return Err(Error::invalid(
+                "encoder_hidden_states",
+                format!(
+                    "encoder hidden states {:?} must be [{b}, seq, {}] for a decoder batch of {b}",
+                    encoder_hidden_states.shape(),
+                    c.d_model
+                ),
+            ));
         }
         let cross_mask = match encoder_attention_mask {
             Some(m) if m.shape() == [b, s] => {
@@ -242,10 +248,13 @@ impl Seq2SeqLm for T5ForConditionalGeneration {
                 padding_bias(&real, (b, s), self.dtype, &self.embed_tokens.device())?
             }
             Some(m) => {
-                return Err(Error::Generation(format!(
-                    "encoder attention mask {:?} must be [{b}, {s}] like the encoder's output",
-                    m.shape()
-                )))
+                return Err(Error::invalid(
+                    "encoder_attention_mask",
+                    format!(
+                        "encoder attention mask {:?} must be [{b}, {s}] like the encoder's output",
+                        m.shape()
+                    ),
+                ))
             }
             None => None,
         };
@@ -268,7 +277,7 @@ impl Seq2SeqLm for T5ForConditionalGeneration {
                     position = Some(position_bias(c, table, start, t, keys, false, dev)?);
                 }
                 let Some(pos) = &position else {
-                    return Err(Error::Generation(
+                    return Err(Error::Internal(
                         "T5's first decoder block has no relative bias".into(),
                     ));
                 };
@@ -283,7 +292,7 @@ impl Seq2SeqLm for T5ForConditionalGeneration {
                 self_bias = Some((*dev, on(pos, dev)?.add(&mask)?));
             }
             let Some((_, self_bias)) = &self_bias else {
-                return Err(Error::Generation("no self-attention bias".into()));
+                return Err(Error::Internal("no self-attention bias".into()));
             };
 
             let h = block.self_norm.forward(&x)?;
@@ -301,10 +310,13 @@ impl Seq2SeqLm for T5ForConditionalGeneration {
                 cache.store_cross(2 * i + 1, &k, &v)?;
             }
             let Some((k, v)) = cache.cross(2 * i + 1) else {
-                return Err(Error::Generation(format!(
-                    "cross-attention layer {} of the KV cache holds no keys",
-                    2 * i + 1
-                )));
+                return Err(Error::invalid(
+                    "cache",
+                    format!(
+                        "cross-attention layer {} of the KV cache holds no keys",
+                        2 * i + 1
+                    ),
+                ));
             };
             let q = block.cross_attention.query(&h)?;
             let mask = cross_mask.as_ref().map(|m| on(m, dev)).transpose()?;

@@ -118,10 +118,13 @@ impl Encoder for T5EncoderModel {
         let real: Vec<i64> = match args.attention_mask {
             Some(m) if m.shape() == [b, t] => m.to_dtype(DType::I64)?.to_vec::<i64>()?,
             Some(m) => {
-                return Err(Error::Generation(format!(
-                    "attention_mask {:?} must have the shape of input_ids [{b}, {t}]",
-                    m.shape()
-                )))
+                return Err(Error::invalid(
+                    "attention_mask",
+                    format!(
+                        "attention_mask {:?} must have the shape of input_ids [{b}, {t}]",
+                        m.shape()
+                    ),
+                ))
             }
             None => vec![1; b * t],
         };
@@ -147,7 +150,7 @@ impl Encoder for T5EncoderModel {
                 });
             }
             let Some(layer_bias) = &bias else {
-                return Err(Error::Generation(
+                return Err(Error::Internal(
                     "T5's first block has no relative bias".into(),
                 ));
             };

@@ -25,8 +25,8 @@ pub use conditional::T5ForConditionalGeneration;
 pub use encoder::T5EncoderModel;
 
 use crate::config::require_positive;
+use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, Seq2SeqLm};
-use crate::registry::{Architecture, Family, Layout, Loaders, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `t5`.
@@ -497,13 +497,14 @@ pub(super) fn padding_bias(
 /// Checks `ids [B, T]` against the vocabulary and returns their values.
 pub(super) fn checked_ids(ids: &Tensor, vocab: usize) -> Result<(Vec<i64>, usize, usize)> {
     let [b, t] = ids.shape()[..] else {
-        return Err(Error::Generation(format!(
-            "input_ids {:?} must be [batch, seq]",
-            ids.shape()
-        )));
+        return Err(Error::invalid(
+            "input_ids",
+            format!("input_ids {:?} must be [batch, seq]", ids.shape()),
+        ));
     };
     if t == 0 {
-        return Err(Error::Generation(
+        return Err(Error::invalid(
+            "input_ids",
             "empty input: at least one token is needed".into(),
         ));
     }
@@ -512,9 +513,10 @@ pub(super) fn checked_ids(ids: &Tensor, vocab: usize) -> Result<(Vec<i64>, usize
         None => ids.to_dtype(DType::I64)?.to_vec::<i64>()?,
     };
     if let Some(&bad) = values.iter().find(|&&i| i < 0 || i as usize >= vocab) {
-        return Err(Error::Generation(format!(
-            "input_ids holds {bad}, outside 0..{vocab}"
-        )));
+        return Err(Error::invalid(
+            "input_ids",
+            format!("input_ids holds {bad}, outside 0..{vocab}"),
+        ));
     }
     Ok((values, b, t))
 }

@@ -1,0 +1,168 @@
+//! What a family is, as the registry lists it: how transformers names it (`model_type`,
+//! architecture classes and the task each serves, GGUF names), how it splits over devices
+//! ([`Layout`]) and how zoo loads it ([`Loaders`]). A leaf: model files import it to declare
+//! their entry, and `registry` lists the entries.
+
+use zoo_hub::{Dtype, Inventory, PretrainedConfig};
+use zoo_runtime::device_map::{units_from_inventory, ModelShape, Unit, UnitRules};
+use zoo_runtime::nn::Weights;
+
+use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, Seq2SeqLm};
+use crate::Result;
+
+/// What an architecture class computes, as transformers' `AutoModelFor*` classes group them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Task {
+    /// The base model: hidden states (`AutoModel`).
+    Base,
+    /// Next-token logits (`AutoModelForCausalLM`).
+    CausalLm,
+    /// Masked-token logits (`AutoModelForMaskedLM`).
+    MaskedLm,
+    /// One label per sequence (`AutoModelForSequenceClassification`).
+    SequenceClassification,
+    /// One label per token (`AutoModelForTokenClassification`).
+    TokenClassification,
+    /// One label per image (`AutoModelForImageClassification`).
+    ImageClassification,
+    /// Encoder-decoder generation (`AutoModelForSeq2SeqLM`).
+    Seq2SeqLm,
+}
+
+impl Task {
+    /// The `AutoModelFor*` class of the task.
+    pub fn auto_class(self) -> &'static str {
+        match self {
+            Task::Base => "AutoModel",
+            Task::CausalLm => "AutoModelForCausalLM",
+            Task::MaskedLm => "AutoModelForMaskedLM",
+            Task::SequenceClassification => "AutoModelForSequenceClassification",
+            Task::TokenClassification => "AutoModelForTokenClassification",
+            Task::ImageClassification => "AutoModelForImageClassification",
+            Task::Seq2SeqLm => "AutoModelForSeq2SeqLM",
+        }
+    }
+}
+
+/// One architecture class of a family (`config.json`'s `architectures` entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Architecture {
+    /// The class name, e.g. `LlamaForCausalLM`.
+    pub name: &'static str,
+    /// What it computes.
+    pub task: Task,
+}
+
+/// How a family's checkpoints are built: a decoder with a cache, or a bidirectional encoder.
+#[derive(Clone, Copy, Debug)]
+pub enum Loaders {
+    /// Decoder families: the base model and the causal LM.
+    Decoder {
+        /// The base decoder from the weights under its prefix.
+        base: fn(&Weights, &PretrainedConfig) -> Result<Box<dyn DecoderModel>>,
+        /// The causal LM from the checkpoint root.
+        causal_lm: fn(&Weights, &PretrainedConfig) -> Result<Box<dyn CausalLm>>,
+    },
+    /// Encoder families: one loader for every head (the task picks it), from the
+    /// checkpoint root.
+    Encoder(fn(&Weights, &PretrainedConfig, Task) -> Result<Box<dyn Encoder>>),
+    /// Vision encoders (pixel values in): one loader for every head, from the checkpoint
+    /// root.
+    Image(fn(&Weights, &PretrainedConfig, Task) -> Result<Box<dyn ImageEncoder>>),
+    /// Contrastive image-text models (`CLIPModel`), from the checkpoint root.
+    ImageText(fn(&Weights, &PretrainedConfig) -> Result<Box<dyn ImageTextModel>>),
+    /// Encoder-decoder families (T5): the encoder alone (`T5EncoderModel`, what diffusion
+    /// pipelines read) and the whole model with its language-model head, from the checkpoint
+    /// root.
+    Seq2Seq {
+        /// The encoder stack, for the `Base` task.
+        encoder: fn(&Weights, &PretrainedConfig, Task) -> Result<Box<dyn Encoder>>,
+        /// Encoder, decoder and head (`T5ForConditionalGeneration`).
+        seq2seq: fn(&Weights, &PretrainedConfig) -> Result<Box<dyn Seq2SeqLm>>,
+    },
+}
+
+/// How a checkpoint of the family splits over devices, from its config: the device-map
+/// planner's view of the model (it names no module path itself).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    /// Containers whose numbered children are no-split units (`model.layers`), HF's
+    /// `_no_split_modules` as module paths.
+    pub layer_containers: Vec<String>,
+    /// Modules that run before the layers (the embeddings).
+    pub inputs: Vec<String>,
+    /// Tensors that share storage (HF's `_tied_weights_keys`), each group placed together.
+    pub tied: Vec<Vec<String>>,
+    /// What each layer costs beyond its weights: KV cache (decoders) and activations.
+    pub shape: ModelShape,
+    /// The longest sequence the model takes (`max_position_embeddings`): what an encoder's
+    /// plan is sized for by default, and a decoder's load at most.
+    pub context: usize,
+}
+
+impl Layout {
+    /// The checkpoint's no-split units in execution order, weights counted in `dtype` (as
+    /// stored when `None`); a tied group counts only where all its tensors are stored.
+    pub fn units(&self, inventory: &Inventory, dtype: Option<Dtype>) -> Vec<Unit> {
+        let containers: Vec<&str> = self.layer_containers.iter().map(String::as_str).collect();
+        let inputs: Vec<&str> = self.inputs.iter().map(String::as_str).collect();
+        let tied: Vec<Vec<String>> = self
+            .tied
+            .iter()
+            .filter(|g| g.iter().all(|t| inventory.get(t).is_some()))
+            .cloned()
+            .collect();
+        let rules = UnitRules {
+            layer_containers: &containers,
+            inputs: &inputs,
+            tied: &tied,
+        };
+        units_from_inventory(inventory, &rules, dtype)
+    }
+}
+
+/// One family: how transformers names it and how zoo loads it.
+#[derive(Debug)]
+pub struct Family {
+    /// `config.json`'s `model_type`.
+    pub model_type: &'static str,
+    /// The transformers file the model file mirrors.
+    pub modeling_file: &'static str,
+    /// Every architecture class, the family's default for its kind first.
+    pub architectures: &'static [Architecture],
+    /// llama.cpp's `general.architecture` names whose GGUF files load as this family.
+    pub gguf_architectures: &'static [&'static str],
+    /// HF's `_no_split_modules`: the classes a device map never cuts through.
+    pub no_split_modules: &'static [&'static str],
+    /// Checks the config for impossible values before any weight is read.
+    pub validate: fn(&PretrainedConfig) -> Result<()>,
+    /// The planner's view of a checkpoint.
+    pub layout: fn(&PretrainedConfig) -> Result<Layout>,
+    /// How to build its models.
+    pub loaders: Loaders,
+}
+
+impl Family {
+    /// The architecture class `name`, if the family has it.
+    pub fn architecture(&self, name: &str) -> Option<&'static Architecture> {
+        self.architectures.iter().find(|a| a.name == name)
+    }
+
+    /// The family's class for `task`, if any.
+    pub fn architecture_for(&self, task: Task) -> Option<&'static Architecture> {
+        self.architectures.iter().find(|a| a.task == task)
+    }
+
+    /// Whether the family's models are decoders (generate text) rather than encoders.
+    pub fn is_decoder(&self) -> bool {
+        matches!(self.loaders, Loaders::Decoder { .. })
+    }
+
+    /// Whether the family generates text: a decoder, or an encoder-decoder.
+    pub fn generates(&self) -> bool {
+        matches!(
+            self.loaders,
+            Loaders::Decoder { .. } | Loaders::Seq2Seq { .. }
+        )
+    }
+}
