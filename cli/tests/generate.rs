@@ -200,7 +200,10 @@ fn generate_refuses_bad_input_with_a_message() {
         assert!(!err.contains("panicked"), "{err}");
     }
     // The caller's mistakes exit with 2 (a server's 400), as a bad command line does.
-    for args in [vec!["generate", p, ""], vec!["generate", p, "hi", "--top-p", "2"]] {
+    for args in [
+        vec!["generate", p, ""],
+        vec!["generate", p, "hi", "--top-p", "2"],
+    ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_zoo"))
             .args(&args)
             .output()
