@@ -831,6 +831,19 @@ impl TextGenerator {
         )
     }
 
+    /// A generation engine over this model with its tokenizer, eos and pad ids: sequences
+    /// join it between steps and run together, each with its own options (what a server
+    /// drives).
+    pub fn engine(&self, config: generation::EngineConfig) -> Result<generation::Engine<'_>> {
+        generation::Engine::new(
+            &*self.model,
+            self.tokenizer.as_ref(),
+            &self.eos,
+            self.pad,
+            config,
+        )
+    }
+
     /// Generates for a batch of text prompts.
     pub fn generate(
         &self,

@@ -93,16 +93,32 @@ pub struct KvCache {
     /// Write positions `[0, 0, slot, 0]` of this forward pass, uploaded once per device and
     /// slot, not once per layer.
     write_at: std::collections::HashMap<(Device, usize), Tensor>,
+    /// Sliding layers hold only their window (see [`KvCache::from_specs_with`]).
+    rings: bool,
 }
 
 impl KvCache {
     /// An empty cache for `batch` rows of up to `capacity` tokens, one layer per spec, each
-    /// with its own heads, head size and device.
+    /// with its own heads, head size and device; sliding layers as rings.
     pub fn from_specs(
         specs: &[CacheSpec],
         batch: usize,
         capacity: usize,
         dtype: DType,
+    ) -> Result<KvCache> {
+        KvCache::from_specs_with(specs, batch, capacity, dtype, true)
+    }
+
+    /// [`KvCache::from_specs`], with sliding layers as rings of their window only when
+    /// `rings`. A ring holds the last `window` slots, which are a row's last `window` tokens
+    /// only while its tokens are contiguous; rows that take their tokens at different steps
+    /// (the generation engine's joins) leave padding between them and need full buffers.
+    pub fn from_specs_with(
+        specs: &[CacheSpec],
+        batch: usize,
+        capacity: usize,
+        dtype: DType,
+        rings: bool,
     ) -> Result<KvCache> {
         if batch == 0 || capacity == 0 {
             return Err(Error::invalid("cache", format!(
@@ -114,7 +130,7 @@ impl KvCache {
             .map(|spec| {
                 let slots = match spec.attention {
                     CacheAttention::SelfAttention { window } => {
-                        ring(window, capacity).unwrap_or(capacity)
+                        ring(window, capacity, rings).unwrap_or(capacity)
                     }
                     CacheAttention::Cross => capacity,
                 };
@@ -137,6 +153,7 @@ impl KvCache {
             valid: vec![vec![false; capacity]; batch],
             devices: specs.iter().map(|s| s.device).collect(),
             write_at: std::collections::HashMap::new(),
+            rings,
         })
     }
 
@@ -188,6 +205,14 @@ impl KvCache {
     pub fn reset(&mut self) {
         self.len = 0;
         for row in &mut self.valid {
+            row.fill(false);
+        }
+    }
+
+    /// Forgets every token of row `b` (a sequence left it; the next one starts masked off
+    /// from what it held).
+    pub fn clear_row(&mut self, b: usize) {
+        if let Some(row) = self.valid.get_mut(b) {
             row.fill(false);
         }
     }
@@ -248,7 +273,7 @@ impl KvCache {
             ));
         };
         let window = match spec.attention {
-            CacheAttention::SelfAttention { window } => ring(window, capacity),
+            CacheAttention::SelfAttention { window } => ring(window, capacity, self.rings),
             CacheAttention::Cross => None,
         };
         let k = k.to_dtype(ck.dtype())?.contiguous()?;
@@ -353,7 +378,8 @@ impl KvCache {
     /// at `start` in a layer with `window`: 0 where a query may see a key, the dtype's lowest
     /// finite value elsewhere (a finite value, as transformers uses, keeps fully masked padding
     /// rows free of NaN). A key is visible when it is a real token, not in the future, and,
-    /// with a sliding `window`, less than `window` positions back. The keys are those
+    /// with a sliding `window`, fewer than `window` of the row's real tokens back (padding
+    /// between them, as a join leaves, does not count). The keys are those
     /// [`KvCache::update`] returns: the [`KvCache::attended_len`] slots of a full layer; for a
     /// ring layer its slots (slot `j` holding the latest position before `start` that is `j`
     /// modulo the window) followed by this pass's `t` keys.
@@ -366,7 +392,7 @@ impl KvCache {
         device: &Device,
     ) -> Result<Tensor> {
         // The position each key holds, if any.
-        let positions: Vec<Option<usize>> = match ring(window, self.capacity) {
+        let positions: Vec<Option<usize>> = match ring(window, self.capacity, self.rings) {
             None => (0..self.attended_len(device)).map(Some).collect(),
             Some(w) => {
                 let past = if device.is_eager() { start.min(w) } else { w };
@@ -382,13 +408,19 @@ impl KvCache {
         let len = positions.len();
         let low = dtype.float_or_default().finite_min();
         let mut m = vec![0f64; self.batch * t * len];
+        let mut before = vec![0usize; self.capacity + 1];
         for (b, row) in self.valid.iter().enumerate() {
+            // Real tokens before each slot: a window counts tokens, not slots, so padding
+            // between a row's tokens (a join) does not narrow it.
+            for (s, &v) in row.iter().enumerate() {
+                before[s + 1] = before[s] + usize::from(v);
+            }
             for i in 0..t {
                 let q = start + i;
                 let base = (b * t + i) * len;
                 for (j, p) in positions.iter().enumerate() {
-                    let visible =
-                        p.is_some_and(|p| row[p] && p <= q && window.is_none_or(|w| q - p < w));
+                    let near = |p: usize| window.is_none_or(|w| before[q] - before[p] < w);
+                    let visible = p.is_some_and(|p| row[p] && p <= q && near(p));
                     if !visible {
                         m[base + j] = low;
                     }
@@ -405,9 +437,9 @@ impl KvCache {
 }
 
 /// The ring size of a layer with `window` in a cache of `capacity`: the window when it is
-/// shorter (a full-size buffer otherwise saves nothing).
-fn ring(window: Option<usize>, capacity: usize) -> Option<usize> {
-    window.filter(|&w| w > 0 && w < capacity)
+/// shorter (a full-size buffer otherwise saves nothing) and the cache keeps `rings`.
+fn ring(window: Option<usize>, capacity: usize, rings: bool) -> Option<usize> {
+    window.filter(|&w| rings && w > 0 && w < capacity)
 }
 
 /// The device tensor `[0, 0, slot, 0]` for a compiled write at `slot`, shared by the layers

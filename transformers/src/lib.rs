@@ -29,7 +29,7 @@ mod loading;
 pub mod models;
 mod placement;
 pub mod registry;
-mod sampling;
+
 pub mod sentence;
 pub mod tokenizer;
 pub mod vision;
@@ -45,7 +45,8 @@ pub use chat::{ChatTemplate, Message};
 pub use config::DecoderConfig;
 pub use error::{Error, Result};
 pub use generation::{
-    decode_step, generate_seq2seq, DecodeHistory, GenerationOptions, GenerationOutput, StopReason,
+    decode_step, generate_seq2seq, DecodeHistory, Engine, EngineConfig, EngineEvent,
+    GenerationOptions, GenerationOutput, SequenceId, StopReason,
 };
 pub use kinds::{
     CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,

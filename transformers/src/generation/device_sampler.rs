@@ -11,7 +11,7 @@
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use crate::generation::GenerationOptions;
+use super::options::GenerationOptions;
 use crate::Result;
 
 /// Device-resident state of the processors for one `generate` call.
@@ -229,9 +229,9 @@ mod tests {
                     let mut scores = rows[b * vocab..(b + 1) * vocab].to_vec();
                     // A generator whose next draw is this row's uniform.
                     let mut host_rng = FixedDraw(uniforms[b]);
-                    let want = crate::generation::pick_with(
+                    let want = crate::generation::processors::pick_with(
                         &mut scores,
-                        crate::generation::Row {
+                        crate::generation::processors::Row {
                             seq: &prompts[b],
                             pads: 0,
                         },

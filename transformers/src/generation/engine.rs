@@ -1,0 +1,916 @@
+//! The generation engine: a set of sequences sharing one KV cache, advanced one decode step at
+//! a time. A sequence joins between steps ([`Engine::add`]) and leaves when it stops or is
+//! cancelled; each has its own options, logits processors, stop strings and cache row.
+//! `generate`, `generate_seq2seq`, the CLI and a server are its clients.
+//!
+//! The cache's rows share one timeline of slots: a step writes every row at the same slot, so
+//! one forward pass serves the batch. A step feeds each running row its last token and each
+//! joining row its whole prompt, left-padded to one width (padding masked out), so that a
+//! join costs the running rows no step of their own: the logits at the last column are every
+//! row's next. A row's tokens stay contiguous in slots, so causal and sliding-window masks hold
+//! in slot order, and positions come from each row's own count. A group of sequences added
+//! together (a [`Cohort`]: one options set, one seeded stream) is picked in row order from that
+//! stream, as transformers picks a batch; on compiled devices a lone cohort samples on the
+//! device and runs one step ahead of the host (see [`Engine::step`]).
+//!
+//! Slots are handed out by admission: a cohort joins once its rows are free and the timeline
+//! leaves room for its prompt and every running row's remaining tokens; it waits otherwise,
+//! and the timeline starts over whenever no row is running. Paged blocks per sequence (the
+//! server's cache) replace the timeline behind the same `add`/`step` interface.
+
+use std::collections::VecDeque;
+
+use zoo_runtime::{DType, Device, Generator, Tensor};
+
+use super::device_sampler::DeviceSampler;
+use super::options::{GenerationOptions, StopReason};
+use super::processors::{pick, Row};
+use super::{decode_step, prompt_bucket, DecodeHistory};
+use crate::cache::KvCache;
+use crate::kinds::{CausalLm, ForwardArgs, LogitsFor, Seq2SeqLm};
+use crate::tokenizer::TextStream;
+use crate::{Error, GenerationOutput, Result, Tokenizer};
+
+/// A sequence's handle, unique within its engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SequenceId(pub u64);
+
+/// What a step produced, in row order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEvent {
+    /// A sequence's new token and the text it completes (empty while a multi-byte character
+    /// is incomplete, or without a tokenizer).
+    Token {
+        /// The sequence.
+        id: SequenceId,
+        /// The token.
+        token_id: u32,
+        /// Newly complete text.
+        text: String,
+    },
+    /// A sequence ended (after its last token's event); its row is free for the next step.
+    Finished {
+        /// The sequence.
+        id: SequenceId,
+        /// Its prompt, tokens, text and why it stopped.
+        output: GenerationOutput,
+    },
+}
+
+/// The shape of an engine's cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Sequences that run at once (the cache's rows).
+    pub max_sequences: usize,
+    /// Slots of the shared timeline: a joining prompt (padded on compiled devices) plus the
+    /// longest remaining generation must fit.
+    pub capacity: usize,
+}
+
+/// The model an engine drives: a decoder, or an encoder-decoder whose encoder ran once.
+enum Driven<'m> {
+    Decoder(&'m dyn CausalLm),
+    Seq2Seq {
+        model: &'m dyn Seq2SeqLm,
+        /// The encoder's output and its mask, one row per cache row.
+        hidden: Tensor,
+        mask: Tensor,
+    },
+}
+
+/// Sequences added together: one options set and one seeded stream (picked in row order, as
+/// transformers picks a batch), their eos ids, and the left pads its processors see.
+struct Cohort {
+    opts: GenerationOptions,
+    eos: Vec<u32>,
+    rng: Generator,
+    /// The longest context in the cohort: each row's processors see it left-padded to this.
+    longest_context: usize,
+    /// Steps the cohort has taken (a lockstep cohort's `step` for its processors).
+    steps: usize,
+}
+
+/// One sequence in a row.
+struct Sequence<'t> {
+    id: SequenceId,
+    cohort: usize,
+    /// The prompt its output reports.
+    prompt: Vec<u32>,
+    /// What its processors see before its tokens: the prompt of a decoder, the start token of
+    /// an encoder-decoder.
+    context: Vec<u32>,
+    generated: Vec<u32>,
+    stream: Option<TextStream<'t>>,
+    text: String,
+    done: Option<StopReason>,
+    /// Tokens to feed at the next step: the prompt before the first, then the last pick.
+    feed: Vec<u32>,
+    /// Position of `feed[0]`.
+    position: usize,
+}
+
+/// A cohort waiting for rows.
+struct Waiting {
+    cohort: Cohort,
+    members: Vec<Member>,
+}
+
+/// A sequence waiting for a row.
+struct Member {
+    id: SequenceId,
+    prompt: Vec<u32>,
+    context: Vec<u32>,
+}
+
+/// Running one step ahead of the host (a lone cohort on a compiled device): the device's
+/// picks of the next step, dispatched and not yet read.
+struct Ahead {
+    sampler: DeviceSampler,
+    queued: Option<Tensor>,
+}
+
+/// A set of running sequences over one model and one KV cache (see the module docs).
+pub struct Engine<'m> {
+    driven: Driven<'m>,
+    tokenizer: Option<&'m Tokenizer>,
+    /// Eos ids of a sequence whose options name none.
+    default_eos: Vec<u32>,
+    pad_id: u32,
+    vocab: usize,
+    compiled: bool,
+    config: EngineConfig,
+    /// Made at the first admission of an idle engine: with ring layers for a cohort that
+    /// fills every row (nothing joins it, so its rows stay gapless), full buffers otherwise.
+    cache: Option<KvCache>,
+    rings: bool,
+    rows: Vec<Option<Sequence<'m>>>,
+    cohorts: Vec<Option<Cohort>>,
+    waiting: VecDeque<Waiting>,
+    /// Everything fed since the timeline started, for a model that reruns the whole sequence
+    /// at some cache length (`DecoderModel::recompute_cache_at`).
+    history: Option<DecodeHistory>,
+    /// The device sampler of a lone cohort and its queued picks.
+    device: Option<Ahead>,
+    /// The last forward's logits that no pick has read yet.
+    logits: Option<Tensor>,
+    next_id: u64,
+}
+
+impl<'m> Engine<'m> {
+    /// An engine over a decoder: `eos_ids` serve sequences whose options name none, `pad_id`
+    /// feeds rows with nothing to feed.
+    pub fn new(
+        model: &'m dyn CausalLm,
+        tokenizer: Option<&'m Tokenizer>,
+        eos_ids: &[u32],
+        pad_id: u32,
+        config: EngineConfig,
+    ) -> Result<Engine<'m>> {
+        check_config(config)?;
+        let compiled = !model.logits_device().is_eager();
+        Ok(Engine::with(
+            Driven::Decoder(model),
+            tokenizer,
+            eos_ids,
+            pad_id,
+            (model.model().vocab_size(), compiled, config),
+        ))
+    }
+
+    /// An engine over an encoder-decoder whose encoder already produced `hidden` (`[rows,
+    /// seq, d_model]`, masked by `mask`): one cohort, added before the first step, decodes
+    /// against it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn seq2seq(
+        model: &'m dyn Seq2SeqLm,
+        tokenizer: Option<&'m Tokenizer>,
+        eos_ids: &[u32],
+        pad_id: u32,
+        config: EngineConfig,
+        hidden: Tensor,
+        mask: Tensor,
+    ) -> Result<Engine<'m>> {
+        check_config(config)?;
+        let compiled = !model.logits_device().is_eager();
+        Ok(Engine::with(
+            Driven::Seq2Seq {
+                model,
+                hidden,
+                mask,
+            },
+            tokenizer,
+            eos_ids,
+            pad_id,
+            (model.vocab_size(), compiled, config),
+        ))
+    }
+
+    fn with(
+        driven: Driven<'m>,
+        tokenizer: Option<&'m Tokenizer>,
+        eos_ids: &[u32],
+        pad_id: u32,
+        (vocab, compiled, config): (usize, bool, EngineConfig),
+    ) -> Engine<'m> {
+        Engine {
+            driven,
+            tokenizer,
+            default_eos: eos_ids.to_vec(),
+            pad_id,
+            vocab,
+            compiled,
+            config,
+            cache: None,
+            rings: false,
+            rows: (0..config.max_sequences).map(|_| None).collect(),
+            cohorts: Vec::new(),
+            waiting: VecDeque::new(),
+            history: None,
+            device: None,
+            logits: None,
+            next_id: 0,
+        }
+    }
+
+    /// Adds one sequence; it joins at the next step that has room (see the module docs).
+    pub fn add(&mut self, prompt: Vec<u32>, opts: GenerationOptions) -> Result<SequenceId> {
+        Ok(self.add_batch(vec![prompt], opts)?[0])
+    }
+
+    /// Adds sequences that share `opts` and one seeded stream, picked in row order (a batch
+    /// of prompts as `generate` takes it); they join together.
+    pub fn add_batch(
+        &mut self,
+        prompts: Vec<Vec<u32>>,
+        opts: GenerationOptions,
+    ) -> Result<Vec<SequenceId>> {
+        self.add_with_contexts(prompts.clone(), prompts, opts)
+    }
+
+    /// [`Engine::add_batch`] where each row's processors see `contexts` (an encoder-decoder's
+    /// start token) while its output reports `prompts`.
+    pub(crate) fn add_with_contexts(
+        &mut self,
+        prompts: Vec<Vec<u32>>,
+        contexts: Vec<Vec<u32>>,
+        opts: GenerationOptions,
+    ) -> Result<Vec<SequenceId>> {
+        super::check_request(self.tokenizer, &prompts, &opts, self.vocab)?;
+        let (k, longest) = (
+            contexts.len(),
+            contexts.iter().map(Vec::len).max().unwrap_or(0),
+        );
+        let width = self.join_width(longest);
+        if k > self.config.max_sequences || width + opts.max_new_tokens - 1 > self.config.capacity {
+            return Err(Error::invalid(
+                "max_new_tokens",
+                format!(
+                    "{k} sequence(s) of up to {longest} tokens and {} new ones do not fit an engine of \
+                     {} sequences and {} slots; ask for fewer new tokens or a shorter prompt",
+                    opts.max_new_tokens, self.config.max_sequences, self.config.capacity
+                ),
+            ));
+        }
+        let running = self.rows.iter().any(Option::is_some) || !self.waiting.is_empty();
+        if let Driven::Decoder(m) = &self.driven {
+            // A model built to stretch its context (dynamic NTK rope) runs past it, as in
+            // transformers; other models would silently degrade, or index past learned
+            // positions.
+            let context = m.model().max_position_embeddings();
+            if longest > context && !m.model().stretches_context() {
+                return Err(Error::invalid(
+                    "prompt",
+                    format!(
+                        "the prompt has {longest} tokens but the model's context (max_position_embeddings) is {context}; \
+                         shorten it (generation itself may run past the context, as in transformers)"
+                    ),
+                ));
+            }
+        }
+        match &self.driven {
+            Driven::Seq2Seq { .. } if running => {
+                return Err(Error::invalid(
+                    "prompts",
+                    "an encoder-decoder engine decodes the one batch its encoder read; start another for more prompts".into(),
+                ));
+            }
+            Driven::Decoder(m) if running && m.model().recompute_cache_at().is_some() => {
+                return Err(Error::invalid(
+                    "prompts",
+                    "this model reruns whole sequences at its rope switch, which sequences that joined at other steps cannot share; wait for the running ones to finish".into(),
+                ));
+            }
+            _ => {}
+        }
+        let eos = opts
+            .eos_token_ids
+            .clone()
+            .unwrap_or_else(|| self.default_eos.clone());
+        let cohort = Cohort {
+            rng: Generator::new(opts.seed),
+            opts,
+            eos,
+            longest_context: longest,
+            steps: 0,
+        };
+        let members: Vec<Member> = prompts
+            .into_iter()
+            .zip(contexts)
+            .map(|(prompt, context)| {
+                self.next_id += 1;
+                Member {
+                    id: SequenceId(self.next_id),
+                    prompt,
+                    context,
+                }
+            })
+            .collect();
+        let ids = members.iter().map(|m| m.id).collect();
+        self.waiting.push_back(Waiting { cohort, members });
+        Ok(ids)
+    }
+
+    /// Whether nothing runs or waits.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && !self.rows.iter().flatten().any(|s| s.done.is_none())
+    }
+
+    /// Sequences running (not yet stopped) and waiting.
+    pub fn counts(&self) -> (usize, usize) {
+        let running = self.rows.iter().flatten().filter(|s| s.done.is_none());
+        let waiting = self.waiting.iter().map(|w| w.members.len()).sum();
+        (running.count(), waiting)
+    }
+
+    /// Stops sequence `id` (running or waiting) and returns what it generated, `None` when no
+    /// such sequence runs or waits.
+    pub fn cancel(&mut self, id: SequenceId) -> Result<Option<GenerationOutput>> {
+        for w in &mut self.waiting {
+            if let Some(i) = w.members.iter().position(|m| m.id == id) {
+                let m = w.members.remove(i);
+                self.waiting.retain(|w| !w.members.is_empty());
+                return Ok(Some(GenerationOutput {
+                    prompt_ids: m.prompt,
+                    token_ids: Vec::new(),
+                    text: self.tokenizer.map(|_| String::new()),
+                    stop_reason: StopReason::Cancelled,
+                }));
+            }
+        }
+        let Some(row) = self
+            .rows
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.id == id && s.done.is_none()))
+        else {
+            return Ok(None);
+        };
+        let output = {
+            let seq = self.rows[row].as_mut().expect("the row found above");
+            seq.done = Some(StopReason::Cancelled);
+            output_of(seq)?
+        };
+        self.release_done();
+        Ok(Some(output))
+    }
+
+    /// One step: admits waiting sequences that fit, runs one forward pass over every row
+    /// (joiners' prompts and running rows' last tokens together) and picks each running
+    /// sequence's next token. Events come in row order, each `Finished` after its sequence's
+    /// last `Token`. Does nothing when idle.
+    ///
+    /// A lone cohort on a compiled device samples on the device and runs one step ahead: it
+    /// records step N+1 from the device's picks of step N and dispatches it before reading
+    /// those picks back, so the device never waits for the host's recording (a stop before
+    /// `max_new_tokens` then leaves one step computed for nothing). A sequence that asks to
+    /// join ends the running ahead (the host feeds the next step), and the picks move to the
+    /// host for the rest of the run. Sampled cohorts of several rows stay in lockstep: a row
+    /// that stops draws no more numbers from the seeded stream, which the step ahead would
+    /// already have drawn.
+    pub fn step(&mut self) -> Result<Vec<EngineEvent>> {
+        let mut events = Vec::new();
+        if let Some(ids) = self.device.as_mut().and_then(|a| a.queued.take()) {
+            self.run_ahead(ids, &mut events)?;
+            return Ok(events);
+        }
+        self.release_done();
+        self.admit()?;
+        if !self.rows.iter().flatten().any(|s| s.done.is_none()) {
+            return Ok(events);
+        }
+        let logits = match self.logits.take() {
+            Some(l) => l,
+            None => self.forward_host()?,
+        };
+        if self.device.is_some() {
+            let ids = self.pick_on_device(&logits, 0)?;
+            if self.ahead() {
+                ids.dispatch()?;
+                self.run_ahead(ids, &mut events)?;
+            } else {
+                let host = ids.to_vec::<i64>()?;
+                let picked: Vec<u32> = host.into_iter().map(|t| t as u32).collect();
+                self.accept(&picked, &mut events)?;
+            }
+        } else {
+            let picked = self.pick_on_host(&logits)?;
+            self.accept(&picked, &mut events)?;
+        }
+        Ok(events)
+    }
+
+    /// Whether the lone cohort runs ahead of the host (see [`Engine::step`]).
+    fn ahead(&self) -> bool {
+        let Driven::Decoder(model) = &self.driven else {
+            return false;
+        };
+        let lone = self.cohorts.iter().flatten().count() == 1;
+        let sampled = self.cohorts.iter().flatten().any(|c| c.opts.do_sample);
+        let rows = self.rows.iter().flatten().count();
+        self.compiled
+            && lone
+            && model.model().recompute_cache_at().is_none()
+            && (!sampled || rows == 1)
+    }
+
+    /// The step of device picks `ids` (dispatched): records the step after from them unless
+    /// the cohort is at its last token or a sequence waits to join, then reads them back.
+    fn run_ahead(&mut self, ids: Tensor, events: &mut Vec<EngineEvent>) -> Result<()> {
+        let steps = self.lone_cohort().map_or(0, |c| c.steps);
+        let max = self.lone_cohort().map_or(0, |c| c.opts.max_new_tokens);
+        if steps + 1 < max && self.waiting.is_empty() {
+            // The logits go before the dispatch: only the ids are the program's.
+            let logits = self.forward_device(&ids)?;
+            let next = self.pick_on_device(&logits, 1)?;
+            next.dispatch()?;
+            if let Some(a) = self.device.as_mut() {
+                a.queued = Some(next);
+            }
+        }
+        let host = ids.to_vec::<i64>()?;
+        let picked: Vec<u32> = host.into_iter().map(|t| t as u32).collect();
+        self.accept(&picked, events)?;
+        if self.rows.iter().flatten().all(|s| s.done.is_some()) {
+            // A queued step past every stop is dropped.
+            if let Some(a) = self.device.as_mut() {
+                a.queued = None;
+            }
+        }
+        Ok(())
+    }
+
+    fn lone_cohort(&self) -> Option<&Cohort> {
+        self.cohorts.iter().flatten().next()
+    }
+
+    /// Picks with the lone cohort's device sampler for its step `ahead` steps from now, one
+    /// uniform per row still generating drawn from its stream.
+    fn pick_on_device(&mut self, logits: &Tensor, ahead: usize) -> Result<Tensor> {
+        let Some(c) = self.cohorts.iter_mut().flatten().next() else {
+            return Err(Error::Internal(
+                "a device sampler without its cohort".into(),
+            ));
+        };
+        let uniforms: Vec<f64> = self
+            .rows
+            .iter()
+            .map(|s| match s {
+                Some(s) if c.opts.do_sample && s.done.is_none() => c.rng.next_f64(),
+                _ => 0.0,
+            })
+            .collect();
+        let step = c.steps + ahead;
+        let Some(a) = self.device.as_mut() else {
+            return Err(Error::Internal("no device sampler".into()));
+        };
+        let ids = a.sampler.pick(logits, step, &uniforms)?;
+        a.sampler.observe(&ids)?;
+        Ok(ids)
+    }
+
+    /// Each running row's next token through the host processors (finished and free rows
+    /// get the pad id), in row order, each cohort drawing from its own stream.
+    fn pick_on_host(&mut self, logits: &Tensor) -> Result<Vec<u32>> {
+        let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        let (n, vocab) = (self.rows.len(), self.vocab);
+        if rows.len() != n * vocab {
+            return Err(Error::Internal(format!(
+                "the model returned {} logits for {n} rows of {vocab}",
+                rows.len()
+            )));
+        }
+        let mut picked = Vec::with_capacity(n);
+        for (b, scores) in rows.chunks(vocab).enumerate() {
+            let Some(seq) = self.rows[b].as_ref().filter(|s| s.done.is_none()) else {
+                picked.push(self.pad_id);
+                continue;
+            };
+            let Some(c) = self.cohorts.get_mut(seq.cohort).and_then(Option::as_mut) else {
+                return Err(Error::Internal("a sequence without its cohort".into()));
+            };
+            let mut scores = scores.to_vec();
+            // The row as transformers' processors see it: left pads, then its context and
+            // what it generated (built only when one reads it).
+            let (ids, pads) = if c.opts.reads_sequence() {
+                let pads = c.longest_context - seq.context.len();
+                let ids: Vec<u32> = std::iter::repeat_n(self.pad_id, pads)
+                    .chain(seq.context.iter().copied())
+                    .chain(seq.generated.iter().copied())
+                    .collect();
+                (ids, pads)
+            } else {
+                (Vec::new(), 0)
+            };
+            let row = Row { seq: &ids, pads };
+            let step = seq.generated.len();
+            picked.push(pick(&mut scores, row, step, &c.eos, &c.opts, &mut c.rng));
+        }
+        Ok(picked)
+    }
+
+    /// Takes each running row's pick: streams it, stops the row on eos, a stop string or its
+    /// length, and feeds it at the next step.
+    fn accept(&mut self, picked: &[u32], events: &mut Vec<EngineEvent>) -> Result<()> {
+        for (b, &id) in picked.iter().enumerate() {
+            let Some(seq) = self.rows[b].as_mut().filter(|s| s.done.is_none()) else {
+                continue;
+            };
+            let Some(c) = self.cohorts.get(seq.cohort).and_then(Option::as_ref) else {
+                return Err(Error::Internal("a sequence without its cohort".into()));
+            };
+            seq.generated.push(id);
+            seq.feed = vec![id];
+            let mut piece = String::new();
+            if let Some(s) = seq.stream.as_mut() {
+                piece = s.push(id)?;
+                seq.text.push_str(&piece);
+            }
+            events.push(EngineEvent::Token {
+                id: seq.id,
+                token_id: id,
+                text: piece,
+            });
+            let n = seq.generated.len();
+            if c.eos.contains(&id) && n >= c.opts.min_new_tokens {
+                seq.done = Some(StopReason::Eos);
+            } else if let Some(cut) = stop_string_end(&seq.text, &c.opts.stop_strings) {
+                seq.text.truncate(cut);
+                seq.done = Some(StopReason::StopString);
+            } else if n >= c.opts.max_new_tokens {
+                seq.done = Some(StopReason::Length);
+            }
+            if seq.done.is_some() {
+                events.push(EngineEvent::Finished {
+                    id: seq.id,
+                    output: output_of(seq)?,
+                });
+            }
+        }
+        for c in self.cohorts.iter_mut().flatten() {
+            c.steps += 1;
+        }
+        if self.device.as_ref().is_none_or(|a| a.queued.is_none()) {
+            self.release_done();
+        }
+        Ok(())
+    }
+
+    /// Frees the rows of stopped sequences and forgets cohorts without sequences.
+    fn release_done(&mut self) {
+        if self.device.as_ref().is_some_and(|a| a.queued.is_some()) {
+            return;
+        }
+        for row in &mut self.rows {
+            if row.as_ref().is_some_and(|s| s.done.is_some()) {
+                *row = None;
+            }
+        }
+        for (i, c) in self.cohorts.iter_mut().enumerate() {
+            if c.is_some() && !self.rows.iter().flatten().any(|s| s.cohort == i) {
+                *c = None;
+            }
+        }
+        if self.cohorts.iter().all(Option::is_none) {
+            self.cohorts.clear();
+            self.device = None;
+        }
+    }
+
+    /// Moves waiting cohorts, in order, into free rows while they fit: their rows, their
+    /// padded prompts on the timeline and every running row's remaining tokens within the
+    /// capacity. An idle engine starts the timeline over first.
+    fn admit(&mut self) -> Result<()> {
+        while let Some(w) = self.waiting.front() {
+            if self.rows.iter().all(Option::is_none) {
+                let lone = w.members.len() == self.rows.len();
+                self.start_over(lone)?;
+            } else if self.rings {
+                // Ring layers hold a lone cohort's rows gapless: joiners wait for its end.
+                break;
+            }
+            let Some(w) = self.waiting.front() else {
+                break;
+            };
+            let Some(cache) = self.cache.as_ref() else {
+                return Err(Error::Internal("an engine without its cache".into()));
+            };
+            let running: Vec<&Sequence> = self.rows.iter().flatten().collect();
+            let free: Vec<usize> = (0..self.rows.len())
+                .filter(|&b| self.rows[b].is_none())
+                .collect();
+            if free.len() < w.members.len() {
+                break;
+            }
+            let longest = w.members.iter().map(|m| m.context.len()).max().unwrap_or(1);
+            let remaining = running
+                .iter()
+                .filter_map(|s| {
+                    let c = self.cohorts.get(s.cohort)?.as_ref()?;
+                    Some(c.opts.max_new_tokens - s.generated.len())
+                })
+                .max()
+                .unwrap_or(0)
+                .max(w.cohort.opts.max_new_tokens);
+            if cache.len() + self.join_width(longest) + remaining - 1 > self.config.capacity {
+                break;
+            }
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            let lone = running.is_empty() && w.members.len() == self.rows.len();
+            let index = self.cohorts.len();
+            if self.compiled && lone && !w.cohort.opts.needs_host_processors() {
+                let contexts: Vec<Vec<u32>> = w.members.iter().map(|m| m.context.clone()).collect();
+                let device = match &self.driven {
+                    Driven::Decoder(m) => m.logits_device(),
+                    Driven::Seq2Seq { model, .. } => model.logits_device(),
+                };
+                self.device = Some(Ahead {
+                    sampler: DeviceSampler::new(
+                        &w.cohort.opts,
+                        &contexts,
+                        &w.cohort.eos,
+                        self.vocab,
+                        &device,
+                    )?,
+                    queued: None,
+                });
+            } else {
+                // Another cohort joins: the picks move to the host.
+                self.device = None;
+            }
+            for (m, b) in w.members.into_iter().zip(free) {
+                if let Some(cache) = self.cache.as_mut() {
+                    cache.clear_row(b);
+                }
+                self.rows[b] = Some(Sequence {
+                    id: m.id,
+                    cohort: index,
+                    prompt: m.prompt,
+                    feed: m.context.clone(),
+                    context: m.context,
+                    generated: Vec::new(),
+                    stream: self.tokenizer.map(|t| t.stream(true)),
+                    text: String::new(),
+                    done: None,
+                    position: 0,
+                });
+            }
+            self.cohorts.push(Some(w.cohort));
+        }
+        Ok(())
+    }
+
+    /// Starts the timeline over on an idle engine: forgets every token, and makes the cache
+    /// (again) when it has none or the wrong kind of sliding layers for what joins now.
+    fn start_over(&mut self, lone: bool) -> Result<()> {
+        self.history = None;
+        self.device = None;
+        self.logits = None;
+        let rings = lone;
+        if let Some(cache) = self.cache.as_mut().filter(|_| self.rings == rings) {
+            cache.reset();
+            return Ok(());
+        }
+        // The old buffers go before the new ones are allocated.
+        self.cache = None;
+        let (rows, capacity) = (self.config.max_sequences, self.config.capacity);
+        self.cache = Some(match &self.driven {
+            Driven::Decoder(m) => {
+                let base = m.model();
+                KvCache::from_specs_with(&base.cache_specs(), rows, capacity, base.dtype(), rings)?
+            }
+            Driven::Seq2Seq { model, .. } => model.new_cache(rows, capacity)?,
+        });
+        self.rings = rings;
+        Ok(())
+    }
+
+    /// The width a step feeds when a row joins with `longest` tokens: a prompt bucket on
+    /// compiled devices (a handful of prefill programs serve every prompt), the length itself
+    /// eagerly; an encoder-decoder's decoder starts from one token.
+    fn join_width(&self, longest: usize) -> usize {
+        match self.driven {
+            Driven::Seq2Seq { .. } => 1,
+            Driven::Decoder(_) if self.compiled => prompt_bucket(longest),
+            Driven::Decoder(_) => longest,
+        }
+    }
+
+    /// One forward pass feeding every running row its `feed` from the host, left-padded to
+    /// one width; the logits of each row's last column.
+    fn forward_host(&mut self) -> Result<Tensor> {
+        let live = |s: &&Sequence| s.done.is_none();
+        let longest = self
+            .rows
+            .iter()
+            .flatten()
+            .filter(live)
+            .map(|s| s.feed.len())
+            .max();
+        let longest = longest.unwrap_or(1);
+        let t = if longest > 1 || self.rows.iter().flatten().any(|s| s.generated.is_empty()) {
+            self.join_width(longest)
+        } else {
+            1
+        };
+        let n = self.rows.len();
+        let (mut ids, mut pos, mut mask) = (
+            Vec::with_capacity(n * t),
+            Vec::with_capacity(n * t),
+            Vec::with_capacity(n),
+        );
+        for row in &mut self.rows {
+            match row.as_mut().filter(|s| s.done.is_none()) {
+                Some(s) => {
+                    let pad = t - s.feed.len();
+                    ids.extend(
+                        std::iter::repeat_n(self.pad_id as i64, pad)
+                            .chain(s.feed.iter().map(|&t| t as i64)),
+                    );
+                    let p = s.position as i64;
+                    pos.extend(std::iter::repeat_n(0i64, pad).chain(p..p + s.feed.len() as i64));
+                    mask.push((0..t).map(|i| i >= pad).collect::<Vec<bool>>());
+                    s.position += s.feed.len();
+                }
+                None => {
+                    ids.extend(std::iter::repeat_n(self.pad_id as i64, t));
+                    pos.extend(std::iter::repeat_n(0i64, t));
+                    mask.push(vec![false; t]);
+                }
+            }
+        }
+        let Some(cache) = self.cache.as_mut() else {
+            return Err(Error::Internal("an engine without its cache".into()));
+        };
+        match &self.driven {
+            Driven::Decoder(model) => {
+                let device = model.model().device();
+                let recomputes = model.model().recompute_cache_at().is_some();
+                if recomputes && !cache.is_empty() {
+                    let Some(history) = self.history.as_mut() else {
+                        return Err(Error::Internal(
+                            "a recomputing model without history".into(),
+                        ));
+                    };
+                    history.push(&ids, &pos);
+                    return decode_step(*model, cache, history);
+                }
+                if recomputes {
+                    let real = longest;
+                    self.history = Some(DecodeHistory::new(&ids, &pos, &mask, t, t - real));
+                }
+                let input = Tensor::from_vec(ids, &[n, t], &device)?;
+                let positions = Tensor::from_vec(pos, &[n, t], &device)?;
+                let args = ForwardArgs {
+                    input_ids: &input,
+                    position_ids: &positions,
+                    attention_mask: Some(&mask),
+                    output_hidden_states: false,
+                };
+                Ok(model.forward(args, cache, LogitsFor::Last)?.0)
+            }
+            Driven::Seq2Seq { .. } => {
+                let host = Device::Cpu;
+                let input = Tensor::from_vec(ids, &[n, 1], &host)?;
+                self.decode_seq2seq(input, pos)
+            }
+        }
+    }
+
+    /// One forward pass feeding the device's picks `ids` (`[rows]`) to every row.
+    fn forward_device(&mut self, ids: &Tensor) -> Result<Tensor> {
+        let n = self.rows.len();
+        let mut pos = Vec::with_capacity(n);
+        for row in &mut self.rows {
+            match row.as_mut() {
+                Some(s) => {
+                    pos.push(s.position as i64);
+                    s.position += 1;
+                }
+                None => pos.push(0),
+            }
+        }
+        let Some(cache) = self.cache.as_mut() else {
+            return Err(Error::Internal("an engine without its cache".into()));
+        };
+        match &self.driven {
+            Driven::Decoder(model) => {
+                let device = model.model().device();
+                let input = ids.reshape_to(&[n, 1])?.to_device(&device)?;
+                let positions = Tensor::from_vec(pos, &[n, 1], &device)?;
+                let args = ForwardArgs {
+                    input_ids: &input,
+                    position_ids: &positions,
+                    attention_mask: None,
+                    output_hidden_states: false,
+                };
+                Ok(model.forward(args, cache, LogitsFor::Last)?.0)
+            }
+            Driven::Seq2Seq { .. } => {
+                let input = ids.reshape_to(&[n, 1])?.to_device(&Device::Cpu)?;
+                self.decode_seq2seq(input, pos)
+            }
+        }
+    }
+
+    /// An encoder-decoder's decoder step over `input` (`[rows, 1]` on the host).
+    fn decode_seq2seq(&mut self, input: Tensor, pos: Vec<i64>) -> Result<Tensor> {
+        let Driven::Seq2Seq {
+            model,
+            hidden,
+            mask,
+        } = &self.driven
+        else {
+            return Err(Error::Internal(
+                "a decoder driven as an encoder-decoder".into(),
+            ));
+        };
+        let n = self.rows.len();
+        let positions = Tensor::from_vec(pos, &[n, 1], &Device::Cpu)?;
+        let args = ForwardArgs {
+            input_ids: &input,
+            position_ids: &positions,
+            attention_mask: None,
+            output_hidden_states: false,
+        };
+        let Some(cache) = self.cache.as_mut() else {
+            return Err(Error::Internal("an engine without its cache".into()));
+        };
+        model.decode(args, hidden, Some(mask), cache, LogitsFor::Last)
+    }
+}
+
+/// What a stopped sequence returns: its prompt, tokens and text (the stream's held-back end
+/// added unless a stop string cut it).
+fn output_of(seq: &mut Sequence<'_>) -> Result<GenerationOutput> {
+    let stop_reason = seq.done.unwrap_or(StopReason::Cancelled);
+    let text = match seq.stream.as_mut() {
+        Some(s) if stop_reason != StopReason::StopString => {
+            let rest = s.finish()?;
+            seq.text.push_str(&rest);
+            Some(std::mem::take(&mut seq.text))
+        }
+        Some(_) => Some(std::mem::take(&mut seq.text)),
+        None => None,
+    };
+    Ok(GenerationOutput {
+        prompt_ids: seq.prompt.clone(),
+        token_ids: seq.generated.clone(),
+        text,
+        stop_reason,
+    })
+}
+
+/// The byte offset right after the first stop string found in `text`.
+pub(crate) fn stop_string_end(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter_map(|s| text.find(s.as_str()).map(|i| i + s.len()))
+        .min()
+}
+
+/// Refuses an engine without a row or a slot.
+fn check_config(config: EngineConfig) -> Result<()> {
+    if config.max_sequences == 0 || config.capacity == 0 {
+        return Err(Error::invalid(
+            "max_sequences",
+            format!(
+                "an engine needs at least one sequence and one slot (max_sequences {}, capacity {})",
+                config.max_sequences, config.capacity
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_string_cut_is_right_after_the_first_match() {
+        let stops = vec!["END".to_string(), "\n\n".to_string()];
+        assert_eq!(stop_string_end("abc\n\nxEND", &stops), Some(5));
+        assert_eq!(stop_string_end("no stop here", &stops), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! The generation engine: sequences that join a running engine at different steps, each with
+//! its own options, produce token for token what each produces alone, on candle CPU and on the
+//! XLA CPU PJRT plugin; over full attention, sliding windows (ring caches) and soft-capping.
+//!
+//! `ZOO_PJRT_CPU_PLUGIN` names the plugin; when unset, `scripts/fetch-test-assets.sh` obtains
+//! it. A missing plugin fails the PJRT test.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::{lazy, DType, PjrtPlatform};
+use zoo_transformers::{
+    AutoModelForCausalLM, EngineConfig, EngineEvent, Error, GenerationOptions, SequenceId,
+    StopReason, TextGenerator,
+};
+
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+
+fn load(case: &str, map: DeviceMap) -> TextGenerator {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../nightly/fixtures")
+        .join(case);
+    AutoModelForCausalLM::builder(&dir.to_string_lossy())
+        .device_map(map)
+        .dtype(DType::F32)
+        .load()
+        .unwrap_or_else(|e| panic!("{case}: {e}"))
+}
+
+/// Three requests: prompts of different lengths, lengths to generate and options (one with a
+/// repetition penalty and no-repeat n-grams, processors that read the row's own tokens).
+fn requests() -> Vec<(Vec<u32>, GenerationOptions)> {
+    let plain = |n| GenerationOptions {
+        eos_token_ids: Some(vec![]),
+        ..GenerationOptions::greedy(n)
+    };
+    vec![
+        (vec![5, 17, 3, 9, 11], plain(12)),
+        (vec![2, 8, 40, 7, 1, 6, 12, 4, 19], plain(7)),
+        (
+            vec![3, 3],
+            GenerationOptions {
+                repetition_penalty: Some(1.5),
+                no_repeat_ngram_size: 2,
+                ..plain(9)
+            },
+        ),
+    ]
+}
+
+/// Runs the requests through one engine, the second joining after 2 steps and the third after
+/// 5, and checks each sequence's tokens against the same request generated alone.
+fn joins_match_alone(model: &TextGenerator, capacity: usize, what: &str) {
+    let reqs = requests();
+    let alone: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|(p, o)| {
+            model
+                .generate_ids(std::slice::from_ref(p), o, |_| true)
+                .unwrap()
+                .0[0]
+                .token_ids
+                .clone()
+        })
+        .collect();
+    let mut engine = model
+        .engine(EngineConfig {
+            max_sequences: 2,
+            capacity,
+        })
+        .unwrap();
+    let mut ids: Vec<SequenceId> = Vec::new();
+    let mut tokens: HashMap<SequenceId, Vec<u32>> = HashMap::new();
+    let mut finished: HashMap<SequenceId, Vec<u32>> = HashMap::new();
+    let mut step = 0;
+    let mut running_at_join = Vec::new();
+    while ids.len() < reqs.len() || !engine.is_idle() {
+        if [0, 2, 5].contains(&step) && ids.len() < reqs.len() {
+            let (p, o) = &reqs[ids.len()];
+            running_at_join.push(engine.counts().0);
+            ids.push(engine.add(p.clone(), o.clone()).unwrap());
+        }
+        for event in engine.step().unwrap() {
+            match event {
+                EngineEvent::Token { id, token_id, .. } => {
+                    tokens.entry(id).or_default().push(token_id)
+                }
+                EngineEvent::Finished { id, output } => {
+                    assert_eq!(output.stop_reason, StopReason::Length, "{what}");
+                    finished.insert(id, output.token_ids);
+                }
+            }
+        }
+        step += 1;
+        assert!(step < 100, "{what}: the engine never went idle");
+    }
+    // The second joined a running sequence; the third waited for a free row (two rows).
+    assert_eq!(running_at_join, vec![0, 1, 2], "{what}");
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(tokens[id], alone[i], "{what}: request {i} streamed");
+        assert_eq!(finished[id], alone[i], "{what}: request {i} finished");
+    }
+}
+
+#[test]
+fn sequences_joining_a_running_engine_match_each_alone_on_cpu() {
+    for case in [
+        "llama-gqa-f32",
+        "mistral-swa-f32",
+        "gemma2-softcap-swa-f32",
+        "gemma3-pattern-f32",
+        "mixtral-top1-swa-fused-f32",
+        "qwen2-qkvbias-tied-f32",
+    ] {
+        let model = load(case, DeviceMap::Cpu);
+        joins_match_alone(&model, 64, case);
+    }
+}
+
+#[test]
+fn sequences_joining_a_running_engine_match_each_alone_on_pjrt() {
+    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
+    lazy::configure(PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
+    lazy::set_matmul_precision(lazy::Precision::Highest);
+    let map = DeviceMap::Pjrt {
+        platform: "cpu".into(),
+        devices: Some(vec![0]),
+    };
+    for case in ["llama-gqa-f32", "mistral-swa-f32"] {
+        let model = load(case, map.clone());
+        joins_match_alone(&model, 256, case);
+    }
+}
+
+#[test]
+fn engine_refuses_what_cannot_fit_and_cancels() {
+    let model = load("llama-gqa-f32", DeviceMap::Cpu);
+    let mut engine = model
+        .engine(EngineConfig {
+            max_sequences: 1,
+            capacity: 16,
+        })
+        .unwrap();
+    // 10 prompt tokens and 8 new ones need 17 slots.
+    let err = engine
+        .add(vec![1; 10], GenerationOptions::greedy(8))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "max_new_tokens",
+                ..
+            }
+        ) && err.is_caller_error(),
+        "{err}"
+    );
+    let a = engine
+        .add(vec![4, 5, 6], GenerationOptions::greedy(10))
+        .unwrap();
+    let b = engine
+        .add(vec![7, 8], GenerationOptions::greedy(3))
+        .unwrap();
+    engine.step().unwrap();
+    assert_eq!(engine.counts(), (1, 1), "one row: the second waits");
+    let out = engine.cancel(a).unwrap().expect("a runs");
+    assert_eq!(
+        (out.stop_reason, out.token_ids.len()),
+        (StopReason::Cancelled, 1)
+    );
+    assert!(engine.cancel(a).unwrap().is_none(), "cancelled once");
+    let mut done = None;
+    while !engine.is_idle() {
+        for e in engine.step().unwrap() {
+            if let EngineEvent::Finished { id, output } = e {
+                assert_eq!(id, b);
+                done = Some(output);
+            }
+        }
+    }
+    let alone = model
+        .generate_ids(&[vec![7, 8]], &GenerationOptions::greedy(3), |_| true)
+        .unwrap()
+        .0;
+    assert_eq!(done.unwrap().token_ids, alone[0].token_ids);
+}
