@@ -53,6 +53,28 @@ pub struct Architecture {
     pub task: Task,
 }
 
+/// How transformers names a family built on another's decoder (`llama::family`,
+/// `gemma::family` make its [`Family`] from these and its switches).
+pub struct Names {
+    /// `config.json`'s `model_type`.
+    pub model_type: &'static str,
+    /// The transformers file the family mirrors.
+    pub modeling_file: &'static str,
+    /// Its architecture classes.
+    pub architectures: &'static [Architecture],
+    /// GGUF `general.architecture` values read as this family.
+    pub gguf_architectures: &'static [&'static str],
+    /// HF's `_no_split_modules`.
+    pub no_split_modules: &'static [&'static str],
+}
+
+impl Architecture {
+    /// The class `name` serving `task`.
+    pub const fn new(name: &'static str, task: Task) -> Architecture {
+        Architecture { name, task }
+    }
+}
+
 /// How a family's checkpoints are built: a decoder with a cache, or a bidirectional encoder.
 #[derive(Clone, Copy, Debug)]
 pub enum Loaders {

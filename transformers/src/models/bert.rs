@@ -28,22 +28,13 @@ pub(crate) const FAMILY: Family = Family {
     model_type: "bert",
     modeling_file: "models/bert/modeling_bert.py",
     architectures: &[
-        Architecture {
-            name: "BertModel",
-            task: Task::Base,
-        },
-        Architecture {
-            name: "BertForMaskedLM",
-            task: Task::MaskedLm,
-        },
-        Architecture {
-            name: "BertForSequenceClassification",
-            task: Task::SequenceClassification,
-        },
-        Architecture {
-            name: "BertForTokenClassification",
-            task: Task::TokenClassification,
-        },
+        Architecture::new("BertModel", Task::Base),
+        Architecture::new("BertForMaskedLM", Task::MaskedLm),
+        Architecture::new(
+            "BertForSequenceClassification",
+            Task::SequenceClassification,
+        ),
+        Architecture::new("BertForTokenClassification", Task::TokenClassification),
     ],
     gguf_architectures: &[],
     no_split_modules: &["BertEmbeddings", "BertLayer"],

@@ -16,40 +16,61 @@
 use std::collections::HashMap;
 
 use zoo_hub::{PretrainedConfig, Rope};
-use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RopeConfig, RotaryEmbedding, Weights};
+use zoo_runtime::nn::{Embedding, RmsNorm, RopeConfig, RotaryEmbedding, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, Tensor};
 
+use super::decoder::ForCausalLM;
 use super::llama::{self, Attention, AttentionKind, DecoderFeatures, Mlp, Positions};
 use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
-use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
+use crate::family::{Architecture, Family, Layout, Loaders, Names, Task};
+use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, ModelOutput};
 use crate::{Error, Result};
 
 /// The registry entry of `gemma`.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = family::<Gemma>(Names {
     model_type: "gemma",
     modeling_file: "models/gemma/modeling_gemma.py",
     architectures: &[
-        Architecture {
-            name: "GemmaForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "GemmaModel",
-            task: Task::Base,
-        },
+        Architecture::new("GemmaForCausalLM", Task::CausalLm),
+        Architecture::new("GemmaModel", Task::Base),
     ],
     gguf_architectures: &["gemma"],
     no_split_modules: &["GemmaDecoderLayer"],
-    validate: |c| validate_with(c, features),
-    layout: |c| layout_with(c, features),
-    loaders: Loaders::Decoder {
-        base: |w, c| load_base_with(w, c, features),
-        causal_lm: |w, c| load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Gemma's own switches ([`features`]).
+pub(crate) struct Gemma;
+impl Switches for Gemma {
+    const FEATURES: FeaturesFn = features;
+}
+
+/// How a family on this block reads its switches from the config.
+pub(crate) type FeaturesFn = fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>;
+
+/// A family on this block: its switches, as transformers' `modular_gemma*.py` derive it.
+pub(crate) trait Switches {
+    /// The family's [`GemmaFeatures`] for a config.
+    const FEATURES: FeaturesFn;
+}
+
+/// The registry entry of a family on this block with `F`'s switches.
+pub(crate) const fn family<F: Switches>(names: Names) -> Family {
+    Family {
+        model_type: names.model_type,
+        modeling_file: names.modeling_file,
+        architectures: names.architectures,
+        gguf_architectures: names.gguf_architectures,
+        no_split_modules: names.no_split_modules,
+        validate: |c| validate_with(c, F::FEATURES),
+        layout: |c| layout_with(c, F::FEATURES),
+        loaders: Loaders::Decoder {
+            base: |w, c| load_base_with(w, c, F::FEATURES),
+            causal_lm: |w, c| load_causal_lm_with(w, c, F::FEATURES),
+        },
+    }
+}
 
 /// The switches of the Gemma block, per family.
 #[derive(Clone, Debug)]
@@ -174,20 +195,14 @@ pub fn features(cfg: &PretrainedConfig, c: &DecoderConfig) -> Result<GemmaFeatur
 }
 
 /// Reads the config as a family built on this block does (errors name the field).
-pub(crate) fn validate_with(
-    config: &PretrainedConfig,
-    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
-) -> Result<()> {
+pub(crate) fn validate_with(config: &PretrainedConfig, features: FeaturesFn) -> Result<()> {
     let c = DecoderConfig::from_pretrained(config)?;
     features(config, &c).map(drop)
 }
 
 /// The planner's view: `model.layers.N` are the no-split units, each with its KV cache; the
 /// tied `lm_head` goes with the embeddings.
-pub(crate) fn layout_with(
-    config: &PretrainedConfig,
-    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
-) -> Result<Layout> {
+pub(crate) fn layout_with(config: &PretrainedConfig, features: FeaturesFn) -> Result<Layout> {
     let c = DecoderConfig::from_pretrained(config)?;
     let f = features(config, &c)?;
     Ok(llama::decoder_layout(&c, f.tie_word_embeddings))
@@ -197,7 +212,7 @@ pub(crate) fn layout_with(
 pub(crate) fn load_base_with(
     w: &Weights,
     config: &PretrainedConfig,
-    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
+    features: FeaturesFn,
 ) -> Result<Box<dyn DecoderModel>> {
     let c = DecoderConfig::from_pretrained(config)?;
     let f = features(config, &c)?;
@@ -214,7 +229,7 @@ pub(crate) fn load_base_with(
 pub(crate) fn load_causal_lm_with(
     w: &Weights,
     config: &PretrainedConfig,
-    features: fn(&PretrainedConfig, &DecoderConfig) -> Result<GemmaFeatures>,
+    features: FeaturesFn,
 ) -> Result<Box<dyn CausalLm>> {
     let c = DecoderConfig::from_pretrained(config)?;
     let f = features(config, &c)?;
@@ -267,13 +282,9 @@ impl GemmaModel {
         let llama_features = DecoderFeatures {
             qkv_bias: c.attention_bias,
             o_bias: c.attention_bias,
-            mlp_bias: false,
             qk_norm: features.qk_norm,
             windows: features.windows.clone(),
-            fused_qkv: false,
-            fused_gate_up: false,
-            moe: None,
-            longrope_recompute: false,
+            ..Default::default()
         };
         let kind = AttentionKind {
             scale: Some(features.scale),
@@ -467,12 +478,7 @@ impl DecoderModel for GemmaModel {
 
 /// `GemmaForCausalLM` (and Gemma 2/3's): the base model plus `lm_head`, tied to the
 /// embeddings unless the config unties it, with Gemma 2's final logit soft-capping.
-#[derive(Clone, Debug)]
-pub struct GemmaForCausalLM {
-    model: GemmaModel,
-    lm_head: Linear,
-    tied: bool,
-}
+pub type GemmaForCausalLM = ForCausalLM<GemmaModel>;
 
 impl GemmaForCausalLM {
     /// Loads from the checkpoint root (`model.*` and, when untied, `lm_head.weight`).
@@ -481,62 +487,10 @@ impl GemmaForCausalLM {
         config: &DecoderConfig,
         features: GemmaFeatures,
     ) -> Result<GemmaForCausalLM> {
-        let tied = features.tie_word_embeddings || !w.contains("lm_head.weight");
+        let (tie, cap) = (features.tie_word_embeddings, features.final_softcap);
         let model = GemmaModel::load(&w.pp("model"), config, features)?;
-        let lm_head = if tied {
-            model.embed_tokens.as_linear()
-        } else {
-            Linear::load(
-                &w.pp("lm_head"),
-                config.hidden_size,
-                config.vocab_size,
-                false,
-            )?
-        };
-        Ok(GemmaForCausalLM {
-            model,
-            lm_head,
-            tied,
-        })
-    }
-
-    /// The base model.
-    pub fn base(&self) -> &GemmaModel {
-        &self.model
-    }
-}
-
-impl CausalLm for GemmaForCausalLM {
-    fn model(&self) -> &dyn DecoderModel {
-        &self.model
-    }
-
-    fn logits_device(&self) -> Device {
-        self.lm_head.device()
-    }
-
-    fn tied(&self) -> bool {
-        self.tied
-    }
-
-    fn forward(
-        &self,
-        args: ForwardArgs<'_>,
-        cache: &mut KvCache,
-        which: LogitsFor,
-    ) -> Result<(Tensor, ModelOutput)> {
-        let out = self.model.forward(args, cache)?;
-        let h = which.select(&out.last_hidden_state)?;
-        let h = on_device(&h, &self.lm_head.device())?;
-        let logits = self.lm_head.forward(&h)?;
-        let logits = match self.model.features.final_softcap {
-            // As transformers: a true division, tanh, a product, each in the logits' dtype.
-            Some(cap) => {
-                let c = Tensor::scalar(cap, logits.dtype(), &logits.device())?;
-                logits.div(&c)?.tanh()?.mul_scalar(cap)?
-            }
-            None => logits,
-        };
-        Ok((logits, out))
+        let embed = model.embed_tokens.clone();
+        let shape = (config.hidden_size, config.vocab_size);
+        Ok(ForCausalLM::with_head(w, model, &embed, tie, shape)?.with_final_softcap(cap))
     }
 }

@@ -12,32 +12,26 @@ use zoo_hub::PretrainedConfig;
 
 use super::gemma::{self, GemmaFeatures, GemmaForCausalLM, GemmaModel};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `gemma2`: the Gemma block with Gemma 2's switches.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = gemma::family::<Gemma2>(Names {
     model_type: "gemma2",
     modeling_file: "models/gemma2/modeling_gemma2.py",
     architectures: &[
-        Architecture {
-            name: "Gemma2ForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "Gemma2Model",
-            task: Task::Base,
-        },
+        Architecture::new("Gemma2ForCausalLM", Task::CausalLm),
+        Architecture::new("Gemma2Model", Task::Base),
     ],
     gguf_architectures: &["gemma2"],
     no_split_modules: &["Gemma2DecoderLayer"],
-    validate: |c| gemma::validate_with(c, features),
-    layout: |c| gemma::layout_with(c, features),
-    loaders: Loaders::Decoder {
-        base: |w, c| gemma::load_base_with(w, c, features),
-        causal_lm: |w, c| gemma::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Gemma 2's switches ([`features`]).
+pub(crate) struct Gemma2;
+impl gemma::Switches for Gemma2 {
+    const FEATURES: gemma::FeaturesFn = features;
+}
 
 /// `Gemma2Model`: the Gemma decoder with Gemma 2's switches.
 pub type Gemma2Model = GemmaModel;

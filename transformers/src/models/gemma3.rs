@@ -13,32 +13,26 @@ use zoo_hub::{PretrainedConfig, Rope, RopeParameters};
 
 use super::gemma::{self, GemmaFeatures, GemmaForCausalLM, GemmaModel};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 use crate::{Error, Result};
 
 /// The registry entry of `gemma3_text`: the Gemma block with Gemma 3's switches.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = gemma::family::<Gemma3>(Names {
     model_type: "gemma3_text",
     modeling_file: "models/gemma3/modeling_gemma3.py",
     architectures: &[
-        Architecture {
-            name: "Gemma3ForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "Gemma3TextModel",
-            task: Task::Base,
-        },
+        Architecture::new("Gemma3ForCausalLM", Task::CausalLm),
+        Architecture::new("Gemma3TextModel", Task::Base),
     ],
     gguf_architectures: &["gemma3"],
     no_split_modules: &["Gemma3DecoderLayer"],
-    validate: |c| gemma::validate_with(c, features),
-    layout: |c| gemma::layout_with(c, features),
-    loaders: Loaders::Decoder {
-        base: |w, c| gemma::load_base_with(w, c, features),
-        causal_lm: |w, c| gemma::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Gemma 3's switches ([`features`]).
+pub(crate) struct Gemma3;
+impl gemma::Switches for Gemma3 {
+    const FEATURES: gemma::FeaturesFn = features;
+}
 
 /// `Gemma3TextModel`: the Gemma decoder with Gemma 3's switches.
 pub type Gemma3TextModel = GemmaModel;

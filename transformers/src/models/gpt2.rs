@@ -16,11 +16,12 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
+use super::decoder::ForCausalLM;
 use super::placement::execution_order;
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::require_positive;
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
-use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
+use crate::kinds::{DecoderModel, ForwardArgs, ModelOutput};
 use crate::{Error, Result};
 
 /// The registry entry of `gpt2`.
@@ -28,14 +29,8 @@ pub(crate) const FAMILY: Family = Family {
     model_type: "gpt2",
     modeling_file: "models/gpt2/modeling_gpt2.py",
     architectures: &[
-        Architecture {
-            name: "GPT2LMHeadModel",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "GPT2Model",
-            task: Task::Base,
-        },
+        Architecture::new("GPT2LMHeadModel", Task::CausalLm),
+        Architecture::new("GPT2Model", Task::Base),
     ],
     // llama.cpp's `gpt2` files are not read by zoo-hub yet.
     gguf_architectures: &[],
@@ -476,58 +471,14 @@ impl DecoderModel for GPT2Model {
 
 /// `GPT2LMHeadModel`: the base model and `lm_head`, tied to `transformer.wte` (transformers
 /// saves no `lm_head.weight` then); an untied checkpoint's own `lm_head.weight` is used.
-#[derive(Clone, Debug)]
-pub struct GPT2LMHeadModel {
-    transformer: GPT2Model,
-    lm_head: Linear,
-    tied: bool,
-}
+pub type GPT2LMHeadModel = ForCausalLM<GPT2Model>;
 
 impl GPT2LMHeadModel {
     /// Loads from the checkpoint root (`transformer.*`, optional `lm_head.weight`).
     pub fn load(w: &Weights, config: &GPT2Config) -> Result<GPT2LMHeadModel> {
         let transformer = GPT2Model::load(&w.pp("transformer"), config)?;
-        let tied = !w.contains("lm_head.weight");
-        let lm_head = if tied {
-            transformer.wte.as_linear()
-        } else {
-            Linear::load(&w.pp("lm_head"), config.n_embd, config.vocab_size, false)?
-        };
-        Ok(GPT2LMHeadModel {
-            transformer,
-            lm_head,
-            tied,
-        })
-    }
-
-    /// The base model.
-    pub fn base(&self) -> &GPT2Model {
-        &self.transformer
-    }
-}
-
-impl CausalLm for GPT2LMHeadModel {
-    fn model(&self) -> &dyn DecoderModel {
-        &self.transformer
-    }
-
-    fn logits_device(&self) -> Device {
-        self.lm_head.device()
-    }
-
-    fn tied(&self) -> bool {
-        self.tied
-    }
-
-    fn forward(
-        &self,
-        args: ForwardArgs<'_>,
-        cache: &mut KvCache,
-        which: LogitsFor,
-    ) -> Result<(Tensor, ModelOutput)> {
-        let out = self.transformer.forward(args, cache)?;
-        let h = which.select(&out.last_hidden_state)?;
-        let h = h.to_device(&self.logits_device())?;
-        Ok((self.lm_head.forward(&h)?, out))
+        let wte = transformer.wte.clone();
+        let shape = (config.n_embd, config.vocab_size);
+        ForCausalLM::with_head(w, transformer, &wte, false, shape)
     }
 }

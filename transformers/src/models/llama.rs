@@ -14,52 +14,82 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
-use super::moe::{MoeFeatures, SparseMoeBlock};
+use super::decoder::ForCausalLM;
+use super::moe::{self, MoeFeatures, SparseMoeBlock};
 use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
-use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
+use crate::family::{Architecture, Family, Layout, Loaders, Names, Task};
+use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, ModelOutput};
 use crate::{Error, Result};
 
 /// The registry entry of `llama`.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = family::<Llama>(Names {
     model_type: "llama",
     modeling_file: "models/llama/modeling_llama.py",
     architectures: &[
-        Architecture {
-            name: "LlamaForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "LlamaModel",
-            task: Task::Base,
-        },
+        Architecture::new("LlamaForCausalLM", Task::CausalLm),
+        Architecture::new("LlamaModel", Task::Base),
     ],
     gguf_architectures: &["llama"],
     no_split_modules: &["LlamaDecoderLayer"],
-    validate,
-    layout,
-    loaders: Loaders::Decoder {
-        base: |w, c| load_base_with(w, c, features),
-        causal_lm: |w, c| load_causal_lm_with(w, c, features),
-    },
-};
+});
 
-/// Reads the config as every family built on this decoder does (errors name the field).
-pub(crate) fn validate(config: &PretrainedConfig) -> Result<()> {
-    DecoderConfig::from_pretrained(config).map(drop)
+/// Llama's own switches ([`features`]).
+pub(crate) struct Llama;
+impl Switches for Llama {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
 }
 
-/// The planner's view of a Llama-shaped decoder: `model.layers.N` are the no-split units,
-/// each with its KV cache; `lm_head` goes with the embeddings when tied.
-pub(crate) fn layout(config: &PretrainedConfig) -> Result<Layout> {
-    let c = DecoderConfig::from_pretrained(config)?;
-    Ok(decoder_layout(&c, c.tie_word_embeddings))
+/// A family on this decoder: its switches, as transformers' `modular_*.py` derive it.
+pub(crate) trait Switches {
+    /// The family's [`DecoderFeatures`] for a config.
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures;
 }
 
-/// [`layout`] of an already read config, `tied` saying whether `lm_head` shares the
-/// embeddings (Gemma ties by default; its families decide).
+/// The registry entry of a family on this decoder with `F`'s switches: its config read and
+/// checked (experts included), planned and loaded as Llama's.
+pub(crate) const fn family<F: Switches>(names: Names) -> Family {
+    Family {
+        model_type: names.model_type,
+        modeling_file: names.modeling_file,
+        architectures: names.architectures,
+        gguf_architectures: names.gguf_architectures,
+        no_split_modules: names.no_split_modules,
+        validate: validate_as::<F>,
+        layout: layout_as::<F>,
+        loaders: Loaders::Decoder {
+            base: load_base_as::<F>,
+            causal_lm: load_causal_lm_as::<F>,
+        },
+    }
+}
+
+fn validate_as<F: Switches>(config: &PretrainedConfig) -> Result<()> {
+    moe::validate_with(config, F::FEATURES)
+}
+
+fn layout_as<F: Switches>(config: &PretrainedConfig) -> Result<Layout> {
+    moe::layout_with(config, F::FEATURES)
+}
+
+fn load_base_as<F: Switches>(
+    w: &Weights,
+    config: &PretrainedConfig,
+) -> Result<Box<dyn DecoderModel>> {
+    load_base_with(w, config, F::FEATURES)
+}
+
+fn load_causal_lm_as<F: Switches>(
+    w: &Weights,
+    config: &PretrainedConfig,
+) -> Result<Box<dyn CausalLm>> {
+    load_causal_lm_with(w, config, F::FEATURES)
+}
+
+/// The planner's view of a Llama-shaped decoder from its config: `model.layers.N` are the
+/// no-split units, each with its KV cache; `lm_head` goes with the embeddings when `tied`
+/// (Gemma ties by default; its families decide).
 pub(crate) fn decoder_layout(c: &DecoderConfig, tied: bool) -> Layout {
     Layout {
         layer_containers: vec!["model.layers".into()],
@@ -112,8 +142,10 @@ pub(crate) fn load_causal_lm_with(
     Ok(Box::new(LlamaForCausalLM::load(w, &c, features(&c))?))
 }
 
-/// The per-family switches of the Llama block.
-#[derive(Clone, Debug, PartialEq)]
+/// The per-family switches of the Llama block. The default is the plain block: no biases,
+/// norms, windows, fused projections or experts; a family sets what differs
+/// (`..Default::default()`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DecoderFeatures {
     /// Bias on q/k/v projections (Llama/Qwen3 `attention_bias`; always on in Qwen2).
     pub qkv_bias: bool,
@@ -143,12 +175,8 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
         qkv_bias: config.attention_bias,
         o_bias: config.attention_bias,
         mlp_bias: config.mlp_bias,
-        qk_norm: false,
         windows: config.windows(|_| false),
-        fused_qkv: false,
-        fused_gate_up: false,
-        moe: None,
-        longrope_recompute: false,
+        ..Default::default()
     }
 }
 
@@ -579,12 +607,7 @@ impl DecoderModel for LlamaModel {
 
 /// `LlamaForCausalLM` (and the Mistral, Qwen2 and Qwen3 ones): the base model plus `lm_head`,
 /// tied to `model.embed_tokens` when `tie_word_embeddings` is set or `lm_head.weight` is absent.
-#[derive(Clone, Debug)]
-pub struct LlamaForCausalLM {
-    model: LlamaModel,
-    lm_head: Linear,
-    tied: bool,
-}
+pub type LlamaForCausalLM = ForCausalLM<LlamaModel>;
 
 impl LlamaForCausalLM {
     /// Loads from the checkpoint root (`model.*` and `lm_head.weight`).
@@ -594,52 +617,8 @@ impl LlamaForCausalLM {
         features: DecoderFeatures,
     ) -> Result<LlamaForCausalLM> {
         let model = LlamaModel::load(&w.pp("model"), config, features)?;
-        let tied = config.tie_word_embeddings || !w.contains("lm_head.weight");
-        let lm_head = if tied {
-            model.embed_tokens.as_linear()
-        } else {
-            Linear::load(
-                &w.pp("lm_head"),
-                config.hidden_size,
-                config.vocab_size,
-                false,
-            )?
-        };
-        Ok(LlamaForCausalLM {
-            model,
-            lm_head,
-            tied,
-        })
-    }
-
-    /// The base model.
-    pub fn base(&self) -> &LlamaModel {
-        &self.model
-    }
-}
-
-impl CausalLm for LlamaForCausalLM {
-    fn model(&self) -> &dyn DecoderModel {
-        &self.model
-    }
-
-    fn logits_device(&self) -> Device {
-        self.lm_head.device()
-    }
-
-    fn tied(&self) -> bool {
-        self.tied
-    }
-
-    fn forward(
-        &self,
-        args: ForwardArgs<'_>,
-        cache: &mut KvCache,
-        which: LogitsFor,
-    ) -> Result<(Tensor, ModelOutput)> {
-        let out = self.model.forward(args, cache)?;
-        let h = which.select(&out.last_hidden_state)?;
-        let h = on_device(&h, &self.lm_head.device())?;
-        Ok((self.lm_head.forward(&h)?, out))
+        let embed = model.embed_tokens.clone();
+        let shape = (config.hidden_size, config.vocab_size);
+        ForCausalLM::with_head(w, model, &embed, config.tie_word_embeddings, shape)
     }
 }

@@ -7,32 +7,26 @@
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 
 /// The registry entry of `mistral`: the Llama decoder with Mistral's switches.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = llama::family::<Mistral>(Names {
     model_type: "mistral",
     modeling_file: "models/mistral/modeling_mistral.py",
     architectures: &[
-        Architecture {
-            name: "MistralForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "MistralModel",
-            task: Task::Base,
-        },
+        Architecture::new("MistralForCausalLM", Task::CausalLm),
+        Architecture::new("MistralModel", Task::Base),
     ],
     // llama.cpp writes Mistral models as `llama` files, which load as Llama.
     gguf_architectures: &[],
     no_split_modules: &["MistralDecoderLayer"],
-    validate: llama::validate,
-    layout: llama::layout,
-    loaders: Loaders::Decoder {
-        base: |w, c| llama::load_base_with(w, c, features),
-        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Mistral's switches ([`features`]).
+pub(crate) struct Mistral;
+impl llama::Switches for Mistral {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+}
 
 /// `MistralModel`: the Llama decoder with Mistral's switches.
 pub type MistralModel = LlamaModel;
@@ -42,14 +36,7 @@ pub type MistralForCausalLM = LlamaForCausalLM;
 /// Mistral's switches: no biases, the window on every layer (or as `layer_types` says).
 pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
-        qkv_bias: false,
-        o_bias: false,
-        mlp_bias: false,
-        qk_norm: false,
         windows: config.windows(|_| true),
-        fused_qkv: false,
-        fused_gate_up: false,
-        moe: None,
-        longrope_recompute: false,
+        ..Default::default()
     }
 }

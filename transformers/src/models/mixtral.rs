@@ -13,36 +13,30 @@
 use zoo_runtime::nn::ExpertNames;
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
-use super::moe::{self, MoeFeatures};
+use super::moe::MoeFeatures;
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 
 /// The registry entry of `mixtral`: the Llama decoder with Mistral's attention and a
 /// mixture of experts in every layer.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = llama::family::<Mixtral>(Names {
     model_type: "mixtral",
     modeling_file: "models/mixtral/modeling_mixtral.py",
     architectures: &[
-        Architecture {
-            name: "MixtralForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "MixtralModel",
-            task: Task::Base,
-        },
+        Architecture::new("MixtralForCausalLM", Task::CausalLm),
+        Architecture::new("MixtralModel", Task::Base),
     ],
     // llama.cpp writes Mixtral as `llama` files with stacked experts (`ffn_*_exps`); zoo-hub
     // reads those as `MixtralForCausalLM`, so the llama entry lists the name.
     gguf_architectures: &[],
     no_split_modules: &["MixtralDecoderLayer"],
-    validate: |c| moe::validate_with(c, features),
-    layout: |c| moe::layout_with(c, features),
-    loaders: Loaders::Decoder {
-        base: |w, c| llama::load_base_with(w, c, features),
-        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Mixtral's switches ([`features`]).
+pub(crate) struct Mixtral;
+impl llama::Switches for Mixtral {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+}
 
 /// `MixtralModel`: the Llama decoder with Mixtral's switches.
 pub type MixtralModel = LlamaModel;
@@ -54,13 +48,7 @@ pub type MixtralForCausalLM = LlamaForCausalLM;
 pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     let c = config;
     DecoderFeatures {
-        qkv_bias: false,
-        o_bias: false,
-        mlp_bias: false,
-        qk_norm: false,
         windows: c.windows(|_| true),
-        fused_qkv: false,
-        fused_gate_up: false,
         moe: Some(MoeFeatures {
             experts: c.local_experts().unwrap_or(8),
             experts_field: "num_local_experts",
@@ -76,7 +64,7 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
                 down: "w2",
             },
         }),
-        longrope_recompute: false,
+        ..Default::default()
     }
 }
 

@@ -9,31 +9,25 @@
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 
 /// The registry entry of `phi3`: the Llama decoder with Phi-3's fused projections.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = llama::family::<Phi3>(Names {
     model_type: "phi3",
     modeling_file: "models/phi3/modeling_phi3.py",
     architectures: &[
-        Architecture {
-            name: "Phi3ForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "Phi3Model",
-            task: Task::Base,
-        },
+        Architecture::new("Phi3ForCausalLM", Task::CausalLm),
+        Architecture::new("Phi3Model", Task::Base),
     ],
     gguf_architectures: &["phi3"],
     no_split_modules: &["Phi3DecoderLayer"],
-    validate: llama::validate,
-    layout: llama::layout,
-    loaders: Loaders::Decoder {
-        base: |w, c| llama::load_base_with(w, c, features),
-        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Phi3's switches ([`features`]).
+pub(crate) struct Phi3;
+impl llama::Switches for Phi3 {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+}
 
 /// `Phi3Model`: the Llama decoder with Phi-3's switches.
 pub type Phi3Model = LlamaModel;
@@ -44,15 +38,11 @@ pub type Phi3ForCausalLM = LlamaForCausalLM;
 /// the whole sequence recomputed when generation passes the longrope switch.
 pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
-        qkv_bias: false,
-        o_bias: false,
-        mlp_bias: false,
-        qk_norm: false,
         windows: config.windows(|_| true),
         fused_qkv: true,
         fused_gate_up: true,
-        moe: None,
         longrope_recompute: true,
+        ..Default::default()
     }
 }
 

@@ -7,31 +7,25 @@
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 
 /// The registry entry of `qwen2`: the Llama decoder with Qwen2's switches.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = llama::family::<Qwen2>(Names {
     model_type: "qwen2",
     modeling_file: "models/qwen2/modeling_qwen2.py",
     architectures: &[
-        Architecture {
-            name: "Qwen2ForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "Qwen2Model",
-            task: Task::Base,
-        },
+        Architecture::new("Qwen2ForCausalLM", Task::CausalLm),
+        Architecture::new("Qwen2Model", Task::Base),
     ],
     gguf_architectures: &["qwen2"],
     no_split_modules: &["Qwen2DecoderLayer"],
-    validate: llama::validate,
-    layout: llama::layout,
-    loaders: Loaders::Decoder {
-        base: |w, c| llama::load_base_with(w, c, features),
-        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Qwen2's switches ([`features`]).
+pub(crate) struct Qwen2;
+impl llama::Switches for Qwen2 {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+}
 
 /// `Qwen2Model`: the Llama decoder with Qwen2's switches.
 pub type Qwen2Model = LlamaModel;
@@ -42,14 +36,8 @@ pub type Qwen2ForCausalLM = LlamaForCausalLM;
 pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
         qkv_bias: true,
-        o_bias: false,
-        mlp_bias: false,
-        qk_norm: false,
         windows: config.windows(|i| slides(config, i)),
-        fused_qkv: false,
-        fused_gate_up: false,
-        moe: None,
-        longrope_recompute: false,
+        ..Default::default()
     }
 }
 

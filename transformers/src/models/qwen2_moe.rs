@@ -11,34 +11,28 @@
 use zoo_runtime::nn::ExpertNames;
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
-use super::moe::{self, MoeFeatures};
+use super::moe::MoeFeatures;
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 
 /// The registry entry of `qwen2_moe`.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = llama::family::<Qwen2Moe>(Names {
     model_type: "qwen2_moe",
     modeling_file: "models/qwen2_moe/modeling_qwen2_moe.py",
     architectures: &[
-        Architecture {
-            name: "Qwen2MoeForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "Qwen2MoeModel",
-            task: Task::Base,
-        },
+        Architecture::new("Qwen2MoeForCausalLM", Task::CausalLm),
+        Architecture::new("Qwen2MoeModel", Task::Base),
     ],
     // llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
     gguf_architectures: &["qwen2moe"],
     no_split_modules: &["Qwen2MoeDecoderLayer"],
-    validate: |c| moe::validate_with(c, features),
-    layout: |c| moe::layout_with(c, features),
-    loaders: Loaders::Decoder {
-        base: |w, c| llama::load_base_with(w, c, features),
-        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Qwen2-MoE's switches ([`features`]).
+pub(crate) struct Qwen2Moe;
+impl llama::Switches for Qwen2Moe {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+}
 
 /// `Qwen2MoeModel`: the Llama decoder with Qwen2-MoE's switches.
 pub type Qwen2MoeModel = LlamaModel;
@@ -59,16 +53,11 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     let experts = c.num_experts.unwrap_or(60);
     DecoderFeatures {
         qkv_bias: c.qkv_bias.unwrap_or(true),
-        o_bias: false,
-        mlp_bias: false,
-        qk_norm: false,
         windows: c.windows(|i| {
             c.use_sliding_window.unwrap_or(false)
                 && i % 2 == 0
                 && i < c.max_window_layers.unwrap_or(28)
         }),
-        fused_qkv: false,
-        fused_gate_up: false,
         moe: Some(MoeFeatures {
             experts,
             experts_field: "num_experts",
@@ -80,6 +69,6 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
             sparse_layers: MoeFeatures::qwen_sparse_layers(c, experts),
             names: QWEN_EXPERT_NAMES,
         }),
-        longrope_recompute: false,
+        ..Default::default()
     }
 }

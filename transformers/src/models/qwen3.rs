@@ -7,31 +7,25 @@
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 
 /// The registry entry of `qwen3`: the Llama decoder with Qwen3's switches.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = llama::family::<Qwen3>(Names {
     model_type: "qwen3",
     modeling_file: "models/qwen3/modeling_qwen3.py",
     architectures: &[
-        Architecture {
-            name: "Qwen3ForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "Qwen3Model",
-            task: Task::Base,
-        },
+        Architecture::new("Qwen3ForCausalLM", Task::CausalLm),
+        Architecture::new("Qwen3Model", Task::Base),
     ],
     gguf_architectures: &["qwen3"],
     no_split_modules: &["Qwen3DecoderLayer"],
-    validate: llama::validate,
-    layout: llama::layout,
-    loaders: Loaders::Decoder {
-        base: |w, c| llama::load_base_with(w, c, features),
-        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Qwen3's switches ([`features`]).
+pub(crate) struct Qwen3;
+impl llama::Switches for Qwen3 {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+}
 
 /// `Qwen3Model`: the Llama decoder with Qwen3's switches.
 pub type Qwen3Model = LlamaModel;
@@ -43,12 +37,8 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
         qkv_bias: config.attention_bias,
         o_bias: config.attention_bias,
-        mlp_bias: false,
         qk_norm: true,
         windows: config.windows(|i| super::qwen2::slides(config, i)),
-        fused_qkv: false,
-        fused_gate_up: false,
-        moe: None,
-        longrope_recompute: false,
+        ..Default::default()
     }
 }

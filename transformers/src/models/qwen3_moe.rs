@@ -6,35 +6,29 @@
 //! `norm_topk_prob`. With `use_sliding_window` every layer slides.
 
 use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
-use super::moe::{self, MoeFeatures};
+use super::moe::MoeFeatures;
 use super::qwen2_moe::QWEN_EXPERT_NAMES;
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Loaders, Task};
+use crate::family::{Architecture, Family, Names, Task};
 
 /// The registry entry of `qwen3_moe`.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: Family = llama::family::<Qwen3Moe>(Names {
     model_type: "qwen3_moe",
     modeling_file: "models/qwen3_moe/modeling_qwen3_moe.py",
     architectures: &[
-        Architecture {
-            name: "Qwen3MoeForCausalLM",
-            task: Task::CausalLm,
-        },
-        Architecture {
-            name: "Qwen3MoeModel",
-            task: Task::Base,
-        },
+        Architecture::new("Qwen3MoeForCausalLM", Task::CausalLm),
+        Architecture::new("Qwen3MoeModel", Task::Base),
     ],
     // llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
     gguf_architectures: &["qwen3moe"],
     no_split_modules: &["Qwen3MoeDecoderLayer"],
-    validate: |c| moe::validate_with(c, features),
-    layout: |c| moe::layout_with(c, features),
-    loaders: Loaders::Decoder {
-        base: |w, c| llama::load_base_with(w, c, features),
-        causal_lm: |w, c| llama::load_causal_lm_with(w, c, features),
-    },
-};
+});
+
+/// Qwen3-MoE's switches ([`features`]).
+pub(crate) struct Qwen3Moe;
+impl llama::Switches for Qwen3Moe {
+    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+}
 
 /// `Qwen3MoeModel`: the Llama decoder with Qwen3-MoE's switches.
 pub type Qwen3MoeModel = LlamaModel;
@@ -50,11 +44,8 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
     DecoderFeatures {
         qkv_bias: c.attention_bias,
         o_bias: c.attention_bias,
-        mlp_bias: false,
         qk_norm: true,
         windows: c.windows(|_| c.use_sliding_window.unwrap_or(false)),
-        fused_qkv: false,
-        fused_gate_up: false,
         moe: Some(MoeFeatures {
             experts,
             experts_field: "num_experts",
@@ -66,6 +57,6 @@ pub fn features(config: &DecoderConfig) -> DecoderFeatures {
             sparse_layers: MoeFeatures::qwen_sparse_layers(c, experts),
             names: QWEN_EXPERT_NAMES,
         }),
-        longrope_recompute: false,
+        ..Default::default()
     }
 }

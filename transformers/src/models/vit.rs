@@ -31,14 +31,8 @@ pub(crate) const FAMILY: Family = Family {
     model_type: "vit",
     modeling_file: "models/vit/modeling_vit.py",
     architectures: &[
-        Architecture {
-            name: "ViTModel",
-            task: Task::Base,
-        },
-        Architecture {
-            name: "ViTForImageClassification",
-            task: Task::ImageClassification,
-        },
+        Architecture::new("ViTModel", Task::Base),
+        Architecture::new("ViTForImageClassification", Task::ImageClassification),
     ],
     gguf_architectures: &[],
     no_split_modules: &["ViTEmbeddings", "ViTLayer"],

@@ -20,10 +20,7 @@ use crate::{Error, Result};
 pub(crate) const FAMILY: Family = Family {
     model_type: "clip",
     modeling_file: "models/clip/modeling_clip.py",
-    architectures: &[Architecture {
-        name: "CLIPModel",
-        task: Task::Base,
-    }],
+    architectures: &[Architecture::new("CLIPModel", Task::Base)],
     gguf_architectures: &[],
     no_split_modules: &[
         "CLIPTextEmbeddings",

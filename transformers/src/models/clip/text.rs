@@ -30,14 +30,8 @@ pub(crate) const FAMILY: Family = Family {
     model_type: "clip_text_model",
     modeling_file: "models/clip/modeling_clip.py",
     architectures: &[
-        Architecture {
-            name: "CLIPTextModel",
-            task: Task::Base,
-        },
-        Architecture {
-            name: "CLIPTextModelWithProjection",
-            task: Task::Base,
-        },
+        Architecture::new("CLIPTextModel", Task::Base),
+        Architecture::new("CLIPTextModelWithProjection", Task::Base),
     ],
     gguf_architectures: &[],
     no_split_modules: &["CLIPTextEmbeddings", "CLIPEncoderLayer"],

@@ -27,14 +27,8 @@ pub(crate) const FAMILY: Family = Family {
     model_type: "clip_vision_model",
     modeling_file: "models/clip/modeling_clip.py",
     architectures: &[
-        Architecture {
-            name: "CLIPVisionModel",
-            task: Task::Base,
-        },
-        Architecture {
-            name: "CLIPVisionModelWithProjection",
-            task: Task::Base,
-        },
+        Architecture::new("CLIPVisionModel", Task::Base),
+        Architecture::new("CLIPVisionModelWithProjection", Task::Base),
     ],
     gguf_architectures: &[],
     no_split_modules: &["CLIPVisionEmbeddings", "CLIPEncoderLayer"],

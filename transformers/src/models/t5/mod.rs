@@ -34,14 +34,8 @@ pub(crate) const FAMILY: Family = Family {
     model_type: "t5",
     modeling_file: "models/t5/modeling_t5.py",
     architectures: &[
-        Architecture {
-            name: "T5EncoderModel",
-            task: Task::Base,
-        },
-        Architecture {
-            name: "T5ForConditionalGeneration",
-            task: Task::Seq2SeqLm,
-        },
+        Architecture::new("T5EncoderModel", Task::Base),
+        Architecture::new("T5ForConditionalGeneration", Task::Seq2SeqLm),
     ],
     gguf_architectures: &[],
     no_split_modules: &["T5Block"],
@@ -58,14 +52,8 @@ pub(crate) const UMT5_FAMILY: Family = Family {
     model_type: "umt5",
     modeling_file: "models/umt5/modeling_umt5.py",
     architectures: &[
-        Architecture {
-            name: "UMT5EncoderModel",
-            task: Task::Base,
-        },
-        Architecture {
-            name: "UMT5ForConditionalGeneration",
-            task: Task::Seq2SeqLm,
-        },
+        Architecture::new("UMT5EncoderModel", Task::Base),
+        Architecture::new("UMT5ForConditionalGeneration", Task::Seq2SeqLm),
     ],
     gguf_architectures: &[],
     no_split_modules: &["UMT5Block"],
