@@ -7,16 +7,17 @@
 //! and encode split large inputs into overlapping tiles blended linearly, as diffusers'
 //! `enable_tiling` does.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
 use zoo_runtime::nn::{Conv2d, GroupNorm, Weights};
 use zoo_runtime::{ConvParams, DType, Device, Tensor};
 
+use super::modeling::{config_mixin, model_mixin};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
-use super::{ensure, read_config, Act};
+use super::{ensure, Act};
 use crate::{Error, Result};
 
 fn d_down() -> Vec<String> {
@@ -39,9 +40,9 @@ fn d_scaling() -> f64 {
 #[derive(Clone, Debug, Deserialize)]
 #[allow(missing_docs)]
 pub struct AutoencoderKLConfig {
-    #[serde(default = "super::defaults::three")]
+    #[serde(default = "super::defaults::usize::<3>")]
     pub in_channels: usize,
-    #[serde(default = "super::defaults::three")]
+    #[serde(default = "super::defaults::usize::<3>")]
     pub out_channels: usize,
     #[serde(default = "d_down")]
     pub down_block_types: Vec<String>,
@@ -49,13 +50,13 @@ pub struct AutoencoderKLConfig {
     pub up_block_types: Vec<String>,
     #[serde(default = "d_channels")]
     pub block_out_channels: Vec<usize>,
-    #[serde(default = "super::defaults::one")]
+    #[serde(default = "super::defaults::usize::<1>")]
     pub layers_per_block: usize,
     #[serde(default = "super::defaults::silu")]
     pub act_fn: String,
-    #[serde(default = "super::defaults::four")]
+    #[serde(default = "super::defaults::usize::<4>")]
     pub latent_channels: usize,
-    #[serde(default = "super::defaults::thirty_two")]
+    #[serde(default = "super::defaults::usize::<32>")]
     pub norm_num_groups: usize,
     #[serde(default = "d_sample")]
     pub sample_size: Value,
@@ -82,15 +83,9 @@ pub struct AutoencoderKLConfig {
     pub path: PathBuf,
 }
 
-impl AutoencoderKLConfig {
-    /// Reads and checks `config.json`.
-    pub fn from_file(path: &Path) -> Result<AutoencoderKLConfig> {
-        let (mut c, _): (AutoencoderKLConfig, _) = read_config(path, &["AutoencoderKL"])?;
-        c.path = path.to_path_buf();
-        c.check()?;
-        Ok(c)
-    }
+config_mixin!(AutoencoderKLConfig, ["AutoencoderKL"]);
 
+impl AutoencoderKLConfig {
     fn check(&self) -> Result<()> {
         let p = &self.path;
         let n = self.block_out_channels.len();
@@ -343,18 +338,9 @@ pub struct AutoencoderKL {
     pub tiling: bool,
 }
 
-impl AutoencoderKL {
-    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`), as
-    /// diffusers' `AutoencoderKL.from_pretrained` does.
-    pub fn from_pretrained(
-        repo_or_path: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<AutoencoderKL> {
-        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
-        AutoencoderKL::load(&w, &AutoencoderKLConfig::from_file(&config)?)
-    }
+model_mixin!(AutoencoderKL, AutoencoderKLConfig);
 
+impl AutoencoderKL {
     /// Builds the VAE of `config` from the weights under `w`. A checkpoint without the
     /// encoder (decode-only VAEs) loads; encoding then fails with a typed error.
     pub fn load(w: &Weights, config: &AutoencoderKLConfig) -> Result<AutoencoderKL> {

@@ -12,6 +12,8 @@ pub mod attention;
 pub mod autoencoder_kl;
 pub mod embeddings;
 pub mod joint_attention;
+pub(crate) mod loading;
+pub(crate) mod modeling;
 pub mod normalization;
 pub mod resnet;
 pub mod transformer_dit;
@@ -22,28 +24,24 @@ pub mod unet_2d;
 pub mod unet_2d_blocks;
 pub mod unet_2d_condition;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use zoo_runtime::nn::Weights;
-use zoo_runtime::{Activation, Device, Tensor};
+use zoo_runtime::{Activation, DType, Device, Tensor};
 
 use crate::{Error, Result};
 
 /// serde defaults the model configs share (diffusers' own defaults).
 pub(crate) mod defaults {
-    pub fn one() -> usize {
-        1
+    /// The number `N` (a config's integer default).
+    pub fn usize<const N: usize>() -> usize {
+        N
     }
-    pub fn three() -> usize {
-        3
-    }
-    pub fn four() -> usize {
-        4
-    }
-    pub fn thirty_two() -> usize {
-        32
+    /// `Some(N)` (an optional integer that defaults to a value).
+    pub fn some<const N: usize>() -> Option<usize> {
+        Some(N)
     }
     pub fn unit() -> f64 {
         1.0
@@ -155,6 +153,26 @@ pub(crate) fn read_config<T: DeserializeOwned>(
     Ok((config, value))
 }
 
+/// A model's config read by [`read_config`], refusing a generic `Transformer2DModel` that
+/// does not say which patch transformer it is: what every model config's `from_file` reads.
+pub(crate) fn read_model_config<T: DeserializeOwned>(
+    path: &Path,
+    class_names: &[&str],
+) -> Result<T> {
+    let (config, value) = read_config(path, class_names)?;
+    // A generic `Transformer2DModel` defaults to another norm: only an explicit `norm_type`
+    // makes it DiT's or PixArt's (diffusers' class remapping reads the same field).
+    if value.get("_class_name").and_then(Value::as_str) == Some("Transformer2DModel")
+        && value.get("norm_type").is_none()
+    {
+        return Err(Error::Config {
+            path: path.to_path_buf(),
+            reason: "a Transformer2DModel config without `norm_type` is not a patch diffusion transformer (DiT has \"ada_norm_zero\", PixArt \"ada_norm_single\")".into(),
+        });
+    }
+    Ok(config)
+}
+
 /// Fails with a config error when `cond` is false.
 pub(crate) fn ensure(cond: bool, path: &Path, reason: impl FnOnce() -> String) -> Result<()> {
     if cond {
@@ -165,46 +183,6 @@ pub(crate) fn ensure(cond: bool, path: &Path, reason: impl FnOnce() -> String) -
             reason: reason(),
         })
     }
-}
-
-/// A diffusers component (a folder holding `config.json` and
-/// `diffusion_pytorch_model[.variant].safetensors`, or a Hub repo's subfolder) opened for a
-/// model's `from_pretrained`: its config path and its weights in `dtype` on `device`.
-pub(crate) fn open_component(
-    repo_or_path: &str,
-    dtype: zoo_runtime::DType,
-    device: &zoo_runtime::Device,
-) -> Result<(PathBuf, zoo_runtime::nn::Weights)> {
-    let pretrained = zoo_hub::Pretrained::open(repo_or_path)?;
-    let config = pretrained
-        .files()
-        .get_optional("config.json")?
-        .ok_or_else(|| Error::Config {
-            path: PathBuf::from(repo_or_path).join("config.json"),
-            reason: "missing: a diffusers component folder holds config.json beside its weights"
-                .into(),
-        })?;
-    let weights = crate::pipelines::component_weights(&pretrained, dtype, device)?;
-    Ok((config, weights))
-}
-
-/// A diffusion transformer's component folder opened with its blocks placed over `devices`
-/// (balanced stages; the first device for the rest), as the pipelines split it.
-pub(crate) fn open_split(
-    repo_or_path: &str,
-    dtype: zoo_runtime::DType,
-    devices: &[zoo_runtime::Device],
-) -> Result<(PathBuf, zoo_runtime::nn::Weights)> {
-    let first = *devices.first().ok_or_else(|| {
-        Error::Input("give at least one device to load the transformer on".into())
-    })?;
-    let (config, w) = open_component(repo_or_path, dtype, &first)?;
-    if devices.len() < 2 {
-        return Ok((config, w));
-    }
-    let pretrained = zoo_hub::Pretrained::open(repo_or_path)?;
-    let placement = crate::pipelines::plan::transformer_placement(&pretrained, devices, dtype)?;
-    Ok((config, w.with_placement(placement)))
 }
 
 /// `(height, width)` of a `sample_size` given as one side or `[height, width]`, `default`
@@ -297,16 +275,11 @@ impl BlockDevices {
         }
     }
 
-    /// `first` (the stem's), then every stage's device not seen yet, in execution order.
-    pub fn in_order(&self, first: Device) -> Vec<Device> {
-        devices_in_order(
-            first,
-            self.down
-                .iter()
-                .chain([&self.mid])
-                .chain(&self.up)
-                .chain([&self.head]),
-        )
+    /// The stages of a UNet whose stem runs on `input`: the down blocks, the mid block and
+    /// the up blocks, then the head.
+    pub fn stages(&self, input: Device, dtype: DType) -> modeling::Stages {
+        let blocks = self.down.iter().chain([&self.mid]).chain(&self.up);
+        modeling::Stages::new(input, blocks, self.head, dtype)
     }
 }
 

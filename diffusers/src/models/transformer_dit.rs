@@ -5,43 +5,21 @@
 //! checkpoints name the class `Transformer2DModel` (with `norm_type = "ada_norm_zero"`),
 //! which diffusers remaps to this one; zoo reads either.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
-use zoo_runtime::{DType, Device, Tensor};
+use zoo_runtime::{DType, Tensor};
 
 use super::attention::{Attention, AttentionSpec, FeedForward};
 use super::embeddings::{CombinedTimestepLabelEmbeddings, PatchEmbed};
+use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate, AdaLayerNormZero};
-use super::{
-    check_latents, check_patch_transformer, ensure, on, per_sample, read_config, unpatchify,
-};
+use super::{check_patch_transformer, ensure, on, unpatchify};
 use crate::{Error, Result};
 
-fn d_heads() -> usize {
-    16
-}
-fn d_head_dim() -> usize {
-    72
-}
-fn d_channels() -> usize {
-    4
-}
-fn d_layers() -> usize {
-    28
-}
-fn d_sample() -> usize {
-    32
-}
-fn d_patch() -> usize {
-    2
-}
 fn d_act() -> String {
     "gelu-approximate".into()
-}
-fn d_classes() -> Option<usize> {
-    Some(1000)
 }
 fn d_norm() -> String {
     "ada_norm_zero".into()
@@ -49,33 +27,30 @@ fn d_norm() -> String {
 fn d_eps() -> f64 {
     1e-5
 }
-fn yes() -> bool {
-    true
-}
 
 /// `config.json` of a `DiTTransformer2DModel`, with diffusers' defaults.
 #[derive(Clone, Debug, Deserialize)]
 #[allow(missing_docs)]
 pub struct DiTTransformer2DConfig {
-    #[serde(default = "d_heads")]
+    #[serde(default = "super::defaults::usize::<16>")]
     pub num_attention_heads: usize,
-    #[serde(default = "d_head_dim")]
+    #[serde(default = "super::defaults::usize::<72>")]
     pub attention_head_dim: usize,
-    #[serde(default = "d_channels")]
+    #[serde(default = "super::defaults::usize::<4>")]
     pub in_channels: usize,
     #[serde(default)]
     pub out_channels: Option<usize>,
-    #[serde(default = "d_layers")]
+    #[serde(default = "super::defaults::usize::<28>")]
     pub num_layers: usize,
-    #[serde(default = "yes")]
+    #[serde(default = "super::defaults::yes")]
     pub attention_bias: bool,
-    #[serde(default = "d_sample")]
+    #[serde(default = "super::defaults::usize::<32>")]
     pub sample_size: usize,
-    #[serde(default = "d_patch")]
+    #[serde(default = "super::defaults::usize::<2>")]
     pub patch_size: usize,
     #[serde(default = "d_act")]
     pub activation_fn: String,
-    #[serde(default = "d_classes")]
+    #[serde(default = "super::defaults::some::<1000>")]
     pub num_embeds_ada_norm: Option<usize>,
     #[serde(default = "d_norm")]
     pub norm_type: String,
@@ -88,37 +63,13 @@ pub struct DiTTransformer2DConfig {
     pub path: PathBuf,
 }
 
+config_mixin!(
+    DiTTransformer2DConfig,
+    ["DiTTransformer2DModel", "Transformer2DModel"],
+    transformer
+);
+
 impl DiTTransformer2DConfig {
-    /// Reads and checks `config.json` (`DiTTransformer2DModel`, or `Transformer2DModel` with
-    /// adaLN-Zero).
-    pub fn from_file(path: &Path) -> Result<DiTTransformer2DConfig> {
-        let (mut c, raw): (DiTTransformer2DConfig, _) =
-            read_config(path, &["DiTTransformer2DModel", "Transformer2DModel"])?;
-        // A generic `Transformer2DModel` defaults to another norm: only an explicit
-        // `norm_type` makes it this model (diffusers' class remapping reads the same field).
-        if raw.get("_class_name").and_then(|v| v.as_str()) == Some("Transformer2DModel")
-            && raw.get("norm_type").is_none()
-        {
-            return Err(Error::Config {
-                path: path.to_path_buf(),
-                reason: "a Transformer2DModel config without `norm_type` is not a patch diffusion transformer (DiT has \"ada_norm_zero\", PixArt \"ada_norm_single\")".into(),
-            });
-        }
-        c.path = path.to_path_buf();
-        c.check()?;
-        Ok(c)
-    }
-
-    /// Width of the tokens: `num_attention_heads * attention_head_dim`.
-    pub fn inner_dim(&self) -> usize {
-        self.num_attention_heads * self.attention_head_dim
-    }
-
-    /// Output channels (`in_channels` when unset; twice that for learned-sigma models).
-    pub fn out_channels(&self) -> usize {
-        self.out_channels.unwrap_or(self.in_channels)
-    }
-
     /// The number of class labels (`num_embeds_ada_norm`); label `num_classes` is the null
     /// label of classifier-free guidance.
     pub fn num_classes(&self) -> usize {
@@ -213,53 +164,27 @@ impl DiTBlock {
 #[derive(Clone, Debug)]
 pub struct DiTTransformer2DModel {
     pos_embed: PatchEmbed,
-    transformer_blocks: Vec<DiTBlock>,
-    /// Each block's device (one for all unless the weights were placed over several).
-    block_devices: Vec<Device>,
+    transformer_blocks: Blocks<DiTBlock>,
     norm_out: LayerNorm,
     proj_out_1: Linear,
     proj_out_2: Linear,
-    head_device: Device,
+    stages: Stages,
     config: DiTTransformer2DConfig,
-    dtype: DType,
-    device: Device,
 }
 
+model_mixin!(DiTTransformer2DModel, DiTTransformer2DConfig, split);
+
 impl DiTTransformer2DModel {
-    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`).
-    pub fn from_pretrained(
-        repo_or_path: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<DiTTransformer2DModel> {
-        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
-        DiTTransformer2DModel::load(&w, &DiTTransformer2DConfig::from_file(&config)?)
-    }
-
-    /// Loads a component folder split over `devices` at its blocks, in contiguous stages
-    /// balanced by weight bytes (one device: no split).
-    pub fn from_pretrained_split(
-        repo_or_path: &str,
-        dtype: DType,
-        devices: &[Device],
-    ) -> Result<DiTTransformer2DModel> {
-        let (config, w) = super::open_split(repo_or_path, dtype, devices)?;
-        DiTTransformer2DModel::load(&w, &DiTTransformer2DConfig::from_file(&config)?)
-    }
-
     /// Builds the model of `config` from the weights under `w` (diffusers' names).
     pub fn load(w: &Weights, config: &DiTTransformer2DConfig) -> Result<DiTTransformer2DModel> {
         let c = config;
         c.check()?;
         let dim = c.inner_dim();
         let p = c.patch_size;
-        let mut blocks = Vec::with_capacity(c.num_layers);
-        let mut block_devices = Vec::with_capacity(c.num_layers);
-        for i in 0..c.num_layers {
-            let bw = w.pp(format!("transformer_blocks.{i}"));
-            block_devices.push(bw.device());
-            blocks.push(DiTBlock::load(&bw, c)?);
-        }
+        let blocks = Blocks::load(w, "transformer_blocks", c.num_layers, |_, bw| {
+            DiTBlock::load(bw, c)
+        })?;
+        let stages = Stages::of(w, blocks.devices(), "proj_out_2");
         Ok(DiTTransformer2DModel {
             pos_embed: PatchEmbed::load(
                 &w.pp("pos_embed"),
@@ -271,38 +196,12 @@ impl DiTTransformer2DModel {
                 1.0,
             )?,
             transformer_blocks: blocks,
-            block_devices,
             norm_out: LayerNorm::no_affine(1e-6),
             proj_out_1: Linear::load(&w.pp("proj_out_1"), dim, 2 * dim, true)?,
             proj_out_2: Linear::load(&w.pp("proj_out_2"), dim, p * p * c.out_channels(), true)?,
-            head_device: w.pp("proj_out_2").device(),
+            stages,
             config: c.clone(),
-            dtype: w.dtype(),
-            device: w.device(),
         })
-    }
-
-    /// The config it was built from.
-    pub fn config(&self) -> &DiTTransformer2DConfig {
-        &self.config
-    }
-
-    /// The dtype of its weights.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The device its input goes to.
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// Every device it runs on, in execution order, each once.
-    pub fn devices(&self) -> Vec<Device> {
-        super::devices_in_order(
-            self.device,
-            self.block_devices.iter().chain([&self.head_device]),
-        )
     }
 
     /// The prediction `[B, out_channels, H, W]` for latents `[B, in_channels, H, W]`,
@@ -315,24 +214,22 @@ impl DiTTransformer2DModel {
         class_labels: &Tensor,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let latents = hidden_states
-            .to_device(&self.device)?
-            .to_dtype(self.dtype)?;
-        let (b, height, width) = check_latents(&latents, c.in_channels, c.patch_size)?;
-        let t = per_sample(&timestep.to_device(&self.device)?, b, "timesteps")?;
-        let labels = per_sample(&class_labels.to_device(&self.device)?, b, "class labels")?;
+        let st = &self.stages;
+        let (latents, t, (b, height, width)) =
+            st.patch_input(hidden_states, timestep, c.in_channels, c.patch_size)?;
+        let labels = super::per_sample(&class_labels.to_device(&st.input)?, b, "class labels")?;
         if let Some(first) = self.transformer_blocks.first() {
             first.emb.check_labels(&labels)?;
         }
         let mut h = self.pos_embed.forward(&latents)?;
         let mut first_cond = None;
-        for (block, &d) in self.transformer_blocks.iter().zip(&self.block_devices) {
+        for (block, d) in self.transformer_blocks.iter() {
             let (t, labels) = (on(&t, d)?, on(&labels, d)?);
-            let cond = block.conditioning(&t, &labels, self.dtype)?;
+            let cond = block.conditioning(&t, &labels, st.dtype)?;
             h = block.forward(&on(&h, d)?, &cond)?;
             first_cond.get_or_insert(cond);
         }
-        let d = self.head_device;
+        let d = st.head;
         // diffusers conditions the output on the first block's embedding.
         let cond = first_cond.ok_or_else(|| Error::Shape("the model has no blocks".into()))?;
         let mods = self

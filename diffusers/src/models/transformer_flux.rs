@@ -3,7 +3,7 @@
 //! single-stream blocks over the concatenated sequence, with 3-axis rotary positions from
 //! the token ids. Latents come in packed 2x2 (`[B, (H/2)(W/2), 4C]`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
@@ -12,34 +12,11 @@ use zoo_runtime::{DType, Device, Tensor};
 use super::attention::FeedForward;
 use super::embeddings::CombinedTimestepTextProj;
 use super::joint_attention::{JointAttention, JointAttentionSpec};
+use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate, AdaLayerNormContinuous, AdaLayerNormZero};
-use super::{ensure, read_config};
+use super::{ensure, on};
 use crate::{Error, Result};
 
-fn d_one() -> usize {
-    1
-}
-fn d_in() -> usize {
-    64
-}
-fn d_layers() -> usize {
-    19
-}
-fn d_single() -> usize {
-    38
-}
-fn d_head_dim() -> usize {
-    128
-}
-fn d_heads() -> usize {
-    24
-}
-fn d_joint() -> usize {
-    4096
-}
-fn d_pooled() -> usize {
-    768
-}
 fn d_axes() -> Vec<usize> {
     vec![16, 56, 56]
 }
@@ -51,23 +28,23 @@ const THETA: f64 = 10000.0;
 #[derive(Clone, Debug, Deserialize)]
 #[allow(missing_docs)]
 pub struct FluxTransformer2DConfig {
-    #[serde(default = "d_one")]
+    #[serde(default = "super::defaults::usize::<1>")]
     pub patch_size: usize,
-    #[serde(default = "d_in")]
+    #[serde(default = "super::defaults::usize::<64>")]
     pub in_channels: usize,
     #[serde(default)]
     pub out_channels: Option<usize>,
-    #[serde(default = "d_layers")]
+    #[serde(default = "super::defaults::usize::<19>")]
     pub num_layers: usize,
-    #[serde(default = "d_single")]
+    #[serde(default = "super::defaults::usize::<38>")]
     pub num_single_layers: usize,
-    #[serde(default = "d_head_dim")]
+    #[serde(default = "super::defaults::usize::<128>")]
     pub attention_head_dim: usize,
-    #[serde(default = "d_heads")]
+    #[serde(default = "super::defaults::usize::<24>")]
     pub num_attention_heads: usize,
-    #[serde(default = "d_joint")]
+    #[serde(default = "super::defaults::usize::<4096>")]
     pub joint_attention_dim: usize,
-    #[serde(default = "d_pooled")]
+    #[serde(default = "super::defaults::usize::<768>")]
     pub pooled_projection_dim: usize,
     #[serde(default)]
     pub guidance_embeds: bool,
@@ -78,26 +55,13 @@ pub struct FluxTransformer2DConfig {
     pub path: PathBuf,
 }
 
+config_mixin!(
+    FluxTransformer2DConfig,
+    ["FluxTransformer2DModel"],
+    transformer
+);
+
 impl FluxTransformer2DConfig {
-    /// Reads and checks `config.json`.
-    pub fn from_file(path: &Path) -> Result<FluxTransformer2DConfig> {
-        let (mut c, _): (FluxTransformer2DConfig, _) =
-            read_config(path, &["FluxTransformer2DModel"])?;
-        c.path = path.to_path_buf();
-        c.check()?;
-        Ok(c)
-    }
-
-    /// Width of the tokens.
-    pub fn inner_dim(&self) -> usize {
-        self.num_attention_heads * self.attention_head_dim
-    }
-
-    /// Output channels per token (`in_channels` when unset).
-    pub fn out_channels(&self) -> usize {
-        self.out_channels.unwrap_or(self.in_channels)
-    }
-
     /// The checks diffusers would fail on at run time, as typed errors naming the field.
     pub fn check(&self) -> Result<()> {
         let p = &self.path;
@@ -247,17 +211,15 @@ pub struct FluxTransformer2DModel {
     x_embedder: Linear,
     context_embedder: Linear,
     time_text_embed: CombinedTimestepTextProj,
-    transformer_blocks: Vec<FluxTransformerBlock>,
-    single_transformer_blocks: Vec<FluxSingleTransformerBlock>,
-    /// The device of each double block, then each single block.
-    block_devices: Vec<Device>,
+    transformer_blocks: Blocks<FluxTransformerBlock>,
+    single_transformer_blocks: Blocks<FluxSingleTransformerBlock>,
     norm_out: AdaLayerNormContinuous,
     proj_out: Linear,
-    head_device: Device,
+    stages: Stages,
     config: FluxTransformer2DConfig,
-    dtype: DType,
-    device: Device,
 }
+
+model_mixin!(FluxTransformer2DModel, FluxTransformer2DConfig, split);
 
 /// The inputs of one [`FluxTransformer2DModel::forward`].
 #[derive(Clone, Copy, Debug)]
@@ -279,45 +241,26 @@ pub struct FluxTransformerInput<'a> {
 }
 
 impl FluxTransformer2DModel {
-    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`).
-    pub fn from_pretrained(
-        repo_or_path: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<FluxTransformer2DModel> {
-        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
-        FluxTransformer2DModel::load(&w, &FluxTransformer2DConfig::from_file(&config)?)
-    }
-
-    /// Loads a component folder split over `devices` at its blocks, in contiguous stages
-    /// balanced by weight bytes (one device: no split).
-    pub fn from_pretrained_split(
-        repo_or_path: &str,
-        dtype: DType,
-        devices: &[Device],
-    ) -> Result<FluxTransformer2DModel> {
-        let (config, w) = super::open_split(repo_or_path, dtype, devices)?;
-        FluxTransformer2DModel::load(&w, &FluxTransformer2DConfig::from_file(&config)?)
-    }
-
     /// Builds the model of `config` from the weights under `w` (diffusers' names).
     pub fn load(w: &Weights, config: &FluxTransformer2DConfig) -> Result<FluxTransformer2DModel> {
         let c = config;
         c.check()?;
         let dim = c.inner_dim();
-        let mut block_devices = Vec::with_capacity(c.num_layers + c.num_single_layers);
-        let mut transformer_blocks = Vec::with_capacity(c.num_layers);
-        for i in 0..c.num_layers {
-            let bw = w.pp(format!("transformer_blocks.{i}"));
-            block_devices.push(bw.device());
-            transformer_blocks.push(FluxTransformerBlock::load(&bw, c)?);
-        }
-        let mut single_transformer_blocks = Vec::with_capacity(c.num_single_layers);
-        for i in 0..c.num_single_layers {
-            let bw = w.pp(format!("single_transformer_blocks.{i}"));
-            block_devices.push(bw.device());
-            single_transformer_blocks.push(FluxSingleTransformerBlock::load(&bw, c)?);
-        }
+        let transformer_blocks = Blocks::load(w, "transformer_blocks", c.num_layers, |_, bw| {
+            FluxTransformerBlock::load(bw, c)
+        })?;
+        let single_transformer_blocks = Blocks::load(
+            w,
+            "single_transformer_blocks",
+            c.num_single_layers,
+            |_, bw| FluxSingleTransformerBlock::load(bw, c),
+        )?;
+        let blocks = transformer_blocks.devices().iter();
+        let stages = Stages::of(
+            w,
+            blocks.chain(single_transformer_blocks.devices()),
+            "proj_out",
+        );
         Ok(FluxTransformer2DModel {
             x_embedder: Linear::load(&w.pp("x_embedder"), c.in_channels, dim, true)?,
             context_embedder: Linear::load(
@@ -334,7 +277,6 @@ impl FluxTransformer2DModel {
             )?,
             transformer_blocks,
             single_transformer_blocks,
-            block_devices,
             norm_out: AdaLayerNormContinuous::load(&w.pp("norm_out"), dim, dim, false, 1e-6)?,
             proj_out: Linear::load(
                 &w.pp("proj_out"),
@@ -342,39 +284,9 @@ impl FluxTransformer2DModel {
                 c.patch_size * c.patch_size * c.out_channels(),
                 true,
             )?,
-            head_device: w.pp("proj_out").device(),
+            stages,
             config: c.clone(),
-            dtype: w.dtype(),
-            device: w.device(),
         })
-    }
-
-    /// The config it was built from.
-    pub fn config(&self) -> &FluxTransformer2DConfig {
-        &self.config
-    }
-
-    /// The dtype of its weights.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The device its input goes to.
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// The device the prediction comes out on.
-    pub fn output_device(&self) -> Device {
-        self.head_device
-    }
-
-    /// Every device it runs on, in execution order, each once.
-    pub fn devices(&self) -> Vec<Device> {
-        super::devices_in_order(
-            self.device,
-            self.block_devices.iter().chain([&self.head_device]),
-        )
     }
 
     /// The rotary tables (cos, sin `[S + L, head_dim / 2]`) of the joint sequence's ids,
@@ -412,10 +324,8 @@ impl FluxTransformer2DModel {
     /// The velocity prediction `[B, L, out_channels]` (packed, like the input).
     pub fn forward(&self, x: FluxTransformerInput<'_>) -> Result<Tensor> {
         let c = &self.config;
-        let latents = x
-            .hidden_states
-            .to_device(&self.device)?
-            .to_dtype(self.dtype)?;
+        let st = &self.stages;
+        let latents = st.input(x.hidden_states)?;
         let [b, l, chans] = latents.shape()[..] else {
             return Err(Error::Shape(format!(
                 "the packed latents must be [batch, tokens, {}], got {:?}",
@@ -444,22 +354,18 @@ impl FluxTransformer2DModel {
             }
             Ok(t.to_dtype(DType::F32)?.to_vec::<f32>()?)
         };
-        let context = x
-            .encoder_hidden_states
-            .to_device(&self.device)?
-            .to_dtype(self.dtype)?;
+        let context = st.input(x.encoder_hidden_states)?;
         let s = context.shape()[1];
         let mut joint_ids = ids(x.txt_ids, "txt_ids", s)?;
         joint_ids.extend(ids(x.img_ids, "img_ids", l)?);
 
-        let on = super::on;
         let batch = |t: &Tensor, what: &str| -> Result<Tensor> {
-            super::per_sample(&t.to_device(&self.device)?, b, what)
+            super::per_sample(&t.to_device(&st.input)?, b, what)
         };
         // The pipeline passes sigma; the model embeds sigma * 1000, rounded as diffusers does
         // (in the latents' dtype).
         let scaled = |t: Tensor| -> Result<Tensor> {
-            Ok(t.to_dtype(self.dtype)?
+            Ok(t.to_dtype(st.dtype)?
                 .mul_scalar(1000.0)?
                 .to_dtype(DType::F32)?)
         };
@@ -473,35 +379,27 @@ impl FluxTransformer2DModel {
             }
             (_, false) => None,
         };
-        let pooled = x
-            .pooled_projections
-            .to_device(&self.device)?
-            .to_dtype(self.dtype)?;
+        let pooled = st.input(x.pooled_projections)?;
         let temb = self
             .time_text_embed
             .forward(&t, guidance.as_ref(), &pooled)?;
         let mut h = self.x_embedder.forward(&latents)?;
         let mut ctx = self.context_embedder.forward(&context)?;
-        let (cos, sin) = self.rotary_tables(&joint_ids, &self.device)?;
+        let (cos, sin) = self.rotary_tables(&joint_ids, &st.input)?;
 
-        let doubles = self.transformer_blocks.len();
-        for (block, &d) in self.transformer_blocks.iter().zip(&self.block_devices) {
+        for (block, d) in self.transformer_blocks.iter() {
             let (cs, sn) = (on(&cos, d)?, on(&sin, d)?);
             let (nh, nc) = block.forward(&on(&h, d)?, &on(&ctx, d)?, &on(&temb, d)?, (&cs, &sn))?;
             h = nh;
             ctx = nc;
         }
         let mut joint = Tensor::cat(&[&ctx, &on(&h, ctx.device())?], 1)?;
-        for (block, &d) in self
-            .single_transformer_blocks
-            .iter()
-            .zip(&self.block_devices[doubles..])
-        {
+        for (block, d) in self.single_transformer_blocks.iter() {
             let (cs, sn) = (on(&cos, d)?, on(&sin, d)?);
             joint = block.forward(&on(&joint, d)?, &on(&temb, d)?, (&cs, &sn))?;
         }
         let h = joint.narrow(1, s, l)?;
-        let d = self.head_device;
+        let d = st.head;
         let h = self.norm_out.forward(&on(&h, d)?, &on(&temb, d)?)?;
         Ok(self.proj_out.forward(&h)?)
     }

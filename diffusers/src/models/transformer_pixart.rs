@@ -6,44 +6,19 @@
 //! a feed-forward. Hub checkpoints may name the class `Transformer2DModel` (with
 //! `norm_type = "ada_norm_single"`), which diffusers remaps to this one; zoo reads either.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
-use zoo_runtime::{Activation, DType, Device, Tensor};
+use zoo_runtime::{Activation, Tensor};
 
 use super::attention::{Attention, AttentionSpec, FeedForward};
 use super::embeddings::{PatchEmbed, TextProjection, TimestepSizeEmbeddings};
+use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate};
-use super::{
-    check_latents, check_patch_transformer, ensure, on, per_sample, read_config, unpatchify, Act,
-};
+use super::{check_patch_transformer, ensure, on, unpatchify, Act};
 use crate::{Error, Result};
 
-fn d_heads() -> usize {
-    16
-}
-fn d_head_dim() -> usize {
-    72
-}
-fn d_channels() -> usize {
-    4
-}
-fn d_out() -> Option<usize> {
-    Some(8)
-}
-fn d_layers() -> usize {
-    28
-}
-fn d_cross() -> Option<usize> {
-    Some(1152)
-}
-fn d_sample() -> usize {
-    128
-}
-fn d_patch() -> usize {
-    2
-}
 fn d_act() -> String {
     "gelu-approximate".into()
 }
@@ -56,31 +31,28 @@ fn d_eps() -> f64 {
 fn d_attention() -> String {
     "default".into()
 }
-fn yes() -> bool {
-    true
-}
 
 /// `config.json` of a `PixArtTransformer2DModel`, with diffusers' defaults.
 #[derive(Clone, Debug, Deserialize)]
 #[allow(missing_docs)]
 pub struct PixArtTransformer2DConfig {
-    #[serde(default = "d_heads")]
+    #[serde(default = "super::defaults::usize::<16>")]
     pub num_attention_heads: usize,
-    #[serde(default = "d_head_dim")]
+    #[serde(default = "super::defaults::usize::<72>")]
     pub attention_head_dim: usize,
-    #[serde(default = "d_channels")]
+    #[serde(default = "super::defaults::usize::<4>")]
     pub in_channels: usize,
-    #[serde(default = "d_out")]
+    #[serde(default = "super::defaults::some::<8>")]
     pub out_channels: Option<usize>,
-    #[serde(default = "d_layers")]
+    #[serde(default = "super::defaults::usize::<28>")]
     pub num_layers: usize,
-    #[serde(default = "d_cross")]
+    #[serde(default = "super::defaults::some::<1152>")]
     pub cross_attention_dim: Option<usize>,
-    #[serde(default = "yes")]
+    #[serde(default = "super::defaults::yes")]
     pub attention_bias: bool,
-    #[serde(default = "d_sample")]
+    #[serde(default = "super::defaults::usize::<128>")]
     pub sample_size: usize,
-    #[serde(default = "d_patch")]
+    #[serde(default = "super::defaults::usize::<2>")]
     pub patch_size: usize,
     #[serde(default = "d_act")]
     pub activation_fn: String,
@@ -103,37 +75,13 @@ pub struct PixArtTransformer2DConfig {
     pub path: PathBuf,
 }
 
+config_mixin!(
+    PixArtTransformer2DConfig,
+    ["PixArtTransformer2DModel", "Transformer2DModel"],
+    transformer
+);
+
 impl PixArtTransformer2DConfig {
-    /// Reads and checks `config.json` (`PixArtTransformer2DModel`, or `Transformer2DModel`
-    /// with adaLN-single).
-    pub fn from_file(path: &Path) -> Result<PixArtTransformer2DConfig> {
-        let (mut c, raw): (PixArtTransformer2DConfig, _) =
-            read_config(path, &["PixArtTransformer2DModel", "Transformer2DModel"])?;
-        // A generic `Transformer2DModel` defaults to another norm: only an explicit
-        // `norm_type` makes it this model (diffusers' class remapping reads the same field).
-        if raw.get("_class_name").and_then(|v| v.as_str()) == Some("Transformer2DModel")
-            && raw.get("norm_type").is_none()
-        {
-            return Err(Error::Config {
-                path: path.to_path_buf(),
-                reason: "a Transformer2DModel config without `norm_type` is not a patch diffusion transformer (DiT has \"ada_norm_zero\", PixArt \"ada_norm_single\")".into(),
-            });
-        }
-        c.path = path.to_path_buf();
-        c.check()?;
-        Ok(c)
-    }
-
-    /// Width of the tokens: `num_attention_heads * attention_head_dim`.
-    pub fn inner_dim(&self) -> usize {
-        self.num_attention_heads * self.attention_head_dim
-    }
-
-    /// Output channels (`in_channels` when null; twice that for learned-sigma models).
-    pub fn out_channels(&self) -> usize {
-        self.out_channels.unwrap_or(self.in_channels)
-    }
-
     /// `interpolation_scale`, by default `max(sample_size / 64, 1)`.
     pub fn interpolation_scale(&self) -> f64 {
         self.interpolation_scale
@@ -285,17 +233,15 @@ pub struct PixArtTransformer2DModel {
     adaln_emb: TimestepSizeEmbeddings,
     adaln_linear: Linear,
     caption_projection: Option<TextProjection>,
-    transformer_blocks: Vec<PixArtBlock>,
-    /// Each block's device (one for all unless the weights were placed over several).
-    block_devices: Vec<Device>,
+    transformer_blocks: Blocks<PixArtBlock>,
     norm_out: LayerNorm,
     scale_shift_table: Tensor,
     proj_out: Linear,
-    head_device: Device,
+    stages: Stages,
     config: PixArtTransformer2DConfig,
-    dtype: DType,
-    device: Device,
 }
+
+model_mixin!(PixArtTransformer2DModel, PixArtTransformer2DConfig, split);
 
 /// The inputs of one [`PixArtTransformer2DModel::forward`].
 #[derive(Clone, Copy, Debug)]
@@ -314,27 +260,6 @@ pub struct PixArtTransformerInput<'a> {
 }
 
 impl PixArtTransformer2DModel {
-    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`).
-    pub fn from_pretrained(
-        repo_or_path: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<PixArtTransformer2DModel> {
-        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
-        PixArtTransformer2DModel::load(&w, &PixArtTransformer2DConfig::from_file(&config)?)
-    }
-
-    /// Loads a component folder split over `devices` at its blocks, in contiguous stages
-    /// balanced by weight bytes (one device: no split).
-    pub fn from_pretrained_split(
-        repo_or_path: &str,
-        dtype: DType,
-        devices: &[Device],
-    ) -> Result<PixArtTransformer2DModel> {
-        let (config, w) = super::open_split(repo_or_path, dtype, devices)?;
-        PixArtTransformer2DModel::load(&w, &PixArtTransformer2DConfig::from_file(&config)?)
-    }
-
     /// Builds the model of `config` from the weights under `w` (diffusers' names).
     pub fn load(
         w: &Weights,
@@ -344,13 +269,10 @@ impl PixArtTransformer2DModel {
         c.check()?;
         let dim = c.inner_dim();
         let p = c.patch_size;
-        let mut blocks = Vec::with_capacity(c.num_layers);
-        let mut block_devices = Vec::with_capacity(c.num_layers);
-        for i in 0..c.num_layers {
-            let bw = w.pp(format!("transformer_blocks.{i}"));
-            block_devices.push(bw.device());
-            blocks.push(PixArtBlock::load(&bw, c)?);
-        }
+        let blocks = Blocks::load(w, "transformer_blocks", c.num_layers, |_, bw| {
+            PixArtBlock::load(bw, c)
+        })?;
+        let stages = Stages::of(w, blocks.devices(), "proj_out");
         let caption_projection = match c.caption_channels {
             Some(ch) => Some(TextProjection::load(
                 &w.pp("caption_projection"),
@@ -379,63 +301,30 @@ impl PixArtTransformer2DModel {
             adaln_linear: Linear::load(&w.pp("adaln_single.linear"), dim, 6 * dim, true)?,
             caption_projection,
             transformer_blocks: blocks,
-            block_devices,
             norm_out: LayerNorm::no_affine(1e-6),
             scale_shift_table: w.get("scale_shift_table", &[2, dim])?,
             proj_out: Linear::load(&w.pp("proj_out"), dim, p * p * c.out_channels(), true)?,
-            head_device: w.pp("proj_out").device(),
+            stages,
             config: c.clone(),
-            dtype: w.dtype(),
-            device: w.device(),
         })
-    }
-
-    /// The config it was built from.
-    pub fn config(&self) -> &PixArtTransformer2DConfig {
-        &self.config
-    }
-
-    /// The dtype of its weights.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The device its input goes to.
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// Every device it runs on, in execution order, each once.
-    pub fn devices(&self) -> Vec<Device> {
-        super::devices_in_order(
-            self.device,
-            self.block_devices.iter().chain([&self.head_device]),
-        )
     }
 
     /// The prediction `[B, out_channels, H, W]`.
     pub fn forward(&self, x: PixArtTransformerInput<'_>) -> Result<Tensor> {
         let c = &self.config;
-        let dev = self.device;
-        let latents = x.hidden_states.to_device(&dev)?.to_dtype(self.dtype)?;
-        let (b, height, width) = check_latents(&latents, c.in_channels, c.patch_size)?;
-        let t = per_sample(&x.timestep.to_device(&dev)?, b, "timesteps")?;
+        let st = &self.stages;
+        let (latents, t, (b, height, width)) =
+            st.patch_input(x.hidden_states, x.timestep, c.in_channels, c.patch_size)?;
         let added = match x.added_cond {
-            Some((r, a)) => Some((
-                r.to_device(&dev)?.to_dtype(self.dtype)?,
-                a.to_device(&dev)?.to_dtype(self.dtype)?,
-            )),
+            Some((r, a)) => Some((st.input(r)?, st.input(a)?)),
             None => None,
         };
         let mut h = self.pos_embed.forward(&latents)?;
-        let embedded =
-            self.adaln_emb
-                .forward(&t, added.as_ref().map(|(r, a)| (r, a)), self.dtype)?;
+        let embedded = self
+            .adaln_emb
+            .forward(&t, added.as_ref().map(|(r, a)| (r, a)), st.dtype)?;
         let timestep = self.adaln_linear.forward(&embedded.silu()?)?;
-        let ctx = x
-            .encoder_hidden_states
-            .to_device(&dev)?
-            .to_dtype(self.dtype)?;
+        let ctx = st.input(x.encoder_hidden_states)?;
         let [cb, s, width_in] = ctx.shape()[..] else {
             return Err(Error::Shape(format!(
                 "the text tokens must be [batch, length, width], got {:?}",
@@ -455,8 +344,7 @@ impl PixArtTransformer2DModel {
         };
         let mask = match x.encoder_attention_mask {
             Some(m) if m.shape() == [b, s] => Some(
-                m.to_device(&dev)?
-                    .to_dtype(self.dtype)?
+                st.input(m)?
                     .affine(10000.0, -10000.0)?
                     .reshape_to(&[b, 1, 1, s])?,
             ),
@@ -468,12 +356,12 @@ impl PixArtTransformer2DModel {
             }
             None => None,
         };
-        for (block, &d) in self.transformer_blocks.iter().zip(&self.block_devices) {
+        for (block, d) in self.transformer_blocks.iter() {
             let ctx = on(&ctx, d)?;
             let mask = mask.as_ref().map(|m| on(m, d)).transpose()?;
             h = block.forward(&on(&h, d)?, &on(&timestep, d)?, Some(&ctx), mask.as_ref())?;
         }
-        let d = self.head_device;
+        let d = st.head;
         let dim = c.inner_dim();
         let mods = on(&self.scale_shift_table, d)?
             .unsqueeze(0)?

@@ -3,75 +3,45 @@
 //! joint attention and feed-forwards (`JointTransformerBlock`); SD 3.5 adds per-head q/k
 //! norms (`qk_norm`) and, in `dual_attention_layers`, a second image-only attention.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
-use zoo_runtime::{DType, Device, Tensor};
+use zoo_runtime::Tensor;
 
 use super::attention::FeedForward;
 use super::embeddings::{CombinedTimestepTextProj, PatchEmbed};
 use super::joint_attention::{JointAttention, JointAttentionSpec};
+use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate, AdaLayerNormContinuous, AdaLayerNormZero};
-use super::{ensure, read_config};
+use super::{ensure, on};
 use crate::{Error, Result};
-
-fn d_sample() -> usize {
-    128
-}
-fn d_patch() -> usize {
-    2
-}
-fn d_channels() -> usize {
-    16
-}
-fn d_layers() -> usize {
-    18
-}
-fn d_head_dim() -> usize {
-    64
-}
-fn d_heads() -> usize {
-    18
-}
-fn d_joint() -> usize {
-    4096
-}
-fn d_caption() -> usize {
-    1152
-}
-fn d_pooled() -> usize {
-    2048
-}
-fn d_max_size() -> Option<usize> {
-    Some(96)
-}
 
 /// `config.json` of an `SD3Transformer2DModel`, with diffusers' defaults.
 #[derive(Clone, Debug, Deserialize)]
 #[allow(missing_docs)]
 pub struct SD3Transformer2DConfig {
-    #[serde(default = "d_sample")]
+    #[serde(default = "super::defaults::usize::<128>")]
     pub sample_size: usize,
-    #[serde(default = "d_patch")]
+    #[serde(default = "super::defaults::usize::<2>")]
     pub patch_size: usize,
-    #[serde(default = "d_channels")]
+    #[serde(default = "super::defaults::usize::<16>")]
     pub in_channels: usize,
-    #[serde(default = "d_layers")]
+    #[serde(default = "super::defaults::usize::<18>")]
     pub num_layers: usize,
-    #[serde(default = "d_head_dim")]
+    #[serde(default = "super::defaults::usize::<64>")]
     pub attention_head_dim: usize,
-    #[serde(default = "d_heads")]
+    #[serde(default = "super::defaults::usize::<18>")]
     pub num_attention_heads: usize,
-    #[serde(default = "d_joint")]
+    #[serde(default = "super::defaults::usize::<4096>")]
     pub joint_attention_dim: usize,
-    #[serde(default = "d_caption")]
+    #[serde(default = "super::defaults::usize::<1152>")]
     pub caption_projection_dim: usize,
-    #[serde(default = "d_pooled")]
+    #[serde(default = "super::defaults::usize::<2048>")]
     pub pooled_projection_dim: usize,
     #[serde(default)]
     pub out_channels: Option<usize>,
-    #[serde(default = "d_max_size")]
+    #[serde(default = "super::defaults::some::<96>")]
     pub pos_embed_max_size: Option<usize>,
     #[serde(default)]
     pub dual_attention_layers: Vec<usize>,
@@ -82,26 +52,13 @@ pub struct SD3Transformer2DConfig {
     pub path: PathBuf,
 }
 
+config_mixin!(
+    SD3Transformer2DConfig,
+    ["SD3Transformer2DModel"],
+    transformer
+);
+
 impl SD3Transformer2DConfig {
-    /// Reads and checks `config.json`.
-    pub fn from_file(path: &Path) -> Result<SD3Transformer2DConfig> {
-        let (mut c, _): (SD3Transformer2DConfig, _) =
-            read_config(path, &["SD3Transformer2DModel"])?;
-        c.path = path.to_path_buf();
-        c.check()?;
-        Ok(c)
-    }
-
-    /// Width of the tokens: `num_attention_heads * attention_head_dim`.
-    pub fn inner_dim(&self) -> usize {
-        self.num_attention_heads * self.attention_head_dim
-    }
-
-    /// Output channels (`in_channels` when unset).
-    pub fn out_channels(&self) -> usize {
-        self.out_channels.unwrap_or(self.in_channels)
-    }
-
     /// The checks diffusers' constructor would fail on, as typed errors naming the field.
     pub fn check(&self) -> Result<()> {
         let p = &self.path;
@@ -269,16 +226,14 @@ pub struct SD3Transformer2DModel {
     pos_embed: PatchEmbed,
     time_text_embed: CombinedTimestepTextProj,
     context_embedder: Linear,
-    transformer_blocks: Vec<JointTransformerBlock>,
-    /// Each block's device (one for all unless the weights were placed over several).
-    block_devices: Vec<Device>,
+    transformer_blocks: Blocks<JointTransformerBlock>,
     norm_out: AdaLayerNormContinuous,
     proj_out: Linear,
-    head_device: Device,
+    stages: Stages,
     config: SD3Transformer2DConfig,
-    dtype: DType,
-    device: Device,
 }
+
+model_mixin!(SD3Transformer2DModel, SD3Transformer2DConfig, split);
 
 /// The inputs of one [`SD3Transformer2DModel::forward`].
 #[derive(Clone, Copy, Debug)]
@@ -296,45 +251,21 @@ pub struct SD3TransformerInput<'a> {
 }
 
 impl SD3Transformer2DModel {
-    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`).
-    pub fn from_pretrained(
-        repo_or_path: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<SD3Transformer2DModel> {
-        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
-        SD3Transformer2DModel::load(&w, &SD3Transformer2DConfig::from_file(&config)?)
-    }
-
-    /// Loads a component folder split over `devices` at its blocks, in contiguous stages
-    /// balanced by weight bytes (one device: no split).
-    pub fn from_pretrained_split(
-        repo_or_path: &str,
-        dtype: DType,
-        devices: &[Device],
-    ) -> Result<SD3Transformer2DModel> {
-        let (config, w) = super::open_split(repo_or_path, dtype, devices)?;
-        SD3Transformer2DModel::load(&w, &SD3Transformer2DConfig::from_file(&config)?)
-    }
-
     /// Builds the model of `config` from the weights under `w` (diffusers' names).
     pub fn load(w: &Weights, config: &SD3Transformer2DConfig) -> Result<SD3Transformer2DModel> {
         let c = config;
         c.check()?;
         let dim = c.inner_dim();
         let p = c.patch_size;
-        let mut blocks = Vec::with_capacity(c.num_layers);
-        let mut block_devices = Vec::with_capacity(c.num_layers);
-        for i in 0..c.num_layers {
-            let bw = w.pp(format!("transformer_blocks.{i}"));
-            block_devices.push(bw.device());
-            blocks.push(JointTransformerBlock::load(
-                &bw,
+        let blocks = Blocks::load(w, "transformer_blocks", c.num_layers, |i, bw| {
+            JointTransformerBlock::load(
+                bw,
                 c,
                 i + 1 == c.num_layers,
                 c.dual_attention_layers.contains(&i),
-            )?);
-        }
+            )
+        })?;
+        let stages = Stages::of(w, blocks.devices(), "proj_out");
         Ok(SD3Transformer2DModel {
             pos_embed: PatchEmbed::load(
                 &w.pp("pos_embed"),
@@ -358,72 +289,27 @@ impl SD3Transformer2DModel {
                 true,
             )?,
             transformer_blocks: blocks,
-            block_devices,
             norm_out: AdaLayerNormContinuous::load(&w.pp("norm_out"), dim, dim, false, 1e-6)?,
             proj_out: Linear::load(&w.pp("proj_out"), dim, p * p * c.out_channels(), true)?,
-            head_device: w.pp("proj_out").device(),
+            stages,
             config: c.clone(),
-            dtype: w.dtype(),
-            device: w.device(),
         })
-    }
-
-    /// The config it was built from.
-    pub fn config(&self) -> &SD3Transformer2DConfig {
-        &self.config
-    }
-
-    /// The dtype of its weights.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The device its input goes to.
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// The device the prediction comes out on.
-    pub fn output_device(&self) -> Device {
-        self.head_device
-    }
-
-    /// Every device it runs on, in execution order, each once.
-    pub fn devices(&self) -> Vec<Device> {
-        super::devices_in_order(
-            self.device,
-            self.block_devices.iter().chain([&self.head_device]),
-        )
     }
 
     /// The velocity prediction `[B, out_channels, H, W]`.
     pub fn forward(&self, x: SD3TransformerInput<'_>) -> Result<Tensor> {
         let c = &self.config;
-        let latents = x
-            .hidden_states
-            .to_device(&self.device)?
-            .to_dtype(self.dtype)?;
-        let (b, height, width) = super::check_latents(&latents, c.in_channels, c.patch_size)?;
+        let st = &self.stages;
         let p = c.patch_size;
-        let on = super::on;
-        let t = super::per_sample(&x.timestep.to_device(&self.device)?, b, "timesteps")?;
-        let pooled = x
-            .pooled_projections
-            .to_device(&self.device)?
-            .to_dtype(self.dtype)?;
+        let (latents, t, (b, height, width)) =
+            st.patch_input(x.hidden_states, x.timestep, c.in_channels, p)?;
+        let pooled = st.input(x.pooled_projections)?;
         let mut h = self.pos_embed.forward(&latents)?;
         let temb = self.time_text_embed.forward(&t, None, &pooled)?;
-        let mut ctx = self.context_embedder.forward(
-            &x.encoder_hidden_states
-                .to_device(&self.device)?
-                .to_dtype(self.dtype)?,
-        )?;
-        for (i, (block, &d)) in self
-            .transformer_blocks
-            .iter()
-            .zip(&self.block_devices)
-            .enumerate()
-        {
+        let mut ctx = self
+            .context_embedder
+            .forward(&st.input(x.encoder_hidden_states)?)?;
+        for (i, (block, d)) in self.transformer_blocks.iter().enumerate() {
             if x.skip_layers.contains(&i) {
                 continue;
             }
@@ -433,7 +319,7 @@ impl SD3Transformer2DModel {
                 ctx = nc;
             }
         }
-        let d = self.head_device;
+        let d = st.head;
         let h = self.norm_out.forward(&on(&h, d)?, &on(&temb, d)?)?;
         let h = self.proj_out.forward(&h)?;
         super::unpatchify(&h, b, height, width, p, c.out_channels())

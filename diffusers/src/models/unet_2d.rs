@@ -1,30 +1,25 @@
 //! `UNet2DModel`: mirrors diffusers' `unets/unet_2d.py` (unconditional UNets, e.g. DDPM's),
 //! built from its `config.json`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
 use zoo_runtime::nn::{Conv2d, Embedding, GroupNorm, Weights};
-use zoo_runtime::{ConvParams, DType, Device, Tensor};
+use zoo_runtime::{ConvParams, Tensor};
 
 use super::embeddings::{TimestepEmbedding, Timesteps};
+use super::modeling::{config_mixin, model_mixin, Stages};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
-use super::{ensure, on, read_config, Act, BlockDevices};
+use super::{ensure, on, Act, BlockDevices};
 use crate::{Error, Result};
 
-fn d_2() -> usize {
-    2
-}
 fn d_conv() -> String {
     "conv".into()
 }
 fn d_mid() -> Option<String> {
     Some("UNetMidBlock2D".into())
-}
-fn d_head() -> Option<usize> {
-    Some(8)
 }
 fn d_down() -> Vec<String> {
     [
@@ -56,9 +51,9 @@ fn d_channels() -> Vec<usize> {
 pub struct UNet2DConfig {
     #[serde(default)]
     pub sample_size: Option<Value>,
-    #[serde(default = "super::defaults::three")]
+    #[serde(default = "super::defaults::usize::<3>")]
     pub in_channels: usize,
-    #[serde(default = "super::defaults::three")]
+    #[serde(default = "super::defaults::usize::<3>")]
     pub out_channels: usize,
     #[serde(default)]
     pub center_input_sample: bool,
@@ -78,11 +73,11 @@ pub struct UNet2DConfig {
     pub up_block_types: Vec<String>,
     #[serde(default = "d_channels")]
     pub block_out_channels: Vec<usize>,
-    #[serde(default = "d_2")]
+    #[serde(default = "super::defaults::usize::<2>")]
     pub layers_per_block: usize,
     #[serde(default = "super::defaults::unit")]
     pub mid_block_scale_factor: f64,
-    #[serde(default = "super::defaults::one")]
+    #[serde(default = "super::defaults::usize::<1>")]
     pub downsample_padding: usize,
     #[serde(default = "d_conv")]
     pub downsample_type: String,
@@ -90,9 +85,9 @@ pub struct UNet2DConfig {
     pub upsample_type: String,
     #[serde(default = "super::defaults::silu")]
     pub act_fn: String,
-    #[serde(default = "d_head")]
+    #[serde(default = "super::defaults::some::<8>")]
     pub attention_head_dim: Option<usize>,
-    #[serde(default = "super::defaults::thirty_two")]
+    #[serde(default = "super::defaults::usize::<32>")]
     pub norm_num_groups: usize,
     #[serde(default)]
     pub attn_norm_num_groups: Option<usize>,
@@ -111,15 +106,9 @@ pub struct UNet2DConfig {
     pub path: PathBuf,
 }
 
-impl UNet2DConfig {
-    /// Reads and checks `config.json`.
-    pub fn from_file(path: &Path) -> Result<UNet2DConfig> {
-        let (mut c, _): (UNet2DConfig, _) = read_config(path, &["UNet2DModel"])?;
-        c.path = path.to_path_buf();
-        c.check()?;
-        Ok(c)
-    }
+config_mixin!(UNet2DConfig, ["UNet2DModel"]);
 
+impl UNet2DConfig {
     fn check(&self) -> Result<()> {
         let p = &self.path;
         let n = self.down_block_types.len();
@@ -187,23 +176,14 @@ pub struct UNet2DModel {
     conv_out: Conv2d,
     /// Each block's device: one for all unless the weights were placed over several.
     devices: BlockDevices,
+    stages: Stages,
     config: UNet2DConfig,
-    dtype: DType,
-    device: Device,
 }
 
-impl UNet2DModel {
-    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`), as
-    /// diffusers' `UNet2DModel.from_pretrained` does.
-    pub fn from_pretrained(
-        repo_or_path: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<UNet2DModel> {
-        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
-        UNet2DModel::load(&w, &UNet2DConfig::from_file(&config)?)
-    }
+model_mixin!(UNet2DModel, UNet2DConfig);
+model_mixin!(UNet2DModel, UNet2DConfig, stages);
 
+impl UNet2DModel {
     /// Builds the UNet of `config` from the weights under `w`.
     pub fn load(w: &Weights, config: &UNet2DConfig) -> Result<UNet2DModel> {
         let c = config;
@@ -316,6 +296,7 @@ impl UNet2DModel {
         }
         let conv_in = conv3("conv_in", c.in_channels, ch[0])?;
         let device = conv_in.weight.device();
+        let devices = BlockDevices::of(w, n);
         Ok(UNet2DModel {
             conv_in,
             time_proj: Timesteps {
@@ -343,36 +324,10 @@ impl UNet2DModel {
                 c.norm_eps,
             )?,
             conv_out: conv3("conv_out", ch[0], c.out_channels)?,
-            devices: BlockDevices::of(w, n),
+            stages: devices.stages(device, w.dtype()),
+            devices,
             config: c.clone(),
-            dtype: w.dtype(),
-            device,
         })
-    }
-
-    /// The config the model was built from.
-    pub fn config(&self) -> &UNet2DConfig {
-        &self.config
-    }
-
-    /// The device inputs go to (the first stage's).
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// The device the prediction comes out on (the last stage's).
-    pub fn output_device(&self) -> Device {
-        self.devices.head
-    }
-
-    /// Every device the UNet runs on, in execution order, each once.
-    pub fn devices(&self) -> Vec<Device> {
-        self.devices.in_order(self.device)
-    }
-
-    /// The dtype of weights and activations.
-    pub fn dtype(&self) -> DType {
-        self.dtype
     }
 
     /// The model's prediction for `sample [B, in_channels, H, W]` at `timestep` (`[]`,
@@ -384,7 +339,9 @@ impl UNet2DModel {
         class_labels: Option<&Tensor>,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let x = sample.to_device(&self.device)?.to_dtype(self.dtype)?;
+        let x = sample
+            .to_device(&self.stages.input)?
+            .to_dtype(self.stages.dtype)?;
         let [b, chans, _, _] = x.shape()[..] else {
             return Err(Error::Shape(format!(
                 "the sample must be [batch, {}, height, width], got {:?}",
@@ -403,30 +360,33 @@ impl UNet2DModel {
         } else {
             x
         };
-        let t = timestep.to_device(&self.device)?;
+        let t = timestep.to_device(&self.stages.input)?;
         let t = t.reshape_to(&[t.elem_count()])?;
         let t = if t.elem_count() == 1 {
             t.broadcast_as(&[b])?
         } else {
             t
         };
-        let t_emb = self.time_proj.forward(&t)?.to_dtype(self.dtype)?;
+        let t_emb = self.time_proj.forward(&t)?.to_dtype(self.stages.dtype)?;
         let mut emb = self.time_embedding.forward(&t_emb, None)?;
         if let Some(ce) = &self.class_embedding {
             let labels = class_labels
                 .ok_or_else(|| {
                     Error::Input("this UNet is class-conditional: pass class_labels".into())
                 })?
-                .to_device(&self.device)?;
+                .to_device(&self.stages.input)?;
             let class = match ce {
                 ClassEmbedding::Table(e) => e.forward(&labels)?,
                 ClassEmbedding::Timestep(te) => te.forward(
-                    &self.time_proj.forward(&labels)?.to_dtype(self.dtype)?,
+                    &self
+                        .time_proj
+                        .forward(&labels)?
+                        .to_dtype(self.stages.dtype)?,
                     None,
                 )?,
-                ClassEmbedding::Identity => labels.to_dtype(self.dtype)?,
+                ClassEmbedding::Identity => labels.to_dtype(self.stages.dtype)?,
             };
-            emb = emb.add(&class.to_dtype(self.dtype)?)?;
+            emb = emb.add(&class.to_dtype(self.stages.dtype)?)?;
         }
         // A split UNet moves the activations and the time embedding to each stage's device
         // as it reaches it (a no-op on one device).

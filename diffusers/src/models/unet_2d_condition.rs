@@ -7,22 +7,20 @@
 //! reverse. Naming quirk kept from diffusers: `attention_head_dim` in the config is the
 //! number of heads of the cross-attention blocks (`num_attention_heads` must stay unset).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
 use zoo_runtime::nn::{Conv2d, Embedding, GroupNorm, Linear, Weights};
-use zoo_runtime::{ConvParams, DType, Device, Tensor};
+use zoo_runtime::{ConvParams, DType, Tensor};
 
 use super::embeddings::{TimestepEmbedding, Timesteps};
+use super::modeling::{config_mixin, model_mixin, Stages};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
-use super::{ensure, per_block, read_config, Act, BlockDevices};
+use super::{ensure, per_block, Act, BlockDevices};
 use crate::{Error, Result};
 
-fn d_groups() -> Option<usize> {
-    Some(32)
-}
 fn d_mid() -> Option<String> {
     Some("UNetMidBlock2DCrossAttn".into())
 }
@@ -64,9 +62,6 @@ fn d_heads() -> Value {
 fn d_false_value() -> Value {
     Value::from(false)
 }
-fn d_64() -> usize {
-    64
-}
 
 /// `config.json` of a `UNet2DConditionModel`, with diffusers' defaults.
 #[derive(Clone, Debug, Deserialize)]
@@ -74,9 +69,9 @@ fn d_64() -> usize {
 pub struct UNet2DConditionConfig {
     #[serde(default)]
     pub sample_size: Option<Value>,
-    #[serde(default = "super::defaults::four")]
+    #[serde(default = "super::defaults::usize::<4>")]
     pub in_channels: usize,
-    #[serde(default = "super::defaults::four")]
+    #[serde(default = "super::defaults::usize::<4>")]
     pub out_channels: usize,
     #[serde(default)]
     pub center_input_sample: bool,
@@ -96,13 +91,13 @@ pub struct UNet2DConditionConfig {
     pub block_out_channels: Vec<usize>,
     #[serde(default = "d_layers")]
     pub layers_per_block: Value,
-    #[serde(default = "super::defaults::one")]
+    #[serde(default = "super::defaults::usize::<1>")]
     pub downsample_padding: usize,
     #[serde(default = "super::defaults::unit")]
     pub mid_block_scale_factor: f64,
     #[serde(default = "super::defaults::silu")]
     pub act_fn: String,
-    #[serde(default = "d_groups")]
+    #[serde(default = "super::defaults::some::<32>")]
     pub norm_num_groups: Option<usize>,
     #[serde(default = "super::defaults::norm_eps")]
     pub norm_eps: f64,
@@ -150,9 +145,9 @@ pub struct UNet2DConditionConfig {
     pub timestep_post_act: Option<String>,
     #[serde(default)]
     pub time_cond_proj_dim: Option<usize>,
-    #[serde(default = "super::defaults::three")]
+    #[serde(default = "super::defaults::usize::<3>")]
     pub conv_in_kernel: usize,
-    #[serde(default = "super::defaults::three")]
+    #[serde(default = "super::defaults::usize::<3>")]
     pub conv_out_kernel: usize,
     #[serde(default)]
     pub projection_class_embeddings_input_dim: Option<usize>,
@@ -164,7 +159,7 @@ pub struct UNet2DConditionConfig {
     pub mid_block_only_cross_attention: Option<bool>,
     #[serde(default)]
     pub cross_attention_norm: Option<String>,
-    #[serde(default = "d_64")]
+    #[serde(default = "super::defaults::usize::<64>")]
     pub addition_embed_type_num_heads: usize,
     /// The file, for errors.
     #[serde(skip)]
@@ -184,20 +179,19 @@ struct Resolved {
     groups: usize,
 }
 
-impl UNet2DConditionConfig {
-    /// Reads and checks `config.json`.
-    pub fn from_file(path: &Path) -> Result<UNet2DConditionConfig> {
-        let (mut c, _): (UNet2DConditionConfig, _) = read_config(path, &["UNet2DConditionModel"])?;
-        c.path = path.to_path_buf();
-        c.resolve()?;
-        Ok(c)
-    }
+config_mixin!(UNet2DConditionConfig, ["UNet2DConditionModel"]);
 
+impl UNet2DConditionConfig {
     fn bad(&self, reason: String) -> Error {
         Error::Config {
             path: self.path.clone(),
             reason,
         }
+    }
+
+    /// The checks diffusers' constructor would fail on (those [`Self::resolve`] makes).
+    fn check(&self) -> Result<()> {
+        self.resolve().map(|_| ())
     }
 
     fn resolve(&self) -> Result<Resolved> {
@@ -427,23 +421,14 @@ pub struct UNet2DConditionModel {
     /// The device of each down block, the mid block, each up block and the output head:
     /// one for all unless the weights were placed over several (a split UNet).
     devices: BlockDevices,
+    stages: Stages,
     config: UNet2DConditionConfig,
-    dtype: DType,
-    device: Device,
 }
 
-impl UNet2DConditionModel {
-    /// Loads a component folder (`config.json` + `diffusion_pytorch_model.safetensors`), as
-    /// diffusers' `UNet2DConditionModel.from_pretrained` does.
-    pub fn from_pretrained(
-        repo_or_path: &str,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<UNet2DConditionModel> {
-        let (config, w) = super::open_component(repo_or_path, dtype, device)?;
-        UNet2DConditionModel::load(&w, &UNet2DConditionConfig::from_file(&config)?)
-    }
+model_mixin!(UNet2DConditionModel, UNet2DConditionConfig);
+model_mixin!(UNet2DConditionModel, UNet2DConditionConfig, stages);
 
+impl UNet2DConditionModel {
     /// Builds the UNet of `config` from the weights under `w` (diffusers' names).
     pub fn load(w: &Weights, config: &UNet2DConditionConfig) -> Result<UNet2DConditionModel> {
         let c = config;
@@ -636,40 +621,14 @@ impl UNet2DConditionModel {
             conv_norm_out: GroupNorm::load(&w.pp("conv_norm_out"), r.groups, ch[0], c.norm_eps)?,
             act: r.act,
             conv_out: conv("conv_out", ch[0], c.out_channels, c.conv_out_kernel)?,
+            stages: devices.stages(device, w.dtype()),
             devices,
             config: c.clone(),
-            dtype: w.dtype(),
-            device,
         })
     }
 
-    /// The config the model was built from.
-    pub fn config(&self) -> &UNet2DConditionConfig {
-        &self.config
-    }
-
-    /// The dtype of weights and activations.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The device inputs go to (the first stage's).
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// The device the prediction comes out on (the last stage's).
-    pub fn output_device(&self) -> Device {
-        self.devices.head
-    }
-
-    /// Every device the UNet runs on, in execution order, each once.
-    pub fn devices(&self) -> Vec<Device> {
-        self.devices.in_order(self.device)
-    }
-
     fn time_embedding(&self, x: &UNet2DConditionInput<'_>, batch: usize) -> Result<Tensor> {
-        let t = x.timestep.to_device(&self.device)?;
+        let t = x.timestep.to_device(&self.stages.input)?;
         let t = t.reshape_to(&[t.elem_count()])?;
         let t = match t.elem_count() {
             1 => t.reshape_to(&[1])?.broadcast_as(&[batch])?,
@@ -680,30 +639,35 @@ impl UNet2DConditionModel {
                 )))
             }
         };
-        let t_emb = self.time_proj.forward(&t)?.to_dtype(self.dtype)?;
+        let t_emb = self.time_proj.forward(&t)?.to_dtype(self.stages.dtype)?;
         let cond = x
             .timestep_cond
-            .map(|c| c.to_device(&self.device))
+            .map(|c| c.to_device(&self.stages.input))
             .transpose()?;
         let mut emb = self.time_embedding.forward(&t_emb, cond.as_ref())?;
         if let Some(ce) = &self.class_embedding {
             let labels = x.class_labels.ok_or_else(|| {
                 Error::Input("this UNet is class-conditional: pass class_labels".into())
             })?;
-            let labels = labels.to_device(&self.device)?;
+            let labels = labels.to_device(&self.stages.input)?;
             let class = match ce {
                 ClassEmbedding::Table(e) => e.forward(&labels)?,
                 ClassEmbedding::Timestep(te) => {
-                    let l = self.time_proj.forward(&labels)?.to_dtype(self.dtype)?;
+                    let l = self
+                        .time_proj
+                        .forward(&labels)?
+                        .to_dtype(self.stages.dtype)?;
                     te.forward(&l, None)?
                 }
-                ClassEmbedding::Identity => labels.to_dtype(self.dtype)?,
+                ClassEmbedding::Identity => labels.to_dtype(self.stages.dtype)?,
                 ClassEmbedding::Projection(te) => {
-                    te.forward(&labels.to_dtype(self.dtype)?, None)?
+                    te.forward(&labels.to_dtype(self.stages.dtype)?, None)?
                 }
-                ClassEmbedding::SimpleProjection(l) => l.forward(&labels.to_dtype(self.dtype)?)?,
+                ClassEmbedding::SimpleProjection(l) => {
+                    l.forward(&labels.to_dtype(self.stages.dtype)?)?
+                }
             }
-            .to_dtype(self.dtype)?;
+            .to_dtype(self.stages.dtype)?;
             emb = if self.config.class_embeddings_concat {
                 Tensor::cat(&[&emb, &class], -1)?
             } else {
@@ -716,17 +680,20 @@ impl UNet2DConditionModel {
                     "this UNet has `addition_embed_type` \"text_time\" (SDXL): pass text_embeds and time_ids".into(),
                 ));
             };
-            let ids = ids.to_device(&self.device)?;
+            let ids = ids.to_device(&self.stages.input)?;
             let flat = ids.reshape_to(&[ids.elem_count()])?;
             let time = tt.add_time_proj.forward(&flat)?.reshape_to(&[
                 batch,
                 ids.elem_count() / batch * tt.add_time_proj.num_channels,
             ])?;
             let add = Tensor::cat(
-                &[&text.to_device(&self.device)?.to_dtype(DType::F32)?, &time],
+                &[
+                    &text.to_device(&self.stages.input)?.to_dtype(DType::F32)?,
+                    &time,
+                ],
                 -1,
             )?
-            .to_dtype(self.dtype)?;
+            .to_dtype(self.stages.dtype)?;
             emb = emb.add(&tt.add_embedding.forward(&add, None)?)?;
         }
         if let Some(a) = &self.time_embed_act {
@@ -739,7 +706,10 @@ impl UNet2DConditionModel {
     /// `x.sample` at `x.timestep`: diffusers' `UNet2DConditionModel.forward(...).sample`.
     pub fn forward(&self, x: UNet2DConditionInput<'_>) -> Result<Tensor> {
         let c = &self.config;
-        let sample = x.sample.to_device(&self.device)?.to_dtype(self.dtype)?;
+        let sample = x
+            .sample
+            .to_device(&self.stages.input)?
+            .to_dtype(self.stages.dtype)?;
         let [batch, chans, h, w] = sample.shape()[..] else {
             return Err(Error::Shape(format!(
                 "the sample must be [batch, {}, height, width], got {:?}",
@@ -763,8 +733,8 @@ impl UNet2DConditionModel {
         let emb = self.time_embedding(&x, batch)?;
         let mut context = x
             .encoder_hidden_states
-            .to_device(&self.device)?
-            .to_dtype(self.dtype)?;
+            .to_device(&self.stages.input)?
+            .to_dtype(self.stages.dtype)?;
         if let Some(p) = &self.encoder_hid_proj {
             context = p.forward(&context)?;
         }

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::{pipeline_dtype, postprocess, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
+use super::latents::postprocess;
+use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::unet_2d::{UNet2DConfig, UNet2DModel};
 use crate::{Error, Result, SchedulerConfig};
 

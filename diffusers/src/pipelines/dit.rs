@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::stable_diffusion::{decode_latents, TextToImage};
-use super::stable_diffusion_3::{check_latent_channels, initial_latents};
+use super::latents::{check_latent_channels, decode_latents, initial_latents, load_vae};
+use super::text_to_image::{check_common, TextToImage};
 use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::transformer_dit::{DiTTransformer2DConfig, DiTTransformer2DModel};
@@ -54,7 +54,7 @@ impl DiTPipeline {
         let vae_files = files.component("vae", &["AutoencoderKL"])?;
         let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;
         let transformer = DiTTransformer2DModel::load(&w, &cfg)?;
-        let vae = super::load_vae(&vae_files, &vae_cfg, dtype, opts)?;
+        let vae = load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         Ok(DiTPipeline {
             transformer,
             vae,
@@ -110,7 +110,7 @@ impl DiTPipeline {
 
     /// Checks a call's arguments before anything runs.
     pub fn check_inputs(&self, args: &TextToImage) -> Result<()> {
-        super::stable_diffusion_3::check_common(args)?;
+        check_common(args)?;
         if args.negative_prompt.is_some() {
             return Err(Error::Input(
                 "DiTPipeline guides against the null class, not a negative prompt".into(),

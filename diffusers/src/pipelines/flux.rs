@@ -11,11 +11,10 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::stable_diffusion::{decode_latents, TextEncoder, TextToImage, T5};
-use super::stable_diffusion_3::{
-    calculate_shift, check_common, check_latent_channels, negatives, repeat_rows,
-};
-use super::{check_size, pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
+use super::latents::{check_latent_channels, decode_latents, load_vae, repeat_rows};
+use super::text_encoders::{TextEncoder, T5};
+use super::text_to_image::{calculate_shift, check_common, check_size, negatives, TextToImage};
+use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::transformer_flux::{
     FluxTransformer2DConfig, FluxTransformer2DModel, FluxTransformerInput,
@@ -95,7 +94,7 @@ impl FluxPipeline {
         )?;
         let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;
         let transformer = FluxTransformer2DModel::load(&w, &cfg)?;
-        let vae = super::load_vae(&vae_files, &vae_cfg, dtype, opts)?;
+        let vae = load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         Ok(FluxPipeline {
             text_encoder,
             text_encoder_2,

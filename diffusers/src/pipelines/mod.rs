@@ -1,66 +1,54 @@
-//! Pipelines, dispatched on `model_index.json`'s `_class_name` as diffusers'
-//! `DiffusionPipeline.from_pretrained` dispatches: `stable_diffusion.rs`
-//! (`StableDiffusionPipeline`, and the XL prompt encoding of `stable_diffusion_xl.rs`),
-//! `stable_diffusion_3.rs` (`StableDiffusion3Pipeline`), `flux.rs` (`FluxPipeline`),
-//! `dit.rs` (`DiTPipeline`), `pixart.rs` (`PixArtAlphaPipeline`, `PixArtSigmaPipeline`),
-//! `ddpm.rs` (`DDPMPipeline`); `plan.rs` plans a pipeline's components over devices and
-//! places a split UNet's blocks; `placement.rs` resolves a device map to those devices.
+//! Pipelines, mirroring diffusers' `pipelines/`: one file per pipeline class,
+//! `stable_diffusion.rs` (`StableDiffusionPipeline`, img2img, and the XL prompt encoding of
+//! `stable_diffusion_xl.rs`), `stable_diffusion_3.rs` (`StableDiffusion3Pipeline`), `flux.rs`
+//! (`FluxPipeline`), `dit.rs` (`DiTPipeline`), `pixart.rs` (`PixArtAlphaPipeline`,
+//! `PixArtSigmaPipeline`), `ddpm.rs` (`DDPMPipeline`), built on leaf modules that every
+//! pipeline imports and none of which imports a pipeline: `text_encoders.rs` (CLIP and T5
+//! tokenizer + encoder pairs), `latents.rs` (first latents, the VAE and the decode to
+//! images), `text_to_image.rs` (a call's arguments, its checks, guidance and the
+//! flow-matching shift). `auto.rs` dispatches on `model_index.json`'s `_class_name` as
+//! diffusers' `DiffusionPipeline.from_pretrained` does; `plan.rs` plans a pipeline's
+//! components over devices; `placement.rs` resolves a device map to those devices. This file
+//! holds what loading and running any pipeline shares: the load options, the component
+//! files, the noise source, the output and the scheduler step.
 //!
 //! Initial noise (and every noise a scheduler step adds) comes from zoo's seeded generator
 //! on the host, so a seed gives the same image on every backend; latents can be passed in
 //! instead, which is how an image is reproduced from diffusers' own noise.
 
+mod auto;
 pub mod ddpm;
 pub mod dit;
 pub mod flux;
+pub(crate) mod latents;
 pub mod pixart;
 pub mod placement;
 pub mod plan;
 pub mod stable_diffusion;
 pub mod stable_diffusion_3;
 pub mod stable_diffusion_xl;
+pub(crate) mod text_encoders;
+pub mod text_to_image;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use zoo_hub::{ModelIndex, Pretrained};
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::nn::{DevicePlacement, Weights};
 use zoo_runtime::{DType, Device, Generator, PjrtDevice, PjrtPlatform, Tensor};
 
+pub use auto::{components, default_guidance_scale, DiffusionPipeline, PIPELINES};
 pub use ddpm::DDPMPipeline;
 pub use dit::DiTPipeline;
 pub use flux::FluxPipeline;
 pub use pixart::{PixArtPipeline, PixArtVersion};
 pub use stable_diffusion::StableDiffusionPipeline;
 pub use stable_diffusion_3::StableDiffusion3Pipeline;
+pub use text_to_image::TextToImage;
 
+use crate::models::loading::{component_weights, transformer_placement, unet_placement};
 use crate::{Error, Result, SchedulerConfig};
-
-/// The pipeline classes zoo runs.
-pub const PIPELINES: &[&str] = &[
-    "StableDiffusionPipeline",
-    "StableDiffusionXLPipeline",
-    "StableDiffusion3Pipeline",
-    "FluxPipeline",
-    "DiTPipeline",
-    "PixArtAlphaPipeline",
-    "PixArtSigmaPipeline",
-    "DDPMPipeline",
-];
-
-/// The `guidance_scale` a pipeline class's `__call__` defaults to in diffusers.
-pub fn default_guidance_scale(class_name: &str) -> f64 {
-    match class_name {
-        "StableDiffusionXLPipeline" => 5.0,
-        "StableDiffusion3Pipeline" => 7.0,
-        "FluxPipeline" => 3.5,
-        "DiTPipeline" => 4.0,
-        "PixArtAlphaPipeline" | "PixArtSigmaPipeline" => 4.5,
-        _ => 7.5,
-    }
-}
 
 /// How a pipeline is loaded.
 #[derive(Clone, Debug)]
@@ -370,18 +358,6 @@ impl PipelineFiles {
     }
 }
 
-/// The weights of a diffusers component (`diffusion_pytorch_model[.variant].safetensors`,
-/// sharded or not) as runtime weights in `dtype` on `device`.
-pub(crate) fn component_weights(
-    component: &Pretrained,
-    dtype: DType,
-    device: &Device,
-) -> Result<Weights> {
-    let ck = component.checkpoint()?;
-    let source = Arc::new(zoo_hub::Weights::open(ck.inventory)?);
-    Ok(Weights::new(source, dtype, *device))
-}
-
 /// A diffusion transformer's weights on the first of `opts.unet_devices` (else
 /// `opts.device`), its blocks placed over all of them when there are several; and that
 /// first device, where the denoising loop keeps its latents.
@@ -390,7 +366,7 @@ pub(crate) fn transformer_weights(
     dtype: DType,
     opts: &LoadOptions,
 ) -> Result<(Weights, Device)> {
-    denoiser_weights(component, dtype, opts, plan::transformer_placement)
+    denoiser_weights(component, dtype, opts, transformer_placement)
 }
 
 /// A UNet's weights, placed as [`transformer_weights`] places a transformer's.
@@ -399,7 +375,7 @@ pub(crate) fn unet_weights(
     dtype: DType,
     opts: &LoadOptions,
 ) -> Result<(Weights, Device)> {
-    denoiser_weights(component, dtype, opts, plan::unet_placement)
+    denoiser_weights(component, dtype, opts, unet_placement)
 }
 
 /// The denoiser's weights on the first of `opts.unet_devices`, its blocks where
@@ -422,23 +398,6 @@ fn denoiser_weights(
     Ok((w.with_placement(placement), first))
 }
 
-/// The VAE of a pipeline of `dtype` (f32 when it must upcast under f16), on its planned
-/// device, else the last of `opts.unet_devices` (else `opts.device`): after a split
-/// denoiser, where its latents end.
-pub(crate) fn load_vae(
-    component: &Pretrained,
-    config: &crate::models::autoencoder_kl::AutoencoderKLConfig,
-    dtype: DType,
-    opts: &LoadOptions,
-) -> Result<crate::models::autoencoder_kl::AutoencoderKL> {
-    let device = opts.vae_device();
-    let dtype = stable_diffusion_3::vae_dtype(dtype, config);
-    crate::models::autoencoder_kl::AutoencoderKL::load(
-        &component_weights(component, dtype, &device)?,
-        config,
-    )
-}
-
 /// The pipeline's dtype: float16/bfloat16/float32 only.
 pub(crate) fn pipeline_dtype(opts: &LoadOptions) -> Result<DType> {
     match opts.dtype.unwrap_or(DType::F32) {
@@ -447,129 +406,6 @@ pub(crate) fn pipeline_dtype(opts: &LoadOptions) -> Result<DType> {
             "dtype {other:?}: pipelines run in f32, f16 or bf16"
         ))),
     }
-}
-
-/// A loaded pipeline of any class zoo runs.
-#[derive(Debug)]
-pub enum DiffusionPipeline {
-    /// `StableDiffusionPipeline` or `StableDiffusionXLPipeline`.
-    StableDiffusion(Box<StableDiffusionPipeline>),
-    /// `StableDiffusion3Pipeline`.
-    StableDiffusion3(Box<StableDiffusion3Pipeline>),
-    /// `FluxPipeline`.
-    Flux(Box<FluxPipeline>),
-    /// `DiTPipeline`.
-    DiT(Box<DiTPipeline>),
-    /// `PixArtAlphaPipeline` or `PixArtSigmaPipeline`.
-    PixArt(Box<PixArtPipeline>),
-    /// `DDPMPipeline`.
-    Ddpm(Box<DDPMPipeline>),
-}
-
-impl DiffusionPipeline {
-    /// Loads the pipeline `model_index.json` names.
-    pub fn from_pretrained(repo_or_path: &str, opts: &LoadOptions) -> Result<DiffusionPipeline> {
-        let files = PipelineFiles::open(repo_or_path, opts.variant.as_deref())?;
-        match files.index.class_name.as_str() {
-            "StableDiffusionPipeline" | "StableDiffusionXLPipeline" => {
-                Ok(DiffusionPipeline::StableDiffusion(Box::new(
-                    StableDiffusionPipeline::load(files, opts)?,
-                )))
-            }
-            "StableDiffusion3Pipeline" => Ok(DiffusionPipeline::StableDiffusion3(Box::new(
-                StableDiffusion3Pipeline::load(files, opts)?,
-            ))),
-            "FluxPipeline" => Ok(DiffusionPipeline::Flux(Box::new(FluxPipeline::load(
-                files, opts,
-            )?))),
-            "DiTPipeline" => Ok(DiffusionPipeline::DiT(Box::new(DiTPipeline::load(
-                files, opts,
-            )?))),
-            "PixArtAlphaPipeline" => Ok(DiffusionPipeline::PixArt(Box::new(PixArtPipeline::load(
-                files,
-                PixArtVersion::Alpha,
-                opts,
-            )?))),
-            "PixArtSigmaPipeline" => Ok(DiffusionPipeline::PixArt(Box::new(PixArtPipeline::load(
-                files,
-                PixArtVersion::Sigma,
-                opts,
-            )?))),
-            "DDPMPipeline" => Ok(DiffusionPipeline::Ddpm(Box::new(DDPMPipeline::load(
-                files, opts,
-            )?))),
-            other => Err(Error::Unsupported(format!(
-                "{}: the pipeline class {other:?} is not one zoo runs ({})",
-                files.index.path.display(),
-                PIPELINES.join(", ")
-            ))),
-        }
-    }
-
-    /// Generates images for `args` with whichever pipeline this is (DDPM, unconditional,
-    /// reads only the step count, the image count and `progress`; DiT reads each prompt as
-    /// a class label).
-    pub fn generate(
-        &self,
-        args: &stable_diffusion::TextToImage,
-        noise: &mut Noise,
-    ) -> Result<Generated> {
-        match self {
-            DiffusionPipeline::StableDiffusion(p) => p.generate(args, noise),
-            DiffusionPipeline::StableDiffusion3(p) => p.generate(args, noise),
-            DiffusionPipeline::Flux(p) => p.generate(args, noise),
-            DiffusionPipeline::DiT(p) => p.generate(args, noise),
-            DiffusionPipeline::PixArt(p) => p.generate(args, noise),
-            DiffusionPipeline::Ddpm(p) => p.generate(
-                args.num_images_per_prompt * args.prompt.len().max(1),
-                args.num_inference_steps,
-                noise,
-                args.progress,
-            ),
-        }
-    }
-
-    /// The pipeline class.
-    pub fn class_name(&self) -> &'static str {
-        match self {
-            DiffusionPipeline::StableDiffusion(p) => p.class_name(),
-            DiffusionPipeline::StableDiffusion3(_) => "StableDiffusion3Pipeline",
-            DiffusionPipeline::Flux(_) => "FluxPipeline",
-            DiffusionPipeline::DiT(_) => "DiTPipeline",
-            DiffusionPipeline::PixArt(p) => p.class_name(),
-            DiffusionPipeline::Ddpm(_) => "DDPMPipeline",
-        }
-    }
-}
-
-/// The components of a pipeline folder with their classes, for `zoo inspect`.
-pub fn components(repo_or_path: &str) -> Result<ModelIndex> {
-    Ok(PipelineFiles::open(repo_or_path, None)?.index)
-}
-
-pub(crate) fn check_size(height: usize, width: usize, multiple: usize) -> Result<()> {
-    if height == 0
-        || width == 0
-        || !height.is_multiple_of(multiple)
-        || !width.is_multiple_of(multiple)
-    {
-        return Err(Error::Input(format!(
-            "the size {width}x{height} must be positive multiples of {multiple}"
-        )));
-    }
-    Ok(())
-}
-
-/// `[N, C, H, W]` in about `[-1, 1]` → `[N, H, W, C]` float32 in `[0, 1]` on the host
-/// (`VaeImageProcessor.postprocess(output_type="np")`).
-pub(crate) fn postprocess(decoded: &Tensor) -> Result<Tensor> {
-    let x = decoded
-        .to_dtype(DType::F32)?
-        .affine(0.5, 0.5)?
-        .clamp(0.0, 1.0)?;
-    Ok(x.permute(&[0, 2, 3, 1])?
-        .contiguous()?
-        .to_device(&Device::Cpu)?)
 }
 
 /// A progress bar over the denoising steps (hidden when `show` is false).

@@ -20,13 +20,10 @@ use std::time::Instant;
 use serde_json::Value;
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::stable_diffusion::{TextEncoder, TextToImage, T5};
-use super::stable_diffusion_3::{
-    check_common, check_latent_channels, initial_latents, negatives, repeat_rows,
-};
-use super::{
-    check_size, pipeline_dtype, postprocess, step_bar, Generated, LoadOptions, Noise, PipelineFiles,
-};
+use super::latents::{check_latent_channels, initial_latents, load_vae, postprocess, repeat_rows};
+use super::text_encoders::{TextEncoder, T5};
+use super::text_to_image::{check_common, check_size, guide, negatives, TextToImage};
+use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::transformer_pixart::{
     PixArtTransformer2DConfig, PixArtTransformer2DModel, PixArtTransformerInput,
@@ -160,7 +157,7 @@ impl PixArtPipeline {
         )?;
         let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;
         let transformer = PixArtTransformer2DModel::load(&w, &cfg)?;
-        let vae = super::load_vae(&vae_files, &vae_cfg, dtype, opts)?;
+        let vae = load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         Ok(PixArtPipeline {
             text_encoder,
             transformer,
@@ -358,9 +355,7 @@ impl PixArtPipeline {
                 .to_dtype(DType::F32)?
                 .to_device(&self.device)?;
             let pred = if guided {
-                let halves = pred.chunk(2, 0)?;
-                let (uncond, text) = (&halves[0], &halves[1]);
-                uncond.add(&text.sub(uncond)?.mul(&scale)?)?
+                guide(&pred, &scale)?.0
             } else {
                 pred
             };

@@ -4,13 +4,12 @@
 //! at `down_blocks.N`, `mid_block`, `up_blocks.N`, a diffusion transformer at
 //! `transformer_blocks.N` and `single_transformer_blocks.N` (diffusers' `_no_split_modules`).
 
-use zoo_hub::{Dtype, Inventory, Pretrained};
-use zoo_runtime::device_map::{plan, DeviceBudget, Placement, PlanRequest, Unit, Workload};
-use zoo_runtime::nn::DevicePlacement;
-use zoo_runtime::{DType, Device};
+use zoo_hub::{Dtype, Inventory};
+use zoo_runtime::device_map::Unit;
 
 use super::PipelineFiles;
 use crate::models::autoencoder_kl::AutoencoderKLConfig;
+use crate::models::loading::{transformer_units, unet_units};
 use crate::models::unet_2d::UNet2DConfig;
 use crate::models::unet_2d_condition::UNet2DConditionConfig;
 use crate::models::{per_block, sample_size};
@@ -187,112 +186,6 @@ const ORDER: &[&str] = &[
     "transformer",
     "vae",
 ];
-
-/// The UNet's unit of a tensor name: its block, or the stem before / head after them.
-fn unet_unit(name: &str) -> String {
-    let mut parts = name.split('.');
-    match (parts.next(), parts.next()) {
-        (Some(b @ ("down_blocks" | "up_blocks")), Some(i)) => format!("unet.{b}.{i}"),
-        (Some("mid_block"), _) => "unet.mid_block".into(),
-        // The output head is one unit: conv_norm_out runs just before conv_out.
-        (Some("conv_norm_out" | "conv_out"), _) => "unet.conv_out".into(),
-        _ => "unet".into(),
-    }
-}
-
-fn unet_rank(unit: &str, blocks: usize) -> usize {
-    let idx = |s: &str| {
-        s.rsplit('.')
-            .next()
-            .and_then(|i| i.parse::<usize>().ok())
-            .unwrap_or(0)
-    };
-    if unit == "unet" {
-        0
-    } else if unit.starts_with("unet.down_blocks.") {
-        1 + idx(unit)
-    } else if unit == "unet.mid_block" {
-        1 + blocks
-    } else if unit.starts_with("unet.up_blocks.") {
-        2 + blocks + idx(unit)
-    } else {
-        3 + 2 * blocks
-    }
-}
-
-/// A diffusion transformer's unit of a tensor name: its block, or the stem / output head.
-fn transformer_unit(name: &str) -> String {
-    let mut parts = name.split('.');
-    match (parts.next(), parts.next()) {
-        (Some(b @ ("transformer_blocks" | "single_transformer_blocks")), Some(i)) => {
-            format!("transformer.{b}.{i}")
-        }
-        (Some("norm_out" | "proj_out"), _) => "transformer.proj_out".into(),
-        _ => "transformer".into(),
-    }
-}
-
-fn transformer_rank(unit: &str, doubles: usize) -> usize {
-    let idx = |s: &str| {
-        s.rsplit('.')
-            .next()
-            .and_then(|i| i.parse::<usize>().ok())
-            .unwrap_or(0)
-    };
-    if unit == "transformer" {
-        0
-    } else if let Some(rest) = unit.strip_prefix("transformer.transformer_blocks.") {
-        1 + idx(rest)
-    } else if let Some(rest) = unit.strip_prefix("transformer.single_transformer_blocks.") {
-        1 + doubles + idx(rest)
-    } else {
-        usize::MAX
-    }
-}
-
-/// Units of a component from its inventory, grouped by `unit_of` and ordered by `rank`
-/// (given the count of the first kind of block).
-fn grouped_units(
-    inventory: &Inventory,
-    dtype: Option<Dtype>,
-    unit_of: fn(&str) -> String,
-    first_blocks: &str,
-    rank: fn(&str, usize) -> usize,
-) -> Vec<Unit> {
-    let mut units: Vec<Unit> = Vec::new();
-    let mut blocks = 0;
-    for t in inventory.tensors() {
-        let unit = unit_of(&t.name);
-        if let Some(i) = unit
-            .strip_prefix(first_blocks)
-            .and_then(|i| i.parse::<usize>().ok())
-        {
-            blocks = blocks.max(i + 1);
-        }
-        let bytes = dtype.map_or(t.nbytes, |d| t.bytes_as(d));
-        match units.iter_mut().find(|u| u.name == unit) {
-            Some(u) => u.weight_bytes += bytes,
-            None => units.push(Unit {
-                name: unit,
-                weight_bytes: bytes,
-                layer: None,
-                tied_with: None,
-            }),
-        }
-    }
-    units.sort_by_key(|u| rank(&u.name, blocks));
-    units
-}
-
-fn transformer_units(inventory: &Inventory, dtype: Option<Dtype>) -> Vec<Unit> {
-    grouped_units(
-        inventory,
-        dtype,
-        transformer_unit,
-        "transformer.transformer_blocks.",
-        transformer_rank,
-    )
-}
 
 /// A diffusion transformer's token width, heads, image tokens, text tokens, the width of
 /// the text it takes and of its conditioning, for latents of `lh x lw`.
@@ -638,95 +531,4 @@ fn vae_activations(c: &AutoencoderKLConfig, h: usize, w: usize, batch: usize, el
     let l = (h / c.scale_factor()) * (w / c.scale_factor());
     let scores = zoo_runtime::lazy::attention_scores_bytes(batch, l, l);
     batch as u64 * 3 * (ch * h * w) as u64 * elem + scores
-}
-
-/// The UNet's units (stem, down blocks, mid block, up blocks, head) from its inventory.
-fn unet_units(inventory: &Inventory, dtype: Option<Dtype>) -> Vec<Unit> {
-    grouped_units(inventory, dtype, unet_unit, "unet.down_blocks.", unet_rank)
-}
-
-/// Where a UNet split over `devices` puts each block: contiguous stages in execution order,
-/// balanced by weight bytes in `dtype` (the planner's exact min-max split); the stem stays
-/// on the first device.
-pub(crate) fn unet_placement(
-    unet: &Pretrained,
-    devices: &[Device],
-    dtype: DType,
-) -> Result<DevicePlacement> {
-    let units = unet_units(&unet.checkpoint()?.inventory, Some(hub_dtype(dtype)));
-    balanced_placement(units, devices, "unet.", |unit| match unit {
-        "conv_out" => vec!["conv_norm_out", "conv_out"],
-        block => vec![block],
-    })
-}
-
-/// Where a diffusion transformer split over `devices` puts each block, as
-/// [`unet_placement`] does for a UNet.
-pub(crate) fn transformer_placement(
-    transformer: &Pretrained,
-    devices: &[Device],
-    dtype: DType,
-) -> Result<DevicePlacement> {
-    let units = transformer_units(&transformer.checkpoint()?.inventory, Some(hub_dtype(dtype)));
-    balanced_placement(units, devices, "transformer.", |unit| match unit {
-        "proj_out" => vec!["norm_out", "proj_out"],
-        block => vec![block],
-    })
-}
-
-fn hub_dtype(dtype: DType) -> Dtype {
-    match dtype {
-        DType::BF16 => Dtype::BF16,
-        DType::F16 => Dtype::F16,
-        _ => Dtype::F32,
-    }
-}
-
-/// The planner's balanced split of `units` over `devices`, as module prefixes of the
-/// component (`prefix` stripped; `modules` maps a unit to the modules it covers). The stem
-/// unit (`prefix` without a block) stays on the first device.
-fn balanced_placement(
-    units: Vec<Unit>,
-    devices: &[Device],
-    prefix: &str,
-    modules: fn(&str) -> Vec<&str>,
-) -> Result<DevicePlacement> {
-    let total: u64 = units.iter().map(|u| u.weight_bytes).sum();
-    let budgets = devices
-        .iter()
-        .enumerate()
-        .map(|(i, d)| DeviceBudget {
-            place: Placement::Device(i),
-            name: format!("{d:?}"),
-            bytes: total.max(1),
-        })
-        .collect();
-    let p = plan(&PlanRequest {
-        strategy: "balanced".into(),
-        devices: budgets,
-        units,
-        shape: None,
-        workload: Workload {
-            batch: 1,
-            seq: 1,
-            elem_bytes: 4,
-        },
-        activations: Some(0),
-        reserve_fraction: 0.0,
-    })
-    .map_err(zoo_runtime::Error::from)?;
-    let mut placement = DevicePlacement::new();
-    for stage in &p.stages {
-        let Placement::Device(i) = stage.device.place else {
-            continue;
-        };
-        for unit in &stage.units {
-            if let Some(rest) = unit.strip_prefix(prefix) {
-                for m in modules(rest) {
-                    placement.insert(m, devices[i]);
-                }
-            }
-        }
-    }
-    Ok(placement)
 }

@@ -11,184 +11,17 @@
 use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
-use zoo_transformers::kinds::{Encoder, EncoderArgs};
-use zoo_transformers::registry::Task;
-use zoo_transformers::Tokenizer;
 
-use super::{
-    check_size, component_weights, pipeline_dtype, postprocess, step_bar, Generated, LoadOptions,
-    Noise, PipelineFiles,
-};
+use super::latents::{decode_latents, load_vae};
+use super::text_encoders::TextEncoder;
+pub use super::text_to_image::TextToImage;
+use super::text_to_image::{check_counts, check_size, guide, negatives};
+use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::unet_2d_condition::{
     UNet2DConditionConfig, UNet2DConditionInput, UNet2DConditionModel,
 };
 use crate::{Error, Result, Scheduler, SchedulerConfig};
-
-/// A CLIP tokenizer and text encoder, as the pipelines pair them.
-#[derive(Debug)]
-pub struct TextEncoder {
-    pub(crate) tokenizer: Tokenizer,
-    pub(crate) encoder: Box<dyn Encoder>,
-    pub(crate) max_length: usize,
-    pub(crate) pad_id: u32,
-}
-
-/// The tokenizer and encoder classes of a text-encoder pair.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TextKind {
-    tokenizers: &'static [&'static str],
-    encoders: &'static [&'static str],
-    /// The pad token when `tokenizer_config.json` names none.
-    pad: &'static str,
-}
-
-/// CLIP (`CLIPTextModel`, `CLIPTextModelWithProjection`).
-pub(crate) const CLIP: TextKind = TextKind {
-    tokenizers: &["CLIPTokenizer", "CLIPTokenizerFast"],
-    encoders: &["CLIPTextModel", "CLIPTextModelWithProjection"],
-    pad: "<|endoftext|>",
-};
-
-/// T5's encoder (`T5EncoderModel`), as SD3, Flux and PixArt read it.
-pub(crate) const T5: TextKind = TextKind {
-    tokenizers: &["T5Tokenizer", "T5TokenizerFast"],
-    encoders: &["T5EncoderModel"],
-    pad: "<pad>",
-};
-
-impl TextEncoder {
-    pub(crate) fn load(
-        files: &PipelineFiles,
-        tokenizer: &str,
-        encoder: &str,
-        dtype: DType,
-        opts: &LoadOptions,
-    ) -> Result<TextEncoder> {
-        let device = opts.text_encoder(encoder, false);
-        TextEncoder::load_kind(files, tokenizer, encoder, CLIP, dtype, device, opts)
-    }
-
-    /// A tokenizer and encoder of `kind`, the encoder on `device`.
-    pub(crate) fn load_kind(
-        files: &PipelineFiles,
-        tokenizer: &str,
-        encoder: &str,
-        kind: TextKind,
-        dtype: DType,
-        device: Device,
-        opts: &LoadOptions,
-    ) -> Result<TextEncoder> {
-        let tok_files = files.component(tokenizer, kind.tokenizers)?;
-        let tok = Tokenizer::from_pretrained(&tok_files).map_err(Box::new)?;
-        let tcfg = tok_files.tokenizer_config()?.unwrap_or_default();
-        let max_length = tcfg.model_max_length.unwrap_or(77.0) as usize;
-        let pad = tcfg
-            .pad_token
-            .as_ref()
-            .map(|t| t.content().to_string())
-            .unwrap_or_else(|| kind.pad.into());
-        let pad_id = tok.token_to_id(&pad).ok_or_else(|| Error::Config {
-            path: files.index.path.with_file_name(tokenizer),
-            reason: format!("the pad token {pad:?} is not in the vocabulary"),
-        })?;
-        files.component(encoder, kind.encoders)?;
-        let dir = files.dir(encoder)?;
-        let device_map = match device {
-            Device::Cpu => zoo_runtime::device_map::DeviceMap::Cpu,
-            Device::Cuda(i) => zoo_runtime::device_map::DeviceMap::Cuda(i),
-            Device::Pjrt(d) => zoo_runtime::device_map::DeviceMap::Pjrt {
-                platform: zoo_runtime::device_map::platform_name(d.platform).into(),
-                devices: Some(vec![d.ordinal]),
-            },
-        };
-        let encoder = zoo_transformers::auto::load_encoder_with(
-            &dir.to_string_lossy(),
-            zoo_transformers::LoadOptions {
-                dtype: Some(dtype),
-                progress: opts.progress,
-                device_map,
-                ..Default::default()
-            },
-            Task::Base,
-        )
-        .map_err(Box::new)?;
-        let max_length = max_length.min(encoder.max_position_embeddings());
-        Ok(TextEncoder {
-            tokenizer: tok,
-            encoder,
-            max_length,
-            pad_id,
-        })
-    }
-
-    /// Ids of `texts`, each truncated and padded to `len` (`padding="max_length"`).
-    pub(crate) fn ids(&self, texts: &[String], len: usize) -> Result<Tensor> {
-        Ok(self.ids_and_mask(texts, len)?.0)
-    }
-
-    /// [`TextEncoder::ids`] and the attention mask `[B, len]` (1 = token, 0 = padding).
-    pub(crate) fn ids_and_mask(&self, texts: &[String], len: usize) -> Result<(Tensor, Tensor)> {
-        let (mut ids, mut mask) = (Vec::with_capacity(texts.len() * len), Vec::new());
-        for t in texts {
-            let mut row = self.tokenizer.encode_truncated(t, len).map_err(Box::new)?;
-            mask.extend((0..len).map(|i| i64::from(i < row.len())));
-            row.resize(len, self.pad_id);
-            ids.extend(row.into_iter().map(i64::from));
-        }
-        let device = self.encoder.device();
-        Ok((
-            Tensor::from_vec(ids, &[texts.len(), len], &device)?,
-            Tensor::from_vec(mask, &[texts.len(), len], &device)?,
-        ))
-    }
-
-    /// The encoder's output for `texts` padded to the tokenizer's `model_max_length`, with
-    /// every layer's hidden states when `hidden_states`.
-    pub(crate) fn encode(
-        &self,
-        texts: &[String],
-        hidden_states: bool,
-    ) -> Result<zoo_transformers::kinds::EncoderOutput> {
-        self.encode_len(texts, self.max_length, hidden_states)
-    }
-
-    /// [`TextEncoder::encode`] padded to `len` tokens (T5's `max_sequence_length`).
-    pub(crate) fn encode_len(
-        &self,
-        texts: &[String],
-        len: usize,
-        hidden_states: bool,
-    ) -> Result<zoo_transformers::kinds::EncoderOutput> {
-        let ids = self.ids(texts, len)?;
-        self.encoder
-            .forward(EncoderArgs {
-                input_ids: &ids,
-                attention_mask: None,
-                token_type_ids: None,
-                position_ids: None,
-                output_hidden_states: hidden_states,
-            })
-            .map_err(|e| Box::new(e).into())
-    }
-
-    /// The last hidden state of `texts` padded to `len` tokens with the padding masked in
-    /// the encoder, and that mask `[B, len]` (1 = token, 0 = padding), as PixArt encodes.
-    pub(crate) fn encode_masked(&self, texts: &[String], len: usize) -> Result<(Tensor, Tensor)> {
-        let (ids, mask) = self.ids_and_mask(texts, len)?;
-        let out = self
-            .encoder
-            .forward(EncoderArgs {
-                input_ids: &ids,
-                attention_mask: Some(&mask),
-                token_type_ids: None,
-                position_ids: None,
-                output_hidden_states: false,
-            })
-            .map_err(Box::new)?;
-        Ok((out.last_hidden_state, mask))
-    }
-}
 
 /// The conditioning of one pipeline call: what the UNet takes besides the latents.
 #[derive(Clone, Debug)]
@@ -199,85 +32,6 @@ pub struct Conditioning {
     pub text_embeds: Option<Tensor>,
     /// SDXL: `[B, 6]` size and crop conditioning.
     pub time_ids: Option<Tensor>,
-}
-
-/// A call of the pipeline (diffusers' `__call__` arguments).
-#[derive(Clone, Debug)]
-pub struct TextToImage {
-    /// One prompt per image of the batch.
-    pub prompt: Vec<String>,
-    /// Negative prompts (one, or one per prompt); `None` is the empty prompt (SDXL: zeros
-    /// when `force_zeros_for_empty_prompt`).
-    pub negative_prompt: Option<Vec<String>>,
-    /// Denoising steps.
-    pub num_inference_steps: usize,
-    /// Classifier-free guidance scale; guidance runs when it is above 1.
-    pub guidance_scale: f64,
-    /// `guidance_rescale` (0 = off), as in "Common Diffusion Noise Schedules" §3.4.
-    pub guidance_rescale: f64,
-    /// Image height in pixels (default: the UNet's `sample_size` times the VAE's factor).
-    pub height: Option<usize>,
-    /// Image width in pixels.
-    pub width: Option<usize>,
-    /// Images per prompt.
-    pub num_images_per_prompt: usize,
-    /// The initial latents `[N, C, h, w]` (diffusers' `latents=`); drawn from `noise`
-    /// otherwise.
-    pub latents: Option<Tensor>,
-    /// DDIM's `eta`.
-    pub eta: f32,
-    /// Image-to-image (`StableDiffusionImg2ImgPipeline`): the starting image
-    /// `[N, 3, H, W]` in `[0, 1]`, encoded by the VAE and noised to the level `strength`
-    /// picks; the size is the image's.
-    pub init_image: Option<Tensor>,
-    /// How much of the schedule img2img runs: 1 starts from pure noise, 0 keeps the image.
-    pub strength: f64,
-    /// Show a progress bar over the steps.
-    pub progress: bool,
-    /// T5's prompt length (SD3: 256, Flux: 512 when `None`).
-    pub max_sequence_length: Option<usize>,
-    /// Flux's true classifier-free guidance: with a negative prompt and a scale above 1, a
-    /// second transformer call on the negative prompt (`guidance_scale` is then the
-    /// distilled guidance embedding, for checkpoints that have one).
-    pub true_cfg_scale: f64,
-    /// SD3's skip-layer guidance: the blocks skipped in the extra prediction (empty: off).
-    pub skip_guidance_layers: Vec<usize>,
-    /// How strongly skip-layer guidance pushes away from the skipped prediction.
-    pub skip_layer_guidance_scale: f64,
-    /// Fraction of the steps after which skip-layer guidance starts.
-    pub skip_layer_guidance_start: f64,
-    /// Fraction of the steps at which it stops.
-    pub skip_layer_guidance_stop: f64,
-    /// PixArt: generate at the closest size of diffusers' aspect-ratio table for the
-    /// transformer's sample size, then resize and crop to the requested size.
-    pub resolution_binning: bool,
-}
-
-impl Default for TextToImage {
-    fn default() -> Self {
-        TextToImage {
-            prompt: Vec::new(),
-            negative_prompt: None,
-            num_inference_steps: 50,
-            guidance_scale: 7.5,
-            guidance_rescale: 0.0,
-            height: None,
-            width: None,
-            num_images_per_prompt: 1,
-            latents: None,
-            eta: 0.0,
-            init_image: None,
-            strength: 0.8,
-            progress: false,
-            max_sequence_length: None,
-            true_cfg_scale: 1.0,
-            skip_guidance_layers: Vec::new(),
-            skip_layer_guidance_scale: 2.8,
-            skip_layer_guidance_start: 0.01,
-            skip_layer_guidance_stop: 0.2,
-            resolution_binning: true,
-        }
-    }
 }
 
 /// `StableDiffusionPipeline` / `StableDiffusionXLPipeline`.
@@ -344,17 +98,8 @@ impl StableDiffusionPipeline {
         // stage's device, the VAE (unless planned elsewhere) on the last's.
         let (unet_w, device) = super::unet_weights(&unet_files, dtype, opts)?;
         let unet = UNet2DConditionModel::load(&unet_w, &unet_cfg)?;
-        let vae_device = opts.vae_device();
         // diffusers runs a `force_upcast` VAE in float32 when the pipeline is float16.
-        let vae_dtype = if dtype == DType::F16 && vae_cfg.force_upcast {
-            DType::F32
-        } else {
-            dtype
-        };
-        let vae = AutoencoderKL::load(
-            &component_weights(&vae_files, vae_dtype, &vae_device)?,
-            &vae_cfg,
-        )?;
+        let vae = load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         let force_zeros_for_empty_prompt = files
             .index
             .extra
@@ -404,19 +149,6 @@ impl StableDiffusionPipeline {
         (h * f, w * f)
     }
 
-    fn negatives(&self, args: &TextToImage) -> Result<Vec<String>> {
-        let n = args.prompt.len();
-        match &args.negative_prompt {
-            None => Ok(vec![String::new(); n]),
-            Some(v) if v.len() == 1 => Ok(vec![v[0].clone(); n]),
-            Some(v) if v.len() == n => Ok(v.clone()),
-            Some(v) => Err(Error::Input(format!(
-                "{} negative prompts for {n} prompts; give one or one per prompt",
-                v.len()
-            ))),
-        }
-    }
-
     /// The prompt embeddings `(positive, negative)` as `encode_prompt` returns them (SD 1.x /
     /// 2.x: the text encoder's last hidden state), one row per prompt.
     pub fn encode_prompt(
@@ -432,7 +164,7 @@ impl StableDiffusionPipeline {
             .encode(&args.prompt, false)?
             .last_hidden_state;
         let neg = if args.guidance_scale > 1.0 {
-            let n = self.text_encoder.encode(&self.negatives(args)?, false)?;
+            let n = self.text_encoder.encode(&negatives(args)?, false)?;
             Some(Conditioning {
                 prompt_embeds: n.last_hidden_state,
                 text_embeds: None,
@@ -451,10 +183,6 @@ impl StableDiffusionPipeline {
         ))
     }
 
-    pub(crate) fn negatives_or_empty(&self, args: &TextToImage) -> Result<Vec<String>> {
-        self.negatives(args)
-    }
-
     fn size(&self, args: &TextToImage) -> (usize, usize) {
         if let Some(img) = &args.init_image {
             if let [_, _, h, w] = img.shape()[..] {
@@ -467,19 +195,7 @@ impl StableDiffusionPipeline {
 
     /// Checks a call's arguments before anything runs.
     pub fn check_inputs(&self, args: &TextToImage) -> Result<()> {
-        if args.prompt.is_empty() {
-            return Err(Error::Input("give at least one prompt".into()));
-        }
-        if args.num_inference_steps == 0 {
-            return Err(Error::Input(
-                "`num_inference_steps` must be at least 1".into(),
-            ));
-        }
-        if args.num_images_per_prompt == 0 {
-            return Err(Error::Input(
-                "`num_images_per_prompt` must be at least 1".into(),
-            ));
-        }
+        check_counts(args)?;
         if !(args.guidance_scale.is_finite() && args.guidance_scale >= 0.0) {
             return Err(Error::Input(format!(
                 "the guidance scale is {}; use 0 or more (above 1 turns on classifier-free guidance)",
@@ -529,7 +245,7 @@ impl StableDiffusionPipeline {
         }
         let (h, w) = self.size(args);
         check_size(h, w, 8.max(self.vae.config().scale_factor()))?;
-        self.negatives(args)?;
+        negatives(args)?;
         Ok(())
     }
 
@@ -657,11 +373,9 @@ impl StableDiffusionPipeline {
             })?;
             let pred = pred.to_dtype(DType::F32)?.to_device(&self.device)?;
             let pred = if guided {
-                let halves = pred.chunk(2, 0)?;
-                let (uncond, text) = (&halves[0], &halves[1]);
-                let mut p = uncond.add(&text.sub(uncond)?.mul(&scale)?)?;
+                let (mut p, text) = guide(&pred, &scale)?;
                 if args.guidance_rescale > 0.0 {
-                    p = rescale_noise_cfg(&p, text, args.guidance_rescale)?;
+                    p = rescale_noise_cfg(&p, &text, args.guidance_rescale)?;
                 }
                 p
             } else {
@@ -678,30 +392,6 @@ impl StableDiffusionPipeline {
     pub fn decode_latents(&self, latents: &Tensor) -> Result<Tensor> {
         decode_latents(&self.vae, latents)
     }
-}
-
-/// Final latents → `[N, H, W, 3]` images in `[0, 1]`: undoes the VAE's latent scaling
-/// (`latents_mean`/`latents_std`, or `scaling_factor` and `shift_factor`) and decodes.
-pub(crate) fn decode_latents(vae: &AutoencoderKL, latents: &Tensor) -> Result<Tensor> {
-    let c = vae.config();
-    let mut z = latents.to_device(&vae.device())?.to_dtype(vae.dtype())?;
-    z = match (&c.latents_mean, &c.latents_std) {
-        (Some(mean), Some(std)) => {
-            let n = mean.len();
-            let d = vae.device();
-            let m = Tensor::from_f64s(mean, &[1, n, 1, 1], z.dtype(), &d)?;
-            let s = Tensor::from_f64s(std, &[1, n, 1, 1], z.dtype(), &d)?;
-            z.mul(&s)?.div_scalar(c.scaling_factor)?.add(&m)?
-        }
-        _ => {
-            let z = z.div_scalar(c.scaling_factor)?;
-            match c.shift_factor {
-                Some(s) => z.add_scalar(s)?,
-                None => z,
-            }
-        }
-    };
-    postprocess(&vae.decode(&z)?)
 }
 
 /// The first step img2img runs: `strength` of the `steps` run (diffusers' `get_timesteps`).

@@ -12,8 +12,12 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::stable_diffusion::{decode_latents, TextEncoder, TextToImage, T5};
-use super::{check_size, pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
+use super::latents::{
+    check_latent_channels, decode_latents, initial_latents, load_vae, repeat_rows,
+};
+use super::text_encoders::{TextEncoder, T5};
+use super::text_to_image::{check_common, check_size, dynamic_mu, guide, negatives, TextToImage};
+use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::transformer_sd3::{
     SD3Transformer2DConfig, SD3Transformer2DModel, SD3TransformerInput,
@@ -90,7 +94,7 @@ impl StableDiffusion3Pipeline {
         };
         let (w, first) = super::transformer_weights(&transformer_files, dtype, opts)?;
         let transformer = SD3Transformer2DModel::load(&w, &cfg)?;
-        let vae = super::load_vae(&vae_files, &vae_cfg, dtype, opts)?;
+        let vae = load_vae(&vae_files, &vae_cfg, dtype, opts)?;
         Ok(StableDiffusion3Pipeline {
             text_encoder,
             text_encoder_2,
@@ -322,9 +326,7 @@ impl StableDiffusion3Pipeline {
             let ts = Tensor::from_f64s(&[t], &[1], DType::F32, &self.device)?;
             let pred = self.predict(&input, &ctx, &pooled, &ts, &[])?;
             let pred = if neg.is_some() {
-                let halves = pred.chunk(2, 0)?;
-                let (uncond, text) = (&halves[0], &halves[1]);
-                let mut p = uncond.add(&text.sub(uncond)?.mul(&scale)?)?;
+                let (mut p, text) = guide(&pred, &scale)?;
                 // diffusers' window: strictly inside (start, stop) of the step count.
                 let i = i as f64;
                 let skip = !args.skip_guidance_layers.is_empty()
@@ -368,133 +370,4 @@ impl StableDiffusion3Pipeline {
         })?;
         Ok(pred.to_dtype(DType::F32)?.to_device(&self.device)?)
     }
-}
-
-/// The VAE's dtype in a pipeline of `dtype`: a `force_upcast` VAE stays float32 under f16.
-pub(crate) fn vae_dtype(dtype: DType, vae: &AutoencoderKLConfig) -> DType {
-    if dtype == DType::F16 && vae.force_upcast {
-        DType::F32
-    } else {
-        dtype
-    }
-}
-
-/// The VAE's `latent_channels` must be what the denoiser takes (`expected`, from its
-/// config field `field`).
-pub(crate) fn check_latent_channels(
-    vae: &AutoencoderKLConfig,
-    expected: usize,
-    field: &str,
-) -> Result<()> {
-    if vae.latent_channels != expected {
-        return Err(Error::Config {
-            path: vae.path.clone(),
-            reason: format!(
-                "the VAE has {} latent channels, but the transformer's `{field}` asks for {expected}: the components come from different models",
-                vae.latent_channels
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// The checks every flow pipeline makes on a call.
-pub(crate) fn check_common(args: &TextToImage) -> Result<()> {
-    if args.prompt.is_empty() {
-        return Err(Error::Input("give at least one prompt".into()));
-    }
-    if args.num_inference_steps == 0 {
-        return Err(Error::Input(
-            "`num_inference_steps` must be at least 1".into(),
-        ));
-    }
-    if args.num_images_per_prompt == 0 {
-        return Err(Error::Input(
-            "`num_images_per_prompt` must be at least 1".into(),
-        ));
-    }
-    for (name, v) in [
-        ("guidance scale", args.guidance_scale),
-        ("true_cfg_scale", args.true_cfg_scale),
-        ("skip_layer_guidance_scale", args.skip_layer_guidance_scale),
-    ] {
-        if !(v.is_finite() && v >= 0.0) {
-            return Err(Error::Input(format!("the {name} is {v}; use 0 or more")));
-        }
-    }
-    if args.max_sequence_length == Some(0) {
-        return Err(Error::Input(
-            "`max_sequence_length` must be at least 1".into(),
-        ));
-    }
-    negatives(args)?;
-    Ok(())
-}
-
-/// One negative prompt per prompt (the empty prompt when none is given).
-pub(crate) fn negatives(args: &TextToImage) -> Result<Vec<String>> {
-    let n = args.prompt.len();
-    match &args.negative_prompt {
-        None => Ok(vec![String::new(); n]),
-        Some(v) if v.len() == 1 => Ok(vec![v[0].clone(); n]),
-        Some(v) if v.len() == n => Ok(v.clone()),
-        Some(v) => Err(Error::Input(format!(
-            "{} negative prompts for {n} prompts; give one or one per prompt",
-            v.len()
-        ))),
-    }
-}
-
-/// Each row of `t` repeated `n` times in place (`num_images_per_prompt`).
-pub(crate) fn repeat_rows(t: &Tensor, n: usize) -> Result<Tensor> {
-    Ok(if n == 1 {
-        t.clone()
-    } else {
-        t.repeat_interleave(n, 0)?
-    })
-}
-
-/// The call's latents (checked against `shape`) or a fresh draw, float32 on `device`.
-pub(crate) fn initial_latents(
-    args: &TextToImage,
-    shape: &[usize],
-    device: &Device,
-    noise: &mut Noise,
-) -> Result<Tensor> {
-    match &args.latents {
-        Some(l) if l.shape() != shape => Err(Error::Shape(format!(
-            "the latents are {:?}; this size and batch need {shape:?}",
-            l.shape()
-        ))),
-        Some(l) => Ok(l.to_device(device)?.to_dtype(DType::F32)?),
-        None => noise.randn(shape, device),
-    }
-}
-
-/// `mu` of `use_dynamic_shifting` schedulers for `seq` image tokens (diffusers'
-/// `calculate_shift` over the scheduler config's `base/max_image_seq_len` and
-/// `base/max_shift`), `None` when the scheduler shifts statically.
-pub(crate) fn dynamic_mu(config: &SchedulerConfig, seq: usize) -> Option<f64> {
-    let f = &config.fields;
-    if f.get("use_dynamic_shifting").and_then(|v| v.as_bool()) != Some(true) {
-        return None;
-    }
-    // SD3's pipeline falls back to a max_shift of 1.16 where Flux's uses 1.15; diffusers'
-    // schedulers always save the field.
-    Some(calculate_shift(config, seq, 1.16))
-}
-
-/// diffusers' `calculate_shift`: `mu` linear in the token count between the config's
-/// `(base_image_seq_len, base_shift)` and `(max_image_seq_len, max_shift)`.
-pub(crate) fn calculate_shift(config: &SchedulerConfig, seq: usize, max_shift: f64) -> f64 {
-    let f = &config.fields;
-    let num = |k: &str, d: f64| f.get(k).and_then(|v| v.as_f64()).unwrap_or(d);
-    let (base_len, max_len) = (
-        num("base_image_seq_len", 256.0),
-        num("max_image_seq_len", 4096.0),
-    );
-    let (base, max) = (num("base_shift", 0.5), num("max_shift", max_shift));
-    let m = (max - base) / (max_len - base_len);
-    let b = base - m * base_len;
-    seq as f64 * m + b
 }

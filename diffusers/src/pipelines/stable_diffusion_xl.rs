@@ -10,7 +10,9 @@
 
 use zoo_runtime::{DType, Tensor};
 
-use super::stable_diffusion::{Conditioning, StableDiffusionPipeline, TextEncoder, TextToImage};
+use super::stable_diffusion::{Conditioning, StableDiffusionPipeline};
+use super::text_encoders::TextEncoder;
+use super::text_to_image::{negatives, TextToImage};
 use crate::{Error, Result};
 
 fn encode_both(p: &StableDiffusionPipeline, texts: &[String]) -> Result<(Tensor, Tensor)> {
@@ -87,7 +89,7 @@ pub(crate) fn encode_prompt(
             time_ids: Some(time_ids),
         }
     } else {
-        let (e, pl) = encode_both(p, &p.negatives_or_empty(args)?)?;
+        let (e, pl) = encode_both(p, &negatives(args)?)?;
         Conditioning {
             prompt_embeds: e,
             text_embeds: Some(pl),

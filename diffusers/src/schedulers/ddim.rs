@@ -9,7 +9,7 @@ use super::schedule::{
     integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
-use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
+use super::{divide, require_noise, scale, Scheduler, StepInput};
 use crate::{Error, Result};
 
 const CLASS: &str = "DDIMScheduler";
@@ -78,9 +78,8 @@ impl DDIMScheduler {
 
 impl Scheduler for DDIMScheduler {
     fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
         let ac = &self.schedule.alphas_cumprod;
-        super::add_noise_alphas(CLASS, ac, self.timesteps[step], original, noise)
+        super::add_noise_alphas(CLASS, ac, &self.timesteps, step, original, noise)
     }
 
     fn class_name(&self) -> &'static str {
@@ -103,14 +102,6 @@ impl Scheduler for DDIMScheduler {
         &self.timesteps
     }
 
-    fn init_noise_sigma(&self) -> f64 {
-        1.0
-    }
-
-    fn scale_model_input(&self, sample: &Tensor, _step: usize) -> Result<Tensor> {
-        Ok(sample.clone())
-    }
-
     fn needs_noise(&self, _step: usize) -> bool {
         self.eta > 0.0
     }
@@ -120,15 +111,8 @@ impl Scheduler for DDIMScheduler {
         true
     }
 
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
-        check_float(CLASS, sample)?;
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, noise) = x.parts();
         let c = &self.config;
         let t = self.timesteps[step] as i64;
         let prev = t - (c.noise.num_train_timesteps / self.timesteps.len()) as i64;

@@ -9,7 +9,7 @@ use super::schedule::{
     integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
-use super::{check_float, check_step, coef, divide, require_noise, scale, Scheduler};
+use super::{coef, divide, require_noise, scale, Scheduler, StepInput};
 use crate::{Error, Result};
 
 const CLASS: &str = "DDPMScheduler";
@@ -103,9 +103,8 @@ impl DDPMScheduler {
 
 impl Scheduler for DDPMScheduler {
     fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
         let ac = &self.schedule.alphas_cumprod;
-        super::add_noise_alphas(CLASS, ac, self.timesteps[step], original, noise)
+        super::add_noise_alphas(CLASS, ac, &self.timesteps, step, original, noise)
     }
 
     fn class_name(&self) -> &'static str {
@@ -128,27 +127,12 @@ impl Scheduler for DDPMScheduler {
         &self.timesteps
     }
 
-    fn init_noise_sigma(&self) -> f64 {
-        1.0
-    }
-
-    fn scale_model_input(&self, sample: &Tensor, _step: usize) -> Result<Tensor> {
-        Ok(sample.clone())
-    }
-
     fn needs_noise(&self, step: usize) -> bool {
         self.timesteps.get(step).is_some_and(|&t| t > 0.0)
     }
 
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
-        check_float(CLASS, sample)?;
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, noise) = x.parts();
         let c = &self.config;
         let learned = matches!(
             c.variance_type,

@@ -12,7 +12,7 @@ use super::schedule::{
     BetaSchedule, NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
-use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
+use super::{check_step, divide, require_noise, scale, Scheduler, StepInput};
 use crate::{Error, Result};
 
 const CLASS: &str = "DPMSolverMultistepScheduler";
@@ -464,10 +464,8 @@ impl Scheduler for DPMSolverMultistepScheduler {
         super::add_noise_scaled(original, noise, alpha, sigma)
     }
 
-    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
-        check_step(CLASS, begin, self.timesteps.len())?;
+    fn restart_at(&mut self, begin: usize) {
         self.next_step = begin;
-        Ok(())
     }
 
     fn class_name(&self) -> &'static str {
@@ -584,34 +582,14 @@ impl Scheduler for DPMSolverMultistepScheduler {
         Some(&self.sigmas)
     }
 
-    fn init_noise_sigma(&self) -> f64 {
-        1.0
-    }
-
-    fn scale_model_input(&self, sample: &Tensor, _step: usize) -> Result<Tensor> {
-        Ok(sample.clone())
-    }
-
     fn needs_noise(&self, _step: usize) -> bool {
         self.config.algorithm_type.sde()
     }
 
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, noise) = x.parts();
         let n = self.timesteps.len();
-        check_step(CLASS, step, n)?;
-        check_float(CLASS, sample)?;
-        if step != self.next_step {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: steps run in order; expected step {}, got {step} (set_timesteps restarts)",
-                self.next_step
-            )));
-        }
+        super::check_order(CLASS, step, self.next_step)?;
         let c = &self.config;
         let short = n < 15;
         let lower_final = step == n - 1

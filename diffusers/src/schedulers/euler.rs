@@ -11,7 +11,7 @@ use super::schedule::{
     exponential_sigmas, interp, karras_sigmas, linspace_f32, sigma_to_t, spaced_timesteps,
     NoiseConfig, NoiseSchedule, PredictionType, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
-use super::{check_float, check_step, divide, require_noise, scale, Scheduler};
+use super::{check_step, divide, require_noise, scale, Scheduler, StepInput};
 use crate::{Error, Result};
 
 /// `interpolation_type`: how sigmas are taken at the inference timesteps.
@@ -281,19 +281,8 @@ impl Scheduler for EulerDiscreteScheduler {
         self.sigmas.scale_model_input(EULER, sample, step)
     }
 
-    fn needs_noise(&self, _step: usize) -> bool {
-        false
-    }
-
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        _noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        check_step(EULER, step, self.model_timesteps.len())?;
-        check_float(EULER, sample)?;
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, _) = x.parts();
         let sample = sample.to_dtype(DType::F32)?;
         // `s_churn` is 0 in every pipeline call, so sigma_hat is sigma.
         let sigma = self.sigmas.sigmas[step];
@@ -395,15 +384,8 @@ impl Scheduler for EulerAncestralDiscreteScheduler {
         true
     }
 
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        check_step(ANCESTRAL, step, self.sigmas.timesteps.len())?;
-        check_float(ANCESTRAL, sample)?;
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, noise) = x.parts();
         let noise = require_noise(ANCESTRAL, noise, sample)?;
         let sample = sample.to_dtype(DType::F32)?;
         let (from, to) = (self.sigmas.sigmas[step], self.sigmas.sigmas[step + 1]);

@@ -12,7 +12,7 @@ use zoo_runtime::Tensor;
 
 use super::schedule::{exponential_sigmas, karras_sigmas, linspace_f64, SigmaKind, SigmaSpacing};
 use super::{
-    add_noise_scaled, check_float, check_step, require_noise, scale, Scheduler, TimestepOptions,
+    add_noise_scaled, check_step, require_noise, scale, Scheduler, StepInput, TimestepOptions,
 };
 use crate::{Error, Result};
 
@@ -272,10 +272,6 @@ impl Scheduler for FlowMatchEulerDiscreteScheduler {
         Some(&self.sigmas)
     }
 
-    fn init_noise_sigma(&self) -> f64 {
-        1.0
-    }
-
     fn scale_model_input(&self, sample: &Tensor, step: usize) -> Result<Tensor> {
         check_step(CLASS, step, self.timesteps.len())?;
         Ok(sample.clone())
@@ -292,15 +288,8 @@ impl Scheduler for FlowMatchEulerDiscreteScheduler {
         self.config.stochastic_sampling
     }
 
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
-        check_float(CLASS, sample)?;
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, noise) = x.parts();
         let (sigma, next) = (self.sigmas[step], self.sigmas[step + 1]);
         let dtype = model_output.dtype();
         let x = sample.to_dtype(zoo_runtime::DType::F32)?;

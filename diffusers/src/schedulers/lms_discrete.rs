@@ -10,7 +10,7 @@ use super::schedule::{
     exponential_sigmas, interp, karras_sigmas, sigma_to_t, spaced_timesteps, NoiseConfig,
     NoiseSchedule, PredictionType, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
-use super::{check_float, check_step, divide, scale, Scheduler};
+use super::{check_step, divide, scale, Scheduler, StepInput};
 use crate::{Error, Result};
 
 const CLASS: &str = "LMSDiscreteScheduler";
@@ -118,10 +118,8 @@ impl Scheduler for LMSDiscreteScheduler {
         super::add_noise_scaled(original, noise, 1.0, sigmas[step])
     }
 
-    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
-        check_step(CLASS, begin, self.timesteps.len())?;
+    fn restart_at(&mut self, begin: usize) {
         self.next_step = begin;
-        Ok(())
     }
 
     fn class_name(&self) -> &'static str {
@@ -190,25 +188,9 @@ impl Scheduler for LMSDiscreteScheduler {
         divide(sample, (s * s + 1.0).sqrt())
     }
 
-    fn needs_noise(&self, _step: usize) -> bool {
-        false
-    }
-
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        _noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
-        check_float(CLASS, sample)?;
-        if step != self.next_step {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: steps run in order; expected step {}, got {step} (set_timesteps restarts)",
-                self.next_step
-            )));
-        }
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, _) = x.parts();
+        super::check_order(CLASS, step, self.next_step)?;
         let sigma = self.sigmas[step];
         let x0 = match self.config.prediction_type {
             PredictionType::Epsilon => sample.sub(&scale(model_output, sigma)?)?,

@@ -23,6 +23,7 @@ mod unipc_multistep;
 
 use std::path::Path;
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use zoo_runtime::{DType, Tensor};
 
@@ -66,10 +67,15 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     fn sigmas(&self) -> Option<&[f32]> {
         None
     }
-    /// What the initial Gaussian noise is multiplied by.
-    fn init_noise_sigma(&self) -> f64;
-    /// The model's input at step `step` (sigma schedulers divide by `sqrt(sigma^2 + 1)`).
-    fn scale_model_input(&self, sample: &Tensor, step: usize) -> Result<Tensor>;
+    /// What the initial Gaussian noise is multiplied by (1 but for the sigma schedulers).
+    fn init_noise_sigma(&self) -> f64 {
+        1.0
+    }
+    /// The model's input at step `step`: the sample itself but for the sigma schedulers,
+    /// which divide by `sqrt(sigma^2 + 1)`.
+    fn scale_model_input(&self, sample: &Tensor, _step: usize) -> Result<Tensor> {
+        Ok(sample.clone())
+    }
     /// Sets DDIM's `eta` (the pipelines' `eta` argument); false for schedulers without one,
     /// which ignore it, as diffusers' pipelines pass it only where `step` takes it.
     fn set_eta(&mut self, _eta: f32) -> bool {
@@ -79,22 +85,62 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     /// first steps, diffusers' `set_begin_index`): the next `step` call is step `begin`, with
     /// the multistep history empty. Call after `set_timesteps`.
     fn set_begin_index(&mut self, begin: usize) -> Result<()> {
-        check_step(self.class_name(), begin, self.timesteps().len())
+        check_step(self.class_name(), begin, self.timesteps().len())?;
+        self.restart_at(begin);
+        Ok(())
     }
+    /// Where [`Scheduler::set_begin_index`] restarts a multistep scheduler's history (the
+    /// others keep none).
+    fn restart_at(&mut self, _begin: usize) {}
     /// `add_noise`: `original` noised to the level of step `step` (img2img's starting
     /// latents), as diffusers' `add_noise` at `timesteps()[step]`.
     fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor>;
     /// Whether step `step` adds noise (the caller then passes `noise` of the sample's shape).
-    fn needs_noise(&self, step: usize) -> bool;
+    fn needs_noise(&self, _step: usize) -> bool {
+        false
+    }
     /// The sample after step `step`, from the model's output at `timesteps()[step]`. Steps run
-    /// in order from 0.
+    /// in order from 0. Checks the step index and the sample's dtype, then runs
+    /// [`Scheduler::step_checked`].
     fn step(
         &mut self,
         model_output: &Tensor,
         step: usize,
         sample: &Tensor,
         noise: Option<&Tensor>,
-    ) -> Result<Tensor>;
+    ) -> Result<Tensor> {
+        check_step(self.class_name(), step, self.timesteps().len())?;
+        check_float(self.class_name(), sample)?;
+        self.step_checked(StepInput {
+            model_output,
+            step,
+            sample,
+            noise,
+        })
+    }
+    /// The scheduler's own update of [`Scheduler::step`], on a step index within the
+    /// timesteps set and a floating-point sample.
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor>;
+}
+
+/// The arguments of one [`Scheduler::step`].
+#[derive(Clone, Copy, Debug)]
+pub struct StepInput<'a> {
+    /// The model's output at `timesteps()[step]`.
+    pub model_output: &'a Tensor,
+    /// The index of the step in `timesteps()`.
+    pub step: usize,
+    /// The current sample.
+    pub sample: &'a Tensor,
+    /// The noise the step draws, when [`Scheduler::needs_noise`] says it does.
+    pub noise: Option<&'a Tensor>,
+}
+
+impl<'a> StepInput<'a> {
+    /// `(model_output, step, sample, noise)`.
+    pub fn parts(self) -> (&'a Tensor, usize, &'a Tensor, Option<&'a Tensor>) {
+        (self.model_output, self.step, self.sample, self.noise)
+    }
 }
 
 /// What a pipeline may pass to [`Scheduler::set_timesteps_with`] beyond the step count.
@@ -206,39 +252,20 @@ impl SchedulerConfig {
 
     /// Builds the scheduler its `_class_name` names.
     pub fn build(&self) -> Result<Box<dyn Scheduler>> {
-        let bad = |e: serde_json::Error| Error::Config {
-            path: self.path.clone(),
-            reason: format!("{}: {e}", self.class_name),
-        };
-        let f = &self.fields;
         Ok(match self.class_name.as_str() {
-            "DDPMScheduler" => Box::new(DDPMScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "DDIMScheduler" => Box::new(DDIMScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "PNDMScheduler" => Box::new(PNDMScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "EulerDiscreteScheduler" => Box::new(EulerDiscreteScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "EulerAncestralDiscreteScheduler" => Box::new(EulerAncestralDiscreteScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "DPMSolverMultistepScheduler" => Box::new(DPMSolverMultistepScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "LMSDiscreteScheduler" => Box::new(LMSDiscreteScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "UniPCMultistepScheduler" => Box::new(UniPCMultistepScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
-            "FlowMatchEulerDiscreteScheduler" => Box::new(FlowMatchEulerDiscreteScheduler::new(
-                serde_json::from_value(f.clone()).map_err(bad)?,
-            )?),
+            "DDPMScheduler" => self.build_with(DDPMScheduler::new)?,
+            "DDIMScheduler" => self.build_with(DDIMScheduler::new)?,
+            "PNDMScheduler" => self.build_with(PNDMScheduler::new)?,
+            "EulerDiscreteScheduler" => self.build_with(EulerDiscreteScheduler::new)?,
+            "EulerAncestralDiscreteScheduler" => {
+                self.build_with(EulerAncestralDiscreteScheduler::new)?
+            }
+            "DPMSolverMultistepScheduler" => self.build_with(DPMSolverMultistepScheduler::new)?,
+            "LMSDiscreteScheduler" => self.build_with(LMSDiscreteScheduler::new)?,
+            "UniPCMultistepScheduler" => self.build_with(UniPCMultistepScheduler::new)?,
+            "FlowMatchEulerDiscreteScheduler" => {
+                self.build_with(FlowMatchEulerDiscreteScheduler::new)?
+            }
             other => {
                 return Err(Error::Config {
                     path: self.path.clone(),
@@ -249,6 +276,20 @@ impl SchedulerConfig {
                 })
             }
         })
+    }
+}
+
+impl SchedulerConfig {
+    /// The scheduler `new` builds from the config's fields read as its config type.
+    fn build_with<C: DeserializeOwned, S: Scheduler + 'static>(
+        &self,
+        new: fn(C) -> Result<S>,
+    ) -> Result<Box<dyn Scheduler>> {
+        let config = serde_json::from_value(self.fields.clone()).map_err(|e| Error::Config {
+            path: self.path.clone(),
+            reason: format!("{}: {e}", self.class_name),
+        })?;
+        Ok(Box::new(new(config)?))
     }
 }
 
@@ -313,15 +354,18 @@ fn divide(x: &Tensor, a: f32) -> Result<Tensor> {
     Ok(x.div(&coef(a, x)?)?)
 }
 
-/// `sqrt(acp) * x + sqrt(1 - acp) * noise` at training timestep `t` (the alpha-based
-/// schedulers' `add_noise`, in float32 as diffusers computes it).
+/// `sqrt(acp) * x + sqrt(1 - acp) * noise` at the training timestep of step `step` of
+/// `timesteps` (the alpha-based schedulers' `add_noise`, in float32 as diffusers computes it).
 fn add_noise_alphas(
     class: &str,
     alphas_cumprod: &[f32],
-    t: f64,
+    timesteps: &[f64],
+    step: usize,
     x: &Tensor,
     noise: &Tensor,
 ) -> Result<Tensor> {
+    check_step(class, step, timesteps.len())?;
+    let t = timesteps[step];
     let a = *alphas_cumprod.get(t as usize).ok_or_else(|| {
         Error::Scheduler(format!(
             "{class}: timestep {t} is outside the training schedule"
@@ -372,6 +416,16 @@ fn check_step(class: &str, step: usize, steps: usize) -> Result<()> {
     if step >= steps {
         return Err(Error::Scheduler(format!(
             "{class}: step {step} is past the {steps} timesteps set"
+        )));
+    }
+    Ok(())
+}
+
+/// Multistep schedulers keep a history: step `step` must be the `expected` next one.
+fn check_order(class: &str, step: usize, expected: usize) -> Result<()> {
+    if step != expected {
+        return Err(Error::Scheduler(format!(
+            "{class}: steps run in order; expected step {expected}, got {step} (set_timesteps restarts)"
         )));
     }
     Ok(())

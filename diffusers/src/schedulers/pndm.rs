@@ -9,7 +9,7 @@ use super::defaults::{epsilon, leading};
 use super::schedule::{
     integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
-use super::{check_float, check_step, divide, scale, Scheduler};
+use super::{divide, scale, Scheduler, StepInput};
 use crate::{Error, Result};
 
 const CLASS: &str = "PNDMScheduler";
@@ -189,15 +189,12 @@ impl PNDMScheduler {
 
 impl Scheduler for PNDMScheduler {
     fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
         let ac = &self.schedule.alphas_cumprod;
-        super::add_noise_alphas(CLASS, ac, self.timesteps[step], original, noise)
+        super::add_noise_alphas(CLASS, ac, &self.timesteps, step, original, noise)
     }
 
-    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
-        check_step(CLASS, begin, self.timesteps.len())?;
+    fn restart_at(&mut self, begin: usize) {
         self.begin = begin;
-        Ok(())
     }
 
     fn class_name(&self) -> &'static str {
@@ -264,33 +261,9 @@ impl Scheduler for PNDMScheduler {
         &self.timesteps
     }
 
-    fn init_noise_sigma(&self) -> f64 {
-        1.0
-    }
-
-    fn scale_model_input(&self, sample: &Tensor, _step: usize) -> Result<Tensor> {
-        Ok(sample.clone())
-    }
-
-    fn needs_noise(&self, _step: usize) -> bool {
-        false
-    }
-
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        _noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
-        check_float(CLASS, sample)?;
-        if step != self.begin + self.counter {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: steps run in order; expected step {}, got {step} (set_timesteps restarts)",
-                self.begin + self.counter
-            )));
-        }
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, _) = x.parts();
+        super::check_order(CLASS, step, self.begin + self.counter)?;
         let t = self.timesteps[step] as i64;
         let out = if self.counter < self.prk_timesteps.len() && !self.config.skip_prk_steps {
             self.step_prk(model_output, t, sample)?

@@ -13,7 +13,7 @@ use super::schedule::{
     BetaSchedule, NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
-use super::{check_float, check_step, divide, scale, Scheduler};
+use super::{check_step, divide, scale, Scheduler, StepInput};
 use crate::{Error, Result};
 
 const CLASS: &str = "UniPCMultistepScheduler";
@@ -401,10 +401,8 @@ impl Scheduler for UniPCMultistepScheduler {
         super::add_noise_scaled(original, noise, alpha, sigma)
     }
 
-    fn set_begin_index(&mut self, begin: usize) -> Result<()> {
-        check_step(CLASS, begin, self.timesteps.len())?;
+    fn restart_at(&mut self, begin: usize) {
         self.next_step = begin;
-        Ok(())
     }
 
     fn class_name(&self) -> &'static str {
@@ -514,34 +512,10 @@ impl Scheduler for UniPCMultistepScheduler {
         Some(&self.sigmas)
     }
 
-    fn init_noise_sigma(&self) -> f64 {
-        1.0
-    }
-
-    fn scale_model_input(&self, sample: &Tensor, _step: usize) -> Result<Tensor> {
-        Ok(sample.clone())
-    }
-
-    fn needs_noise(&self, _step: usize) -> bool {
-        false
-    }
-
-    fn step(
-        &mut self,
-        model_output: &Tensor,
-        step: usize,
-        sample: &Tensor,
-        _noise: Option<&Tensor>,
-    ) -> Result<Tensor> {
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, _) = x.parts();
         let n = self.timesteps.len();
-        check_step(CLASS, step, n)?;
-        check_float(CLASS, sample)?;
-        if step != self.next_step {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: steps run in order; expected step {}, got {step} (set_timesteps restarts)",
-                self.next_step
-            )));
-        }
+        super::check_order(CLASS, step, self.next_step)?;
         let converted = self.convert(model_output, sample, step)?;
         let corrects = step > 0 && !self.config.disable_corrector.contains(&(step - 1));
         let sample = match (&self.last_sample, corrects) {
