@@ -68,6 +68,27 @@ pub struct Names {
     pub no_split_modules: &'static [&'static str],
 }
 
+impl Names {
+    /// The registry entry these names make with the family's hooks.
+    pub const fn family(
+        self,
+        validate: fn(&PretrainedConfig) -> Result<()>,
+        layout: fn(&PretrainedConfig) -> Result<Layout>,
+        loaders: Loaders,
+    ) -> Family {
+        Family {
+            model_type: self.model_type,
+            modeling_file: self.modeling_file,
+            architectures: self.architectures,
+            gguf_architectures: self.gguf_architectures,
+            no_split_modules: self.no_split_modules,
+            validate,
+            layout,
+            loaders,
+        }
+    }
+}
+
 impl Architecture {
     /// The class `name` serving `task`.
     pub const fn new(name: &'static str, task: Task) -> Architecture {

@@ -57,19 +57,14 @@ pub(crate) trait Switches {
 
 /// The registry entry of a family on this block with `F`'s switches.
 pub(crate) const fn family<F: Switches>(names: Names) -> Family {
-    Family {
-        model_type: names.model_type,
-        modeling_file: names.modeling_file,
-        architectures: names.architectures,
-        gguf_architectures: names.gguf_architectures,
-        no_split_modules: names.no_split_modules,
-        validate: |c| validate_with(c, F::FEATURES),
-        layout: |c| layout_with(c, F::FEATURES),
-        loaders: Loaders::Decoder {
+    names.family(
+        |c| validate_with(c, F::FEATURES),
+        |c| layout_with(c, F::FEATURES),
+        Loaders::Decoder {
             base: |w, c| load_base_with(w, c, F::FEATURES),
             causal_lm: |w, c| load_causal_lm_with(w, c, F::FEATURES),
         },
-    }
+    )
 }
 
 /// The switches of the Gemma block, per family.

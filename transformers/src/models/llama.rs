@@ -50,41 +50,14 @@ pub(crate) trait Switches {
 /// The registry entry of a family on this decoder with `F`'s switches: its config read and
 /// checked (experts included), planned and loaded as Llama's.
 pub(crate) const fn family<F: Switches>(names: Names) -> Family {
-    Family {
-        model_type: names.model_type,
-        modeling_file: names.modeling_file,
-        architectures: names.architectures,
-        gguf_architectures: names.gguf_architectures,
-        no_split_modules: names.no_split_modules,
-        validate: validate_as::<F>,
-        layout: layout_as::<F>,
-        loaders: Loaders::Decoder {
-            base: load_base_as::<F>,
-            causal_lm: load_causal_lm_as::<F>,
+    names.family(
+        |c| moe::validate_with(c, F::FEATURES),
+        |c| moe::layout_with(c, F::FEATURES),
+        Loaders::Decoder {
+            base: |w, c| load_base_with(w, c, F::FEATURES),
+            causal_lm: |w, c| load_causal_lm_with(w, c, F::FEATURES),
         },
-    }
-}
-
-fn validate_as<F: Switches>(config: &PretrainedConfig) -> Result<()> {
-    moe::validate_with(config, F::FEATURES)
-}
-
-fn layout_as<F: Switches>(config: &PretrainedConfig) -> Result<Layout> {
-    moe::layout_with(config, F::FEATURES)
-}
-
-fn load_base_as<F: Switches>(
-    w: &Weights,
-    config: &PretrainedConfig,
-) -> Result<Box<dyn DecoderModel>> {
-    load_base_with(w, config, F::FEATURES)
-}
-
-fn load_causal_lm_as<F: Switches>(
-    w: &Weights,
-    config: &PretrainedConfig,
-) -> Result<Box<dyn CausalLm>> {
-    load_causal_lm_with(w, config, F::FEATURES)
+    )
 }
 
 /// The planner's view of a Llama-shaped decoder from its config: `model.layers.N` are the
