@@ -9,7 +9,7 @@
 //! join costs the running rows no step of their own: the logits at the last column are every
 //! row's next. A row's tokens stay contiguous in slots, so causal and sliding-window masks hold
 //! in slot order, and positions come from each row's own count. A group of sequences added
-//! together (a [`Cohort`]: one options set, one seeded stream) is picked in row order from that
+//! together (a cohort: one options set, one seeded stream) is picked in row order from that
 //! stream, as transformers picks a batch; on compiled devices a lone cohort samples on the
 //! device and runs one step ahead of the host (see [`Engine::step`]).
 //!
