@@ -7,8 +7,10 @@
 //! one forward pass serves the batch. A step feeds each running row its last token and each
 //! joining row its whole prompt, left-padded to one width (padding masked out), so that a
 //! join costs the running rows no step of their own: the logits at the last column are every
-//! row's next. A row's tokens stay contiguous in slots, so causal and sliding-window masks hold
-//! in slot order, and positions come from each row's own count. A group of sequences added
+//! row's next. Slot order is each row's token order, so the causal mask holds in slots;
+//! positions come from each row's own count, and a sliding window counts a row's real tokens
+//! (the padding a join leaves between them does not narrow it; ring layers, which keep the
+//! last `window` slots, serve only a cohort that nothing joins). A group of sequences added
 //! together (a cohort: one options set, one seeded stream) is picked in row order from that
 //! stream, as transformers picks a batch; on compiled devices a lone cohort samples on the
 //! device and runs one step ahead of the host (see [`Engine::step`]).
