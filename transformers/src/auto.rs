@@ -615,25 +615,13 @@ impl CausalLMBuilder {
 
     /// Loads the model.
     pub fn load(self) -> Result<TextGenerator> {
-        let started = Instant::now();
-        let pretrained = open(&self.repo_or_path, self.opts.revision.as_deref())?;
-        let cfg = AutoConfig::from_config(pretrained.config()?)?;
-        let Loaders::Decoder { causal_lm, .. } = cfg.family.loaders else {
-            return Err(cfg.wrong_kind("AutoModelForCausalLM"));
+        let pick = |l: Loaders| match l {
+            Loaders::Decoder { causal_lm, .. } => Some(causal_lm),
+            _ => None,
         };
-        // The tokenizer first: its build's scratch goes back to the system before the
-        // weights arrive, so the two never peak together.
-        let text = TextSide::load(&pretrained, &cfg)?;
-        let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
-        // A GGUF's header (its vocabulary and merges as parsed: 3 MiB for a 49k-token
-        // vocabulary) is not needed past here either.
-        drop(pretrained);
-        zoo_runtime::cpu::release_freed_heap();
-        let model = causal_lm(&w, &cfg.pretrained);
-        source.finish();
-        let model = model?;
+        let (model, cfg, text, mut report) =
+            load_generator(&self.repo_or_path, &self.opts, "AutoModelForCausalLM", pick)?;
         report.devices = model.model().devices();
-        report.seconds = started.elapsed().as_secs_f64();
         Ok(TextGenerator {
             model,
             config: cfg,
@@ -645,6 +633,37 @@ impl CausalLMBuilder {
             report,
         })
     }
+}
+
+/// Opens `repo_or_path` and loads a generating model with the loader `pick` finds in its
+/// family (`asked` names the class in the error when there is none), with its tokenizer side
+/// and the load's report (its `seconds` counted to the end of the load; its `devices` are
+/// the caller's to fill).
+fn load_generator<M>(
+    repo_or_path: &str,
+    opts: &LoadOptions,
+    asked: &'static str,
+    pick: impl FnOnce(Loaders) -> Option<fn(&Weights, &zoo_hub::PretrainedConfig) -> Result<M>>,
+) -> Result<(M, AutoConfig, TextSide, LoadReport)> {
+    let started = Instant::now();
+    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let Some(load) = pick(cfg.family.loaders) else {
+        return Err(cfg.wrong_kind(asked));
+    };
+    // The tokenizer first: its build's scratch goes back to the system before the weights
+    // arrive, so the two never peak together.
+    let text = TextSide::load(&pretrained, &cfg)?;
+    let (w, source, mut report) = open_weights(&pretrained, &cfg, opts)?;
+    // A GGUF's header (its vocabulary and merges as parsed: 3 MiB for a 49k-token
+    // vocabulary) is not needed past here either.
+    drop(pretrained);
+    zoo_runtime::cpu::release_freed_heap();
+    let model = load(&w, &cfg.pretrained);
+    source.finish();
+    let model = model?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok((model, cfg, text, report))
 }
 
 /// What text generation needs beside the model: the tokenizer and its config, the
@@ -920,19 +939,16 @@ impl Seq2SeqLMBuilder {
 
     /// Loads the model.
     pub fn load(self) -> Result<Text2TextGenerator> {
-        let started = Instant::now();
-        let pretrained = open(&self.repo_or_path, self.opts.revision.as_deref())?;
-        let cfg = AutoConfig::from_config(pretrained.config()?)?;
-        let Loaders::Seq2Seq { seq2seq, .. } = cfg.family.loaders else {
-            return Err(cfg.wrong_kind("AutoModelForSeq2SeqLM"));
+        let pick = |l: Loaders| match l {
+            Loaders::Seq2Seq { seq2seq, .. } => Some(seq2seq),
+            _ => None,
         };
-        let text = TextSide::load(&pretrained, &cfg)?;
-        let (w, source, mut report) = open_weights(&pretrained, &cfg, &self.opts)?;
-        drop(pretrained);
-        zoo_runtime::cpu::release_freed_heap();
-        let model = seq2seq(&w, &cfg.pretrained);
-        source.finish();
-        let model = model?;
+        let (model, cfg, text, mut report) = load_generator(
+            &self.repo_or_path,
+            &self.opts,
+            "AutoModelForSeq2SeqLM",
+            pick,
+        )?;
         report.devices = model.devices();
         // generation_config.json may name another start token than config.json.
         let decoder_start = text
@@ -942,7 +958,6 @@ impl Seq2SeqLMBuilder {
             .and_then(serde_json::Value::as_u64)
             .and_then(|id| u32::try_from(id).ok())
             .unwrap_or_else(|| model.decoder_start_token_id());
-        report.seconds = started.elapsed().as_secs_f64();
         Ok(Text2TextGenerator {
             model,
             config: cfg,
