@@ -12,9 +12,7 @@ use zoo_runtime::{DType, Device};
 
 use crate::chat::{ChatTemplate, Message};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
-use crate::kinds::{
-    CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, ImageTower, Seq2SeqLm, TextTower,
-};
+use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, Seq2SeqLm};
 use crate::loading::HubSource;
 use crate::placement;
 use crate::registry::{self, Family, Loaders, Task};
@@ -385,7 +383,7 @@ pub(crate) fn load_encoder(
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
             let m = load(&w, &cfg.pretrained);
             source.finish();
-            Box::new(TextTower(m?))
+            m?.into_text()
         }
         _ => return Err(cfg.wrong_kind(task.auto_class())),
     };
@@ -430,7 +428,7 @@ pub(crate) fn load_image_encoder(
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
             let m = load(&w, &cfg.pretrained);
             source.finish();
-            Box::new(ImageTower(m?))
+            m?.into_vision()
         }
         _ => return Err(cfg.wrong_kind(task.auto_class())),
     };

@@ -292,73 +292,11 @@ pub trait ImageTextModel: Send + Sync + Debug {
     fn vision(&self) -> &dyn ImageEncoder;
     /// Both towers and their similarity logits.
     fn forward(&self, text: EncoderArgs<'_>, image: ImageArgs<'_>) -> Result<ImageTextOutput>;
-}
-
-/// The projected text tower of an image-text model, owned: what text embedding takes from
-/// a `CLIPModel` checkpoint.
-#[derive(Debug)]
-pub struct TextTower(pub Box<dyn ImageTextModel>);
-
-impl Encoder for TextTower {
-    fn dtype(&self) -> DType {
-        self.0.text().dtype()
-    }
-    fn device(&self) -> Device {
-        self.0.text().device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.0.text().devices()
-    }
-    fn vocab_size(&self) -> usize {
-        self.0.text().vocab_size()
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.0.text().max_position_embeddings()
-    }
-    fn head(&self) -> &EncoderHead {
-        self.0.text().head()
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.0.text().hidden_state_modules()
-    }
-    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        self.0.text().forward(args)
-    }
-    fn projects(&self) -> bool {
-        self.0.text().projects()
-    }
-}
-
-/// The projected vision tower of an image-text model, owned: what image embedding takes
-/// from a `CLIPModel` checkpoint.
-#[derive(Debug)]
-pub struct ImageTower(pub Box<dyn ImageTextModel>);
-
-impl ImageEncoder for ImageTower {
-    fn dtype(&self) -> DType {
-        self.0.vision().dtype()
-    }
-    fn device(&self) -> Device {
-        self.0.vision().device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.0.vision().devices()
-    }
-    fn image_size(&self) -> (usize, usize) {
-        self.0.vision().image_size()
-    }
-    fn head(&self) -> &EncoderHead {
-        self.0.vision().head()
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.0.vision().hidden_state_modules()
-    }
-    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
-        self.0.vision().forward(args)
-    }
-    fn projects(&self) -> bool {
-        self.0.vision().projects()
-    }
+    /// The projected text tower alone, the vision tower dropped (what text embedding keeps of
+    /// a `CLIPModel` checkpoint).
+    fn into_text(self: Box<Self>) -> Box<dyn Encoder>;
+    /// The projected vision tower alone, the text tower dropped.
+    fn into_vision(self: Box<Self>) -> Box<dyn ImageEncoder>;
 }
 
 /// An encoder-decoder language model (T5): the encoder runs once over the prompt, the

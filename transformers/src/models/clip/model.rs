@@ -162,6 +162,14 @@ impl ImageTextModel for CLIPModel {
         &self.vision
     }
 
+    fn into_text(self: Box<Self>) -> Box<dyn Encoder> {
+        Box::new(self.text)
+    }
+
+    fn into_vision(self: Box<Self>) -> Box<dyn ImageEncoder> {
+        Box::new(self.vision)
+    }
+
     fn forward(&self, text: EncoderArgs<'_>, image: ImageArgs<'_>) -> Result<ImageTextOutput> {
         let mut text_out = self.text.project(text)?;
         let mut vision_out = self.vision.project(image)?;
