@@ -2,8 +2,8 @@
 //! registry entries, as transformers has three configs: the text tower (`clip_text_model`:
 //! `CLIPTextModel`, `CLIPTextModelWithProjection`), the vision tower (`clip_vision_model`:
 //! `CLIPVisionModel`, `CLIPVisionModelWithProjection`) and both with their projections and
-//! temperature (`clip`: `CLIPModel`). Both towers are the same pre-norm encoder
-//! (`EncoderLayer`); they differ in their embeddings, mask and pooling.
+//! temperature (`clip`: `CLIPModel`). Both towers run the same `CLIPEncoder` (pre-norm
+//! `EncoderLayer`s); they differ in their embeddings, mask and pooling.
 
 mod model;
 mod text;
@@ -18,7 +18,7 @@ pub(crate) use text::FAMILY;
 pub(crate) use vision::FAMILY as VISION_FAMILY;
 
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
-use zoo_runtime::{Activation, SdpaOptions, Tensor};
+use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::Result;
 
@@ -75,7 +75,7 @@ impl Attention {
 
 /// `CLIPEncoderLayer`: pre-norm attention and MLP, each added to the residual stream.
 #[derive(Clone, Debug)]
-pub(crate) struct EncoderLayer {
+struct EncoderLayer {
     layer_norm1: LayerNorm,
     self_attn: Attention,
     layer_norm2: LayerNorm,
@@ -85,7 +85,7 @@ pub(crate) struct EncoderLayer {
 }
 
 impl EncoderLayer {
-    pub(crate) fn load(w: &Weights, s: &LayerSpec<'_>) -> Result<EncoderLayer> {
+    fn load(w: &Weights, s: &LayerSpec<'_>) -> Result<EncoderLayer> {
         let (h, i, eps) = (s.hidden, s.intermediate, s.eps);
         Ok(EncoderLayer {
             layer_norm1: LayerNorm::load(&w.pp("layer_norm1"), h, eps)?,
@@ -97,7 +97,7 @@ impl EncoderLayer {
         })
     }
 
-    pub(crate) fn forward(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let a = self
             .self_attn
             .forward(&self.layer_norm1.forward(x)?, bias)?;
@@ -106,5 +106,80 @@ impl EncoderLayer {
             .act
             .apply(&self.fc1.forward(&self.layer_norm2.forward(&x)?)?)?;
         Ok(x.add(&self.fc2.forward(&m)?)?)
+    }
+}
+
+/// `CLIPEncoder`: the layer stack both towers run, each layer on the device its weights were
+/// placed on (the activations move at the cuts).
+#[derive(Clone, Debug)]
+pub(crate) struct CLIPEncoder {
+    layers: Vec<EncoderLayer>,
+    devices: Vec<Device>,
+}
+
+/// An additive attention bias as host values: `[batch, 1, t, t]` in `dtype`, uploaded once
+/// per device the layers run on.
+pub(crate) struct HostBias<'a> {
+    pub values: &'a [f64],
+    pub shape: [usize; 4],
+    pub dtype: DType,
+}
+
+impl CLIPEncoder {
+    /// The `layers` layers `layers.0 ..` under `w` (the checkpoint's `encoder.`).
+    pub(crate) fn load(w: &Weights, layers: usize, spec: &LayerSpec<'_>) -> Result<CLIPEncoder> {
+        let (mut stack, mut devices) = (Vec::with_capacity(layers), Vec::with_capacity(layers));
+        for i in 0..layers {
+            let lw = w.pp(format!("layers.{i}"));
+            devices.push(lw.device());
+            stack.push(EncoderLayer::load(&lw, spec)?);
+        }
+        Ok(CLIPEncoder {
+            layers: stack,
+            devices,
+        })
+    }
+
+    /// Runs every layer over `x` with `bias` (none: every key visible), pushing each layer's
+    /// input to `hidden_states` when given (transformers' `hidden_states` but the last).
+    pub(crate) fn forward(
+        &self,
+        mut x: Tensor,
+        bias: Option<HostBias<'_>>,
+        mut hidden_states: Option<&mut Vec<Tensor>>,
+    ) -> Result<Tensor> {
+        let mut uploaded: Vec<(Device, Tensor)> = Vec::new();
+        for (layer, dev) in self.layers.iter().zip(&self.devices) {
+            if x.device() != *dev {
+                x = x.to_device(dev)?;
+            }
+            if let Some(h) = hidden_states.as_mut() {
+                h.push(x.clone());
+            }
+            let bias = match &bias {
+                None => None,
+                Some(b) => match uploaded.iter().find(|(d, _)| d == dev) {
+                    Some((_, t)) => Some(t.clone()),
+                    None => {
+                        let t = Tensor::from_f64s(b.values, &b.shape, b.dtype, dev)?;
+                        uploaded.push((*dev, t.clone()));
+                        Some(t)
+                    }
+                },
+            };
+            x = layer.forward(&x, bias.as_ref())?;
+        }
+        Ok(x)
+    }
+
+    /// The device of each layer.
+    pub(crate) fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The HF module path of each layer under `prefix` (`text_model.` or none).
+    pub(crate) fn modules(&self, prefix: &str) -> impl Iterator<Item = String> + '_ {
+        let prefix = prefix.to_string();
+        (0..self.layers.len()).map(move |i| format!("{prefix}encoder.layers.{i}"))
     }
 }

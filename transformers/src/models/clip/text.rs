@@ -16,7 +16,7 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
-use super::{EncoderLayer, LayerSpec};
+use super::{CLIPEncoder, HostBias, LayerSpec};
 
 use crate::config::require_positive;
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
@@ -207,12 +207,10 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn En
 pub struct CLIPTextModel {
     token_embedding: Embedding,
     position_embedding: Embedding,
-    layers: Vec<EncoderLayer>,
+    encoder: CLIPEncoder,
     final_layer_norm: LayerNorm,
     config: CLIPTextConfig,
     dtype: DType,
-    /// Where each layer runs; activations move between devices at the cuts.
-    layer_devices: Vec<Device>,
     /// The module prefix of the transformer in its checkpoint (`text_model.` or none).
     prefix: &'static str,
 }
@@ -223,13 +221,7 @@ impl CLIPTextModel {
     pub fn load(w: &Weights, config: &CLIPTextConfig) -> Result<CLIPTextModel> {
         let c = config;
         let e = w.pp("embeddings");
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
-        for i in 0..c.num_hidden_layers {
-            let lw = w.pp(format!("encoder.layers.{i}"));
-            layer_devices.push(lw.device());
-            layers.push(EncoderLayer::load(&lw, &c.layer_spec())?);
-        }
+        let encoder = CLIPEncoder::load(&w.pp("encoder"), c.num_hidden_layers, &c.layer_spec())?;
         Ok(CLIPTextModel {
             token_embedding: Embedding::load(
                 &e.pp("token_embedding"),
@@ -241,7 +233,7 @@ impl CLIPTextModel {
                 c.max_position_embeddings,
                 c.hidden_size,
             )?,
-            layers,
+            encoder,
             final_layer_norm: LayerNorm::load(
                 &w.pp("final_layer_norm"),
                 c.hidden_size,
@@ -249,7 +241,6 @@ impl CLIPTextModel {
             )?,
             config: c.clone(),
             dtype: w.dtype(),
-            layer_devices,
             prefix: "",
         })
     }
@@ -330,7 +321,7 @@ impl CLIPTextModel {
         let device = self.device();
         let ids_t = Tensor::from_vec(id_values.clone(), &[b, t], &device)?;
         let pos_t = Tensor::from_vec(positions, &[b, t], &device)?;
-        let mut x = self
+        let x = self
             .token_embedding
             .forward(&ids_t)?
             .add(&self.position_embedding.forward(&pos_t)?)?;
@@ -346,25 +337,14 @@ impl CLIPTextModel {
                 }
             }
         }
-        let mut biases: Vec<(Device, Tensor)> = Vec::new();
         let mut hidden_states = Vec::new();
-        for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
-            if x.device() != *dev {
-                x = x.to_device(dev)?;
-            }
-            if args.output_hidden_states {
-                hidden_states.push(x.clone());
-            }
-            let bias = match biases.iter().find(|(d, _)| d == dev) {
-                Some((_, bias)) => bias.clone(),
-                None => {
-                    let bias = Tensor::from_f64s(&m, &[b, 1, t, t], self.dtype, dev)?;
-                    biases.push((*dev, bias.clone()));
-                    bias
-                }
-            };
-            x = layer.forward(&x, Some(&bias))?;
-        }
+        let bias = HostBias {
+            values: &m,
+            shape: [b, 1, t, t],
+            dtype: self.dtype,
+        };
+        let hidden = args.output_hidden_states.then_some(&mut hidden_states);
+        let x = self.encoder.forward(x, Some(bias), hidden)?;
         if args.output_hidden_states {
             hidden_states.push(x.clone());
         }
@@ -407,7 +387,7 @@ impl CLIPTextModel {
     fn devices_in_order(&self) -> Vec<Device> {
         execution_order(
             self.device(),
-            &self.layer_devices,
+            self.encoder.devices(),
             self.final_layer_norm_device(),
         )
     }
@@ -415,7 +395,7 @@ impl CLIPTextModel {
     fn modules(&self) -> Vec<String> {
         let p = self.prefix;
         std::iter::once(format!("{p}embeddings"))
-            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layers.{i}")))
+            .chain(self.encoder.modules(p))
             .collect()
     }
 }

@@ -14,7 +14,7 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
-use super::{EncoderLayer, LayerSpec};
+use super::{CLIPEncoder, LayerSpec};
 use crate::config::require_positive;
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
@@ -219,11 +219,10 @@ pub struct CLIPVisionModel {
     class_embedding: Tensor,
     position_embedding: Tensor,
     pre_layrnorm: LayerNorm,
-    layers: Vec<EncoderLayer>,
+    encoder: CLIPEncoder,
     post_layernorm: LayerNorm,
     config: CLIPVisionConfig,
     dtype: DType,
-    layer_devices: Vec<Device>,
     prefix: &'static str,
 }
 
@@ -234,13 +233,7 @@ impl CLIPVisionModel {
         let c = config;
         let e = w.pp("embeddings");
         let side = c.grid_side();
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
-        for i in 0..c.num_hidden_layers {
-            let lw = w.pp(format!("encoder.layers.{i}"));
-            layer_devices.push(lw.device());
-            layers.push(EncoderLayer::load(&lw, &c.layer_spec())?);
-        }
+        let encoder = CLIPEncoder::load(&w.pp("encoder"), c.num_hidden_layers, &c.layer_spec())?;
         Ok(CLIPVisionModel {
             patch_embedding: PatchEmbedding::load(
                 &e.pp("patch_embedding"),
@@ -254,7 +247,7 @@ impl CLIPVisionModel {
                 .pp("position_embedding")
                 .get("weight", &[side * side + 1, c.hidden_size])?,
             pre_layrnorm: LayerNorm::load(&w.pp("pre_layrnorm"), c.hidden_size, c.layer_norm_eps)?,
-            layers,
+            encoder,
             post_layernorm: LayerNorm::load(
                 &w.pp("post_layernorm"),
                 c.hidden_size,
@@ -262,7 +255,6 @@ impl CLIPVisionModel {
             )?,
             config: c.clone(),
             dtype: w.dtype(),
-            layer_devices,
             prefix: "",
         })
     }
@@ -333,17 +325,10 @@ impl CLIPVisionModel {
             self.position_embedding.clone()
         };
         let x = Tensor::cat(&[&class, &patches], 1)?.add(&positions.unsqueeze(0)?)?;
-        let mut x = self.pre_layrnorm.forward(&x)?;
+        let x = self.pre_layrnorm.forward(&x)?;
         let mut hidden_states = Vec::new();
-        for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
-            if x.device() != *dev {
-                x = x.to_device(dev)?;
-            }
-            if args.output_hidden_states {
-                hidden_states.push(x.clone());
-            }
-            x = layer.forward(&x, None)?;
-        }
+        let hidden = args.output_hidden_states.then_some(&mut hidden_states);
+        let x = self.encoder.forward(x, None, hidden)?;
         if args.output_hidden_states {
             hidden_states.push(x.clone());
         }
@@ -370,7 +355,7 @@ impl CLIPVisionModel {
     fn devices_in_order(&self) -> Vec<Device> {
         execution_order(
             self.device(),
-            &self.layer_devices,
+            self.encoder.devices(),
             self.post_layernorm_device(),
         )
     }
@@ -378,7 +363,7 @@ impl CLIPVisionModel {
     fn modules(&self) -> Vec<String> {
         let p = self.prefix;
         std::iter::once(format!("{p}pre_layrnorm"))
-            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layers.{i}")))
+            .chain(self.encoder.modules(p))
             .collect()
     }
 }
