@@ -43,11 +43,53 @@ pub(crate) fn labels(
 /// Refuses a size field of `cfg` that is 0, naming the file and the field.
 pub(crate) fn require_positive(cfg: &PretrainedConfig, fields: &[(&str, usize)]) -> Result<()> {
     match fields.iter().find(|(_, v)| *v == 0) {
-        Some((name, _)) => Err(Error::Config {
-            path: cfg.path.clone(),
-            reason: format!("`{name}` is 0; it must be positive"),
-        }),
+        Some((name, _)) => Err(config_error(
+            cfg,
+            format!("`{name}` is 0; it must be positive"),
+        )),
         None => Ok(()),
+    }
+}
+
+/// [`require_positive`] over fields of a typed config `c`, each error naming the field as
+/// written in `config.json` (its Rust name, so the two cannot drift apart).
+macro_rules! positive_fields {
+    ($cfg:expr; $($c:ident . $field:ident),+ $(,)?) => {
+        $crate::config::require_positive($cfg, &[$((stringify!($field), $c.$field)),+])
+    };
+}
+pub(crate) use positive_fields;
+
+/// Refuses a width that its heads do not split evenly, naming both fields.
+pub(crate) fn require_divisible(
+    cfg: &PretrainedConfig,
+    (width_name, width): (&str, usize),
+    (heads_name, heads): (&str, usize),
+) -> Result<()> {
+    if width.is_multiple_of(heads) {
+        return Ok(());
+    }
+    let reason = format!("`{width_name}` ({width}) is not divisible by `{heads_name}` ({heads})");
+    Err(config_error(cfg, reason))
+}
+
+/// [`require_divisible`] over two fields of a typed config `c`, named as written.
+macro_rules! heads_divide {
+    ($cfg:expr; $c:ident . $width:ident, $d:ident . $heads:ident) => {
+        $crate::config::require_divisible(
+            $cfg,
+            (stringify!($width), $c.$width),
+            (stringify!($heads), $d.$heads),
+        )
+    };
+}
+pub(crate) use heads_divide;
+
+/// A config error naming `cfg`'s file.
+pub(crate) fn config_error(cfg: &PretrainedConfig, reason: String) -> Error {
+    Error::Config {
+        path: cfg.path.clone(),
+        reason,
     }
 }
 
@@ -161,20 +203,9 @@ impl DecoderConfig {
     pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<DecoderConfig> {
         let mut c: DecoderConfig = cfg.parse_as()?;
         c.path = cfg.path.clone();
-        let bad = |reason: String| Error::Config {
-            path: cfg.path.clone(),
-            reason,
-        };
-        require_positive(
-            cfg,
-            &[
-                ("vocab_size", c.vocab_size),
-                ("hidden_size", c.hidden_size),
-                ("intermediate_size", c.intermediate_size),
-                ("num_hidden_layers", c.num_hidden_layers),
-                ("num_attention_heads", c.num_attention_heads),
-            ],
-        )?;
+        let bad = |reason: String| config_error(cfg, reason);
+        positive_fields!(cfg; c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+            c.num_attention_heads)?;
         let kv = c.num_kv_heads();
         if kv == 0 || !c.num_attention_heads.is_multiple_of(kv) {
             return Err(bad(format!(

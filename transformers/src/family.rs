@@ -125,6 +125,46 @@ pub enum Loaders {
     },
 }
 
+/// Declares a family that reuses another family's decoder with its own switches, as
+/// transformers' `modular_*.py` files derive one: the registry entry `FAMILY` (the class names
+/// are the aliases' names, `_no_split_modules` is `{Switches}DecoderLayer`, the modeling file
+/// sits in `folder`), the switches type reading them with the file's `features`, and the two
+/// class aliases. The family file then holds only its docs and `features`.
+macro_rules! derived_decoder {
+    (
+        $base:ident::{$base_model:ident, $base_lm:ident} as $switches:ident { $model:ident, $lm:ident },
+        model_type $model_type:literal, folder $folder:literal, gguf [$($gguf:literal),*] $(,)?
+    ) => {
+        #[doc = concat!("The registry entry of `", $model_type, "`: the ", stringify!($base_model),
+            " decoder with ", stringify!($switches), "'s switches.")]
+        pub(crate) const FAMILY: $crate::family::Family =
+            $base::family::<$switches>($crate::family::Names {
+                model_type: $model_type,
+                modeling_file: concat!("models/", $folder, "/modeling_", $folder, ".py"),
+                architectures: &[
+                    $crate::family::Architecture::new(stringify!($lm), $crate::family::Task::CausalLm),
+                    $crate::family::Architecture::new(stringify!($model), $crate::family::Task::Base),
+                ],
+                gguf_architectures: &[$($gguf),*],
+                no_split_modules: &[concat!(stringify!($switches), "DecoderLayer")],
+            });
+
+        #[doc = concat!(stringify!($switches), "'s switches ([`features`]).")]
+        pub(crate) struct $switches;
+        impl $base::Switches for $switches {
+            const FEATURES: $base::FeaturesFn = features;
+        }
+
+        #[doc = concat!("`", stringify!($model), "`: `", stringify!($base_model), "` with ",
+            stringify!($switches), "'s switches.")]
+        pub type $model = $base::$base_model;
+        #[doc = concat!("`", stringify!($lm), "`: `", stringify!($base_lm), "` with ",
+            stringify!($switches), "'s switches.")]
+        pub type $lm = $base::$base_lm;
+    };
+}
+pub(crate) use derived_decoder;
+
 /// How a checkpoint of the family splits over devices, from its config: the device-map
 /// planner's view of the model (it names no module path itself).
 #[derive(Clone, Debug, PartialEq)]

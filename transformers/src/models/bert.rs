@@ -18,7 +18,7 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
-use crate::config::require_positive;
+use crate::config::{config_error, heads_divide, positive_fields};
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
 use crate::{Error, Result};
@@ -103,27 +103,10 @@ impl BertConfig {
     pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<BertConfig> {
         let mut c: BertConfig = cfg.parse_as()?;
         c.path = cfg.path.clone();
-        let bad = |reason: String| Error::Config {
-            path: cfg.path.clone(),
-            reason,
-        };
-        require_positive(
-            cfg,
-            &[
-                ("vocab_size", c.vocab_size),
-                ("hidden_size", c.hidden_size),
-                ("num_hidden_layers", c.num_hidden_layers),
-                ("num_attention_heads", c.num_attention_heads),
-                ("intermediate_size", c.intermediate_size),
-                ("max_position_embeddings", c.max_position_embeddings),
-            ],
-        )?;
-        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
-            return Err(bad(format!(
-                "`hidden_size` ({}) is not a multiple of `num_attention_heads` ({})",
-                c.hidden_size, c.num_attention_heads
-            )));
-        }
+        let bad = |reason: String| config_error(cfg, reason);
+        positive_fields!(cfg; c.vocab_size, c.hidden_size, c.num_hidden_layers,
+            c.num_attention_heads, c.intermediate_size, c.max_position_embeddings)?;
+        heads_divide!(cfg; c.hidden_size, c.num_attention_heads)?;
         if c.position_embedding_type != "absolute" {
             return Err(bad(format!(
                 "`position_embedding_type` is {:?}; transformers' BERT defines only \"absolute\"",

@@ -10,33 +10,15 @@
 
 use zoo_hub::PretrainedConfig;
 
-use super::gemma::{self, GemmaFeatures, GemmaForCausalLM, GemmaModel};
+use super::gemma::{self, GemmaFeatures};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 use crate::{Error, Result};
 
-/// The registry entry of `gemma2`: the Gemma block with Gemma 2's switches.
-pub(crate) const FAMILY: Family = gemma::family::<Gemma2>(Names {
-    model_type: "gemma2",
-    modeling_file: "models/gemma2/modeling_gemma2.py",
-    architectures: &[
-        Architecture::new("Gemma2ForCausalLM", Task::CausalLm),
-        Architecture::new("Gemma2Model", Task::Base),
-    ],
-    gguf_architectures: &["gemma2"],
-    no_split_modules: &["Gemma2DecoderLayer"],
-});
-
-/// Gemma 2's switches ([`features`]).
-pub(crate) struct Gemma2;
-impl gemma::Switches for Gemma2 {
-    const FEATURES: gemma::FeaturesFn = features;
+derived_decoder! {
+    gemma::{GemmaModel, GemmaForCausalLM} as Gemma2 { Gemma2Model, Gemma2ForCausalLM },
+    model_type "gemma2", folder "gemma2", gguf ["gemma2"],
 }
-
-/// `Gemma2Model`: the Gemma decoder with Gemma 2's switches.
-pub type Gemma2Model = GemmaModel;
-/// `Gemma2ForCausalLM`: the Gemma causal LM with Gemma 2's switches.
-pub type Gemma2ForCausalLM = GemmaForCausalLM;
 
 /// `query_pre_attn_scalar ** -0.5` (transformers' default scalar: 256).
 pub(crate) fn query_scale(cfg: &PretrainedConfig) -> Result<f64> {

@@ -11,33 +11,15 @@
 
 use zoo_hub::{PretrainedConfig, Rope, RopeParameters};
 
-use super::gemma::{self, GemmaFeatures, GemmaForCausalLM, GemmaModel};
+use super::gemma::{self, GemmaFeatures};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 use crate::{Error, Result};
 
-/// The registry entry of `gemma3_text`: the Gemma block with Gemma 3's switches.
-pub(crate) const FAMILY: Family = gemma::family::<Gemma3>(Names {
-    model_type: "gemma3_text",
-    modeling_file: "models/gemma3/modeling_gemma3.py",
-    architectures: &[
-        Architecture::new("Gemma3ForCausalLM", Task::CausalLm),
-        Architecture::new("Gemma3TextModel", Task::Base),
-    ],
-    gguf_architectures: &["gemma3"],
-    no_split_modules: &["Gemma3DecoderLayer"],
-});
-
-/// Gemma 3's switches ([`features`]).
-pub(crate) struct Gemma3;
-impl gemma::Switches for Gemma3 {
-    const FEATURES: gemma::FeaturesFn = features;
+derived_decoder! {
+    gemma::{GemmaModel, GemmaForCausalLM} as Gemma3 { Gemma3TextModel, Gemma3ForCausalLM },
+    model_type "gemma3_text", folder "gemma3", gguf ["gemma3"],
 }
-
-/// `Gemma3TextModel`: the Gemma decoder with Gemma 3's switches.
-pub type Gemma3TextModel = GemmaModel;
-/// `Gemma3ForCausalLM`: the Gemma causal LM with Gemma 3's switches.
-pub type Gemma3ForCausalLM = GemmaForCausalLM;
 
 fn default_rope(theta: f64) -> RopeParameters {
     RopeParameters {

@@ -19,7 +19,7 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 use super::decoder::ForCausalLM;
 use super::placement::execution_order;
 use crate::cache::{CacheSpec, KvCache};
-use crate::config::require_positive;
+use crate::config::{config_error, heads_divide, positive_fields};
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{DecoderModel, ForwardArgs, ModelOutput};
 use crate::{Error, Result};
@@ -116,26 +116,9 @@ impl GPT2Config {
     pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<GPT2Config> {
         let mut c: GPT2Config = cfg.parse_as()?;
         c.path = cfg.path.clone();
-        let bad = |reason: String| Error::Config {
-            path: cfg.path.clone(),
-            reason,
-        };
-        require_positive(
-            cfg,
-            &[
-                ("vocab_size", c.vocab_size),
-                ("n_positions", c.n_positions),
-                ("n_embd", c.n_embd),
-                ("n_layer", c.n_layer),
-                ("n_head", c.n_head),
-            ],
-        )?;
-        if !c.n_embd.is_multiple_of(c.n_head) {
-            return Err(bad(format!(
-                "`n_embd` ({}) is not a multiple of `n_head` ({})",
-                c.n_embd, c.n_head
-            )));
-        }
+        let bad = |reason: String| config_error(cfg, reason);
+        positive_fields!(cfg; c.vocab_size, c.n_positions, c.n_embd, c.n_layer, c.n_head)?;
+        heads_divide!(cfg; c.n_embd, c.n_head)?;
         if c.add_cross_attention {
             return Err(bad(
                 "`add_cross_attention` makes GPT-2 the decoder of an encoder-decoder model, which zoo does not load"

@@ -38,13 +38,16 @@ pub(crate) const FAMILY: Family = family::<Llama>(Names {
 /// Llama's own switches ([`features`]).
 pub(crate) struct Llama;
 impl Switches for Llama {
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+    const FEATURES: FeaturesFn = features;
 }
+
+/// How a family on this decoder reads its switches from the config.
+pub(crate) type FeaturesFn = fn(&DecoderConfig) -> DecoderFeatures;
 
 /// A family on this decoder: its switches, as transformers' `modular_*.py` derive it.
 pub(crate) trait Switches {
     /// The family's [`DecoderFeatures`] for a config.
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures;
+    const FEATURES: FeaturesFn;
 }
 
 /// The registry entry of a family on this decoder with `F`'s switches: its config read and

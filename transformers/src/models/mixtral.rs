@@ -12,36 +12,17 @@
 
 use zoo_runtime::nn::ExpertNames;
 
-use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures};
 use super::moe::MoeFeatures;
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 
-/// The registry entry of `mixtral`: the Llama decoder with Mistral's attention and a
-/// mixture of experts in every layer.
-pub(crate) const FAMILY: Family = llama::family::<Mixtral>(Names {
-    model_type: "mixtral",
-    modeling_file: "models/mixtral/modeling_mixtral.py",
-    architectures: &[
-        Architecture::new("MixtralForCausalLM", Task::CausalLm),
-        Architecture::new("MixtralModel", Task::Base),
-    ],
-    // llama.cpp writes Mixtral as `llama` files with stacked experts (`ffn_*_exps`); zoo-hub
-    // reads those as `MixtralForCausalLM`, so the llama entry lists the name.
-    gguf_architectures: &[],
-    no_split_modules: &["MixtralDecoderLayer"],
-});
-
-/// Mixtral's switches ([`features`]).
-pub(crate) struct Mixtral;
-impl llama::Switches for Mixtral {
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+// llama.cpp writes Mixtral as `llama` files with stacked experts (`ffn_*_exps`); zoo-hub
+// reads those as `MixtralForCausalLM`, so the llama entry lists the name.
+derived_decoder! {
+    llama::{LlamaModel, LlamaForCausalLM} as Mixtral { MixtralModel, MixtralForCausalLM },
+    model_type "mixtral", folder "mixtral", gguf [],
 }
-
-/// `MixtralModel`: the Llama decoder with Mixtral's switches.
-pub type MixtralModel = LlamaModel;
-/// `MixtralForCausalLM`: the Llama causal LM with Mixtral's switches.
-pub type MixtralForCausalLM = LlamaForCausalLM;
 
 /// Mixtral's switches: Mistral's attention (no biases, the window on every layer) and
 /// experts in every layer (transformers' defaults: 8 experts, top 2).

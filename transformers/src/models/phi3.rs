@@ -7,32 +7,14 @@
 //! `partial_rotary_factor` (Phi-4-mini rotates 3/4 of each head); when `sliding_window` is
 //! set every layer slides. No biases.
 
-use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 
-/// The registry entry of `phi3`: the Llama decoder with Phi-3's fused projections.
-pub(crate) const FAMILY: Family = llama::family::<Phi3>(Names {
-    model_type: "phi3",
-    modeling_file: "models/phi3/modeling_phi3.py",
-    architectures: &[
-        Architecture::new("Phi3ForCausalLM", Task::CausalLm),
-        Architecture::new("Phi3Model", Task::Base),
-    ],
-    gguf_architectures: &["phi3"],
-    no_split_modules: &["Phi3DecoderLayer"],
-});
-
-/// Phi3's switches ([`features`]).
-pub(crate) struct Phi3;
-impl llama::Switches for Phi3 {
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+derived_decoder! {
+    llama::{LlamaModel, LlamaForCausalLM} as Phi3 { Phi3Model, Phi3ForCausalLM },
+    model_type "phi3", folder "phi3", gguf ["phi3"],
 }
-
-/// `Phi3Model`: the Llama decoder with Phi-3's switches.
-pub type Phi3Model = LlamaModel;
-/// `Phi3ForCausalLM`: the Llama causal LM with Phi-3's switches.
-pub type Phi3ForCausalLM = LlamaForCausalLM;
 
 /// Phi-3's switches: fused projections, no biases, every layer in the window when one is set,
 /// the whole sequence recomputed when generation passes the longrope switch.

@@ -5,32 +5,14 @@
 //! sliding windows apply only with `use_sliding_window`, on layers from `max_window_layers` on
 //! (or where v5's `layer_types` says `sliding_attention`).
 
-use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 
-/// The registry entry of `qwen2`: the Llama decoder with Qwen2's switches.
-pub(crate) const FAMILY: Family = llama::family::<Qwen2>(Names {
-    model_type: "qwen2",
-    modeling_file: "models/qwen2/modeling_qwen2.py",
-    architectures: &[
-        Architecture::new("Qwen2ForCausalLM", Task::CausalLm),
-        Architecture::new("Qwen2Model", Task::Base),
-    ],
-    gguf_architectures: &["qwen2"],
-    no_split_modules: &["Qwen2DecoderLayer"],
-});
-
-/// Qwen2's switches ([`features`]).
-pub(crate) struct Qwen2;
-impl llama::Switches for Qwen2 {
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+derived_decoder! {
+    llama::{LlamaModel, LlamaForCausalLM} as Qwen2 { Qwen2Model, Qwen2ForCausalLM },
+    model_type "qwen2", folder "qwen2", gguf ["qwen2"],
 }
-
-/// `Qwen2Model`: the Llama decoder with Qwen2's switches.
-pub type Qwen2Model = LlamaModel;
-/// `Qwen2ForCausalLM`: the Llama causal LM with Qwen2's switches.
-pub type Qwen2ForCausalLM = LlamaForCausalLM;
 
 /// Qwen2's switches: q/k/v bias, no o/mlp bias, windows per layer type.
 pub fn features(config: &DecoderConfig) -> DecoderFeatures {

@@ -10,34 +10,16 @@
 
 use zoo_runtime::nn::ExpertNames;
 
-use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures};
 use super::moe::MoeFeatures;
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 
-/// The registry entry of `qwen2_moe`.
-pub(crate) const FAMILY: Family = llama::family::<Qwen2Moe>(Names {
-    model_type: "qwen2_moe",
-    modeling_file: "models/qwen2_moe/modeling_qwen2_moe.py",
-    architectures: &[
-        Architecture::new("Qwen2MoeForCausalLM", Task::CausalLm),
-        Architecture::new("Qwen2MoeModel", Task::Base),
-    ],
-    // llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
-    gguf_architectures: &["qwen2moe"],
-    no_split_modules: &["Qwen2MoeDecoderLayer"],
-});
-
-/// Qwen2-MoE's switches ([`features`]).
-pub(crate) struct Qwen2Moe;
-impl llama::Switches for Qwen2Moe {
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+// llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
+derived_decoder! {
+    llama::{LlamaModel, LlamaForCausalLM} as Qwen2Moe { Qwen2MoeModel, Qwen2MoeForCausalLM },
+    model_type "qwen2_moe", folder "qwen2_moe", gguf ["qwen2moe"],
 }
-
-/// `Qwen2MoeModel`: the Llama decoder with Qwen2-MoE's switches.
-pub type Qwen2MoeModel = LlamaModel;
-/// `Qwen2MoeForCausalLM`: the Llama causal LM with Qwen2-MoE's switches.
-pub type Qwen2MoeForCausalLM = LlamaForCausalLM;
 
 /// The per-expert names of Qwen's MoE checkpoints.
 pub(super) const QWEN_EXPERT_NAMES: ExpertNames = ExpertNames {

@@ -5,32 +5,14 @@
 //! weights `[head_dim]`) before rope; `attention_bias` on all four projections as in Llama;
 //! no MLP bias; windows as in Qwen2.
 
-use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures};
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 
-/// The registry entry of `qwen3`: the Llama decoder with Qwen3's switches.
-pub(crate) const FAMILY: Family = llama::family::<Qwen3>(Names {
-    model_type: "qwen3",
-    modeling_file: "models/qwen3/modeling_qwen3.py",
-    architectures: &[
-        Architecture::new("Qwen3ForCausalLM", Task::CausalLm),
-        Architecture::new("Qwen3Model", Task::Base),
-    ],
-    gguf_architectures: &["qwen3"],
-    no_split_modules: &["Qwen3DecoderLayer"],
-});
-
-/// Qwen3's switches ([`features`]).
-pub(crate) struct Qwen3;
-impl llama::Switches for Qwen3 {
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+derived_decoder! {
+    llama::{LlamaModel, LlamaForCausalLM} as Qwen3 { Qwen3Model, Qwen3ForCausalLM },
+    model_type "qwen3", folder "qwen3", gguf ["qwen3"],
 }
-
-/// `Qwen3Model`: the Llama decoder with Qwen3's switches.
-pub type Qwen3Model = LlamaModel;
-/// `Qwen3ForCausalLM`: the Llama causal LM with Qwen3's switches.
-pub type Qwen3ForCausalLM = LlamaForCausalLM;
 
 /// Qwen3's switches: q/k norms, `attention_bias` on q/k/v/o, windows per layer type.
 pub fn features(config: &DecoderConfig) -> DecoderFeatures {

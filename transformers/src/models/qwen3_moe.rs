@@ -5,35 +5,17 @@
 //! `decoder_sparse_step` and `mlp_only_layers` pick, top-k renormalised with
 //! `norm_topk_prob`. With `use_sliding_window` every layer slides.
 
-use super::llama::{self, DecoderFeatures, LlamaForCausalLM, LlamaModel};
+use super::llama::{self, DecoderFeatures};
 use super::moe::MoeFeatures;
 use super::qwen2_moe::QWEN_EXPERT_NAMES;
 use crate::config::DecoderConfig;
-use crate::family::{Architecture, Family, Names, Task};
+use crate::family::derived_decoder;
 
-/// The registry entry of `qwen3_moe`.
-pub(crate) const FAMILY: Family = llama::family::<Qwen3Moe>(Names {
-    model_type: "qwen3_moe",
-    modeling_file: "models/qwen3_moe/modeling_qwen3_moe.py",
-    architectures: &[
-        Architecture::new("Qwen3MoeForCausalLM", Task::CausalLm),
-        Architecture::new("Qwen3MoeModel", Task::Base),
-    ],
-    // llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
-    gguf_architectures: &["qwen3moe"],
-    no_split_modules: &["Qwen3MoeDecoderLayer"],
-});
-
-/// Qwen3-MoE's switches ([`features`]).
-pub(crate) struct Qwen3Moe;
-impl llama::Switches for Qwen3Moe {
-    const FEATURES: fn(&DecoderConfig) -> DecoderFeatures = features;
+// llama.cpp stores the experts stacked (`ffn_*_exps`), read as `experts.{gate,up,down}_proj`.
+derived_decoder! {
+    llama::{LlamaModel, LlamaForCausalLM} as Qwen3Moe { Qwen3MoeModel, Qwen3MoeForCausalLM },
+    model_type "qwen3_moe", folder "qwen3_moe", gguf ["qwen3moe"],
 }
-
-/// `Qwen3MoeModel`: the Llama decoder with Qwen3-MoE's switches.
-pub type Qwen3MoeModel = LlamaModel;
-/// `Qwen3MoeForCausalLM`: the Llama causal LM with Qwen3-MoE's switches.
-pub type Qwen3MoeForCausalLM = LlamaForCausalLM;
 
 /// Qwen3-MoE's switches, with transformers' defaults (128 experts, top 8, width 768, no
 /// renormalisation).

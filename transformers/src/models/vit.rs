@@ -19,7 +19,7 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
-use crate::config::require_positive;
+use crate::config::{config_error, positive_fields};
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
@@ -117,10 +117,7 @@ impl ViTConfig {
     pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<ViTConfig> {
         let mut c: ViTConfig = cfg.parse_as()?;
         c.path = cfg.path.clone();
-        let bad = |reason: String| Error::Config {
-            path: cfg.path.clone(),
-            reason,
-        };
+        let bad = |reason: String| config_error(cfg, reason);
         let pair = |v: &Value, field: &str| -> Result<(usize, usize)> {
             let n = |x: &Value| x.as_u64().filter(|&n| n > 0).map(|n| n as usize);
             match v {
@@ -135,16 +132,8 @@ impl ViTConfig {
         };
         c.image_size = pair(&c.image_size_raw, "image_size")?;
         c.patch_size = pair(&c.patch_size_raw, "patch_size")?;
-        require_positive(
-            cfg,
-            &[
-                ("hidden_size", c.hidden_size),
-                ("num_hidden_layers", c.num_hidden_layers),
-                ("num_attention_heads", c.num_attention_heads),
-                ("intermediate_size", c.intermediate_size),
-                ("num_channels", c.num_channels),
-            ],
-        )?;
+        positive_fields!(cfg; c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+            c.intermediate_size, c.num_channels)?;
         if c.head_dim.is_none() && !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             return Err(bad(format!(
                 "`hidden_size` ({}) is not divisible by `num_attention_heads` ({})",

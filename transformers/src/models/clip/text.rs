@@ -18,7 +18,7 @@ use zoo_runtime::{Activation, DType, Device, Tensor};
 
 use super::{CLIPEncoder, HostBias, LayerSpec};
 
-use crate::config::require_positive;
+use crate::config::{config_error, heads_divide, positive_fields};
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
 use crate::models::placement::execution_order;
@@ -104,38 +104,15 @@ impl CLIPTextConfig {
     pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<CLIPTextConfig> {
         let mut c: CLIPTextConfig = match cfg.get("text_config") {
             Some(text) if cfg.model_type.as_deref() == Some("clip") => serde_json::from_value(text)
-                .map_err(|e| Error::Config {
-                    path: cfg.path.clone(),
-                    reason: format!("`text_config`: {e}"),
-                })?,
+                .map_err(|e| config_error(cfg, format!("`text_config`: {e}")))?,
             _ => cfg.parse_as()?,
         };
         c.path = cfg.path.clone();
-        require_positive(
-            cfg,
-            &[
-                ("vocab_size", c.vocab_size),
-                ("hidden_size", c.hidden_size),
-                ("intermediate_size", c.intermediate_size),
-                ("num_hidden_layers", c.num_hidden_layers),
-                ("num_attention_heads", c.num_attention_heads),
-                ("max_position_embeddings", c.max_position_embeddings),
-                ("projection_dim", c.projection_dim),
-            ],
-        )?;
-        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
-            return Err(Error::Config {
-                path: c.path.clone(),
-                reason: format!(
-                    "`hidden_size` ({}) is not divisible by `num_attention_heads` ({})",
-                    c.hidden_size, c.num_attention_heads
-                ),
-            });
-        }
-        Activation::from_hf(&c.hidden_act).map_err(|e| Error::Config {
-            path: c.path.clone(),
-            reason: format!("`hidden_act`: {e}"),
-        })?;
+        positive_fields!(cfg; c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+            c.num_attention_heads, c.max_position_embeddings, c.projection_dim)?;
+        heads_divide!(cfg; c.hidden_size, c.num_attention_heads)?;
+        Activation::from_hf(&c.hidden_act)
+            .map_err(|e| config_error(cfg, format!("`hidden_act`: {e}")))?;
         Ok(c)
     }
 }

@@ -15,7 +15,7 @@ use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
 use super::{CLIPEncoder, LayerSpec};
-use crate::config::require_positive;
+use crate::config::{config_error, heads_divide, positive_fields};
 use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
@@ -102,36 +102,14 @@ impl CLIPVisionConfig {
     pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<CLIPVisionConfig> {
         let mut c: CLIPVisionConfig = match cfg.get("vision_config") {
             Some(v) if cfg.model_type.as_deref() == Some("clip") => serde_json::from_value(v)
-                .map_err(|e| Error::Config {
-                    path: cfg.path.clone(),
-                    reason: format!("`vision_config`: {e}"),
-                })?,
+                .map_err(|e| config_error(cfg, format!("`vision_config`: {e}")))?,
             _ => cfg.parse_as()?,
         };
         c.path = cfg.path.clone();
-        require_positive(
-            cfg,
-            &[
-                ("hidden_size", c.hidden_size),
-                ("intermediate_size", c.intermediate_size),
-                ("num_hidden_layers", c.num_hidden_layers),
-                ("num_attention_heads", c.num_attention_heads),
-                ("num_channels", c.num_channels),
-                ("image_size", c.image_size),
-                ("patch_size", c.patch_size),
-                ("projection_dim", c.projection_dim),
-            ],
-        )?;
-        let bad = |reason: String| Error::Config {
-            path: c.path.clone(),
-            reason,
-        };
-        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
-            return Err(bad(format!(
-                "`hidden_size` ({}) is not divisible by `num_attention_heads` ({})",
-                c.hidden_size, c.num_attention_heads
-            )));
-        }
+        positive_fields!(cfg; c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+            c.num_attention_heads, c.num_channels, c.image_size, c.patch_size, c.projection_dim)?;
+        let bad = |reason: String| config_error(cfg, reason);
+        heads_divide!(cfg; c.hidden_size, c.num_attention_heads)?;
         if c.patch_size > c.image_size {
             return Err(bad(format!(
                 "`patch_size` ({}) is larger than `image_size` ({})",
