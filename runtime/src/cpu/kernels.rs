@@ -138,6 +138,27 @@ pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns), with the
+/// widest vectors the tier has.
+pub(crate) fn dot_rows(rows: &[f32], x: &[f32], ys: &mut [f32]) {
+    assert!(rows.len() >= ys.len() * x.len(), "a row per output");
+    #[cfg(target_arch = "x86_64")]
+    if features::avx2() {
+        // SAFETY: the features were detected; `rows` holds ys.len() rows of x.len() (asserted).
+        unsafe {
+            if features::avx512() {
+                dot_rows_avx512(rows, x, ys)
+            } else {
+                dot_rows_avx2(rows, x, ys)
+            }
+        }
+        return;
+    }
+    for (y, row) in ys.iter_mut().zip(rows.chunks_exact(x.len())) {
+        *y = row.iter().zip(x).map(|(a, b)| a * b).sum();
+    }
+}
+
 /// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -424,6 +445,9 @@ pub(crate) const NR: usize = 32;
 /// Rows of the activation per register tile: 14 × 2 accumulators and the two panel
 /// vectors use 30 of the 32 zmm registers (the activation is broadcast from memory).
 pub(crate) const MR: usize = 14;
+/// Rows of the activation per packed tile on AVX2: two register tiles of 6 rows × 16
+/// columns (12 accumulators, two panel vectors and the broadcast: 15 of the 16 ymm registers).
+const MR_AVX2: usize = 12;
 /// Depth of one k block: a `KC × NR` slice of the panel (32 KiB) stays in L1 while every
 /// row tile of the task passes over it.
 const KC: usize = 256;
@@ -474,6 +498,10 @@ pub(crate) fn pack_rows(rows: &[&[f32]], k: usize, out: &mut [f32]) {
         // SAFETY: AVX-512F was detected; every row holds k values and out k*NR (asserted).
         unsafe { pack_avx512(rows, k, out) };
         done = k / 16 * 16;
+    } else if rows.len() == NR && features::avx2() {
+        // SAFETY: AVX2 was detected; sizes as above.
+        unsafe { pack_avx2(rows, k, out) };
+        done = k / 8 * 8;
     }
     for kk in done..k {
         let o = &mut out[kk * NR..kk * NR + NR];
@@ -501,6 +529,56 @@ unsafe fn pack_avx512(rows: &[&[f32]], k: usize, out: &mut [f32]) {
             }
         }
         kk += 16;
+    }
+}
+
+/// The first `k / 8 * 8` columns of [`pack_rows`] for a full panel, in 8 × 8 blocks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pack_avx2(rows: &[&[f32]], k: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let o = out.as_mut_ptr();
+    let mut kk = 0;
+    while kk + 8 <= k {
+        for g in 0..NR / 8 {
+            let mut r: [__m256; 8] =
+                std::array::from_fn(|i| _mm256_loadu_ps(rows[g * 8 + i].as_ptr().add(kk)));
+            transpose8(&mut r);
+            for (c, v) in r.iter().enumerate() {
+                _mm256_storeu_ps(o.add((kk + c) * NR + g * 8), *v);
+            }
+        }
+        kk += 8;
+    }
+}
+
+/// Transposes an 8 × 8 matrix of f32 held one row per register.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose8(r: &mut [std::arch::x86_64::__m256; 8]) {
+    use std::arch::x86_64::*;
+    let t: [__m256; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // s[q] holds rows 0..4 (q < 4) or 4..8 of columns q % 4 and q % 4 + 4.
+    let s: [__m256; 8] = std::array::from_fn(|q| {
+        let (h, c) = (q / 4 * 4, q % 4);
+        let (a, b) = (t[h + c / 2], t[h + 2 + c / 2]);
+        if c % 2 == 0 {
+            _mm256_shuffle_ps::<0x44>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0xEE>(a, b)
+        }
+    });
+    for c in 0..4 {
+        r[c] = _mm256_permute2f128_ps::<0x20>(s[c], s[4 + c]);
+        r[c + 4] = _mm256_permute2f128_ps::<0x31>(s[c], s[4 + c]);
     }
 }
 
@@ -605,14 +683,19 @@ pub(crate) fn gemm(
     pack_panel: &(dyn Fn(usize, &mut [f32]) + Sync),
     dot: Dot,
 ) -> Option<Vec<f32>> {
-    if !features::avx512() || !n.is_multiple_of(NR) || m < MIN_ROWS || k == 0 || x.len() < m * k {
+    if !n.is_multiple_of(NR) || m < MIN_ROWS || k == 0 || x.len() < m * k {
         return None;
     }
-    if dot == Dot::Bf16Pairs && !features::avx512_bf16() {
-        return None;
-    }
+    // The register tile of the tier: AVX-512 keeps 14 rows × 32 columns in registers; AVX2's
+    // 16 registers hold 6 rows × 16 columns, run twice per 12-row tile and panel.
+    let mr = match dot {
+        Dot::Bf16Pairs if features::avx512_bf16() => MR,
+        Dot::F32 if features::avx512() => MR,
+        Dot::F32 if features::avx2() => MR_AVX2,
+        _ => return None,
+    };
     let panels = n / NR;
-    let tiles = m.div_ceil(MR);
+    let tiles = m.div_ceil(mr);
     // Whole panels per task when there are enough of them to balance the threads; else each
     // panel's rows are split too (that panel is then packed once per task).
     let want = 4 * pool_threads();
@@ -621,27 +704,27 @@ pub(crate) fn gemm(
     } else {
         want.div_ceil(panels).min(tiles)
     };
-    let chunk_rows = tiles.div_ceil(chunks) * MR;
+    let chunk_rows = tiles.div_ceil(chunks) * mr;
     let chunks = m.div_ceil(chunk_rows);
     // The activation packed per row tile as [k][MR] (rows past m zero): the kernel then
     // broadcasts from one pointer at fixed offsets instead of computing MR row addresses.
-    let mut ap: Vec<f32> = Vec::with_capacity(tiles * k * MR);
+    let mut ap: Vec<f32> = Vec::with_capacity(tiles * k * mr);
     let app = OutPtr(ap.as_mut_ptr());
     par_units(tiles, |tl| {
         // SAFETY: each tile writes its own k*MR values of ap.
-        let dst = unsafe { app.part(tl * k * MR, k * MR) };
+        let dst = unsafe { app.part(tl * k * mr, k * mr) };
         let rows: [Option<&[f32]>; MR] = std::array::from_fn(|i| {
-            let r = tl * MR + i;
-            (r < m).then(|| &x[r * k..r * k + k])
+            let r = tl * mr + i;
+            (i < mr && r < m).then(|| &x[r * k..r * k + k])
         });
-        for (kk, d) in dst.chunks_exact_mut(MR).enumerate() {
+        for (kk, d) in dst.chunks_exact_mut(mr).enumerate() {
             for (v, row) in d.iter_mut().zip(&rows) {
                 *v = row.map_or(0.0, |row| row[kk]);
             }
         }
     });
     // SAFETY: the tiles above wrote all tiles*k*MR values.
-    unsafe { ap.set_len(tiles * k * MR) };
+    unsafe { ap.set_len(tiles * k * mr) };
     let mut c: Vec<f32> = Vec::with_capacity(m * n);
     let out = OutPtr(c.as_mut_ptr());
     // k in equal slices of at most KC (a slice of the panel and of the row tile stay in L1).
@@ -661,14 +744,14 @@ pub(crate) fn gemm(
                 let kb = kc.min(k - k0);
                 let mut r = r0;
                 while r < r1 {
-                    let rows = (r1 - r).min(MR);
-                    // SAFETY: AVX-512F was detected; x holds m*k values, `packed` k*NR, and
+                    let rows = (r1 - r).min(mr);
+                    // SAFETY: the tier's features were detected; x holds m*k values, `packed` k*NR, and
                     // the tile covers rows r..r+rows, columns panel*NR..+NR of the m*n output,
                     // which belong to this task only.
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
                         let t = Tile {
-                            a: ap.as_ptr().add(r * k + k0 * MR),
+                            a: ap.as_ptr().add(r * k + k0 * mr),
                             lda: PACKED_A,
                             b: packed.as_ptr().add(k0 * NR),
                             ldb: NR,
@@ -678,6 +761,7 @@ pub(crate) fn gemm(
                             accumulate: k0 > 0,
                         };
                         match dot {
+                            Dot::F32 if mr == MR_AVX2 => t.run_avx2(rows),
                             Dot::F32 => t.run(rows),
                             Dot::Bf16Pairs => t.run_pairs(rows),
                         }
@@ -758,6 +842,36 @@ impl Tile {
         by_rows!(tile, rows, self)
     }
 
+    /// [`Tile::run`] on AVX2 + FMA, `a` packed [`MR_AVX2`] rows wide: each half of the
+    /// panel's 32 columns in 6-row register tiles.
+    ///
+    /// SAFETY: AVX2 and FMA must be available; pointers as for [`Tile::run`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_avx2(self, rows: usize) {
+        debug_assert_eq!(self.lda, PACKED_A);
+        for half in 0..2 {
+            let mut i = 0;
+            while i < rows {
+                let r = (rows - i).min(6);
+                let t = Tile {
+                    a: self.a.add(i),
+                    b: self.b.add(half * 16),
+                    c: self.c.add(i * self.ldc + half * 16),
+                    ..self
+                };
+                match r {
+                    6 => tile_avx2::<6>(t),
+                    5 => tile_avx2::<5>(t),
+                    4 => tile_avx2::<4>(t),
+                    3 => tile_avx2::<3>(t),
+                    2 => tile_avx2::<2>(t),
+                    _ => tile_avx2::<1>(t),
+                }
+                i += r;
+            }
+        }
+    }
+
     /// [`Tile::run`] over bf16 pairs ([`Dot::Bf16Pairs`]).
     ///
     /// SAFETY: as [`Tile::run`], and AVX-512 BF16 must be available.
@@ -828,6 +942,36 @@ unsafe fn tile<const R: usize>(t: Tile) {
         }
     }
     store_tile!(t, lo, hi);
+}
+
+/// Half a [`Tile`] on AVX2: `R` rows × 16 columns, `a` packed [`MR_AVX2`] rows wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(t: Tile) {
+    use std::arch::x86_64::*;
+    let mut lo = [_mm256_setzero_ps(); R];
+    let mut hi = [_mm256_setzero_ps(); R];
+    let (mut a, mut b) = (t.a, t.b);
+    for _ in 0..t.depth {
+        let b0 = _mm256_loadu_ps(b);
+        let b1 = _mm256_loadu_ps(b.add(8));
+        for i in 0..R {
+            let av = _mm256_broadcast_ss(&*a.add(i));
+            lo[i] = _mm256_fmadd_ps(av, b0, lo[i]);
+            hi[i] = _mm256_fmadd_ps(av, b1, hi[i]);
+        }
+        a = a.add(MR_AVX2);
+        b = b.add(t.ldb);
+    }
+    for i in 0..R {
+        let c = t.c.add(i * t.ldc);
+        if t.accumulate {
+            lo[i] = _mm256_add_ps(lo[i], _mm256_loadu_ps(c));
+            hi[i] = _mm256_add_ps(hi[i], _mm256_loadu_ps(c.add(8)));
+        }
+        _mm256_storeu_ps(c, lo[i]);
+        _mm256_storeu_ps(c.add(8), hi[i]);
+    }
 }
 
 /// Attention's probabilities times v for heads 8 or 16 wide, where the 32-wide [`Tile`]
@@ -1565,7 +1709,7 @@ mod tests {
             ] {
                 let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
                 let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
-                let Some(fast) = taken(matmul_wt(&x, &w), tier >= Tier::Avx512, "matmul_wt") else {
+                let Some(fast) = taken(matmul_wt(&x, &w), tier >= Tier::Avx2, "matmul_wt") else {
                     continue;
                 };
                 let fast = fast.unwrap().to_vec::<f32>().unwrap();

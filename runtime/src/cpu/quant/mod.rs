@@ -175,7 +175,7 @@ impl QMatrix {
         let wide = features::avx512();
         // One x row takes the regrouped sum, which needs the sum of each half-group of x
         // (see `dots_avx512`).
-        let sums: Vec<f32> = if wide && m == 1 && ws.iter().any(|w| w.kind.has_min()) {
+        let sums: Vec<f32> = if features::avx2() && m == 1 && ws.iter().any(|w| w.kind.has_min()) {
             xs[0]
                 .chunks_exact(GROUP / 2)
                 .map(|h| h.iter().sum())
@@ -253,20 +253,31 @@ impl QMatrix {
             }
             return;
         }
-        let mut w = vec![0f32; k];
-        for r in rows {
-            #[cfg(target_arch = "x86_64")]
-            if m == 1 && features::avx2() {
-                // SAFETY: AVX2, FMA and F16C were detected; the row holds cols/32 groups and
-                // `x` holds cols values.
-                let row = self.row(r);
-                *out.get().add(r) = monomorphic!(self.kind, |K| dot_avx2::<K>(row, xs[0]));
-                continue;
-            }
-            self.dequant_row(r, &mut w);
-            for (i, xr) in xs.iter().enumerate() {
-                *out.get().add(i * n + r) = w.iter().zip(*xr).map(|(a, b)| a * b).sum();
-            }
+        #[cfg(target_arch = "x86_64")]
+        if m == 1 && features::avx2() {
+            let row_bytes = self.row_bytes();
+            let blocks = &self.data[rows.start * row_bytes..rows.end * row_bytes];
+            let y = out.part(rows.start, rows.len());
+            // SAFETY: AVX2, FMA and F16C were detected; every weight row holds cols/32
+            // groups and x holds cols values; the caller owns these columns.
+            monomorphic!(self.kind, |K| dots_rows_avx2::<K>(
+                (blocks, row_bytes),
+                xs[0],
+                sums,
+                y
+            ));
+            return;
+        }
+        // Each weight row rebuilt once as f32 for all the x rows.
+        let mut w = vec![0f32; rows.len() * k];
+        for (r, wr) in rows.clone().zip(w.chunks_exact_mut(k)) {
+            self.dequant_row(r, wr);
+        }
+        let mut y = vec![0f32; rows.len()];
+        for (i, xr) in xs.iter().enumerate() {
+            crate::cpu::kernels::dot_rows(&w, xr, &mut y);
+            let at = out.get().add(i * n + rows.start);
+            std::ptr::copy_nonoverlapping(y.as_ptr(), at, y.len());
         }
     }
 
@@ -313,19 +324,55 @@ impl QMatrix {
         if let Some(y) = fast {
             return y;
         }
-        // No fast kernel here: one f32 copy of the matrix for the runtime's GEMM.
-        let w = self.dequantize();
-        let mut y = vec![0f32; m * self.rows];
-        par_chunks(&mut y, self.rows, |i, yr| {
-            let xr = &x[i * k..(i + 1) * k];
-            for (o, yv) in yr.iter_mut().enumerate() {
-                *yv = w[o * k..(o + 1) * k]
-                    .iter()
-                    .zip(xr)
-                    .map(|(a, b)| a * b)
-                    .sum();
-            }
+        self.matmul_t_by_library(x, m)
+    }
+
+    /// [`QMatrix::matmul_t_f32`] where zoo has no GEMM kernel for the CPU (Arm, x86 without
+    /// AVX2): blocks of [`LIBRARY_BLOCK`] weight rows rebuilt as f32, each multiplied by the
+    /// `gemm` crate (whose kernels pick the CPU's vectors), one block per parallel unit; no
+    /// f32 matrix exists whole.
+    fn matmul_t_by_library(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let (k, n) = (self.cols, self.rows);
+        let mut y: Vec<f32> = Vec::with_capacity(m * n);
+        let out = OutPtr(y.as_mut_ptr());
+        par_units(n.div_ceil(LIBRARY_BLOCK), |b| {
+            let (r0, r1) = (b * LIBRARY_BLOCK, ((b + 1) * LIBRARY_BLOCK).min(n));
+            PANEL.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.resize((r1 - r0) * k, 0.0);
+                for (r, wr) in (r0..r1).zip(buf.chunks_exact_mut(k)) {
+                    self.dequant_row(r, wr);
+                }
+                // SAFETY: x holds m rows of k, `buf` r1 - r0 rows of k (read as the
+                // transposed right operand); the unit writes columns r0..r1 of every row of
+                // the `[m, n]` output, which no other unit writes.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        r1 - r0,
+                        k,
+                        out.get().add(r0),
+                        1,
+                        n as isize,
+                        false,
+                        x.as_ptr(),
+                        1,
+                        k as isize,
+                        buf.as_ptr(),
+                        k as isize,
+                        1,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    )
+                }
+            })
         });
+        // SAFETY: the units above wrote every column of every row.
+        unsafe { y.set_len(m * n) };
         y
     }
 
@@ -433,28 +480,59 @@ impl QMatrix {
     }
 }
 
+/// Weight rows per block of [`QMatrix::matmul_t_by_library`]: enough columns for the library's
+/// kernel to run at speed, few enough that a block of a wide matrix stays in the L2 cache.
+const LIBRARY_BLOCK: usize = 64;
+
 thread_local! {
     /// Per-thread rows of one weight panel, rebuilt from blocks before packing.
     static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `row · x` for one row: each weight rebuilt in a register, then FMA'd with x.
+/// `ys[r] = rows[r] · x` for each weight row of `rows` (its bytes and the bytes per row) on
+/// AVX2, `sums` holding x's half-group sums: [`dots_avx512`]'s regrouped sum in 8-lane
+/// vectors, each group's integers widened and multiplied with x before its scale applies.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2<const K: u8>(row: &[u8], x: &[f32]) -> f32 {
+unsafe fn dots_rows_avx2<const K: u8>(
+    (rows, row_bytes): (&[u8], usize),
+    x: &[f32],
+    sums: &[f32],
+    ys: &mut [f32],
+) {
     use std::arch::x86_64::*;
     let kind = QKind::from_id(K);
-    let mut acc0 = _mm256_setzero_ps();
-    let mut acc1 = _mm256_setzero_ps();
-    for g in 0..x.len() / GROUP {
-        let xp = x.as_ptr().add(g * GROUP);
-        let w = group::weights8(kind, row, g);
-        acc0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xp), acc0);
-        acc1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xp.add(8)), acc1);
-        acc0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xp.add(16)), acc0);
-        acc1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xp.add(24)), acc1);
+    for (row, y) in rows.chunks_exact(row_bytes).zip(ys) {
+        // Even and odd groups in two accumulators (one dependent FMA per two groups each).
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut off = 0f32;
+        for g in 0..x.len() / GROUP {
+            prefetch_ahead(kind, row, g);
+            let q = group::ints::<false>(kind, row, g);
+            let (a, m) = group::scales(kind, row, g);
+            let xp = x.as_ptr().add(g * GROUP);
+            let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+            // q · x over each half-group (16 weights), 8 lanes of partial sums.
+            let half = |h: usize| {
+                let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves[h]));
+                let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(halves[h])));
+                let t = _mm256_mul_ps(lo, _mm256_loadu_ps(xp.add(16 * h)));
+                _mm256_fmadd_ps(hi, _mm256_loadu_ps(xp.add(16 * h + 8)), t)
+            };
+            let (t0, t1) = (half(0), half(1));
+            let a_acc = &mut acc[g % 2];
+            if kind.split_scales() {
+                *a_acc = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), t0, *a_acc);
+                *a_acc = _mm256_fmadd_ps(_mm256_set1_ps(a[1]), t1, *a_acc);
+            } else {
+                *a_acc = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), _mm256_add_ps(t0, t1), *a_acc);
+            }
+            if kind.has_min() {
+                off += m[0] * sums[2 * g] + m[1] * sums[2 * g + 1];
+            }
+        }
+        *y = crate::cpu::kernels::hsum256(_mm256_add_ps(acc[0], acc[1])) + off;
     }
-    crate::cpu::kernels::hsum256(_mm256_add_ps(acc0, acc1))
 }
 
 /// `ys[r] = rows[r] · x` for each weight row of `rows` (its bytes and the bytes per row),
@@ -764,19 +842,9 @@ mod tests {
 
                 let mut g = Generator::new(9);
                 let x: Vec<f32> = (0..cols).map(|_| g.next_f64() as f32 - 0.5).collect();
-                let mut y = QMatrix::matvec_each(&[&q], &x, 1).remove(0);
-                // The 8-lane row kernel too, which CPUs without AVX-512 take.
-                #[cfg(target_arch = "x86_64")]
-                if features::avx2() {
-                    // SAFETY: AVX2, FMA and F16C were detected; rows hold cols / 32 groups.
-                    let y8 = (0..rows)
-                        .map(|r| monomorphic!(kind, |K| unsafe { dot_avx2::<K>(q.row(r), &x) }));
-                    y.extend(y8);
-                }
-                assert_products(&format!("{kind:?} one row"), &hub, &x, &y[..rows], rows);
-                if y.len() > rows {
-                    assert_products(&format!("{kind:?} 8-lane"), &hub, &x, &y[rows..], rows);
-                }
+                // One row: the 16-lane, 8-lane or scalar kernel, as the tier has it.
+                let y = QMatrix::matvec_each(&[&q], &x, 1).remove(0);
+                assert_products(&format!("{kind:?} one row"), &hub, &x, &y, rows);
                 // A few rows block by block (1 to 4 per pass), and enough rows for the panels
                 // (AMX tiles here; a 70-wide output zero-pads its last group).
                 for m in [2, 5, 11, 20] {
