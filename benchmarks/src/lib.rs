@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 use zoo_runtime::Tensor;
-use zoo_transformers::{TextGenerator, ForwardArgs, GenerationOptions, LogitsFor};
+use zoo_transformers::{ForwardArgs, GenerationOptions, LogitsFor, TextGenerator};
 
 /// Rounds of the benchmarks that alternate sides (the diffusion steps; zoo and llama.cpp on
 /// a GGUF): each measures every side in turn, and a figure is the best over all of them, so a
@@ -40,6 +40,21 @@ pub fn print_xla_plugin() {
     if let Ok(id) = zoo_runtime::lazy::plugin_identity(zoo_runtime::PjrtPlatform::Cpu) {
         println!("  XLA CPU plugin: {id}");
     }
+}
+
+/// The CPU kernels zoo runs here (`ZOO_CPU` caps them; `scripts/bench.sh` runs every tier the
+/// CPU has), and what the peers were told to match it.
+pub fn cpu_tier_line() -> String {
+    use zoo_runtime::cpu::features;
+    let tier = match features::tier() {
+        Ok(t) => t.to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    let peers = std::env::var("ZOO_BENCH_PEER_TIER").unwrap_or_else(|_| "native".into());
+    format!(
+        "CPU kernels: zoo {tier} (this CPU runs {}); peers: {peers}",
+        features::hardware_tier()
+    )
 }
 
 /// The repository root (this crate lives in `benchmarks/`).
@@ -210,6 +225,7 @@ impl Table {
     /// Prints the table; returns the number of targets missed or not judged.
     pub fn print(&self) -> usize {
         println!("{}", self.title);
+        println!("  {}", cpu_tier_line());
         println!(
             "  {:<44} {:>12} {:>24} {:>12}  {:<8} target",
             "figure", "zoo", "peer", "peer value", "ratio"
@@ -475,8 +491,8 @@ pub fn llama_bench(
     new: usize,
     runs: usize,
 ) -> Result<(f64, f64), String> {
-    let bin = std::env::var_os("LLAMA_BENCH").map(PathBuf::from).ok_or(
-        "LLAMA_BENCH is not set: build llama-bench (scripts/bench.sh --llama-cpp) or point LLAMA_BENCH at one",
+    let bin = std::env::var_os("LLAMA_BENCH").filter(|p| !p.is_empty()).map(PathBuf::from).ok_or(
+        "LLAMA_BENCH is not set (scripts/bench.sh sets none at the generic tier): build llama-bench (scripts/bench.sh --llama-cpp) or point LLAMA_BENCH at one",
     )?;
     let out = Command::new(&bin)
         .arg("-m")
