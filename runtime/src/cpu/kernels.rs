@@ -615,7 +615,7 @@ pub(crate) unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512i; 16]) {
 }
 
 /// `x [m, k] @ w [n, k]^T` (`nn.Linear` without bias) for f32 CPU tensors, or `None` when this
-/// path does not apply (no AVX-512, `n` not a multiple of 32, fewer than 8 rows, another
+/// path does not apply (no AVX2, `n` not a multiple of 32, fewer than 8 rows, another
 /// device, dtype or layout). On a CPU with AMX, from
 /// [`F32_MIN_ROWS`](super::amx_gemm::F32_MIN_ROWS) rows and a weight of
 /// [`F32_MIN_WEIGHT`](super::amx_gemm::F32_MIN_WEIGHT) values, the tile unit multiplies the
@@ -651,7 +651,8 @@ pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
 /// panels the caller supplies. `pack_panel(p, out)` must fill all of `out` (`k * NR` values)
 /// with output columns `p * NR .. p * NR + NR` laid out as [`pack_rows`] writes them (it is
 /// called once per panel and task, from several threads). Returns the `[m, n]` product, or
-/// `None` without AVX-512, when `n` is not a multiple of [`NR`] or `m` is below 8.
+/// `None` without AVX2 (the `avx2` tier runs 6×16 register tiles, `avx512` 14×32), when `n`
+/// is not a multiple of [`NR`] or `m` is below 8.
 pub(crate) fn matmul_wt_with(
     x: &[f32],
     m: usize,
@@ -706,12 +707,12 @@ pub(crate) fn gemm(
     };
     let chunk_rows = tiles.div_ceil(chunks) * mr;
     let chunks = m.div_ceil(chunk_rows);
-    // The activation packed per row tile as [k][MR] (rows past m zero): the kernel then
+    // The activation packed per row tile as [k][mr] (rows past m zero): the kernel then
     // broadcasts from one pointer at fixed offsets instead of computing MR row addresses.
     let mut ap: Vec<f32> = Vec::with_capacity(tiles * k * mr);
     let app = OutPtr(ap.as_mut_ptr());
     par_units(tiles, |tl| {
-        // SAFETY: each tile writes its own k*MR values of ap.
+        // SAFETY: each tile writes its own k*mr values of ap.
         let dst = unsafe { app.part(tl * k * mr, k * mr) };
         let rows: [Option<&[f32]>; MR] = std::array::from_fn(|i| {
             let r = tl * mr + i;
@@ -723,7 +724,7 @@ pub(crate) fn gemm(
             }
         }
     });
-    // SAFETY: the tiles above wrote all tiles*k*MR values.
+    // SAFETY: the tiles above wrote all tiles*k*mr values.
     unsafe { ap.set_len(tiles * k * mr) };
     let mut c: Vec<f32> = Vec::with_capacity(m * n);
     let out = OutPtr(c.as_mut_ptr());
