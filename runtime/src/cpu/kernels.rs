@@ -22,6 +22,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(target_arch = "x86_64")]
+#[cfg(target_arch = "x86_64")]
+use super::avx2;
 use super::bf16::Lane;
 use super::features;
 use crate::{DType, Device, Tensor};
@@ -843,19 +845,20 @@ impl Tile {
         by_rows!(tile, rows, self)
     }
 
-    /// [`Tile::run`] on AVX2 + FMA, `a` packed [`MR_AVX2`] rows wide: each half of the
-    /// panel's 32 columns in 6-row register tiles.
+    /// [`Tile::run`] on AVX2 + FMA (`a` packed [`MR_AVX2`] rows wide, or rows `lda` apart):
+    /// each half of the panel's 32 columns in 6-row register tiles.
     ///
     /// SAFETY: AVX2 and FMA must be available; pointers as for [`Tile::run`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn run_avx2(self, rows: usize) {
-        debug_assert_eq!(self.lda, PACKED_A);
+        // Packed rows are adjacent; others `lda` apart.
+        let row_step = if self.lda == PACKED_A { 1 } else { self.lda };
         for half in 0..2 {
             let mut i = 0;
             while i < rows {
                 let r = (rows - i).min(6);
                 let t = Tile {
-                    a: self.a.add(i),
+                    a: self.a.add(i * row_step),
                     b: self.b.add(half * 16),
                     c: self.c.add(i * self.ldc + half * 16),
                     ..self
@@ -870,6 +873,18 @@ impl Tile {
                 }
                 i += r;
             }
+        }
+    }
+
+    /// [`Tile::run`] where `wide` (AVX-512F), else [`Tile::run_avx2`].
+    ///
+    /// SAFETY: as the one it runs.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_tier(self, rows: usize, wide: bool) {
+        if wide {
+            self.run(rows)
+        } else {
+            self.run_avx2(rows)
         }
     }
 
@@ -945,7 +960,7 @@ unsafe fn tile<const R: usize>(t: Tile) {
     store_tile!(t, lo, hi);
 }
 
-/// Half a [`Tile`] on AVX2: `R` rows × 16 columns, `a` packed [`MR_AVX2`] rows wide.
+/// Half a [`Tile`] on AVX2: `R` rows × 16 columns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2<const R: usize>(t: Tile) {
@@ -953,15 +968,21 @@ unsafe fn tile_avx2<const R: usize>(t: Tile) {
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
     let (mut a, mut b) = (t.a, t.b);
+    // Packed: rows adjacent, MR_AVX2 per k step; else rows `lda` apart, one per k step.
+    let (row, step) = if t.lda == PACKED_A {
+        (1, MR_AVX2)
+    } else {
+        (t.lda, 1)
+    };
     for _ in 0..t.depth {
         let b0 = _mm256_loadu_ps(b);
         let b1 = _mm256_loadu_ps(b.add(8));
         for i in 0..R {
-            let av = _mm256_broadcast_ss(&*a.add(i));
+            let av = _mm256_broadcast_ss(&*a.add(i * row));
             lo[i] = _mm256_fmadd_ps(av, b0, lo[i]);
             hi[i] = _mm256_fmadd_ps(av, b1, hi[i]);
         }
-        a = a.add(MR_AVX2);
+        a = a.add(step);
         b = b.add(t.ldb);
     }
     for i in 0..R {
@@ -1015,10 +1036,11 @@ impl NarrowPv {
         vt
     }
 
-    /// SAFETY: AVX-512F must be available; `a` valid for `rows` rows of `depth`, `vt` for
-    /// `width` columns of `depth`, `c` for `rows` rows of `width`; `width` 8 or 16.
+    /// SAFETY: AVX-512F must be available where `wide`, else AVX2 and FMA; `a` valid for
+    /// `rows` rows of `depth`, `vt` for `width` columns of `depth`, `c` for `rows` rows of
+    /// `width`; `width` 8 or 16.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn run(self, rows: usize, width: usize) {
+    unsafe fn run(self, rows: usize, width: usize, wide: bool) {
         let mut i = 0;
         while i < rows {
             let at = |p: *const f32, ld: usize| p.add(i * ld);
@@ -1027,6 +1049,16 @@ impl NarrowPv {
                 c: at(self.c, self.ldc).cast_mut(),
                 ..self
             };
+            if !wide {
+                // 2 x 8 or 1 x 16 accumulators of AVX2's 16 registers.
+                let args = ((t.a, t.lda), (t.vt, t.ldvt), t.depth, (t.c, t.ldc));
+                i += match (width, rows - i) {
+                    (8, 2..) => avx2::narrow_pv::<2, 8>(args.0, args.1, args.2, args.3),
+                    (8, _) => avx2::narrow_pv::<1, 8>(args.0, args.1, args.2, args.3),
+                    _ => avx2::narrow_pv::<1, 16>(args.0, args.1, args.2, args.3),
+                };
+                continue;
+            }
             // Rows x width accumulators: 3 x 8 or 1 x 16 of the 32 registers.
             i += match (width, rows - i) {
                 (8, 3..) => narrow_pv::<3, 8>(&t),
@@ -1106,7 +1138,7 @@ pub(crate) fn attention(
     bias: Option<&Tensor>,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    if !features::avx512() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+    if !features::avx2() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
         return None;
     }
     let [b, h, t, d] = [0, 1, 2, 3].map(|i| q.shape()[i]);
@@ -1256,6 +1288,8 @@ fn attention_f32(
     let op = OutPtr(o.as_mut_ptr());
     let rep = h / kv;
     let width = lp * NR;
+    // The tier's kernels: 16 lanes, or 8 (`avx2`).
+    let wide = features::avx512();
     // A one-query step's tile holds the query heads that share a kv head, so each key and
     // value loaded serves all of them (a grouped-query model's heads had each streamed the
     // same keys); otherwise a tile is up to MR positions of one head.
@@ -1302,15 +1336,20 @@ fn attention_f32(
             }
             let sc = s.as_mut_ptr();
             let kvh = bi * kv + h0 / rep;
-            // SAFETY: AVX-512F was detected by `attention`; the pointers stay inside q, the
-            // packed keys, v, the scratch (MR rows of `width`) and this tile's rows of the
-            // output, which no other unit writes.
+            // SAFETY: AVX2 and FMA (AVX-512F where `wide`) were detected by `attention`; the
+            // pointers stay inside q, the packed keys, v, the scratch (MR rows of `width`) and
+            // this tile's rows of the output, which no other unit writes.
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 let qp = q.as_ptr().add(bi * g.qs[0] + h0 * g.qs[1] + r0 * g.qs[2]);
                 if direct {
                     let kb = k.as_ptr().add(bi * ks[0] + (h0 / rep) * ks[1]);
-                    dot_keys((qp, lda, n), (kb, ks[2], d), (lo, hi_), (sc, width));
+                    let args = ((qp, lda, n), (kb, ks[2], d), (lo, hi_), (sc, width));
+                    if wide {
+                        dot_keys(args.0, args.1, args.2, args.3);
+                    } else {
+                        avx2::dot_keys(args.0, args.1, args.2, args.3);
+                    }
                 } else {
                     for p in lo / NR..hi_.div_ceil(NR) {
                         Tile {
@@ -1323,7 +1362,7 @@ fn attention_f32(
                             ldc: width,
                             accumulate: false,
                         }
-                        .run(n);
+                        .run_tier(n, wide);
                     }
                 }
                 let mut sums = [0f32; MR];
@@ -1332,7 +1371,12 @@ fn attention_f32(
                         Some(bias) => bias.as_ptr().add(bi * g.bs[0] + position(i) * g.bs[1]),
                         None => std::ptr::null(),
                     };
-                    sums[i] = softmax_row(sc.add(i * width), brow, g.scale, lo, rlo, rhi, hi_);
+                    let row = sc.add(i * width);
+                    sums[i] = if wide {
+                        softmax_row(row, brow, g.scale, lo, rlo, rhi, hi_)
+                    } else {
+                        avx2::softmax_row(row, brow, g.scale, lo, rlo, rhi, hi_)
+                    };
                 }
                 let vp = v
                     .as_ptr()
@@ -1348,7 +1392,7 @@ fn attention_f32(
                         c: out,
                         ldc,
                     }
-                    .run(n, dv);
+                    .run(n, dv, wide);
                 }
                 for p in 0..dv / NR {
                     Tile {
@@ -1361,11 +1405,15 @@ fn attention_f32(
                         ldc,
                         accumulate: false,
                     }
-                    .run(n);
+                    .run_tier(n, wide);
                 }
                 // The softmax's division, on the row's dv outputs instead of its keys.
                 for (i, sum) in sums.iter().enumerate().take(n) {
-                    divide(out.add(i * ldc), dv, *sum);
+                    if wide {
+                        divide(out.add(i * ldc), dv, *sum);
+                    } else {
+                        avx2::divide(out.add(i * ldc), dv, *sum);
+                    }
                 }
             }
         });
@@ -1540,8 +1588,21 @@ unsafe fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
 /// shape, as PyTorch computes it (`g / (1 + e^-g)`, rounded to the dtype, then the product),
 /// in one pass; `None` when this path does not apply.
 pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
-    if g.shape() != u.shape() || g.dtype() != u.dtype() || !features::avx512() {
+    if g.shape() != u.shape() || g.dtype() != u.dtype() || !features::avx2() {
         return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !features::avx512() {
+        // The `avx2` tier: f32 only (bf16 takes the composite).
+        let y = with_f32(g, |gv| {
+            with_f32(u, |uv| {
+                elementwise(gv.len(), |a, e, out| {
+                    // SAFETY: AVX2 and FMA were detected; `out` holds e - a values.
+                    unsafe { avx2::silu_mul(&gv[a..e], &uv[a..e], out) }
+                })
+            })
+        })??;
+        return Some(Tensor::from_vec(y, g.shape(), &Device::Cpu));
     }
     #[cfg(target_arch = "x86_64")]
     {
@@ -1587,8 +1648,19 @@ unsafe fn silu_mul_avx512<T: Lane>(g: &[T], u: &[T], y: *mut T) {
 /// 1)` with [`exp512`] (the scalar libm `tanhf` took a sixth of a Flux step); `None` when
 /// this path does not apply.
 pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
-    if !features::avx512() {
+    if !features::avx2() {
         return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !features::avx512() {
+        // The `avx2` tier: f32 only (bf16 takes the composite).
+        let y = with_f32(x, |v| {
+            elementwise(v.len(), |a, e, out| {
+                // SAFETY: AVX2 and FMA were detected; `out` holds e - a values.
+                unsafe { avx2::gelu_tanh(&v[a..e], out) }
+            })
+        })?;
+        return Some(Tensor::from_vec(y, x.shape(), &Device::Cpu));
     }
     #[cfg(target_arch = "x86_64")]
     {
@@ -1674,7 +1746,7 @@ mod tests {
                     .unwrap()
                     .mul_scalar(6.0)
                     .unwrap();
-                let Some(fast) = taken(gelu_tanh(&x), tier >= Tier::Avx512, "gelu_tanh") else {
+                let Some(fast) = taken(gelu_tanh(&x), tier >= Tier::Avx2, "gelu_tanh") else {
                     continue;
                 };
                 let fast = fast.unwrap().to_vec::<f32>().unwrap();
@@ -1893,7 +1965,7 @@ mod tests {
                 let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
                 let Some(fast) = taken(
                     attention(&q, &k, &v, Some(&bias), 1.0 / (d as f64).sqrt()),
-                    tier >= Tier::Avx512,
+                    tier >= Tier::Avx2,
                     "attention",
                 ) else {
                     continue;
@@ -1924,7 +1996,7 @@ mod tests {
                 let v = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
                 let Some(fast) = taken(
                     attention(&q, &k, &v, None, 1.0 / (d as f64).sqrt()),
-                    tier >= Tier::Avx512,
+                    tier >= Tier::Avx2,
                     "attention",
                 ) else {
                     continue;
@@ -1949,7 +2021,7 @@ mod tests {
                     .mul_scalar(8.0)
                     .unwrap();
                 let u = g.randn(&[n], DType::F32, &Device::Cpu).unwrap();
-                let Some(fast) = taken(silu_mul(&a, &u), tier >= Tier::Avx512, "silu_mul") else {
+                let Some(fast) = taken(silu_mul(&a, &u), tier >= Tier::Avx2, "silu_mul") else {
                     continue;
                 };
                 let slow = a.silu().unwrap().mul(&u).unwrap().to_vec::<f32>().unwrap();

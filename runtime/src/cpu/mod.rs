@@ -20,6 +20,8 @@ pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx_gemm;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16;
 pub(crate) mod binary;
 pub(crate) mod cat;

@@ -39,8 +39,30 @@ pub(crate) fn norm_last(x: &Tensor, norm: Norm, eps: f64) -> Option<crate::Resul
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if !features::avx512() {
+        if !features::avx2() {
             return None;
+        }
+        if !features::avx512() {
+            // The `avx2` tier: f32 rows only (bf16 takes the composite).
+            if x.dtype() != DType::F32 {
+                return None;
+            }
+            return with_slice(x, |v: &[f32]| {
+                let y = par_fill(
+                    v.len(),
+                    (UNIT_VALUES / n).max(1) * n,
+                    |a, e, out: *mut f32| {
+                        for (i, row) in v[a..e].chunks_exact(n).enumerate() {
+                            // SAFETY: AVX2 and FMA were detected; `out` holds this chunk's e - a
+                            // outputs, row i of them n values.
+                            unsafe {
+                                super::avx2::norm_row(row, out.add(i * n), norm == Norm::Layer, eps)
+                            }
+                        }
+                    },
+                );
+                Tensor::from_vec(y, x.shape(), &Device::Cpu)
+            });
         }
         fn go<T: Lane + Stored, O: Lane + Stored>(
             x: &Tensor,
@@ -170,7 +192,7 @@ mod tests {
                         .to_vec::<f32>()
                         .unwrap();
                     let Some(fast) =
-                        taken(norm_last(&x, norm, eps), tier >= Tier::Avx512, "norm_last")
+                        taken(norm_last(&x, norm, eps), tier >= Tier::Avx2, "norm_last")
                     else {
                         continue;
                     };
@@ -188,7 +210,15 @@ mod tests {
                         Norm::Layer => DType::F32,
                     };
                     let slow = xb.apply1(Op::Composite(composite), out).unwrap();
-                    let fast = norm_last(&xb, norm, eps).unwrap().unwrap();
+                    // bf16 rows at the `avx512` tier and up (`avx2` takes f32 only).
+                    let Some(fast) = taken(
+                        norm_last(&xb, norm, eps),
+                        tier >= Tier::Avx512,
+                        "norm_last bf16",
+                    ) else {
+                        continue;
+                    };
+                    let fast = fast.unwrap();
                     assert_eq!(fast.dtype(), slow.dtype(), "{norm:?}: dtype");
                     let (f, s) = (
                         fast.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),

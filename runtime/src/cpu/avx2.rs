@@ -1,0 +1,304 @@
+//! The `avx2` tier's kernels (AVX2 + FMA, 8-lane f32 vectors in 16 registers): the
+//! siblings of the AVX-512 kernels in `kernels`, `norm` and `quant`, called by the same
+//! dispatch points where [`features::avx2`](super::features::avx2) holds and
+//! [`features::avx512`](super::features::avx512) does not. Every function here needs AVX2
+//! and FMA (its callers check); results match the AVX-512 kernels' up to summation order.
+
+use std::arch::x86_64::*;
+
+use super::kernels::hsum256;
+
+/// Lanes `0..n` set (all for `n >= 8`): the tail of a row as a `maskload`/`blendv` mask.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn mask8(n: usize) -> __m256i {
+    _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(n.min(8) as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    )
+}
+
+/// The first `min(n, 8)` values at `p` (the rest zero), reading nothing past them.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn load8(p: *const f32, n: usize) -> __m256 {
+    if n >= 8 {
+        _mm256_loadu_ps(p)
+    } else {
+        _mm256_maskload_ps(p, mask8(n))
+    }
+}
+
+/// Stores the first `min(n, 8)` lanes of `v` at `p`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn store8(p: *mut f32, n: usize, v: __m256) {
+    if n >= 8 {
+        _mm256_storeu_ps(p, v)
+    } else {
+        _mm256_maskstore_ps(p, mask8(n), v)
+    }
+}
+
+/// `e^x` in 8 lanes, within about 1 ulp: [`exp512`](super::kernels)'s Cephes polynomial,
+/// the power of two applied in two halves so that results in the subnormal range round
+/// through it to 0 as `expf` does (AVX2 has no `scalef`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp256(x: __m256) -> __m256 {
+    let x = _mm256_max_ps(
+        _mm256_min_ps(x, _mm256_set1_ps(88.7)),
+        _mm256_set1_ps(-104.0),
+    );
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let p = _mm256_fmadd_ps(
+        _mm256_mul_ps(p, r),
+        r,
+        _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+    );
+    // 2^n = 2^n1 · 2^n2, each factor a normal float for n in [-150, 128].
+    let n = _mm256_cvtps_epi32(n);
+    let n1 = _mm256_srai_epi32::<1>(n);
+    let n2 = _mm256_sub_epi32(n, n1);
+    let pow2 = |e: __m256i| {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            e,
+            _mm256_set1_epi32(127),
+        )))
+    };
+    _mm256_mul_ps(_mm256_mul_ps(p, pow2(n1)), pow2(n2))
+}
+
+/// The sums of 8 vectors' lanes: lane `i` of the result is the sum of `v[i]`'s lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn lane_sums8(v: [__m256; 8]) -> __m256 {
+    let h = |a: __m256, b: __m256| _mm256_hadd_ps(a, b);
+    let lo = h(h(v[0], v[1]), h(v[2], v[3]));
+    let hi = h(h(v[4], v[5]), h(v[6], v[7]));
+    _mm256_add_ps(
+        _mm256_permute2f128_ps::<0x20>(lo, hi),
+        _mm256_permute2f128_ps::<0x31>(lo, hi),
+    )
+}
+
+/// The largest lane of `v`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn hmax256(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+    _mm_cvtss_f32(m)
+}
+
+/// [`softmax_row`](super::kernels) in 8 lanes: `s[j] * scale + bias[j]` (no bias when null),
+/// `exp(s[j] - max)` over `[rlo, rhi)`, zero in the rest of `[lo, hi)`; returns the sum.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax_row(
+    s: *mut f32,
+    bias: *const f32,
+    scale: f32,
+    lo: usize,
+    rlo: usize,
+    rhi: usize,
+    hi: usize,
+) -> f32 {
+    let vs = _mm256_set1_ps(scale);
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut mx = ninf;
+    let mut j = rlo;
+    while j < rhi {
+        let n = rhi - j;
+        let mut x = _mm256_mul_ps(load8(s.add(j), n), vs);
+        if !bias.is_null() {
+            x = _mm256_add_ps(x, load8(bias.add(j), n));
+        }
+        store8(s.add(j), n, x);
+        let live = _mm256_castsi256_ps(mask8(n));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, x, live));
+        j += 8;
+    }
+    let vmax = _mm256_set1_ps(hmax256(mx));
+    let mut sum = _mm256_setzero_ps();
+    let mut j = rlo;
+    while j < rhi {
+        let n = rhi - j;
+        let e = exp256(_mm256_sub_ps(load8(s.add(j), n), vmax));
+        let e = _mm256_and_ps(e, _mm256_castsi256_ps(mask8(n)));
+        sum = _mm256_add_ps(sum, e);
+        store8(s.add(j), n, e);
+        j += 8;
+    }
+    for j in (lo..rlo).chain(rhi..hi) {
+        *s.add(j) = 0.0;
+    }
+    hsum256(sum)
+}
+
+/// `row[..n] /= sum`.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn divide(row: *mut f32, n: usize, sum: f32) {
+    let vs = _mm256_set1_ps(sum);
+    let mut j = 0;
+    while j < n {
+        store8(
+            row.add(j),
+            n - j,
+            _mm256_div_ps(load8(row.add(j), n - j), vs),
+        );
+        j += 8;
+    }
+}
+
+/// [`dot_keys`](super::kernels) in 8 lanes: the scores of `n` query rows against the keys
+/// `[lo, hi)`, eight keys accumulating in eight vectors whose lanes are summed together.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_keys(
+    (q, ldq, n): (*const f32, usize, usize),
+    (k, ldk, d): (*const f32, usize, usize),
+    (lo, hi): (usize, usize),
+    (s, lds): (*mut f32, usize),
+) {
+    let mut j = lo;
+    while j < hi {
+        let keys = (hi - j).min(8);
+        for i in 0..n {
+            let qi = q.add(i * ldq);
+            let mut acc = [_mm256_setzero_ps(); 8];
+            let mut c = 0;
+            while c < d {
+                let qc = load8(qi.add(c), d - c);
+                for (jj, a) in acc.iter_mut().enumerate().take(keys) {
+                    *a = _mm256_fmadd_ps(qc, load8(k.add((j + jj) * ldk + c), d - c), *a);
+                }
+                c += 8;
+            }
+            store8(s.add(i * lds + j), keys, lane_sums8(acc));
+        }
+        j += 8;
+    }
+}
+
+/// [`NarrowPv`](super::kernels)'s product for `R` probability rows and `W` outputs in 8
+/// lanes: `c[i][w] = Σ_j a[i][j] · vt[w][j]`; returns `R`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn narrow_pv<const R: usize, const W: usize>(
+    (a, lda): (*const f32, usize),
+    (vt, ldvt): (*const f32, usize),
+    depth: usize,
+    (c, ldc): (*mut f32, usize),
+) -> usize {
+    let mut acc = [[_mm256_setzero_ps(); W]; R];
+    let mut j = 0;
+    while j < depth {
+        let n = depth - j;
+        let p: [__m256; R] = std::array::from_fn(|i| load8(a.add(i * lda + j), n));
+        for w in 0..W {
+            let v = load8(vt.add(w * ldvt + j), n);
+            for (row, p) in acc.iter_mut().zip(&p) {
+                row[w] = _mm256_fmadd_ps(*p, v, row[w]);
+            }
+        }
+        j += 8;
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (w, r) in row.iter().enumerate() {
+            *c.add(i * ldc + w) = hsum256(*r);
+        }
+    }
+    R
+}
+
+/// `silu(g) * u` for f32 (`g / (1 + e^-g)`, then the product), as
+/// [`silu_mul`](super::kernels::silu_mul) computes it with 16 lanes.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn silu_mul(g: &[f32], u: &[f32], y: *mut f32) {
+    let one = _mm256_set1_ps(1.0);
+    let mut j = 0;
+    while j < g.len() {
+        let n = g.len() - j;
+        let x = load8(g.as_ptr().add(j), n);
+        let e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        let s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        store8(y.add(j), n, _mm256_mul_ps(s, load8(u.as_ptr().add(j), n)));
+        j += 8;
+    }
+}
+
+/// Tanh-approximated GELU of f32 values, as [`gelu_tanh`](super::kernels::gelu_tanh)
+/// computes it with 16 lanes (`tanh(u) = 1 - 2 / (e^{2u} + 1)`).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gelu_tanh(x: &[f32], y: *mut f32) {
+    let (half, one, two) = (
+        _mm256_set1_ps(0.5),
+        _mm256_set1_ps(1.0),
+        _mm256_set1_ps(2.0),
+    );
+    let k0 = _mm256_set1_ps((2.0 / std::f32::consts::PI).sqrt());
+    let k1 = _mm256_set1_ps(0.044_715);
+    let mut j = 0;
+    while j < x.len() {
+        let n = x.len() - j;
+        let v = load8(x.as_ptr().add(j), n);
+        let cube = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+        let inner = _mm256_mul_ps(k0, _mm256_fmadd_ps(k1, cube, v));
+        let e = exp256(_mm256_mul_ps(two, inner));
+        let tanh = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one)));
+        let out = _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, tanh));
+        store8(y.add(j), n, out);
+        j += 8;
+    }
+}
+
+/// One f32 row of [`norm_last`](super::norm::norm_last): its mean (layer norm) and variance,
+/// then the row centred and scaled into `y`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn norm_row(x: &[f32], y: *mut f32, layer: bool, eps: f64) {
+    let (n, p) = (x.len(), x.as_ptr());
+    let inv_n = (1.0 / n as f64) as f32;
+    let mean = if layer {
+        let mut acc = _mm256_setzero_ps();
+        let mut j = 0;
+        while j < n {
+            acc = _mm256_add_ps(acc, load8(p.add(j), n - j));
+            j += 8;
+        }
+        hsum256(acc) * inv_n
+    } else {
+        0.0
+    };
+    let vm = _mm256_set1_ps(mean);
+    // Lanes past the row are masked out of the squares (centred, they would add mean²).
+    let mut acc = _mm256_setzero_ps();
+    let mut j = 0;
+    while j < n {
+        let live = _mm256_castsi256_ps(mask8(n - j));
+        let c = _mm256_and_ps(_mm256_sub_ps(load8(p.add(j), n - j), vm), live);
+        acc = _mm256_fmadd_ps(c, c, acc);
+        j += 8;
+    }
+    let var = hsum256(acc) * inv_n;
+    let r = _mm256_set1_ps(1.0 / (var + eps as f32).sqrt());
+    let mut j = 0;
+    while j < n {
+        let c = _mm256_sub_ps(load8(p.add(j), n - j), vm);
+        store8(y.add(j), n - j, _mm256_mul_ps(c, r));
+        j += 8;
+    }
+}
