@@ -157,8 +157,22 @@ pub(crate) fn dot_rows(rows: &[f32], x: &[f32], ys: &mut [f32]) {
         return;
     }
     for (y, row) in ys.iter_mut().zip(rows.chunks_exact(x.len())) {
-        *y = row.iter().zip(x).map(|(a, b)| a * b).sum();
+        *y = dot_lanes(row, x);
     }
+}
+
+/// `a · b` in eight independent partial sums, which the compiler keeps in vector registers
+/// of any instruction set (a single running sum is one dependent chain it may not reorder).
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns).
