@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kernels::hsum256;
+use super::kernels::{hsum256, Tile, MR_AVX2, NR, PACKED_A};
 
 /// Lanes `0..n` set (all for `n >= 8`): the tail of a row as a `maskload`/`blendv` mask.
 #[inline]
@@ -300,5 +300,85 @@ pub(crate) unsafe fn norm_row(x: &[f32], y: *mut f32, layer: bool, eps: f64) {
         let c = _mm256_sub_ps(load8(p.add(j), n - j), vm);
         store8(y.add(j), n - j, _mm256_mul_ps(c, r));
         j += 8;
+    }
+}
+
+/// Half a [`Tile`] (the GEMM's register tile) on AVX2: `R` rows × 16 columns.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn tile<const R: usize>(t: Tile) {
+    let mut lo = [_mm256_setzero_ps(); R];
+    let mut hi = [_mm256_setzero_ps(); R];
+    let (mut a, mut b) = (t.a, t.b);
+    // Packed: rows adjacent, MR_AVX2 per k step; else rows `lda` apart, one per k step.
+    let (row, step) = if t.lda == PACKED_A {
+        (1, MR_AVX2)
+    } else {
+        (t.lda, 1)
+    };
+    for _ in 0..t.depth {
+        let b0 = _mm256_loadu_ps(b);
+        let b1 = _mm256_loadu_ps(b.add(8));
+        for i in 0..R {
+            let av = _mm256_broadcast_ss(&*a.add(i * row));
+            lo[i] = _mm256_fmadd_ps(av, b0, lo[i]);
+            hi[i] = _mm256_fmadd_ps(av, b1, hi[i]);
+        }
+        a = a.add(step);
+        b = b.add(t.ldb);
+    }
+    for i in 0..R {
+        let c = t.c.add(i * t.ldc);
+        if t.accumulate {
+            lo[i] = _mm256_add_ps(lo[i], _mm256_loadu_ps(c));
+            hi[i] = _mm256_add_ps(hi[i], _mm256_loadu_ps(c.add(8)));
+        }
+        _mm256_storeu_ps(c, lo[i]);
+        _mm256_storeu_ps(c.add(8), hi[i]);
+    }
+}
+
+/// The first `k / 8 * 8` columns of [`pack_rows`](super::kernels::pack_rows) for a full panel, in 8 × 8 blocks.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn pack_panel(rows: &[&[f32]], k: usize, out: &mut [f32]) {
+    let o = out.as_mut_ptr();
+    let mut kk = 0;
+    while kk + 8 <= k {
+        for g in 0..NR / 8 {
+            let mut r: [__m256; 8] =
+                std::array::from_fn(|i| _mm256_loadu_ps(rows[g * 8 + i].as_ptr().add(kk)));
+            transpose8(&mut r);
+            for (c, v) in r.iter().enumerate() {
+                _mm256_storeu_ps(o.add((kk + c) * NR + g * 8), *v);
+            }
+        }
+        kk += 8;
+    }
+}
+
+/// Transposes an 8 × 8 matrix of f32 held one row per register.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose8(r: &mut [__m256; 8]) {
+    let t: [__m256; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // s[q] holds rows 0..4 (q < 4) or 4..8 of columns q % 4 and q % 4 + 4.
+    let s: [__m256; 8] = std::array::from_fn(|q| {
+        let (h, c) = (q / 4 * 4, q % 4);
+        let (a, b) = (t[h + c / 2], t[h + 2 + c / 2]);
+        if c % 2 == 0 {
+            _mm256_shuffle_ps::<0x44>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0xEE>(a, b)
+        }
+    });
+    for c in 0..4 {
+        r[c] = _mm256_permute2f128_ps::<0x20>(s[c], s[4 + c]);
+        r[c + 4] = _mm256_permute2f128_ps::<0x31>(s[c], s[4 + c]);
     }
 }

@@ -166,7 +166,12 @@ pub(crate) fn dot_rows(rows: &[f32], x: &[f32], ys: &mut [f32]) {
 fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     for (x, y) in ca.zip(cb) {
         for i in 0..8 {
             acc[i] += x[i] * y[i];
@@ -463,7 +468,7 @@ pub(crate) const NR: usize = 32;
 pub(crate) const MR: usize = 14;
 /// Rows of the activation per packed tile on AVX2: two register tiles of 6 rows × 16
 /// columns (12 accumulators, two panel vectors and the broadcast: 15 of the 16 ymm registers).
-const MR_AVX2: usize = 12;
+pub(crate) const MR_AVX2: usize = 12;
 /// Depth of one k block: a `KC × NR` slice of the panel (32 KiB) stays in L1 while every
 /// row tile of the task passes over it.
 const KC: usize = 256;
@@ -516,7 +521,7 @@ pub(crate) fn pack_rows(rows: &[&[f32]], k: usize, out: &mut [f32]) {
         done = k / 16 * 16;
     } else if rows.len() == NR && features::avx2() {
         // SAFETY: AVX2 was detected; sizes as above.
-        unsafe { pack_avx2(rows, k, out) };
+        unsafe { avx2::pack_panel(rows, k, out) };
         done = k / 8 * 8;
     }
     for kk in done..k {
@@ -545,56 +550,6 @@ unsafe fn pack_avx512(rows: &[&[f32]], k: usize, out: &mut [f32]) {
             }
         }
         kk += 16;
-    }
-}
-
-/// The first `k / 8 * 8` columns of [`pack_rows`] for a full panel, in 8 × 8 blocks.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn pack_avx2(rows: &[&[f32]], k: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let o = out.as_mut_ptr();
-    let mut kk = 0;
-    while kk + 8 <= k {
-        for g in 0..NR / 8 {
-            let mut r: [__m256; 8] =
-                std::array::from_fn(|i| _mm256_loadu_ps(rows[g * 8 + i].as_ptr().add(kk)));
-            transpose8(&mut r);
-            for (c, v) in r.iter().enumerate() {
-                _mm256_storeu_ps(o.add((kk + c) * NR + g * 8), *v);
-            }
-        }
-        kk += 8;
-    }
-}
-
-/// Transposes an 8 × 8 matrix of f32 held one row per register.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn transpose8(r: &mut [std::arch::x86_64::__m256; 8]) {
-    use std::arch::x86_64::*;
-    let t: [__m256; 8] = std::array::from_fn(|i| {
-        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
-        if i % 2 == 0 {
-            _mm256_unpacklo_ps(a, b)
-        } else {
-            _mm256_unpackhi_ps(a, b)
-        }
-    });
-    // s[q] holds rows 0..4 (q < 4) or 4..8 of columns q % 4 and q % 4 + 4.
-    let s: [__m256; 8] = std::array::from_fn(|q| {
-        let (h, c) = (q / 4 * 4, q % 4);
-        let (a, b) = (t[h + c / 2], t[h + 2 + c / 2]);
-        if c % 2 == 0 {
-            _mm256_shuffle_ps::<0x44>(a, b)
-        } else {
-            _mm256_shuffle_ps::<0xEE>(a, b)
-        }
-    });
-    for c in 0..4 {
-        r[c] = _mm256_permute2f128_ps::<0x20>(s[c], s[4 + c]);
-        r[c + 4] = _mm256_permute2f128_ps::<0x31>(s[c], s[4 + c]);
     }
 }
 
@@ -795,21 +750,21 @@ pub(crate) fn gemm(
 }
 
 /// `Tile::lda` of an activation packed as [`matmul_wt_with`] does: `a[kk * MR + i]`.
-const PACKED_A: usize = usize::MAX;
+pub(crate) const PACKED_A: usize = usize::MAX;
 
 /// One register tile `c[i][0..32] (+)= Σ_kk a[i * lda + kk] · b[kk * ldb + 0..32]` for the
 /// first `rows` rows (`a[kk * MR + i]` when `lda` is [`PACKED_A`]).
 #[derive(Clone, Copy)]
-struct Tile {
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    depth: usize,
-    c: *mut f32,
-    ldc: usize,
+pub(crate) struct Tile {
+    pub(crate) a: *const f32,
+    pub(crate) lda: usize,
+    pub(crate) b: *const f32,
+    pub(crate) ldb: usize,
+    pub(crate) depth: usize,
+    pub(crate) c: *mut f32,
+    pub(crate) ldc: usize,
     /// Add to `c` instead of overwriting it.
-    accumulate: bool,
+    pub(crate) accumulate: bool,
 }
 
 /// Writes a tile's rows of sums (`$lo`: columns 0..16, `$hi`: 16..32) to `$t.c`, added to
@@ -878,12 +833,12 @@ impl Tile {
                     ..self
                 };
                 match r {
-                    6 => tile_avx2::<6>(t),
-                    5 => tile_avx2::<5>(t),
-                    4 => tile_avx2::<4>(t),
-                    3 => tile_avx2::<3>(t),
-                    2 => tile_avx2::<2>(t),
-                    _ => tile_avx2::<1>(t),
+                    6 => avx2::tile::<6>(t),
+                    5 => avx2::tile::<5>(t),
+                    4 => avx2::tile::<4>(t),
+                    3 => avx2::tile::<3>(t),
+                    2 => avx2::tile::<2>(t),
+                    _ => avx2::tile::<1>(t),
                 }
                 i += r;
             }
@@ -972,42 +927,6 @@ unsafe fn tile<const R: usize>(t: Tile) {
         }
     }
     store_tile!(t, lo, hi);
-}
-
-/// Half a [`Tile`] on AVX2: `R` rows × 16 columns.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2<const R: usize>(t: Tile) {
-    use std::arch::x86_64::*;
-    let mut lo = [_mm256_setzero_ps(); R];
-    let mut hi = [_mm256_setzero_ps(); R];
-    let (mut a, mut b) = (t.a, t.b);
-    // Packed: rows adjacent, MR_AVX2 per k step; else rows `lda` apart, one per k step.
-    let (row, step) = if t.lda == PACKED_A {
-        (1, MR_AVX2)
-    } else {
-        (t.lda, 1)
-    };
-    for _ in 0..t.depth {
-        let b0 = _mm256_loadu_ps(b);
-        let b1 = _mm256_loadu_ps(b.add(8));
-        for i in 0..R {
-            let av = _mm256_broadcast_ss(&*a.add(i * row));
-            lo[i] = _mm256_fmadd_ps(av, b0, lo[i]);
-            hi[i] = _mm256_fmadd_ps(av, b1, hi[i]);
-        }
-        a = a.add(step);
-        b = b.add(t.ldb);
-    }
-    for i in 0..R {
-        let c = t.c.add(i * t.ldc);
-        if t.accumulate {
-            lo[i] = _mm256_add_ps(lo[i], _mm256_loadu_ps(c));
-            hi[i] = _mm256_add_ps(hi[i], _mm256_loadu_ps(c.add(8)));
-        }
-        _mm256_storeu_ps(c, lo[i]);
-        _mm256_storeu_ps(c.add(8), hi[i]);
-    }
 }
 
 /// Attention's probabilities times v for heads 8 or 16 wide, where the 32-wide [`Tile`]
