@@ -14,7 +14,7 @@
 //! Which instructions a fast path may use is [`features`]' one answer: the CPU's tier, capped
 //! by `ZOO_CPU=generic|avx2|avx512|amx` for the process or by [`features::with_tier`] for a
 //! thread, which is how the tests run every tier's code on one machine. Each entry point
-//! dispatches on it: the AVX-512 kernels sit beside it, the `avx2` tier's in [`avx2`] (the
+//! dispatches on it: the AVX-512 kernels sit beside it, the `avx2` tier's in `avx2.rs` (the
 //! GEMM's 6×16 tiles, attention, activations, norms), and below that the op returns `None`
 //! (the backend's path) or, for quantized products, the `gemm` crate on rebuilt rows.
 
