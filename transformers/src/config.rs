@@ -93,14 +93,44 @@ pub(crate) fn config_error(cfg: &PretrainedConfig, reason: String) -> Error {
     }
 }
 
-fn default_act() -> String {
-    "silu".into()
-}
-fn default_eps() -> f64 {
-    1e-6
-}
-fn default_max_pos() -> usize {
-    2048
+/// transformers' default values of config fields, one home for every typed config's
+/// `#[serde(default = "defaults::…")]` (serde takes a function; numbers come through const
+/// generics, the rest by name).
+pub(crate) mod defaults {
+    /// An integer field's default `N`.
+    pub(crate) fn usize<const N: usize>() -> usize {
+        N
+    }
+    /// A signed field's default `N`.
+    pub(crate) fn i64<const N: i64>() -> i64 {
+        N
+    }
+    /// `true`.
+    pub(crate) fn yes() -> bool {
+        true
+    }
+    /// An epsilon of 1e-12 (BERT, ViT).
+    pub(crate) fn eps_1e12() -> f64 {
+        1e-12
+    }
+    /// An epsilon of 1e-5 (GPT-2, CLIP).
+    pub(crate) fn eps_1e5() -> f64 {
+        1e-5
+    }
+    /// An epsilon of 1e-6 (Llama, T5).
+    pub(crate) fn eps_1e6() -> f64 {
+        1e-6
+    }
+    /// A string default (activation names, `position_embedding_type`).
+    macro_rules! names {
+        ($($name:ident),*) => {$(
+            #[doc = concat!("`\"", stringify!($name), "\"`.")]
+            pub(crate) fn $name() -> String {
+                stringify!($name).into()
+            }
+        )*};
+    }
+    names!(absolute, gelu, gelu_new, quick_gelu, relu, silu, tanh);
 }
 
 /// `config.json` of a Llama-family checkpoint, as transformers' `LlamaConfig` /
@@ -124,13 +154,13 @@ pub struct DecoderConfig {
     #[serde(default)]
     pub head_dim: Option<usize>,
     /// The context the model was trained for (rope scaling may stretch it).
-    #[serde(default = "default_max_pos")]
+    #[serde(default = "defaults::usize::<2048>")]
     pub max_position_embeddings: usize,
     /// MLP activation (`silu`).
-    #[serde(default = "default_act")]
+    #[serde(default = "defaults::silu")]
     pub hidden_act: String,
     /// Epsilon of every RMSNorm.
-    #[serde(default = "default_eps")]
+    #[serde(default = "defaults::eps_1e6")]
     pub rms_norm_eps: f64,
     /// `lm_head` shares `model.embed_tokens.weight`.
     #[serde(default)]

@@ -125,6 +125,35 @@ pub enum Loaders {
     },
 }
 
+/// A family's registry entry from how transformers names it: `model_type`, the folder of its
+/// `modeling_*.py`, its classes with the task each serves, HF's `_no_split_modules`, the
+/// typed config that validates a checkpoint's `config.json` (`Config::from_pretrained`), and
+/// its loaders; the planner's view is the file's `layout`. No GGUF architecture maps to it
+/// (the decoders llama.cpp writes are declared with [`Names`]).
+macro_rules! family {
+    (
+        $model_type:literal in $folder:literal,
+        classes [$($class:ident: $task:ident),+ $(,)?],
+        no_split [$($no_split:literal),+ $(,)?],
+        config $config:ty, loaders $loaders:expr $(,)?
+    ) => {
+        $crate::family::Family {
+            model_type: $model_type,
+            modeling_file: concat!("models/", $folder, "/modeling_", $folder, ".py"),
+            architectures: &[$($crate::family::Architecture::new(
+                stringify!($class),
+                $crate::family::Task::$task,
+            )),+],
+            gguf_architectures: &[],
+            no_split_modules: &[$($no_split),+],
+            validate: |c| <$config>::from_pretrained(c).map(drop),
+            layout,
+            loaders: $loaders,
+        }
+    };
+}
+pub(crate) use family;
+
 /// Declares a family that reuses another family's decoder with its own switches, as
 /// transformers' `modular_*.py` files derive one: the registry entry `FAMILY` (the class names
 /// are the aliases' names, `_no_split_modules` is `{Switches}DecoderLayer`, the modeling file

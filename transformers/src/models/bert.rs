@@ -18,46 +18,19 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
-use crate::config::{config_error, heads_divide, positive_fields};
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
+use crate::config::{config_error, defaults, heads_divide, positive_fields};
+use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
 use crate::{Error, Result};
 
 /// The registry entry of `bert`.
-pub(crate) const FAMILY: Family = Family {
-    model_type: "bert",
-    modeling_file: "models/bert/modeling_bert.py",
-    architectures: &[
-        Architecture::new("BertModel", Task::Base),
-        Architecture::new("BertForMaskedLM", Task::MaskedLm),
-        Architecture::new(
-            "BertForSequenceClassification",
-            Task::SequenceClassification,
-        ),
-        Architecture::new("BertForTokenClassification", Task::TokenClassification),
-    ],
-    gguf_architectures: &[],
-    no_split_modules: &["BertEmbeddings", "BertLayer"],
-    validate: |c| BertConfig::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::Encoder(load),
+pub(crate) const FAMILY: Family = family! {
+    "bert" in "bert",
+    classes [BertModel: Base, BertForMaskedLM: MaskedLm,
+        BertForSequenceClassification: SequenceClassification,
+        BertForTokenClassification: TokenClassification],
+    no_split ["BertEmbeddings", "BertLayer"], config BertConfig, loaders Loaders::Encoder(load),
 };
-
-fn default_act() -> String {
-    "gelu".into()
-}
-fn default_eps() -> f64 {
-    1e-12
-}
-fn default_max_pos() -> usize {
-    512
-}
-fn default_type_vocab() -> usize {
-    2
-}
-fn default_position_type() -> String {
-    "absolute".into()
-}
 
 /// `config.json` of a BERT checkpoint, as transformers' `BertConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]
@@ -73,19 +46,19 @@ pub struct BertConfig {
     /// Width of the MLP.
     pub intermediate_size: usize,
     /// MLP activation.
-    #[serde(default = "default_act")]
+    #[serde(default = "defaults::gelu")]
     pub hidden_act: String,
     /// Rows of the position embedding table.
-    #[serde(default = "default_max_pos")]
+    #[serde(default = "defaults::usize::<512>")]
     pub max_position_embeddings: usize,
     /// Rows of the token-type (segment) table.
-    #[serde(default = "default_type_vocab")]
+    #[serde(default = "defaults::usize::<2>")]
     pub type_vocab_size: usize,
     /// Epsilon of every LayerNorm.
-    #[serde(default = "default_eps")]
+    #[serde(default = "defaults::eps_1e12")]
     pub layer_norm_eps: f64,
     /// Only `absolute` positions are defined by current transformers.
-    #[serde(default = "default_position_type")]
+    #[serde(default = "defaults::absolute")]
     pub position_embedding_type: String,
     /// Label names of a classification head, by index.
     #[serde(default)]

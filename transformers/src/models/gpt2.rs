@@ -19,53 +19,37 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 use super::decoder::ForCausalLM;
 use super::placement::execution_order;
 use crate::cache::{CacheSpec, KvCache};
-use crate::config::{config_error, heads_divide, positive_fields};
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
-use crate::kinds::{DecoderModel, ForwardArgs, ModelOutput};
+use crate::config::{config_error, defaults, heads_divide, positive_fields};
+use crate::family::{family, Family, Layout, Loaders};
+use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, ModelOutput};
 use crate::{Error, Result};
 
-/// The registry entry of `gpt2`.
-pub(crate) const FAMILY: Family = Family {
-    model_type: "gpt2",
-    modeling_file: "models/gpt2/modeling_gpt2.py",
-    architectures: &[
-        Architecture::new("GPT2LMHeadModel", Task::CausalLm),
-        Architecture::new("GPT2Model", Task::Base),
-    ],
-    // llama.cpp's `gpt2` files are not read by zoo-hub yet.
-    gguf_architectures: &[],
-    no_split_modules: &["GPT2Block"],
-    validate: |c| GPT2Config::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::Decoder {
-        base: |w, c| {
-            let c = GPT2Config::from_pretrained(c)?;
-            // An LM-head checkpoint holds the base model under `transformer.`.
-            let w = if w.contains("transformer.wte.weight") {
-                w.pp("transformer")
-            } else {
-                w.clone()
-            };
-            Ok(Box::new(GPT2Model::load(&w, &c)?.under("")))
-        },
-        causal_lm: |w, c| {
-            Ok(Box::new(GPT2LMHeadModel::load(
-                w,
-                &GPT2Config::from_pretrained(c)?,
-            )?))
-        },
-    },
+/// The registry entry of `gpt2` (llama.cpp's `gpt2` files are not read by zoo-hub yet).
+pub(crate) const FAMILY: Family = family! {
+    "gpt2" in "gpt2", classes [GPT2LMHeadModel: CausalLm, GPT2Model: Base],
+    no_split ["GPT2Block"], config GPT2Config,
+    loaders Loaders::Decoder { base: load_base, causal_lm: load_causal_lm },
 };
 
-fn default_positions() -> usize {
-    1024
+/// `GPT2Model` from a base or an LM-head checkpoint (which holds it under `transformer.`).
+fn load_base(w: &Weights, c: &PretrainedConfig) -> Result<Box<dyn DecoderModel>> {
+    let c = GPT2Config::from_pretrained(c)?;
+    let w = if w.contains("transformer.wte.weight") {
+        w.pp("transformer")
+    } else {
+        w.clone()
+    };
+    Ok(Box::new(GPT2Model::load(&w, &c)?.under("")))
 }
-fn default_act() -> String {
-    "gelu_new".into()
+
+/// `GPT2LMHeadModel` from the checkpoint root.
+fn load_causal_lm(w: &Weights, c: &PretrainedConfig) -> Result<Box<dyn CausalLm>> {
+    Ok(Box::new(GPT2LMHeadModel::load(
+        w,
+        &GPT2Config::from_pretrained(c)?,
+    )?))
 }
-fn default_eps() -> f64 {
-    1e-5
-}
+
 fn yes() -> bool {
     true
 }
@@ -77,7 +61,7 @@ pub struct GPT2Config {
     /// Rows of `wte`.
     pub vocab_size: usize,
     /// Rows of `wpe`: the longest context.
-    #[serde(default = "default_positions")]
+    #[serde(default = "defaults::usize::<1024>")]
     pub n_positions: usize,
     /// Width of the residual stream.
     pub n_embd: usize,
@@ -89,10 +73,10 @@ pub struct GPT2Config {
     #[serde(default)]
     pub n_inner: Option<usize>,
     /// MLP activation.
-    #[serde(default = "default_act")]
+    #[serde(default = "defaults::gelu_new")]
     pub activation_function: String,
     /// Epsilon of every LayerNorm.
-    #[serde(default = "default_eps")]
+    #[serde(default = "defaults::eps_1e5")]
     pub layer_norm_epsilon: f64,
     /// Divide the scores by `sqrt(head_dim)`.
     #[serde(default = "yes")]

@@ -19,43 +19,19 @@ use zoo_runtime::device_map::{CacheLayout, ModelShape};
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
-use crate::config::{config_error, positive_fields};
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
+use crate::config::{config_error, defaults, positive_fields};
+use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
 use crate::models::placement::execution_order;
 use crate::{Error, Result};
 
 /// The registry entry of `vit`.
-pub(crate) const FAMILY: Family = Family {
-    model_type: "vit",
-    modeling_file: "models/vit/modeling_vit.py",
-    architectures: &[
-        Architecture::new("ViTModel", Task::Base),
-        Architecture::new("ViTForImageClassification", Task::ImageClassification),
-    ],
-    gguf_architectures: &[],
-    no_split_modules: &["ViTEmbeddings", "ViTLayer"],
-    validate: |c| ViTConfig::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::Image(load),
+pub(crate) const FAMILY: Family = family! {
+    "vit" in "vit",
+    classes [ViTModel: Base, ViTForImageClassification: ImageClassification],
+    no_split ["ViTEmbeddings", "ViTLayer"], config ViTConfig, loaders Loaders::Image(load),
 };
-
-fn default_act() -> String {
-    "gelu".into()
-}
-fn default_eps() -> f64 {
-    1e-12
-}
-fn default_channels() -> usize {
-    3
-}
-fn default_true() -> bool {
-    true
-}
-fn default_pooler_act() -> String {
-    "tanh".into()
-}
 
 /// `config.json` of a ViT, as transformers' `ViTConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]
@@ -69,10 +45,10 @@ pub struct ViTConfig {
     /// Width of the MLP.
     pub intermediate_size: usize,
     /// MLP activation.
-    #[serde(default = "default_act")]
+    #[serde(default = "defaults::gelu")]
     pub hidden_act: String,
     /// Epsilon of every LayerNorm.
-    #[serde(default = "default_eps")]
+    #[serde(default = "defaults::eps_1e12")]
     pub layer_norm_eps: f64,
     /// The image the position embeddings cover: one side, or `[height, width]`.
     #[serde(rename = "image_size")]
@@ -81,10 +57,10 @@ pub struct ViTConfig {
     #[serde(rename = "patch_size")]
     patch_size_raw: Value,
     /// Channels of the pixel values.
-    #[serde(default = "default_channels")]
+    #[serde(default = "defaults::usize::<3>")]
     pub num_channels: usize,
     /// Biases on the query, key and value projections.
-    #[serde(default = "default_true")]
+    #[serde(default = "defaults::yes")]
     pub qkv_bias: bool,
     /// Width of a head, when not `hidden_size / num_attention_heads`.
     #[serde(default)]
@@ -93,7 +69,7 @@ pub struct ViTConfig {
     #[serde(default)]
     pub pooler_output_size: Option<usize>,
     /// Activation of the pooler.
-    #[serde(default = "default_pooler_act")]
+    #[serde(default = "defaults::tanh")]
     pub pooler_act: String,
     /// Label names by index.
     #[serde(default)]

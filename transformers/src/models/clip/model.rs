@@ -10,26 +10,17 @@ use zoo_runtime::{DType, Tensor};
 
 use super::text::{CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection};
 use super::vision::{CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection};
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
+use crate::family::{family, Family, Layout, Loaders};
 use crate::kinds::{
     Encoder, EncoderArgs, ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput,
 };
 use crate::{Error, Result};
 
 /// The registry entry of `clip`.
-pub(crate) const FAMILY: Family = Family {
-    model_type: "clip",
-    modeling_file: "models/clip/modeling_clip.py",
-    architectures: &[Architecture::new("CLIPModel", Task::Base)],
-    gguf_architectures: &[],
-    no_split_modules: &[
-        "CLIPTextEmbeddings",
-        "CLIPEncoderLayer",
-        "CLIPVisionEmbeddings",
-    ],
-    validate: |c| CLIPConfig::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::ImageText(load),
+pub(crate) const FAMILY: Family = family! {
+    "clip" in "clip", classes [CLIPModel: Base],
+    no_split ["CLIPTextEmbeddings", "CLIPEncoderLayer", "CLIPVisionEmbeddings"],
+    config CLIPConfig, loaders Loaders::ImageText(load),
 };
 
 /// `config.json` of a `CLIPModel`: both towers' configs and the shared projection width.

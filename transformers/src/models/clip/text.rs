@@ -18,43 +18,19 @@ use zoo_runtime::{Activation, DType, Device, Tensor};
 
 use super::{CLIPEncoder, HostBias, LayerSpec};
 
-use crate::config::{config_error, heads_divide, positive_fields};
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
+use crate::config::{config_error, defaults, heads_divide, positive_fields};
+use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
 use crate::models::placement::execution_order;
 use crate::{Error, Result};
 
 /// The registry entry of `clip_text_model`. Both classes serve `AutoModel`'s task; which one
 /// loads follows the checkpoint's `architectures`.
-pub(crate) const FAMILY: Family = Family {
-    model_type: "clip_text_model",
-    modeling_file: "models/clip/modeling_clip.py",
-    architectures: &[
-        Architecture::new("CLIPTextModel", Task::Base),
-        Architecture::new("CLIPTextModelWithProjection", Task::Base),
-    ],
-    gguf_architectures: &[],
-    no_split_modules: &["CLIPTextEmbeddings", "CLIPEncoderLayer"],
-    validate: |c| CLIPTextConfig::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::Encoder(load),
+pub(crate) const FAMILY: Family = family! {
+    "clip_text_model" in "clip", classes [CLIPTextModel: Base, CLIPTextModelWithProjection: Base],
+    no_split ["CLIPTextEmbeddings", "CLIPEncoderLayer"],
+    config CLIPTextConfig, loaders Loaders::Encoder(load),
 };
-
-fn default_act() -> String {
-    "quick_gelu".into()
-}
-fn default_eps() -> f64 {
-    1e-5
-}
-fn default_max_pos() -> usize {
-    77
-}
-fn default_projection() -> usize {
-    512
-}
-fn default_eos() -> i64 {
-    2
-}
 
 /// `config.json` of a CLIP text tower, as transformers' `CLIPTextConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]
@@ -70,19 +46,19 @@ pub struct CLIPTextConfig {
     /// Attention heads.
     pub num_attention_heads: usize,
     /// Positions the embeddings cover (77 in CLIP).
-    #[serde(default = "default_max_pos")]
+    #[serde(default = "defaults::usize::<77>")]
     pub max_position_embeddings: usize,
     /// MLP activation (`quick_gelu`).
-    #[serde(default = "default_act")]
+    #[serde(default = "defaults::quick_gelu")]
     pub hidden_act: String,
     /// Epsilon of every LayerNorm.
-    #[serde(default = "default_eps")]
+    #[serde(default = "defaults::eps_1e5")]
     pub layer_norm_eps: f64,
     /// Width of `text_embeds`.
-    #[serde(default = "default_projection")]
+    #[serde(default = "defaults::usize::<512>")]
     pub projection_dim: usize,
     /// The end-of-text token the pooled output is taken at; 2 selects the legacy rule.
-    #[serde(default = "default_eos")]
+    #[serde(default = "defaults::i64::<2>")]
     pub eos_token_id: i64,
     /// The config file, for errors.
     #[serde(skip)]

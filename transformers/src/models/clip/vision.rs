@@ -15,40 +15,20 @@ use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
 use super::{CLIPEncoder, LayerSpec};
-use crate::config::{config_error, heads_divide, positive_fields};
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
+use crate::config::{config_error, defaults, heads_divide, positive_fields};
+use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
 use crate::models::placement::execution_order;
 use crate::{Error, Result};
 
 /// The registry entry of `clip_vision_model`; which class loads follows `architectures`.
-pub(crate) const FAMILY: Family = Family {
-    model_type: "clip_vision_model",
-    modeling_file: "models/clip/modeling_clip.py",
-    architectures: &[
-        Architecture::new("CLIPVisionModel", Task::Base),
-        Architecture::new("CLIPVisionModelWithProjection", Task::Base),
-    ],
-    gguf_architectures: &[],
-    no_split_modules: &["CLIPVisionEmbeddings", "CLIPEncoderLayer"],
-    validate: |c| CLIPVisionConfig::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::Image(load),
+pub(crate) const FAMILY: Family = family! {
+    "clip_vision_model" in "clip",
+    classes [CLIPVisionModel: Base, CLIPVisionModelWithProjection: Base],
+    no_split ["CLIPVisionEmbeddings", "CLIPEncoderLayer"],
+    config CLIPVisionConfig, loaders Loaders::Image(load),
 };
-
-fn default_act() -> String {
-    "quick_gelu".into()
-}
-fn default_eps() -> f64 {
-    1e-5
-}
-fn default_projection() -> usize {
-    512
-}
-fn default_channels() -> usize {
-    3
-}
 
 /// `config.json` of a CLIP vision tower, as transformers' `CLIPVisionConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]
@@ -62,20 +42,20 @@ pub struct CLIPVisionConfig {
     /// Attention heads.
     pub num_attention_heads: usize,
     /// Channels of the pixel values.
-    #[serde(default = "default_channels")]
+    #[serde(default = "defaults::usize::<3>")]
     pub num_channels: usize,
     /// Side of the square image the position embeddings cover.
     pub image_size: usize,
     /// Side of a square patch.
     pub patch_size: usize,
     /// MLP activation (`quick_gelu`).
-    #[serde(default = "default_act")]
+    #[serde(default = "defaults::quick_gelu")]
     pub hidden_act: String,
     /// Epsilon of every LayerNorm.
-    #[serde(default = "default_eps")]
+    #[serde(default = "defaults::eps_1e5")]
     pub layer_norm_eps: f64,
     /// Width of `image_embeds`.
-    #[serde(default = "default_projection")]
+    #[serde(default = "defaults::usize::<512>")]
     pub projection_dim: usize,
     /// The config file, for errors.
     #[serde(skip)]

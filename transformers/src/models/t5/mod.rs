@@ -24,62 +24,24 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 pub use conditional::T5ForConditionalGeneration;
 pub use encoder::T5EncoderModel;
 
+use crate::config::defaults;
 use crate::config::require_positive;
-use crate::family::{Architecture, Family, Layout, Loaders, Task};
+use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{Encoder, Seq2SeqLm};
 use crate::{Error, Result};
 
 /// The registry entry of `t5`.
-pub(crate) const FAMILY: Family = Family {
-    model_type: "t5",
-    modeling_file: "models/t5/modeling_t5.py",
-    architectures: &[
-        Architecture::new("T5EncoderModel", Task::Base),
-        Architecture::new("T5ForConditionalGeneration", Task::Seq2SeqLm),
-    ],
-    gguf_architectures: &[],
-    no_split_modules: &["T5Block"],
-    validate: |c| T5Config::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::Seq2Seq {
-        encoder: load_encoder,
-        seq2seq: load_seq2seq,
-    },
+pub(crate) const FAMILY: Family = family! {
+    "t5" in "t5", classes [T5EncoderModel: Base, T5ForConditionalGeneration: Seq2SeqLm],
+    no_split ["T5Block"], config T5Config, loaders Loaders::Seq2Seq { encoder: load_encoder, seq2seq: load_seq2seq },
 };
 
 /// The registry entry of `umt5`: T5 v1.1 with a relative bias in every block.
-pub(crate) const UMT5_FAMILY: Family = Family {
-    model_type: "umt5",
-    modeling_file: "models/umt5/modeling_umt5.py",
-    architectures: &[
-        Architecture::new("UMT5EncoderModel", Task::Base),
-        Architecture::new("UMT5ForConditionalGeneration", Task::Seq2SeqLm),
-    ],
-    gguf_architectures: &[],
-    no_split_modules: &["UMT5Block"],
-    validate: |c| T5Config::from_pretrained(c).map(drop),
-    layout,
-    loaders: Loaders::Seq2Seq {
-        encoder: load_encoder,
-        seq2seq: load_seq2seq,
-    },
+pub(crate) const UMT5_FAMILY: Family = family! {
+    "umt5" in "umt5",
+    classes [UMT5EncoderModel: Base, UMT5ForConditionalGeneration: Seq2SeqLm],
+    no_split ["UMT5Block"], config T5Config, loaders Loaders::Seq2Seq { encoder: load_encoder, seq2seq: load_seq2seq },
 };
-
-fn default_d_kv() -> usize {
-    64
-}
-fn default_buckets() -> usize {
-    32
-}
-fn default_max_distance() -> usize {
-    128
-}
-fn default_eps() -> f64 {
-    1e-6
-}
-fn default_ff() -> String {
-    "relu".into()
-}
 
 /// `config.json` of a T5 / UMT5, as transformers' `T5Config` reads it.
 #[derive(Clone, Debug, Deserialize)]
@@ -89,7 +51,7 @@ pub struct T5Config {
     /// Width of the residual stream.
     pub d_model: usize,
     /// Width of one head.
-    #[serde(default = "default_d_kv")]
+    #[serde(default = "defaults::usize::<64>")]
     pub d_kv: usize,
     /// Width of the feed-forward.
     pub d_ff: usize,
@@ -101,16 +63,16 @@ pub struct T5Config {
     /// Attention heads.
     pub num_heads: usize,
     /// Buckets of the relative-position bias.
-    #[serde(default = "default_buckets")]
+    #[serde(default = "defaults::usize::<32>")]
     pub relative_attention_num_buckets: usize,
     /// Distance past which positions share the last bucket.
-    #[serde(default = "default_max_distance")]
+    #[serde(default = "defaults::usize::<128>")]
     pub relative_attention_max_distance: usize,
     /// Epsilon of every layer norm.
-    #[serde(default = "default_eps")]
+    #[serde(default = "defaults::eps_1e6")]
     pub layer_norm_epsilon: f64,
     /// `relu`, `gelu`, `gated-gelu`, `gated-silu`, ...: the activation, gated or not.
-    #[serde(default = "default_ff")]
+    #[serde(default = "defaults::relu")]
     pub feed_forward_proj: String,
     /// Whether the head shares the embedding table, which also scales the decoder's output
     /// by `d_model ** -0.5` (absent means true, as in T5 v1.0).
