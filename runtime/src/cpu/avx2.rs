@@ -309,22 +309,30 @@ pub(crate) unsafe fn tile<const R: usize>(t: Tile) {
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
     let (mut a, mut b) = (t.a, t.b);
-    // Packed: rows adjacent, MR_AVX2 per k step; else rows `lda` apart, one per k step.
-    let (row, step) = if t.lda == PACKED_A {
-        (1, MR_AVX2)
-    } else {
-        (t.lda, 1)
-    };
-    for _ in 0..t.depth {
-        let b0 = _mm256_loadu_ps(b);
-        let b1 = _mm256_loadu_ps(b.add(8));
-        for i in 0..R {
-            let av = _mm256_broadcast_ss(&*a.add(i * row));
-            lo[i] = _mm256_fmadd_ps(av, b0, lo[i]);
-            hi[i] = _mm256_fmadd_ps(av, b1, hi[i]);
+    // Packed: rows adjacent, MR_AVX2 per k step (constant offsets from one pointer); else
+    // rows `lda` apart, one per k step.
+    macro_rules! step {
+        ($row:expr) => {{
+            let b0 = _mm256_loadu_ps(b);
+            let b1 = _mm256_loadu_ps(b.add(8));
+            for i in 0..R {
+                let av = _mm256_broadcast_ss(&*a.add(i * $row));
+                lo[i] = _mm256_fmadd_ps(av, b0, lo[i]);
+                hi[i] = _mm256_fmadd_ps(av, b1, hi[i]);
+            }
+            b = b.add(t.ldb);
+        }};
+    }
+    if t.lda == PACKED_A {
+        for _ in 0..t.depth {
+            step!(1);
+            a = a.add(MR_AVX2);
         }
-        a = a.add(step);
-        b = b.add(t.ldb);
+    } else {
+        for _ in 0..t.depth {
+            step!(t.lda);
+            a = a.add(1);
+        }
     }
     for i in 0..R {
         let c = t.c.add(i * t.ldc);
