@@ -9,7 +9,8 @@
 # Every benchmark runs once per CPU tier the machine has (ZOO_CPU=generic, avx2, avx512, amx;
 # ZOO_BENCH_TIERS="avx2 amx" picks some), each peer at the same tier: llama.cpp's AVX2 build
 # (GGML_NATIVE=OFF, AVX2+FMA+F16C, no AVX-512) at avx2 and its native build above; PyTorch
-# with ATEN_CPU_CAPABILITY=default, avx2 or avx512. Each table prints the tier of both sides.
+# capped likewise (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA). Each table
+# prints the tier of both sides.
 #
 #   scripts/bench.sh [--check] [--llama-cpp] [-- benchmark flags, e.g. --threads 2 --runs 3]
 #
@@ -91,16 +92,22 @@ tiers="${ZOO_BENCH_TIERS:-$(bench tiers)}"
 status=0
 for tier in $tiers; do
   # The peers at zoo's tier: llama.cpp's build and PyTorch's kernels for it.
+  # PyTorch's own kernels follow ATEN_CPU_CAPABILITY, its GEMMs MKL's and oneDNN's caps.
   case "$tier" in
-    generic) llama="" aten=default peers="PyTorch ATEN_CPU_CAPABILITY=default; no llama.cpp build at this tier" ;;
-    avx2) llama="$llama_avx2" aten=avx2 peers="llama.cpp AVX2 build, PyTorch ATEN_CPU_CAPABILITY=avx2" ;;
-    avx512) llama="$llama_native" aten=avx512 peers="llama.cpp native build, PyTorch ATEN_CPU_CAPABILITY=avx512" ;;
-    *) llama="$llama_native" aten="" peers="llama.cpp native build, PyTorch native" ;;
+    generic) llama="" torch=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41)
+      peers="PyTorch capped to SSE4 (ATen default, MKL, oneDNN); no llama.cpp build at this tier" ;;
+    avx2) llama="$llama_avx2" torch=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)
+      peers="llama.cpp AVX2 build, PyTorch capped to AVX2 (ATen, MKL, oneDNN)" ;;
+    avx512) llama="$llama_native" torch=(ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 ONEDNN_MAX_CPU_ISA=AVX512_CORE)
+      peers="llama.cpp native build, PyTorch capped to AVX-512 (ATen, MKL, oneDNN)" ;;
+    *) llama="$llama_native" torch=()
+      peers="llama.cpp native build, PyTorch native" ;;
   esac
   echo "== CPU tier $tier (peers: $peers)"
   for bin in smollm2 quants mixtral gemma3 unet flux; do
-    env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" \
-      ${aten:+ATEN_CPU_CAPABILITY=$aten} bench "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
+    env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" "${torch[@]}" \
+      cargo run --quiet --release --manifest-path benchmarks/Cargo.toml \
+      --target-dir target/bench --bin "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
   done
 done
 exit "$status"
