@@ -64,18 +64,7 @@ impl DiTPipeline {
         })
     }
 
-    /// The scheduler's config.
-    pub fn scheduler_config(&self) -> &SchedulerConfig {
-        &self.scheduler_config
-    }
-
-    /// Swaps the scheduler class over the same config.
-    pub fn set_scheduler(&mut self, class_name: &str) -> Result<()> {
-        let c = self.scheduler_config.with_class(class_name);
-        c.build()?;
-        self.scheduler_config = c;
-        Ok(())
-    }
+    super::scheduler_methods!();
 
     /// The label names the pipeline knows, each with its class id.
     pub fn labels(&self) -> &BTreeMap<String, usize> {

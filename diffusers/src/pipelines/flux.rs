@@ -106,18 +106,7 @@ impl FluxPipeline {
         })
     }
 
-    /// The scheduler's config.
-    pub fn scheduler_config(&self) -> &SchedulerConfig {
-        &self.scheduler_config
-    }
-
-    /// Swaps the scheduler class over the same config.
-    pub fn set_scheduler(&mut self, class_name: &str) -> Result<()> {
-        let c = self.scheduler_config.with_class(class_name);
-        c.build()?;
-        self.scheduler_config = c;
-        Ok(())
-    }
+    super::scheduler_methods!();
 
     /// The default image size (FluxPipeline's 128 latent pixels times the VAE's factor).
     pub fn default_size(&self) -> (usize, usize) {

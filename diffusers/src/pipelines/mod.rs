@@ -16,6 +16,28 @@
 //! on the host, so a seed gives the same image on every backend; latents can be passed in
 //! instead, which is how an image is reproduced from diffusers' own noise.
 
+/// The scheduler methods of a pipeline that keeps its scheduler as a config (and builds a
+/// fresh scheduler per call), as diffusers' `DiffusionPipeline` gives each pipeline its
+/// `scheduler` component: the config, and a swap of the class over the same config
+/// (`Scheduler.from_config`). Used inside each pipeline's `impl`.
+macro_rules! scheduler_methods {
+    () => {
+        /// The scheduler's config (the pipeline builds a fresh scheduler per call).
+        pub fn scheduler_config(&self) -> &$crate::schedulers::SchedulerConfig {
+            &self.scheduler_config
+        }
+
+        /// Swaps the scheduler class over the same config (`Scheduler.from_config`).
+        pub fn set_scheduler(&mut self, class_name: &str) -> $crate::Result<()> {
+            let c = self.scheduler_config.with_class(class_name);
+            c.build()?;
+            self.scheduler_config = c;
+            Ok(())
+        }
+    };
+}
+pub(crate) use scheduler_methods;
+
 mod auto;
 pub mod ddpm;
 pub mod dit;

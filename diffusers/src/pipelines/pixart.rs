@@ -176,18 +176,7 @@ impl PixArtPipeline {
         }
     }
 
-    /// The scheduler's config.
-    pub fn scheduler_config(&self) -> &SchedulerConfig {
-        &self.scheduler_config
-    }
-
-    /// Swaps the scheduler class over the same config.
-    pub fn set_scheduler(&mut self, class_name: &str) -> Result<()> {
-        let c = self.scheduler_config.with_class(class_name);
-        c.build()?;
-        self.scheduler_config = c;
-        Ok(())
-    }
+    super::scheduler_methods!();
 
     /// T5's prompt length when the call sets none (α 120, Σ 300).
     pub fn default_max_sequence_length(&self) -> usize {

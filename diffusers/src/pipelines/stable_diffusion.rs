@@ -128,18 +128,7 @@ impl StableDiffusionPipeline {
         }
     }
 
-    /// The scheduler's config (the pipeline builds a fresh scheduler per call).
-    pub fn scheduler_config(&self) -> &SchedulerConfig {
-        &self.scheduler_config
-    }
-
-    /// Swaps the scheduler class over the same config (`Scheduler.from_config`).
-    pub fn set_scheduler(&mut self, class_name: &str) -> Result<()> {
-        let c = self.scheduler_config.with_class(class_name);
-        c.build()?;
-        self.scheduler_config = c;
-        Ok(())
-    }
+    super::scheduler_methods!();
 
     /// The default image size `(height, width)`: the UNet's `sample_size` times the VAE's
     /// scale factor.

@@ -107,18 +107,7 @@ impl StableDiffusion3Pipeline {
         })
     }
 
-    /// The scheduler's config.
-    pub fn scheduler_config(&self) -> &SchedulerConfig {
-        &self.scheduler_config
-    }
-
-    /// Swaps the scheduler class over the same config.
-    pub fn set_scheduler(&mut self, class_name: &str) -> Result<()> {
-        let c = self.scheduler_config.with_class(class_name);
-        c.build()?;
-        self.scheduler_config = c;
-        Ok(())
-    }
+    super::scheduler_methods!();
 
     /// Whether the pipeline has its T5 encoder.
     pub fn has_t5(&self) -> bool {
