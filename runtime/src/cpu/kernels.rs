@@ -1484,6 +1484,18 @@ unsafe fn divide(row: *mut f32, n: usize, sum: f32) {
     }
 }
 
+/// Cephes' `expf` reduction: ln 2 in two parts (`x - n·ln 2` stays exact to f32).
+pub(crate) const EXP_LN2: (f32, f32) = (0.693_359_4, -2.121_944_4e-4);
+/// Cephes' `expf` polynomial in the reduced argument, highest power first (then `r + 1`).
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
 /// `e^x` in 16 lanes, within about 1 ulp (Cephes' `expf` polynomial; `scalef` applies the
 /// power of two, so results that underflow go through the subnormals to 0 as `expf` does).
 #[cfg(target_arch = "x86_64")]
@@ -1497,17 +1509,11 @@ unsafe fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
     );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2.0), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2.1), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
     }
     let p = _mm512_fmadd_ps(
         _mm512_mul_ps(p, r),
