@@ -202,34 +202,34 @@ pub(crate) unsafe fn dot_keys(
     }
 }
 
-/// [`NarrowPv`](super::kernels)'s product for `R` probability rows and `W` outputs in 8
-/// lanes: `c[i][w] = Σ_j a[i][j] · vt[w][j]`; returns `R`.
+/// [`NarrowPv`](super::kernels)'s product for one probability row and 8 outputs in 8 lanes:
+/// `c[w] = Σ_j a[j] · vt[w][j]`, the 8 sums reduced together. 8 accumulators, the row's
+/// vector and v's: wider heads run this per 8 columns (16 accumulators would spill).
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn narrow_pv<const R: usize, const W: usize>(
-    (a, lda): (*const f32, usize),
+pub(crate) unsafe fn narrow_pv8(
+    a: *const f32,
     (vt, ldvt): (*const f32, usize),
     depth: usize,
-    (c, ldc): (*mut f32, usize),
-) -> usize {
-    let mut acc = [[_mm256_setzero_ps(); W]; R];
+    c: *mut f32,
+) {
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let full = depth / 8 * 8;
     let mut j = 0;
-    while j < depth {
-        let n = depth - j;
-        let p: [__m256; R] = std::array::from_fn(|i| load8(a.add(i * lda + j), n));
-        for w in 0..W {
-            let v = load8(vt.add(w * ldvt + j), n);
-            for (row, p) in acc.iter_mut().zip(&p) {
-                row[w] = _mm256_fmadd_ps(*p, v, row[w]);
-            }
+    while j < full {
+        let p = _mm256_loadu_ps(a.add(j));
+        for (w, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt.add(w * ldvt + j)), *acc);
         }
         j += 8;
     }
-    for (i, row) in acc.iter().enumerate() {
-        for (w, r) in row.iter().enumerate() {
-            *c.add(i * ldc + w) = hsum256(*r);
+    if full < depth {
+        let n = depth - full;
+        let p = load8(a.add(full), n);
+        for (w, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(p, load8(vt.add(w * ldvt + full), n), *acc);
         }
     }
-    R
+    _mm256_storeu_ps(c, lane_sums8(acc));
 }
 
 /// `silu(g) * u` for f32 (`g / (1 + e^-g)`, then the product), as

@@ -983,13 +983,11 @@ impl NarrowPv {
                 ..self
             };
             if !wide {
-                // 2 x 8 or 1 x 16 accumulators of AVX2's 16 registers.
-                let args = ((t.a, t.lda), (t.vt, t.ldvt), t.depth, (t.c, t.ldc));
-                i += match (width, rows - i) {
-                    (8, 2..) => avx2::narrow_pv::<2, 8>(args.0, args.1, args.2, args.3),
-                    (8, _) => avx2::narrow_pv::<1, 8>(args.0, args.1, args.2, args.3),
-                    _ => avx2::narrow_pv::<1, 16>(args.0, args.1, args.2, args.3),
-                };
+                // One row, 8 columns at a time.
+                for w in (0..width).step_by(8) {
+                    avx2::narrow_pv8(t.a, (t.vt.add(w * t.ldvt), t.ldvt), t.depth, t.c.add(w));
+                }
+                i += 1;
                 continue;
             }
             // Rows x width accumulators: 3 x 8 or 1 x 16 of the 32 registers.
