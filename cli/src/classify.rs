@@ -6,7 +6,8 @@ use serde_json::json;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::DType;
 use zoo_transformers::vision::{
-    open_images, ImageClassifier, Scored, ZeroShotImageClassifier, DEFAULT_HYPOTHESIS_TEMPLATE,
+    open_images_limited, ImageClassifier, Scored, ZeroShotImageClassifier,
+    DEFAULT_HYPOTHESIS_TEMPLATE,
 };
 use zoo_transformers::LoadOptions;
 
@@ -51,6 +52,11 @@ pub struct Args {
     /// Print a JSON list of {"label", "score"}, best first.
     #[arg(long)]
     json: bool,
+    /// Refuse an image whose header declares more pixels than this, before decoding it
+    /// (Pillow's MAX_IMAGE_PIXELS by default: a few bytes can declare gigabytes); 0 for no
+    /// limit, for trusted files.
+    #[arg(long, value_name = "PIXELS", default_value_t = zoo_transformers::image_processing::MAX_IMAGE_PIXELS)]
+    max_image_pixels: u64,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -71,7 +77,10 @@ pub fn run(args: Args) -> Result<()> {
         progress: true,
         ..Default::default()
     };
-    let images = open_images(std::slice::from_ref(&args.image))?;
+    let images = open_images_limited(
+        std::slice::from_ref(&args.image),
+        crate::pixel_limit(args.max_image_pixels),
+    )?;
     let mut scored: Vec<Scored> = if args.labels.is_empty() {
         let classifier = ImageClassifier::load_pretrained(&args.model, opts)
             .with_context(|| format!("loading {}", args.model))?;

@@ -6,7 +6,7 @@ use serde_json::json;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::DType;
 use zoo_transformers::sentence::{cosine_similarity, Pooling, SentenceEmbedder};
-use zoo_transformers::vision::{open_images, ImageEmbedder};
+use zoo_transformers::vision::{open_images_limited, ImageEmbedder};
 use zoo_transformers::LoadOptions;
 
 /// Embed sentences with an encoder (a sentence-transformers folder such as
@@ -56,6 +56,11 @@ pub struct Args {
     /// How many leading values of each embedding to print (without --json).
     #[arg(long, default_value_t = 8)]
     show: usize,
+    /// Refuse an image whose header declares more pixels than this, before decoding it
+    /// (Pillow's MAX_IMAGE_PIXELS by default: a few bytes can declare gigabytes); 0 for no
+    /// limit, for trusted files.
+    #[arg(long, value_name = "PIXELS", default_value_t = zoo_transformers::image_processing::MAX_IMAGE_PIXELS)]
+    max_image_pixels: u64,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -121,9 +126,10 @@ fn run_images(args: &Args, opts: LoadOptions) -> Result<()> {
     if args.pooling.is_some() {
         bail!("--pooling applies to sentences; an image's embedding is the model's projection or pooled output");
     }
+    // The images first: a bad file fails before the model loads.
+    let images = open_images_limited(&args.image, crate::pixel_limit(args.max_image_pixels))?;
     let embedder = ImageEmbedder::load_pretrained(&args.model, opts)
         .with_context(|| format!("loading {}", args.model))?;
-    let images = open_images(&args.image)?;
     let embeddings = embedder.embed(&images)?;
     let similarity: Vec<Vec<f32>> = embeddings
         .iter()

@@ -112,6 +112,11 @@ pub struct Args {
     /// With --init-image: how much of the schedule runs (1 = from pure noise, 0 = the image).
     #[arg(long, default_value_t = 0.8)]
     strength: f64,
+    /// Refuse an --init-image whose header declares more pixels than this, before decoding it
+    /// (Pillow's MAX_IMAGE_PIXELS by default: a few bytes can declare gigabytes); 0 for no
+    /// limit, for trusted files.
+    #[arg(long, value_name = "PIXELS", default_value_t = zoo_transformers::image_processing::MAX_IMAGE_PIXELS)]
+    max_image_pixels: u64,
     /// Initial latents from a safetensors file (tensor `latents`).
     #[arg(long)]
     latents: Option<PathBuf>,
@@ -226,7 +231,12 @@ pub fn run(args: Args) -> Result<()> {
     let init_image = args
         .init_image
         .as_deref()
-        .map(zoo_diffusers::pipelines::load_image)
+        .map(|p| {
+            zoo_diffusers::pipelines::load_image_limited(
+                p,
+                crate::pixel_limit(args.max_image_pixels),
+            )
+        })
         .transpose()?;
     if let Some(img) = &init_image {
         let (h, w) = (img.shape()[2], img.shape()[3]);

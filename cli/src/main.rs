@@ -83,3 +83,8 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
     1
 }
+
+/// `--max-image-pixels` as a decoder's limit: 0 means none.
+fn pixel_limit(max_image_pixels: u64) -> Option<u64> {
+    (max_image_pixels > 0).then_some(max_image_pixels)
+}

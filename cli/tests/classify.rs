@@ -150,3 +150,35 @@ fn bad_images_and_wrong_models_are_typed_errors() {
     assert!(!ok);
     assert!(err.contains("cannot be loaded"), "{err}");
 }
+
+#[test]
+fn image_bombs_are_refused_before_decoding_and_the_limit_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let bomb = dir.path().join("bomb.png");
+    common::png_bomb(&bomb, 100_000);
+    let bomb = bomb.to_str().unwrap();
+    let refused = |args: &[&str]| {
+        let (ok, _, err) = zoo(args);
+        assert!(!ok, "{args:?}");
+        assert!(
+            err.contains("bomb.png")
+                && err.contains("100000x100000")
+                && err.contains("--max-image-pixels")
+                && !err.contains("panicked"),
+            "{err}"
+        );
+    };
+    refused(&["classify", &fixture("vit-classifier-f32"), bomb]);
+    refused(&["embed", &fixture("clip-vision-f32"), "--image", bomb]);
+    // The limit is the flag's: rgb.png (8x8 pixels here or more) is refused under 2 pixels
+    // and read under the default.
+    let (ok, _, err) = zoo(&[
+        "classify",
+        &fixture("vit-classifier-f32"),
+        &image("rgb.png"),
+        "--max-image-pixels",
+        "1",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("above the limit of 1"), "{err}");
+}

@@ -365,6 +365,13 @@ fn bad_input_fails_before_any_step_and_writes_nothing() {
         &[&sd, "x", "--init-image", &s(&odd)],
         &["35x25", "multiples of 8"],
     );
+    // An image bomb as the init image: refused from its header, before anything loads.
+    let bomb = dir.path().join("bomb.png");
+    common::png_bomb(&bomb, 100_000);
+    fails(
+        &[&sd, "x", "--init-image", &s(&bomb)],
+        &["100000x100000", "--max-image-pixels"],
+    );
     // A class zoo lacks: the error lists what it runs.
     let kandinsky = dir.path().join("kandinsky");
     std::fs::create_dir_all(&kandinsky).unwrap();

@@ -23,12 +23,21 @@ pub struct Scored {
     pub score: f32,
 }
 
-/// Reads image files, naming the one at fault.
+/// Reads image files, naming the one at fault; each may declare at most
+/// [`MAX_IMAGE_PIXELS`](crate::image_processing::MAX_IMAGE_PIXELS) pixels.
 pub fn open_images(paths: &[impl AsRef<Path>]) -> Result<Vec<RgbImage>> {
+    open_images_limited(paths, Some(crate::image_processing::MAX_IMAGE_PIXELS))
+}
+
+/// [`open_images`] with another pixel limit (`None`: none, for trusted files).
+pub fn open_images_limited(
+    paths: &[impl AsRef<Path>],
+    max_pixels: Option<u64>,
+) -> Result<Vec<RgbImage>> {
     paths
         .iter()
         .map(|p| {
-            RgbImage::open(p.as_ref()).map_err(|e| Error::Config {
+            RgbImage::open_limited(p.as_ref(), max_pixels).map_err(|e| Error::Config {
                 path: p.as_ref().to_path_buf(),
                 reason: e.to_string(),
             })

@@ -446,9 +446,17 @@ pub(crate) fn step_bar(steps: usize, show: bool) -> indicatif::ProgressBar {
 }
 
 /// An image file (PNG or JPEG) as img2img's `init_image`: `[1, 3, H, W]` float32 in
-/// `[0, 1]` (RGB, as `load_image` converts it).
+/// `[0, 1]` (RGB, as `load_image` converts it); at most Pillow's `MAX_IMAGE_PIXELS`.
 pub fn load_image(path: &Path) -> Result<Tensor> {
-    let img = zoo_transformers::vision::open_images(&[path])
+    load_image_limited(
+        path,
+        Some(zoo_transformers::image_processing::MAX_IMAGE_PIXELS),
+    )
+}
+
+/// [`load_image`] with another pixel limit (`None`: none, for trusted files).
+pub fn load_image_limited(path: &Path, max_pixels: Option<u64>) -> Result<Tensor> {
+    let img = zoo_transformers::vision::open_images_limited(&[path], max_pixels)
         .map_err(Box::new)?
         .remove(0);
     let (w, h) = (img.width, img.height);

@@ -23,6 +23,11 @@ pub struct RgbImage {
     pub transparent: Option<[u8; 3]>,
 }
 
+/// The most pixels an image may declare before it is decoded: Pillow's `MAX_IMAGE_PIXELS`
+/// (a 74-byte PNG or a 2.5 KB JPEG can declare billions, and decoding allocates them).
+/// [`RgbImage::open_limited`] takes another limit, or none for a trusted file.
+pub const MAX_IMAGE_PIXELS: u64 = 89_478_485;
+
 /// Why an image could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -52,6 +57,21 @@ pub enum ImageError {
         bits: u16,
         /// The decoder's color type.
         color: String,
+    },
+    /// The header declares more pixels than the limit ([`MAX_IMAGE_PIXELS`] by default):
+    /// refused before any pixel is decoded.
+    #[error("{path} declares {width}x{height} = {pixels} pixels, above the limit of {limit} (Pillow's MAX_IMAGE_PIXELS, a guard against decompression bombs); if the image is trusted, raise the limit (the CLI's --max-image-pixels; 0 for none)")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Declared width.
+        width: u64,
+        /// Declared height.
+        height: u64,
+        /// Their product.
+        pixels: u64,
+        /// The limit in force.
+        limit: u64,
     },
     /// The image has no pixels, or pixel values a processor cannot take.
     #[error("{path}: {reason}")]
@@ -83,19 +103,36 @@ impl RgbImage {
         })
     }
 
-    /// Reads a PNG or JPEG file (the format from its bytes, not its name).
+    /// Reads a PNG or JPEG file (the format from its bytes, not its name), refusing one
+    /// that declares more than [`MAX_IMAGE_PIXELS`] pixels.
     pub fn open(path: &Path) -> Result<RgbImage, ImageError> {
+        RgbImage::open_limited(path, Some(MAX_IMAGE_PIXELS))
+    }
+
+    /// [`RgbImage::open`] with another pixel limit (`None`: no limit, for trusted files).
+    pub fn open_limited(path: &Path, max_pixels: Option<u64>) -> Result<RgbImage, ImageError> {
         let bytes = std::fs::read(path).map_err(|source| ImageError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        RgbImage::decode(&bytes, path)
+        RgbImage::decode_limited(&bytes, path, max_pixels)
     }
 
-    /// Decodes PNG or JPEG bytes; `name` is what errors call them.
+    /// Decodes PNG or JPEG bytes; `name` is what errors call them. At most
+    /// [`MAX_IMAGE_PIXELS`] pixels.
     pub fn decode(bytes: &[u8], name: &Path) -> Result<RgbImage, ImageError> {
+        RgbImage::decode_limited(bytes, name, Some(MAX_IMAGE_PIXELS))
+    }
+
+    /// [`RgbImage::decode`] with another pixel limit (`None`: no limit), checked against
+    /// the header before anything is decoded.
+    pub fn decode_limited(
+        bytes: &[u8],
+        name: &Path,
+        max_pixels: Option<u64>,
+    ) -> Result<RgbImage, ImageError> {
         if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-            return decode_jpeg(bytes, name);
+            return decode_jpeg(bytes, name, max_pixels);
         }
         let decode_err = |e: image::ImageError| ImageError::Decode {
             path: name.to_path_buf(),
@@ -108,6 +145,8 @@ impl RgbImage {
                 source,
             })?;
         let mut decoder = reader.into_decoder().map_err(decode_err)?;
+        let (w, h) = decoder.dimensions();
+        check_pixels(name, u64::from(w), u64::from(h), max_pixels)?;
         let orientation = decoder.orientation().map_err(decode_err)?;
         let mut img = DynamicImage::from_decoder(decoder).map_err(decode_err)?;
         img.apply_orientation(orientation);
@@ -117,12 +156,36 @@ impl RgbImage {
     }
 }
 
+/// Refuses `width x height` above `max_pixels`.
+fn check_pixels(
+    path: &Path,
+    width: u64,
+    height: u64,
+    max_pixels: Option<u64>,
+) -> Result<(), ImageError> {
+    let pixels = width.saturating_mul(height);
+    match max_pixels {
+        Some(limit) if pixels > limit => Err(ImageError::TooLarge {
+            path: path.to_path_buf(),
+            width,
+            height,
+            pixels,
+            limit,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Decodes a JPEG with libjpeg-turbo's defaults (Pillow's: accurate integer IDCT, fancy
 /// upsampling), converted to RGB by the library, then turned by its EXIF orientation.
-fn decode_jpeg(bytes: &[u8], path: &Path) -> Result<RgbImage, ImageError> {
+fn decode_jpeg(bytes: &[u8], path: &Path, max_pixels: Option<u64>) -> Result<RgbImage, ImageError> {
     // libjpeg reports a corrupt stream by unwinding out of its error handler; catch it here.
     let decoded = std::panic::catch_unwind(|| -> std::io::Result<_> {
         let d = mozjpeg::Decompress::with_markers(&[mozjpeg::Marker::APP(1)]).from_mem(bytes)?;
+        // The header is read: refuse a bomb before the scanlines are allocated.
+        if let Err(e) = check_pixels(path, d.width() as u64, d.height() as u64, max_pixels) {
+            return Ok(Err(e));
+        }
         let orientation = d
             .markers()
             .filter_map(|m| m.data.strip_prefix(b"Exif\0\0"))
@@ -132,10 +195,11 @@ fn decode_jpeg(bytes: &[u8], path: &Path) -> Result<RgbImage, ImageError> {
         let (w, h) = (rgb.width(), rgb.height());
         let pixels = rgb.read_scanlines::<u8>()?;
         rgb.finish()?;
-        Ok((w, h, pixels, orientation))
+        Ok(Ok((w, h, pixels, orientation)))
     });
     let (w, h, pixels, orientation) = match decoded {
-        Ok(Ok(d)) => d,
+        Ok(Ok(Ok(d))) => d,
+        Ok(Ok(Err(too_large))) => return Err(too_large),
         Ok(Err(e)) => {
             return Err(ImageError::Decode {
                 path: path.to_path_buf(),
@@ -260,5 +324,97 @@ mod tests {
         let err = RgbImage::decode(b"not an image", Path::new("x.png")).unwrap_err();
         assert!(matches!(err, ImageError::Decode { .. }), "{err}");
         assert!(err.to_string().contains("x.png"));
+    }
+
+    /// A PNG of `w x h` gray pixels, written by the `image` crate.
+    fn png(w: u32, h: u32) -> Vec<u8> {
+        let img = image::GrayImage::from_pixel(w, h, image::Luma([7]));
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+        out.into_inner()
+    }
+
+    /// A JPEG of 8 x 8 RGB pixels whose frame header then claims `w x h`.
+    fn jpeg_claiming(w: u16, h: u16) -> Vec<u8> {
+        let mut c = mozjpeg::Compress::new(mozjpeg::ColorSpace::JCS_RGB);
+        c.set_size(8, 8);
+        let mut started = c.start_compress(Vec::new()).unwrap();
+        started.write_scanlines(&[128u8; 8 * 8 * 3]).unwrap();
+        let mut bytes = started.finish().unwrap();
+        // SOF0/SOF2: FF C0|C2, length (2), precision (1), height (2), width (2).
+        let at = bytes
+            .windows(2)
+            .position(|m| m[0] == 0xFF && (m[1] == 0xC0 || m[1] == 0xC2))
+            .expect("a frame header");
+        bytes[at + 5..at + 7].copy_from_slice(&h.to_be_bytes());
+        bytes[at + 7..at + 9].copy_from_slice(&w.to_be_bytes());
+        bytes
+    }
+
+    #[test]
+    fn images_declaring_too_many_pixels_are_refused_before_decoding() {
+        // A few hundred bytes declaring 100000 x 100000 (10^10 pixels): refused from the header.
+        let mut bomb = png(1, 1);
+        bomb[16..20].copy_from_slice(&100_000u32.to_be_bytes());
+        bomb[20..24].copy_from_slice(&100_000u32.to_be_bytes());
+        // IHDR's CRC-32 over its type and data (bytes 12..29), as a real bomb carries it.
+        let crc = bomb[12..29].iter().fold(!0u32, |mut c, &b| {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 == 1 {
+                    (c >> 1) ^ 0xEDB8_8320
+                } else {
+                    c >> 1
+                };
+            }
+            c
+        });
+        bomb[29..33].copy_from_slice(&(!crc).to_be_bytes());
+        let err = RgbImage::decode(&bomb, Path::new("bomb.png")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ImageError::TooLarge {
+                    pixels: 10_000_000_000,
+                    limit: MAX_IMAGE_PIXELS,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("bomb.png") && err.to_string().contains("--max-image-pixels")
+        );
+        let err =
+            RgbImage::decode(&jpeg_claiming(65_500, 65_500), Path::new("bomb.jpg")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ImageError::TooLarge {
+                    width: 65_500,
+                    height: 65_500,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+
+        // The limit is inclusive and can be moved either way.
+        let small = png(4, 4);
+        let at = |limit| RgbImage::decode_limited(&small, Path::new("s.png"), limit);
+        assert!(matches!(
+            at(Some(15)),
+            Err(ImageError::TooLarge { pixels: 16, .. })
+        ));
+        assert_eq!(at(Some(16)).unwrap().pixels.len(), 4 * 4 * 3);
+        assert_eq!(at(None).unwrap().width, 4);
+        let jpeg = jpeg_claiming(8, 8);
+        assert!(RgbImage::decode_limited(&jpeg, Path::new("j.jpg"), Some(63)).is_err());
+        assert_eq!(
+            RgbImage::decode_limited(&jpeg, Path::new("j.jpg"), Some(64))
+                .unwrap()
+                .height,
+            8
+        );
     }
 }

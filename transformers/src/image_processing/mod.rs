@@ -17,7 +17,7 @@ use serde_json::Value;
 use zoo_hub::Pretrained;
 use zoo_runtime::{Device, Tensor};
 
-pub use decode::{ImageError, RgbImage};
+pub use decode::{ImageError, RgbImage, MAX_IMAGE_PIXELS};
 pub use resample::{resize_rgb, Resample};
 
 use crate::{Error, Result};
