@@ -14,6 +14,11 @@ pub enum Error {
     #[error(transparent)]
     Runtime(Box<zoo_runtime::Error>),
 
+    /// An image file could not be read (unreadable, not PNG/JPEG, 16-bit, or declaring more
+    /// pixels than the limit); the error names the file.
+    #[error(transparent)]
+    Image(Box<crate::image_processing::ImageError>),
+
     /// `config.json` asks for something this family cannot do.
     #[error("{path}: {reason}")]
     Config {
@@ -131,7 +136,8 @@ impl Error {
             | Error::DeviceUnavailable { .. }
             | Error::UnsupportedDType(_)
             | Error::NoTokenizer { .. }
-            | Error::ChatTemplate(_) => true,
+            | Error::ChatTemplate(_)
+            | Error::Image(_) => true,
             Error::Hub(e) => e.is_caller_error(),
             Error::Runtime(e) => e.is_caller_error(),
             Error::Tokenizer(_) | Error::Internal(_) => false,

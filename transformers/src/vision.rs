@@ -37,10 +37,7 @@ pub fn open_images_limited(
     paths
         .iter()
         .map(|p| {
-            RgbImage::open_limited(p.as_ref(), max_pixels).map_err(|e| Error::Config {
-                path: p.as_ref().to_path_buf(),
-                reason: e.to_string(),
-            })
+            RgbImage::open_limited(p.as_ref(), max_pixels).map_err(|e| Error::Image(Box::new(e)))
         })
         .collect()
 }
