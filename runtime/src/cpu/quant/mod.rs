@@ -268,6 +268,14 @@ impl QMatrix {
             ));
             return;
         }
+        // One row of the common 32-weight types: straight from the blocks, no row rebuilt.
+        if m == 1 && matches!(self.kind, QKind::Q4_0 | QKind::Q4_1 | QKind::Q8_0) {
+            let sums: Vec<f32> = xs[0].chunks_exact(GROUP).map(|b| b.iter().sum()).collect();
+            for r in rows {
+                *out.get().add(r) = dot_blocks(self.kind, self.row(r), xs[0], &sums);
+            }
+            return;
+        }
         // Each weight row rebuilt once as f32 for all the x rows.
         let mut w = vec![0f32; rows.len() * k];
         for (r, wr) in rows.clone().zip(w.chunks_exact_mut(k)) {
@@ -478,6 +486,51 @@ impl QMatrix {
     pub(crate) fn to_tensor(&self) -> Result<Tensor> {
         Tensor::from_vec(self.dequantize(), &[self.rows, self.cols], &Device::Cpu)
     }
+}
+
+/// `row · x` for a Q4_0, Q4_1 or Q8_0 row without vector intrinsics (the `generic` tier):
+/// per block `d·Σ q·x` (minus `8·d·Σ x` for Q4_0, plus `m·Σ x` for Q4_1), the block sums of
+/// x given; each block's products in eight partial sums the compiler keeps in vector
+/// registers of any instruction set.
+fn dot_blocks(kind: QKind, row: &[u8], x: &[f32], sums: &[f32]) -> f32 {
+    let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+    let bb = kind.block_bytes();
+    let mut total = 0f32;
+    for ((blk, xb), &sx) in row.chunks_exact(bb).zip(x.chunks_exact(GROUP)).zip(sums) {
+        let mut acc = [0f32; 8];
+        match kind {
+            QKind::Q8_0 => {
+                let qs = &blk[2..34];
+                for (q8, x8) in qs.chunks_exact(8).zip(xb.chunks_exact(8)) {
+                    for i in 0..8 {
+                        acc[i] += f32::from(q8[i] as i8) * x8[i];
+                    }
+                }
+            }
+            _ => {
+                // Byte j holds element j (low nibble) and element j + 16 (high nibble).
+                let qs = &blk[bb - 16..];
+                let (lo, hi) = xb.split_at(16);
+                for ((q8, l8), h8) in qs
+                    .chunks_exact(8)
+                    .zip(lo.chunks_exact(8))
+                    .zip(hi.chunks_exact(8))
+                {
+                    for i in 0..8 {
+                        acc[i] += f32::from(q8[i] & 15) * l8[i] + f32::from(q8[i] >> 4) * h8[i];
+                    }
+                }
+            }
+        }
+        let d = f16(&blk[0..2]);
+        let dot: f32 = acc.iter().sum();
+        total += match kind {
+            QKind::Q4_0 => d * (dot - 8.0 * sx),
+            QKind::Q4_1 => d * dot + f16(&blk[2..4]) * sx,
+            _ => d * dot,
+        };
+    }
+    total
 }
 
 /// Weight rows per block of [`QMatrix::matmul_t_by_library`]: enough columns for the library's
