@@ -161,7 +161,8 @@ pub(crate) use family;
 /// class aliases. The family file then holds only its docs and `features`.
 macro_rules! derived_decoder {
     (
-        $base:ident::{$base_model:ident, $base_lm:ident} as $switches:ident { $model:ident, $lm:ident },
+        $base:ident::{$base_model:ident, $base_lm:ident}
+            as $switches:ident { $model:ident, $lm:ident },
         model_type $model_type:literal, folder $folder:literal, gguf [$($gguf:literal),*] $(,)?
     ) => {
         #[doc = concat!("The registry entry of `", $model_type, "`: the ", stringify!($base_model),
@@ -171,8 +172,14 @@ macro_rules! derived_decoder {
                 model_type: $model_type,
                 modeling_file: concat!("models/", $folder, "/modeling_", $folder, ".py"),
                 architectures: &[
-                    $crate::family::Architecture::new(stringify!($lm), $crate::family::Task::CausalLm),
-                    $crate::family::Architecture::new(stringify!($model), $crate::family::Task::Base),
+                    $crate::family::Architecture::new(
+                        stringify!($lm),
+                        $crate::family::Task::CausalLm,
+                    ),
+                    $crate::family::Architecture::new(
+                        stringify!($model),
+                        $crate::family::Task::Base,
+                    ),
                 ],
                 gguf_architectures: &[$($gguf),*],
                 no_split_modules: &[concat!(stringify!($switches), "DecoderLayer")],

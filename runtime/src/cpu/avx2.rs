@@ -352,7 +352,8 @@ pub(crate) unsafe fn tile<const R: usize>(t: Tile) {
     }
 }
 
-/// The first `k / 8 * 8` columns of [`pack_rows`](super::kernels::pack_rows) for a full panel, in 8 × 8 blocks.
+/// The first `k / 8 * 8` columns of [`pack_rows`](super::kernels::pack_rows) for a full
+/// panel, in 8 × 8 blocks.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn pack_panel(rows: &[&[f32]], k: usize, out: &mut [f32]) {
     let o = out.as_mut_ptr();

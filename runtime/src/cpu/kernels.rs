@@ -717,9 +717,9 @@ pub(crate) fn gemm(
                 let mut r = r0;
                 while r < r1 {
                     let rows = (r1 - r).min(mr);
-                    // SAFETY: the tier's features were detected; x holds m*k values, `packed` k*NR, and
-                    // the tile covers rows r..r+rows, columns panel*NR..+NR of the m*n output,
-                    // which belong to this task only.
+                    // SAFETY: the tier's features were detected; x holds m*k values,
+                    // `packed` k*NR, and the tile covers rows r..r+rows, columns
+                    // panel*NR..+NR of the m*n output, which belong to this task only.
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
                         let t = Tile {

@@ -174,8 +174,10 @@ impl QMatrix {
         let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
         let wide = features::avx512();
         // One x row takes the regrouped sum, which needs the sum of each half-group of x
-        // (see `dots_avx512`).
-        let sums: Vec<f32> = if features::avx2() && m == 1 && ws.iter().any(|w| w.kind.has_min()) {
+        // (see `dots_avx512`; without AVX2, `dot_blocks` needs them for Q4_0 too): once per
+        // call, for every unit.
+        let needs_sums = |w: &&QMatrix| w.kind.has_min() || !features::avx2();
+        let sums: Vec<f32> = if m == 1 && ws.iter().any(needs_sums) {
             xs[0]
                 .chunks_exact(GROUP / 2)
                 .map(|h| h.iter().sum())
@@ -270,9 +272,8 @@ impl QMatrix {
         }
         // One row of the common 32-weight types: straight from the blocks, no row rebuilt.
         if m == 1 && matches!(self.kind, QKind::Q4_0 | QKind::Q4_1 | QKind::Q8_0) {
-            let sums: Vec<f32> = xs[0].chunks_exact(GROUP).map(|b| b.iter().sum()).collect();
             for r in rows {
-                *out.get().add(r) = dot_blocks(self.kind, self.row(r), xs[0], &sums);
+                *out.get().add(r) = dot_blocks(self.kind, self.row(r), xs[0], sums);
             }
             return;
         }
@@ -489,14 +490,16 @@ impl QMatrix {
 }
 
 /// `row · x` for a Q4_0, Q4_1 or Q8_0 row without vector intrinsics (the `generic` tier):
-/// per block `d·Σ q·x` (minus `8·d·Σ x` for Q4_0, plus `m·Σ x` for Q4_1), the block sums of
-/// x given; each block's products in eight partial sums the compiler keeps in vector
-/// registers of any instruction set.
+/// per block `d·Σ q·x` (minus `8·d·Σ x` for Q4_0, plus `m·Σ x` for Q4_1), `sums` holding
+/// x's half-group sums; each block's products in eight partial sums the compiler keeps in
+/// vector registers of any instruction set.
 fn dot_blocks(kind: QKind, row: &[u8], x: &[f32], sums: &[f32]) -> f32 {
     let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
     let bb = kind.block_bytes();
     let mut total = 0f32;
-    for ((blk, xb), &sx) in row.chunks_exact(bb).zip(x.chunks_exact(GROUP)).zip(sums) {
+    let blocks = row.chunks_exact(bb).zip(x.chunks_exact(GROUP));
+    for ((blk, xb), halves) in blocks.zip(sums.chunks_exact(2)) {
+        let sx = halves[0] + halves[1];
         let mut acc = [0f32; 8];
         match kind {
             QKind::Q8_0 => {
