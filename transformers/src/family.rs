@@ -8,7 +8,7 @@ use zoo_runtime::device_map::{units_from_inventory, ModelShape, Unit, UnitRules}
 use zoo_runtime::nn::Weights;
 
 use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, Seq2SeqLm};
-use crate::Result;
+use crate::{Error, Result};
 
 /// What an architecture class computes, as transformers' `AutoModelFor*` classes group them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,6 +41,18 @@ impl Task {
             Task::ImageClassification => "AutoModelForImageClassification",
             Task::Seq2SeqLm => "AutoModelForSeq2SeqLM",
         }
+    }
+
+    /// Refuses any task but [`Task::Base`] for a family that has no heads; `what` says what
+    /// the family computes instead.
+    pub(crate) fn base_only(self, config: &PretrainedConfig, what: &str) -> Result<()> {
+        if self == Task::Base {
+            return Ok(());
+        }
+        Err(Error::Config {
+            path: config.path.clone(),
+            reason: format!("{what}; zoo has no {} head for it", self.auto_class()),
+        })
     }
 }
 

@@ -203,28 +203,97 @@ pub struct EncoderOutput {
     pub embeds: Option<Tensor>,
 }
 
-/// A bidirectional encoder with an optional head (`BertModel`, `BertFor*`).
-pub trait Encoder: Send + Sync + Debug {
+/// The base model under an encoder's head (`BertModel`, `CLIPTextModel`, `ViTModel`, ...):
+/// what [`Encoder`] and [`ImageEncoder`] answer from it, once for every head over it.
+pub trait Tower: Send + Sync + Debug {
     /// The dtype of weights and activations.
     fn dtype(&self) -> DType;
     /// The device inputs go to.
     fn device(&self) -> Device;
-    /// Every device the model runs on, in execution order, each once.
+    /// Every device the tower runs on, in execution order, each once.
     fn devices(&self) -> Vec<Device>;
+    /// HF module paths of the `hidden_states` entries (`embeddings`, `encoder.layer.0`, ...,
+    /// under the base model's prefix), which name per-module outputs in parity cases.
+    fn hidden_state_modules(&self) -> Vec<String>;
+}
+
+/// A tower over token ids; itself the [`Encoder`] without a head.
+pub trait TextTower: Tower {
     /// Tokens in the vocabulary.
     fn vocab_size(&self) -> usize;
     /// The longest input the position embeddings cover.
     fn max_position_embeddings(&self) -> usize;
-    /// What the head computes.
-    fn head(&self) -> &EncoderHead;
-    /// HF module paths of the `hidden_states` entries (`embeddings`, `encoder.layer.0`, ...,
-    /// under the base model's prefix), which name per-module outputs in parity cases.
-    fn hidden_state_modules(&self) -> Vec<String>;
+    /// Runs the tower: hidden states and, where the family has one, the pooled output.
+    fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput>;
+}
+
+/// A tower over pixel values; itself the [`ImageEncoder`] without a head.
+pub trait ImageTower: Tower {
+    /// `(height, width)` the position embeddings were trained for (`image_size`).
+    fn image_size(&self) -> (usize, usize);
+    /// Runs the tower: hidden states and, where the family has one, the pooled output.
+    fn run(&self, args: ImageArgs<'_>) -> Result<EncoderOutput>;
+}
+
+impl<T: TextTower> Encoder for T {
+    fn tower(&self) -> &dyn TextTower {
+        self
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        self.run(args)
+    }
+}
+
+impl<T: ImageTower> ImageEncoder for T {
+    fn tower(&self) -> &dyn ImageTower {
+        self
+    }
+    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
+        self.run(args)
+    }
+}
+
+/// The head of a base model: none.
+const BASE: EncoderHead = EncoderHead::Base;
+
+/// A bidirectional encoder with an optional head (`BertModel`, `BertFor*`): a [`TextTower`]
+/// and what the head computes over it.
+pub trait Encoder: Send + Sync + Debug {
+    /// The base model.
+    fn tower(&self) -> &dyn TextTower;
     /// Runs the encoder (and its head).
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput>;
+    /// What the head computes.
+    fn head(&self) -> &EncoderHead {
+        &BASE
+    }
     /// Whether the output carries projected embeddings (`EncoderOutput::embeds`).
     fn projects(&self) -> bool {
         false
+    }
+    /// The dtype of weights and activations.
+    fn dtype(&self) -> DType {
+        self.tower().dtype()
+    }
+    /// The device inputs go to.
+    fn device(&self) -> Device {
+        self.tower().device()
+    }
+    /// Every device the model runs on, in execution order, each once.
+    fn devices(&self) -> Vec<Device> {
+        self.tower().devices()
+    }
+    /// Tokens in the vocabulary.
+    fn vocab_size(&self) -> usize {
+        self.tower().vocab_size()
+    }
+    /// The longest input the position embeddings cover.
+    fn max_position_embeddings(&self) -> usize {
+        self.tower().max_position_embeddings()
+    }
+    /// HF module paths of the `hidden_states` entries ([`Tower::hidden_state_modules`]).
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.tower().hidden_state_modules()
     }
 }
 
@@ -242,27 +311,40 @@ pub struct ImageArgs<'a> {
 }
 
 /// A vision transformer over pixel values (`ViTModel`, `ViTForImageClassification`,
-/// `CLIPVisionModel`, `CLIPVisionModelWithProjection`): patches in, hidden states, the
-/// pooled output, logits or projected embeddings out.
+/// `CLIPVisionModel`, `CLIPVisionModelWithProjection`): an [`ImageTower`] and what the head
+/// computes over it (hidden states, the pooled output, logits or projected embeddings).
 pub trait ImageEncoder: Send + Sync + Debug {
-    /// The dtype of weights and activations.
-    fn dtype(&self) -> DType;
-    /// The device inputs go to.
-    fn device(&self) -> Device;
-    /// Every device the model runs on, in execution order, each once.
-    fn devices(&self) -> Vec<Device>;
-    /// `(height, width)` the position embeddings were trained for (`image_size`).
-    fn image_size(&self) -> (usize, usize);
-    /// What the head computes (`Base` or `ImageClassification`).
-    fn head(&self) -> &EncoderHead;
-    /// HF module paths of the `hidden_states` entries, which name per-module outputs in
-    /// parity cases.
-    fn hidden_state_modules(&self) -> Vec<String>;
+    /// The base model.
+    fn tower(&self) -> &dyn ImageTower;
     /// Runs the encoder (and its head).
     fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput>;
+    /// What the head computes (`Base` or `ImageClassification`).
+    fn head(&self) -> &EncoderHead {
+        &BASE
+    }
     /// Whether the output carries projected embeddings (`image_embeds`).
     fn projects(&self) -> bool {
         false
+    }
+    /// The dtype of weights and activations.
+    fn dtype(&self) -> DType {
+        self.tower().dtype()
+    }
+    /// The device inputs go to.
+    fn device(&self) -> Device {
+        self.tower().device()
+    }
+    /// Every device the model runs on, in execution order, each once.
+    fn devices(&self) -> Vec<Device> {
+        self.tower().devices()
+    }
+    /// `(height, width)` the position embeddings were trained for (`image_size`).
+    fn image_size(&self) -> (usize, usize) {
+        self.tower().image_size()
+    }
+    /// HF module paths of the `hidden_states` entries ([`Tower::hidden_state_modules`]).
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.tower().hidden_state_modules()
     }
 }
 

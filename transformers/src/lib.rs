@@ -50,14 +50,15 @@ pub use generation::{
 };
 pub use kinds::{
     CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
-    ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput, LogitsFor, ModelOutput, Seq2SeqLm,
+    ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput, ImageTower, LogitsFor, ModelOutput,
+    Seq2SeqLm, TextTower, Tower,
 };
 pub use models::bert::{
     BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertModel,
 };
 pub use models::clip::{
     CLIPConfig, CLIPModel, CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
-    CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection,
+    CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection, WithProjection,
 };
 pub use models::gemma::{GemmaFeatures, GemmaForCausalLM, GemmaModel};
 pub use models::gemma2::{Gemma2ForCausalLM, Gemma2Model};

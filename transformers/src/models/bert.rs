@@ -20,7 +20,7 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
-use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
+use crate::kinds::{self, EncoderArgs, EncoderHead, EncoderOutput, TextTower, Tower};
 use crate::{Error, Result};
 
 /// The registry entry of `bert`.
@@ -126,7 +126,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
 }
 
 /// The family's loader: the base model for [`Task::Base`], else the head's class.
-fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Encoder>> {
+fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn kinds::Encoder>> {
     let c = BertConfig::from_pretrained(config)?;
     Ok(match task {
         Task::Base => Box::new(BertModel::load(&base_weights(w), &c, true)?),
@@ -342,7 +342,64 @@ impl BertModel {
         self.prefix = prefix;
         self
     }
+}
 
+/// Ids the host knows must index their table; ids computed on a device are left to it.
+fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
+    if let Some(&bad) = ids
+        .host_known_i64()
+        .iter()
+        .flatten()
+        .find(|&&i| i < 0 || i as usize >= rows)
+    {
+        return Err(Error::invalid(
+            name,
+            format!("{name} holds {bad}, outside 0..{rows}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `keep [B, 1, 1, T]` (bool) as transformers' additive mask in `dtype`: 0 to attend, the
+/// dtype's lowest finite value to ignore.
+fn additive_mask(keep: &Tensor, dtype: DType) -> Result<Tensor> {
+    let low = dtype.finite_min();
+    let zeros = Tensor::zeros(keep.shape(), dtype, &keep.device())?;
+    let lows = Tensor::full(keep.shape(), low, dtype, &keep.device())?;
+    Ok(keep.where_cond(&zeros, &lows)?)
+}
+
+impl Tower for BertModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn device(&self) -> Device {
+        self.embeddings.word_embeddings.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        let mut out = vec![self.device()];
+        for d in &self.layer_devices {
+            if !out.contains(d) {
+                out.push(*d);
+            }
+        }
+        out
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        let p = self.prefix;
+        std::iter::once(format!("{p}embeddings"))
+            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layer.{i}")))
+            .collect()
+    }
+}
+
+impl TextTower for BertModel {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.config.max_position_embeddings
+    }
     fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let ids = args.input_ids;
         if ids.rank() != 2 {
@@ -437,106 +494,6 @@ impl BertModel {
     }
 }
 
-/// Ids the host knows must index their table; ids computed on a device are left to it.
-fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
-    if let Some(&bad) = ids
-        .host_known_i64()
-        .iter()
-        .flatten()
-        .find(|&&i| i < 0 || i as usize >= rows)
-    {
-        return Err(Error::invalid(
-            name,
-            format!("{name} holds {bad}, outside 0..{rows}"),
-        ));
-    }
-    Ok(())
-}
-
-/// `keep [B, 1, 1, T]` (bool) as transformers' additive mask in `dtype`: 0 to attend, the
-/// dtype's lowest finite value to ignore.
-fn additive_mask(keep: &Tensor, dtype: DType) -> Result<Tensor> {
-    let low = dtype.finite_min();
-    let zeros = Tensor::zeros(keep.shape(), dtype, &keep.device())?;
-    let lows = Tensor::full(keep.shape(), low, dtype, &keep.device())?;
-    Ok(keep.where_cond(&zeros, &lows)?)
-}
-
-impl BertModel {
-    fn devices_in_order(&self) -> Vec<Device> {
-        let mut out = vec![self.device()];
-        for d in &self.layer_devices {
-            if !out.contains(d) {
-                out.push(*d);
-            }
-        }
-        out
-    }
-
-    fn modules(&self) -> Vec<String> {
-        let p = self.prefix;
-        std::iter::once(format!("{p}embeddings"))
-            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layer.{i}")))
-            .collect()
-    }
-}
-
-const BASE: EncoderHead = EncoderHead::Base;
-
-impl Encoder for BertModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.embeddings.word_embeddings.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.devices_in_order()
-    }
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.config.max_position_embeddings
-    }
-    fn head(&self) -> &EncoderHead {
-        &BASE
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.modules()
-    }
-    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        self.run(args)
-    }
-}
-
-/// The [`Encoder`] methods a head answers from its base model (`self.bert`) and `self.head`.
-macro_rules! delegate_to_bert {
-    () => {
-        fn dtype(&self) -> DType {
-            self.bert.dtype
-        }
-        fn device(&self) -> Device {
-            self.bert.device()
-        }
-        fn devices(&self) -> Vec<Device> {
-            self.bert.devices_in_order()
-        }
-        fn vocab_size(&self) -> usize {
-            self.bert.config.vocab_size
-        }
-        fn max_position_embeddings(&self) -> usize {
-            self.bert.config.max_position_embeddings
-        }
-        fn head(&self) -> &EncoderHead {
-            &self.head
-        }
-        fn hidden_state_modules(&self) -> Vec<String> {
-            self.bert.modules()
-        }
-    };
-}
-
 /// `BertForMaskedLM`: the base model without pooler, then `cls.predictions`: a dense +
 /// activation + LayerNorm transform and a decoder tied to the word embeddings, with its
 /// own bias.
@@ -582,8 +539,13 @@ impl BertForMaskedLM {
     }
 }
 
-impl Encoder for BertForMaskedLM {
-    delegate_to_bert!();
+impl kinds::Encoder for BertForMaskedLM {
+    fn tower(&self) -> &dyn TextTower {
+        &self.bert
+    }
+    fn head(&self) -> &EncoderHead {
+        &self.head
+    }
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.bert.run(args)?;
         // The transform runs where it was placed; the tied decoder lives with the word
@@ -627,8 +589,13 @@ impl BertForSequenceClassification {
     }
 }
 
-impl Encoder for BertForSequenceClassification {
-    delegate_to_bert!();
+impl kinds::Encoder for BertForSequenceClassification {
+    fn tower(&self) -> &dyn TextTower {
+        &self.bert
+    }
+    fn head(&self) -> &EncoderHead {
+        &self.head
+    }
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.bert.run(args)?;
         if let Some(pooled) = &out.pooler_output {
@@ -660,8 +627,13 @@ impl BertForTokenClassification {
     }
 }
 
-impl Encoder for BertForTokenClassification {
-    delegate_to_bert!();
+impl kinds::Encoder for BertForTokenClassification {
+    fn tower(&self) -> &dyn TextTower {
+        &self.bert
+    }
+    fn head(&self) -> &EncoderHead {
+        &self.head
+    }
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.bert.run(args)?;
         let x = out.last_hidden_state.to_device(&self.classifier.device())?;

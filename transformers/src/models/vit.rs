@@ -21,7 +21,7 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::config::{config_error, defaults, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
-use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
+use crate::kinds::{self, EncoderHead, EncoderOutput, ImageArgs, ImageTower, Tower};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
 use crate::models::placement::execution_order;
 use crate::{Error, Result};
@@ -176,7 +176,11 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
     })
 }
 
-fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ImageEncoder>> {
+fn load(
+    w: &Weights,
+    config: &PretrainedConfig,
+    task: Task,
+) -> Result<Box<dyn kinds::ImageEncoder>> {
     let c = ViTConfig::from_pretrained(config)?;
     let prefixed = w.contains("vit.embeddings.cls_token");
     let base = if prefixed { w.pp("vit") } else { w.clone() };
@@ -377,7 +381,35 @@ impl ViTModel {
         let grid = interpolate_positions(&table.narrow(0, 1, r0 * c0)?, r0, (rows, cols))?;
         Ok(Tensor::cat(&[&class, &grid], 0)?)
     }
+}
 
+impl Tower for ViTModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn device(&self) -> Device {
+        self.cls_token.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        execution_order(self.device(), &self.layer_devices, self.layernorm_device())
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        let p = self.prefix;
+        let layer = if self.original_names {
+            "encoder.layer"
+        } else {
+            "layers"
+        };
+        std::iter::once(format!("{p}embeddings"))
+            .chain((0..self.layers.len()).map(|i| format!("{p}{layer}.{i}")))
+            .collect()
+    }
+}
+
+impl ImageTower for ViTModel {
+    fn image_size(&self) -> (usize, usize) {
+        self.config.image_size
+    }
     fn run(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
         let c = &self.config;
         let px = args.pixel_values;
@@ -439,48 +471,6 @@ impl ViTModel {
             embeds: None,
         })
     }
-
-    fn devices_in_order(&self) -> Vec<Device> {
-        execution_order(self.device(), &self.layer_devices, self.layernorm_device())
-    }
-
-    fn modules(&self) -> Vec<String> {
-        let p = self.prefix;
-        let layer = if self.original_names {
-            "encoder.layer"
-        } else {
-            "layers"
-        };
-        std::iter::once(format!("{p}embeddings"))
-            .chain((0..self.layers.len()).map(|i| format!("{p}{layer}.{i}")))
-            .collect()
-    }
-}
-
-const BASE: EncoderHead = EncoderHead::Base;
-
-impl ImageEncoder for ViTModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.cls_token.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.devices_in_order()
-    }
-    fn image_size(&self) -> (usize, usize) {
-        self.config.image_size
-    }
-    fn head(&self) -> &EncoderHead {
-        &BASE
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.modules()
-    }
-    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
-        self.run(args)
-    }
 }
 
 /// `ViTForImageClassification`: a linear classifier over the final class token (labels
@@ -492,29 +482,20 @@ pub struct ViTForImageClassification {
     head: EncoderHead,
 }
 
-impl ImageEncoder for ViTForImageClassification {
-    fn dtype(&self) -> DType {
-        self.vit.dtype
+impl kinds::ImageEncoder for ViTForImageClassification {
+    fn tower(&self) -> &dyn ImageTower {
+        &self.vit
     }
-    fn device(&self) -> Device {
-        self.vit.device()
+    fn head(&self) -> &EncoderHead {
+        &self.head
     }
     fn devices(&self) -> Vec<Device> {
-        let mut d = self.vit.devices_in_order();
+        let mut d = Tower::devices(&self.vit);
         let c = self.classifier.device();
         if !d.contains(&c) {
             d.push(c);
         }
         d
-    }
-    fn image_size(&self) -> (usize, usize) {
-        self.vit.config.image_size
-    }
-    fn head(&self) -> &EncoderHead {
-        &self.head
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.vit.modules()
     }
     fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
         let mut out = self.vit.run(args)?;

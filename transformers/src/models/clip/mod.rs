@@ -6,10 +6,12 @@
 //! `EncoderLayer`s); they differ in their embeddings, mask and pooling.
 
 mod model;
+mod projection;
 mod text;
 mod vision;
 
 pub use model::{CLIPConfig, CLIPModel};
+pub use projection::WithProjection;
 pub use text::{CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection};
 pub use vision::{CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection};
 
@@ -20,6 +22,7 @@ pub(crate) use vision::FAMILY as VISION_FAMILY;
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
+use crate::models::placement::execution_order;
 use crate::Result;
 
 /// The sizes of one encoder layer, shared by both towers' configs.
@@ -172,14 +175,17 @@ impl CLIPEncoder {
         Ok(x)
     }
 
-    /// The device of each layer.
-    pub(crate) fn devices(&self) -> &[Device] {
-        &self.devices
+    /// Every device of a tower around this stack, in execution order, each once: `first`
+    /// (its embeddings'), the layers', `last` (its final norm's).
+    pub(crate) fn devices(&self, first: Device, last: Device) -> Vec<Device> {
+        execution_order(first, &self.devices, last)
     }
 
-    /// The HF module path of each layer under `prefix` (`text_model.` or none).
-    pub(crate) fn modules(&self, prefix: &str) -> impl Iterator<Item = String> + '_ {
-        let prefix = prefix.to_string();
-        (0..self.layers.len()).map(move |i| format!("{prefix}encoder.layers.{i}"))
+    /// The HF module paths of a tower's `hidden_states`: `{prefix}{embeddings}`, then each
+    /// layer under `prefix` (`text_model.` or none).
+    pub(crate) fn modules(&self, prefix: &str, embeddings: &str) -> Vec<String> {
+        std::iter::once(format!("{prefix}{embeddings}"))
+            .chain((0..self.layers.len()).map(|i| format!("{prefix}encoder.layers.{i}")))
+            .collect()
     }
 }

@@ -5,11 +5,12 @@
 
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::{CacheLayout, ModelShape};
-use zoo_runtime::nn::{Linear, Weights};
+use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Tensor};
 
 use super::text::{CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection};
 use super::vision::{CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection};
+use super::WithProjection;
 use crate::family::{family, Family, Layout, Loaders};
 use crate::kinds::{
     Encoder, EncoderArgs, ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput,
@@ -96,25 +97,27 @@ fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn ImageTextModel
     let c = CLIPConfig::from_pretrained(config)?;
     let text = CLIPTextModel::load(&w.pp("text_model"), &c.text)?.under("text_model.");
     let vision = CLIPVisionModel::load_either(w, &c.vision)?;
-    let text_projection = Linear::load(
-        &w.pp("text_projection"),
+    let text = WithProjection::load(
+        text,
+        w,
+        "text_projection",
         c.text.hidden_size,
         c.projection_dim,
-        false,
     )?;
-    let visual_projection = Linear::load(
-        &w.pp("visual_projection"),
+    let vision = WithProjection::load(
+        vision,
+        w,
+        "visual_projection",
         c.vision.hidden_size,
         c.projection_dim,
-        false,
     )?;
     let logit_scale = w
         .get("logit_scale", &[])?
         .to_dtype(DType::F64)?
         .to_scalar::<f64>()?;
     Ok(Box::new(CLIPModel {
-        text: CLIPTextModelWithProjection::new(text, text_projection),
-        vision: CLIPVisionModelWithProjection::new(vision, visual_projection),
+        text,
+        vision,
         logit_scale,
         dtype: w.dtype(),
     }))
@@ -162,8 +165,8 @@ impl ImageTextModel for CLIPModel {
     }
 
     fn forward(&self, text: EncoderArgs<'_>, image: ImageArgs<'_>) -> Result<ImageTextOutput> {
-        let mut text_out = self.text.project(text)?;
-        let mut vision_out = self.vision.project(image)?;
+        let mut text_out = self.text.project_text(text)?;
+        let mut vision_out = self.vision.project_image(image)?;
         let (Some(t), Some(v)) = (text_out.embeds.take(), vision_out.embeds.take()) else {
             return Err(Error::Internal(
                 "CLIP's towers returned no projected embeddings".into(),

@@ -13,15 +13,14 @@
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::{CacheLayout, ModelShape};
-use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
+use zoo_runtime::nn::{Embedding, LayerNorm, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
-use super::{CLIPEncoder, HostBias, LayerSpec};
+use super::{CLIPEncoder, HostBias, LayerSpec, WithProjection};
 
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
-use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
-use crate::models::placement::execution_order;
+use crate::kinds::{self, EncoderArgs, EncoderOutput, TextTower, Tower};
 use crate::{Error, Result};
 
 /// The registry entry of `clip_text_model`. Both classes serve `AutoModel`'s task; which one
@@ -117,17 +116,9 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
 
 /// The family's loader: the projection head when the checkpoint is a
 /// `CLIPTextModelWithProjection`, else the bare text model.
-fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Encoder>> {
+fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn kinds::Encoder>> {
     let c = CLIPTextConfig::from_pretrained(config)?;
-    if task != Task::Base {
-        return Err(Error::Config {
-            path: c.path.clone(),
-            reason: format!(
-                "CLIP's text model computes embeddings; it has no {} head",
-                task.auto_class()
-            ),
-        });
-    }
+    task.base_only(config, "CLIP's text model computes embeddings")?;
     let projected = config
         .architectures
         .iter()
@@ -140,15 +131,13 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn En
         CLIPTextModel::load(w, &c)?
     };
     Ok(if projected {
-        Box::new(CLIPTextModelWithProjection {
-            text_projection: Linear::load(
-                &w.pp("text_projection"),
-                c.hidden_size,
-                c.projection_dim,
-                false,
-            )?,
+        Box::new(WithProjection::load(
             model,
-        })
+            w,
+            "text_projection",
+            c.hidden_size,
+            c.projection_dim,
+        )?)
     } else {
         Box::new(model)
     })
@@ -208,7 +197,38 @@ impl CLIPTextModel {
         &self.config
     }
 
-    pub(crate) fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+    fn final_layer_norm_device(&self) -> Device {
+        self.final_layer_norm
+            .weight
+            .as_ref()
+            .map_or(self.device(), Tensor::device)
+    }
+}
+
+impl Tower for CLIPTextModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn device(&self) -> Device {
+        self.token_embedding.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        self.encoder
+            .devices(self.device(), self.final_layer_norm_device())
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.encoder.modules(self.prefix, "embeddings")
+    }
+}
+
+impl TextTower for CLIPTextModel {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+    fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let c = &self.config;
         let ids = args.input_ids;
         let (b, t) = match ids.shape() {
@@ -329,119 +349,8 @@ impl CLIPTextModel {
             embeds: None,
         })
     }
-
-    fn final_layer_norm_device(&self) -> Device {
-        self.final_layer_norm
-            .weight
-            .as_ref()
-            .map_or(self.device(), Tensor::device)
-    }
-
-    fn devices_in_order(&self) -> Vec<Device> {
-        execution_order(
-            self.device(),
-            self.encoder.devices(),
-            self.final_layer_norm_device(),
-        )
-    }
-
-    fn modules(&self) -> Vec<String> {
-        let p = self.prefix;
-        std::iter::once(format!("{p}embeddings"))
-            .chain(self.encoder.modules(p))
-            .collect()
-    }
-}
-
-const BASE: EncoderHead = EncoderHead::Base;
-
-impl Encoder for CLIPTextModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.token_embedding.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.devices_in_order()
-    }
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.config.max_position_embeddings
-    }
-    fn head(&self) -> &EncoderHead {
-        &BASE
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.modules()
-    }
-    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        self.run(args)
-    }
 }
 
 /// `CLIPTextModelWithProjection`: the text model's pooled state through `text_projection`,
 /// returned as `embeds` (transformers' `text_embeds`; no pooled output).
-#[derive(Clone, Debug)]
-pub struct CLIPTextModelWithProjection {
-    model: CLIPTextModel,
-    text_projection: Linear,
-}
-
-impl CLIPTextModelWithProjection {
-    /// The text model under its projection head (`text_projection [projection_dim, hidden]`).
-    pub fn new(model: CLIPTextModel, text_projection: Linear) -> CLIPTextModelWithProjection {
-        CLIPTextModelWithProjection {
-            model,
-            text_projection,
-        }
-    }
-
-    /// The tower's output with the projected pooled state in `embeds`, the pooled state
-    /// kept.
-    pub(crate) fn project(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        let mut out = self.model.run(args)?;
-        let Some(pooled) = &out.pooler_output else {
-            return Err(Error::Internal(
-                "CLIP's text model returned no pooled state".into(),
-            ));
-        };
-        let pooled = pooled.to_device(&self.text_projection.device())?;
-        out.embeds = Some(self.text_projection.forward(&pooled)?);
-        Ok(out)
-    }
-}
-
-impl Encoder for CLIPTextModelWithProjection {
-    fn dtype(&self) -> DType {
-        self.model.dtype
-    }
-    fn device(&self) -> Device {
-        self.model.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.model.devices_in_order()
-    }
-    fn vocab_size(&self) -> usize {
-        self.model.config.vocab_size
-    }
-    fn max_position_embeddings(&self) -> usize {
-        self.model.config.max_position_embeddings
-    }
-    fn head(&self) -> &EncoderHead {
-        &BASE
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.model.modules()
-    }
-    fn projects(&self) -> bool {
-        true
-    }
-    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        let mut out = self.project(args)?;
-        out.pooler_output = None;
-        Ok(out)
-    }
-}
+pub type CLIPTextModelWithProjection = WithProjection<CLIPTextModel>;

@@ -11,15 +11,14 @@
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::{CacheLayout, ModelShape};
-use zoo_runtime::nn::{LayerNorm, Linear, Weights};
+use zoo_runtime::nn::{LayerNorm, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
-use super::{CLIPEncoder, LayerSpec};
+use super::{CLIPEncoder, LayerSpec, WithProjection};
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
-use crate::kinds::{EncoderHead, EncoderOutput, ImageArgs, ImageEncoder};
+use crate::kinds::{self, EncoderOutput, ImageArgs, ImageTower, Tower};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
-use crate::models::placement::execution_order;
 use crate::{Error, Result};
 
 /// The registry entry of `clip_vision_model`; which class loads follows `architectures`.
@@ -138,32 +137,26 @@ pub(super) fn vision_layout(c: &CLIPVisionConfig) -> Layout {
 
 /// The family's loader: the projection head for a `CLIPVisionModelWithProjection`, else the
 /// bare vision model.
-fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ImageEncoder>> {
+fn load(
+    w: &Weights,
+    config: &PretrainedConfig,
+    task: Task,
+) -> Result<Box<dyn kinds::ImageEncoder>> {
     let c = CLIPVisionConfig::from_pretrained(config)?;
-    if task != Task::Base {
-        return Err(Error::Config {
-            path: c.path.clone(),
-            reason: format!(
-                "CLIP's vision model computes embeddings; it has no {} head",
-                task.auto_class()
-            ),
-        });
-    }
+    task.base_only(config, "CLIP's vision model computes embeddings")?;
     let projected = config
         .architectures
         .iter()
         .any(|a| a == "CLIPVisionModelWithProjection");
     let model = CLIPVisionModel::load_either(w, &c)?;
     Ok(if projected {
-        Box::new(CLIPVisionModelWithProjection::new(
+        Box::new(WithProjection::load(
             model,
-            Linear::load(
-                &w.pp("visual_projection"),
-                c.hidden_size,
-                c.projection_dim,
-                false,
-            )?,
-        ))
+            w,
+            "visual_projection",
+            c.hidden_size,
+            c.projection_dim,
+        )?)
     } else {
         Box::new(model)
     })
@@ -250,7 +243,35 @@ impl CLIPVisionModel {
         Ok(Tensor::cat(&[&class, &grid], 0)?)
     }
 
-    pub(crate) fn run(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
+    fn post_layernorm_device(&self) -> Device {
+        self.post_layernorm
+            .weight
+            .as_ref()
+            .map_or(self.device(), Tensor::device)
+    }
+}
+
+impl Tower for CLIPVisionModel {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn device(&self) -> Device {
+        self.class_embedding.device()
+    }
+    fn devices(&self) -> Vec<Device> {
+        self.encoder
+            .devices(self.device(), self.post_layernorm_device())
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.encoder.modules(self.prefix, "pre_layrnorm")
+    }
+}
+
+impl ImageTower for CLIPVisionModel {
+    fn image_size(&self) -> (usize, usize) {
+        (self.config.image_size, self.config.image_size)
+    }
+    fn run(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
         let c = &self.config;
         let px = args.pixel_values;
         let [b, _, h, w] = px.shape()[..] else {
@@ -302,113 +323,8 @@ impl CLIPVisionModel {
             embeds: None,
         })
     }
-
-    fn post_layernorm_device(&self) -> Device {
-        self.post_layernorm
-            .weight
-            .as_ref()
-            .map_or(self.device(), Tensor::device)
-    }
-
-    fn devices_in_order(&self) -> Vec<Device> {
-        execution_order(
-            self.device(),
-            self.encoder.devices(),
-            self.post_layernorm_device(),
-        )
-    }
-
-    fn modules(&self) -> Vec<String> {
-        let p = self.prefix;
-        std::iter::once(format!("{p}pre_layrnorm"))
-            .chain(self.encoder.modules(p))
-            .collect()
-    }
-}
-
-const BASE: EncoderHead = EncoderHead::Base;
-
-impl ImageEncoder for CLIPVisionModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.class_embedding.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.devices_in_order()
-    }
-    fn image_size(&self) -> (usize, usize) {
-        (self.config.image_size, self.config.image_size)
-    }
-    fn head(&self) -> &EncoderHead {
-        &BASE
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.modules()
-    }
-    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
-        self.run(args)
-    }
 }
 
 /// `CLIPVisionModelWithProjection`: the pooled state through `visual_projection`, returned
-/// as `embeds` (transformers' `image_embeds`).
-#[derive(Clone, Debug)]
-pub struct CLIPVisionModelWithProjection {
-    model: CLIPVisionModel,
-    visual_projection: Linear,
-}
-
-impl CLIPVisionModelWithProjection {
-    /// The vision model under its projection head.
-    pub fn new(model: CLIPVisionModel, visual_projection: Linear) -> CLIPVisionModelWithProjection {
-        CLIPVisionModelWithProjection {
-            model,
-            visual_projection,
-        }
-    }
-
-    /// The tower's output with the projected pooled state in `embeds`, the pooled state
-    /// kept.
-    pub(crate) fn project(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
-        let mut out = self.model.run(args)?;
-        let Some(pooled) = &out.pooler_output else {
-            return Err(Error::Internal(
-                "CLIP's vision model returned no pooled state".into(),
-            ));
-        };
-        let pooled = pooled.to_device(&self.visual_projection.device())?;
-        out.embeds = Some(self.visual_projection.forward(&pooled)?);
-        Ok(out)
-    }
-}
-
-impl ImageEncoder for CLIPVisionModelWithProjection {
-    fn dtype(&self) -> DType {
-        self.model.dtype
-    }
-    fn device(&self) -> Device {
-        self.model.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.model.devices_in_order()
-    }
-    fn image_size(&self) -> (usize, usize) {
-        self.model.image_size()
-    }
-    fn head(&self) -> &EncoderHead {
-        &BASE
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        self.model.modules()
-    }
-    fn projects(&self) -> bool {
-        true
-    }
-    fn forward(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
-        let mut out = self.project(args)?;
-        out.pooler_output = None;
-        Ok(out)
-    }
-}
+/// as `embeds` (transformers' `image_embeds`; no pooled output).
+pub type CLIPVisionModelWithProjection = WithProjection<CLIPVisionModel>;

@@ -5,7 +5,7 @@ use zoo_runtime::nn::{Embedding, RmsNorm, Weights};
 use zoo_runtime::{DType, Device, Tensor};
 
 use super::{checked_ids, padding_bias, position_bias, Attention, FeedForward, T5Config};
-use crate::kinds::{Encoder, EncoderArgs, EncoderHead, EncoderOutput};
+use crate::kinds::{EncoderArgs, EncoderOutput, TextTower, Tower};
 use crate::models::placement::execution_order;
 use crate::{Error, Result};
 
@@ -85,9 +85,7 @@ impl T5EncoderModel {
     }
 }
 
-const BASE: EncoderHead = EncoderHead::Base;
-
-impl Encoder for T5EncoderModel {
+impl Tower for T5EncoderModel {
     fn dtype(&self) -> DType {
         self.dtype
     }
@@ -97,6 +95,14 @@ impl Encoder for T5EncoderModel {
     fn devices(&self) -> Vec<Device> {
         execution_order(self.device(), &self.block_devices, self.output_device())
     }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        std::iter::once("encoder.embed_tokens".to_string())
+            .chain((0..self.blocks.len()).map(|i| format!("encoder.block.{i}")))
+            .collect()
+    }
+}
+
+impl TextTower for T5EncoderModel {
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }
@@ -104,15 +110,8 @@ impl Encoder for T5EncoderModel {
         // Relative positions: any length runs; this is the length plans assume.
         512
     }
-    fn head(&self) -> &EncoderHead {
-        &BASE
-    }
-    fn hidden_state_modules(&self) -> Vec<String> {
-        std::iter::once("encoder.embed_tokens".to_string())
-            .chain((0..self.blocks.len()).map(|i| format!("encoder.block.{i}")))
-            .collect()
-    }
-    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+
+    fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let c = &self.config;
         let (id_values, b, t) = checked_ids(args.input_ids, c.vocab_size)?;
         let real: Vec<i64> = match args.attention_mask {
@@ -128,7 +127,7 @@ impl Encoder for T5EncoderModel {
             }
             None => vec![1; b * t],
         };
-        let device = self.device();
+        let device = Tower::device(self);
         let ids_t = Tensor::from_vec(id_values, &[b, t], &device)?;
         let mut x = self.embed_tokens.forward(&ids_t)?;
         let pad = padding_bias(&real, (b, t), self.dtype, &device)?;

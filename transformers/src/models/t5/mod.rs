@@ -223,15 +223,10 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
 
 fn load_encoder(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn Encoder>> {
     let c = T5Config::from_pretrained(config)?;
-    if task != Task::Base {
-        return Err(Error::Config {
-            path: c.path.clone(),
-            reason: format!(
-                "T5 has an encoder (T5EncoderModel) and a generating model (T5ForConditionalGeneration, AutoModelForSeq2SeqLM); zoo has no {} head for it",
-                task.auto_class()
-            ),
-        });
-    }
+    task.base_only(
+        config,
+        "T5 has an encoder (T5EncoderModel) and a generating model (T5ForConditionalGeneration, AutoModelForSeq2SeqLM)",
+    )?;
     Ok(Box::new(T5EncoderModel::load(w, &c)?))
 }
 
