@@ -10,6 +10,7 @@ use std::fmt::Debug;
 use zoo_runtime::{DType, Device, Tensor};
 
 use crate::cache::{CacheSpec, KvCache};
+use crate::models::Placement;
 use crate::{Error, Result};
 
 /// Which positions of the last hidden state get logits.
@@ -206,15 +207,23 @@ pub struct EncoderOutput {
 /// The base model under an encoder's head (`BertModel`, `CLIPTextModel`, `ViTModel`, ...):
 /// what [`Encoder`] and [`ImageEncoder`] answer from it, once for every head over it.
 pub trait Tower: Send + Sync + Debug {
-    /// The dtype of weights and activations.
-    fn dtype(&self) -> DType;
-    /// The device inputs go to.
-    fn device(&self) -> Device;
-    /// Every device the tower runs on, in execution order, each once.
-    fn devices(&self) -> Vec<Device>;
+    /// Where the tower runs.
+    fn placement(&self) -> &Placement;
     /// HF module paths of the `hidden_states` entries (`embeddings`, `encoder.layer.0`, ...,
     /// under the base model's prefix), which name per-module outputs in parity cases.
     fn hidden_state_modules(&self) -> Vec<String>;
+    /// The dtype of weights and activations.
+    fn dtype(&self) -> DType {
+        self.placement().dtype()
+    }
+    /// The device inputs go to.
+    fn device(&self) -> Device {
+        self.placement().device()
+    }
+    /// Every device the tower runs on, in execution order, each once.
+    fn devices(&self) -> Vec<Device> {
+        self.placement().devices().to_vec()
+    }
 }
 
 /// A tower over token ids; itself the [`Encoder`] without a head.
@@ -308,6 +317,39 @@ pub struct ImageArgs<'a> {
     pub interpolate_pos_encoding: bool,
     /// Also return the embeddings and each layer's output.
     pub output_hidden_states: bool,
+}
+
+impl<'a> ImageArgs<'a> {
+    /// `pixel_values` at the trained size, without hidden states.
+    pub fn new(pixel_values: &'a Tensor) -> ImageArgs<'a> {
+        ImageArgs {
+            pixel_values,
+            interpolate_pos_encoding: false,
+            output_hidden_states: false,
+        }
+    }
+
+    /// Checks the pixel values against a tower trained on `image_size` (`(height, width)`)
+    /// and returns `(batch, height, width)`.
+    pub fn check(&self, image_size: (usize, usize)) -> Result<(usize, usize, usize)> {
+        let px = self.pixel_values;
+        let [b, _, h, w] = px.shape()[..] else {
+            return Err(Error::invalid(
+                "pixel_values",
+                format!(
+                    "pixel_values {:?} must be [batch, channels, height, width]",
+                    px.shape()
+                ),
+            ));
+        };
+        if !self.interpolate_pos_encoding && (h, w) != image_size {
+            return Err(Error::invalid("pixel_values", format!(
+                "the image is {w}x{h} but the model takes {}x{} (image_size); resize it with the model's image processor, or interpolate the position embeddings",
+                image_size.1, image_size.0
+            )));
+        }
+        Ok((b, h, w))
+    }
 }
 
 /// A vision transformer over pixel values (`ViTModel`, `ViTForImageClassification`,

@@ -116,11 +116,7 @@ impl ImageEmbedder {
     /// Embeds `images`.
     pub fn embed(&self, images: &[RgbImage]) -> Result<Vec<Vec<f32>>> {
         let px = pixels(&self.processor, images, &*self.model)?;
-        let out = self.model.forward(ImageArgs {
-            pixel_values: &px,
-            interpolate_pos_encoding: false,
-            output_hidden_states: false,
-        })?;
+        let out = self.model.forward(ImageArgs::new(&px))?;
         match (out.embeds, out.pooler_output) {
             (Some(e), _) | (None, Some(e)) => rows(&e),
             (None, None) => rows(&out.last_hidden_state.narrow(1, 0, 1)?.squeeze(1)?),
@@ -162,11 +158,7 @@ impl ImageClassifier {
     /// The `top_k` most probable labels of each image, best first.
     pub fn classify(&self, images: &[RgbImage], top_k: usize) -> Result<Vec<Vec<Scored>>> {
         let px = pixels(&self.processor, images, &*self.model)?;
-        let out = self.model.forward(ImageArgs {
-            pixel_values: &px,
-            interpolate_pos_encoding: false,
-            output_hidden_states: false,
-        })?;
+        let out = self.model.forward(ImageArgs::new(&px))?;
         let logits = out
             .logits
             .ok_or_else(|| Error::Internal("the classifier returned no logits".into()))?;
@@ -261,11 +253,7 @@ impl ZeroShotImageClassifier {
                 position_ids: None,
                 output_hidden_states: false,
             },
-            ImageArgs {
-                pixel_values: &px,
-                interpolate_pos_encoding: false,
-                output_hidden_states: false,
-            },
+            ImageArgs::new(&px),
         )?;
         let labels: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
         Ok(rows(&out.logits_per_image)?

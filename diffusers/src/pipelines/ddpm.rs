@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::latents::postprocess;
+use super::latents::{init_noise_sigma, postprocess};
 use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
 use crate::models::unet_2d::{UNet2DConfig, UNet2DModel};
 use crate::{Error, Result, SchedulerConfig};
@@ -68,12 +68,7 @@ impl DDPMPipeline {
         let mut scheduler = self.scheduler_config.build()?;
         scheduler.set_timesteps(num_inference_steps)?;
         let t0 = Instant::now();
-        let sigma = Tensor::from_f64s(
-            &[scheduler.init_noise_sigma()],
-            &[1],
-            DType::F32,
-            &self.device,
-        )?;
+        let sigma = init_noise_sigma(&*scheduler, &self.device)?;
         let mut image = noise.randn(&shape, &self.device)?.mul(&sigma)?;
         let timesteps = scheduler.timesteps().to_vec();
         let bar = step_bar(timesteps.len(), progress);

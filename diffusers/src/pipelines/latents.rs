@@ -10,6 +10,7 @@ use super::text_to_image::TextToImage;
 use super::{LoadOptions, Noise};
 use crate::models::autoencoder_kl::{AutoencoderKL, AutoencoderKLConfig};
 use crate::models::loading::component_weights;
+use crate::schedulers::Scheduler;
 use crate::{Error, Result};
 
 /// The call's latents (checked against `shape`) or a fresh draw, float32 on `device`.
@@ -27,6 +28,33 @@ pub(crate) fn initial_latents(
         Some(l) => Ok(l.to_device(device)?.to_dtype(DType::F32)?),
         None => noise.randn(shape, device),
     }
+}
+
+/// The scheduler's `init_noise_sigma` as a `[1]` float32 tensor on `device`: an input, not
+/// a constant, so a compiled first step stays the same for any step count.
+pub(crate) fn init_noise_sigma(scheduler: &dyn Scheduler, device: &Device) -> Result<Tensor> {
+    Ok(Tensor::from_f64s(
+        &[scheduler.init_noise_sigma()],
+        &[1],
+        DType::F32,
+        device,
+    )?)
+}
+
+/// The denoiser's input at step `i`: the latents, twice under classifier-free guidance
+/// (unconditional and conditional rows), through the scheduler's input scaling.
+pub(crate) fn model_input(
+    latents: &Tensor,
+    guided: bool,
+    scheduler: &dyn Scheduler,
+    i: usize,
+) -> Result<Tensor> {
+    let input = if guided {
+        Tensor::cat(&[latents, latents], 0)?
+    } else {
+        latents.clone()
+    };
+    scheduler.scale_model_input(&input, i)
 }
 
 /// Each row of `t` repeated `n` times in place (`num_images_per_prompt`).

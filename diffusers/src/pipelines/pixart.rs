@@ -20,7 +20,9 @@ use std::time::Instant;
 use serde_json::Value;
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::latents::{check_latent_channels, initial_latents, load_vae, postprocess, repeat_rows};
+use super::latents::{
+    check_latent_channels, initial_latents, load_vae, model_input, postprocess, repeat_rows,
+};
 use super::text_encoders::{TextEncoder, T5};
 use super::text_to_image::{check_common, check_size, guide, negatives, TextToImage};
 use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
@@ -325,12 +327,7 @@ impl PixArtPipeline {
         let timesteps = scheduler.timesteps().to_vec();
         let bar = step_bar(timesteps.len(), args.progress);
         for (i, &t) in timesteps.iter().enumerate() {
-            let input = if guided {
-                Tensor::cat(&[&latents, &latents], 0)?
-            } else {
-                latents.clone()
-            };
-            let input = scheduler.scale_model_input(&input, i)?;
+            let input = model_input(&latents, guided, &*scheduler, i)?;
             let ts = Tensor::from_f64s(&[t], &[1], DType::F32, &self.device)?;
             let pred = self
                 .transformer

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::latents::{decode_latents, load_vae};
+use super::latents::{decode_latents, init_noise_sigma, load_vae, model_input};
 use super::text_encoders::TextEncoder;
 pub use super::text_to_image::TextToImage;
 use super::text_to_image::{check_counts, check_size, guide, negatives};
@@ -275,14 +275,7 @@ impl StableDiffusionPipeline {
                     Some(l) => l.to_device(&self.device)?.to_dtype(DType::F32)?,
                     None => noise.randn(&shape, &self.device)?,
                 };
-                // An input, not a constant: a compiled first step stays the same for any
-                // step count.
-                let sigma = Tensor::from_f64s(
-                    &[scheduler.init_noise_sigma()],
-                    &[1],
-                    DType::F32,
-                    &self.device,
-                )?;
+                let sigma = init_noise_sigma(&*scheduler, &self.device)?;
                 (init.mul(&sigma)?, 0)
             }
         };
@@ -344,12 +337,7 @@ impl StableDiffusionPipeline {
         let ctx = cond.prompt_embeds.to_dtype(self.dtype)?;
         let scale = Tensor::from_f64s(&[args.guidance_scale], &[1], DType::F32, &self.device)?;
         for (i, &t) in timesteps.iter().enumerate().skip(begin) {
-            let input = if guided {
-                Tensor::cat(&[&latents, &latents], 0)?
-            } else {
-                latents.clone()
-            };
-            let input = scheduler.scale_model_input(&input, i)?;
+            let input = model_input(&latents, guided, &*scheduler, i)?;
             let ts = Tensor::from_f64s(&[t], &[1], DType::F32, &self.device)?;
             let pred = self.unet.forward(UNet2DConditionInput {
                 sample: &input,

@@ -111,7 +111,7 @@ impl Scheduler for DDPMScheduler {
         CLASS
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
         self.timesteps = integer_timesteps(
             CLASS,

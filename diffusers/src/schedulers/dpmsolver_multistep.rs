@@ -472,14 +472,9 @@ impl Scheduler for DPMSolverMultistepScheduler {
         CLASS
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
         let train = c.noise.num_train_timesteps;
-        if steps == 0 {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: num_inference_steps must be at least 1"
-            )));
-        }
         let ac = &self.schedule.alphas_cumprod;
         // lambda_t = log(sqrt(ac)) - log(sqrt(1 - ac)), float32; searchsorted on its reverse.
         let lambdas: Vec<f32> = ac

@@ -203,14 +203,9 @@ impl Scheduler for EulerDiscreteScheduler {
         EULER
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
         let train = c.noise.num_train_timesteps;
-        if steps == 0 {
-            return Err(Error::Scheduler(format!(
-                "{EULER}: num_inference_steps must be at least 1"
-            )));
-        }
         let mut timesteps: Vec<f64> =
             spaced_timesteps(c.timestep_spacing, train, steps, c.steps_offset, false)
                 .into_iter()
@@ -337,13 +332,8 @@ impl Scheduler for EulerAncestralDiscreteScheduler {
         ANCESTRAL
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
-        if steps == 0 {
-            return Err(Error::Scheduler(format!(
-                "{ANCESTRAL}: num_inference_steps must be at least 1"
-            )));
-        }
         let timesteps: Vec<f64> = spaced_timesteps(
             c.timestep_spacing,
             c.noise.num_train_timesteps,

@@ -209,7 +209,7 @@ impl Scheduler for FlowMatchEulerDiscreteScheduler {
         CLASS
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         self.set_timesteps_with(steps, &TimestepOptions::default())
     }
 

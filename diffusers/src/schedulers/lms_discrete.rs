@@ -11,7 +11,7 @@ use super::schedule::{
     NoiseSchedule, PredictionType, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::{check_step, divide, scale, Scheduler, StepInput};
-use crate::{Error, Result};
+use crate::Result;
 
 const CLASS: &str = "LMSDiscreteScheduler";
 /// The multistep order pipelines step with (`step(..., order=4)`).
@@ -126,13 +126,8 @@ impl Scheduler for LMSDiscreteScheduler {
         CLASS
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
-        if steps == 0 {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: num_inference_steps must be at least 1"
-            )));
-        }
         let mut timesteps: Vec<f64> = spaced_timesteps(
             c.timestep_spacing,
             c.noise.num_train_timesteps,

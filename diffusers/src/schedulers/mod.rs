@@ -44,8 +44,19 @@ use crate::{Error, Result};
 pub trait Scheduler: Send + Sync + std::fmt::Debug {
     /// The diffusers class (`DDIMScheduler`, ...).
     fn class_name(&self) -> &'static str;
-    /// Chooses `num_inference_steps` timesteps (and sigmas) and resets the step state.
-    fn set_timesteps(&mut self, num_inference_steps: usize) -> Result<()>;
+    /// Chooses `num_inference_steps` (at least 1) timesteps (and sigmas) and resets the step
+    /// state.
+    fn set_timesteps(&mut self, num_inference_steps: usize) -> Result<()> {
+        if num_inference_steps == 0 {
+            return Err(Error::Scheduler(format!(
+                "{}: num_inference_steps must be at least 1",
+                self.class_name()
+            )));
+        }
+        self.choose_timesteps(num_inference_steps)
+    }
+    /// The scheduler's own [`Scheduler::set_timesteps`], for at least one step.
+    fn choose_timesteps(&mut self, num_inference_steps: usize) -> Result<()>;
     /// `set_timesteps` with the arguments flow pipelines pass (`sigmas=`, `mu=`); schedulers
     /// that take neither refuse them.
     fn set_timesteps_with(

@@ -201,7 +201,7 @@ impl Scheduler for PNDMScheduler {
         CLASS
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
         let train = c.noise.num_train_timesteps;
         // Ascending, as PNDM keeps `_timesteps`.

@@ -409,14 +409,9 @@ impl Scheduler for UniPCMultistepScheduler {
         CLASS
     }
 
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
         let train = c.noise.num_train_timesteps;
-        if steps == 0 {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: num_inference_steps must be at least 1"
-            )));
-        }
         let mut timesteps =
             multistep_timesteps(c.timestep_spacing, train, train, steps, c.steps_offset);
         let train_sigmas = self.schedule.sigmas();

@@ -28,6 +28,29 @@ pub struct ModelShape {
     pub kv_cache: CacheLayout,
 }
 
+impl ModelShape {
+    /// An encoder's shape: `layers` layers of multi-head attention (`heads` of `head_dim`)
+    /// over `hidden`, an MLP of `intermediate`, no vocabulary head and no cache.
+    pub fn encoder(
+        layers: usize,
+        hidden: usize,
+        intermediate: usize,
+        heads: usize,
+        head_dim: usize,
+    ) -> ModelShape {
+        ModelShape {
+            layers,
+            hidden,
+            intermediate,
+            heads,
+            kv_heads: heads,
+            head_dim,
+            vocab: 0,
+            kv_cache: CacheLayout::None,
+        }
+    }
+}
+
 /// What the layers of a model keep while it generates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheLayout {

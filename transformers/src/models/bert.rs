@@ -14,13 +14,14 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::{CacheLayout, ModelShape};
+use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{self, EncoderArgs, EncoderHead, EncoderOutput, TextTower, Tower};
+use crate::models::Placement;
 use crate::{Error, Result};
 
 /// The registry entry of `bert`.
@@ -111,16 +112,13 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             "bert.embeddings.word_embeddings.weight".into(),
             "cls.predictions.decoder.weight".into(),
         ]],
-        shape: ModelShape {
-            layers: c.num_hidden_layers,
-            hidden: c.hidden_size,
-            intermediate: c.intermediate_size,
-            heads: c.num_attention_heads,
-            kv_heads: c.num_attention_heads,
-            head_dim: c.head_dim(),
-            vocab: 0,
-            kv_cache: CacheLayout::None,
-        },
+        shape: ModelShape::encoder(
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_attention_heads,
+            c.head_dim(),
+        ),
         context: c.max_position_embeddings,
     })
 }
@@ -291,7 +289,7 @@ pub struct BertModel {
     layers: Vec<Layer>,
     pooler: Option<Linear>,
     config: BertConfig,
-    dtype: DType,
+    placement: Placement,
     /// Where each layer runs; activations move between devices at the cuts.
     layer_devices: Vec<Device>,
     /// The module prefix of the base model in its checkpoint (`bert.` under a head).
@@ -322,12 +320,17 @@ impl BertModel {
         } else {
             None
         };
+        let placement = Placement::new(
+            w.dtype(),
+            embeddings.word_embeddings.device(),
+            layer_devices.iter().copied(),
+        );
         Ok(BertModel {
             embeddings,
             layers,
             pooler,
             config: c.clone(),
-            dtype: w.dtype(),
+            placement,
             layer_devices,
             prefix: "",
         })
@@ -370,20 +373,8 @@ fn additive_mask(keep: &Tensor, dtype: DType) -> Result<Tensor> {
 }
 
 impl Tower for BertModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.embeddings.word_embeddings.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        let mut out = vec![self.device()];
-        for d in &self.layer_devices {
-            if !out.contains(d) {
-                out.push(*d);
-            }
-        }
-        out
+    fn placement(&self) -> &Placement {
+        &self.placement
     }
     fn hidden_state_modules(&self) -> Vec<String> {
         let p = self.prefix;
@@ -467,7 +458,7 @@ impl TextTower for BertModel {
             let bias = match biases.iter().find(|(d, _)| d == dev) {
                 Some((_, m)) => m.clone(),
                 None => {
-                    let m = additive_mask(&keep.to_device(dev)?, self.dtype)?;
+                    let m = additive_mask(&keep.to_device(dev)?, self.placement.dtype())?;
                     biases.push((*dev, m.clone()));
                     m
                 }

@@ -21,3 +21,5 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod t5;
 pub mod vit;
+
+pub use placement::Placement;

@@ -1,6 +1,6 @@
-//! What decoder files share about where their tensors live when a model is split.
+//! What model files share about where their tensors live when a model is split.
 
-use zoo_runtime::{Device, Tensor};
+use zoo_runtime::{DType, Device, Tensor};
 
 use crate::Result;
 
@@ -26,4 +26,42 @@ pub(crate) fn execution_order(first: Device, layers: &[Device], last: Device) ->
         }
     }
     out
+}
+
+/// Where a model runs, fixed at load: the dtype of its weights and activations and every
+/// device it runs on, in execution order, each once (inputs go to the first).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Placement {
+    dtype: DType,
+    /// Never empty: the first is where inputs go.
+    devices: Vec<Device>,
+}
+
+impl Placement {
+    /// Inputs go to `first` (the embeddings' device); `then` lists the devices of the
+    /// following parts in execution order (repeats are dropped).
+    pub(crate) fn new(dtype: DType, first: Device, then: impl IntoIterator<Item = Device>) -> Self {
+        let mut devices = vec![first];
+        for d in then {
+            if !devices.contains(&d) {
+                devices.push(d);
+            }
+        }
+        Placement { dtype, devices }
+    }
+
+    /// The dtype of weights and activations.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device inputs go to.
+    pub fn device(&self) -> Device {
+        self.devices[0]
+    }
+
+    /// Every device, in execution order, each once.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
 }

@@ -15,15 +15,15 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::{CacheLayout, ModelShape};
+use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
-use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
+use zoo_runtime::{Activation, Device, SdpaOptions, Tensor};
 
 use crate::config::{config_error, defaults, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{self, EncoderHead, EncoderOutput, ImageArgs, ImageTower, Tower};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
-use crate::models::placement::execution_order;
+use crate::models::Placement;
 use crate::{Error, Result};
 
 /// The registry entry of `vit`.
@@ -162,16 +162,13 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             .to_vec(),
         inputs: vec!["embeddings".into(), "vit.embeddings".into()],
         tied: Vec::new(),
-        shape: ModelShape {
-            layers: c.num_hidden_layers,
-            hidden: c.hidden_size,
-            intermediate: c.intermediate_size,
-            heads: c.num_attention_heads,
-            kv_heads: c.num_attention_heads,
-            head_dim: c.head_dim(),
-            vocab: 0,
-            kv_cache: CacheLayout::None,
-        },
+        shape: ModelShape::encoder(
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_attention_heads,
+            c.head_dim(),
+        ),
         context: rows * cols + 1,
     })
 }
@@ -304,7 +301,7 @@ pub struct ViTModel {
     layernorm: LayerNorm,
     pooler: Option<(Linear, Activation)>,
     config: ViTConfig,
-    dtype: DType,
+    placement: Placement,
     prefix: &'static str,
     original_names: bool,
 }
@@ -336,7 +333,16 @@ impl ViTModel {
         } else {
             None
         };
+        let cls_token = e.get("cls_token", &[1, 1, h])?;
+        let layernorm = LayerNorm::load(&w.pp("layernorm"), h, c.layer_norm_eps)?;
+        let first = cls_token.device();
+        let last = layernorm.weight.as_ref().map_or(first, Tensor::device);
         Ok(ViTModel {
+            placement: Placement::new(
+                w.dtype(),
+                first,
+                layer_devices.iter().copied().chain([last]),
+            ),
             patch_embeddings: PatchEmbedding::load(
                 &e.pp("patch_embeddings.projection"),
                 c.num_channels,
@@ -344,14 +350,13 @@ impl ViTModel {
                 c.patch_size,
                 true,
             )?,
-            cls_token: e.get("cls_token", &[1, 1, h])?,
+            cls_token,
             position_embeddings: e.get("position_embeddings", &[1, rows * cols + 1, h])?,
             layers,
             layer_devices,
-            layernorm: LayerNorm::load(&w.pp("layernorm"), h, c.layer_norm_eps)?,
+            layernorm,
             pooler,
             config: c.clone(),
-            dtype: w.dtype(),
             prefix,
             original_names: original,
         })
@@ -384,14 +389,8 @@ impl ViTModel {
 }
 
 impl Tower for ViTModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.cls_token.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        execution_order(self.device(), &self.layer_devices, self.layernorm_device())
+    fn placement(&self) -> &Placement {
+        &self.placement
     }
     fn hidden_state_modules(&self) -> Vec<String> {
         let p = self.prefix;
@@ -413,25 +412,11 @@ impl ImageTower for ViTModel {
     fn run(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
         let c = &self.config;
         let px = args.pixel_values;
-        let [b, _, h, w] = px.shape()[..] else {
-            return Err(Error::invalid(
-                "pixel_values",
-                format!(
-                    "pixel_values {:?} must be [batch, channels, height, width]",
-                    px.shape()
-                ),
-            ));
-        };
-        if !args.interpolate_pos_encoding && (h, w) != c.image_size {
-            return Err(Error::invalid("pixel_values", format!(
-                "the image is {w}x{h} but the model takes {}x{} (image_size); resize it with the model's image processor, or interpolate the position embeddings",
-                c.image_size.1, c.image_size.0
-            )));
-        }
+        let (b, h, w) = args.check(c.image_size)?;
         let device = self.device();
         let patches = self
             .patch_embeddings
-            .forward(&px.to_device(&device)?, self.dtype)?;
+            .forward(&px.to_device(&device)?, self.placement.dtype())?;
         let (rows, cols) = self.patch_embeddings.grid(h, w);
         let cls = self.cls_token.broadcast_as(&[b, 1, c.hidden_size])?;
         let positions = if args.interpolate_pos_encoding {

@@ -22,7 +22,7 @@ pub(crate) use vision::FAMILY as VISION_FAMILY;
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
-use crate::models::placement::execution_order;
+use crate::models::Placement;
 use crate::Result;
 
 /// The sizes of one encoder layer, shared by both towers' configs.
@@ -175,10 +175,10 @@ impl CLIPEncoder {
         Ok(x)
     }
 
-    /// Every device of a tower around this stack, in execution order, each once: `first`
-    /// (its embeddings'), the layers', `last` (its final norm's).
-    pub(crate) fn devices(&self, first: Device, last: Device) -> Vec<Device> {
-        execution_order(first, &self.devices, last)
+    /// Where a tower around this stack runs: inputs on `first` (its embeddings'), then the
+    /// layers' devices, then `last` (its final norm's).
+    pub(crate) fn placement(&self, dtype: DType, first: Device, last: Device) -> Placement {
+        Placement::new(dtype, first, self.devices.iter().copied().chain([last]))
     }
 
     /// The HF module paths of a tower's `hidden_states`: `{prefix}{embeddings}`, then each

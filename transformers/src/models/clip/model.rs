@@ -4,7 +4,7 @@
 //! embeddings; `logits_per_image` is its transpose.
 
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::{CacheLayout, ModelShape};
+use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Tensor};
 
@@ -78,17 +78,13 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
             "vision_model.pre_layrnorm".into(),
         ],
         tied: Vec::new(),
-        shape: ModelShape {
-            layers: t.num_hidden_layers + v.num_hidden_layers,
-            hidden: t.hidden_size.max(v.hidden_size),
-            intermediate: t.intermediate_size.max(v.intermediate_size),
-            heads: t.num_attention_heads.max(v.num_attention_heads),
-            kv_heads: t.num_attention_heads.max(v.num_attention_heads),
-            head_dim: (t.hidden_size / t.num_attention_heads)
-                .max(v.hidden_size / v.num_attention_heads),
-            vocab: 0,
-            kv_cache: CacheLayout::None,
-        },
+        shape: ModelShape::encoder(
+            t.num_hidden_layers + v.num_hidden_layers,
+            t.hidden_size.max(v.hidden_size),
+            t.intermediate_size.max(v.intermediate_size),
+            t.num_attention_heads.max(v.num_attention_heads),
+            (t.hidden_size / t.num_attention_heads).max(v.hidden_size / v.num_attention_heads),
+        ),
         context: vision.context.max(t.max_position_embeddings),
     })
 }

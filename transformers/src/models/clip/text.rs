@@ -12,7 +12,7 @@
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::{CacheLayout, ModelShape};
+use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, LayerNorm, Weights};
 use zoo_runtime::{Activation, DType, Device, Tensor};
 
@@ -21,6 +21,7 @@ use super::{CLIPEncoder, HostBias, LayerSpec, WithProjection};
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{self, EncoderArgs, EncoderOutput, TextTower, Tower};
+use crate::models::Placement;
 use crate::{Error, Result};
 
 /// The registry entry of `clip_text_model`. Both classes serve `AutoModel`'s task; which one
@@ -100,16 +101,13 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
         layer_containers: vec!["encoder.layers".into(), "text_model.encoder.layers".into()],
         inputs: vec!["embeddings".into(), "text_model.embeddings".into()],
         tied: Vec::new(),
-        shape: ModelShape {
-            layers: c.num_hidden_layers,
-            hidden: c.hidden_size,
-            intermediate: c.intermediate_size,
-            heads: c.num_attention_heads,
-            kv_heads: c.num_attention_heads,
-            head_dim: c.hidden_size / c.num_attention_heads,
-            vocab: 0,
-            kv_cache: CacheLayout::None,
-        },
+        shape: ModelShape::encoder(
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_attention_heads,
+            c.hidden_size / c.num_attention_heads,
+        ),
         context: c.max_position_embeddings,
     })
 }
@@ -152,7 +150,7 @@ pub struct CLIPTextModel {
     encoder: CLIPEncoder,
     final_layer_norm: LayerNorm,
     config: CLIPTextConfig,
-    dtype: DType,
+    placement: Placement,
     /// The module prefix of the transformer in its checkpoint (`text_model.` or none).
     prefix: &'static str,
 }
@@ -164,25 +162,26 @@ impl CLIPTextModel {
         let c = config;
         let e = w.pp("embeddings");
         let encoder = CLIPEncoder::load(&w.pp("encoder"), c.num_hidden_layers, &c.layer_spec())?;
+        let token_embedding =
+            Embedding::load(&e.pp("token_embedding"), c.vocab_size, c.hidden_size)?;
+        let final_layer_norm =
+            LayerNorm::load(&w.pp("final_layer_norm"), c.hidden_size, c.layer_norm_eps)?;
+        let first = token_embedding.device();
+        let last = final_layer_norm
+            .weight
+            .as_ref()
+            .map_or(first, Tensor::device);
         Ok(CLIPTextModel {
-            token_embedding: Embedding::load(
-                &e.pp("token_embedding"),
-                c.vocab_size,
-                c.hidden_size,
-            )?,
+            placement: encoder.placement(w.dtype(), first, last),
+            token_embedding,
             position_embedding: Embedding::load(
                 &e.pp("position_embedding"),
                 c.max_position_embeddings,
                 c.hidden_size,
             )?,
             encoder,
-            final_layer_norm: LayerNorm::load(
-                &w.pp("final_layer_norm"),
-                c.hidden_size,
-                c.layer_norm_eps,
-            )?,
+            final_layer_norm,
             config: c.clone(),
-            dtype: w.dtype(),
             prefix: "",
         })
     }
@@ -206,15 +205,8 @@ impl CLIPTextModel {
 }
 
 impl Tower for CLIPTextModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.token_embedding.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.encoder
-            .devices(self.device(), self.final_layer_norm_device())
+    fn placement(&self) -> &Placement {
+        &self.placement
     }
     fn hidden_state_modules(&self) -> Vec<String> {
         self.encoder.modules(self.prefix, "embeddings")
@@ -299,7 +291,7 @@ impl TextTower for CLIPTextModel {
             .forward(&ids_t)?
             .add(&self.position_embedding.forward(&pos_t)?)?;
         // transformers' causal mask with padding: a query sees the real keys at or before it.
-        let low = self.dtype.finite_min();
+        let low = self.placement.dtype().finite_min();
         let mut m = vec![0f64; b * t * t];
         for r in 0..b {
             for q in 0..t {
@@ -314,7 +306,7 @@ impl TextTower for CLIPTextModel {
         let bias = HostBias {
             values: &m,
             shape: [b, 1, t, t],
-            dtype: self.dtype,
+            dtype: self.placement.dtype(),
         };
         let hidden = args.output_hidden_states.then_some(&mut hidden_states);
         let x = self.encoder.forward(x, Some(bias), hidden)?;

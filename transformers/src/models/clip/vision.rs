@@ -10,16 +10,17 @@
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::{CacheLayout, ModelShape};
+use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{LayerNorm, Weights};
-use zoo_runtime::{Activation, DType, Device, Tensor};
+use zoo_runtime::{Activation, Device, Tensor};
 
 use super::{CLIPEncoder, LayerSpec, WithProjection};
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{self, EncoderOutput, ImageArgs, ImageTower, Tower};
 use crate::models::patches::{interpolate_positions, PatchEmbedding};
-use crate::{Error, Result};
+use crate::models::Placement;
+use crate::Result;
 
 /// The registry entry of `clip_vision_model`; which class loads follows `architectures`.
 pub(crate) const FAMILY: Family = family! {
@@ -121,16 +122,13 @@ pub(super) fn vision_layout(c: &CLIPVisionConfig) -> Layout {
             "vision_model.pre_layrnorm".into(),
         ],
         tied: Vec::new(),
-        shape: ModelShape {
-            layers: c.num_hidden_layers,
-            hidden: c.hidden_size,
-            intermediate: c.intermediate_size,
-            heads: c.num_attention_heads,
-            kv_heads: c.num_attention_heads,
-            head_dim: c.hidden_size / c.num_attention_heads,
-            vocab: 0,
-            kv_cache: CacheLayout::None,
-        },
+        shape: ModelShape::encoder(
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_attention_heads,
+            c.hidden_size / c.num_attention_heads,
+        ),
         context: tokens,
     }
 }
@@ -173,7 +171,7 @@ pub struct CLIPVisionModel {
     encoder: CLIPEncoder,
     post_layernorm: LayerNorm,
     config: CLIPVisionConfig,
-    dtype: DType,
+    placement: Placement,
     prefix: &'static str,
 }
 
@@ -185,7 +183,13 @@ impl CLIPVisionModel {
         let e = w.pp("embeddings");
         let side = c.grid_side();
         let encoder = CLIPEncoder::load(&w.pp("encoder"), c.num_hidden_layers, &c.layer_spec())?;
+        let class_embedding = e.get("class_embedding", &[c.hidden_size])?;
+        let post_layernorm =
+            LayerNorm::load(&w.pp("post_layernorm"), c.hidden_size, c.layer_norm_eps)?;
+        let first = class_embedding.device();
+        let last = post_layernorm.weight.as_ref().map_or(first, Tensor::device);
         Ok(CLIPVisionModel {
+            placement: encoder.placement(w.dtype(), first, last),
             patch_embedding: PatchEmbedding::load(
                 &e.pp("patch_embedding"),
                 c.num_channels,
@@ -193,19 +197,14 @@ impl CLIPVisionModel {
                 (c.patch_size, c.patch_size),
                 false,
             )?,
-            class_embedding: e.get("class_embedding", &[c.hidden_size])?,
+            class_embedding,
             position_embedding: e
                 .pp("position_embedding")
                 .get("weight", &[side * side + 1, c.hidden_size])?,
             pre_layrnorm: LayerNorm::load(&w.pp("pre_layrnorm"), c.hidden_size, c.layer_norm_eps)?,
             encoder,
-            post_layernorm: LayerNorm::load(
-                &w.pp("post_layernorm"),
-                c.hidden_size,
-                c.layer_norm_eps,
-            )?,
+            post_layernorm,
             config: c.clone(),
-            dtype: w.dtype(),
             prefix: "",
         })
     }
@@ -252,15 +251,8 @@ impl CLIPVisionModel {
 }
 
 impl Tower for CLIPVisionModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.class_embedding.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        self.encoder
-            .devices(self.device(), self.post_layernorm_device())
+    fn placement(&self) -> &Placement {
+        &self.placement
     }
     fn hidden_state_modules(&self) -> Vec<String> {
         self.encoder.modules(self.prefix, "pre_layrnorm")
@@ -274,25 +266,11 @@ impl ImageTower for CLIPVisionModel {
     fn run(&self, args: ImageArgs<'_>) -> Result<EncoderOutput> {
         let c = &self.config;
         let px = args.pixel_values;
-        let [b, _, h, w] = px.shape()[..] else {
-            return Err(Error::invalid(
-                "pixel_values",
-                format!(
-                    "pixel_values {:?} must be [batch, channels, height, width]",
-                    px.shape()
-                ),
-            ));
-        };
-        if !args.interpolate_pos_encoding && (h != c.image_size || w != c.image_size) {
-            return Err(Error::invalid("pixel_values", format!(
-                "the image is {w}x{h} but the model takes {0}x{0} (image_size); resize it with the model's image processor, or interpolate the position embeddings",
-                c.image_size
-            )));
-        }
+        let (b, h, w) = args.check((c.image_size, c.image_size))?;
         let device = self.device();
         let patches = self
             .patch_embedding
-            .forward(&px.to_device(&device)?, self.dtype)?;
+            .forward(&px.to_device(&device)?, self.placement.dtype())?;
         let (rows, cols) = self.patch_embedding.grid(h, w);
         let class = self
             .class_embedding

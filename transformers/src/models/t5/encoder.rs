@@ -6,7 +6,7 @@ use zoo_runtime::{DType, Device, Tensor};
 
 use super::{checked_ids, padding_bias, position_bias, Attention, FeedForward, T5Config};
 use crate::kinds::{EncoderArgs, EncoderOutput, TextTower, Tower};
-use crate::models::placement::execution_order;
+use crate::models::Placement;
 use crate::{Error, Result};
 
 /// `T5Block` of the encoder: self-attention then feed-forward, each pre-normed.
@@ -46,7 +46,7 @@ pub struct T5EncoderModel {
     block_devices: Vec<Device>,
     final_layer_norm: RmsNorm,
     config: T5Config,
-    dtype: DType,
+    placement: Placement,
 }
 
 impl T5EncoderModel {
@@ -65,17 +65,24 @@ impl T5EncoderModel {
             block_devices.push(bw.device());
             blocks.push(Block::load(&bw, c, i == 0 || c.bias_per_block())?);
         }
+        let embed_tokens = Embedding::load(&table, c.vocab_size, c.d_model)?;
+        let final_layer_norm =
+            RmsNorm::load(&e.pp("final_layer_norm"), c.d_model, c.layer_norm_epsilon)?;
+        let placement = Placement::new(
+            w.dtype(),
+            embed_tokens.device(),
+            block_devices
+                .iter()
+                .copied()
+                .chain([final_layer_norm.weight.device()]),
+        );
         Ok(T5EncoderModel {
-            embed_tokens: Embedding::load(&table, c.vocab_size, c.d_model)?,
+            embed_tokens,
             blocks,
             block_devices,
-            final_layer_norm: RmsNorm::load(
-                &e.pp("final_layer_norm"),
-                c.d_model,
-                c.layer_norm_epsilon,
-            )?,
+            final_layer_norm,
             config: c.clone(),
-            dtype: w.dtype(),
+            placement,
         })
     }
 
@@ -86,14 +93,8 @@ impl T5EncoderModel {
 }
 
 impl Tower for T5EncoderModel {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn device(&self) -> Device {
-        self.embed_tokens.device()
-    }
-    fn devices(&self) -> Vec<Device> {
-        execution_order(self.device(), &self.block_devices, self.output_device())
+    fn placement(&self) -> &Placement {
+        &self.placement
     }
     fn hidden_state_modules(&self) -> Vec<String> {
         std::iter::once("encoder.embed_tokens".to_string())
@@ -130,7 +131,7 @@ impl TextTower for T5EncoderModel {
         let device = Tower::device(self);
         let ids_t = Tensor::from_vec(id_values, &[b, t], &device)?;
         let mut x = self.embed_tokens.forward(&ids_t)?;
-        let pad = padding_bias(&real, (b, t), self.dtype, &device)?;
+        let pad = padding_bias(&real, (b, t), self.placement.dtype(), &device)?;
         let mut bias: Option<Tensor> = None;
         let mut hidden_states = Vec::new();
         for (block, dev) in self.blocks.iter().zip(&self.block_devices) {
