@@ -4,12 +4,12 @@
 use std::io::Write;
 
 use anyhow::{bail, Context, Result};
-use zoo_runtime::device_map::{parse_max_memory, DeviceMap};
-use zoo_runtime::DType;
 use zoo_transformers::auto::LoadReport;
 use zoo_transformers::generation::{GenerationOptions, GenerationOutput, GenerationStats};
 use zoo_transformers::registry::Loaders;
 use zoo_transformers::{AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, Message};
+
+use crate::load::{with_load_options, LoadArgs};
 
 /// Generate text with a causal language model (the families below, and GGUF files of the
 /// llama architecture such as SmolLM2), streaming it as it is produced, then print the load
@@ -45,28 +45,8 @@ pub struct Args {
     /// A system message for --chat.
     #[arg(long, requires = "chat")]
     system: Option<String>,
-    /// Where the model runs: cpu (candle), cuda:N (candle, cuda builds), pjrt:PLATFORM
-    /// (every device of a PJRT plugin: cpu, cuda or tpu; several devices split the layers
-    /// in balanced stages), pjrt:PLATFORM:0,1 (those devices), tpu (every TPU chip),
-    /// balanced / balanced_low_0 / sequential (over this host's accelerators), auto (TPU,
-    /// then CUDA, then cpu), or a FILE.json device map (transformers' hf_device_map, or a
-    /// plan written by `zoo plan --out`). On PJRT devices the first call of each prompt
-    /// length bucket compiles; compiled programs are cached on disk (ZOO_PJRT_CACHE).
-    #[arg(long, default_value = "cpu")]
-    device_map: String,
-    /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's). A
-    /// quantized GGUF keeps its blocks (Q4–Q8, K-quants) by default and computes in f32 from
-    /// them, as llama.cpp does; an explicit --dtype dequantizes it at load, as transformers'
-    /// `from_pretrained(dir, gguf_file=...)` does (more memory, the same numbers as PyTorch).
-    #[arg(long)]
-    dtype: Option<String>,
-    /// Memory limits, e.g. `cpu=2GiB` or `0=2GiB,1=2GiB`: budgets of a split (instead of
-    /// what the devices report); loading fails early when the weights do not fit.
-    #[arg(long)]
-    max_memory: Option<String>,
-    /// Hub revision (branch, tag or commit) for repo ids.
-    #[arg(long)]
-    revision: Option<String>,
+    #[command(flatten)]
+    load: LoadArgs,
     /// Most tokens to generate.
     #[arg(long)]
     max_new_tokens: Option<usize>,
@@ -112,38 +92,8 @@ pub struct Args {
     greedy: bool,
 }
 
-/// The command line's load options on either builder (both take the same setters).
-macro_rules! with_load_options {
-    ($builder:expr, $args:expr, $device_map:expr, $dtype:expr, $max_memory:expr) => {{
-        let mut b = $builder.device_map($device_map).progress(true);
-        if let Some(dt) = $dtype {
-            b = b.dtype(dt);
-        }
-        if let Some(r) = &$args.revision {
-            b = b.revision(r.clone());
-        }
-        if let Some(m) = $max_memory {
-            b = b.max_memory(m);
-        }
-        b
-    }};
-}
-
 pub fn run(args: Args) -> Result<()> {
-    let device_map: DeviceMap = args.device_map.parse().context("--device-map")?;
-    let dtype = match &args.dtype {
-        Some(d) => match DType::parse(d) {
-            Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => Some(dt),
-            _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
-        },
-        None => None,
-    };
-    let max_memory = args
-        .max_memory
-        .as_deref()
-        .map(parse_max_memory)
-        .transpose()
-        .context("--max-memory")?;
+    let load = args.load.parsed()?;
     // An encoder-decoder's config names its family; anything else goes to the causal path,
     // whose errors say what the checkpoint is.
     let seq2seq = AutoConfig::from_pretrained(&args.model)
@@ -157,7 +107,7 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
         let builder = AutoModelForSeq2SeqLM::builder(&args.model);
-        let model = with_load_options!(builder, args, device_map, dtype, max_memory)
+        let model = with_load_options!(builder, load)
             .load()
             .with_context(|| format!("loading {}", args.model))?;
         let report = model.load_report().clone();
@@ -174,7 +124,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let builder = AutoModelForCausalLM::builder(&args.model);
-    let model = with_load_options!(builder, args, device_map, dtype, max_memory)
+    let model = with_load_options!(builder, load)
         .load()
         .with_context(|| format!("loading {}", args.model))?;
     let report = model.load_report().clone();

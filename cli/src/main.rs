@@ -6,8 +6,10 @@ mod embed;
 mod generate;
 mod image;
 mod inspect;
+mod load;
 mod parity;
 mod plan;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -35,6 +37,7 @@ enum Command {
     Embed(embed::Args),
     Classify(classify::Args),
     Image(image::Args),
+    Serve(serve::Args),
     Plan(plan::Args),
     Parity(parity::Args),
 }
@@ -52,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Embed(args) => embed::run(args),
         Command::Classify(args) => classify::run(args),
         Command::Image(args) => image::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Parity(args) => parity::run(args),
     };

@@ -1,0 +1,85 @@
+//! The options that say where and how a model loads, shared by the commands that load a
+//! language model (`generate`, `serve`).
+
+use anyhow::{bail, Context, Result};
+use zoo_runtime::device_map::{parse_max_memory, DeviceMap, MaxMemory};
+use zoo_runtime::DType;
+
+/// Where and how the model loads.
+#[derive(clap::Args)]
+pub struct LoadArgs {
+    /// Where the model runs: cpu (candle), cuda:N (candle, cuda builds), pjrt:PLATFORM
+    /// (every device of a PJRT plugin: cpu, cuda or tpu; several devices split the layers
+    /// in balanced stages), pjrt:PLATFORM:0,1 (those devices), tpu (every TPU chip),
+    /// balanced / balanced_low_0 / sequential (over this host's accelerators), auto (TPU,
+    /// then CUDA, then cpu), or a FILE.json device map (transformers' hf_device_map, or a
+    /// plan written by `zoo plan --out`). On PJRT devices the first call of each prompt
+    /// length bucket compiles; compiled programs are cached on disk (ZOO_PJRT_CACHE).
+    #[arg(long, default_value = "cpu")]
+    device_map: String,
+    /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's). A
+    /// quantized GGUF keeps its blocks (Q4–Q8, K-quants) by default and computes in f32 from
+    /// them, as llama.cpp does; an explicit --dtype dequantizes it at load, as transformers'
+    /// `from_pretrained(dir, gguf_file=...)` does (more memory, the same numbers as PyTorch).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Memory limits, e.g. `cpu=2GiB` or `0=2GiB,1=2GiB`: budgets of a split (instead of
+    /// what the devices report); loading fails early when the weights do not fit.
+    #[arg(long)]
+    max_memory: Option<String>,
+    /// Hub revision (branch, tag or commit) for repo ids.
+    #[arg(long)]
+    revision: Option<String>,
+}
+
+/// [`LoadArgs`] parsed.
+pub struct Load {
+    pub device_map: DeviceMap,
+    pub dtype: Option<DType>,
+    pub max_memory: Option<MaxMemory>,
+    pub revision: Option<String>,
+}
+
+impl LoadArgs {
+    /// The options parsed, each error naming its flag.
+    pub fn parsed(&self) -> Result<Load> {
+        let dtype = match &self.dtype {
+            Some(d) => match DType::parse(d) {
+                Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => Some(dt),
+                _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
+            },
+            None => None,
+        };
+        Ok(Load {
+            device_map: self.device_map.parse().context("--device-map")?,
+            dtype,
+            max_memory: self
+                .max_memory
+                .as_deref()
+                .map(parse_max_memory)
+                .transpose()
+                .context("--max-memory")?,
+            revision: self.revision.clone(),
+        })
+    }
+}
+
+/// The load options on either language-model builder (both take the same setters), with
+/// progress shown.
+macro_rules! with_load_options {
+    ($builder:expr, $load:expr) => {{
+        let load = &$load;
+        let mut b = $builder.device_map(load.device_map.clone()).progress(true);
+        if let Some(dt) = load.dtype {
+            b = b.dtype(dt);
+        }
+        if let Some(r) = &load.revision {
+            b = b.revision(r.clone());
+        }
+        if let Some(m) = &load.max_memory {
+            b = b.max_memory(m.clone());
+        }
+        b
+    }};
+}
+pub(crate) use with_load_options;

@@ -1,0 +1,133 @@
+//! `zoo serve`: load a causal LM and answer OpenAI's API over HTTP.
+
+use anyhow::{Context, Result};
+use zoo_serve::{ServeOptions, Server};
+use zoo_transformers::AutoModelForCausalLM;
+
+use crate::load::{with_load_options, LoadArgs};
+
+/// Serve a causal language model over an OpenAI-compatible HTTP API, batching requests
+/// continuously: every request joins the running batch at the next decode step and leaves
+/// when it stops; a client that disconnects frees its rows at once.
+///
+/// Routes:
+///   POST /v1/chat/completions   messages through the model's chat template (stream: true
+///                               for server-sent events ending with `data: [DONE]`)
+///   POST /v1/completions        a prompt string, a list of them, or token ids
+///   GET  /v1/models             the served model
+///   GET  /health                200 while the server runs
+///   GET  /metrics               Prometheus counters: running and waiting sequences,
+///                               prompt and generated tokens, time to first token and
+///                               inter-token latency histograms
+///
+/// Request fields: model, messages / prompt, max_tokens (max_completion_tokens), temperature
+/// (0 is greedy), top_p, top_k, min_p, repetition_penalty, n, stop, seed, stream,
+/// stream_options.include_usage. What a request leaves out comes from the model's
+/// generation_config.json, as vLLM does. Fields zoo does not apply yet (presence_penalty,
+/// frequency_penalty, logit_bias, logprobs, tools) are refused with 400 naming the field;
+/// unknown fields are ignored. Errors use OpenAI's body {"error": {"message", "type",
+/// "param", "code"}}: 400 for a bad request, 401 for a missing or wrong key, 404 for
+/// another model, 429 (with Retry-After) when --max-batch + --max-waiting requests are in
+/// flight, 500 when a request fails inside the server (the server keeps serving).
+///
+/// Ctrl-C or SIGTERM stops accepting connections and finishes the requests that run.
+///
+/// Examples:
+///   zoo serve ./SmolLM2-135M-Instruct.Q4_1.gguf --served-model-name smollm2
+///   zoo serve HuggingFaceTB/SmolLM2-135M-Instruct --port 9000 --max-batch 32 --api-key s3cret
+///   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \
+///       -d '{"model": "smollm2", "messages": [{"role": "user", "content": "Hi!"}]}'
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(true))]
+pub struct Args {
+    /// Folder (config.json + safetensors), .safetensors/.gguf file, or Hub repo id `org/name[@revision]`.
+    model: String,
+    /// Address to listen on; 127.0.0.1 keeps the server to this machine (0.0.0.0 opens it).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// The name clients send as `model` (default: MODEL as given).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Require `Authorization: Bearer KEY` on /v1/* (default: the ZOO_API_KEY variable; none
+    /// when unset).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Sequences that run at once (rows of the KV cache).
+    #[arg(long, default_value_t = 16)]
+    max_batch: usize,
+    /// Requests that may wait beyond --max-batch before the server answers 429.
+    #[arg(long, default_value_t = 64)]
+    max_waiting: usize,
+    /// Token slots of the KV cache: a prompt plus its max_tokens must fit (default: the
+    /// model's context, at most 4096).
+    #[arg(long)]
+    context: Option<usize>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let load = args.load.parsed()?;
+    let builder = AutoModelForCausalLM::builder(&args.model);
+    let model = with_load_options!(builder, load)
+        .load()
+        .with_context(|| format!("loading {}", args.model))?;
+    if let Some(plan) = &model.load_report().plan {
+        eprint!("{plan}");
+    }
+    let options = ServeOptions {
+        served_model_name: args.served_model_name.unwrap_or_else(|| args.model.clone()),
+        api_key: args
+            .api_key
+            .or_else(|| std::env::var("ZOO_API_KEY").ok().filter(|k| !k.is_empty())),
+        max_batch: args.max_batch,
+        max_waiting: args.max_waiting,
+        context: args.context,
+    };
+    let name = options.served_model_name.clone();
+    let server = Server::start(model, options)?;
+    let engine = server.engine_config();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
+    runtime.block_on(async move {
+        let address = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .with_context(|| format!("listening on {address} (--host, --port)"))?;
+        let bound = listener.local_addr()?;
+        eprintln!(
+            "zoo serve: `{name}` at http://{bound}/v1 ({} sequences at once, {} token slots); Ctrl-C stops",
+            engine.max_sequences, engine.capacity
+        );
+        server.serve(listener, shutdown()).await?;
+        eprintln!("zoo serve: stopped");
+        Ok(())
+    })
+}
+
+/// Completes at Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

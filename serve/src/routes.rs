@@ -1,0 +1,444 @@
+//! The routes: OpenAI's completions and chat completions (whole or streamed as server-sent
+//! events), the model list, health and metrics.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State as Shared;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use zoo_transformers::generation::GenerationOutput;
+
+use crate::api::{self, Completion, Prompt};
+use crate::stop::StopText;
+use crate::worker::{Job, Update};
+use crate::{ApiError, State};
+
+pub(crate) fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Chat completions or plain completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+impl Kind {
+    fn object(self, streamed: bool) -> &'static str {
+        match (self, streamed) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+}
+
+async fn chat(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&s, generate(&s, &headers, &body, Kind::Chat).await)
+}
+
+async fn completions(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&s, generate(&s, &headers, &body, Kind::Text).await)
+}
+
+fn answer(s: &State, r: Result<Response, ApiError>) -> Response {
+    r.unwrap_or_else(|e| {
+        s.metrics.requests_failed.fetch_add(1, Ordering::Relaxed);
+        e.into_response()
+    })
+}
+
+async fn models(Shared(s): Shared<Arc<State>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&s, &headers) {
+        return e.into_response();
+    }
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": s.options.served_model_name,
+            "object": "model",
+            "created": s.created,
+            "owned_by": "zoo",
+            "max_model_len": s.engine.capacity,
+        }],
+    }))
+    .into_response()
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn metrics(Shared(s): Shared<Arc<State>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: "no such route; this server answers /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics".into(),
+        kind: "invalid_request_error",
+        param: None,
+        code: None,
+    }
+}
+
+/// With a key set, `/v1/*` needs `Authorization: Bearer KEY`.
+fn authorize(s: &State, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &s.options.api_key else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given == Some(key.as_str()) {
+        return Ok(());
+    }
+    Err(ApiError {
+        status: StatusCode::UNAUTHORIZED,
+        message: match given {
+            None => "this server needs an API key: send `Authorization: Bearer KEY`".into(),
+            Some(_) => "the API key is wrong".into(),
+        },
+        kind: "authentication_error",
+        param: None,
+        code: Some("invalid_api_key"),
+    })
+}
+
+/// A request counted against the queue bound until its answer is complete.
+struct Admitted(Arc<State>);
+
+impl Admitted {
+    fn new(s: &Arc<State>) -> Result<Admitted, ApiError> {
+        let limit = s.engine.max_sequences + s.options.max_waiting;
+        let before = s.in_flight.fetch_add(1, Ordering::AcqRel);
+        if before >= limit {
+            s.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                message: format!(
+                    "{before} requests run or wait, the most this server takes (--max-batch + --max-waiting); retry later"
+                ),
+                kind: "rate_limit_error",
+                param: None,
+                code: Some("queue_full"),
+            });
+        }
+        Ok(Admitted(Arc::clone(s)))
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Reads the request, submits its sequences and answers, whole or streamed.
+async fn generate(
+    s: &Arc<State>,
+    headers: &HeaderMap,
+    body: &[u8],
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    authorize(s, headers)?;
+    let body = api::object(body)?;
+    api::check_model(&body, &s.options.served_model_name)?;
+    let prompts = match kind {
+        Kind::Chat => {
+            let messages = api::messages(&body)?;
+            let Some(template) = &s.chat_template else {
+                return Err(ApiError::invalid(
+                    "messages",
+                    "this model has no chat template; send a prompt to /v1/completions",
+                ));
+            };
+            let text = template
+                .apply(&messages, true)
+                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            vec![Prompt::Text { text, chat: true }]
+        }
+        Kind::Text => api::prompts(&body)?,
+    };
+    let req = api::completion(
+        &body,
+        prompts,
+        s.model.default_options(),
+        s.engine.max_sequences,
+    )?;
+    let ids = req
+        .prompts
+        .iter()
+        .map(|p| match p {
+            Prompt::Text { text, chat } => s.model.encode(text, *chat),
+            Prompt::Ids(ids) => Ok(ids.clone()),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiError::from_model(&e))?;
+    let mut opts = req.opts.clone();
+    let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
+    if longest >= s.engine.capacity {
+        return Err(ApiError::invalid(
+            if kind == Kind::Chat {
+                "messages"
+            } else {
+                "prompt"
+            },
+            format!(
+                "the prompt has {longest} tokens; this server's context is {} (--context)",
+                s.engine.capacity
+            ),
+        ));
+    }
+    if !req.max_tokens_given {
+        // As OpenAI: without max_tokens a completion may fill the context.
+        opts.max_new_tokens = s.engine.capacity - longest;
+    }
+    let admitted = Admitted::new(s)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let prompt_tokens: usize = ids.iter().map(Vec::len).sum();
+    let job = Job {
+        prompts: ids
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(p.clone(), req.n))
+            .collect(),
+        opts,
+        updates: tx,
+        arrived: Instant::now(),
+    };
+    let choices = job.prompts.len();
+    s.jobs
+        .lock()
+        .map_err(|_| ApiError::internal("the engine's queue is poisoned"))?
+        .send(job)
+        .map_err(|_| ApiError::internal("the engine has stopped"))?;
+    let reply = Reply {
+        id: s.response_id(if kind == Kind::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        }),
+        created: now(),
+        model: s.options.served_model_name.clone(),
+        kind,
+        prompt_tokens,
+        stops: req.opts.stop_strings.clone(),
+    };
+    if req.stream {
+        Ok(stream(Arc::clone(s), reply, &req, choices, rx, admitted))
+    } else {
+        let out = whole(s, &reply, choices, rx).await;
+        drop(admitted);
+        out
+    }
+}
+
+/// What every body of one request repeats.
+struct Reply {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+    prompt_tokens: usize,
+    stops: Vec<String>,
+}
+
+impl Reply {
+    fn usage(&self, completion_tokens: usize) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        })
+    }
+
+    fn body(&self, streamed: bool, choices: Vec<Value>, usage: Option<Value>) -> Value {
+        let mut v = json!({
+            "id": self.id,
+            "object": self.kind.object(streamed),
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        v
+    }
+
+    /// A choice of a whole answer, or a streamed piece (`delta` content) of one.
+    fn choice(&self, index: usize, text: &str, finish: Option<&str>, streamed: bool) -> Value {
+        match (self.kind, streamed) {
+            (Kind::Chat, false) => json!({
+                "index": index,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+            (Kind::Chat, true) => json!({
+                "index": index,
+                "delta": if finish.is_some() && text.is_empty() { json!({}) } else { json!({"content": text}) },
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+            (Kind::Text, _) => json!({
+                "index": index,
+                "text": text,
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        }
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Waits for every sequence and answers with the whole completion.
+async fn whole(
+    s: &State,
+    reply: &Reply,
+    choices: usize,
+    mut rx: mpsc::UnboundedReceiver<Update>,
+) -> Result<Response, ApiError> {
+    let mut outputs: Vec<Option<GenerationOutput>> = vec![None; choices];
+    while outputs.iter().any(Option::is_none) {
+        match rx.recv().await {
+            Some(Update::Token { .. }) => {}
+            Some(Update::Finished { index, output }) => {
+                if let Some(slot) = outputs.get_mut(index) {
+                    *slot = Some(output);
+                }
+            }
+            Some(Update::Failed(e)) => return Err(e),
+            None => {
+                return Err(ApiError::internal(
+                    "the engine stopped before the answer was complete",
+                ))
+            }
+        }
+    }
+    let mut generated = 0;
+    let choices = outputs
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, o)| {
+            generated += o.token_ids.len();
+            let mut text = StopText::new(&reply.stops);
+            text.push(o.text.as_deref().unwrap_or_default());
+            reply.choice(
+                i,
+                text.full(),
+                Some(api::finish_reason(o.stop_reason)),
+                false,
+            )
+        })
+        .collect();
+    s.metrics.requests_ok.fetch_add(1, Ordering::Relaxed);
+    Ok(Json(reply.body(false, choices, Some(reply.usage(generated)))).into_response())
+}
+
+/// Streams the completion as server-sent events, ending with `data: [DONE]`.
+fn stream(
+    s: Arc<State>,
+    reply: Reply,
+    req: &Completion,
+    choices: usize,
+    mut rx: mpsc::UnboundedReceiver<Update>,
+    admitted: Admitted,
+) -> Response {
+    let (tx, events) = mpsc::channel::<Result<Event, Infallible>>(64);
+    let include_usage = req.include_usage;
+    tokio::spawn(async move {
+        let _admitted = admitted;
+        let usage_null = include_usage.then_some(Value::Null);
+        let send = |v: Value| {
+            let tx = tx.clone();
+            async move {
+                tx.send(Ok(Event::default().data(v.to_string())))
+                    .await
+                    .is_ok()
+            }
+        };
+        if reply.kind == Kind::Chat {
+            for i in 0..choices {
+                let first = json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
+                if !send(reply.body(true, vec![first], usage_null.clone())).await {
+                    return;
+                }
+            }
+        }
+        let mut texts: Vec<StopText> = (0..choices).map(|_| StopText::new(&reply.stops)).collect();
+        let (mut open, mut generated) = (choices, 0);
+        while open > 0 {
+            let (index, piece, finish) = match rx.recv().await {
+                Some(Update::Token { index, text }) => match texts.get_mut(index) {
+                    Some(t) => (index, t.push(&text), None),
+                    None => continue,
+                },
+                Some(Update::Finished { index, output }) => {
+                    open -= 1;
+                    generated += output.token_ids.len();
+                    let Some(t) = texts.get_mut(index) else {
+                        continue;
+                    };
+                    (
+                        index,
+                        t.finish(),
+                        Some(api::finish_reason(output.stop_reason)),
+                    )
+                }
+                Some(Update::Failed(e)) => {
+                    s.metrics.requests_failed.fetch_add(1, Ordering::Relaxed);
+                    let _ = send(e.body()).await;
+                    break;
+                }
+                None => break,
+            };
+            if piece.is_empty() && finish.is_none() {
+                continue;
+            }
+            let choice = reply.choice(index, &piece, finish, true);
+            if !send(reply.body(true, vec![choice], usage_null.clone())).await {
+                // The client left: dropping `rx` cancels the sequences at the next step.
+                return;
+            }
+        }
+        if open == 0 {
+            s.metrics.requests_ok.fetch_add(1, Ordering::Relaxed);
+            if include_usage {
+                let _ = send(reply.body(true, Vec::new(), Some(reply.usage(generated)))).await;
+            }
+        }
+        let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
+    });
+    Sse::new(ReceiverStream::new(events)).into_response()
+}

@@ -1,0 +1,236 @@
+//! The engine's thread: admits the requests that arrived, cancels those whose client left,
+//! runs one engine step and hands each sequence's tokens to its request, then again. It
+//! blocks only while nothing runs or waits.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+use zoo_transformers::generation::{GenerationOptions, GenerationOutput};
+use zoo_transformers::{Engine, EngineConfig, EngineEvent, SequenceId, TextGenerator};
+
+use crate::metrics::Metrics;
+use crate::{ApiError, ServeOptions};
+
+/// The largest default timeline: longer contexts are asked for with `--context`.
+const DEFAULT_CONTEXT: usize = 4096;
+
+/// One request's sequences, added together (one options set, one seeded stream).
+pub(crate) struct Job {
+    /// One entry per sequence: each prompt repeated `n` times.
+    pub prompts: Vec<Vec<u32>>,
+    pub opts: GenerationOptions,
+    pub updates: UnboundedSender<Update>,
+    pub arrived: Instant,
+}
+
+/// What a request hears from the engine, per sequence (`index` into its `prompts`).
+#[derive(Debug)]
+pub(crate) enum Update {
+    Token {
+        index: usize,
+        text: String,
+    },
+    Finished {
+        index: usize,
+        output: GenerationOutput,
+    },
+    /// The request ends without its sequences: refused at admission, or the engine failed.
+    Failed(ApiError),
+}
+
+/// A sequence that runs or waits, and where its tokens go.
+struct Live {
+    updates: UnboundedSender<Update>,
+    index: usize,
+    arrived: Instant,
+    last_token: Option<Instant>,
+}
+
+/// The engine's shape for `model` under `options`, refused when it cannot serve.
+pub(crate) fn engine_config(
+    model: &TextGenerator,
+    options: &ServeOptions,
+) -> Result<EngineConfig, ApiError> {
+    if model.tokenizer().is_none() {
+        return Err(ApiError::invalid(
+            "model",
+            "the checkpoint has no tokenizer; the server needs one to read prompts and write text",
+        ));
+    }
+    if options.max_batch == 0 {
+        return Err(ApiError::invalid(
+            "max_batch",
+            "--max-batch must be at least 1",
+        ));
+    }
+    let decoder = model.model().model();
+    let trained = decoder.max_position_embeddings();
+    let capacity = match options.context {
+        Some(0) => return Err(ApiError::invalid("context", "--context must be at least 1")),
+        Some(c) if c > trained && !decoder.stretches_context() => return Err(ApiError::invalid(
+            "context",
+            format!(
+                "--context {c} is past the model's context ({trained}, max_position_embeddings)"
+            ),
+        )),
+        Some(c) => c,
+        None => trained.min(DEFAULT_CONTEXT),
+    };
+    Ok(EngineConfig {
+        max_sequences: options.max_batch,
+        capacity,
+    })
+}
+
+/// Drives the engine until every sender of `jobs` is gone and nothing runs.
+pub(crate) fn run(
+    model: &TextGenerator,
+    config: EngineConfig,
+    jobs: Receiver<Job>,
+    metrics: &Metrics,
+) {
+    let fresh = || model.engine(config);
+    let mut engine = match fresh() {
+        Ok(e) => e,
+        Err(e) => {
+            return fail_all(
+                jobs,
+                ApiError::internal(format!("starting the engine: {e}")),
+            )
+        }
+    };
+    let mut live: HashMap<SequenceId, Live> = HashMap::new();
+    let mut senders_gone = false;
+    loop {
+        if engine.is_idle() {
+            if senders_gone {
+                return;
+            }
+            match jobs.recv() {
+                Ok(job) => admit(&mut engine, job, &mut live, metrics),
+                Err(_) => return,
+            }
+        }
+        loop {
+            match jobs.try_recv() {
+                Ok(job) => admit(&mut engine, job, &mut live, metrics),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    senders_gone = true;
+                    break;
+                }
+            }
+        }
+        // A client that left frees its rows before the next step.
+        let gone: Vec<SequenceId> = live
+            .iter()
+            .filter(|(_, l)| l.updates.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            let _ = engine.cancel(id);
+            live.remove(&id);
+        }
+        match catch_unwind(AssertUnwindSafe(|| engine.step())) {
+            Ok(Ok(events)) => deliver(events, &mut live, metrics),
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the engine panicked".to_string(),
+                };
+                // Every running request ends with the failure; the engine starts over empty
+                // and the server keeps serving.
+                for (_, l) in live.drain() {
+                    let _ = l
+                        .updates
+                        .send(Update::Failed(ApiError::internal(why.clone())));
+                }
+                engine = match fresh() {
+                    Ok(e) => e,
+                    Err(e) => {
+                        return fail_all(
+                            jobs,
+                            ApiError::internal(format!("restarting the engine: {e}")),
+                        )
+                    }
+                };
+            }
+        }
+        let (running, waiting) = engine.counts();
+        metrics.running.store(running as u64, Ordering::Relaxed);
+        metrics.waiting.store(waiting as u64, Ordering::Relaxed);
+    }
+}
+
+fn admit(
+    engine: &mut Engine<'_>,
+    job: Job,
+    live: &mut HashMap<SequenceId, Live>,
+    metrics: &Metrics,
+) {
+    if job.updates.is_closed() {
+        return;
+    }
+    let tokens: usize = job.prompts.iter().map(Vec::len).sum();
+    match engine.add_batch(job.prompts, job.opts) {
+        Ok(ids) => {
+            metrics
+                .prompt_tokens
+                .fetch_add(tokens as u64, Ordering::Relaxed);
+            for (index, id) in ids.into_iter().enumerate() {
+                live.insert(
+                    id,
+                    Live {
+                        updates: job.updates.clone(),
+                        index,
+                        arrived: job.arrived,
+                        last_token: None,
+                    },
+                );
+            }
+        }
+        Err(e) => {
+            let _ = job.updates.send(Update::Failed(ApiError::from_model(&e)));
+        }
+    }
+}
+
+fn deliver(events: Vec<EngineEvent>, live: &mut HashMap<SequenceId, Live>, metrics: &Metrics) {
+    let now = Instant::now();
+    for event in events {
+        match event {
+            EngineEvent::Token { id, text, .. } => {
+                let Some(l) = live.get_mut(&id) else { continue };
+                match l.last_token {
+                    None => metrics.time_to_first_token((now - l.arrived).as_secs_f64()),
+                    Some(t) => metrics.inter_token((now - t).as_secs_f64()),
+                }
+                l.last_token = Some(now);
+                metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
+                let _ = l.updates.send(Update::Token {
+                    index: l.index,
+                    text,
+                });
+            }
+            EngineEvent::Finished { id, output } => {
+                if let Some(l) = live.remove(&id) {
+                    let _ = l.updates.send(Update::Finished {
+                        index: l.index,
+                        output,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Answers every job still queued with `error` (the engine cannot start).
+fn fail_all(jobs: Receiver<Job>, error: ApiError) {
+    for job in jobs {
+        let _ = job.updates.send(Update::Failed(error.clone()));
+    }
+}

@@ -1,0 +1,501 @@
+//! The server in-process on an ephemeral port, over the real SmolLM2-135M-Instruct (Q4_1
+//! GGUF), talked to over TCP as a client would: every route, streaming, the errors OpenAI's
+//! clients expect, and requests that arrive while others run producing, token for token,
+//! what each produces alone.
+//!
+//! `ZOO_SMOLLM2_GGUF` names the file; when unset, `scripts/fetch-test-assets.sh` obtains it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use zoo_runtime::device_map::DeviceMap;
+use zoo_serve::{ServeOptions, Server};
+use zoo_transformers::{AutoModelForCausalLM, GenerationOptions, Message, TextGenerator};
+
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+
+fn smollm2() -> TextGenerator {
+    let gguf = assets::asset("ZOO_SMOLLM2_GGUF");
+    AutoModelForCausalLM::load_pretrained(gguf.to_str().unwrap(), DeviceMap::Cpu)
+        .expect("SmolLM2 loads")
+}
+
+/// Starts a server over SmolLM2 on 127.0.0.1:0 in a thread of its own and returns its
+/// address; it stops with the test process.
+fn start(options: ServeOptions) -> SocketAddr {
+    let server = Server::start(smollm2(), options).expect("the server starts");
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            server
+                .serve(listener, std::future::pending())
+                .await
+                .unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn options(max_batch: usize) -> ServeOptions {
+    ServeOptions {
+        max_batch,
+        ..ServeOptions::new("smollm2")
+    }
+}
+
+/// A response: status, headers (lower-cased names) and the body, de-chunked.
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `data:` payloads of a server-sent event stream.
+    fn events(&self) -> Vec<String> {
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(String::from)
+            .collect()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Response {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse(&raw)
+}
+
+fn parse(raw: &[u8]) -> Response {
+    let text = String::from_utf8_lossy(raw).to_string();
+    let (head, rest) = text
+        .split_once("\r\n\r\n")
+        .expect("a complete response head");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let Some((size, after)) = rest.split_once("\r\n") else {
+            return out;
+        };
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+}
+
+fn post(addr: SocketAddr, path: &str, body: &Value) -> Response {
+    http(addr, "POST", path, &[], &body.to_string())
+}
+
+fn chat_body(content: &str, max_tokens: usize) -> Value {
+    json!({
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    })
+}
+
+/// What the model generates alone (greedy) for a chat message.
+fn alone(model: &TextGenerator, content: &str, max_tokens: usize) -> String {
+    let prompt = model
+        .apply_chat_template(&[Message::new("user", content)])
+        .unwrap();
+    let opts = GenerationOptions {
+        max_new_tokens: max_tokens,
+        ..model.default_options()
+    };
+    let opts = GenerationOptions {
+        do_sample: false,
+        ..opts
+    };
+    model
+        .generate_stream(&prompt, true, &opts, |_| {})
+        .unwrap()
+        .0
+        .text
+        .unwrap()
+}
+
+#[test]
+fn chat_and_completions_answer_as_generate_does_whole_and_streamed() {
+    let addr = start(options(4));
+    let model = smollm2();
+    let question = "What is the capital of France?";
+    let expected = alone(&model, question, 24);
+    assert!(expected.contains("Paris"), "{expected}");
+
+    let r = post(addr, "/v1/chat/completions", &chat_body(question, 24));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "smollm2");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], expected.as_str());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let usage = &v["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+    );
+
+    // Streamed: a role chunk, content deltas, a finish chunk, the usage chunk, [DONE].
+    let mut body = chat_body(question, 24);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = post(addr, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = r.events();
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, expected);
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chunks.last().unwrap()["choices"], json!([]));
+    assert_eq!(chunks.last().unwrap()["usage"], v["usage"]);
+
+    // A stop string ends the answer and is left out of it, whole and streamed.
+    let cut = expected.find("Paris").unwrap();
+    let mut body = chat_body(question, 24);
+    body["stop"] = json!(["Paris"]);
+    let v = post(addr, "/v1/chat/completions", &body).json();
+    assert_eq!(v["choices"][0]["message"]["content"], &expected[..cut]);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    body["stream"] = json!(true);
+    let streamed: String = post(addr, "/v1/chat/completions", &body)
+        .events()
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(streamed, &expected[..cut]);
+
+    // Completions: two prompts, two choices each, greedy: each choice is its prompt's text
+    // alone; `length` when max_tokens ran out.
+    let prompts = [
+        "The capital of Germany is",
+        "Rust is a programming language that",
+    ];
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"model": "smollm2", "prompt": prompts, "max_tokens": 6, "n": 2, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 4);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        let opts = GenerationOptions {
+            do_sample: false,
+            ..GenerationOptions {
+                max_new_tokens: 6,
+                ..model.default_options()
+            }
+        };
+        let solo = model.generate_text(prompts[i / 2], &opts).unwrap();
+        assert_eq!(c["text"], solo.as_str(), "choice {i}");
+        assert_eq!(c["finish_reason"], "length");
+    }
+
+    let models = http(addr, "GET", "/v1/models", &[], "").json();
+    assert_eq!(models["data"][0]["id"], "smollm2");
+    assert_eq!(http(addr, "GET", "/health", &[], "").status, 200);
+    let metrics = http(addr, "GET", "/metrics", &[], "").body;
+    for name in [
+        "zoo_requests_running",
+        "zoo_requests_waiting",
+        "zoo_prompt_tokens_total",
+        "zoo_generated_tokens_total",
+        "zoo_time_to_first_token_seconds_bucket",
+        "zoo_inter_token_latency_seconds_count",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
+    }
+}
+
+#[test]
+fn requests_that_arrive_while_others_run_get_what_each_gets_alone() {
+    let addr = start(options(4));
+    let model = smollm2();
+    let asks = [
+        ("Name three colors.", 20),
+        ("What is 2 + 2?", 12),
+        ("Write a short greeting.", 16),
+        ("What is the largest ocean?", 14),
+    ];
+    let expected: Vec<String> = asks.iter().map(|(q, n)| alone(&model, q, *n)).collect();
+    // Sample the running count while the requests overlap.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watch = {
+        let watching = watching.clone();
+        thread::spawn(move || {
+            let mut most = 0u64;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                let m = http(addr, "GET", "/metrics", &[], "").body;
+                let running = m
+                    .lines()
+                    .find_map(|l| l.strip_prefix("zoo_requests_running "))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                most = most.max(running);
+                thread::sleep(Duration::from_millis(5));
+            }
+            most
+        })
+    };
+    let handles: Vec<_> = asks
+        .iter()
+        .enumerate()
+        .map(|(i, (q, n))| {
+            let body = chat_body(q, *n);
+            thread::spawn(move || {
+                // Staggered: each joins a batch that is already decoding.
+                thread::sleep(Duration::from_millis(60 * i as u64));
+                post(addr, "/v1/chat/completions", &body)
+            })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let r = h.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(
+            r.json()["choices"][0]["message"]["content"],
+            expected[i].as_str(),
+            "request {i}"
+        );
+    }
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let most = watch.join().unwrap();
+    assert!(
+        most >= 2,
+        "the requests never ran together (most running: {most})"
+    );
+}
+
+#[test]
+fn bad_requests_get_openai_errors_naming_the_field() {
+    let addr = start(ServeOptions {
+        context: Some(64),
+        ..options(2)
+    });
+    let error = |r: &Response, status: u16, param: Option<&str>| {
+        assert_eq!(r.status, status, "{}", r.body);
+        let e = &r.json()["error"];
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(e["type"].is_string());
+        if let Some(p) = param {
+            assert_eq!(e["param"], p, "{}", r.body);
+        }
+    };
+    let malformed = http(addr, "POST", "/v1/chat/completions", &[], "{\"model\": ");
+    error(&malformed, 400, Some("body"));
+    let mut body = chat_body("Hi", 4);
+    body.as_object_mut().unwrap().remove("messages");
+    error(
+        &post(addr, "/v1/chat/completions", &body),
+        400,
+        Some("messages"),
+    );
+    error(
+        &post(addr, "/v1/chat/completions", &chat_body("Hi", 0)),
+        400,
+        Some("max_tokens"),
+    );
+    let mut body = chat_body("Hi", 4);
+    body["temperature"] = json!("hot");
+    error(
+        &post(addr, "/v1/chat/completions", &body),
+        400,
+        Some("temperature"),
+    );
+    let mut body = chat_body("Hi", 4);
+    body["presence_penalty"] = json!(0.5);
+    error(
+        &post(addr, "/v1/chat/completions", &body),
+        400,
+        Some("presence_penalty"),
+    );
+    let mut body = chat_body("Hi", 4);
+    body["n"] = json!(3);
+    error(&post(addr, "/v1/chat/completions", &body), 400, Some("n"));
+    let mut body = chat_body("Hi", 4);
+    body["model"] = json!("gpt-4");
+    let r = post(addr, "/v1/chat/completions", &body);
+    error(&r, 404, Some("model"));
+    assert_eq!(r.json()["error"]["code"], "model_not_found");
+    let long = "word ".repeat(100);
+    error(
+        &post(addr, "/v1/chat/completions", &chat_body(&long, 4)),
+        400,
+        Some("messages"),
+    );
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"model": "smollm2", "prompt": [1, 2, 99999999], "max_tokens": 2}),
+    );
+    error(&r, 400, Some("prompt"));
+    error(&http(addr, "GET", "/v2/nothing", &[], ""), 404, None);
+    // Unknown fields are ignored; the server still answers after every error above.
+    let mut body = chat_body("Hi", 3);
+    body["some_future_field"] = json!({"x": 1});
+    body["user"] = json!("test");
+    assert_eq!(post(addr, "/v1/chat/completions", &body).status, 200);
+}
+
+#[test]
+fn a_key_guards_the_api_and_the_queue_bound_answers_429_then_frees() {
+    let addr = start(ServeOptions {
+        api_key: Some("s3cret".into()),
+        max_waiting: 0,
+        ..options(1)
+    });
+    let body = chat_body("Hi", 3).to_string();
+    let r = http(addr, "POST", "/v1/chat/completions", &[], &body);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    let wrong = [("Authorization", "Bearer nope")];
+    assert_eq!(
+        http(addr, "POST", "/v1/chat/completions", &wrong, &body).status,
+        401
+    );
+    assert_eq!(http(addr, "GET", "/v1/models", &[], "").status, 401);
+    assert_eq!(http(addr, "GET", "/health", &[], "").status, 200);
+    let key = [("Authorization", "Bearer s3cret")];
+    assert_eq!(
+        http(addr, "POST", "/v1/chat/completions", &key, &body).status,
+        200
+    );
+
+    // A long streamed request holds the one row; a second request is refused at once.
+    let mut long = chat_body("Tell me a long story about a dragon.", 400);
+    long["stream"] = json!(true);
+    let long = long.to_string();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer s3cret\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{long}",
+        long.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 512];
+    let n = stream.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let r = http(addr, "POST", "/v1/chat/completions", &key, &body);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+
+    // The client leaves: its sequence is cancelled and its row freed within a few steps.
+    drop(stream);
+    let t0 = Instant::now();
+    loop {
+        let r = http(addr, "POST", "/v1/chat/completions", &key, &body);
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 429);
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the disconnected request still holds its row"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let metrics = http(addr, "GET", "/metrics", &[], "").body;
+    assert!(metrics.contains("zoo_requests_running 0"), "{metrics}");
+}
