@@ -21,10 +21,11 @@ use crate::load::{with_load_options, LoadArgs};
 ///                               inter-token latency histograms
 ///
 /// Request fields: model, messages / prompt, max_tokens (max_completion_tokens), temperature
-/// (0 is greedy), top_p, top_k, min_p, repetition_penalty, n, stop, seed, stream,
-/// stream_options.include_usage. What a request leaves out comes from the model's
-/// generation_config.json, as vLLM does. Fields zoo does not apply yet (presence_penalty,
-/// frequency_penalty, logit_bias, logprobs, tools) are refused with 400 naming the field;
+/// (0 is greedy), top_p, n, stop, seed, presence_penalty, frequency_penalty, logit_bias,
+/// stream, stream_options.include_usage, and vLLM's extras top_k, min_p,
+/// repetition_penalty, ignore_eos and min_tokens. What a request leaves out comes from the
+/// model's generation_config.json, as vLLM does. Fields zoo does not apply yet (logprobs,
+/// tools, response_format other than text) are refused with 400 naming the field;
 /// unknown fields are ignored. Errors use OpenAI's body {"error": {"message", "type",
 /// "param", "code"}}: 400 for a bad request, 401 for a missing or wrong key, 404 for
 /// another model, 429 (with Retry-After) when --max-batch + --max-waiting requests are in

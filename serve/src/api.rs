@@ -2,8 +2,8 @@
 //!
 //! Fields are read from the JSON by name so that an error names the field (`param`) and
 //! unknown fields are ignored, as OpenAI's clients expect. A field zoo knows but does not
-//! apply (`logprobs`, `tools`, a non-zero `presence_penalty`, ...) is refused by name rather
-//! than ignored.
+//! apply (`logprobs`, `tools`, `response_format`, ...) is refused by name rather than
+//! ignored.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -300,23 +300,6 @@ fn in_range(field: &str, v: f64, lo: f64, hi: f64) -> Result<f64, ApiError> {
 
 /// Refuses what zoo does not apply: known OpenAI fields set to anything but their no-op.
 fn refuse_unapplied(body: &Map<String, Value>) -> Result<(), ApiError> {
-    for field in ["presence_penalty", "frequency_penalty"] {
-        if number(body, field)?.is_some_and(|v| v != 0.0) {
-            return Err(ApiError::invalid(
-                field,
-                format!("zoo does not apply `{field}` yet; leave it out or 0 (use `repetition_penalty`)"),
-            ));
-        }
-    }
-    if body
-        .get("logit_bias")
-        .is_some_and(|v| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty()))
-    {
-        return Err(ApiError::invalid(
-            "logit_bias",
-            "zoo does not apply `logit_bias` yet; leave it out",
-        ));
-    }
     for field in ["logprobs", "echo"] {
         if body
             .get(field)
@@ -435,6 +418,39 @@ pub(crate) fn completion(
         }
         opts.repetition_penalty = (r != 1.0).then_some(r);
     }
+    if let Some(p) = number(body, "presence_penalty")? {
+        opts.presence_penalty = in_range("presence_penalty", p, -2.0, 2.0)?;
+    }
+    if let Some(p) = number(body, "frequency_penalty")? {
+        opts.frequency_penalty = in_range("frequency_penalty", p, -2.0, 2.0)?;
+    }
+    opts.logit_bias = match body.get("logit_bias") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(id, b)| {
+                let id = id.parse::<u32>().map_err(|_| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("`logit_bias` keys are token ids; {id:?} is not one"),
+                    )
+                })?;
+                let b = b.as_f64().ok_or_else(|| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("the bias of token {id} must be a number, not {b}"),
+                    )
+                })?;
+                Ok((id, in_range("logit_bias", b, -100.0, 100.0)? as f32))
+            })
+            .collect::<Result<_, ApiError>>()?,
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                format!("`logit_bias` must map token ids to biases, not {v}"),
+            ))
+        }
+    };
     opts.seed = match body.get("seed") {
         None | Some(Value::Null) => fresh_seed(),
         Some(v) => v.as_i64().map(|s| s as u64).ok_or_else(|| {
@@ -459,16 +475,17 @@ pub(crate) fn completion(
         return Err(ApiError::invalid("stop", "a stop string is empty"));
     }
     let n = integer(body, "n")?.unwrap_or(1);
-    let n =
-        match usize::try_from(n) {
-            Ok(n) if (1..=max_batch).contains(&n) => n,
-            _ => return Err(ApiError::invalid(
+    let n = match usize::try_from(n) {
+        Ok(n) if (1..=max_batch).contains(&n) => n,
+        _ => {
+            return Err(ApiError::invalid(
                 "n",
                 format!(
                     "`n` is {n}; this server runs 1 to {max_batch} sequences at once (--max-batch)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if n * prompts.len() > max_batch {
         return Err(ApiError::invalid(
             "prompt",
@@ -478,6 +495,18 @@ pub(crate) fn completion(
                 n * prompts.len()
             ),
         ));
+    }
+    // vLLM's extras.
+    if boolean(body, "ignore_eos")? {
+        opts.eos_token_ids = Some(Vec::new());
+    }
+    if let Some(m) = integer(body, "min_tokens")? {
+        opts.min_new_tokens = usize::try_from(m).map_err(|_| {
+            ApiError::invalid(
+                "min_tokens",
+                format!("`min_tokens` is {m}; it must be at least 0"),
+            )
+        })?;
     }
     let stream = boolean(body, "stream")?;
     let include_usage = match body.get("stream_options") {

@@ -71,12 +71,14 @@ pub(crate) fn engine_config(
     let trained = decoder.max_position_embeddings();
     let capacity = match options.context {
         Some(0) => return Err(ApiError::invalid("context", "--context must be at least 1")),
-        Some(c) if c > trained && !decoder.stretches_context() => return Err(ApiError::invalid(
-            "context",
-            format!(
+        Some(c) if c > trained && !decoder.stretches_context() => {
+            return Err(ApiError::invalid(
+                "context",
+                format!(
                 "--context {c} is past the model's context ({trained}, max_position_embeddings)"
             ),
-        )),
+            ))
+        }
         Some(c) => c,
         None => trained.min(DEFAULT_CONTEXT),
     };

@@ -292,6 +292,33 @@ fn chat_and_completions_answer_as_generate_does_whole_and_streamed() {
         assert_eq!(c["finish_reason"], "length");
     }
 
+    // logit_bias moves the greedy pick; a frequency penalty changes the answer.
+    let word = model.tokenizer().unwrap().encode(" zebra", false).unwrap()[0];
+    let v = post(
+        addr,
+        "/v1/completions",
+        &json!({"model": "smollm2", "prompt": "The capital of Germany is", "max_tokens": 3,
+                "temperature": 0, "logit_bias": {word.to_string(): 100}}),
+    )
+    .json();
+    let zebras = model.tokenizer().unwrap().decode(&[word; 3], true).unwrap();
+    assert_eq!(v["choices"][0]["text"], zebras.as_str());
+    let repeat = |penalty: f64| {
+        post(
+            addr,
+            "/v1/completions",
+            &json!({"model": "smollm2", "prompt": "1, 1, 1, 1, 1, 1, 1, 1,", "max_tokens": 12,
+                    "temperature": 0, "frequency_penalty": penalty}),
+        )
+        .json()["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let plain = repeat(0.0);
+    assert!(plain.starts_with(" 1, 1,"), "{plain:?}");
+    assert_ne!(repeat(2.0), plain);
+
     let models = http(addr, "GET", "/v1/models", &[], "").json();
     assert_eq!(models["data"][0]["id"], "smollm2");
     assert_eq!(http(addr, "GET", "/health", &[], "").status, 200);
@@ -404,11 +431,25 @@ fn bad_requests_get_openai_errors_naming_the_field() {
         Some("temperature"),
     );
     let mut body = chat_body("Hi", 4);
-    body["presence_penalty"] = json!(0.5);
+    body["presence_penalty"] = json!(3.0);
     error(
         &post(addr, "/v1/chat/completions", &body),
         400,
         Some("presence_penalty"),
+    );
+    let mut body = chat_body("Hi", 4);
+    body["logit_bias"] = json!({"seven": 1});
+    error(
+        &post(addr, "/v1/chat/completions", &body),
+        400,
+        Some("logit_bias"),
+    );
+    let mut body = chat_body("Hi", 4);
+    body["logprobs"] = json!(true);
+    error(
+        &post(addr, "/v1/chat/completions", &body),
+        400,
+        Some("logprobs"),
     );
     let mut body = chat_body("Hi", 4);
     body["n"] = json!(3);

@@ -51,6 +51,15 @@ pub struct GenerationOptions {
     /// as transformers keeps them). One that never comes lets the sequence run to
     /// `max_new_tokens`.
     pub stop_strings: Vec<String>,
+    /// Subtracted once from the logit of every token the row has generated (OpenAI's and
+    /// vLLM's `presence_penalty`; the prompt does not count; 0 = off).
+    pub presence_penalty: f64,
+    /// Subtracted from a token's logit once per time the row generated it (OpenAI's
+    /// `frequency_penalty`; 0 = off).
+    pub frequency_penalty: f64,
+    /// Added to the logits of these tokens before any processor (OpenAI's `logit_bias`,
+    /// each in [-100, 100]).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for GenerationOptions {
@@ -74,6 +83,9 @@ impl Default for GenerationOptions {
             seed: 0,
             eos_token_ids: None,
             stop_strings: Vec::new(),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -115,7 +127,9 @@ impl GenerationOptions {
     /// Whether a processor that only the host implements is on (the device sampler of a
     /// compiled model then hands the logits to the host each step).
     pub(crate) fn needs_host_processors(&self) -> bool {
-        self.no_repeat_ngram_size > 0
+        self.penalizes_output()
+            || !self.logit_bias.is_empty()
+            || self.no_repeat_ngram_size > 0
             || !self.bad_words_ids.is_empty()
             || !self.suppress_tokens.is_empty()
             || !self.begin_suppress_tokens.is_empty()
@@ -127,12 +141,18 @@ impl GenerationOptions {
 
     /// Whether a processor reads the row's tokens (the others need only the step).
     pub(crate) fn reads_sequence(&self) -> bool {
-        self.repetition_penalty.is_some()
+        self.penalizes_output()
+            || self.repetition_penalty.is_some()
             || self.no_repeat_ngram_size > 0
             || !self.bad_words_ids.is_empty()
     }
 
-    /// Refuses values transformers refuses.
+    /// Whether the presence or frequency penalty is on.
+    pub(crate) fn penalizes_output(&self) -> bool {
+        self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+    }
+
+    /// Refuses values transformers refuses (and OpenAI's for its own fields).
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, m: String| Err(Error::invalid(field, m));
         if self.max_new_tokens == 0 {
@@ -154,6 +174,24 @@ impl GenerationOptions {
                     "temperature must be a positive number, got {}",
                     self.temperature
                 ),
+            );
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(name, format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
+        if let Some((id, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return bad(
+                "logit_bias",
+                format!("logit_bias of token {id} is {b}; each bias must be in [-100, 100]"),
             );
         }
         if self.top_k == Some(0) {

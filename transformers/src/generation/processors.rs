@@ -1,7 +1,8 @@
 //! The logits processors and warpers on the host, in transformers' order (repetition
 //! penalty, no-repeat n-grams, bad words, min new tokens, suppressed tokens; then, when
-//! sampling, temperature, top-k, top-p, min-p, typical, epsilon and eta), and the pick of the
-//! next token from them. The device sampler (`device_sampler.rs`) computes the same choices as
+//! sampling, temperature, top-k, top-p, min-p, typical, epsilon and eta), with OpenAI's
+//! `logit_bias` first and its presence and frequency penalties after the repetition penalty
+//! (where vLLM applies them), and the pick of the next token from them. The device sampler (`device_sampler.rs`) computes the same choices as
 //! tensor ops.
 
 use zoo_runtime::Generator;
@@ -56,7 +57,8 @@ pub(crate) fn pick_with(
 }
 
 /// The processors that apply to greedy and sampled decoding alike, in transformers' order:
-/// repetition penalty, no-repeat n-grams, bad words, min new tokens, suppressed tokens.
+/// (logit bias,) repetition penalty, (presence and frequency penalties,) no-repeat n-grams,
+/// bad words, min new tokens, suppressed tokens.
 /// Banned tokens get -inf.
 pub(crate) fn process(
     scores: &mut [f32],
@@ -65,6 +67,11 @@ pub(crate) fn process(
     eos: &[u32],
     o: &GenerationOptions,
 ) {
+    for &(id, b) in &o.logit_bias {
+        if let Some(s) = scores.get_mut(id as usize) {
+            *s += b;
+        }
+    }
     if let Some(r) = o.repetition_penalty {
         // Left pads are not the row's tokens.
         let mut uniq: Vec<u32> = row.seq[row.pads..].to_vec();
@@ -74,6 +81,16 @@ pub(crate) fn process(
         for id in uniq {
             if let Some(s) = scores.get_mut(id as usize) {
                 *s = if *s < 0.0 { *s * r } else { *s / r };
+            }
+        }
+    }
+    if o.penalizes_output() {
+        // The row's generated tokens are the last `step` of its sequence.
+        let mut generated: Vec<u32> = row.seq[row.seq.len().saturating_sub(step)..].to_vec();
+        generated.sort_unstable();
+        for run in generated.chunk_by(|a, b| a == b) {
+            if let Some(s) = scores.get_mut(run[0] as usize) {
+                *s -= (o.presence_penalty + o.frequency_penalty * run.len() as f64) as f32;
             }
         }
     }
@@ -276,6 +293,20 @@ mod tests {
         let mut s = vec![3.0, 2.0, -1.0];
         assert_eq!(pick(&mut s, row(&[0, 0, 2]), 0, &[], &o, &mut rng), 1);
         assert_eq!(s, vec![1.5, 2.0, -2.0]);
+    }
+
+    #[test]
+    fn openai_penalties_count_generated_tokens_only_and_bias_adds_first() {
+        let o = GenerationOptions {
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            logit_bias: vec![(3, -1.0)],
+            ..GenerationOptions::greedy(4)
+        };
+        // The prompt [0, 1] does not count; the row generated [1, 2, 2].
+        let mut s = vec![1.0f32; 4];
+        process(&mut s, row(&[0, 1, 1, 2, 2]), 3, &[], &o);
+        assert_eq!(s, vec![1.0, 1.0 - 0.75, 1.0 - 1.0, 0.0]);
     }
 
     #[test]
