@@ -83,6 +83,8 @@ pub struct KvCache {
     /// cross-attention: `None` until [`KvCache::store_cross`]).
     layers: Vec<(CacheSpec, Option<(Tensor, Tensor)>)>,
     batch: usize,
+    /// The first `rows` rows are the ones a forward pass runs (see [`KvCache::set_rows`]).
+    rows: usize,
     capacity: usize,
     /// Slots filled so far (the same for every row: rows are left-padded to one length).
     len: usize,
@@ -148,6 +150,7 @@ impl KvCache {
         Ok(KvCache {
             layers,
             batch,
+            rows: batch,
             capacity,
             len: 0,
             valid: vec![vec![false; capacity]; batch],
@@ -184,6 +187,29 @@ impl KvCache {
     /// Rows in the batch.
     pub fn batch(&self) -> usize {
         self.batch
+    }
+
+    /// Rows the next forward pass runs: the first `rows()` of the batch.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Runs the next forward passes over the first `n` rows only (1 to `batch`), so that a
+    /// generation engine with free rows at the end computes nothing for them. The other rows
+    /// keep their buffers and are not written. Eager devices only: a compiled program's
+    /// shapes stay those of the whole batch.
+    pub fn set_rows(&mut self, n: usize) -> Result<()> {
+        if n == 0
+            || n > self.batch
+            || (n < self.batch && self.devices.iter().any(|d| !d.is_eager()))
+        {
+            return Err(Error::Internal(format!(
+                "a cache of {} rows cannot run {n} (fewer rows run on eager devices only)",
+                self.batch
+            )));
+        }
+        self.rows = n;
+        Ok(())
     }
 
     /// Slots per row.
@@ -231,19 +257,19 @@ impl KvCache {
             ));
         }
         if let Some(m) = token_mask {
-            if m.len() != self.batch || m.iter().any(|r| r.len() != t) {
+            if m.len() != self.rows || m.iter().any(|r| r.len() != t) {
                 return Err(Error::invalid(
                     "attention_mask",
                     format!(
                         "attention mask must be [{}, {t}] to match the input ids",
-                        self.batch
+                        self.rows
                     ),
                 ));
             }
         }
         let start = self.len;
         self.write_at.clear();
-        for (b, row) in self.valid.iter_mut().enumerate() {
+        for (b, row) in self.valid.iter_mut().enumerate().take(self.rows) {
             for i in 0..t {
                 row[start + i] = token_mask.is_none_or(|m| m[b][i]);
             }
@@ -263,7 +289,7 @@ impl KvCache {
         v: &Tensor,
         start: usize,
     ) -> Result<(Tensor, Tensor)> {
-        let capacity = self.capacity;
+        let (capacity, rows, batch) = (self.capacity, self.rows, self.batch);
         let Some((spec, Some((ck, cv)))) = self.layers.get_mut(layer) else {
             return Err(Error::invalid(
                 "cache",
@@ -279,15 +305,22 @@ impl KvCache {
         let k = k.to_dtype(ck.dtype())?.contiguous()?;
         let v = v.to_dtype(cv.dtype())?.contiguous()?;
         let device = ck.device();
+        // The rows in use: a view of the first ones on eager devices (written in place).
+        let (mut ck, mut cv) = match rows < batch {
+            true => (ck.narrow(0, 0, rows)?, cv.narrow(0, 0, rows)?),
+            false => (ck.clone(), cv.clone()),
+        };
         let Some(w) = window else {
             let at = write_position(&mut self.write_at, &device, start)?;
-            write(ck, &k, start, at.as_ref())?;
-            write(cv, &v, start, at.as_ref())?;
-            return Ok(if device.is_eager() {
+            write(&mut ck, &k, start, at.as_ref())?;
+            write(&mut cv, &v, start, at.as_ref())?;
+            let out = if device.is_eager() {
                 (ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?)
             } else {
                 (ck.clone(), cv.clone())
-            });
+            };
+            self.store(layer, ck, cv);
+            return Ok(out);
         };
         // Ring: what attention reads is copied out before the new keys overwrite slots.
         let t = k.dim(2)?;
@@ -310,20 +343,34 @@ impl KvCache {
             let at = write_position(&mut self.write_at, &device, slot)?;
             let from = t - n + done;
             write(
-                ck,
+                &mut ck,
                 &k.narrow(2, from, len)?.contiguous()?,
                 slot,
                 at.as_ref(),
             )?;
             write(
-                cv,
+                &mut cv,
                 &v.narrow(2, from, len)?.contiguous()?,
                 slot,
                 at.as_ref(),
             )?;
             done += len;
         }
+        self.store(layer, ck, cv);
         Ok(out)
+    }
+
+    /// Keeps the buffers a compiled write produced (a new value for the whole batch); an
+    /// eager write went in place, into the buffers themselves or a view of their rows.
+    fn store(&mut self, layer: usize, k: Tensor, v: Tensor) {
+        if self.rows < self.batch {
+            return;
+        }
+        if let Some((_, Some((ck, cv)))) = self.layers.get_mut(layer) {
+            if !ck.device().is_eager() {
+                (*ck, *cv) = (k, v);
+            }
+        }
     }
 
     /// Stores the encoder's keys and values (`[batch, kv_heads, encoder_len, head_dim]`) of
@@ -407,9 +454,9 @@ impl KvCache {
         };
         let len = positions.len();
         let low = dtype.float_or_default().finite_min();
-        let mut m = vec![0f64; self.batch * t * len];
+        let mut m = vec![0f64; self.rows * t * len];
         let mut before = vec![0usize; self.capacity + 1];
-        for (b, row) in self.valid.iter().enumerate() {
+        for (b, row) in self.valid.iter().enumerate().take(self.rows) {
             // Real tokens before each slot: a window counts tokens, not slots, so padding
             // between a row's tokens (a join) does not narrow it.
             for (s, &v) in row.iter().enumerate() {
@@ -429,7 +476,7 @@ impl KvCache {
         }
         Ok(Tensor::from_f64s(
             &m,
-            &[self.batch, 1, t, len],
+            &[self.rows, 1, t, len],
             dtype,
             device,
         )?)
@@ -473,6 +520,32 @@ fn write(buf: &mut Tensor, x: &Tensor, slot: usize, at: Option<&Tensor>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_over_the_first_rows_leaves_the_others_untouched() {
+        let mut cache = KvCache::new(1, 3, 1, 4, 2, DType::F32, &Device::Cpu).unwrap();
+        cache.set_rows(2).unwrap();
+        assert_eq!(cache.rows(), 2);
+        let start = cache.begin(1, None).unwrap();
+        let k = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 1, 1, 2], &Device::Cpu).unwrap();
+        let (ks, _) = cache.update(0, &k, &k, start).unwrap();
+        assert_eq!(ks.shape(), [2, 1, 1, 2]);
+        let bias = cache
+            .attention_bias(start, 1, None, DType::F32, &Device::Cpu)
+            .unwrap();
+        assert_eq!(bias.shape(), [2, 1, 1, 1]);
+        // Back to every row: the first two hold the keys, the third was never written.
+        cache.set_rows(3).unwrap();
+        let start = cache.begin(1, None).unwrap();
+        let zero = Tensor::zeros(&[3, 1, 1, 2], DType::F32, &Device::Cpu).unwrap();
+        let (ks, _) = cache.update(0, &zero, &zero, start).unwrap();
+        let first = ks.narrow(2, 0, 1).unwrap().contiguous().unwrap();
+        assert_eq!(
+            first.to_vec::<f32>().unwrap(),
+            [1.0, 2.0, 3.0, 4.0, 0.0, 0.0]
+        );
+        assert!(cache.set_rows(0).is_err() && cache.set_rows(4).is_err());
+    }
 
     #[test]
     fn layers_follow_their_specs() {

@@ -81,12 +81,12 @@ impl ForwardArgs<'_> {
                 "empty input: at least one token is needed".into(),
             ));
         }
-        if b != cache.batch() {
+        if b != cache.rows() {
             return Err(Error::invalid(
                 "input_ids",
                 format!(
-                    "input batch {b} differs from the KV cache's {}",
-                    cache.batch()
+                    "input batch {b} differs from the KV cache's {} rows in use",
+                    cache.rows()
                 ),
             ));
         }

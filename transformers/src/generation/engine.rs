@@ -493,10 +493,12 @@ impl<'m> Engine<'m> {
     /// get the pad id), in row order, each cohort drawing from its own stream.
     fn pick_on_host(&mut self, logits: &Tensor) -> Result<Vec<u32>> {
         let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
-        let (n, vocab) = (self.rows.len(), self.vocab);
-        if rows.len() != n * vocab {
+        // The step ran the first `n` rows (see `rows_to_run`).
+        let vocab = self.vocab;
+        let n = rows.len() / vocab.max(1);
+        if rows.len() != n * vocab || n == 0 || n > self.rows.len() {
             return Err(Error::Internal(format!(
-                "the model returned {} logits for {n} rows of {vocab}",
+                "the model returned {} logits for rows of {vocab}",
                 rows.len()
             )));
         }
@@ -735,13 +737,13 @@ impl<'m> Engine<'m> {
         } else {
             1
         };
-        let n = self.rows.len();
+        let n = self.rows_to_run();
         let (mut ids, mut pos, mut mask) = (
             Vec::with_capacity(n * t),
             Vec::with_capacity(n * t),
             Vec::with_capacity(n),
         );
-        for row in &mut self.rows {
+        for row in self.rows.iter_mut().take(n) {
             match row.as_mut().filter(|s| s.done.is_none()) {
                 Some(s) => {
                     let pad = t - s.feed.len();
@@ -764,6 +766,7 @@ impl<'m> Engine<'m> {
         let Some(cache) = self.cache.as_mut() else {
             return Err(Error::Internal("an engine without its cache".into()));
         };
+        cache.set_rows(n)?;
         match &self.driven {
             Driven::Decoder(model) => {
                 let device = model.model().device();
@@ -797,6 +800,24 @@ impl<'m> Engine<'m> {
                 self.decode_seq2seq(input, pos)
             }
         }
+    }
+
+    /// Rows a host-fed step runs: through the last running one on eager devices, so that
+    /// free rows at the end cost no compute; all of them where shapes stay fixed (compiled
+    /// devices, a model that reruns its history, an encoder-decoder's cross-attention).
+    fn rows_to_run(&self) -> usize {
+        let fixed = self.compiled
+            || match &self.driven {
+                Driven::Decoder(m) => m.model().recompute_cache_at().is_some(),
+                Driven::Seq2Seq { .. } => true,
+            };
+        if fixed {
+            return self.rows.len();
+        }
+        self.rows
+            .iter()
+            .rposition(|r| r.as_ref().is_some_and(|s| s.done.is_none()))
+            .map_or(1, |last| last + 1)
     }
 
     /// One forward pass feeding the device's picks `ids` (`[rows]`) to every row.
