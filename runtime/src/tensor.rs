@@ -444,6 +444,19 @@ impl Tensor {
         }
     }
 
+    /// A densely laid-out copy with storage of its own, even of a contiguous view (what an
+    /// in-place write from one part of a buffer into another needs); a lazy tensor is a value
+    /// already.
+    pub fn copy(&self) -> Result<Tensor> {
+        match &self.repr {
+            Repr::Eager(t) => Ok(Tensor::from_candle_with(
+                t.force_contiguous().op("copy")?,
+                self.dtype,
+            )),
+            Repr::Lazy(_) => Ok(self.clone()),
+        }
+    }
+
     /// A densely laid-out copy when the tensor is a strided view; otherwise `self`.
     pub fn contiguous(&self) -> Result<Tensor> {
         match &self.repr {

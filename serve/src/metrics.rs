@@ -55,11 +55,35 @@ pub(crate) struct Metrics {
     pub generated_tokens: AtomicU64,
     pub requests_ok: AtomicU64,
     pub requests_failed: AtomicU64,
+    /// Hits and reused tokens of engines before the current one (restarted after a
+    /// failure), and of the current one.
+    prefix_before: Mutex<(u64, u64)>,
+    prefix_now: Mutex<(u64, u64)>,
     time_to_first_token: Histogram,
     inter_token: Histogram,
 }
 
 impl Metrics {
+    /// The current engine's prefix-cache counts (they start over with a new engine).
+    pub fn prefix_hits(&self, now: (u64, u64)) {
+        let (Ok(mut before), Ok(mut current)) = (self.prefix_before.lock(), self.prefix_now.lock())
+        else {
+            return;
+        };
+        if now.0 < current.0 {
+            before.0 += current.0;
+            before.1 += current.1;
+        }
+        *current = now;
+    }
+
+    fn prefix_totals(&self) -> (u64, u64) {
+        match (self.prefix_before.lock(), self.prefix_now.lock()) {
+            (Ok(b), Ok(c)) => (b.0 + c.0, b.1 + c.1),
+            _ => (0, 0),
+        }
+    }
+
     pub fn time_to_first_token(&self, seconds: f64) {
         self.time_to_first_token.observe(seconds);
     }
@@ -111,6 +135,11 @@ impl Metrics {
             "# HELP zoo_requests_total Requests answered, by outcome.\n# TYPE zoo_requests_total counter\nzoo_requests_total{{outcome=\"ok\"}} {}\nzoo_requests_total{{outcome=\"error\"}} {}",
             self.requests_ok.load(Ordering::Relaxed),
             self.requests_failed.load(Ordering::Relaxed)
+        );
+        let (hits, tokens) = self.prefix_totals();
+        let _ = writeln!(
+            out,
+            "# HELP zoo_prefix_cache_hits_total Sequences that reused a cached prompt prefix.\n# TYPE zoo_prefix_cache_hits_total counter\nzoo_prefix_cache_hits_total {hits}\n# HELP zoo_prefix_cache_tokens_total Prompt tokens taken from the prefix cache instead of computed.\n# TYPE zoo_prefix_cache_tokens_total counter\nzoo_prefix_cache_tokens_total {tokens}"
         );
         self.time_to_first_token.render(
             &mut out,

@@ -95,7 +95,15 @@ pub(crate) fn run(
     jobs: Receiver<Job>,
     metrics: &Metrics,
 ) {
-    let fresh = || model.engine(config);
+    // Prefix caching where the engine supports it (eager decoders); compiled devices keep
+    // every shape fixed and run without it.
+    let fresh = || {
+        let mut engine = model.engine(config)?;
+        if let Err(e) = engine.set_prefix_caching(true) {
+            eprintln!("zoo serve: prefix caching off: {e}");
+        }
+        Ok::<_, zoo_transformers::Error>(engine)
+    };
     let mut engine = match fresh() {
         Ok(e) => e,
         Err(e) => {
@@ -138,7 +146,11 @@ pub(crate) fn run(
             live.remove(&id);
         }
         match catch_unwind(AssertUnwindSafe(|| engine.step())) {
-            Ok(Ok(events)) => deliver(events, &mut live, metrics),
+            Ok(Ok(events)) => {
+                // The gauges first: a client that reads them after its answer sees this step.
+                gauges(&engine, metrics);
+                deliver(events, &mut live, metrics);
+            }
             failed => {
                 let why = match failed {
                     Ok(Err(e)) => e.to_string(),
@@ -162,10 +174,15 @@ pub(crate) fn run(
                 };
             }
         }
-        let (running, waiting) = engine.counts();
-        metrics.running.store(running as u64, Ordering::Relaxed);
-        metrics.waiting.store(waiting as u64, Ordering::Relaxed);
+        gauges(&engine, metrics);
     }
+}
+
+fn gauges(engine: &Engine<'_>, metrics: &Metrics) {
+    let (running, waiting) = engine.counts();
+    metrics.running.store(running as u64, Ordering::Relaxed);
+    metrics.waiting.store(waiting as u64, Ordering::Relaxed);
+    metrics.prefix_hits(engine.prefix_hits());
 }
 
 fn admit(

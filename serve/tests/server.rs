@@ -392,6 +392,15 @@ fn requests_that_arrive_while_others_run_get_what_each_gets_alone() {
         most >= 2,
         "the requests never ran together (most running: {most})"
     );
+    // The chat template's system turn opens every prompt: the later requests took it from
+    // the prefix cache.
+    let metrics = http(addr, "GET", "/metrics", &[], "").body;
+    let hits: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("zoo_prefix_cache_hits_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(hits >= 3, "{metrics}");
 }
 
 #[test]

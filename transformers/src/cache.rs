@@ -278,6 +278,56 @@ impl KvCache {
         Ok(start)
     }
 
+    /// Copies the keys and values at `slots` of row `from` into the same slots of row `to`
+    /// in every self-attention layer and marks them `to`'s tokens: a prompt prefix that
+    /// another row computed, reused (prefix caching). Slots before [`KvCache::len`] are not
+    /// written again until [`KvCache::reset`], so what a row once held there stays valid
+    /// after its sequence left. Eager devices and full buffers (no rings) only.
+    pub fn copy_slots(&mut self, from: usize, to: usize, slots: &[usize]) -> Result<()> {
+        let (batch, len) = (self.batch, self.len);
+        if from >= batch || to >= batch || slots.iter().any(|&s| s >= len) {
+            return Err(Error::Internal(format!(
+                "copying slots {slots:?} of row {from} to row {to} of a cache of {batch} rows and {len} slots"
+            )));
+        }
+        let rings = self.layers.iter().any(|(spec, _)| match spec.attention {
+            CacheAttention::SelfAttention { window } => {
+                ring(window, self.capacity, self.rings).is_some()
+            }
+            CacheAttention::Cross => false,
+        });
+        if rings || self.devices.iter().any(|d| !d.is_eager()) {
+            return Err(Error::Internal(
+                "slots are copied between rows of full buffers on eager devices only".into(),
+            ));
+        }
+        if from != to {
+            // Contiguous runs of slots, one copy each.
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            for &s in slots {
+                match runs.last_mut() {
+                    Some((a, r)) if *a + *r == s => *r += 1,
+                    _ => runs.push((s, 1)),
+                }
+            }
+            for (_, buffers) in &self.layers {
+                let Some((ck, cv)) = buffers else {
+                    continue;
+                };
+                for buffer in [ck, cv] {
+                    let (src, dst) = (buffer.narrow(0, from, 1)?, buffer.narrow(0, to, 1)?);
+                    for &(a, r) in &runs {
+                        dst.write_slice_in_place(2, a, &src.narrow(2, a, r)?.copy()?)?;
+                    }
+                }
+            }
+        }
+        for &s in slots {
+            self.valid[to][s] = true;
+        }
+        Ok(())
+    }
+
     /// Writes `k`, `v` (`[batch, kv_heads, t, head_dim]`) of `layer` at position `start` and
     /// returns the keys and values attention reads: every filled slot
     /// (`[batch, kv_heads, len, head_dim]`) for a full layer, the ring's earlier slots followed
@@ -520,6 +570,31 @@ fn write(buf: &mut Tensor, x: &Tensor, slot: usize, at: Option<&Tensor>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copied_slots_become_the_other_rows_tokens() {
+        let mut cache = KvCache::new(2, 2, 1, 4, 1, DType::F32, &Device::Cpu).unwrap();
+        let start = cache
+            .begin(2, Some(&[vec![true, true], vec![false, false]]))
+            .unwrap();
+        let k = Tensor::from_vec(vec![1f32, 2.0, 0.0, 0.0], &[2, 1, 2, 1], &Device::Cpu).unwrap();
+        for layer in 0..2 {
+            cache.update(layer, &k, &k, start).unwrap();
+        }
+        cache.copy_slots(0, 1, &[0, 1]).unwrap();
+        let start = cache.begin(1, None).unwrap();
+        let z = Tensor::zeros(&[2, 1, 1, 1], DType::F32, &Device::Cpu).unwrap();
+        let (ks, _) = cache.update(1, &z, &z, start).unwrap();
+        let ks = ks.contiguous().unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(ks, [1.0, 2.0, 0.0, 1.0, 2.0, 0.0]);
+        // Row 1 now sees the copied keys as its own.
+        let bias = cache
+            .attention_bias(start, 1, None, DType::F32, &Device::Cpu)
+            .unwrap();
+        let bias = bias.to_vec::<f32>().unwrap();
+        assert_eq!(bias[3..], [0.0, 0.0, 0.0]);
+        assert!(cache.copy_slots(0, 1, &[5]).is_err());
+    }
 
     #[test]
     fn a_pass_over_the_first_rows_leaves_the_others_untouched() {

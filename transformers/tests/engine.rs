@@ -186,3 +186,110 @@ fn engine_refuses_what_cannot_fit_and_cancels() {
         .0;
     assert_eq!(done.unwrap().token_ids, alone[0].token_ids);
 }
+
+/// Runs `prompts` through `engine`, prompt `i` added at step `at[i]`, to the end; each
+/// sequence's tokens.
+fn run_staggered(
+    engine: &mut zoo_transformers::Engine<'_>,
+    prompts: &[Vec<u32>],
+    at: &[usize],
+    opts: &GenerationOptions,
+) -> Vec<Vec<u32>> {
+    let mut ids = Vec::new();
+    let mut out: HashMap<SequenceId, Vec<u32>> = HashMap::new();
+    let mut step = 0;
+    while ids.len() < prompts.len() || !engine.is_idle() {
+        while ids.len() < prompts.len() && at[ids.len()] <= step {
+            ids.push(
+                engine
+                    .add(prompts[ids.len()].clone(), opts.clone())
+                    .unwrap(),
+            );
+        }
+        for e in engine.step().unwrap() {
+            if let EngineEvent::Finished { id, output } = e {
+                out.insert(id, output.token_ids);
+            }
+        }
+        step += 1;
+        assert!(step < 200, "the engine never went idle");
+    }
+    ids.iter().map(|id| out[id].clone()).collect()
+}
+
+#[test]
+fn prompts_sharing_a_cached_prefix_reuse_it_and_match_each_alone() {
+    for case in ["llama-gqa-f32", "mistral-swa-f32", "gemma2-softcap-swa-f32"] {
+        let model = load(case, DeviceMap::Cpu);
+        let system: Vec<u32> = (0..24).map(|i| 3 + (i * 7) % 50).collect();
+        let with = |tail: &[u32]| system.iter().chain(tail).copied().collect::<Vec<u32>>();
+        let prompts = [with(&[5, 9]), with(&[11]), with(&[2, 8, 13]), with(&[6])];
+        let opts = GenerationOptions {
+            eos_token_ids: Some(vec![]),
+            ..GenerationOptions::greedy(6)
+        };
+        let alone: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| {
+                model
+                    .generate_ids(std::slice::from_ref(p), &opts, |_| true)
+                    .unwrap()
+                    .0[0]
+                    .token_ids
+                    .clone()
+            })
+            .collect();
+        let mut engine = model
+            .engine(EngineConfig {
+                max_sequences: 2,
+                capacity: 160,
+            })
+            .unwrap();
+        engine.set_prefix_caching(true).unwrap();
+        // The second joins the first mid-run; the third waits for a row; the fourth comes
+        // after the engine went idle and still finds the prefix.
+        let got = run_staggered(&mut engine, &prompts[..3], &[0, 2, 3], &opts);
+        assert_eq!(got, alone[..3], "{case}");
+        assert_eq!(
+            engine.prefix_hits(),
+            (2, 48),
+            "{case}: the later two reused 24 tokens each"
+        );
+        let got = run_staggered(&mut engine, &prompts[3..], &[0], &opts);
+        assert_eq!(got, alone[3..], "{case}: after the engine went idle");
+        assert_eq!(engine.prefix_hits(), (3, 72), "{case}");
+        // A prompt that shares less than a block computes everything.
+        let short: Vec<u32> = system[..10].iter().chain(&[40, 41]).copied().collect();
+        run_staggered(&mut engine, &[short], &[0], &opts);
+        assert_eq!(engine.prefix_hits(), (3, 72), "{case}");
+    }
+}
+
+#[test]
+fn prefix_caching_is_refused_where_rows_cannot_be_spliced() {
+    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
+    lazy::configure(PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
+    let map = DeviceMap::Pjrt {
+        platform: "cpu".into(),
+        devices: Some(vec![0]),
+    };
+    let model = load("llama-gqa-f32", map);
+    let mut engine = model
+        .engine(EngineConfig {
+            max_sequences: 2,
+            capacity: 64,
+        })
+        .unwrap();
+    let err = engine.set_prefix_caching(true).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "prefix_caching",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    engine.set_prefix_caching(false).unwrap();
+}

@@ -109,6 +109,8 @@ struct Sequence<'t> {
     feed: Vec<u32>,
     /// Position of `feed[0]`.
     position: usize,
+    /// The slot of each context token written so far (the prefix cache's record).
+    slots: Vec<usize>,
 }
 
 /// A cohort waiting for rows.
@@ -156,6 +158,27 @@ pub struct Engine<'m> {
     /// The last forward's logits that no pick has read yet.
     logits: Option<Tensor>,
     next_id: u64,
+    /// Whether joining prompts reuse cached prefixes ([`Engine::set_prefix_caching`]).
+    prefix_caching: bool,
+    /// Prompts whose keys and values lie in the cache, oldest first.
+    cached: Vec<Cached>,
+    /// Sequences that reused a cached prefix, and the tokens they did not compute.
+    prefix_hits: (u64, u64),
+}
+
+/// The shortest prefix worth reusing: a block, as vLLM's prefix cache counts them.
+const MIN_PREFIX: usize = 16;
+
+/// Cached prompts kept at most (the oldest go first).
+const MAX_CACHED: usize = 256;
+
+/// A prompt whose keys and values lie in the cache: each token's slot in `row`. Slots before
+/// the cache's length are not written again until the timeline starts over, so the entry
+/// stays good after its sequence leaves the row.
+struct Cached {
+    row: usize,
+    tokens: Vec<u32>,
+    slots: Vec<usize>,
 }
 
 impl<'m> Engine<'m> {
@@ -231,6 +254,9 @@ impl<'m> Engine<'m> {
             device: None,
             logits: None,
             next_id: 0,
+            prefix_caching: false,
+            cached: Vec::new(),
+            prefix_hits: (0, 0),
         }
     }
 
@@ -342,6 +368,60 @@ impl<'m> Engine<'m> {
         let running = self.rows.iter().flatten().filter(|s| s.done.is_none());
         let waiting = self.waiting.iter().map(|w| w.members.len()).sum();
         (running.count(), waiting)
+    }
+
+    /// Turns prefix caching on or off: a joining prompt whose first tokens (at least 16) are
+    /// a prompt the cache still holds takes their keys and values from that row instead of
+    /// computing them, as vLLM's automatic prefix caching does; only the rest is fed. Kept
+    /// prompts live until the timeline starts over, which an idle engine then skips when
+    /// the next prompt reuses one and fits. Eager decoders only: compiled devices keep every
+    /// shape fixed, and a model that reruns its history cannot splice rows.
+    pub fn set_prefix_caching(&mut self, on: bool) -> Result<()> {
+        let supported = match &self.driven {
+            Driven::Decoder(m) => !self.compiled && m.model().recompute_cache_at().is_none(),
+            Driven::Seq2Seq { .. } => false,
+        };
+        if !self.is_idle() || self.rows.iter().any(Option::is_some) {
+            return Err(Error::invalid(
+                "prefix_caching",
+                "turn prefix caching on or off before adding sequences".into(),
+            ));
+        }
+        if on && !supported {
+            return Err(Error::invalid(
+                "prefix_caching",
+                "prefix caching runs on eager decoders (candle CPU/CUDA) whose cache is never recomputed; this engine's model is compiled, an encoder-decoder or reruns its history".into(),
+            ));
+        }
+        self.prefix_caching = on;
+        self.cached.clear();
+        // The next admission makes the cache again, with full buffers for spliced rows.
+        self.cache = None;
+        Ok(())
+    }
+
+    /// Sequences that reused a cached prompt prefix so far, and the prompt tokens they did
+    /// not compute.
+    pub fn prefix_hits(&self) -> (u64, u64) {
+        self.prefix_hits
+    }
+
+    /// The longest prefix of `context` the cache holds (leaving its last token to feed):
+    /// the cached prompt's index and the length, when at least [`MIN_PREFIX`].
+    fn prefix_hit(&self, context: &[u32]) -> Option<(usize, usize)> {
+        if !self.prefix_caching {
+            return None;
+        }
+        let limit = context.len().saturating_sub(1);
+        self.cached
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let same = c.tokens.iter().zip(context).take(limit);
+                (i, same.take_while(|(a, b)| a == b).count())
+            })
+            .filter(|&(_, p)| p >= MIN_PREFIX)
+            .max_by_key(|&(_, p)| p)
     }
 
     /// Stops sequence `id` (running or waiting) and returns what it generated, `None` when no
@@ -604,9 +684,23 @@ impl<'m> Engine<'m> {
     /// capacity. An idle engine starts the timeline over first.
     fn admit(&mut self) -> Result<()> {
         while let Some(w) = self.waiting.front() {
+            let (mut hits, mut longest) = self.join_plan(w);
             if self.rows.iter().all(Option::is_none) {
-                let lone = w.members.len() == self.rows.len();
-                self.start_over(lone)?;
+                // An idle engine keeps its timeline for a cohort that reuses what it holds
+                // and fits after it; otherwise it starts over.
+                let keep = hits.iter().any(Option::is_some)
+                    && self.cache.as_ref().is_some_and(|c| {
+                        c.len() + self.join_width(longest) + w.cohort.opts.max_new_tokens - 1
+                            <= self.config.capacity
+                    });
+                if !keep {
+                    let lone = w.members.len() == self.rows.len();
+                    self.start_over(lone)?;
+                    let Some(w) = self.waiting.front() else {
+                        break;
+                    };
+                    (hits, longest) = self.join_plan(w);
+                }
             } else if self.rings {
                 // Ring layers hold a lone cohort's rows gapless: joiners wait for its end.
                 break;
@@ -624,7 +718,6 @@ impl<'m> Engine<'m> {
             if free.len() < w.members.len() {
                 break;
             }
-            let longest = w.members.iter().map(|m| m.context.len()).max().unwrap_or(1);
             let remaining = running
                 .iter()
                 .filter_map(|s| {
@@ -662,21 +755,33 @@ impl<'m> Engine<'m> {
                 // Another cohort joins: the picks move to the host.
                 self.device = None;
             }
-            for (m, b) in w.members.into_iter().zip(free) {
-                if let Some(cache) = self.cache.as_mut() {
-                    cache.clear_row(b);
-                }
+            for ((m, b), hit) in w.members.into_iter().zip(free).zip(hits) {
+                let Some(cache) = self.cache.as_mut() else {
+                    return Err(Error::Internal("an engine without its cache".into()));
+                };
+                cache.clear_row(b);
+                // A cached prefix: its keys and values copied into this row at their slots.
+                let (reused, slots) = match hit.and_then(|(i, p)| Some((self.cached.get(i)?, p))) {
+                    Some((c, p)) => {
+                        cache.copy_slots(c.row, b, &c.slots[..p])?;
+                        self.prefix_hits.0 += 1;
+                        self.prefix_hits.1 += p as u64;
+                        (p, c.slots[..p].to_vec())
+                    }
+                    None => (0, Vec::new()),
+                };
                 self.rows[b] = Some(Sequence {
                     id: m.id,
                     cohort: index,
                     prompt: m.prompt,
-                    feed: m.context.clone(),
+                    feed: m.context[reused..].to_vec(),
                     context: m.context,
                     generated: Vec::new(),
                     stream: self.tokenizer.map(|t| t.stream(true)),
                     text: String::new(),
                     done: None,
-                    position: 0,
+                    position: reused,
+                    slots,
                 });
             }
             self.cohorts.push(Some(w.cohort));
@@ -684,13 +789,33 @@ impl<'m> Engine<'m> {
         Ok(())
     }
 
+    /// Each member's cached prefix (see [`Engine::prefix_hit`]) and the widest feed once
+    /// those are taken.
+    fn join_plan(&self, w: &Waiting) -> (Vec<Option<(usize, usize)>>, usize) {
+        let hits: Vec<Option<(usize, usize)>> = w
+            .members
+            .iter()
+            .map(|m| self.prefix_hit(&m.context))
+            .collect();
+        let longest = w
+            .members
+            .iter()
+            .zip(&hits)
+            .map(|(m, h)| m.context.len() - h.map_or(0, |h| h.1))
+            .max()
+            .unwrap_or(1);
+        (hits, longest)
+    }
+
     /// Starts the timeline over on an idle engine: forgets every token, and makes the cache
     /// (again) when it has none or the wrong kind of sliding layers for what joins now.
     fn start_over(&mut self, lone: bool) -> Result<()> {
+        self.cached.clear();
         self.history = None;
         self.device = None;
         self.logits = None;
-        let rings = lone;
+        // Rows spliced from cached prefixes need full buffers.
+        let rings = lone && !self.prefix_caching;
         if let Some(cache) = self.cache.as_mut().filter(|_| self.rings == rings) {
             cache.reset();
             return Ok(());
@@ -743,10 +868,23 @@ impl<'m> Engine<'m> {
             Vec::with_capacity(n * t),
             Vec::with_capacity(n),
         );
-        for row in self.rows.iter_mut().take(n) {
+        let start = self.cache.as_ref().map_or(0, KvCache::len);
+        let mut written = Vec::new();
+        for (b, row) in self.rows.iter_mut().take(n).enumerate() {
             match row.as_mut().filter(|s| s.done.is_none()) {
                 Some(s) => {
                     let pad = t - s.feed.len();
+                    if s.generated.is_empty() && self.prefix_caching {
+                        // The prompt lands at the last columns of this pass.
+                        s.slots.extend(start + pad..start + t);
+                        if s.slots.len() == s.context.len() && s.context.len() >= MIN_PREFIX {
+                            written.push(Cached {
+                                row: b,
+                                tokens: s.context.clone(),
+                                slots: s.slots.clone(),
+                            });
+                        }
+                    }
                     ids.extend(
                         std::iter::repeat_n(self.pad_id as i64, pad)
                             .chain(s.feed.iter().map(|&t| t as i64)),
@@ -762,6 +900,10 @@ impl<'m> Engine<'m> {
                     mask.push(vec![false; t]);
                 }
             }
+        }
+        self.cached.extend(written);
+        if self.cached.len() > MAX_CACHED {
+            self.cached.drain(..self.cached.len() - MAX_CACHED);
         }
         let Some(cache) = self.cache.as_mut() else {
             return Err(Error::Internal("an engine without its cache".into()));
