@@ -315,9 +315,8 @@ impl KvCache {
                     continue;
                 };
                 for buffer in [ck, cv] {
-                    let (src, dst) = (buffer.narrow(0, from, 1)?, buffer.narrow(0, to, 1)?);
                     for &(a, r) in &runs {
-                        dst.write_slice_in_place(2, a, &src.narrow(2, a, r)?.copy()?)?;
+                        buffer.copy_row_slots_in_place(from, to, a, r)?;
                     }
                 }
             }

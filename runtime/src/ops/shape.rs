@@ -537,6 +537,62 @@ impl Tensor {
         }
     }
 
+    /// Copies, in place, the run `[from, :, start..start + len, :]` of a rank-4 eager buffer
+    /// `[rows, heads, slots, dim]` over `[to, :, start..start + len, :]`: one row's slots onto
+    /// another's, as a KV cache shares a prompt prefix between rows. On the CPU a contiguous
+    /// buffer moves each head's run with one `copy_within`; elsewhere through a copy.
+    pub fn copy_row_slots_in_place(
+        &self,
+        from: usize,
+        to: usize,
+        start: usize,
+        len: usize,
+    ) -> Result<()> {
+        let op = "copy_row_slots_in_place";
+        let [rows, heads, slots, dim] = self.shape()[..] else {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: format!(
+                    "needs a [rows, heads, slots, dim] buffer, not {:?}",
+                    self.shape()
+                ),
+            });
+        };
+        if from >= rows || to >= rows || start + len > slots {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: format!(
+                    "rows {from} and {to}, slots {start}..{} of a buffer {:?}",
+                    start + len,
+                    self.shape()
+                ),
+            });
+        }
+        if from == to || len == 0 {
+            return Ok(());
+        }
+        let Some(t) = self.as_candle() else {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: "in-place copies need eager tensors".into(),
+            });
+        };
+        if t.device().is_cpu() && t.is_contiguous() {
+            let c = CopyRowSlots {
+                from,
+                to,
+                start,
+                len,
+                heads,
+                slots,
+                dim,
+            };
+            return t.inplace_op1(&c).op(op);
+        }
+        let run = self.narrow(0, from, 1)?.narrow(2, start, len)?.copy()?;
+        self.narrow(0, to, 1)?.write_slice_in_place(2, start, &run)
+    }
+
     /// XLA's `dynamic_update_slice`: `self` with `update` written at `start` (a 1-D integer
     /// tensor, one entry per dim; clamped so the block fits). This is the KV-cache write: a
     /// fixed-size cache updated at a position tensor keeps shapes static for compilation.
@@ -614,5 +670,89 @@ fn index_error(e: Error, op: &'static str, x: &Tensor, idx: &Tensor, dim: usize)
             hint: format!("; {source}"),
         },
         e => e,
+    }
+}
+
+/// [`Tensor::copy_row_slots_in_place`] on a contiguous CPU buffer.
+struct CopyRowSlots {
+    from: usize,
+    to: usize,
+    start: usize,
+    len: usize,
+    heads: usize,
+    slots: usize,
+    dim: usize,
+}
+
+impl CopyRowSlots {
+    fn apply<T: Copy>(&self, v: &mut [T], offset: usize) {
+        let run = self.len * self.dim;
+        for h in 0..self.heads {
+            let at =
+                |row: usize| offset + ((row * self.heads + h) * self.slots + self.start) * self.dim;
+            let src = at(self.from);
+            v.copy_within(src..src + run, at(self.to));
+        }
+    }
+}
+
+impl candle_core::InplaceOp1 for CopyRowSlots {
+    fn name(&self) -> &'static str {
+        "copy_row_slots"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &mut candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        use candle_core::CpuStorage as S;
+        let o = layout.start_offset();
+        match storage {
+            S::U8(v) => self.apply(v, o),
+            S::U32(v) => self.apply(v, o),
+            S::I16(v) => self.apply(v, o),
+            S::I32(v) => self.apply(v, o),
+            S::I64(v) => self.apply(v, o),
+            S::BF16(v) => self.apply(v, o),
+            S::F16(v) => self.apply(v, o),
+            S::F32(v) => self.apply(v, o),
+            S::F64(v) => self.apply(v, o),
+            S::F8E4M3(v) => self.apply(v, o),
+            _ => candle_core::bail!(
+                "copy_row_slots: packed sub-byte dtypes are not copied by element"
+            ),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+
+    #[test]
+    fn copy_row_slots_moves_each_heads_run_and_nothing_else() {
+        // [rows 3, heads 2, slots 4, dim 2], every element its own index.
+        let v: Vec<f32> = (0..48).map(|i| i as f32).collect();
+        let buf = Tensor::from_vec(v.clone(), &[3, 2, 4, 2], &Device::Cpu).unwrap();
+        buf.copy_row_slots_in_place(0, 2, 1, 2).unwrap();
+        let got = buf.to_vec::<f32>().unwrap();
+        let mut want = v.clone();
+        for h in 0..2 {
+            for s in 1..3 {
+                for d in 0..2 {
+                    want[((2 * 2 + h) * 4 + s) * 2 + d] = v[((h) * 4 + s) * 2 + d];
+                }
+            }
+        }
+        assert_eq!(got, want);
+        // A bf16 buffer moves the same way.
+        let b = buf.to_dtype(DType::BF16).unwrap();
+        b.copy_row_slots_in_place(2, 1, 0, 4).unwrap();
+        let rows = b.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(rows[16..32], rows[32..48]);
+        assert!(buf.copy_row_slots_in_place(0, 3, 0, 1).is_err());
+        assert!(buf.copy_row_slots_in_place(0, 1, 3, 2).is_err());
     }
 }
