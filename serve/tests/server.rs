@@ -27,7 +27,11 @@ fn smollm2() -> TextGenerator {
 /// Starts a server over SmolLM2 on 127.0.0.1:0 in a thread of its own and returns its
 /// address; it stops with the test process.
 fn start(options: ServeOptions) -> SocketAddr {
-    let server = Server::start(smollm2(), options).expect("the server starts");
+    start_with(smollm2(), options)
+}
+
+fn start_with(model: TextGenerator, options: ServeOptions) -> SocketAddr {
+    let server = Server::start(model, options).expect("the server starts");
     let (tx, rx) = std::sync::mpsc::channel();
     thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -548,4 +552,53 @@ fn a_key_guards_the_api_and_the_queue_bound_answers_429_then_frees() {
     }
     let metrics = http(addr, "GET", "/metrics", &[], "").body;
     assert!(metrics.contains("zoo_requests_running 0"), "{metrics}");
+}
+
+#[test]
+fn on_the_xla_cpu_plugin_overlapping_requests_get_what_each_gets_alone() {
+    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
+    zoo_runtime::lazy::configure(zoo_runtime::PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
+    let gguf = assets::asset("ZOO_SMOLLM2_GGUF");
+    let model = AutoModelForCausalLM::builder(gguf.to_str().unwrap())
+        .device_map(DeviceMap::Pjrt {
+            platform: "cpu".into(),
+            devices: Some(vec![0]),
+        })
+        .dtype(zoo_runtime::DType::F32)
+        .load()
+        .expect("SmolLM2 loads on the plugin");
+    let addr = start_with(
+        model,
+        ServeOptions {
+            context: Some(256),
+            ..options(2)
+        },
+    );
+    let asks = [("What is the capital of France?", 10), ("Name a color.", 8)];
+    let content = |r: Response| {
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let alone: Vec<String> = asks
+        .iter()
+        .map(|(q, n)| content(post(addr, "/v1/chat/completions", &chat_body(q, *n))))
+        .collect();
+    assert!(alone[0].contains("Paris"), "{}", alone[0]);
+    let handles: Vec<_> = asks
+        .iter()
+        .enumerate()
+        .map(|(i, (q, n))| {
+            let body = chat_body(q, *n);
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(150 * i as u64));
+                post(addr, "/v1/chat/completions", &body)
+            })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(content(h.join().unwrap()), alone[i], "request {i}");
+    }
 }
