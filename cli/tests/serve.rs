@@ -1,0 +1,95 @@
+//! `zoo serve` as a user runs it: it binds, answers, and on SIGTERM stops accepting, finishes
+//! what runs and exits 0; a port already taken is a clear error.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+mod common;
+
+fn get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn serve_answers_then_drains_on_sigterm_and_refuses_a_taken_port() {
+    let gguf = assets::asset("ZOO_SMOLLM2_GGUF");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(["serve", gguf.to_str().unwrap(), "--port", "0"])
+        .args(["--served-model-name", "smollm2", "--max-batch", "2"])
+        .env("HF_HUB_OFFLINE", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "zoo serve exited early"
+        );
+        if let Some(rest) = line.split("at http://").nth(1) {
+            break rest.split('/').next().unwrap().to_string();
+        }
+    };
+    assert!(get(&addr, "/health").starts_with("HTTP/1.1 200"));
+    assert!(get(&addr, "/v1/models").contains("\"smollm2\""));
+
+    // The same port again: a clear error naming the address and the flags, exit code 1.
+    let port = addr.rsplit(':').next().unwrap();
+    let (ok, _, stderr) = common::zoo(&["serve", gguf.to_str().unwrap(), "--port", port]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!("listening on 127.0.0.1:{port}")) && stderr.contains("--port"),
+        "{stderr}"
+    );
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let t0 = Instant::now();
+    let code = loop {
+        if let Some(code) = child.try_wait().unwrap() {
+            break code;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "zoo serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(code.success(), "{code:?}");
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("stopped"), "{rest}");
+}
+
+#[test]
+fn serve_help_teaches_the_routes_and_the_errors() {
+    let (ok, out, _) = common::zoo(&["serve", "--help"]);
+    assert!(ok);
+    for needle in [
+        "/v1/chat/completions",
+        "/metrics",
+        "429",
+        "--max-batch",
+        "--api-key",
+        "SIGTERM",
+    ] {
+        assert!(out.contains(needle), "{needle} missing from:\n{out}");
+    }
+}
