@@ -1,19 +1,25 @@
 //! `zoo serve`: load a causal LM and answer OpenAI's API over HTTP.
 
 use anyhow::{Context, Result};
-use zoo_serve::{ServeOptions, Server};
-use zoo_transformers::AutoModelForCausalLM;
+use zoo_serve::{ServeOptions, Served, Server};
+use zoo_transformers::registry::Loaders;
+use zoo_transformers::sentence::SentenceEmbedder;
+use zoo_transformers::{AutoConfig, AutoModelForCausalLM, LoadOptions};
 
 use crate::load::{with_load_options, LoadArgs};
 
 /// Serve a causal language model over an OpenAI-compatible HTTP API, batching requests
 /// continuously: every request joins the running batch at the next decode step and leaves
-/// when it stops; a client that disconnects frees its rows at once.
+/// when it stops; a client that disconnects frees its rows at once; prompts that open with
+/// a prompt already computed (a shared system prompt) reuse its keys and values. An encoder
+/// checkpoint (a sentence-transformers folder such as all-MiniLM-L6-v2) serves embeddings,
+/// pooled as `zoo embed` pools them.
 ///
 /// Routes:
 ///   POST /v1/chat/completions   messages through the model's chat template (stream: true
 ///                               for server-sent events ending with `data: [DONE]`)
 ///   POST /v1/completions        a prompt string, a list of them, or token ids
+///   POST /v1/embeddings         (encoders) input strings or token ids; float or base64
 ///   GET  /v1/models             the served model
 ///   GET  /health                200 while the server runs
 ///   GET  /metrics               Prometheus counters: running and waiting sequences,
@@ -36,6 +42,7 @@ use crate::load::{with_load_options, LoadArgs};
 /// Examples:
 ///   zoo serve ./SmolLM2-135M-Instruct.Q4_1.gguf --served-model-name smollm2
 ///   zoo serve HuggingFaceTB/SmolLM2-135M-Instruct --port 9000 --max-batch 32 --api-key s3cret
+///   zoo serve ./all-MiniLM-L6-v2 --served-model-name minilm          # /v1/embeddings
 ///   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \
 ///       -d '{"model": "smollm2", "messages": [{"role": "user", "content": "Hi!"}]}'
 #[derive(clap::Args)]
@@ -72,13 +79,32 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let load = args.load.parsed()?;
-    let builder = AutoModelForCausalLM::builder(&args.model);
-    let model = with_load_options!(builder, load)
-        .load()
-        .with_context(|| format!("loading {}", args.model))?;
-    if let Some(plan) = &model.load_report().plan {
-        eprint!("{plan}");
-    }
+    // An encoder's config names its family: it serves embeddings; anything else goes to the
+    // causal path, whose errors say what the checkpoint is.
+    let encoder = AutoConfig::from_pretrained(&args.model)
+        .map(|c| matches!(c.family.loaders, Loaders::Encoder(_)))
+        .unwrap_or(false);
+    let model: Served = if encoder {
+        let opts = LoadOptions {
+            dtype: load.dtype,
+            revision: load.revision.clone(),
+            max_memory: load.max_memory.clone(),
+            progress: true,
+            device_map: load.device_map.clone(),
+        };
+        SentenceEmbedder::load_pretrained(&args.model, opts)
+            .with_context(|| format!("loading {}", args.model))?
+            .into()
+    } else {
+        let builder = AutoModelForCausalLM::builder(&args.model);
+        let model = with_load_options!(builder, load)
+            .load()
+            .with_context(|| format!("loading {}", args.model))?;
+        if let Some(plan) = &model.load_report().plan {
+            eprint!("{plan}");
+        }
+        model.into()
+    };
     let options = ServeOptions {
         served_model_name: args.served_model_name.unwrap_or_else(|| args.model.clone()),
         api_key: args
@@ -101,10 +127,13 @@ pub fn run(args: Args) -> Result<()> {
             .await
             .with_context(|| format!("listening on {address} (--host, --port)"))?;
         let bound = listener.local_addr()?;
-        eprintln!(
-            "zoo serve: `{name}` at http://{bound}/v1 ({} sequences at once, {} token slots); Ctrl-C stops",
-            engine.max_sequences, engine.capacity
-        );
+        match engine {
+            Some(e) => eprintln!(
+                "zoo serve: `{name}` at http://{bound}/v1 ({} sequences at once, {} token slots); Ctrl-C stops",
+                e.max_sequences, e.capacity
+            ),
+            None => eprintln!("zoo serve: `{name}` at http://{bound}/v1 (embeddings); Ctrl-C stops"),
+        }
         server.serve(listener, shutdown()).await?;
         eprintln!("zoo serve: stopped");
         Ok(())

@@ -258,6 +258,84 @@ pub(crate) fn prompts(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError
     Ok(out)
 }
 
+/// Inputs one request may embed (OpenAI's limit).
+const MAX_EMBEDDING_INPUTS: usize = 2048;
+
+/// The embeddings `input`: a string, a list of strings, token ids or lists of them.
+pub(crate) fn embedding_inputs(body: &Map<String, Value>) -> Result<Vec<Prompt>, ApiError> {
+    let mut m = body.clone();
+    match m.remove("input") {
+        None | Some(Value::Null) => return Err(ApiError::invalid("input", "`input` is required")),
+        Some(v) => m.insert("prompt".into(), v),
+    };
+    let inputs = prompts(&m).map_err(|mut e| {
+        e.param = Some("input".into());
+        e.message = e.message.replace("`prompt`", "`input`");
+        e
+    })?;
+    if inputs.len() > MAX_EMBEDDING_INPUTS {
+        return Err(ApiError::invalid(
+            "input",
+            format!(
+                "{} inputs; a request embeds at most {MAX_EMBEDDING_INPUTS}",
+                inputs.len()
+            ),
+        ));
+    }
+    if inputs.iter().any(|p| match p {
+        Prompt::Text { text, .. } => text.is_empty(),
+        Prompt::Ids(ids) => ids.is_empty(),
+    }) {
+        return Err(ApiError::invalid("input", "an input is empty"));
+    }
+    Ok(inputs)
+}
+
+/// Whether `encoding_format` asks for base64 (else floats).
+pub(crate) fn encoding_format(body: &Map<String, Value>) -> Result<bool, ApiError> {
+    match body.get("encoding_format") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::String(f)) if f == "float" => Ok(false),
+        Some(Value::String(f)) if f == "base64" => Ok(true),
+        Some(v) => Err(ApiError::invalid(
+            "encoding_format",
+            format!("`encoding_format` is {v}; use \"float\" or \"base64\""),
+        )),
+    }
+}
+
+/// The `dimensions` asked for, when given.
+pub(crate) fn dimensions(body: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    match integer(body, "dimensions")? {
+        None => Ok(None),
+        Some(d) if d > 0 => Ok(Some(d as usize)),
+        Some(d) => Err(ApiError::invalid(
+            "dimensions",
+            format!("`dimensions` is {d}; it must be positive"),
+        )),
+    }
+}
+
+/// An embedding as OpenAI's base64 form: its float32s, little-endian, in standard base64.
+pub(crate) fn base64_f32(v: &[f32]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= c.len() {
+                out.push(ABC[(n >> shift) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 fn number(body: &Map<String, Value>, field: &str) -> Result<Option<f64>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
@@ -546,5 +624,18 @@ pub(crate) fn finish_reason(r: StopReason) -> &'static str {
     match r {
         StopReason::Eos | StopReason::StopString | StopReason::Cancelled => "stop",
         StopReason::Length => "length",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_and_padding() {
+        // 1.0f32 is 00 00 80 3f little-endian.
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        assert_eq!(base64_f32(&[1.0, -2.0]), "AACAPwAAAMA=");
+        assert_eq!(base64_f32(&[]), "");
     }
 }

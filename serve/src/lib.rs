@@ -2,10 +2,11 @@
 //!
 //! This crate is HTTP only: routes, the OpenAI request and response bodies, server-sent
 //! events, the bearer key, Prometheus metrics and the bound on waiting requests. It owns no
-//! model logic. One worker thread owns the model's [`Engine`](zoo_transformers::Engine) and
-//! advances it one step at a time; every request becomes sequences that join the running
-//! batch at the next step (continuous batching) and leave when they stop, and a client that
-//! disconnects cancels its sequences at the next step.
+//! model logic. For a language model, one worker thread owns the model's
+//! [`Engine`](zoo_transformers::Engine) and advances it one step at a time; every request
+//! becomes sequences that join the running batch at the next step (continuous batching)
+//! and leave when they stop, and a client that disconnects cancels its sequences at the next
+//! step. A sentence encoder ([`SentenceEmbedder`]) answers `/v1/embeddings` instead.
 //!
 //! ```no_run
 //! use zoo_serve::{ServeOptions, Server};
@@ -32,6 +33,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use zoo_transformers::sentence::SentenceEmbedder;
 use zoo_transformers::{ChatTemplate, EngineConfig, TextGenerator};
 
 pub use api::ApiError;
@@ -68,13 +70,46 @@ impl ServeOptions {
     }
 }
 
+/// What a server serves.
+pub enum Served {
+    /// A causal LM: `/v1/completions` and `/v1/chat/completions`.
+    Text(TextGenerator),
+    /// A sentence encoder with its pooling: `/v1/embeddings`.
+    Embeddings(SentenceEmbedder),
+}
+
+impl From<TextGenerator> for Served {
+    fn from(m: TextGenerator) -> Served {
+        Served::Text(m)
+    }
+}
+
+impl From<SentenceEmbedder> for Served {
+    fn from(m: SentenceEmbedder) -> Served {
+        Served::Embeddings(m)
+    }
+}
+
+/// The model side of the routes.
+pub(crate) enum Backend {
+    /// Requests go to the engine's worker thread.
+    Text {
+        model: Arc<TextGenerator>,
+        chat_template: Option<ChatTemplate>,
+        engine: EngineConfig,
+        jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    },
+    /// Requests embed on the blocking pool, one batch at a time.
+    Embeddings {
+        embedder: Arc<SentenceEmbedder>,
+        busy: Arc<std::sync::Mutex<()>>,
+    },
+}
+
 /// What every handler reads.
 pub(crate) struct State {
-    pub model: Arc<TextGenerator>,
-    pub chat_template: Option<ChatTemplate>,
+    pub backend: Backend,
     pub options: ServeOptions,
-    pub engine: EngineConfig,
-    pub jobs: std::sync::Mutex<mpsc::Sender<Job>>,
     pub metrics: Arc<Metrics>,
     /// Requests accepted and not yet answered in full.
     pub in_flight: AtomicUsize,
@@ -90,57 +125,83 @@ impl State {
     }
 }
 
-/// A running server: the worker thread that drives the engine and the state the routes
-/// share.
+/// A running server: the state the routes share and, for a language model, the worker
+/// thread that drives its engine.
 pub struct Server {
     state: Arc<State>,
-    _worker: std::thread::JoinHandle<()>,
+    _worker: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
-    /// Starts the worker thread over `model`. Fails when the options cannot be served (no
-    /// tokenizer, a batch or context of zero, a context past the model's).
-    pub fn start(model: TextGenerator, options: ServeOptions) -> Result<Server, ApiError> {
-        let engine = worker::engine_config(&model, &options)?;
-        let model = Arc::new(model);
-        let chat_template = model.chat_template().ok();
-        let (tx, rx) = mpsc::channel();
+    /// Starts serving `model` (a [`TextGenerator`] or a [`SentenceEmbedder`]). Fails when
+    /// the options cannot be served (no tokenizer, a batch or context of zero, a context
+    /// past the model's).
+    pub fn start(model: impl Into<Served>, options: ServeOptions) -> Result<Server, ApiError> {
+        if options.max_batch == 0 {
+            return Err(ApiError::invalid(
+                "max_batch",
+                "--max-batch must be at least 1",
+            ));
+        }
         let metrics = Arc::new(Metrics::default());
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let state = Arc::new(State {
-            model: Arc::clone(&model),
-            chat_template,
-            options,
-            engine,
-            jobs: std::sync::Mutex::new(tx),
+        let state = |backend| State {
+            backend,
+            options: options.clone(),
             metrics: Arc::clone(&metrics),
             in_flight: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             created,
-        });
+        };
+        let model = match model.into() {
+            Served::Embeddings(embedder) => {
+                let backend = Backend::Embeddings {
+                    embedder: Arc::new(embedder),
+                    busy: Arc::default(),
+                };
+                return Ok(Server {
+                    state: Arc::new(state(backend)),
+                    _worker: None,
+                });
+            }
+            Served::Text(model) => model,
+        };
+        let engine = worker::engine_config(&model, &options)?;
+        let model = Arc::new(model);
+        let (tx, rx) = mpsc::channel();
+        let backend = Backend::Text {
+            model: Arc::clone(&model),
+            chat_template: model.chat_template().ok(),
+            engine,
+            jobs: std::sync::Mutex::new(tx),
+        };
+        let worker_metrics = Arc::clone(&metrics);
         // The worker holds the model and the metrics, not the state: it ends once the
         // state's sender is gone and nothing runs.
         let worker = std::thread::Builder::new()
             .name("zoo-engine".into())
-            .spawn(move || worker::run(&model, engine, rx, &metrics))
+            .spawn(move || worker::run(&model, engine, rx, &worker_metrics))
             .map_err(|e| ApiError::internal(format!("starting the engine thread: {e}")))?;
         Ok(Server {
-            state,
-            _worker: worker,
+            state: Arc::new(state(backend)),
+            _worker: Some(worker),
         })
     }
 
-    /// The routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
-    /// `GET /health`, `GET /metrics`.
+    /// The routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST
+    /// /v1/embeddings`, `GET /v1/models`, `GET /health`, `GET /metrics`.
     pub fn router(&self) -> axum::Router {
         routes::router(Arc::clone(&self.state))
     }
 
-    /// The engine's shape: sequences at once and token slots.
-    pub fn engine_config(&self) -> EngineConfig {
-        self.state.engine
+    /// The engine's shape (sequences at once and token slots) of a language model's server.
+    pub fn engine_config(&self) -> Option<EngineConfig> {
+        match &self.state.backend {
+            Backend::Text { engine, .. } => Some(*engine),
+            Backend::Embeddings { .. } => None,
+        }
     }
 
     /// Serves on `listener` until `shutdown` completes, then stops accepting and finishes

@@ -1,5 +1,5 @@
 //! The routes: OpenAI's completions and chat completions (whole or streamed as server-sent
-//! events), the model list, health and metrics.
+//! events), embeddings, the model list, health and metrics.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -21,12 +21,13 @@ use zoo_transformers::generation::GenerationOutput;
 use crate::api::{self, Completion, Prompt};
 use crate::stop::StopText;
 use crate::worker::{Job, Update};
-use crate::{ApiError, State};
+use crate::{ApiError, Backend, State};
 
 pub(crate) fn router(state: Arc<State>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -77,7 +78,10 @@ async fn models(Shared(s): Shared<Arc<State>>, headers: HeaderMap) -> Response {
             "object": "model",
             "created": s.created,
             "owned_by": "zoo",
-            "max_model_len": s.engine.capacity,
+            "max_model_len": match &s.backend {
+                Backend::Text { engine, .. } => engine.capacity,
+                Backend::Embeddings { embedder, .. } => embedder.max_seq_length(),
+            },
         }],
     }))
     .into_response()
@@ -98,7 +102,7 @@ async fn metrics(Shared(s): Shared<Arc<State>>) -> Response {
 async fn not_found() -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
-        message: "no such route; this server answers /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics".into(),
+        message: "no such route; this server answers /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health and /metrics".into(),
         kind: "invalid_request_error",
         param: None,
         code: None,
@@ -134,7 +138,7 @@ struct Admitted(Arc<State>);
 
 impl Admitted {
     fn new(s: &Arc<State>) -> Result<Admitted, ApiError> {
-        let limit = s.engine.max_sequences + s.options.max_waiting;
+        let limit = s.options.max_batch + s.options.max_waiting;
         let before = s.in_flight.fetch_add(1, Ordering::AcqRel);
         if before >= limit {
             s.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -168,10 +172,25 @@ async fn generate(
     authorize(s, headers)?;
     let body = api::object(body)?;
     api::check_model(&body, &s.options.served_model_name)?;
+    let Backend::Text {
+        model,
+        chat_template,
+        engine,
+        jobs,
+    } = &s.backend
+    else {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "`{}` embeds text; it does not generate: use /v1/embeddings",
+                s.options.served_model_name
+            ),
+        ));
+    };
     let prompts = match kind {
         Kind::Chat => {
             let messages = api::messages(&body)?;
-            let Some(template) = &s.chat_template else {
+            let Some(template) = chat_template else {
                 return Err(ApiError::invalid(
                     "messages",
                     "this model has no chat template; send a prompt to /v1/completions",
@@ -187,21 +206,21 @@ async fn generate(
     let req = api::completion(
         &body,
         prompts,
-        s.model.default_options(),
-        s.engine.max_sequences,
+        model.default_options(),
+        engine.max_sequences,
     )?;
     let ids = req
         .prompts
         .iter()
         .map(|p| match p {
-            Prompt::Text { text, chat } => s.model.encode(text, *chat),
+            Prompt::Text { text, chat } => model.encode(text, *chat),
             Prompt::Ids(ids) => Ok(ids.clone()),
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ApiError::from_model(&e))?;
     let mut opts = req.opts.clone();
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
-    if longest >= s.engine.capacity {
+    if longest >= engine.capacity {
         return Err(ApiError::invalid(
             if kind == Kind::Chat {
                 "messages"
@@ -210,13 +229,13 @@ async fn generate(
             },
             format!(
                 "the prompt has {longest} tokens; this server's context is {} (--context)",
-                s.engine.capacity
+                engine.capacity
             ),
         ));
     }
     if !req.max_tokens_given {
         // As OpenAI: without max_tokens a completion may fill the context.
-        opts.max_new_tokens = s.engine.capacity - longest;
+        opts.max_new_tokens = engine.capacity - longest;
     }
     let admitted = Admitted::new(s)?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -231,8 +250,7 @@ async fn generate(
         arrived: Instant::now(),
     };
     let choices = job.prompts.len();
-    s.jobs
-        .lock()
+    jobs.lock()
         .map_err(|_| ApiError::internal("the engine's queue is poisoned"))?
         .send(job)
         .map_err(|_| ApiError::internal("the engine has stopped"))?;
@@ -255,6 +273,91 @@ async fn generate(
         drop(admitted);
         out
     }
+}
+
+async fn embeddings(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&s, embed(&s, &headers, &body).await)
+}
+
+/// Inputs embedded per forward pass: a request of thousands of inputs runs in batches.
+const EMBED_BATCH: usize = 32;
+
+/// OpenAI's embeddings: every input through the sentence encoder and its pooling.
+async fn embed(s: &Arc<State>, headers: &HeaderMap, body: &[u8]) -> Result<Response, ApiError> {
+    authorize(s, headers)?;
+    let body = api::object(body)?;
+    api::check_model(&body, &s.options.served_model_name)?;
+    let Backend::Embeddings { embedder, busy } = &s.backend else {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "`{}` generates text; it does not embed: serve an embedding model (a sentence-transformers folder) for /v1/embeddings",
+                s.options.served_model_name
+            ),
+        ));
+    };
+    let inputs = api::embedding_inputs(&body)?;
+    let base64 = api::encoding_format(&body)?;
+    let _admitted = Admitted::new(s)?;
+    let (embedder, busy) = (Arc::clone(embedder), Arc::clone(busy));
+    let done = tokio::task::spawn_blocking(move || {
+        // One batch at a time: the encoder's threads serve one request well.
+        let _one = busy.lock();
+        let ids = inputs
+            .iter()
+            .map(|p| match p {
+                Prompt::Text { text, .. } => embedder.encode(text),
+                Prompt::Ids(ids) => Ok(ids.clone()),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let tokens: usize = ids.iter().map(Vec::len).sum();
+        let mut vectors = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(EMBED_BATCH) {
+            vectors.extend(embedder.embed_ids(chunk)?);
+        }
+        Ok::<_, zoo_transformers::Error>((vectors, tokens))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the embedding task failed: {e}")))?;
+    let (vectors, tokens) = done.map_err(|e| {
+        let mut e = ApiError::from_model(&e);
+        if e.param.as_deref() == Some("input_ids") {
+            e.param = Some("input".into());
+        }
+        e
+    })?;
+    if let Some(d) = api::dimensions(&body)? {
+        let native = vectors.first().map_or(0, Vec::len);
+        if d != native {
+            return Err(ApiError::invalid(
+                "dimensions",
+                format!("this model embeds in {native} dimensions and does not shorten them; leave `dimensions` out or set it to {native}"),
+            ));
+        }
+    }
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                json!(api::base64_f32(v))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    s.metrics
+        .prompt_tokens
+        .fetch_add(tokens as u64, Ordering::Relaxed);
+    s.metrics.requests_ok.fetch_add(1, Ordering::Relaxed);
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": s.options.served_model_name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response())
 }
 
 /// What every body of one request repeats.

@@ -31,6 +31,10 @@ fn start(options: ServeOptions) -> SocketAddr {
 }
 
 fn start_with(model: TextGenerator, options: ServeOptions) -> SocketAddr {
+    start_with_served(model.into(), options)
+}
+
+fn start_with_served(model: zoo_serve::Served, options: ServeOptions) -> SocketAddr {
     let server = Server::start(model, options).expect("the server starts");
     let (tx, rx) = std::sync::mpsc::channel();
     thread::spawn(move || {
@@ -601,4 +605,111 @@ fn on_the_xla_cpu_plugin_overlapping_requests_get_what_each_gets_alone() {
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(content(h.join().unwrap()), alone[i], "request {i}");
     }
+}
+
+#[test]
+fn a_sentence_encoder_serves_embeddings_as_zoo_embed_computes_them() {
+    let dir = assets::asset("ZOO_MINILM_DIR");
+    let load = || {
+        zoo_transformers::sentence::SentenceEmbedder::load_pretrained(
+            dir.to_str().unwrap(),
+            Default::default(),
+        )
+        .expect("all-MiniLM-L6-v2 loads")
+    };
+    let embedder = load();
+    let addr = start_with_served(load().into(), ServeOptions::new("minilm"));
+    let sentences = ["A cat sits on the mat.", "Rust is a systems language."];
+    let want = embedder.embed(&sentences).unwrap();
+    let r = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"model": "minilm", "input": sentences}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "list");
+    for (i, w) in want.iter().enumerate() {
+        let got: Vec<f32> = v["data"][i]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(&got, w, "input {i}");
+        assert_eq!(v["data"][i]["index"], i);
+    }
+    let tokens: usize = sentences
+        .iter()
+        .map(|s| embedder.encode(s).unwrap().len())
+        .sum();
+    assert_eq!(v["usage"]["prompt_tokens"], tokens);
+
+    // base64: the same float32s, little-endian; token ids embed like their text.
+    let ids = embedder.encode(sentences[0]).unwrap();
+    let r = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"model": "minilm", "input": [ids], "encoding_format": "base64"}),
+    )
+    .json();
+    let b64 = r["data"][0]["embedding"].as_str().unwrap();
+    let alone = embedder.embed(&sentences[..1]).unwrap();
+    assert_eq!(unbase64_f32(b64), alone[0]);
+
+    let error = |body: Value, status: u16, param: &str| {
+        let r = post(addr, "/v1/embeddings", &body);
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.json()["error"]["param"], param, "{}", r.body);
+    };
+    error(json!({"model": "minilm"}), 400, "input");
+    error(json!({"model": "minilm", "input": ""}), 400, "input");
+    error(
+        json!({"model": "minilm", "input": [[1, 99999999]]}),
+        400,
+        "input",
+    );
+    error(
+        json!({"model": "minilm", "input": "x", "dimensions": 7}),
+        400,
+        "dimensions",
+    );
+    error(
+        json!({"model": "minilm", "input": "x", "encoding_format": "hex"}),
+        400,
+        "encoding_format",
+    );
+    error(
+        json!({"model": "minilm", "prompt": "x", "max_tokens": 3}),
+        400,
+        "input",
+    );
+    let r = post(addr, "/v1/chat/completions", &chat_body("Hi", 3));
+    assert_eq!(r.status, 404, "{}", r.body);
+    let mut body = chat_body("Hi", 3);
+    body["model"] = json!("minilm");
+    let r = post(addr, "/v1/chat/completions", &body);
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].clone()),
+        (400, json!("model"))
+    );
+}
+
+/// OpenAI's base64 embedding back to its float32s (little-endian).
+fn unbase64_f32(s: &str) -> Vec<f32> {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bytes = Vec::new();
+    for quad in s.as_bytes().chunks(4) {
+        let vals: Vec<u32> = quad
+            .iter()
+            .take_while(|&&c| c != b'=')
+            .map(|c| ABC.iter().position(|a| a == c).unwrap() as u32)
+            .collect();
+        let n = vals.iter().fold(0, |n, v| (n << 6) | v) << (6 * (4 - vals.len()));
+        bytes.extend(&n.to_be_bytes()[1..vals.len()]);
+    }
+    bytes
+        .chunks(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }

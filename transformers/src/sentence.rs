@@ -196,6 +196,13 @@ impl SentenceEmbedder {
         &*self.encoder
     }
 
+    /// A sentence's token ids as the model reads it (special tokens added, cut at
+    /// `max_seq_length`).
+    pub fn encode(&self, sentence: &str) -> Result<Vec<u32>> {
+        self.tokenizer
+            .encode_truncated(sentence, self.max_seq_length)
+    }
+
     /// One embedding per sentence, as `SentenceTransformer.encode` returns them.
     pub fn embed(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>> {
         if sentences.is_empty() {
@@ -203,13 +210,42 @@ impl SentenceEmbedder {
         }
         let ids = sentences
             .iter()
-            .map(|s| self.tokenizer.encode_truncated(s, self.max_seq_length))
+            .map(|s| self.encode(s))
             .collect::<Result<Vec<_>>>()?;
+        self.embed_ids(&ids)
+    }
+
+    /// One embedding per row of token ids (as [`SentenceEmbedder::encode`] makes them: each
+    /// at most `max_seq_length`, every id in the vocabulary).
+    pub fn embed_ids(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let vocab = self.encoder.vocab_size();
+        if ids.is_empty() || ids.iter().any(Vec::is_empty) {
+            return Err(Error::invalid(
+                "input_ids",
+                "every input needs at least one token".into(),
+            ));
+        }
+        if let Some(row) = ids.iter().find(|r| r.len() > self.max_seq_length) {
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "an input has {} tokens; this model reads at most {} (max_seq_length)",
+                    row.len(),
+                    self.max_seq_length
+                ),
+            ));
+        }
+        if let Some(&bad) = ids.iter().flatten().find(|&&i| i as usize >= vocab) {
+            return Err(Error::invalid(
+                "input_ids",
+                format!("token id {bad} is outside the vocabulary of {vocab} ids"),
+            ));
+        }
         let (b, t) = (ids.len(), ids.iter().map(Vec::len).max().unwrap_or(0));
         // Right padding, as the tokenizer pads a batch; padded keys are masked.
         let mut flat = Vec::with_capacity(b * t);
         let mut mask = Vec::with_capacity(b * t);
-        for row in &ids {
+        for row in ids {
             flat.extend(row.iter().map(|&i| i64::from(i)));
             flat.extend(std::iter::repeat_n(0, t - row.len()));
             mask.extend(std::iter::repeat_n(1i64, row.len()));
