@@ -73,20 +73,20 @@ impl ServeOptions {
 /// What a server serves.
 pub enum Served {
     /// A causal LM: `/v1/completions` and `/v1/chat/completions`.
-    Text(TextGenerator),
+    Text(Box<TextGenerator>),
     /// A sentence encoder with its pooling: `/v1/embeddings`.
-    Embeddings(SentenceEmbedder),
+    Embeddings(Box<SentenceEmbedder>),
 }
 
 impl From<TextGenerator> for Served {
     fn from(m: TextGenerator) -> Served {
-        Served::Text(m)
+        Served::Text(Box::new(m))
     }
 }
 
 impl From<SentenceEmbedder> for Served {
     fn from(m: SentenceEmbedder) -> Served {
-        Served::Embeddings(m)
+        Served::Embeddings(Box::new(m))
     }
 }
 
@@ -95,7 +95,7 @@ pub(crate) enum Backend {
     /// Requests go to the engine's worker thread.
     Text {
         model: Arc<TextGenerator>,
-        chat_template: Option<ChatTemplate>,
+        chat_template: Option<Box<ChatTemplate>>,
         engine: EngineConfig,
         jobs: std::sync::Mutex<mpsc::Sender<Job>>,
     },
@@ -158,7 +158,7 @@ impl Server {
         let model = match model.into() {
             Served::Embeddings(embedder) => {
                 let backend = Backend::Embeddings {
-                    embedder: Arc::new(embedder),
+                    embedder: Arc::from(embedder),
                     busy: Arc::default(),
                 };
                 return Ok(Server {
@@ -169,11 +169,11 @@ impl Server {
             Served::Text(model) => model,
         };
         let engine = worker::engine_config(&model, &options)?;
-        let model = Arc::new(model);
+        let model: Arc<TextGenerator> = Arc::from(model);
         let (tx, rx) = mpsc::channel();
         let backend = Backend::Text {
             model: Arc::clone(&model),
-            chat_template: model.chat_template().ok(),
+            chat_template: model.chat_template().ok().map(Box::new),
             engine,
             jobs: std::sync::Mutex::new(tx),
         };
