@@ -256,6 +256,28 @@ impl QMatrix {
             return;
         }
         #[cfg(target_arch = "x86_64")]
+        if m > 1 && features::avx2() {
+            let row_bytes = self.row_bytes();
+            let blocks = &self.data[rows.start * row_bytes..rows.end * row_bytes];
+            // Up to 8 x rows per pass, as the AVX-512 path takes them.
+            for (p, xg) in xs.chunks(8).enumerate() {
+                let x = |i: usize| xg.get(i).copied().unwrap_or(xg[0]);
+                let at = (out, n, rows.start, p * 8, xg.len());
+                // SAFETY: AVX2, FMA and F16C were detected; every weight row holds cols/32
+                // groups and each x row cols values; `at` names this pass's rows of the
+                // caller's columns.
+                monomorphic!(self.kind, |K| match xg.len() {
+                    1 => rebuilt_rows_avx2::<K, 1>((blocks, row_bytes), [x(0)], at),
+                    2 => rebuilt_rows_avx2::<K, 2>((blocks, row_bytes), [x(0), x(1)], at),
+                    3 | 4 => {
+                        rebuilt_rows_avx2::<K, 4>((blocks, row_bytes), std::array::from_fn(x), at)
+                    }
+                    _ => rebuilt_rows_avx2::<K, 8>((blocks, row_bytes), std::array::from_fn(x), at),
+                })
+            }
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if m == 1 && features::avx2() {
             let row_bytes = self.row_bytes();
             let blocks = &self.data[rows.start * row_bytes..rows.end * row_bytes];
@@ -588,6 +610,42 @@ unsafe fn dots_rows_avx2<const K: u8>(
             }
         }
         *y = crate::cpu::kernels::hsum256(_mm256_add_ps(acc[0], acc[1])) + off;
+    }
+}
+
+/// [`rebuilt_rows`] on AVX2 (a batched decode step): each group's 32 weights rebuilt once
+/// in four 8-lane registers, `a * q + m` as the hub dequantizes them, and multiplied with
+/// every x row, one accumulator per x row (13 registers at 8 rows). Rebuilding a row once
+/// for all the x rows, where the few-row fallback wrote each rebuilt row to memory and read
+/// it back per x row.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; the output holds these rows and columns, and no other
+/// thread writes them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rebuilt_rows_avx2<const K: u8, const R: usize>(
+    (rows, row_bytes): (&[u8], usize),
+    x: [&[f32]; R],
+    (out, n, r0, i0, live): PassOut,
+) {
+    use std::arch::x86_64::*;
+    let kind = QKind::from_id(K);
+    for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for g in 0..x[0].len() / GROUP {
+            prefetch_ahead(kind, row, g);
+            let w = group::weights8(kind, row, g);
+            for (a, x) in acc.iter_mut().zip(x) {
+                let xp = x.as_ptr().add(g * GROUP);
+                for (j, wj) in w.iter().enumerate() {
+                    *a = _mm256_fmadd_ps(*wj, _mm256_loadu_ps(xp.add(8 * j)), *a);
+                }
+            }
+        }
+        for (i, a) in acc.iter().enumerate().take(live) {
+            *out.get().add((i0 + i) * n + r0 + r) = crate::cpu::kernels::hsum256(*a);
+        }
     }
 }
 
