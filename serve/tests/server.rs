@@ -177,6 +177,23 @@ fn chat_body(content: &str, max_tokens: usize) -> Value {
     })
 }
 
+/// Greedy chat requests `(message, max_tokens)` from threads of their own, request `i` sent
+/// `i * gap_ms` after the first; their responses in order.
+fn staggered_chats(addr: SocketAddr, asks: &[(&str, usize)], gap_ms: u64) -> Vec<Response> {
+    let handles: Vec<_> = asks
+        .iter()
+        .enumerate()
+        .map(|(i, (q, n))| {
+            let body = chat_body(q, *n);
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(gap_ms * i as u64));
+                post(addr, "/v1/chat/completions", &body)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 /// What the model generates alone (greedy) for a chat message.
 fn alone(model: &TextGenerator, content: &str, max_tokens: usize) -> String {
     let prompt = model
@@ -373,20 +390,8 @@ fn requests_that_arrive_while_others_run_get_what_each_gets_alone() {
             most
         })
     };
-    let handles: Vec<_> = asks
-        .iter()
-        .enumerate()
-        .map(|(i, (q, n))| {
-            let body = chat_body(q, *n);
-            thread::spawn(move || {
-                // Staggered: each joins a batch that is already decoding.
-                thread::sleep(Duration::from_millis(60 * i as u64));
-                post(addr, "/v1/chat/completions", &body)
-            })
-        })
-        .collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        let r = h.join().unwrap();
+    // Staggered: each joins a batch that is already decoding.
+    for (i, r) in staggered_chats(addr, &asks, 60).into_iter().enumerate() {
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(
             r.json()["choices"][0]["message"]["content"],
@@ -591,19 +596,8 @@ fn on_the_xla_cpu_plugin_overlapping_requests_get_what_each_gets_alone() {
         .map(|(q, n)| content(post(addr, "/v1/chat/completions", &chat_body(q, *n))))
         .collect();
     assert!(alone[0].contains("Paris"), "{}", alone[0]);
-    let handles: Vec<_> = asks
-        .iter()
-        .enumerate()
-        .map(|(i, (q, n))| {
-            let body = chat_body(q, *n);
-            thread::spawn(move || {
-                thread::sleep(Duration::from_millis(150 * i as u64));
-                post(addr, "/v1/chat/completions", &body)
-            })
-        })
-        .collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        assert_eq!(content(h.join().unwrap()), alone[i], "request {i}");
+    for (i, r) in staggered_chats(addr, &asks, 150).into_iter().enumerate() {
+        assert_eq!(content(r), alone[i], "request {i}");
     }
 }
 

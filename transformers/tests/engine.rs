@@ -29,6 +29,15 @@ fn load(case: &str, map: DeviceMap) -> TextGenerator {
         .unwrap_or_else(|e| panic!("{case}: {e}"))
 }
 
+/// The tokens `prompt` generates alone.
+fn alone(model: &TextGenerator, prompt: &[u32], opts: &GenerationOptions) -> Vec<u32> {
+    let out = model
+        .generate_ids(&[prompt.to_vec()], opts, |_| true)
+        .unwrap()
+        .0;
+    out[0].token_ids.clone()
+}
+
 /// Three requests: prompts of different lengths, lengths to generate and options (one with a
 /// repetition penalty and no-repeat n-grams, processors that read the row's own tokens).
 fn requests() -> Vec<(Vec<u32>, GenerationOptions)> {
@@ -54,17 +63,7 @@ fn requests() -> Vec<(Vec<u32>, GenerationOptions)> {
 /// 5, and checks each sequence's tokens against the same request generated alone.
 fn joins_match_alone(model: &TextGenerator, capacity: usize, what: &str) {
     let reqs = requests();
-    let alone: Vec<Vec<u32>> = reqs
-        .iter()
-        .map(|(p, o)| {
-            model
-                .generate_ids(std::slice::from_ref(p), o, |_| true)
-                .unwrap()
-                .0[0]
-                .token_ids
-                .clone()
-        })
-        .collect();
+    let alone: Vec<Vec<u32>> = reqs.iter().map(|(p, o)| alone(model, p, o)).collect();
     let mut engine = model
         .engine(EngineConfig {
             max_sequences: 2,
@@ -228,17 +227,7 @@ fn prompts_sharing_a_cached_prefix_reuse_it_and_match_each_alone() {
             eos_token_ids: Some(vec![]),
             ..GenerationOptions::greedy(6)
         };
-        let alone: Vec<Vec<u32>> = prompts
-            .iter()
-            .map(|p| {
-                model
-                    .generate_ids(std::slice::from_ref(p), &opts, |_| true)
-                    .unwrap()
-                    .0[0]
-                    .token_ids
-                    .clone()
-            })
-            .collect();
+        let alone: Vec<Vec<u32>> = prompts.iter().map(|p| alone(&model, p, &opts)).collect();
         let mut engine = model
             .engine(EngineConfig {
                 max_sequences: 2,
