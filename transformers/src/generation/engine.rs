@@ -378,7 +378,10 @@ impl<'m> Engine<'m> {
     /// shape fixed, and a model that reruns its history cannot splice rows.
     pub fn set_prefix_caching(&mut self, on: bool) -> Result<()> {
         let supported = match &self.driven {
-            Driven::Decoder(m) => !self.compiled && m.model().recompute_cache_at().is_none(),
+            Driven::Decoder(m) => {
+                let eager = m.model().cache_specs().iter().all(|s| s.device.is_eager());
+                !self.compiled && eager && m.model().recompute_cache_at().is_none()
+            }
             Driven::Seq2Seq { .. } => false,
         };
         if !self.is_idle() || self.rows.iter().any(Option::is_some) {
@@ -944,11 +947,17 @@ impl<'m> Engine<'m> {
         }
     }
 
-    /// Rows a host-fed step runs: through the last running one on eager devices, so that
-    /// free rows at the end cost no compute; all of them where shapes stay fixed (compiled
-    /// devices, a model that reruns its history, an encoder-decoder's cross-attention).
+    /// Rows a host-fed step runs: through the last running one when every layer's cache is
+    /// on an eager device, so that free rows at the end cost no compute; all of them where
+    /// shapes stay fixed (a compiled device anywhere, a model that reruns its history, an
+    /// encoder-decoder's cross-attention).
     fn rows_to_run(&self) -> usize {
+        let eager_cache = self
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.devices().iter().all(|d| d.is_eager()));
         let fixed = self.compiled
+            || !eager_cache
             || match &self.driven {
                 Driven::Decoder(m) => m.model().recompute_cache_at().is_some(),
                 Driven::Seq2Seq { .. } => true,
