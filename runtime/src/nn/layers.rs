@@ -456,6 +456,11 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
+    /// Where the norm runs: its weight's device, `or` for a norm without weights.
+    pub fn device_or(&self, or: Device) -> Device {
+        self.weight.as_ref().map_or(or, Tensor::device)
+    }
+
     /// Loads `weight` and `bias` `[dim]` (bias optional: some models drop it).
     pub fn load(w: &Weights, dim: usize, eps: f64) -> Result<LayerNorm> {
         Ok(LayerNorm {

@@ -336,7 +336,7 @@ impl ViTModel {
         let cls_token = e.get("cls_token", &[1, 1, h])?;
         let layernorm = LayerNorm::load(&w.pp("layernorm"), h, c.layer_norm_eps)?;
         let first = cls_token.device();
-        let last = layernorm.weight.as_ref().map_or(first, Tensor::device);
+        let last = layernorm.device_or(first);
         Ok(ViTModel {
             placement: Placement::new(
                 w.dtype(),
@@ -363,10 +363,7 @@ impl ViTModel {
     }
 
     fn layernorm_device(&self) -> Device {
-        self.layernorm
-            .weight
-            .as_ref()
-            .map_or(self.device(), Tensor::device)
+        self.layernorm.device_or(self.device())
     }
 
     /// Position embeddings for a `rows x cols` grid (transformers keeps the table when the

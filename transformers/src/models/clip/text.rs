@@ -167,10 +167,7 @@ impl CLIPTextModel {
         let final_layer_norm =
             LayerNorm::load(&w.pp("final_layer_norm"), c.hidden_size, c.layer_norm_eps)?;
         let first = token_embedding.device();
-        let last = final_layer_norm
-            .weight
-            .as_ref()
-            .map_or(first, Tensor::device);
+        let last = final_layer_norm.device_or(first);
         Ok(CLIPTextModel {
             placement: encoder.placement(w.dtype(), first, last),
             token_embedding,
@@ -197,10 +194,7 @@ impl CLIPTextModel {
     }
 
     fn final_layer_norm_device(&self) -> Device {
-        self.final_layer_norm
-            .weight
-            .as_ref()
-            .map_or(self.device(), Tensor::device)
+        self.final_layer_norm.device_or(self.device())
     }
 }
 

@@ -187,7 +187,7 @@ impl CLIPVisionModel {
         let post_layernorm =
             LayerNorm::load(&w.pp("post_layernorm"), c.hidden_size, c.layer_norm_eps)?;
         let first = class_embedding.device();
-        let last = post_layernorm.weight.as_ref().map_or(first, Tensor::device);
+        let last = post_layernorm.device_or(first);
         Ok(CLIPVisionModel {
             placement: encoder.placement(w.dtype(), first, last),
             patch_embedding: PatchEmbedding::load(
@@ -243,10 +243,7 @@ impl CLIPVisionModel {
     }
 
     fn post_layernorm_device(&self) -> Device {
-        self.post_layernorm
-            .weight
-            .as_ref()
-            .map_or(self.device(), Tensor::device)
+        self.post_layernorm.device_or(self.device())
     }
 }
 
