@@ -17,8 +17,12 @@
 //!
 //! Slots are handed out by admission: a cohort joins once its rows are free and the timeline
 //! leaves room for its prompt and every running row's remaining tokens; it waits otherwise,
-//! and the timeline starts over whenever no row is running. Paged blocks per sequence (the
-//! server's cache) replace the timeline behind the same `add`/`step` interface.
+//! and the timeline starts over whenever no row is running (unless, with prefix caching, the
+//! next prompt reuses a prompt it holds and fits after it). On eager devices a step runs only
+//! the rows through the last running one. With prefix caching
+//! ([`Engine::set_prefix_caching`]) a joining prompt copies the keys and values of a cached
+//! prompt prefix into its row and feeds only the rest. Paged blocks per sequence replace the
+//! timeline behind the same `add`/`step` interface.
 
 use std::collections::VecDeque;
 
