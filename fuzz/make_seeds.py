@@ -149,5 +149,19 @@ write("device_map_json", "hf_device_map.json", json.dumps({"model.embed_tokens":
 write("device_map_json", "plan.json", json.dumps({"hf_device_map": layers, "devices": [{"id": 0, "bytes": 1}]}))
 write("device_map_json", "bad_values.json", json.dumps({"model": -1, "lm_head": [0], "x": "tpu:z"}))
 write("device_map_json", "empty_prefix.json", json.dumps({"": "cpu", "model.layers.1": 3}))
+# Configs beside real weights (fuzz_targets/config_load.rs: the first byte picks the
+# checkpoint, in its CHECKPOINTS order): each fixture's own config, then one with the layer
+# count blown up and one with a width that disagrees with the weights.
+LOADED = ["llama-gqa-f32", "gemma3-pattern-f32", "mixtral-top2-f32", "phi3-fused-f32",
+          "gpt2-base-f32", "bert-base-f32", "vit-f32", "clip-text-f32", "t5-encoder-f32"]
+for i, case in enumerate(LOADED):
+    config = json.loads(read(os.path.join(FIX, case, "config.json")))
+    write("config_load", f"{case}.json", bytes([i]) + json.dumps(config).encode())
+    layers = next((k for k in ("num_hidden_layers", "num_layers", "n_layer") if k in config), None)
+    if layers:
+        write("config_load", f"{case}-layers.json", bytes([i]) + json.dumps({**config, layers: 1 << 31}).encode())
+    width = next((k for k in ("hidden_size", "d_model", "n_embd") if k in config), None)
+    if width:
+        write("config_load", f"{case}-width.json", bytes([i]) + json.dumps({**config, width: 1 << 20}).encode())
 total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(OUT) for f in fs)
 print(f"{OUT}: {total} bytes")

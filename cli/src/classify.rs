@@ -113,12 +113,12 @@ pub fn run(args: Args) -> Result<()> {
             .iter()
             .map(|s| json!({"label": s.label, "score": s.score}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        outln!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
     let width = scored.iter().map(|s| s.label.len()).max().unwrap_or(0);
     for s in &scored {
-        println!("{:>6.2}%  {:<width$}", s.score * 100.0, s.label);
+        outln!("{:>6.2}%  {:<width$}", s.score * 100.0, s.label);
     }
     Ok(())
 }

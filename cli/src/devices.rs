@@ -36,11 +36,11 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         String::new()
     };
-    println!("CPU kernels: {tier}{capped}");
+    outln!("CPU kernels: {tier}{capped}");
     let report = zoo_runtime::pjrt::discovery::devices_report_with(
         args.platform.as_deref(),
         args.plugin.as_deref(),
     )?;
-    print!("{report}");
+    out!("{report}");
     Ok(())
 }

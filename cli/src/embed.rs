@@ -103,10 +103,10 @@ pub fn run(args: Args) -> Result<()> {
             "embeddings": sentences.iter().zip(&embeddings).map(|(s, e)| json!({"sentence": s, "embedding": e})).collect::<Vec<_>>(),
             "cosine_similarity": similarity,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{} dims, {} pooling{}, at most {} tokens",
         embeddings.first().map_or(0, Vec::len),
         embedder.pooling().name(),
@@ -117,7 +117,7 @@ pub fn run(args: Args) -> Result<()> {
         },
         embedder.max_seq_length()
     );
-    print_table(&sentences, &embeddings, &similarity, args.show);
+    print_table(&sentences, &embeddings, &similarity, args.show)?;
     Ok(())
 }
 
@@ -143,30 +143,36 @@ fn run_images(args: &Args, opts: LoadOptions) -> Result<()> {
             "embeddings": names.iter().zip(&embeddings).map(|(s, e)| json!({"image": s, "embedding": e})).collect::<Vec<_>>(),
             "cosine_similarity": similarity,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{} dims, {} embedding",
         embeddings.first().map_or(0, Vec::len),
         embedder.kind()
     );
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    print_table(&names, &embeddings, &similarity, args.show);
+    print_table(&names, &embeddings, &similarity, args.show)?;
     Ok(())
 }
 
-fn print_table(inputs: &[&str], embeddings: &[Vec<f32>], similarity: &[Vec<f32>], show: usize) {
+fn print_table(
+    inputs: &[&str],
+    embeddings: &[Vec<f32>],
+    similarity: &[Vec<f32>],
+    show: usize,
+) -> Result<()> {
     for (i, (s, e)) in inputs.iter().zip(embeddings).enumerate() {
         let norm = e.iter().map(|x| x * x).sum::<f32>().sqrt();
         let head: Vec<String> = e.iter().take(show).map(|x| format!("{x:.4}")).collect();
-        println!("[{i}] norm {norm:.4}  [{} ...]  {s}", head.join(", "));
+        outln!("[{i}] norm {norm:.4}  [{} ...]  {s}", head.join(", "));
     }
     if embeddings.len() > 1 {
-        println!("cosine similarity:");
+        outln!("cosine similarity:");
         for (i, row) in similarity.iter().enumerate() {
             let cells: Vec<String> = row.iter().map(|c| format!("{c:7.4}")).collect();
-            println!("[{i}] {}", cells.join(" "));
+            outln!("[{i}] {}", cells.join(" "));
         }
     }
+    Ok(())
 }

@@ -114,12 +114,10 @@ pub fn run(args: Args) -> Result<()> {
         print_plan(&report);
         note_beams(model.generation_config());
         let opts = options(&args, model.default_options());
-        let mut stdout = std::io::stdout();
-        let (out, stats) = model.generate_stream(&args.prompt, &opts, |piece| {
-            let _ = stdout.write_all(piece.as_bytes());
-            let _ = stdout.flush();
-        })?;
-        println!();
+        let mut sink = Sink::default();
+        let (out, stats) = model.generate_stream(&args.prompt, &opts, |piece| sink.write(piece))?;
+        sink.finish()?;
+        outln!();
         print_summary(&model.config().architecture, &report, &out, &stats);
         return Ok(());
     }
@@ -130,7 +128,7 @@ pub fn run(args: Args) -> Result<()> {
     let report = model.load_report().clone();
     print_plan(&report);
     note_beams(model.generation_config());
-    let opts = options(&args, model.default_options());
+    let mut opts = options(&args, model.default_options());
     let prompt = if args.chat {
         let mut messages = Vec::new();
         if let Some(s) = &args.system {
@@ -142,13 +140,69 @@ pub fn run(args: Args) -> Result<()> {
         args.prompt.clone()
     };
 
-    let mut stdout = std::io::stdout();
-    let (out, stats) = model.generate_stream(&prompt, args.chat, &opts, |piece| {
-        let _ = stdout.write_all(piece.as_bytes());
-        let _ = stdout.flush();
-    })?;
-    println!();
+    cap_to_context(&model, &prompt, args.chat, &mut opts)?;
+    let mut sink = Sink::default();
+    let (out, stats) =
+        model.generate_stream(&prompt, args.chat, &opts, |piece| sink.write(piece))?;
+    sink.finish()?;
+    outln!();
     print_summary(&model.config().architecture, &report, &out, &stats);
+    Ok(())
+}
+
+/// Streams text to stdout as it comes, keeping the first failed write (a full disk, a closed
+/// pipe) for [`Sink::finish`] to return: the command then fails instead of claiming success.
+#[derive(Default)]
+struct Sink {
+    failed: Option<std::io::Error>,
+}
+
+impl Sink {
+    fn write(&mut self, piece: &str) {
+        if self.failed.is_some() {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout
+            .write_all(piece.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
+            self.failed = Some(e);
+        }
+    }
+
+    fn finish(self) -> Result<()> {
+        match self.failed {
+            Some(e) => Err(crate::stdout_failed(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Caps the new tokens at what the model's context leaves after the prompt (a model built to
+/// stretch its context is left alone), saying so: the KV cache is sized from prompt and new
+/// tokens, so an absurd `--max-new-tokens` would otherwise ask memory for them all.
+fn cap_to_context(
+    model: &zoo_transformers::TextGenerator,
+    prompt: &str,
+    chat: bool,
+    opts: &mut GenerationOptions,
+) -> Result<()> {
+    let decoder = model.model().model();
+    let context = decoder.max_position_embeddings();
+    if decoder.stretches_context() {
+        return Ok(());
+    }
+    let prompt_len = model.encode(prompt, chat)?.len();
+    let room = context.saturating_sub(prompt_len).max(1);
+    if opts.max_new_tokens > room {
+        eprintln!(
+            "note: --max-new-tokens {} capped at {room}: the prompt's {prompt_len} tokens and the model's context of {context} (max_position_embeddings)",
+            opts.max_new_tokens
+        );
+        opts.max_new_tokens = room;
+        opts.min_new_tokens = opts.min_new_tokens.min(room);
+    }
     Ok(())
 }
 

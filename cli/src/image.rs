@@ -262,7 +262,7 @@ pub fn run(args: Args) -> Result<()> {
         guidance: args.guidance.is_none_or(|g| g > 1.0),
     };
     let placed = pipelines::placement::resolve(&args.model, &map, max_memory.as_ref(), &shape)
-        .with_context(|| format!("--device-map {}", args.device_map))?;
+        .with_context(|| format!("placing {} (--device-map {})", args.model, args.device_map))?;
     if let Some(note) = &placed.note {
         eprintln!("note: {note}");
     }
@@ -383,7 +383,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let written = out.save_png(&args.out)?;
     for p in &written {
-        println!("{}", p.display());
+        outln!("{}", p.display());
     }
     eprintln!(
         "{}: loaded in {load_seconds:.2} s; {} steps at {:.3} s/step (text encoding {:.2} s, VAE decode {:.2} s)",

@@ -37,12 +37,12 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let mut source = Source::parse(&args.model)?;
     if let Some(rev) = &args.revision {
-        source = source.with_revision(rev);
+        source = source.with_revision(rev)?;
     }
     let root = Pretrained::from_files(zoo_hub::ModelFiles::new(source.clone()))
-        .with_variant(args.variant.as_deref());
+        .with_variant(args.variant.as_deref())?;
     let model = match &args.component {
-        Some(c) => root.component(c),
+        Some(c) => root.component(c)?,
         None => root.clone(),
     };
     let mut out = String::new();
@@ -60,7 +60,7 @@ pub fn run(args: Args) -> Result<()> {
                 writeln!(out, "  {name:<20} {lib}.{class}")?;
             }
             writeln!(out, "inspect a component with --component NAME")?;
-            print!("{out}");
+            out!("{out}");
             return Ok(());
         }
     }
@@ -160,6 +160,6 @@ pub fn run(args: Args) -> Result<()> {
         human(inv.total_bytes()),
         params
     )?;
-    print!("{out}");
+    out!("{out}");
     Ok(())
 }

@@ -1,5 +1,20 @@
 //! `zoo`: the command line of zoo. Parsing and printing only; the work lives in the libraries.
 
+/// `print!`/`println!` that return a failed write to stdout (a full disk, a closed pipe) as
+/// the command's error instead of panicking, so the command exits non-zero with a message.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*).map_err(crate::stdout_failed)?
+    }};
+}
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err(crate::stdout_failed)?
+    }};
+}
+
 mod classify;
 mod devices;
 mod embed;
@@ -42,12 +57,30 @@ enum Command {
     Parity(parity::Args),
 }
 
+impl Command {
+    /// The subcommand's name, which every error message starts with.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Devices(_) => "devices",
+            Command::Inspect(_) => "inspect",
+            Command::Generate(_) => "generate",
+            Command::Embed(_) => "embed",
+            Command::Classify(_) => "classify",
+            Command::Image(_) => "image",
+            Command::Serve(_) => "serve",
+            Command::Plan(_) => "plan",
+            Command::Parity(_) => "parity",
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     if let Err(e) = zoo_runtime::cpu::features::tier() {
         eprintln!("error: {e}");
         return std::process::ExitCode::FAILURE;
     }
+    let name = cli.command.name();
     let result = match cli.command {
         Command::Devices(args) => devices::run(args),
         Command::Inspect(args) => inspect::run(args),
@@ -62,7 +95,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: zoo {name}: {e:#}");
             std::process::ExitCode::from(exit_code(&e))
         }
     }
@@ -86,6 +119,11 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         return if caller { 2 } else { 1 };
     }
     1
+}
+
+/// The error of a write to stdout that failed.
+fn stdout_failed(e: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!("writing to stdout: {e}")
 }
 
 /// `--max-image-pixels` as a decoder's limit: 0 means none.

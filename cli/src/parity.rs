@@ -88,7 +88,7 @@ pub fn run(args: Args) -> Result<()> {
         Command::Run(a) => run_cases(a),
         Command::Dashboard(a) => {
             let index = zoo_nightly::dashboard::write_dashboard(&a.results, &a.out)?;
-            println!("wrote {}", index.display());
+            outln!("wrote {}", index.display());
             Ok(())
         }
     }
@@ -141,16 +141,21 @@ fn run_cases(args: RunArgs) -> Result<()> {
         .max()
         .unwrap_or(4)
         .max(4);
-    println!(
+    outln!(
         "{:<width$}  {:<11}  {:<5}  {:<13}  {:>12}  {:>8}",
-        "case", "backend", "dtype", "status", "max abs diff", "time"
+        "case",
+        "backend",
+        "dtype",
+        "status",
+        "max abs diff",
+        "time"
     );
     for r in &run.results {
         let diff = match r.worst.max_abs_diff {
             Some(d) => format!("{d:.2e}"),
             None => "-".into(),
         };
-        println!(
+        outln!(
             "{:<width$}  {:<11}  {:<5}  {:<13}  {:>12}  {:>7.2}s",
             r.case,
             r.backend,
@@ -182,37 +187,42 @@ fn run_cases(args: RunArgs) -> Result<()> {
         }
     }
     if !notes.is_empty() {
-        println!();
+        outln!();
         for (reason, cases) in notes {
             let list = if cases.len() > 4 {
                 format!("{}, ... ({} results)", cases[..3].join(", "), cases.len())
             } else {
                 cases.join(", ")
             };
-            println!("{list}: {reason}");
+            outln!("{list}: {reason}");
         }
     }
     let s = &run.summary;
-    println!(
+    outln!(
         "\n{} passed, {} failed, {} errors, {} skipped, {} not available in {:.1}s",
-        s.success, s.failed, s.errors, s.skipped, s.not_available, s.time_s
+        s.success,
+        s.failed,
+        s.errors,
+        s.skipped,
+        s.not_available,
+        s.time_s
     );
     let c = &run.changes;
     match &c.previous_run {
-        Some(prev) => println!(
+        Some(prev) => outln!(
             "against {prev}: {} new failures, {} fixes",
             c.new_failures.len(),
             c.fixes.len()
         ),
-        None => println!("first run in {}", summary.history_dir.display()),
+        None => outln!("first run in {}", summary.history_dir.display()),
     }
     for k in &c.new_failures {
-        println!("  new failure: {} [{} {}]", k.case, k.backend, k.dtype);
+        outln!("  new failure: {} [{} {}]", k.case, k.backend, k.dtype);
     }
     for k in &c.fixes {
-        println!("  fixed: {} [{} {}]", k.case, k.backend, k.dtype);
+        outln!("  fixed: {} [{} {}]", k.case, k.backend, k.dtype);
     }
-    println!("results: {}", summary.results_path.display());
+    outln!("results: {}", summary.results_path.display());
     if summary.has_failures() {
         bail!(
             "{} of {} results failed or errored",

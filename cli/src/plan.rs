@@ -87,6 +87,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     let checkpoint = model.checkpoint()?;
     let config = model.config().ok();
+    if let Some(c) = &config {
+        checkpoint
+            .inventory
+            .check_layer_counts(&c.to_value(), &c.path)?;
+    }
 
     let inv = &checkpoint.inventory;
 
@@ -138,15 +143,15 @@ pub fn run(args: Args) -> Result<()> {
     };
     let plan = plan(&request)?;
     plan.check_covers(inv)?;
-    print!("{plan}");
+    out!("{plan}");
     match &layout {
-        None => println!(
+        None => outln!(
             "note: no registered family describes this checkpoint; KV cache and activations are not counted"
         ),
         Some(l) if !l.shape.kv_cache.caches() => {
-            println!("note: an encoder keeps no KV cache; activations are sized for {seq} tokens")
+            outln!("note: an encoder keeps no KV cache; activations are sized for {seq} tokens")
         }
-        Some(l) if matches!(l.shape.kv_cache, CacheLayout::EncoderDecoder { .. }) => println!(
+        Some(l) if matches!(l.shape.kv_cache, CacheLayout::EncoderDecoder { .. }) => outln!(
             "note: an encoder-decoder: each decoder layer keeps a self-attention cache of {seq} generated tokens and a cross-attention cache of the encoder's {seq}-token output"
         ),
         Some(_) => {}
@@ -167,6 +172,12 @@ fn budgets(args: &Args) -> Result<Vec<DeviceBudget>> {
         .max()
         .unwrap_or(0);
     let n = args.devices.unwrap_or(named_max.max(1));
+    if n == 0 || n > MAX_DEVICES {
+        bail!(
+            "--devices {n} (or the highest index in --max-memory): plan for 1 to {MAX_DEVICES} devices, \
+             more than any PJRT topology has"
+        );
+    }
     let mut devices = Vec::new();
     for i in 0..n {
         let place = Placement::Device(i);
@@ -194,6 +205,10 @@ fn budgets(args: &Args) -> Result<Vec<DeviceBudget>> {
     }
     Ok(devices)
 }
+
+/// The most devices a plan spans: well past the largest TPU pod (8,960 chips), and small
+/// enough that the table of budgets is never a memory hazard.
+const MAX_DEVICES: usize = 65_536;
 
 /// `zoo plan` on a diffusers pipeline folder.
 fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) -> Result<()> {
@@ -232,11 +247,11 @@ fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) 
     };
     let plan = plan(&request)?;
     plan.check_covers(&p.inventory)?;
-    print!("{}", plan.table());
+    out!("{}", plan.table());
     for pair in plan.stages.windows(2) {
         let last = pair[0].units.last().map(String::as_str).unwrap_or("-");
         if let Some(c) = p.crossing(last) {
-            println!(
+            outln!(
                 "cut {} -> {}: after {last}, {} {} ({})",
                 pair[0].device.name,
                 pair[1].device.name,
@@ -250,7 +265,7 @@ fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) 
             );
         }
     }
-    println!(
+    outln!(
         "note: {} at {}x{}: the denoiser runs a batch of {} (activations {} per device, the largest component's peak)",
         p.class_name,
         p.size.1,
@@ -261,16 +276,13 @@ fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) 
     write_plan(&plan, args.out.as_deref())
 }
 
-/// Writes the plan as JSON to `out` (then renames it into place, so an interrupted run leaves
-/// no half-written plan).
+/// Writes the plan as JSON to `out`, atomically: a failed write leaves no plan behind.
 fn write_plan(plan: &zoo_runtime::device_map::Plan, out: Option<&std::path::Path>) -> Result<()> {
     let Some(out) = out else {
         return Ok(());
     };
     let text = serde_json::to_string_pretty(&plan.to_json())?;
-    let tmp = out.with_extension("json.partial");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
-    println!("plan written to {}", out.display());
+    zoo_hub::write_atomically(out, text.as_bytes())?;
+    outln!("plan written to {}", out.display());
     Ok(())
 }

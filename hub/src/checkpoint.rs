@@ -125,12 +125,8 @@ pub fn find_checkpoint(
     let prefix = subfolder.map(|s| format!("{s}/")).unwrap_or_default();
     let mut looked = Vec::new();
     for stem in ["model", "diffusion_pytorch_model"] {
+        // The single file first, as transformers looks: beside a stale index it still loads.
         let (index_name, single_name) = candidates(stem, variant);
-        let index_rel = format!("{prefix}{index_name}");
-        looked.push(index_rel.clone());
-        if let Some(index_path) = files.get_optional(&index_rel)? {
-            return sharded(files, &prefix, &index_path);
-        }
         let single_rel = format!("{prefix}{single_name}");
         looked.push(single_rel.clone());
         if let Some(path) = files.get_optional(&single_rel)? {
@@ -140,6 +136,11 @@ pub fn find_checkpoint(
                 inventory: Inventory::from_safetensors(std::slice::from_ref(&path))?,
                 files: vec![path],
             });
+        }
+        let index_rel = format!("{prefix}{index_name}");
+        looked.push(index_rel.clone());
+        if let Some(index_path) = files.get_optional(&index_rel)? {
+            return sharded(files, &prefix, &index_path);
         }
     }
     // A folder holding one GGUF file (and no safetensors) is a GGUF checkpoint.
@@ -297,6 +298,8 @@ impl ModelIndex {
             }
             match v.as_array().map(Vec::as_slice) {
                 Some([Value::String(lib), Value::String(class)]) => {
+                    // A component's name is its subfolder: one folder name, no path.
+                    crate::source::check_name("component", k)?;
                     components.insert(k.clone(), (lib.clone(), class.clone()));
                 }
                 Some([Value::Null, Value::Null]) => {}

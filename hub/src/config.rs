@@ -13,11 +13,31 @@ use serde_json::{Map, Value};
 use crate::error::{io_err, HubError, Result};
 
 /// One token id or several (`eos_token_id` is either in HF configs).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum TokenIds {
     One(u32),
     Many(Vec<u32>),
+}
+
+impl<'de> Deserialize<'de> for TokenIds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        let id = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+        match &v {
+            Value::Array(ids) => ids
+                .iter()
+                .map(id)
+                .collect::<Option<_>>()
+                .map(TokenIds::Many),
+            _ => id(&v).map(TokenIds::One),
+        }
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{v} is not a token id (a whole number below 2^32) or a list of them"
+            ))
+        })
+    }
 }
 
 impl TokenIds {
@@ -374,9 +394,19 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
 
 /// Parses JSON bytes into `T`, naming `path` in errors. Split out for the fuzzer.
 pub fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| HubError::Json {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
+    serde_json::from_slice(bytes).map_err(|e| {
+        // Valid JSON holding a wrong value: read again to name the field.
+        if e.classify() == serde_json::error::Category::Data {
+            if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
+                if let Err(named) = from_value_at::<T>(value, path) {
+                    return named;
+                }
+            }
+        }
+        HubError::Json {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        }
     })
 }
 

@@ -60,6 +60,19 @@ pub enum HubError {
     #[error("{path}: invalid JSON: {reason}")]
     Json { path: PathBuf, reason: String },
 
+    /// A path that exists but cannot be read as a file or folder (a symbolic link loop).
+    #[error("{path}: {reason}")]
+    BadPath { path: PathBuf, reason: String },
+
+    /// A revision, variant, component or subfolder name that could name a path out of the
+    /// model's folder or the cache, or a revision given for a local path.
+    #[error("{what} {name:?}: {reason}")]
+    BadName {
+        what: &'static str,
+        name: String,
+        reason: String,
+    },
+
     /// A config field that a model needs is absent or has the wrong form.
     #[error("{path}: field `{field}`: {reason}")]
     ConfigField {

@@ -175,3 +175,94 @@ fn common_prefix(a: &str, b: &str) -> usize {
 pub fn inventory_of(path: &Path) -> Result<Inventory> {
     Inventory::from_safetensors(&[path.to_path_buf()])
 }
+
+/// Config fields that count stacked layers, by their names across transformers and diffusers.
+const LAYER_COUNTS: &[&str] = &[
+    "num_hidden_layers",
+    "num_layers",
+    "n_layer",
+    "num_encoder_layers",
+    "encoder_layers",
+    "num_single_layers",
+    "num_decoder_layers",
+    "decoder_layers",
+];
+
+impl Inventory {
+    /// The longest stack of numbered modules: for every `prefix.N.` in a tensor name, the
+    /// prefix and how many indices it holds (the largest index plus one). `None` for a
+    /// checkpoint without numbered modules.
+    pub fn longest_stack(&self) -> Option<(String, usize)> {
+        let mut stacks: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in &self.tensors {
+            let mut start = 0;
+            for part in t.name.split('.') {
+                if let Ok(i) = part.parse::<usize>() {
+                    let prefix = t.name[..start].trim_end_matches('.');
+                    let n = stacks.entry(prefix).or_default();
+                    *n = (*n).max(i.saturating_add(1));
+                }
+                start += part.len() + 1;
+            }
+        }
+        stacks
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(p, n)| (p.to_string(), n))
+    }
+
+    /// Refuses a config (`config`, read from `path`) whose layer counts exceed every stack of
+    /// numbered modules the checkpoint holds: every layer of the families zoo runs stores
+    /// tensors of its own, so a larger count is a config that does not describe these
+    /// weights, caught before a model allocates its per-layer tables. Nested configs
+    /// (`text_config`, ...) are read too; a decoder's count is checked only where the
+    /// checkpoint holds a decoder (an encoder-only T5 keeps `num_decoder_layers`).
+    pub fn check_layer_counts(&self, config: &serde_json::Value, path: &Path) -> Result<()> {
+        let Some((stack, most)) = self.longest_stack() else {
+            return Ok(());
+        };
+        let has_decoder = self.tensors.iter().any(|t| t.name.contains("decoder"));
+        check_counts(config, "", &|field, n| {
+            let leaf = field.rsplit('.').next().unwrap_or(field);
+            if n <= most as u64 || (leaf.contains("decoder") && !has_decoder) {
+                return Ok(());
+            }
+            Err(HubError::ConfigField {
+                path: path.to_path_buf(),
+                field: field.to_string(),
+                reason: format!(
+                    "{n} layers, but the checkpoint's longest stack of layers holds {most} \
+                     (`{stack}.0` to `{stack}.{}`); config.json does not describe these weights",
+                    most - 1
+                ),
+            })
+        })
+    }
+}
+
+fn check_counts(
+    value: &serde_json::Value,
+    at: &str,
+    check: &dyn Fn(&str, u64) -> Result<()>,
+) -> Result<()> {
+    let serde_json::Value::Object(map) = value else {
+        return Ok(());
+    };
+    for (k, v) in map {
+        let field = if at.is_empty() {
+            k.clone()
+        } else {
+            format!("{at}.{k}")
+        };
+        match v {
+            serde_json::Value::Number(n) if LAYER_COUNTS.contains(&k.as_str()) => {
+                if let Some(n) = n.as_u64() {
+                    check(&field, n)?;
+                }
+            }
+            serde_json::Value::Object(_) => check_counts(v, &field, check)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -6,6 +6,7 @@ pub mod dtype;
 pub mod error;
 pub mod gguf;
 pub mod inventory;
+pub mod output;
 pub mod pretrained;
 pub mod safetensors;
 pub mod slow_tokenizer;
@@ -19,6 +20,7 @@ pub use config::{
 pub use dtype::{Dtype, GgmlType};
 pub use error::{HubError, Result};
 pub use inventory::{Inventory, TensorInfo, Transform};
+pub use output::{write_atomically, OutputError};
 pub use pretrained::Pretrained;
 pub use source::{hub_cache_dir, CachedRepo, ModelFiles, Source};
 pub use weights::{TensorView, Weights};

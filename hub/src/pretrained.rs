@@ -45,23 +45,28 @@ impl Pretrained {
     }
 
     /// The same model, reading the weights variant `variant` (`"fp16"`).
-    pub fn with_variant(mut self, variant: Option<&str>) -> Pretrained {
+    pub fn with_variant(mut self, variant: Option<&str>) -> Result<Pretrained> {
+        if let Some(v) = variant {
+            crate::source::check_name("variant", v)?;
+        }
         self.variant = variant.map(str::to_string);
-        self
+        Ok(self)
     }
 
-    /// A component of a diffusers pipeline (its subfolder, e.g. `"unet"`).
-    pub fn component(&self, name: &str) -> Pretrained {
+    /// A component of a diffusers pipeline (its subfolder, e.g. `"unet"`); a name that is
+    /// not one folder name is refused.
+    pub fn component(&self, name: &str) -> Result<Pretrained> {
+        crate::source::check_name("component", name)?;
         let sub = match &self.subfolder {
             Some(s) => format!("{s}/{name}"),
             None => name.to_string(),
         };
-        Pretrained {
+        Ok(Pretrained {
             files: self.files.clone(),
             subfolder: Some(sub),
             variant: self.variant.clone(),
             gguf: Arc::default(),
-        }
+        })
     }
 
     /// Where the files come from.
@@ -170,6 +175,12 @@ impl Pretrained {
     /// The path of `tokenizer.json`, when it is a file.
     pub fn tokenizer_path(&self) -> Result<Option<PathBuf>> {
         self.files.get_optional(&self.rel("tokenizer.json"))
+    }
+
+    /// The path of `config.json` in this model's folder (a pipeline component's own), when
+    /// it has one.
+    pub fn config_path(&self) -> Result<Option<PathBuf>> {
+        self.files.get_optional(&self.rel("config.json"))
     }
 
     /// `preprocessor_config.json` (an image processor's settings), when the model has one.

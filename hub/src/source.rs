@@ -29,6 +29,7 @@ impl Source {
         if path.is_file() {
             return Ok(Source::File(path.to_path_buf()));
         }
+        check_link(path)?;
         let (id, revision) = match input.split_once('@') {
             Some((id, rev)) if !rev.is_empty() => (id, rev),
             Some(_) => {
@@ -43,22 +44,116 @@ impl Source {
                 input: input.into(),
             });
         }
+        check_revision(revision)?;
         Ok(Source::Repo {
             id: id.to_string(),
             revision: revision.to_string(),
         })
     }
 
-    /// The same source at another revision (repo ids only; paths have none).
-    pub fn with_revision(self, revision: &str) -> Source {
+    /// The same source at another revision. Paths have none: a revision given for one is
+    /// refused rather than ignored, as is a revision outside the Hub's grammar.
+    pub fn with_revision(self, revision: &str) -> Result<Source> {
+        check_revision(revision)?;
         match self {
-            Source::Repo { id, .. } => Source::Repo {
+            Source::Repo { id, .. } => Ok(Source::Repo {
                 id,
                 revision: revision.to_string(),
-            },
-            other => other,
+            }),
+            Source::Folder(p) | Source::File(p) => Err(HubError::BadName {
+                what: "revision",
+                name: revision.into(),
+                reason: format!(
+                    "{} is a local path, which has no revisions; a revision applies to Hub repo ids",
+                    p.display()
+                ),
+            }),
         }
     }
+}
+
+/// A symbolic link at `path` that leads nowhere (a loop, or a missing target) is an error
+/// saying so, rather than the file being reported absent.
+fn check_link(path: &Path) -> Result<()> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return Ok(());
+    }
+    match std::fs::metadata(path) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let reason = if e.kind() == std::io::ErrorKind::NotFound {
+                "a symbolic link whose target does not exist".to_string()
+            } else if e.raw_os_error() == Some(ELOOP) {
+                "a symbolic link loop (it leads back to itself)".to_string()
+            } else {
+                format!("a symbolic link that cannot be followed: {e}")
+            };
+            Err(HubError::BadPath {
+                path: path.to_path_buf(),
+                reason,
+            })
+        }
+    }
+}
+
+/// `ELOOP` on Linux and the BSDs' value on macOS.
+#[cfg(target_os = "macos")]
+const ELOOP: i32 = 62;
+#[cfg(not(target_os = "macos"))]
+const ELOOP: i32 = 40;
+
+/// Refuses a name that is one path component (a variant, a pipeline component's folder)
+/// but could be read as more: empty, `.`, `..`, or holding a separator or control character.
+pub fn check_name(what: &'static str, name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "it is empty"
+    } else if name == "." || name == ".." {
+        "it names a folder above or the same folder"
+    } else if name.contains(['/', '\\']) {
+        "it holds a path separator; give a plain name"
+    } else if name.chars().any(char::is_control) {
+        "it holds a control character"
+    } else {
+        return Ok(());
+    };
+    Err(HubError::BadName {
+        what,
+        name: name.into(),
+        reason: reason.into(),
+    })
+}
+
+/// Refuses a revision the Hub could not hold: git's rules for ref names (no `..`, no empty or
+/// dot-led components, no control characters, spaces or `~^:?*[\`), so that a revision is
+/// always a name under `refs/` or a commit, never a path out of the cache.
+pub fn check_revision(revision: &str) -> Result<()> {
+    let bad = |reason: &str| {
+        Err(HubError::BadName {
+            what: "revision",
+            name: revision.into(),
+            reason: reason.into(),
+        })
+    };
+    if revision.is_empty() {
+        return bad("it is empty; give a branch, tag or commit");
+    }
+    if revision
+        .chars()
+        .any(|c| c.is_control() || " ~^:?*[\\".contains(c))
+    {
+        return bad("it holds a space, a control character or one of ~^:?*[\\");
+    }
+    if revision.contains("..") || revision.contains("@{") {
+        return bad("it holds `..` or `@{`");
+    }
+    if revision
+        .split('/')
+        .any(|part| part.is_empty() || part.starts_with('.') || part.ends_with(".lock"))
+    {
+        return bad("a `/`-separated part of it is empty, starts with `.` or ends with `.lock`");
+    }
+    Ok(())
 }
 
 impl std::fmt::Display for Source {
@@ -275,6 +370,7 @@ impl ModelFiles {
             Source::Folder(_) | Source::File(_) => {
                 let dir = self.local_dir().unwrap_or_default();
                 let p = dir.join(file);
+                check_link(&p)?;
                 Ok(p.is_file().then_some(p))
             }
             Source::Repo { id, revision } => {

@@ -261,28 +261,48 @@ fn diffusers_layout_with_components_and_variants() {
     assert_eq!(index.components.len(), 3);
     assert_eq!(index.components["unet"].1, "UNet2DConditionModel");
 
-    let unet = pipe.component("unet");
+    let unet = pipe.component("unet").unwrap();
     assert_eq!(unet.config().unwrap().get("in_channels").unwrap(), 4);
     let plain = unet.checkpoint().unwrap();
     assert!(plain.files[0].ends_with("unet/diffusion_pytorch_model.safetensors"));
     let fp16 = pipe
         .clone()
         .with_variant(Some("fp16"))
+        .unwrap()
         .component("unet")
+        .unwrap()
         .checkpoint()
         .unwrap();
     assert!(fp16.files[0].ends_with("unet/diffusion_pytorch_model.fp16.safetensors"));
     let te = pipe
         .clone()
         .with_variant(Some("fp16"))
+        .unwrap()
         .component("text_encoder")
+        .unwrap()
         .checkpoint()
         .unwrap();
     assert!(te.files[0].ends_with("text_encoder/model.fp16.safetensors"));
     // The vae only ships fp16: without the variant the error says so.
-    let err = pipe.component("vae").checkpoint().unwrap_err().to_string();
+    let err = pipe
+        .component("vae")
+        .unwrap()
+        .checkpoint()
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("vae/diffusion_pytorch_model.safetensors"),
         "{err}"
     );
+    // Names that would leave the folder are refused.
+    for bad in ["..", "../unet", "a/b", ""] {
+        let e = pipe.component(bad).unwrap_err().to_string();
+        assert!(e.contains("component"), "{bad:?}: {e}");
+        let e = pipe
+            .clone()
+            .with_variant(Some(bad))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("variant"), "{bad:?}: {e}");
+    }
 }

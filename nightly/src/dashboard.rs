@@ -23,7 +23,10 @@ pub enum DashboardError {
     /// The history folder holds no run.
     #[error("no results in {0}: run `zoo parity run --out DIR` first, then point --results at DIR/history")]
     NoRuns(PathBuf),
-    /// index.html could not be written.
+    /// index.html could not be written (atomically: a failed write leaves none).
+    #[error(transparent)]
+    Output(#[from] zoo_hub::OutputError),
+    /// The output folder could not be made.
     #[error("cannot write {path}: {source}")]
     Io {
         /// The file or folder.
@@ -46,7 +49,7 @@ pub fn write_dashboard(history_dir: &Path, out_dir: &Path) -> Result<PathBuf, Da
     };
     std::fs::create_dir_all(out_dir).map_err(io(out_dir))?;
     let index = out_dir.join("index.html");
-    std::fs::write(&index, render(&runs)).map_err(io(&index))?;
+    zoo_hub::write_atomically(&index, render(&runs).as_bytes())?;
     Ok(index)
 }
 

@@ -29,6 +29,9 @@ pub enum ResultsError {
         #[source]
         source: std::io::Error,
     },
+    /// A results file could not be written (atomically: a failed write leaves none).
+    #[error(transparent)]
+    Output(#[from] zoo_hub::OutputError),
     /// A results file is not valid results JSON.
     #[error("{path}: field `{field}`: {source}")]
     Json {
@@ -438,7 +441,7 @@ impl RunResults {
         }
         let text = serde_json::to_string_pretty(self)
             .expect("results serialize: no maps with non-string keys");
-        std::fs::write(path, text + "\n").map_err(io)
+        Ok(zoo_hub::write_atomically(path, (text + "\n").as_bytes())?)
     }
 }
 

@@ -82,6 +82,24 @@ pub(crate) fn engine_config(
         Some(c) => c,
         None => trained.min(DEFAULT_CONTEXT),
     };
+    // Every row of the engine's cache holds the whole context: refuse at start what memory
+    // cannot hold, rather than at the first request.
+    zoo_transformers::KvCache::check_fits(
+        &decoder.cache_specs(),
+        options.max_batch,
+        capacity,
+        decoder.dtype(),
+        false,
+    )
+    .map_err(|e| {
+        ApiError::invalid(
+            "max_batch",
+            format!(
+                "--max-batch {} with --context {capacity}: {e}",
+                options.max_batch
+            ),
+        )
+    })?;
     Ok(EngineConfig {
         max_sequences: options.max_batch,
         capacity,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use zoo_hub::{Pretrained, PretrainedConfig, Source};
+use zoo_hub::{Inventory, Pretrained, PretrainedConfig, Source};
 use zoo_runtime::device_map::{DeviceMap, MaxMemory, Placement};
 use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Device};
@@ -33,9 +33,10 @@ pub struct AutoConfig {
 }
 
 impl AutoConfig {
-    /// Reads and dispatches the config of `repo_or_path`.
+    /// Reads and dispatches the config of `repo_or_path`, its layer counts checked against
+    /// its weights where it has any.
     pub fn from_pretrained(repo_or_path: &str) -> Result<AutoConfig> {
-        AutoConfig::from_config(Pretrained::open(repo_or_path)?.config()?)
+        AutoConfig::of_checkpoint(&Pretrained::open(repo_or_path)?)
     }
 
     /// Dispatches an already read config: by `architectures` first, then `model_type`; an
@@ -43,6 +44,34 @@ impl AutoConfig {
     /// family then checks the config (a missing field or an impossible value is an error
     /// naming `config.json` and the field).
     pub fn from_config(pretrained: PretrainedConfig) -> Result<AutoConfig> {
+        AutoConfig::dispatch(pretrained, None)
+    }
+
+    /// The config of a checkpoint about to load: [`AutoConfig::from_config`], with its layer
+    /// counts checked against the layers the checkpoint holds before the family reads them,
+    /// so a config declaring more layers than its weights is refused before any per-layer
+    /// table is allocated.
+    pub(crate) fn of_checkpoint(pretrained: &Pretrained) -> Result<AutoConfig> {
+        if pretrained.config_path()?.is_none() {
+            if let Some(index) = pretrained.model_index()? {
+                return Err(Error::WrongKind {
+                    path: index.path,
+                    architecture: index.class_name,
+                    asked: "transformers' Auto classes",
+                    hint: "it is a diffusers pipeline (model_index.json, no config.json): \
+                           generate images with DiffusionPipeline or `zoo image`, or load one \
+                           of its components by its folder (text_encoder, ...)"
+                        .into(),
+                });
+            }
+        }
+        let config = pretrained.config()?;
+        // No weights found: the load reports that, naming what it looked for.
+        let inventory = pretrained.checkpoint().ok().map(|ck| ck.inventory);
+        AutoConfig::dispatch(config, inventory.as_ref())
+    }
+
+    fn dispatch(pretrained: PretrainedConfig, inventory: Option<&Inventory>) -> Result<AutoConfig> {
         let by_arch = pretrained
             .architectures
             .iter()
@@ -84,6 +113,9 @@ impl AutoConfig {
                 supported_model_types: registry::model_types(),
             });
         };
+        if let Some(inventory) = inventory {
+            inventory.check_layer_counts(&pretrained.to_value(), &pretrained.path)?;
+        }
         (family.validate)(&pretrained)?;
         Ok(AutoConfig {
             pretrained,
@@ -180,7 +212,7 @@ pub struct LoadReport {
 fn open(repo_or_path: &str, revision: Option<&str>) -> Result<Pretrained> {
     let mut source = Source::parse(repo_or_path)?;
     if let Some(r) = revision {
-        source = source.with_revision(r);
+        source = source.with_revision(r)?;
     }
     Ok(Pretrained::from_files(zoo_hub::ModelFiles::new(source)))
 }
@@ -346,7 +378,7 @@ impl AutoModel {
     /// [`AutoModel::load_pretrained`] with every option.
     pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<BaseModel> {
         let pretrained = open(repo_or_path, opts.revision.as_deref())?;
-        let cfg = AutoConfig::from_config(pretrained.config()?)?;
+        let cfg = AutoConfig::of_checkpoint(&pretrained)?;
         let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
         let m = match cfg.family.loaders {
             Loaders::Decoder { base, .. } => base(&w, &cfg.pretrained).map(BaseModel::Decoder),
@@ -370,7 +402,7 @@ pub(crate) fn load_encoder(
     task: Task,
 ) -> Result<(Box<dyn Encoder>, AutoConfig, Pretrained)> {
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
-    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     let m = match cfg.family.loaders {
         Loaders::Encoder(load) | Loaders::Seq2Seq { encoder: load, .. } => {
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
@@ -416,7 +448,7 @@ pub(crate) fn load_image_encoder(
     task: Task,
 ) -> Result<(Box<dyn ImageEncoder>, Pretrained)> {
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
-    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     let m: Box<dyn ImageEncoder> = match cfg.family.loaders {
         Loaders::Image(load) => {
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
@@ -449,7 +481,7 @@ pub(crate) fn load_image_text(
     opts: &LoadOptions,
 ) -> Result<(Box<dyn ImageTextModel>, Pretrained)> {
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
-    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     let Loaders::ImageText(load) = cfg.family.loaders else {
         return Err(cfg.wrong_kind("AutoModelForZeroShotImageClassification"));
     };
@@ -645,7 +677,7 @@ fn load_generator<M>(
 ) -> Result<(M, AutoConfig, TextSide, LoadReport)> {
     let started = Instant::now();
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
-    let cfg = AutoConfig::from_config(pretrained.config()?)?;
+    let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     let Some(load) = pick(cfg.family.loaders) else {
         return Err(cfg.wrong_kind(asked));
     };

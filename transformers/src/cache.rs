@@ -127,6 +127,7 @@ impl KvCache {
                 "a KV cache needs at least one row and one slot (batch {batch}, capacity {capacity})"
             )));
         }
+        KvCache::check_fits(specs, batch, capacity, dtype, rings)?;
         let layers = specs
             .iter()
             .map(|spec| {
@@ -534,6 +535,59 @@ impl KvCache {
 
 /// The ring size of a layer with `window` in a cache of `capacity`: the window when it is
 /// shorter (a full-size buffer otherwise saves nothing) and the cache keeps `rings`.
+impl KvCache {
+    /// Refuses a cache whose host-side buffers (every layer on an eager CPU device) would not
+    /// fit the memory this process may still take, before any is allocated: a request for
+    /// more tokens or sequences than memory holds is an error naming the sizes, not an
+    /// aborted process.
+    pub fn check_fits(
+        specs: &[CacheSpec],
+        batch: usize,
+        capacity: usize,
+        dtype: DType,
+        rings: bool,
+    ) -> Result<()> {
+        let per_slot = |spec: &CacheSpec| -> Option<u64> {
+            let slots = match spec.attention {
+                CacheAttention::SelfAttention { window } => {
+                    ring(window, capacity, rings).unwrap_or(capacity)
+                }
+                CacheAttention::Cross => return Some(0),
+            };
+            (2 * batch as u64)
+                .checked_mul(spec.kv_heads as u64)?
+                .checked_mul(slots as u64)?
+                .checked_mul(spec.head_dim as u64)?
+                .checked_mul(dtype.size_in_bytes() as u64)
+        };
+        let host = specs.iter().filter(|s| s.device == Device::Cpu);
+        let bytes = host
+            .map(per_slot)
+            .try_fold(0u64, |sum, b| sum.checked_add(b?));
+        let available = zoo_runtime::device_map::host_available();
+        let fits = match (bytes, available) {
+            (Some(b), Some(a)) => b <= a,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if fits {
+            return Ok(());
+        }
+        let needs = bytes.map_or(
+            "more than 2^64 bytes".to_string(),
+            zoo_runtime::device_map::human,
+        );
+        let has = available.map_or("unknown".to_string(), zoo_runtime::device_map::human);
+        Err(Error::invalid(
+            "max_new_tokens",
+            format!(
+            "a KV cache of {batch} sequence(s) × {capacity} tokens needs {needs} of host memory, \
+             and {has} is available; ask for fewer new tokens, a shorter prompt or fewer sequences"
+        ),
+        ))
+    }
+}
+
 fn ring(window: Option<usize>, capacity: usize, rings: bool) -> Option<usize> {
     window.filter(|&w| rings && w > 0 && w < capacity)
 }

@@ -55,7 +55,7 @@ const PLANNED_SEQ: usize = 4096;
 /// Resolves `map` for the model `facts` describes.
 pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolved> {
     let unsupported = |reason: String| Error::UnsupportedDeviceMap {
-        map: format!("{map:?}"),
+        map: map.to_string(),
         reason,
     };
     match map {
@@ -130,8 +130,91 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
                 )),
             }
         }
-        DeviceMap::Explicit(m) => explicit(m),
+        DeviceMap::Explicit(m) => {
+            check_coverage(m, facts)?;
+            explicit(m)
+        }
     }
+}
+
+/// An explicit map must name modules the model has and give every weight a device, as
+/// accelerate checks a `device_map`: a typo or a stale map would otherwise load a module
+/// on a device nobody asked for.
+fn check_coverage(m: &ExplicitMap, facts: &ModelFacts<'_>) -> Result<()> {
+    // A tied head (`lm_head` sharing the embeddings) is a module with no tensor of its own.
+    let tied: Vec<String> = crate::registry::layout(facts.config)
+        .and_then(|l| l.ok())
+        .map(|l| l.tied.into_iter().flatten().collect())
+        .unwrap_or_default();
+    let names = || {
+        facts
+            .inventory
+            .tensors()
+            .iter()
+            .map(|t| t.name.as_str())
+            .chain(tied.iter().map(String::as_str))
+    };
+    let within = |name: &str, prefix: &str| {
+        prefix.is_empty()
+            || name == prefix
+            || (name.starts_with(prefix) && name.as_bytes().get(prefix.len()) == Some(&b'.'))
+    };
+    let unknown: Vec<&str> = m
+        .entries
+        .keys()
+        .filter(|p| !names().any(|n| within(n, p)))
+        .map(String::as_str)
+        .collect();
+    let bad = |reason: String| Error::invalid("device_map", reason);
+    if !unknown.is_empty() {
+        return Err(bad(format!(
+            "the device map names {} that the checkpoint does not have: {}; name modules as \
+             `zoo inspect` lists them (e.g. model.layers.0, lm_head)",
+            plural(unknown.len(), "module"),
+            list(&unknown)
+        )));
+    }
+    let mut uncovered: Vec<&str> = facts
+        .inventory
+        .tensors()
+        .iter()
+        .map(|t| t.name.as_str())
+        .filter(|n| m.placement_of(n).is_none())
+        .map(|n| n.rsplit_once('.').map_or(n, |(module, _)| module))
+        .collect();
+    uncovered.dedup();
+    if !uncovered.is_empty() {
+        return Err(bad(format!(
+            "the device map gives no device to {}: {}; add them, or \"\": DEVICE for everything \
+             the map does not name",
+            plural(uncovered.len(), "module"),
+            list(&uncovered)
+        )));
+    }
+    Ok(())
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// The first few names of a list, and how many more.
+fn list(names: &[&str]) -> String {
+    const SHOWN: usize = 6;
+    let mut out = names
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        out.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    out
 }
 
 /// `cpu`, `cuda`/`gpu` or `tpu`.

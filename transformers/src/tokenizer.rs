@@ -95,7 +95,7 @@ impl Tokenizer {
         match pretrained.tokenizer_json()? {
             Some(json) => Tokenizer::from_json(&json),
             None => Err(Error::NoTokenizer {
-                source_name: format!("{:?}", pretrained.files().source()),
+                source_name: pretrained.files().source().to_string(),
             }),
         }
     }

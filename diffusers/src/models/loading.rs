@@ -22,6 +22,18 @@ pub(crate) fn component_weights(
     device: &Device,
 ) -> Result<Weights> {
     let ck = component.checkpoint()?;
+    // A config declaring more blocks than the weights hold is refused before the model
+    // allocates its block list.
+    if let Some(path) = component.config_path()? {
+        let json = |reason: String| zoo_hub::HubError::Json {
+            path: path.clone(),
+            reason,
+        };
+        let bytes = std::fs::read(&path).map_err(|e| json(e.to_string()))?;
+        let config: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| json(e.to_string()))?;
+        ck.inventory.check_layer_counts(&config, &path)?;
+    }
     let source = Arc::new(zoo_hub::Weights::open(ck.inventory)?);
     Ok(Weights::new(source, dtype, *device))
 }

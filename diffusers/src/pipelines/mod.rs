@@ -169,7 +169,8 @@ pub fn devices_of(map: &DeviceMap) -> Result<Vec<Device>> {
         };
         if let Some(bad) = ordinals.iter().find(|&&o| o >= n) {
             return Err(Error::Input(format!(
-                "device map {map:?}: device {bad} does not exist (the {platform:?} plugin has {n})"
+                "device map {map}: device {bad} does not exist (the {} plugin has {n})",
+                zoo_runtime::device_map::platform_name(platform)
             )));
         }
         Ok(ordinals
@@ -195,7 +196,7 @@ pub fn devices_of(map: &DeviceMap) -> Result<Vec<Device>> {
             pjrt(platform, devices.as_deref())
         }
         other => Err(Error::Input(format!(
-            "device map {other:?}: pipelines take cpu, cuda:N, tpu or pjrt:PLATFORM[:N,...]"
+            "device map {other}: pipelines take cpu, cuda:N, tpu or pjrt:PLATFORM[:N,...]"
         ))),
     }
 }
@@ -279,8 +280,9 @@ impl Generated {
     }
 
     /// Writes every image as PNG: `path` for one image, `stem-N.png` beside it for several.
-    /// Each file is written to a temporary name and renamed, so a failure leaves none
-    /// half-written. Returns the paths written.
+    /// Each file is written to a temporary name, synced and renamed
+    /// ([`zoo_hub::write_atomically`]); when one fails, those already written by this call
+    /// are removed, so a failure leaves no image behind. Returns the paths written.
     pub fn save_png(&self, path: &Path) -> Result<Vec<PathBuf>> {
         let n = self.images.shape()[0];
         let paths: Vec<PathBuf> = if n == 1 {
@@ -293,18 +295,26 @@ impl Generated {
         };
         // Encode everything first: nothing is written unless every image converts.
         let images = (0..n).map(|i| self.rgb8(i)).collect::<Result<Vec<_>>>()?;
-        for (img, p) in images.iter().zip(&paths) {
-            let tmp = p.with_extension("png.partial");
-            let out = |reason: String| Error::Output {
-                path: p.clone(),
-                reason,
-            };
-            img.save_with_format(&tmp, image::ImageFormat::Png)
-                .map_err(|e| out(format!("cannot write the PNG: {e}")))?;
-            std::fs::rename(&tmp, p).map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                out(format!("cannot move the PNG into place: {e}"))
-            })?;
+        for (i, (img, p)) in images.iter().zip(&paths).enumerate() {
+            let mut png = Vec::new();
+            let written = img
+                .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                .map_err(|e| Error::Output {
+                    path: p.clone(),
+                    reason: format!("cannot encode the PNG: {e}"),
+                })
+                .and_then(|()| {
+                    zoo_hub::write_atomically(p, &png).map_err(|e| Error::Output {
+                        path: e.path,
+                        reason: e.reason,
+                    })
+                });
+            if let Err(e) = written {
+                for done in &paths[..i] {
+                    let _ = std::fs::remove_file(done);
+                }
+                return Err(e);
+            }
         }
         Ok(paths)
     }
@@ -318,7 +328,7 @@ pub(crate) struct PipelineFiles {
 
 impl PipelineFiles {
     pub(crate) fn open(repo_or_path: &str, variant: Option<&str>) -> Result<PipelineFiles> {
-        let pretrained = Pretrained::open(repo_or_path)?.with_variant(variant);
+        let pretrained = Pretrained::open(repo_or_path)?.with_variant(variant)?;
         let index = pretrained.model_index()?.ok_or_else(|| Error::Config {
             path: PathBuf::from(repo_or_path).join("model_index.json"),
             reason: "no model_index.json: this is not a diffusers pipeline folder".into(),
@@ -346,7 +356,7 @@ impl PipelineFiles {
                 ),
             });
         }
-        Ok(self.pretrained.component(name))
+        Ok(self.pretrained.component(name)?)
     }
 
     /// The path of `rel` inside the pipeline (downloaded when a Hub repo), or a typed error

@@ -71,11 +71,15 @@ pub fn resolve(
         DeviceMap::BalancedLow0 => "balanced_low_0",
         DeviceMap::Sequential => "sequential",
         _ => {
+            let devices = devices_of(map)?;
+            if devices.iter().all(|d| *d == Device::Cpu) {
+                check_host_fits(repo_or_path, shape)?;
+            }
             return Ok(Resolved {
-                options: LoadOptions::on_devices(&devices_of(map)?),
+                options: LoadOptions::on_devices(&devices),
                 plan: None,
                 note: None,
-            })
+            });
         }
     };
     match accelerator()? {
@@ -102,13 +106,67 @@ pub fn resolve(
                 "device_map {strategy}: splitting over candle CUDA devices is not built; everything on cuda:0"
             )),
         }),
-        None => Ok(Resolved {
+        None => {
+            check_host_fits(repo_or_path, shape)?;
+            Ok(Resolved {
             options: LoadOptions::on_devices(&[Device::Cpu]),
             plan: None,
             note: Some(format!(
                 "device_map {strategy}: no TPU or CUDA device found; everything on cpu (candle)"
             )),
-        }),
+        })
+        }
+    }
+}
+
+/// Refuses a call on the host that would not fit the memory this process may still take
+/// (weights, the largest component's activations, latents and images at the asked size and
+/// count), before anything is loaded: an absurd `--size` or image count is an error naming
+/// them, not an aborted process.
+fn check_host_fits(repo_or_path: &str, shape: &PlanShape) -> Result<()> {
+    let Some(available) = zoo_runtime::device_map::host_available() else {
+        return Ok(());
+    };
+    let dtype = shape.dtype.map(hub_dtype);
+    // A pipeline the planner cannot read fails its load with the reason; nothing to size.
+    let Ok(plan) = super::plan::plan_units(
+        repo_or_path,
+        dtype,
+        shape.size,
+        shape.images,
+        shape.guidance,
+    ) else {
+        return Ok(());
+    };
+    // Eager execution keeps an op's inputs beside its output, so the host holds a few times
+    // the activations a compiled program's plan counts.
+    let needs = plan.host_bytes(shape.images, EAGER_ACTIVATIONS);
+    if needs <= available {
+        return Ok(());
+    }
+    let (h, w) = plan.size;
+    let human = zoo_runtime::device_map::human;
+    Err(Error::Input(format!(
+        "{} image(s) of {w}x{h} need about {} of host memory (weights, activations, latents and \
+         pixels), and {} is available; ask for a smaller size or fewer images",
+        shape.images,
+        if needs == u64::MAX {
+            "more than 2^64 bytes".into()
+        } else {
+            human(needs)
+        },
+        human(available)
+    )))
+}
+
+/// How many times the planned activations an eager host call holds at its peak.
+const EAGER_ACTIVATIONS: u64 = 3;
+
+fn hub_dtype(d: DType) -> Dtype {
+    match d {
+        DType::BF16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
+        _ => Dtype::F32,
     }
 }
 
@@ -124,11 +182,7 @@ pub fn plan_devices(
     max_memory: Option<&MaxMemory>,
     shape: &PlanShape,
 ) -> Result<(LoadOptions, Plan)> {
-    let dtype = shape.dtype.map(|d| match d {
-        DType::BF16 => Dtype::BF16,
-        DType::F16 => Dtype::F16,
-        _ => Dtype::F32,
-    });
+    let dtype = shape.dtype.map(hub_dtype);
     let units = super::plan::plan_units(
         repo_or_path,
         dtype,

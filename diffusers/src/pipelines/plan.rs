@@ -72,6 +72,22 @@ enum Denoiser {
 }
 
 impl PipelinePlan {
+    /// Bytes a call holds on one host at its peak: every component's weights, the largest
+    /// component's activations `activation_copies` times, the latents and the decoded images
+    /// (float32), saturating.
+    pub fn host_bytes(&self, images: usize, activation_copies: u64) -> u64 {
+        let weights = self
+            .units
+            .iter()
+            .fold(0u64, |n, u| n.saturating_add(u.weight_bytes));
+        let (h, w) = self.size;
+        let pixels = product(&[images as u64, 3, h as u64, w as u64, 4]);
+        weights
+            .saturating_add(self.activations.saturating_mul(activation_copies))
+            .saturating_add(self.latent_bytes)
+            .saturating_add(pixels)
+    }
+
     /// What crosses a cut right after unit `after` (`None` after the last unit): inside
     /// the denoiser its streams at every step; into it the prompt embeddings, out of it the
     /// latents, once per call.
@@ -202,7 +218,7 @@ fn transformer_shape(files: &PipelineFiles, lh: usize, lw: usize) -> Result<Tran
             Ok((
                 c.inner_dim(),
                 c.num_attention_heads,
-                (lh / p) * (lw / p),
+                (lh / p).saturating_mul(lw / p),
                 0,
                 0,
                 c.inner_dim(),
@@ -220,7 +236,7 @@ fn transformer_shape(files: &PipelineFiles, lh: usize, lw: usize) -> Result<Tran
             Ok((
                 c.inner_dim(),
                 c.num_attention_heads,
-                (lh / p) * (lw / p),
+                (lh / p).saturating_mul(lw / p),
                 text,
                 c.text_dim().unwrap_or(0),
                 // The blocks' 6 modulations and the output's embedded timestep.
@@ -234,7 +250,7 @@ fn transformer_shape(files: &PipelineFiles, lh: usize, lw: usize) -> Result<Tran
             Ok((
                 c.inner_dim(),
                 c.num_attention_heads,
-                (lh / p) * (lw / p),
+                (lh / p).saturating_mul(lw / p),
                 77 + 256,
                 c.joint_attention_dim,
                 c.inner_dim(),
@@ -245,7 +261,7 @@ fn transformer_shape(files: &PipelineFiles, lh: usize, lw: usize) -> Result<Tran
             Ok((
                 c.inner_dim(),
                 c.num_attention_heads,
-                (lh / 2) * (lw / 2),
+                (lh / 2).saturating_mul(lw / 2),
                 512,
                 c.joint_attention_dim,
                 c.inner_dim(),
@@ -309,9 +325,9 @@ fn transformer_activations(
     batch: usize,
     elem: u64,
 ) -> u64 {
-    let t = tokens as u64;
-    let scores = zoo_runtime::lazy::attention_scores_bytes(batch * heads, tokens, tokens);
-    batch as u64 * 8 * t * dim as u64 * elem + scores
+    let scores =
+        zoo_runtime::lazy::attention_scores_bytes(batch.saturating_mul(heads), tokens, tokens);
+    product(&[batch as u64, 8, tokens as u64, dim as u64, elem]).saturating_add(scores)
 }
 
 /// Plans the pipeline at `repo_or_path` for `images` images of `size` (default: the UNet's
@@ -340,7 +356,7 @@ pub fn plan_units(
     };
     let factor = vae_cfg.as_ref().map_or(1, |v| v.scale_factor());
     let mut planned = size;
-    let unet_batch = images * if guidance { 2 } else { 1 };
+    let unet_batch = images.saturating_mul(if guidance { 2 } else { 1 });
     for name in names {
         let class = &index.components[name].1;
         let weightless = [
@@ -353,13 +369,15 @@ pub fn plan_units(
         if weightless.iter().any(|w| class.ends_with(w)) {
             continue;
         }
-        let ck = files.pretrained.component(name).checkpoint()?;
+        let ck = files.pretrained.component(name)?.checkpoint()?;
         if name == "transformer" {
             let side = transformer_sample_size(&files)?;
-            let (h, w) = *planned.get_or_insert((side * factor, side * factor));
+            let (h, w) =
+                *planned.get_or_insert((side.saturating_mul(factor), side.saturating_mul(factor)));
             let (dim, heads, img, txt, text_in, cond) =
                 transformer_shape(&files, h / factor, w / factor)?;
-            let act = transformer_activations(dim, heads, img + txt, unet_batch, elem);
+            let act =
+                transformer_activations(dim, heads, img.saturating_add(txt), unet_batch, elem);
             activations = activations.max(act);
             denoiser = Denoiser::Transformer {
                 dim,
@@ -367,24 +385,33 @@ pub fn plan_units(
                 txt,
                 cond,
             };
-            text_bytes = (unet_batch * txt * text_in) as u64 * elem;
-            latent_bytes = latents_of(&files, h / factor, w / factor)? * images as u64 * 4;
+            text_bytes = product(&[unet_batch as u64, txt as u64, text_in as u64, elem]);
+            latent_bytes = product(&[
+                latents_of(&files, h / factor, w / factor)?,
+                images as u64,
+                4,
+            ]);
             units.extend(transformer_units(&ck.inventory, dtype));
         } else if name == "unet" {
             let ((sh, sw), levels) = unet_shape(&files)?;
-            let (h, w) = *planned.get_or_insert((sh * factor, sw * factor));
+            let (h, w) =
+                *planned.get_or_insert((sh.saturating_mul(factor), sw.saturating_mul(factor)));
             let act = unet_activations(&levels, h / factor, w / factor, unet_batch, elem);
             activations = activations.max(act);
             let text = unet_text(&files)?;
             denoiser = Denoiser::Unet {
-                temb: 4 * levels[0].0,
+                temb: levels[0].0.saturating_mul(4),
                 levels,
                 h: h / factor,
                 w: w / factor,
                 text,
             };
-            text_bytes = (unet_batch * text) as u64 * elem;
-            latent_bytes = latents_of(&files, h / factor, w / factor)? * images as u64 * 4;
+            text_bytes = product(&[unet_batch as u64, text as u64, elem]);
+            latent_bytes = product(&[
+                latents_of(&files, h / factor, w / factor)?,
+                images as u64,
+                4,
+            ]);
             units.extend(unet_units(&ck.inventory, dtype));
         } else {
             if let (Some(v), Some((h, w)), "vae") = (&vae_cfg, planned, name.as_str()) {
@@ -438,7 +465,7 @@ fn latents_of(files: &PipelineFiles, lh: usize, lw: usize) -> Result<u64> {
         true => AutoencoderKLConfig::from_file(&files.file("vae", "config.json")?)?.latent_channels,
         false => 4,
     };
-    Ok((channels * lh * lw) as u64)
+    Ok(product(&[channels as u64, lh as u64, lw as u64]))
 }
 
 /// Elements of one row of a UNet's text conditioning: CLIP's 77 tokens times
@@ -503,32 +530,43 @@ fn unet_activations(
     batch: usize,
     elem: u64,
 ) -> u64 {
-    let mut skips = (levels[0].0 * h * w) as u64;
+    let mut skips = product(&[levels[0].0 as u64, h as u64, w as u64]);
     let mut widest = 0u64;
     let mut scores = 0u64;
     let (mut rh, mut rw) = (h, w);
     for (i, &(ch, layers, heads)) in levels.iter().enumerate() {
-        let map = (ch * rh * rw) as u64;
+        let map = product(&[ch as u64, rh as u64, rw as u64]);
         widest = widest.max(map);
-        skips += map * layers as u64;
+        skips = skips.saturating_add(map.saturating_mul(layers as u64));
         if heads > 0 {
-            let l = rh * rw;
-            let s = zoo_runtime::lazy::attention_scores_bytes(batch * heads, l, l);
+            let l = rh.saturating_mul(rw);
+            let s = zoo_runtime::lazy::attention_scores_bytes(batch.saturating_mul(heads), l, l);
             scores = scores.max(s);
         }
         if i + 1 < levels.len() {
             (rh, rw) = (rh.div_ceil(2), rw.div_ceil(2));
-            skips += (ch * rh * rw) as u64;
+            skips = skips.saturating_add(product(&[ch as u64, rh as u64, rw as u64]));
         }
     }
-    batch as u64 * (skips + 3 * widest) * elem + scores
+    product(&[
+        batch as u64,
+        skips.saturating_add(widest.saturating_mul(3)),
+        elem,
+    ])
+    .saturating_add(scores)
 }
 
 /// Peak bytes of a VAE decode of `batch` images of `h x w`: three maps of the first level
 /// at full size, and the mid block's one-head attention over the latent positions.
 fn vae_activations(c: &AutoencoderKLConfig, h: usize, w: usize, batch: usize, elem: u64) -> u64 {
     let ch = c.block_out_channels.first().copied().unwrap_or(0);
-    let l = (h / c.scale_factor()) * (w / c.scale_factor());
+    let l = (h / c.scale_factor()).saturating_mul(w / c.scale_factor());
     let scores = zoo_runtime::lazy::attention_scores_bytes(batch, l, l);
-    batch as u64 * 3 * (ch * h * w) as u64 * elem + scores
+    product(&[batch as u64, 3, ch as u64, h as u64, w as u64, elem]).saturating_add(scores)
+}
+
+/// The product of sizes in bytes, saturating: sizes come from arguments and configs, and a
+/// saturated estimate fits no memory, so the plan refuses it.
+fn product(sizes: &[u64]) -> u64 {
+    sizes.iter().fold(1u64, |n, &d| n.saturating_mul(d))
 }

@@ -79,12 +79,26 @@ pub fn platform_name(p: PjrtPlatform) -> &'static str {
     }
 }
 
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn host_available() -> Option<u64> {
+/// The host memory this process may still take, in bytes: `MemAvailable` of
+/// `/proc/meminfo`, or less under an address-space limit (`ulimit -v`, a container's
+/// `setrlimit`), which fails an allocation long before the machine runs out. `None` where
+/// neither is readable (not Linux).
+pub fn host_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    let available = kib.saturating_mul(1024);
+    Some(match address_space_limit() {
+        Some(limit) => available.min(limit),
+        None => available,
+    })
+}
+
+/// The soft `Max address space` of `/proc/self/limits` in bytes, when one is set.
+fn address_space_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max address space"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// The accelerator a strategy device map (`auto`, `balanced`, `sequential`) spreads over.

@@ -9,7 +9,7 @@ mod plan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use budgets::{accelerator, pjrt_budgets, platform_name, Accelerator};
+pub use budgets::{accelerator, host_available, pjrt_budgets, platform_name, Accelerator};
 pub use memory::{human, parse_max_memory, parse_size, MaxMemory};
 pub use plan::{
     plan, units_from_inventory, CacheLayout, DeviceBudget, ModelShape, Plan, PlanRequest, Stage,
@@ -196,6 +196,37 @@ pub enum DeviceMap {
     },
     /// A module prefix → device map, as transformers' `hf_device_map`.
     Explicit(ExplicitMap),
+}
+
+/// The map in the form `--device-map` takes (an explicit map as the modules it names).
+impl std::fmt::Display for DeviceMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceMap::Auto => f.write_str("auto"),
+            DeviceMap::Balanced => f.write_str("balanced"),
+            DeviceMap::BalancedLow0 => f.write_str("balanced_low_0"),
+            DeviceMap::Sequential => f.write_str("sequential"),
+            DeviceMap::Tpu => f.write_str("tpu"),
+            DeviceMap::Cpu => f.write_str("cpu"),
+            DeviceMap::Cuda(i) => write!(f, "cuda:{i}"),
+            DeviceMap::Pjrt { platform, devices } => {
+                write!(f, "pjrt:{platform}")?;
+                if let Some(d) = devices {
+                    let ids: Vec<String> = d.iter().map(usize::to_string).collect();
+                    write!(f, ":{}", ids.join(","))?;
+                }
+                Ok(())
+            }
+            DeviceMap::Explicit(m) => {
+                let entries: Vec<String> = m
+                    .entries
+                    .iter()
+                    .map(|(k, p)| format!("{k:?}: {p}"))
+                    .collect();
+                write!(f, "{{{}}}", entries.join(", "))
+            }
+        }
+    }
 }
 
 impl std::str::FromStr for DeviceMap {

@@ -158,7 +158,7 @@ pub struct Stage {
 impl Stage {
     /// Bytes this stage uses in all.
     pub fn used(&self) -> u64 {
-        self.weights + self.kv + self.activations + self.reserve
+        total(&[self.weights, self.kv, self.activations, self.reserve])
     }
 
     /// Bytes left on the device (negative never happens in a valid plan).
@@ -299,11 +299,12 @@ fn unit_costs(req: &PlanRequest) -> Vec<u64> {
             if let Some(s) = req.shape {
                 let caches = s.kv_cache.caches_of(&u.name, u.layer);
                 // Keys and values of each cache.
-                c += caches * 2 * (w.batch * w.seq * s.kv_heads * s.head_dim * w.elem_bytes) as u64;
+                let kv = product(&[2, w.batch, w.seq, s.kv_heads, s.head_dim, w.elem_bytes]);
+                c = c.saturating_add(caches.saturating_mul(kv));
             }
             if i + 1 == req.units.len() {
                 if let Some(s) = req.shape {
-                    c += (w.batch * s.vocab * 4) as u64;
+                    c = c.saturating_add(product(&[w.batch, s.vocab, 4]));
                 }
             }
             c
@@ -316,13 +317,24 @@ fn unit_costs(req: &PlanRequest) -> Vec<u64> {
 /// compiled program holds at once (one query chunk's when they are long).
 fn activation_peak(shape: Option<ModelShape>, w: Workload) -> u64 {
     let Some(s) = shape else { return 0 };
-    let tokens = (w.batch * w.seq) as u64;
-    let e = w.elem_bytes as u64;
-    let streams =
-        tokens * e * (2 * s.hidden + (s.heads + 2 * s.kv_heads) * s.head_dim + s.hidden) as u64;
-    let mlp = tokens * e * 2 * s.intermediate as u64;
-    let scores = crate::lazy::attention_scores_bytes(w.batch * s.heads, w.seq, w.seq);
-    streams + mlp + scores
+    let width = (s.heads.saturating_add(s.kv_heads.saturating_mul(2)))
+        .saturating_mul(s.head_dim)
+        .saturating_add(s.hidden.saturating_mul(3));
+    let streams = product(&[w.batch, w.seq, w.elem_bytes, width]);
+    let mlp = product(&[w.batch, w.seq, w.elem_bytes, 2, s.intermediate]);
+    let scores = crate::lazy::attention_scores_bytes(w.batch.saturating_mul(s.heads), w.seq, w.seq);
+    streams.saturating_add(mlp).saturating_add(scores)
+}
+
+/// The sum of byte counts, saturating (see [`product`]).
+fn total(bytes: &[u64]) -> u64 {
+    bytes.iter().fold(0u64, |n, &b| n.saturating_add(b))
+}
+
+/// The product of sizes in bytes, saturating: sizes from configs and arguments can be
+/// anything, and a saturated cost fits no device, so the plan fails naming the shortfall.
+fn product(sizes: &[usize]) -> u64 {
+    sizes.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64))
 }
 
 /// Plans `req`: places every unit on one device, contiguously, validates the result, and fails
@@ -336,6 +348,22 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, DeviceMapError> {
             reason: "no devices to place the model on".into(),
         });
     }
+    if !(0.0..1.0).contains(&req.reserve_fraction) {
+        return Err(DeviceMapError::Invalid {
+            reason: format!(
+                "the reserve is a fraction of each budget in [0, 1), got {}",
+                req.reserve_fraction
+            ),
+        });
+    }
+    if req.workload.batch == 0 || req.workload.seq == 0 {
+        return Err(DeviceMapError::Invalid {
+            reason: format!(
+                "a plan needs a batch and a sequence length of at least 1 (batch {}, seq {})",
+                req.workload.batch, req.workload.seq
+            ),
+        });
+    }
     let costs = unit_costs(req);
     let act = req
         .activations
@@ -343,7 +371,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, DeviceMapError> {
     let fixed: Vec<u64> = req
         .devices
         .iter()
-        .map(|d| (d.bytes as f64 * req.reserve_fraction) as u64 + act)
+        .map(|d| ((d.bytes as f64 * req.reserve_fraction) as u64).saturating_add(act))
         .collect();
     let caps: Vec<u64> = req
         .devices
@@ -386,7 +414,7 @@ fn fill(costs: &[u64], caps: &[u64], devices: &[usize], limit: u64) -> Option<Ve
     for &c in costs {
         loop {
             let dev = *devices.get(d)?;
-            if load + c <= caps[dev].min(limit) {
+            if load.saturating_add(c) <= caps[dev].min(limit) {
                 load += c;
                 assign.push(dev);
                 break;
@@ -402,10 +430,7 @@ fn fill(costs: &[u64], caps: &[u64], devices: &[usize], limit: u64) -> Option<Ve
 /// [`fill`] as the exact feasibility test: O(units × log(total bytes)).
 fn balanced(costs: &[u64], caps: &[u64], devices: &[usize]) -> Option<Vec<usize>> {
     let mut best = fill(costs, caps, devices, u64::MAX)?;
-    let (mut lo, mut hi) = (
-        costs.iter().copied().max().unwrap_or(0),
-        costs.iter().sum::<u64>(),
-    );
+    let (mut lo, mut hi) = (costs.iter().copied().max().unwrap_or(0), total(costs));
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         match fill(costs, caps, devices, mid) {
@@ -440,8 +465,8 @@ fn keep_tied_together(req: &PlanRequest, mut assign: Vec<usize>) -> Vec<usize> {
 }
 
 fn shortfall(req: &PlanRequest, costs: &[u64], caps: &[u64], fixed: &[u64]) -> DeviceMapError {
-    let need: u64 = costs.iter().sum();
-    let have: u64 = caps.iter().sum();
+    let need = total(costs);
+    let have = total(caps);
     let biggest = req
         .units
         .iter()
@@ -504,8 +529,8 @@ fn build(
         });
         let stage = &mut stages[s];
         stage.units.push(u.name.clone());
-        stage.weights += u.weight_bytes;
-        stage.kv += costs[i] - u.weight_bytes;
+        stage.weights = stage.weights.saturating_add(u.weight_bytes);
+        stage.kv = stage.kv.saturating_add(costs[i] - u.weight_bytes);
         map.entries.insert(u.name.clone(), req.devices[dev].place);
     }
     let plan = Plan {
@@ -513,7 +538,7 @@ fn build(
         stages,
         cut_bytes_per_token: req
             .shape
-            .map_or(0, |s| (w.batch * s.hidden * w.elem_bytes) as u64),
+            .map_or(0, |s| product(&[w.batch, s.hidden, w.elem_bytes])),
         workload: w,
         map,
     };

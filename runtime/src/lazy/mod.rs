@@ -120,8 +120,10 @@ pub fn device_count(platform: PjrtPlatform) -> Result<usize> {
 /// keys: all of them, or one query chunk's once they pass the lowering's chunk budget
 /// (64 MiB), which is what a memory plan for a PJRT device must reserve.
 pub fn attention_scores_bytes(batch_heads: usize, lq: usize, lk: usize) -> u64 {
-    let (_, rows) = lower::query_chunks(lq, batch_heads * lk);
-    (batch_heads * rows * lk * 4) as u64
+    let (_, rows) = lower::query_chunks(lq, batch_heads.saturating_mul(lk));
+    [batch_heads, rows, lk, 4]
+        .iter()
+        .fold(1u64, |n, &d| n.saturating_mul(d as u64))
 }
 
 /// The plugin identity (file, API and platform version, device count) of `platform`'s

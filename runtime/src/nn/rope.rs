@@ -103,6 +103,11 @@ impl RopeConfig {
         original_max_position_embeddings: Option<usize>,
     ) -> Result<RopeConfig> {
         let theta = p.rope_theta.unwrap_or(10_000.0);
+        if !(theta.is_finite() && theta > 0.0) {
+            return Err(Error::RopeConfig(format!(
+                "`rope_theta` is {theta}; the rotary base must be a positive number"
+            )));
+        }
         let rotary_dim = (head_dim as f64 * partial_rotary_factor) as usize;
         let orig = f64_field(p, "original_max_position_embeddings").map(|v| v as usize);
         let scaling = match p.rope_type.as_str() {

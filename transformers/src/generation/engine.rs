@@ -196,6 +196,16 @@ impl<'m> Engine<'m> {
         config: EngineConfig,
     ) -> Result<Engine<'m>> {
         check_config(config)?;
+        // The cache holds every row at full capacity (rings for a full cohort are smaller):
+        // refuse what memory cannot hold before the rows are laid out.
+        let decoder = model.model();
+        KvCache::check_fits(
+            &decoder.cache_specs(),
+            config.max_sequences,
+            config.capacity,
+            decoder.dtype(),
+            false,
+        )?;
         let compiled = !model.logits_device().is_eager();
         Ok(Engine::with(
             Driven::Decoder(model),
@@ -245,7 +255,10 @@ impl<'m> Engine<'m> {
             driven,
             tokenizer,
             default_eos: eos_ids.to_vec(),
-            pad_id,
+            // Padding is masked out, so any id serves; some configs name a pad id past the
+            // vocabulary (a token added to the tokenizer but not to the embeddings), which
+            // the embedding lookup cannot take.
+            pad_id: if (pad_id as usize) < vocab { pad_id } else { 0 },
             vocab,
             compiled,
             config,
@@ -293,7 +306,9 @@ impl<'m> Engine<'m> {
             contexts.iter().map(Vec::len).max().unwrap_or(0),
         );
         let width = self.join_width(longest);
-        if k > self.config.max_sequences || width + opts.max_new_tokens - 1 > self.config.capacity {
+        if k > self.config.max_sequences
+            || width.saturating_add(opts.max_new_tokens - 1) > self.config.capacity
+        {
             return Err(Error::invalid(
                 "max_new_tokens",
                 format!(

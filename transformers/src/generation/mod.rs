@@ -41,9 +41,9 @@ pub fn generate(
     // On compiled devices every distinct shape is a compile: prompts are padded to a few
     // lengths and the cache to a few capacities.
     let capacity = if model.logits_device().is_eager() {
-        longest + opts.max_new_tokens
+        longest.saturating_add(opts.max_new_tokens)
     } else {
-        cache_bucket(prompt_bucket(longest) + opts.max_new_tokens)
+        cache_bucket(prompt_bucket(longest).saturating_add(opts.max_new_tokens))
     };
     let config = EngineConfig {
         max_sequences: prompts.len(),
@@ -200,10 +200,10 @@ pub fn generate_seq2seq(
     let (padded, capacity) = if compiled {
         (
             prompt_bucket(longest),
-            cache_bucket(1 + opts.max_new_tokens),
+            cache_bucket(opts.max_new_tokens.saturating_add(1)),
         )
     } else {
-        (longest, 1 + opts.max_new_tokens)
+        (longest, opts.max_new_tokens.saturating_add(1))
     };
     let mut ids = Vec::with_capacity(batch * padded);
     let mut real = Vec::with_capacity(batch * padded);
@@ -212,7 +212,15 @@ pub fn generate_seq2seq(
         ids.extend(
             p.iter()
                 .map(|&t| t as i64)
-                .chain(std::iter::repeat_n(pad_id as i64, pad)),
+                // Masked out: any id in the vocabulary serves (see `Engine`).
+                .chain(std::iter::repeat_n(
+                    if (pad_id as usize) < vocab {
+                        pad_id as i64
+                    } else {
+                        0
+                    },
+                    pad,
+                )),
         );
         real.extend(std::iter::repeat_n(1i64, p.len()).chain(std::iter::repeat_n(0, pad)));
     }
@@ -333,5 +341,5 @@ pub fn prompt_bucket(len: usize) -> usize {
 /// The KV-cache capacity on compiled devices: a multiple of 256 slots, so decode programs are
 /// shared by calls whose prompt and `max_new_tokens` differ a little.
 pub fn cache_bucket(slots: usize) -> usize {
-    slots.div_ceil(256).max(1) * 256
+    slots.div_ceil(256).max(1).saturating_mul(256)
 }

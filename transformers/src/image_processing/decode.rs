@@ -179,6 +179,13 @@ fn check_pixels(
 /// Decodes a JPEG with libjpeg-turbo's defaults (Pillow's: accurate integer IDCT, fancy
 /// upsampling), converted to RGB by the library, then turned by its EXIF orientation.
 fn decode_jpeg(bytes: &[u8], path: &Path, max_pixels: Option<u64>) -> Result<RgbImage, ImageError> {
+    // libjpeg only warns on a truncated stream and fills the rest with gray; Pillow refuses it.
+    if !jpeg_reaches_its_end(bytes) {
+        return Err(ImageError::Decode {
+            path: path.to_path_buf(),
+            reason: "the JPEG is truncated: its data ends before its end-of-image marker".into(),
+        });
+    }
     // libjpeg reports a corrupt stream by unwinding out of its error handler; catch it here.
     let decoded = std::panic::catch_unwind(|| -> std::io::Result<_> {
         let d = mozjpeg::Decompress::with_markers(&[mozjpeg::Marker::APP(1)]).from_mem(bytes)?;
@@ -227,6 +234,46 @@ fn decode_jpeg(bytes: &[u8], path: &Path, max_pixels: Option<u64>) -> Result<Rgb
     let mut img = DynamicImage::ImageRgb8(buffer);
     img.apply_orientation(orientation);
     from_dynamic(img, path)
+}
+
+/// Whether a JPEG stream's segments and scans run up to its end-of-image marker: marker
+/// segments are skipped by their lengths, entropy-coded data up to the next marker (in it a
+/// 0xFF byte is followed by a stuffed 0x00 or a restart marker).
+fn jpeg_reaches_its_end(bytes: &[u8]) -> bool {
+    let mut i = 2; // past SOI
+    loop {
+        // Markers may be preceded by fill bytes.
+        while bytes.get(i) == Some(&0xFF) && bytes.get(i + 1) == Some(&0xFF) {
+            i += 1;
+        }
+        let (Some(&0xFF), Some(&marker)) = (bytes.get(i), bytes.get(i + 1)) else {
+            return false;
+        };
+        i += 2;
+        match marker {
+            0xD9 => return true,
+            0x01 | 0xD0..=0xD8 => continue,
+            _ => {}
+        }
+        let Some(len) = bytes
+            .get(i..i + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
+        else {
+            return false;
+        };
+        i += len;
+        if marker == 0xDA {
+            // The scan's entropy-coded data runs to the next marker that is not a restart.
+            loop {
+                match (bytes.get(i), bytes.get(i + 1)) {
+                    (Some(&0xFF), Some(&(0x00 | 0xD0..=0xD7))) => i += 2,
+                    (Some(&0xFF), Some(_)) => break,
+                    (Some(_), _) => i += 1,
+                    (None, _) => return false,
+                }
+            }
+        }
+    }
 }
 
 fn from_dynamic(img: DynamicImage, path: &Path) -> Result<RgbImage, ImageError> {
@@ -349,6 +396,20 @@ mod tests {
         bytes[at + 5..at + 7].copy_from_slice(&h.to_be_bytes());
         bytes[at + 7..at + 9].copy_from_slice(&w.to_be_bytes());
         bytes
+    }
+
+    #[test]
+    fn truncated_jpegs_are_refused_as_pillow_refuses_them() {
+        let jpeg = jpeg_claiming(8, 8);
+        assert!(RgbImage::decode(&jpeg, Path::new("j.jpg")).is_ok());
+        for cut in [jpeg.len() - 2, jpeg.len() / 2, 20] {
+            let e = RgbImage::decode(&jpeg[..cut], Path::new("cut.jpg")).unwrap_err();
+            assert!(e.to_string().contains("truncated"), "{cut}: {e}");
+        }
+        // Bytes after the end-of-image marker are ignored, as libjpeg and Pillow ignore them.
+        let mut trailing = jpeg.clone();
+        trailing.extend_from_slice(b"trailing bytes");
+        assert!(RgbImage::decode(&trailing, Path::new("t.jpg")).is_ok());
     }
 
     #[test]

@@ -62,7 +62,7 @@ impl Size {
             } => {
                 // transformers' `get_resize_output_image_size`: int(s * long / short).
                 let (short, long) = if w <= h { (w, h) } else { (h, w) };
-                let new_long = ((s * long) as f64 / short as f64) as usize;
+                let new_long = (s as f64 * long as f64 / short as f64) as usize;
                 if w <= h {
                     (new_long, s)
                 } else {
@@ -276,6 +276,19 @@ impl ImageProcessor {
                 "`image_std` holds 0; normalizing would divide by it".into()
             ));
         }
+        // Sizes that no image could be resized to without a bomb's allocation.
+        let (field, (h, w)) = match p.size {
+            Size::Exact { height, width } => ("size", (height, width)),
+            Size::ShortestEdge { shortest_edge, .. } => ("size", (shortest_edge, shortest_edge)),
+        };
+        for (field, (h, w)) in [(field, (h, w)), ("crop_size", p.crop_size)] {
+            if (h as u64).saturating_mul(w as u64) > MAX_IMAGE_PIXELS {
+                return Err(err(format!(
+                    "`{field}` asks for {w}x{h} pixels; zoo makes images of at most \
+                     {MAX_IMAGE_PIXELS} pixels (Pillow's MAX_IMAGE_PIXELS)"
+                )));
+            }
+        }
         Ok(p)
     }
 
@@ -313,6 +326,16 @@ impl ImageProcessor {
         }
         if self.do_resize {
             let (oh, ow) = self.size.output(h, w);
+            // A shortest edge stretches the long side by the aspect ratio: bound the result.
+            if (oh as u64).saturating_mul(ow as u64) > MAX_IMAGE_PIXELS {
+                return Err(Error::Config {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "resizing a {w}x{h} image by `size` gives {ow}x{oh} pixels; zoo makes \
+                         images of at most {MAX_IMAGE_PIXELS} pixels (Pillow's MAX_IMAGE_PIXELS)"
+                    ),
+                });
+            }
             if oh == 0 || ow == 0 {
                 return Err(Error::Config {
                     path: self.path.clone(),
