@@ -1,6 +1,6 @@
 //! `zoo serve`: load a causal LM and answer OpenAI's API over HTTP.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use zoo_serve::{ServeOptions, Served, Server};
 use zoo_transformers::registry::Loaders;
 use zoo_transformers::sentence::SentenceEmbedder;
@@ -81,9 +81,16 @@ pub fn run(args: Args) -> Result<()> {
     let load = args.load.parsed()?;
     // An encoder's config names its family: it serves embeddings; anything else goes to the
     // causal path, whose errors say what the checkpoint is.
-    let encoder = AutoConfig::from_pretrained(&args.model)
-        .map(|c| matches!(c.family.loaders, Loaders::Encoder(_)))
-        .unwrap_or(false);
+    let loaders = AutoConfig::from_pretrained(&args.model).map(|c| c.family.loaders);
+    if let Ok(Loaders::Seq2Seq { .. }) = loaders {
+        bail!(
+            "{} is an encoder-decoder: zoo serve runs decoders (chat and completions) and \
+             encoders (embeddings); its engine decodes only the batch one encoder pass read, so \
+             requests could not join it. Generate with `zoo generate` or AutoModelForSeq2SeqLM",
+            args.model
+        );
+    }
+    let encoder = matches!(loaders, Ok(Loaders::Encoder(_)));
     let model: Served = if encoder {
         let opts = LoadOptions {
             dtype: load.dtype,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::fixture_dir;
+use common::{copy_dir, fixture_dir};
 
 /// The address-space limit of every run (KiB).
 const ADDRESS_SPACE_KIB: u64 = 1 << 20;
@@ -123,19 +123,6 @@ fn root() -> PathBuf {
 
 fn pipeline(name: &str) -> PathBuf {
     root().join("diffusers/tests/data/pipelines").join(name)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
 }
 
 /// Sets `field` (dotted for a nested config) of the JSON file at `path` to `value`.

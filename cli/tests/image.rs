@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use safetensors::SafeTensors;
 
 mod common;
-use common::{zoo, zoo_with};
+use common::{copy_dir, zoo, zoo_with};
 
 fn pipeline(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -318,19 +318,6 @@ fn img2img_and_ddpm_write_images() {
     for i in 0..2 {
         let p = dir.path().join(format!("ddpm-{i}.png"));
         assert_eq!(image::open(&p).unwrap().to_rgb8().dimensions(), (16, 16));
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
     }
 }
 

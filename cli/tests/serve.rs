@@ -93,3 +93,15 @@ fn serve_help_teaches_the_routes_and_the_errors() {
         assert!(out.contains(needle), "{needle} missing from:\n{out}");
     }
 }
+
+#[test]
+fn an_encoder_decoder_is_refused_at_start_with_the_reason() {
+    let t5 = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nightly/fixtures/t5-generate-f32");
+    let (ok, _, stderr) = common::zoo(&["serve", t5.to_str().unwrap(), "--port", "0"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("encoder-decoder") && stderr.contains("zoo generate"),
+        "{stderr}"
+    );
+}

@@ -93,3 +93,17 @@ pub fn fixture_dir(name: &str) -> tempfile::TempDir {
     std::fs::write(dir.path().join("tokenizer_config.json"), tc.to_string()).unwrap();
     dir
 }
+
+/// Copies the folder `from` (recursively) to `to`.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
