@@ -422,6 +422,22 @@ fn bad_configs_and_arguments_are_typed_errors() {
         },
         "multiples of 8",
     );
+    // Sizes and counts whose images no host holds are refused before anything is drawn.
+    bad(
+        TextToImage {
+            height: Some(1 << 32),
+            width: Some(1 << 32),
+            ..base.clone()
+        },
+        "host memory",
+    );
+    bad(
+        TextToImage {
+            num_images_per_prompt: 1 << 40,
+            ..base.clone()
+        },
+        "host memory",
+    );
     bad(
         TextToImage {
             latents: Some(Tensor::zeros(&[1, 4, 8, 8], DType::F32, &Device::Cpu).unwrap()),

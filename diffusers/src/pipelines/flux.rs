@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::latents::{check_latent_channels, decode_latents, load_vae, repeat_rows};
+use super::latents::{
+    check_images_fit, check_latent_channels, decode_latents, load_vae, repeat_rows,
+};
 use super::text_encoders::{TextEncoder, T5};
 use super::text_to_image::{calculate_shift, check_common, check_size, negatives, TextToImage};
 use super::{pipeline_dtype, step_bar, Generated, LoadOptions, Noise, PipelineFiles};
@@ -176,7 +178,8 @@ impl FluxPipeline {
             )));
         }
         let (h, w) = self.size(args);
-        check_size(h, w, self.vae.config().scale_factor() * 2)
+        check_size(h, w, self.vae.config().scale_factor() * 2)?;
+        check_images_fit(&self.vae, args, h, w)
     }
 
     /// The packed latent grid `(rows, columns)` of an image of `h x w` pixels.

@@ -30,6 +30,46 @@ pub(crate) fn initial_latents(
     }
 }
 
+/// Refuses a call whose decoded images would not fit the host's memory before anything is
+/// drawn: `images` of `height x width`, as float32 pixels and, where the VAE runs on the
+/// host, the decoder's widest maps (three of its first level's channels at full size). A
+/// library caller's absurd size is then an error, as the CLI's is from its plan.
+pub(crate) fn check_images_fit(
+    vae: &AutoencoderKL,
+    args: &TextToImage,
+    height: usize,
+    width: usize,
+) -> Result<()> {
+    let Some(available) = zoo_runtime::device_map::host_available() else {
+        return Ok(());
+    };
+    let images = args.prompt.len().saturating_mul(args.num_images_per_prompt);
+    let channels = match vae.device() {
+        Device::Cpu => {
+            let first = vae
+                .config()
+                .block_out_channels
+                .first()
+                .copied()
+                .unwrap_or(0);
+            3u64.saturating_add((first as u64).saturating_mul(3))
+        }
+        _ => 3,
+    };
+    let needs = [images as u64, height as u64, width as u64, channels, 4]
+        .iter()
+        .fold(1u64, |n, &d| n.saturating_mul(d));
+    if needs <= available {
+        return Ok(());
+    }
+    Err(Error::Input(format!(
+        "{images} image(s) of {width}x{height} need at least {} of host memory to decode, and \
+         {} is available; ask for a smaller size or fewer images",
+        zoo_runtime::device_map::human(needs),
+        zoo_runtime::device_map::human(available)
+    )))
+}
+
 /// The scheduler's `init_noise_sigma` as a `[1]` float32 tensor on `device`: an input, not
 /// a constant, so a compiled first step stays the same for any step count.
 pub(crate) fn init_noise_sigma(scheduler: &dyn Scheduler, device: &Device) -> Result<Tensor> {

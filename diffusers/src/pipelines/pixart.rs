@@ -21,7 +21,8 @@ use serde_json::Value;
 use zoo_runtime::{DType, Device, Tensor};
 
 use super::latents::{
-    check_latent_channels, initial_latents, load_vae, model_input, postprocess, repeat_rows,
+    check_images_fit, check_latent_channels, initial_latents, load_vae, model_input, postprocess,
+    repeat_rows,
 };
 use super::text_encoders::{TextEncoder, T5};
 use super::text_to_image::{check_common, check_size, guide, negatives, TextToImage};
@@ -258,6 +259,7 @@ impl PixArtPipeline {
         check_size(rh, rw, 8)?;
         let multiple = self.vae.config().scale_factor() * self.transformer.config().patch_size;
         check_size(h, w, multiple)?;
+        check_images_fit(&self.vae, args, h, w)?;
         Ok(())
     }
 

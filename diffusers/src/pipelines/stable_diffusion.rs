@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use zoo_runtime::{DType, Device, Tensor};
 
-use super::latents::{decode_latents, init_noise_sigma, load_vae, model_input};
+use super::latents::{check_images_fit, decode_latents, init_noise_sigma, load_vae, model_input};
 use super::text_encoders::TextEncoder;
 pub use super::text_to_image::TextToImage;
 use super::text_to_image::{check_counts, check_size, guide, negatives};
@@ -234,6 +234,7 @@ impl StableDiffusionPipeline {
         }
         let (h, w) = self.size(args);
         check_size(h, w, 8.max(self.vae.config().scale_factor()))?;
+        check_images_fit(&self.vae, args, h, w)?;
         negatives(args)?;
         Ok(())
     }

@@ -13,7 +13,7 @@ use std::time::Instant;
 use zoo_runtime::{DType, Device, Tensor};
 
 use super::latents::{
-    check_latent_channels, decode_latents, initial_latents, load_vae, repeat_rows,
+    check_images_fit, check_latent_channels, decode_latents, initial_latents, load_vae, repeat_rows,
 };
 use super::text_encoders::{TextEncoder, T5};
 use super::text_to_image::{check_common, check_size, dynamic_mu, guide, negatives, TextToImage};
@@ -227,6 +227,7 @@ impl StableDiffusion3Pipeline {
         }
         let (h, w) = self.size(args);
         check_size(h, w, self.vae.config().scale_factor() * c.patch_size)?;
+        check_images_fit(&self.vae, args, h, w)?;
         Ok(())
     }
 
