@@ -5,6 +5,8 @@
 //! exhausting the machine. Every refused input must end in a typed `error:` line naming what
 //! was wrong, exit 1 or 2, never panic or abort, and leave no file behind.
 
+#![cfg(unix)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -81,9 +81,11 @@ impl ApiError {
     }
 }
 
+/// The message alone: an HTTP answer carries the status, and a refusal at start (read by a
+/// person on a terminal) has none that means anything.
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.message, self.status)
+        f.write_str(&self.message)
     }
 }
 
