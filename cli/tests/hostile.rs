@@ -424,8 +424,9 @@ fn device_maps_are_checked_against_the_modules() {
         &["generate", &m, "hi", "--device-map", "pjrt:bogus"],
         &["pjrt:bogus"],
     );
-    // Everything covered, overlapping entries allowed (the longest prefix wins).
-    let full = map(r#"{"": "cpu", "model.layers.0": "cpu"}"#);
+    // Everything covered, overlapping entries allowed (the longest prefix wins), and the
+    // weightless rotary module accelerate lists accepted.
+    let full = map(r#"{"": "cpu", "model.layers.0": "cpu", "model.rotary_emb": "cpu"}"#);
     let o = confined(&[
         "generate",
         &m,

@@ -40,6 +40,20 @@ impl<'de> Deserialize<'de> for TokenIds {
     }
 }
 
+/// An optional token id field: absent, `null` or negative is `None` (older configs write
+/// `-1` for "no such token"; no token has that id).
+fn token_ids_or_none<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<TokenIds>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.as_i64().is_some_and(|i| i < 0) => Ok(None),
+        Some(v) => TokenIds::deserialize(v)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
 impl TokenIds {
     /// The ids as a list.
     pub fn to_vec(&self) -> Vec<u32> {
@@ -86,11 +100,23 @@ pub struct PretrainedConfig {
     pub layer_norm_eps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tie_word_embeddings: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "token_ids_or_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bos_token_id: Option<TokenIds>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "token_ids_or_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub eos_token_id: Option<TokenIds>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "token_ids_or_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pad_token_id: Option<TokenIds>,
     /// Every other field, kept as written.
     #[serde(flatten)]
@@ -279,8 +305,11 @@ impl RopeParameters {
 /// `generation_config.json`: decoding defaults shipped with a model.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GenerationConfig {
+    #[serde(default, deserialize_with = "token_ids_or_none")]
     pub bos_token_id: Option<TokenIds>,
+    #[serde(default, deserialize_with = "token_ids_or_none")]
     pub eos_token_id: Option<TokenIds>,
+    #[serde(default, deserialize_with = "token_ids_or_none")]
     pub pad_token_id: Option<TokenIds>,
     pub do_sample: Option<bool>,
     pub temperature: Option<f64>,

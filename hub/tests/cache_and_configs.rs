@@ -188,6 +188,20 @@ fn typed_model_config_errors_name_the_field() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("intermediate_size"), "{err}");
+    // `-1` (older configs' "no such token") is no id; an id past 32 bits names its field.
+    std::fs::write(&p, r#"{"pad_token_id": -1, "eos_token_id": [2, -1]}"#).unwrap();
+    let e = zoo_hub::PretrainedConfig::from_file(&p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("eos_token_id") && e.contains("-1"), "{e}");
+    std::fs::write(&p, r#"{"pad_token_id": -1, "bos_token_id": null}"#).unwrap();
+    let c = zoo_hub::PretrainedConfig::from_file(&p).unwrap();
+    assert!(c.pad_token_id.is_none() && c.bos_token_id.is_none());
+    std::fs::write(&p, r#"{"eos_token_id": 1099511627776}"#).unwrap();
+    let e = zoo_hub::PretrainedConfig::from_file(&p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("eos_token_id") && e.contains("token id"), "{e}");
 }
 
 #[test]

@@ -159,10 +159,13 @@ fn check_coverage(m: &ExplicitMap, facts: &ModelFacts<'_>) -> Result<()> {
             || name == prefix
             || (name.starts_with(prefix) && name.as_bytes().get(prefix.len()) == Some(&b'.'))
     };
+    // accelerate also places modules that hold only non-persistent buffers (a decoder's
+    // `rotary_emb`): they have no tensor in the checkpoint, and nothing to place.
+    let weightless = |p: &str| p.rsplit('.').next() == Some("rotary_emb");
     let unknown: Vec<&str> = m
         .entries
         .keys()
-        .filter(|p| !names().any(|n| within(n, p)))
+        .filter(|p| !weightless(p) && !names().any(|n| within(n, p)))
         .map(String::as_str)
         .collect();
     let bad = |reason: String| Error::invalid("device_map", reason);
