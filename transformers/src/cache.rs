@@ -533,8 +533,6 @@ impl KvCache {
     }
 }
 
-/// The ring size of a layer with `window` in a cache of `capacity`: the window when it is
-/// shorter (a full-size buffer otherwise saves nothing) and the cache keeps `rings`.
 impl KvCache {
     /// Refuses a cache whose host-side buffers (every layer on an eager CPU device) would not
     /// fit the memory this process may still take, before any is allocated: a request for
@@ -554,7 +552,8 @@ impl KvCache {
                 }
                 CacheAttention::Cross => return Some(0),
             };
-            (2 * batch as u64)
+            (batch as u64)
+                .checked_mul(2)?
                 .checked_mul(spec.kv_heads as u64)?
                 .checked_mul(slots as u64)?
                 .checked_mul(spec.head_dim as u64)?
@@ -578,16 +577,16 @@ impl KvCache {
             zoo_runtime::device_map::human,
         );
         let has = available.map_or("unknown".to_string(), zoo_runtime::device_map::human);
-        Err(Error::invalid(
-            "max_new_tokens",
-            format!(
+        let reason = format!(
             "a KV cache of {batch} sequence(s) × {capacity} tokens needs {needs} of host memory, \
              and {has} is available; ask for fewer new tokens, a shorter prompt or fewer sequences"
-        ),
-        ))
+        );
+        Err(Error::invalid("max_new_tokens", reason))
     }
 }
 
+/// The ring size of a layer with `window` in a cache of `capacity`: the window when it is
+/// shorter (a full-size buffer otherwise saves nothing) and the cache keeps `rings`.
 fn ring(window: Option<usize>, capacity: usize, rings: bool) -> Option<usize> {
     window.filter(|&w| rings && w > 0 && w < capacity)
 }

@@ -185,7 +185,8 @@ fn check_coverage(m: &ExplicitMap, facts: &ModelFacts<'_>) -> Result<()> {
         .filter(|n| m.placement_of(n).is_none())
         .map(|n| n.rsplit_once('.').map_or(n, |(module, _)| module))
         .collect();
-    uncovered.dedup();
+    let mut seen = std::collections::HashSet::new();
+    uncovered.retain(|m| seen.insert(*m));
     if !uncovered.is_empty() {
         return Err(bad(format!(
             "the device map gives no device to {}: {}; add them, or \"\": DEVICE for everything \

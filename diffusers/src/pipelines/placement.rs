@@ -108,13 +108,14 @@ pub fn resolve(
         }),
         None => {
             check_host_fits(repo_or_path, shape)?;
-            Ok(Resolved {
-            options: LoadOptions::on_devices(&[Device::Cpu]),
-            plan: None,
-            note: Some(format!(
+            let note = format!(
                 "device_map {strategy}: no TPU or CUDA device found; everything on cpu (candle)"
-            )),
-        })
+            );
+            Ok(Resolved {
+                options: LoadOptions::on_devices(&[Device::Cpu]),
+                plan: None,
+                note: Some(note),
+            })
         }
     }
 }
