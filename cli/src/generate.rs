@@ -47,7 +47,8 @@ pub struct Args {
     system: Option<String>,
     #[command(flatten)]
     load: LoadArgs,
-    /// Most tokens to generate.
+    /// Most tokens to generate (default: generation_config.json's); capped at what the
+    /// model's context leaves after the prompt, with a note.
     #[arg(long)]
     max_new_tokens: Option<usize>,
     /// Fewest tokens to generate (eos is suppressed until then).

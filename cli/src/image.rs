@@ -144,7 +144,9 @@ pub struct Args {
     /// A weights variant, e.g. fp16 for diffusion_pytorch_model.fp16.safetensors.
     #[arg(long)]
     variant: Option<String>,
-    /// The PNG to write (several images: OUT-0.png, OUT-1.png, ...).
+    /// The PNG to write (several images: OUT-0.png, OUT-1.png, ...), through a temporary
+    /// file renamed into place: a failed run leaves none. An existing symbolic link, folder,
+    /// FIFO or device is refused (name a regular file).
     #[arg(long)]
     out: PathBuf,
 }

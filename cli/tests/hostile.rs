@@ -500,4 +500,16 @@ fn processor_sizes_and_server_batches_are_bounded() {
         ],
         &["100000000 sequence(s)", "host memory"],
     );
+    // A cpu limit that holds the weights (about 138 KiB) but not 16 rows of cache beside them.
+    refused(
+        &[
+            "serve",
+            &s(model.path()),
+            "--port",
+            "0",
+            "--max-memory",
+            "cpu=150KiB",
+        ],
+        &["16 sequence(s)", "max_memory", "beside the weights"],
+    );
 }

@@ -83,7 +83,7 @@ pub(crate) fn engine_config(
         None => trained.min(DEFAULT_CONTEXT),
     };
     // Every row of the engine's cache holds the whole context: refuse at start what memory
-    // cannot hold, rather than at the first request.
+    // (and a `--max-memory` cpu limit) cannot hold, rather than at the first request.
     zoo_transformers::KvCache::check_fits(
         &decoder.cache_specs(),
         options.max_batch,
@@ -91,6 +91,7 @@ pub(crate) fn engine_config(
         decoder.dtype(),
         false,
     )
+    .and_then(|()| model.check_cache_room(options.max_batch, capacity))
     .map_err(|e| {
         ApiError::invalid(
             "max_batch",

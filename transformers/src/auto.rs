@@ -10,6 +10,7 @@ use zoo_runtime::device_map::{DeviceMap, MaxMemory, Placement};
 use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Device};
 
+use crate::cache::KvCache;
 use crate::chat::{ChatTemplate, Message};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
 use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, Seq2SeqLm};
@@ -207,6 +208,9 @@ pub struct LoadReport {
     /// The plan a strategy device map (balanced, sequential, a multi-device PJRT map) was
     /// resolved with: per-device bytes and the cuts.
     pub plan: Option<zoo_runtime::device_map::Plan>,
+    /// What `max_memory`'s `cpu` limit leaves beside the weights of a model on the host:
+    /// the room its KV caches may take (`None` without such a limit).
+    pub cpu_room: Option<u64>,
 }
 
 fn open(repo_or_path: &str, revision: Option<&str>) -> Result<Pretrained> {
@@ -275,12 +279,13 @@ fn open_weights(
         })
         .sum();
     let blocks_kept = ck.inventory.tensors().iter().any(kept);
-    if let Some(limit) = opts
+    let host_only = device == Device::Cpu && resolved.placement.is_none();
+    let cpu_limit = opts
         .max_memory
         .as_ref()
-        .and_then(|m| m.get(&Placement::Cpu))
-    {
-        if device == Device::Cpu && resolved.placement.is_none() && weight_bytes > limit {
+        .and_then(|m| m.get(&Placement::Cpu));
+    if let Some(limit) = cpu_limit {
+        if host_only && weight_bytes > limit {
             return Err(Error::UnsupportedDeviceMap {
                 map: "cpu".into(),
                 reason: format!(
@@ -307,6 +312,9 @@ fn open_weights(
         seconds: 0.0,
         note: resolved.note,
         plan: resolved.plan,
+        cpu_room: cpu_limit
+            .filter(|_| host_only)
+            .map(|l| l.saturating_sub(weight_bytes)),
     };
     Ok((weights, source, report))
 }
@@ -818,6 +826,36 @@ impl TextGenerator {
         &self.report
     }
 
+    /// Refuses a KV cache of `rows` sequences × `capacity` tokens that would not fit what
+    /// the load's `max_memory` `cpu` limit leaves beside the weights (the host's own memory
+    /// is checked wherever a cache is made).
+    pub fn check_cache_room(&self, rows: usize, capacity: usize) -> Result<()> {
+        let Some(room) = self.report.cpu_room else {
+            return Ok(());
+        };
+        let decoder = self.model.model();
+        let needs = KvCache::host_bytes(
+            &decoder.cache_specs(),
+            rows,
+            capacity,
+            decoder.dtype(),
+            false,
+        );
+        if needs.is_some_and(|n| n <= room) {
+            return Ok(());
+        }
+        let human = zoo_runtime::device_map::human;
+        Err(Error::invalid(
+            "max_memory",
+            format!(
+                "a KV cache of {rows} sequence(s) × {capacity} tokens needs {}, and max_memory leaves {} on cpu beside the weights; \
+                 raise the cpu limit or ask for fewer sequences or tokens",
+                needs.map_or("more than 2^64 bytes".into(), human),
+                human(room)
+            ),
+        ))
+    }
+
     /// The model's `generation_config.json`, when it has one.
     pub fn generation_config(&self) -> Option<&zoo_hub::GenerationConfig> {
         self.generation_config.as_ref()
@@ -884,6 +922,7 @@ impl TextGenerator {
     /// join it between steps and run together, each with its own options (what a server
     /// drives).
     pub fn engine(&self, config: generation::EngineConfig) -> Result<generation::Engine<'_>> {
+        self.check_cache_room(config.max_sequences, config.capacity)?;
         generation::Engine::new(
             &*self.model,
             self.tokenizer.as_ref(),

@@ -545,24 +545,7 @@ impl KvCache {
         dtype: DType,
         rings: bool,
     ) -> Result<()> {
-        let per_slot = |spec: &CacheSpec| -> Option<u64> {
-            let slots = match spec.attention {
-                CacheAttention::SelfAttention { window } => {
-                    ring(window, capacity, rings).unwrap_or(capacity)
-                }
-                CacheAttention::Cross => return Some(0),
-            };
-            (batch as u64)
-                .checked_mul(2)?
-                .checked_mul(spec.kv_heads as u64)?
-                .checked_mul(slots as u64)?
-                .checked_mul(spec.head_dim as u64)?
-                .checked_mul(dtype.size_in_bytes() as u64)
-        };
-        let host = specs.iter().filter(|s| s.device == Device::Cpu);
-        let bytes = host
-            .map(per_slot)
-            .try_fold(0u64, |sum, b| sum.checked_add(b?));
+        let bytes = KvCache::host_bytes(specs, batch, capacity, dtype, rings);
         let available = zoo_runtime::device_map::host_available();
         let fits = match (bytes, available) {
             (Some(b), Some(a)) => b <= a,
@@ -582,6 +565,36 @@ impl KvCache {
              and {has} is available; ask for fewer new tokens, a shorter prompt or fewer sequences"
         );
         Err(Error::invalid("max_new_tokens", reason))
+    }
+
+    /// The bytes of the buffers a cache of these specs keeps on the host (eager CPU layers);
+    /// `None` past 2^64.
+    pub fn host_bytes(
+        specs: &[CacheSpec],
+        batch: usize,
+        capacity: usize,
+        dtype: DType,
+        rings: bool,
+    ) -> Option<u64> {
+        let per_slot = |spec: &CacheSpec| -> Option<u64> {
+            let slots = match spec.attention {
+                CacheAttention::SelfAttention { window } => {
+                    ring(window, capacity, rings).unwrap_or(capacity)
+                }
+                CacheAttention::Cross => return Some(0),
+            };
+            (batch as u64)
+                .checked_mul(2)?
+                .checked_mul(spec.kv_heads as u64)?
+                .checked_mul(slots as u64)?
+                .checked_mul(spec.head_dim as u64)?
+                .checked_mul(dtype.size_in_bytes() as u64)
+        };
+        specs
+            .iter()
+            .filter(|s| s.device == Device::Cpu)
+            .map(per_slot)
+            .try_fold(0u64, |sum, b| sum.checked_add(b?))
     }
 }
 
