@@ -65,9 +65,11 @@ pub struct Args {
     /// when unset).
     #[arg(long)]
     api_key: Option<String>,
-    /// Sequences that run at once (rows of the KV cache).
-    #[arg(long, default_value_t = 16)]
-    max_batch: usize,
+    /// Sequences that run at once (rows of the KV cache; default: as many as the host's
+    /// memory, or a --max-memory cpu limit beside the weights, holds at the context, at
+    /// most 16).
+    #[arg(long)]
+    max_batch: Option<usize>,
     /// Requests that may wait beyond --max-batch before the server answers 429.
     #[arg(long, default_value_t = 64)]
     max_waiting: usize,
@@ -76,6 +78,9 @@ pub struct Args {
     #[arg(long)]
     context: Option<usize>,
 }
+
+/// `--max-batch` when memory holds it.
+const DEFAULT_BATCH: usize = 16;
 
 pub fn run(args: Args) -> Result<()> {
     let load = args.load.parsed()?;
@@ -112,12 +117,25 @@ pub fn run(args: Args) -> Result<()> {
         }
         model.into()
     };
+    let max_batch = match (&model, args.max_batch) {
+        (_, Some(n)) => n,
+        (Served::Text(m), None) => {
+            let n = zoo_serve::batch_that_fits(m, args.context, DEFAULT_BATCH)?;
+            if n < DEFAULT_BATCH {
+                eprintln!(
+                    "note: --max-batch {n}: what memory holds of the KV cache at this context (pass --max-batch or --context to choose)"
+                );
+            }
+            n
+        }
+        (Served::Embeddings(_), None) => DEFAULT_BATCH,
+    };
     let options = ServeOptions {
         served_model_name: args.served_model_name.unwrap_or_else(|| args.model.clone()),
         api_key: args
             .api_key
             .or_else(|| std::env::var("ZOO_API_KEY").ok().filter(|k| !k.is_empty())),
-        max_batch: args.max_batch,
+        max_batch,
         max_waiting: args.max_waiting,
         context: args.context,
     };

@@ -500,16 +500,13 @@ fn processor_sizes_and_server_batches_are_bounded() {
         ],
         &["100000000 sequence(s)", "host memory"],
     );
-    // A cpu limit that holds the weights (about 138 KiB) but not 16 rows of cache beside them.
+    // A cpu limit that holds the weights (about 138 KiB) but not 16 rows of cache beside
+    // them; without --max-batch, not even one row (16 KiB at 64 tokens).
+    let m = s(model.path());
+    let args = ["serve", &m, "--port", "0", "--max-memory", "cpu=150KiB"];
     refused(
-        &[
-            "serve",
-            &s(model.path()),
-            "--port",
-            "0",
-            "--max-memory",
-            "cpu=150KiB",
-        ],
+        &[&args[..], &["--max-batch", "16"]].concat(),
         &["16 sequence(s)", "max_memory", "beside the weights"],
     );
+    refused(&args, &["one sequence of 64 tokens", "--context"]);
 }

@@ -105,3 +105,36 @@ fn an_encoder_decoder_is_refused_at_start_with_the_reason() {
         "{stderr}"
     );
 }
+
+#[test]
+fn without_max_batch_the_server_runs_what_a_cpu_limit_holds() {
+    // The fixture's weights take about 138 KiB; a row of cache at its 64-token context 16 KiB:
+    // a 200 KiB limit leaves room for 3 rows.
+    let model = common::fixture_dir("llama-gqa-f32");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(["serve", model.path().to_str().unwrap(), "--port", "0"])
+        .args(["--max-memory", "cpu=200KiB"])
+        .env("HF_HUB_OFFLINE", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "zoo serve exited early:\n{seen}"
+        );
+        seen.push_str(&line);
+        if line.contains("at http://") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.contains("--max-batch 3") && seen.contains("3 sequences at once"),
+        "{seen}"
+    );
+}

@@ -37,6 +37,7 @@ use zoo_transformers::sentence::SentenceEmbedder;
 use zoo_transformers::{ChatTemplate, EngineConfig, TextGenerator};
 
 pub use api::ApiError;
+pub use worker::batch_that_fits;
 
 use metrics::Metrics;
 use worker::Job;

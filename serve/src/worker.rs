@@ -67,21 +67,8 @@ pub(crate) fn engine_config(
             "--max-batch must be at least 1",
         ));
     }
+    let capacity = context_of(model, options.context)?;
     let decoder = model.model().model();
-    let trained = decoder.max_position_embeddings();
-    let capacity = match options.context {
-        Some(0) => return Err(ApiError::invalid("context", "--context must be at least 1")),
-        Some(c) if c > trained && !decoder.stretches_context() => {
-            return Err(ApiError::invalid(
-                "context",
-                format!(
-                "--context {c} is past the model's context ({trained}, max_position_embeddings)"
-            ),
-            ))
-        }
-        Some(c) => c,
-        None => trained.min(DEFAULT_CONTEXT),
-    };
     // Every row of the engine's cache holds the whole context: refuse at start what memory
     // (and a `--max-memory` cpu limit) cannot hold, rather than at the first request.
     zoo_transformers::KvCache::check_fits(
@@ -105,6 +92,46 @@ pub(crate) fn engine_config(
         max_sequences: options.max_batch,
         capacity,
     })
+}
+
+/// The token slots of the engine's timeline: `context`, or the model's context at most
+/// [`DEFAULT_CONTEXT`].
+fn context_of(model: &TextGenerator, context: Option<usize>) -> Result<usize, ApiError> {
+    let decoder = model.model().model();
+    let trained = decoder.max_position_embeddings();
+    match context {
+        Some(0) => Err(ApiError::invalid("context", "--context must be at least 1")),
+        Some(c) if c > trained && !decoder.stretches_context() => Err(ApiError::invalid(
+            "context",
+            format!(
+                "--context {c} is past the model's context ({trained}, max_position_embeddings)"
+            ),
+        )),
+        Some(c) => Ok(c),
+        None => Ok(trained.min(DEFAULT_CONTEXT)),
+    }
+}
+
+/// The most sequences, up to `most`, whose KV cache rows at the server's context (`context`,
+/// as [`ServeOptions::context`]) fit the host's memory and what a `max_memory` cpu limit
+/// leaves beside the weights: the batch a server sizes from memory when none is asked for.
+/// Refused when not even one row fits (a shorter context would).
+pub fn batch_that_fits(
+    model: &TextGenerator,
+    context: Option<usize>,
+    most: usize,
+) -> Result<usize, ApiError> {
+    let capacity = context_of(model, context)?;
+    let rows = model.cache_rows_that_fit(capacity).unwrap_or(most);
+    if rows == 0 {
+        return Err(ApiError::invalid(
+            "context",
+            format!(
+                "one sequence of {capacity} tokens does not fit the memory left for the KV cache; ask for a shorter --context or raise --max-memory"
+            ),
+        ));
+    }
+    Ok(rows.min(most))
 }
 
 /// Drives the engine until every sender of `jobs` is gone and nothing runs.

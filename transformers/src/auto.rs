@@ -826,6 +826,26 @@ impl TextGenerator {
         &self.report
     }
 
+    /// How many KV cache rows of `capacity` tokens fit the host's memory and what the
+    /// load's `max_memory` `cpu` limit leaves beside the weights; `None` when neither is
+    /// known (or a row keeps nothing on the host).
+    pub fn cache_rows_that_fit(&self, capacity: usize) -> Option<usize> {
+        let decoder = self.model.model();
+        let row = KvCache::host_bytes(&decoder.cache_specs(), 1, capacity, decoder.dtype(), false);
+        let room = [
+            zoo_runtime::device_map::host_available(),
+            self.report.cpu_room,
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
+        match row {
+            Some(0) => None,
+            Some(row) => Some(usize::try_from(room / row).unwrap_or(usize::MAX)),
+            None => Some(0),
+        }
+    }
+
     /// Refuses a KV cache of `rows` sequences × `capacity` tokens that would not fit what
     /// the load's `max_memory` `cpu` limit leaves beside the weights (the host's own memory
     /// is checked wherever a cache is made).
