@@ -22,9 +22,10 @@ fn main() -> Result<()> {
         .map_or(Ok(8080), |p| p.parse())
         .context("PORT")?;
     let model = AutoModelForCausalLM::load_pretrained(&model_path, DeviceMap::Cpu)?;
-    // Eight sequences at once, clients call the model "local", no key.
+    // Up to eight sequences at once, as many as memory holds of the KV cache at the model's
+    // context; clients call the model "local", no key.
     let options = ServeOptions {
-        max_batch: 8,
+        max_batch: zoo_serve::batch_that_fits(&model, None, 8)?,
         ..ServeOptions::new("local")
     };
     let server = Server::start(model, options)?;
