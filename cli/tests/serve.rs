@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "../../hub/tests/common/assets.rs"]
@@ -22,28 +22,48 @@ fn get(addr: &str, path: &str) -> String {
     out
 }
 
-#[test]
-fn serve_answers_then_drains_on_sigterm_and_refuses_a_taken_port() {
-    let gguf = assets::asset("ZOO_SMOLLM2_GGUF");
+/// `zoo serve ARGS --port 0` started: the process, its stderr past the line that says where
+/// it listens, what it printed up to there, and the address.
+fn start(args: &[&str]) -> (Child, BufReader<ChildStderr>, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args(["serve", gguf.to_str().unwrap(), "--port", "0"])
-        .args(["--served-model-name", "smollm2", "--max-batch", "2"])
+        .arg("serve")
+        .args(args)
+        .args(["--port", "0"])
         .env("HF_HUB_OFFLINE", "1")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "zoo serve exited early"
-        );
-        if let Some(rest) = line.split("at http://").nth(1) {
-            break rest.split('/').next().unwrap().to_string();
-        }
+    let Some(stderr) = child.stderr.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("zoo serve's stderr is not piped");
     };
+    let mut err = BufReader::new(stderr);
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            let _ = child.wait();
+            panic!("zoo serve exited early:\n{seen}");
+        }
+        seen.push_str(&line);
+        if let Some(rest) = line.split("at http://").nth(1) {
+            let addr = rest.split('/').next().unwrap_or(rest).to_string();
+            return (child, err, seen, addr);
+        }
+    }
+}
+
+#[test]
+fn serve_answers_then_drains_on_sigterm_and_refuses_a_taken_port() {
+    let gguf = assets::asset("ZOO_SMOLLM2_GGUF");
+    let (mut child, mut err, _, addr) = start(&[
+        gguf.to_str().unwrap(),
+        "--served-model-name",
+        "smollm2",
+        "--max-batch",
+        "2",
+    ]);
     assert!(get(&addr, "/health").starts_with("HTTP/1.1 200"));
     assert!(get(&addr, "/v1/models").contains("\"smollm2\""));
 
@@ -111,26 +131,8 @@ fn without_max_batch_the_server_runs_what_a_cpu_limit_holds() {
     // The fixture's weights take about 138 KiB; a row of cache at its 64-token context 16 KiB:
     // a 200 KiB limit leaves room for 3 rows.
     let model = common::fixture_dir("llama-gqa-f32");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args(["serve", model.path().to_str().unwrap(), "--port", "0"])
-        .args(["--max-memory", "cpu=200KiB"])
-        .env("HF_HUB_OFFLINE", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "zoo serve exited early:\n{seen}"
-        );
-        seen.push_str(&line);
-        if line.contains("at http://") {
-            break;
-        }
-    }
+    let (mut child, _, seen, _) =
+        start(&[model.path().to_str().unwrap(), "--max-memory", "cpu=200KiB"]);
     let _ = child.kill();
     let _ = child.wait();
     assert!(

@@ -23,6 +23,10 @@ pub struct Pretrained {
     /// The parsed GGUF file, read once and shared by clones (config, tokenizer and weights
     /// all come from it).
     gguf: Arc<OnceLock<GgufCheckpoint>>,
+    /// The checkpoint found by the first [`Pretrained::checkpoint`], shared by clones of the
+    /// same folder and variant: checking a config against its weights and loading them
+    /// read the shard headers once.
+    checkpoint: Arc<OnceLock<Checkpoint>>,
 }
 
 impl Pretrained {
@@ -41,6 +45,7 @@ impl Pretrained {
             subfolder: None,
             variant: None,
             gguf: Arc::default(),
+            checkpoint: Arc::default(),
         }
     }
 
@@ -50,6 +55,7 @@ impl Pretrained {
             crate::source::check_name("variant", v)?;
         }
         self.variant = variant.map(str::to_string);
+        self.checkpoint = Arc::default();
         Ok(self)
     }
 
@@ -66,6 +72,7 @@ impl Pretrained {
             subfolder: Some(sub),
             variant: self.variant.clone(),
             gguf: Arc::default(),
+            checkpoint: Arc::default(),
         })
     }
 
@@ -197,20 +204,26 @@ impl Pretrained {
         }
     }
 
-    /// The weights and their inventory (headers only; no tensor data is read).
+    /// The weights and their inventory (headers only; no tensor data is read; found once,
+    /// then cloned).
     pub fn checkpoint(&self) -> Result<Checkpoint> {
-        if let (Some(ck), Some(path)) = (self.gguf()?, self.gguf_path()) {
-            return Ok(Checkpoint {
+        if let Some(ck) = self.checkpoint.get() {
+            return Ok(ck.clone());
+        }
+        let ck = if let (Some(ck), Some(path)) = (self.gguf()?, self.gguf_path()) {
+            Checkpoint {
                 format: crate::checkpoint::Format::Gguf,
                 index: None,
                 files: vec![path.to_path_buf()],
                 inventory: ck.inventory.clone(),
-            });
-        }
-        find_checkpoint(
-            &self.files,
-            self.subfolder.as_deref(),
-            self.variant.as_deref(),
-        )
+            }
+        } else {
+            find_checkpoint(
+                &self.files,
+                self.subfolder.as_deref(),
+                self.variant.as_deref(),
+            )?
+        };
+        Ok(self.checkpoint.get_or_init(|| ck).clone())
     }
 }
