@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+mod configuration;
 mod error;
 pub mod models;
 pub mod pipelines;

@@ -9,7 +9,6 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use serde_json::Value;
 use zoo_runtime::nn::{Conv2d, GroupNorm, Weights};
 use zoo_runtime::{ConvParams, DType, Device, Tensor};
@@ -18,69 +17,38 @@ use super::modeling::{config_mixin, model_mixin};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
 use super::{ensure, Act};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
-fn d_down() -> Vec<String> {
-    vec!["DownEncoderBlock2D".into()]
-}
-fn d_up() -> Vec<String> {
-    vec!["UpDecoderBlock2D".into()]
-}
-fn d_channels() -> Vec<usize> {
-    vec![64]
-}
-fn d_sample() -> Value {
-    Value::from(32)
-}
-fn d_scaling() -> f64 {
-    0.18215
-}
-
-/// `config.json` of an `AutoencoderKL`, with diffusers' defaults.
-#[derive(Clone, Debug, Deserialize)]
-#[allow(missing_docs)]
-pub struct AutoencoderKLConfig {
-    #[serde(default = "super::defaults::usize::<3>")]
-    pub in_channels: usize,
-    #[serde(default = "super::defaults::usize::<3>")]
-    pub out_channels: usize,
-    #[serde(default = "d_down")]
-    pub down_block_types: Vec<String>,
-    #[serde(default = "d_up")]
-    pub up_block_types: Vec<String>,
-    #[serde(default = "d_channels")]
-    pub block_out_channels: Vec<usize>,
-    #[serde(default = "super::defaults::usize::<1>")]
-    pub layers_per_block: usize,
-    #[serde(default = "super::defaults::silu")]
-    pub act_fn: String,
-    #[serde(default = "super::defaults::usize::<4>")]
-    pub latent_channels: usize,
-    #[serde(default = "super::defaults::usize::<32>")]
-    pub norm_num_groups: usize,
-    #[serde(default = "d_sample")]
-    pub sample_size: Value,
-    /// Latents the UNet sees are `scaling_factor * (z - shift_factor)`.
-    #[serde(default = "d_scaling")]
-    pub scaling_factor: f64,
-    #[serde(default)]
-    pub shift_factor: Option<f64>,
-    #[serde(default)]
-    pub latents_mean: Option<Vec<f64>>,
-    #[serde(default)]
-    pub latents_std: Option<Vec<f64>>,
-    /// The VAE overflows in float16: pipelines run it in float32 (`force_upcast`).
-    #[serde(default = "super::defaults::yes")]
-    pub force_upcast: bool,
-    #[serde(default = "super::defaults::yes")]
-    pub use_quant_conv: bool,
-    #[serde(default = "super::defaults::yes")]
-    pub use_post_quant_conv: bool,
-    #[serde(default = "super::defaults::yes")]
-    pub mid_block_add_attention: bool,
-    /// The file, for errors.
-    #[serde(skip)]
-    pub path: PathBuf,
+register_to_config! {
+    /// `config.json` of an `AutoencoderKL`, with the defaults of diffusers' `__init__` (a
+    /// one-block VAE).
+    #[allow(missing_docs)]
+    pub struct AutoencoderKLConfig {
+        pub in_channels: usize = 3,
+        pub out_channels: usize = 3,
+        pub down_block_types: Vec<String> = vec!["DownEncoderBlock2D".into()],
+        pub up_block_types: Vec<String> = vec!["UpDecoderBlock2D".into()],
+        pub block_out_channels: Vec<usize> = vec![64],
+        pub layers_per_block: usize = 1,
+        pub act_fn: String = "silu".into(),
+        pub latent_channels: usize = 4,
+        pub norm_num_groups: usize = 32,
+        pub sample_size: Value = Value::from(32),
+        /// Latents the UNet sees are `scaling_factor * (z - shift_factor)`.
+        pub scaling_factor: f64 = 0.18215,
+        pub shift_factor: Option<f64> = None,
+        pub latents_mean: Option<Vec<f64>> = None,
+        pub latents_std: Option<Vec<f64>> = None,
+        /// The VAE overflows in float16: pipelines run it in float32 (`force_upcast`).
+        pub force_upcast: bool = true,
+        pub use_quant_conv: bool = true,
+        pub use_post_quant_conv: bool = true,
+        pub mid_block_add_attention: bool = true,
+        /// The file, for errors.
+        #[serde(skip)]
+        pub path: PathBuf = PathBuf::new(),
+    }
 }
 
 config_mixin!(AutoencoderKLConfig, ["AutoencoderKL"]);

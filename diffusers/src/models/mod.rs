@@ -33,36 +33,6 @@ use zoo_runtime::{Activation, DType, Device, Tensor};
 
 use crate::{Error, Result};
 
-/// serde defaults the model configs share (diffusers' own defaults).
-pub(crate) mod defaults {
-    /// The number `N` (a config's integer default).
-    pub fn usize<const N: usize>() -> usize {
-        N
-    }
-    /// `Some(N)` (an optional integer that defaults to a value).
-    pub fn some<const N: usize>() -> Option<usize> {
-        Some(N)
-    }
-    pub fn unit() -> f64 {
-        1.0
-    }
-    pub fn yes() -> bool {
-        true
-    }
-    pub fn silu() -> String {
-        "silu".into()
-    }
-    pub fn norm_eps() -> f64 {
-        1e-5
-    }
-    pub fn default_norm() -> String {
-        "default".into()
-    }
-    pub fn positional() -> String {
-        "positional".into()
-    }
-}
-
 /// A diffusers activation name (`get_activation`: `silu`/`swish`, `mish`, `gelu`, `relu`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Act {
@@ -290,6 +260,17 @@ pub(crate) fn on(t: &Tensor, d: zoo_runtime::Device) -> Result<Tensor> {
     } else {
         t.to_device(&d)?
     })
+}
+
+/// The skips an up block of `n` ResNets takes (fewer when fewer are left), popped off the
+/// end of `skips` and moved to its device `d`.
+pub(crate) fn pop_skips(skips: &mut Vec<Tensor>, n: usize, d: Device) -> Result<Vec<Tensor>> {
+    let take = n.min(skips.len());
+    skips
+        .split_off(skips.len() - take)
+        .iter()
+        .map(|s| on(s, d))
+        .collect()
 }
 
 /// `(batch, height, width)` of `[B, channels, H, W]` latents whose sides `patch` divides.

@@ -8,7 +8,7 @@
 use zoo_runtime::nn::Weights;
 use zoo_runtime::{DType, Device, Tensor};
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// One kind of block of a model (`transformer_blocks.N`, `single_transformer_blocks.N`),
 /// each with the device its weights were placed on (one for all unless split).
@@ -91,6 +91,31 @@ impl Stages {
     /// `t` on the input device in the model's dtype.
     pub fn input(&self, t: &Tensor) -> Result<Tensor> {
         Ok(t.to_device(&self.input)?.to_dtype(self.dtype)?)
+    }
+
+    /// A UNet's `sample` on the input device in the model's dtype, checked to be
+    /// `[batch, in_channels, height, width]` and mapped from `[0, 1]` to `[-1, 1]` when
+    /// `center` (`center_input_sample`); and `(B, H, W)`.
+    pub fn unet_input(
+        &self,
+        sample: &Tensor,
+        in_channels: usize,
+        center: bool,
+    ) -> Result<(Tensor, (usize, usize, usize))> {
+        let x = self.input(sample)?;
+        let [b, chans, h, w] = x.shape()[..] else {
+            return Err(Error::Shape(format!(
+                "the sample must be [batch, {in_channels}, height, width], got {:?}",
+                x.shape()
+            )));
+        };
+        if chans != in_channels {
+            return Err(Error::Shape(format!(
+                "the sample has {chans} channels but the UNet's `in_channels` is {in_channels}"
+            )));
+        }
+        let x = if center { x.affine(2.0, -1.0)? } else { x };
+        Ok((x, (b, h, w)))
     }
 
     /// A patch transformer's inputs: latents `[B, channels, H, W]` (sides divisible by

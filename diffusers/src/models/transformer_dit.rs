@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{DType, Tensor};
 
@@ -16,51 +15,31 @@ use super::embeddings::{CombinedTimestepLabelEmbeddings, PatchEmbed};
 use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate, AdaLayerNormZero};
 use super::{check_patch_transformer, ensure, on, unpatchify};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
-fn d_act() -> String {
-    "gelu-approximate".into()
-}
-fn d_norm() -> String {
-    "ada_norm_zero".into()
-}
-fn d_eps() -> f64 {
-    1e-5
-}
-
-/// `config.json` of a `DiTTransformer2DModel`, with diffusers' defaults.
-#[derive(Clone, Debug, Deserialize)]
-#[allow(missing_docs)]
-pub struct DiTTransformer2DConfig {
-    #[serde(default = "super::defaults::usize::<16>")]
-    pub num_attention_heads: usize,
-    #[serde(default = "super::defaults::usize::<72>")]
-    pub attention_head_dim: usize,
-    #[serde(default = "super::defaults::usize::<4>")]
-    pub in_channels: usize,
-    #[serde(default)]
-    pub out_channels: Option<usize>,
-    #[serde(default = "super::defaults::usize::<28>")]
-    pub num_layers: usize,
-    #[serde(default = "super::defaults::yes")]
-    pub attention_bias: bool,
-    #[serde(default = "super::defaults::usize::<32>")]
-    pub sample_size: usize,
-    #[serde(default = "super::defaults::usize::<2>")]
-    pub patch_size: usize,
-    #[serde(default = "d_act")]
-    pub activation_fn: String,
-    #[serde(default = "super::defaults::some::<1000>")]
-    pub num_embeds_ada_norm: Option<usize>,
-    #[serde(default = "d_norm")]
-    pub norm_type: String,
-    #[serde(default)]
-    pub norm_elementwise_affine: bool,
-    #[serde(default = "d_eps")]
-    pub norm_eps: f64,
-    /// Where the config was read from, for errors.
-    #[serde(skip)]
-    pub path: PathBuf,
+register_to_config! {
+    /// `config.json` of a `DiTTransformer2DModel`, with the defaults of diffusers' `__init__`
+    /// (DiT-XL/2 at 256 px).
+    #[allow(missing_docs)]
+    pub struct DiTTransformer2DConfig {
+        pub num_attention_heads: usize = 16,
+        pub attention_head_dim: usize = 72,
+        pub in_channels: usize = 4,
+        pub out_channels: Option<usize> = None,
+        pub num_layers: usize = 28,
+        pub attention_bias: bool = true,
+        pub sample_size: usize = 32,
+        pub patch_size: usize = 2,
+        pub activation_fn: String = "gelu-approximate".into(),
+        pub num_embeds_ada_norm: Option<usize> = Some(1000),
+        pub norm_type: String = "ada_norm_zero".into(),
+        pub norm_elementwise_affine: bool = false,
+        pub norm_eps: f64 = 1e-5,
+        /// Where the config was read from, for errors.
+        #[serde(skip)]
+        pub path: PathBuf = PathBuf::new(),
+    }
 }
 
 config_mixin!(

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{DType, Device, Tensor};
 
@@ -15,44 +14,32 @@ use super::joint_attention::{JointAttention, JointAttentionSpec};
 use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate, AdaLayerNormContinuous, AdaLayerNormZero};
 use super::{ensure, on};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
-
-fn d_axes() -> Vec<usize> {
-    vec![16, 56, 56]
-}
 
 /// The rotary base Flux fixes.
 const THETA: f64 = 10000.0;
 
-/// `config.json` of a `FluxTransformer2DModel`, with diffusers' defaults.
-#[derive(Clone, Debug, Deserialize)]
-#[allow(missing_docs)]
-pub struct FluxTransformer2DConfig {
-    #[serde(default = "super::defaults::usize::<1>")]
-    pub patch_size: usize,
-    #[serde(default = "super::defaults::usize::<64>")]
-    pub in_channels: usize,
-    #[serde(default)]
-    pub out_channels: Option<usize>,
-    #[serde(default = "super::defaults::usize::<19>")]
-    pub num_layers: usize,
-    #[serde(default = "super::defaults::usize::<38>")]
-    pub num_single_layers: usize,
-    #[serde(default = "super::defaults::usize::<128>")]
-    pub attention_head_dim: usize,
-    #[serde(default = "super::defaults::usize::<24>")]
-    pub num_attention_heads: usize,
-    #[serde(default = "super::defaults::usize::<4096>")]
-    pub joint_attention_dim: usize,
-    #[serde(default = "super::defaults::usize::<768>")]
-    pub pooled_projection_dim: usize,
-    #[serde(default)]
-    pub guidance_embeds: bool,
-    #[serde(default = "d_axes")]
-    pub axes_dims_rope: Vec<usize>,
-    /// Where the config was read from, for errors.
-    #[serde(skip)]
-    pub path: PathBuf,
+register_to_config! {
+    /// `config.json` of a `FluxTransformer2DModel`, with the defaults of diffusers' `__init__`
+    /// (FLUX.1's transformer).
+    #[allow(missing_docs)]
+    pub struct FluxTransformer2DConfig {
+        pub patch_size: usize = 1,
+        pub in_channels: usize = 64,
+        pub out_channels: Option<usize> = None,
+        pub num_layers: usize = 19,
+        pub num_single_layers: usize = 38,
+        pub attention_head_dim: usize = 128,
+        pub num_attention_heads: usize = 24,
+        pub joint_attention_dim: usize = 4096,
+        pub pooled_projection_dim: usize = 768,
+        pub guidance_embeds: bool = false,
+        pub axes_dims_rope: Vec<usize> = vec![16, 56, 56],
+        /// Where the config was read from, for errors.
+        #[serde(skip)]
+        pub path: PathBuf = PathBuf::new(),
+    }
 }
 
 config_mixin!(

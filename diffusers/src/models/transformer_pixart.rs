@@ -8,7 +8,6 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, Tensor};
 
@@ -17,62 +16,35 @@ use super::embeddings::{PatchEmbed, TextProjection, TimestepSizeEmbeddings};
 use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate};
 use super::{check_patch_transformer, ensure, on, unpatchify, Act};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
-fn d_act() -> String {
-    "gelu-approximate".into()
-}
-fn d_norm() -> String {
-    "ada_norm_single".into()
-}
-fn d_eps() -> f64 {
-    1e-6
-}
-fn d_attention() -> String {
-    "default".into()
-}
-
-/// `config.json` of a `PixArtTransformer2DModel`, with diffusers' defaults.
-#[derive(Clone, Debug, Deserialize)]
-#[allow(missing_docs)]
-pub struct PixArtTransformer2DConfig {
-    #[serde(default = "super::defaults::usize::<16>")]
-    pub num_attention_heads: usize,
-    #[serde(default = "super::defaults::usize::<72>")]
-    pub attention_head_dim: usize,
-    #[serde(default = "super::defaults::usize::<4>")]
-    pub in_channels: usize,
-    #[serde(default = "super::defaults::some::<8>")]
-    pub out_channels: Option<usize>,
-    #[serde(default = "super::defaults::usize::<28>")]
-    pub num_layers: usize,
-    #[serde(default = "super::defaults::some::<1152>")]
-    pub cross_attention_dim: Option<usize>,
-    #[serde(default = "super::defaults::yes")]
-    pub attention_bias: bool,
-    #[serde(default = "super::defaults::usize::<128>")]
-    pub sample_size: usize,
-    #[serde(default = "super::defaults::usize::<2>")]
-    pub patch_size: usize,
-    #[serde(default = "d_act")]
-    pub activation_fn: String,
-    #[serde(default = "d_norm")]
-    pub norm_type: String,
-    #[serde(default)]
-    pub norm_elementwise_affine: bool,
-    #[serde(default = "d_eps")]
-    pub norm_eps: f64,
-    #[serde(default)]
-    pub interpolation_scale: Option<f64>,
-    #[serde(default)]
-    pub use_additional_conditions: Option<bool>,
-    #[serde(default)]
-    pub caption_channels: Option<usize>,
-    #[serde(default = "d_attention")]
-    pub attention_type: String,
-    /// Where the config was read from, for errors.
-    #[serde(skip)]
-    pub path: PathBuf,
+register_to_config! {
+    /// `config.json` of a `PixArtTransformer2DModel`, with the defaults of diffusers' `__init__`
+    /// (PixArt-α at 1024 px).
+    #[allow(missing_docs)]
+    pub struct PixArtTransformer2DConfig {
+        pub num_attention_heads: usize = 16,
+        pub attention_head_dim: usize = 72,
+        pub in_channels: usize = 4,
+        pub out_channels: Option<usize> = Some(8),
+        pub num_layers: usize = 28,
+        pub cross_attention_dim: Option<usize> = Some(1152),
+        pub attention_bias: bool = true,
+        pub sample_size: usize = 128,
+        pub patch_size: usize = 2,
+        pub activation_fn: String = "gelu-approximate".into(),
+        pub norm_type: String = "ada_norm_single".into(),
+        pub norm_elementwise_affine: bool = false,
+        pub norm_eps: f64 = 1e-6,
+        pub interpolation_scale: Option<f64> = None,
+        pub use_additional_conditions: Option<bool> = None,
+        pub caption_channels: Option<usize> = None,
+        pub attention_type: String = "default".into(),
+        /// Where the config was read from, for errors.
+        #[serde(skip)]
+        pub path: PathBuf = PathBuf::new(),
+    }
 }
 
 config_mixin!(

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use zoo_runtime::nn::{LayerNorm, Linear, Weights};
 use zoo_runtime::Tensor;
 
@@ -15,41 +14,32 @@ use super::joint_attention::{JointAttention, JointAttentionSpec};
 use super::modeling::{config_mixin, model_mixin, Blocks, Stages};
 use super::normalization::{gated, modulate, AdaLayerNormContinuous, AdaLayerNormZero};
 use super::{ensure, on};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
-/// `config.json` of an `SD3Transformer2DModel`, with diffusers' defaults.
-#[derive(Clone, Debug, Deserialize)]
-#[allow(missing_docs)]
-pub struct SD3Transformer2DConfig {
-    #[serde(default = "super::defaults::usize::<128>")]
-    pub sample_size: usize,
-    #[serde(default = "super::defaults::usize::<2>")]
-    pub patch_size: usize,
-    #[serde(default = "super::defaults::usize::<16>")]
-    pub in_channels: usize,
-    #[serde(default = "super::defaults::usize::<18>")]
-    pub num_layers: usize,
-    #[serde(default = "super::defaults::usize::<64>")]
-    pub attention_head_dim: usize,
-    #[serde(default = "super::defaults::usize::<18>")]
-    pub num_attention_heads: usize,
-    #[serde(default = "super::defaults::usize::<4096>")]
-    pub joint_attention_dim: usize,
-    #[serde(default = "super::defaults::usize::<1152>")]
-    pub caption_projection_dim: usize,
-    #[serde(default = "super::defaults::usize::<2048>")]
-    pub pooled_projection_dim: usize,
-    #[serde(default)]
-    pub out_channels: Option<usize>,
-    #[serde(default = "super::defaults::some::<96>")]
-    pub pos_embed_max_size: Option<usize>,
-    #[serde(default)]
-    pub dual_attention_layers: Vec<usize>,
-    #[serde(default)]
-    pub qk_norm: Option<String>,
-    /// Where the config was read from, for errors.
-    #[serde(skip)]
-    pub path: PathBuf,
+register_to_config! {
+    /// `config.json` of an `SD3Transformer2DModel`, with the defaults of diffusers' `__init__`
+    /// (SD 3 Medium's MMDiT).
+    #[allow(missing_docs)]
+    pub struct SD3Transformer2DConfig {
+        pub sample_size: usize = 128,
+        pub patch_size: usize = 2,
+        pub in_channels: usize = 16,
+        pub num_layers: usize = 18,
+        pub attention_head_dim: usize = 64,
+        pub num_attention_heads: usize = 18,
+        pub joint_attention_dim: usize = 4096,
+        pub caption_projection_dim: usize = 1152,
+        pub pooled_projection_dim: usize = 2048,
+        // diffusers' 16 is `in_channels`' default, which `out_channels()` falls back to.
+        pub out_channels: Option<usize> = None,
+        pub pos_embed_max_size: Option<usize> = Some(96),
+        pub dual_attention_layers: Vec<usize> = Vec::new(),
+        pub qk_norm: Option<String> = None,
+        /// Where the config was read from, for errors.
+        #[serde(skip)]
+        pub path: PathBuf = PathBuf::new(),
+    }
 }
 
 config_mixin!(

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use serde_json::Value;
 use zoo_runtime::nn::{Conv2d, Embedding, GroupNorm, Weights};
 use zoo_runtime::{ConvParams, Tensor};
@@ -12,98 +11,54 @@ use super::embeddings::{TimestepEmbedding, Timesteps};
 use super::modeling::{config_mixin, model_mixin, Stages};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
-use super::{ensure, on, Act, BlockDevices};
+use super::{ensure, on, pop_skips, Act, BlockDevices};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
-fn d_conv() -> String {
-    "conv".into()
-}
-fn d_mid() -> Option<String> {
-    Some("UNetMidBlock2D".into())
-}
-fn d_down() -> Vec<String> {
-    [
-        "DownBlock2D",
-        "AttnDownBlock2D",
-        "AttnDownBlock2D",
-        "AttnDownBlock2D",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-fn d_up() -> Vec<String> {
-    [
-        "AttnUpBlock2D",
-        "AttnUpBlock2D",
-        "AttnUpBlock2D",
-        "UpBlock2D",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-fn d_channels() -> Vec<usize> {
-    vec![224, 448, 672, 896]
-}
-
-/// `config.json` of a `UNet2DModel`, with diffusers' defaults.
-#[derive(Clone, Debug, Deserialize)]
-#[allow(missing_docs)]
-pub struct UNet2DConfig {
-    #[serde(default)]
-    pub sample_size: Option<Value>,
-    #[serde(default = "super::defaults::usize::<3>")]
-    pub in_channels: usize,
-    #[serde(default = "super::defaults::usize::<3>")]
-    pub out_channels: usize,
-    #[serde(default)]
-    pub center_input_sample: bool,
-    #[serde(default = "super::defaults::positional")]
-    pub time_embedding_type: String,
-    #[serde(default)]
-    pub time_embedding_dim: Option<usize>,
-    #[serde(default)]
-    pub freq_shift: f64,
-    #[serde(default = "super::defaults::yes")]
-    pub flip_sin_to_cos: bool,
-    #[serde(default = "d_down")]
-    pub down_block_types: Vec<String>,
-    #[serde(default = "d_mid")]
-    pub mid_block_type: Option<String>,
-    #[serde(default = "d_up")]
-    pub up_block_types: Vec<String>,
-    #[serde(default = "d_channels")]
-    pub block_out_channels: Vec<usize>,
-    #[serde(default = "super::defaults::usize::<2>")]
-    pub layers_per_block: usize,
-    #[serde(default = "super::defaults::unit")]
-    pub mid_block_scale_factor: f64,
-    #[serde(default = "super::defaults::usize::<1>")]
-    pub downsample_padding: usize,
-    #[serde(default = "d_conv")]
-    pub downsample_type: String,
-    #[serde(default = "d_conv")]
-    pub upsample_type: String,
-    #[serde(default = "super::defaults::silu")]
-    pub act_fn: String,
-    #[serde(default = "super::defaults::some::<8>")]
-    pub attention_head_dim: Option<usize>,
-    #[serde(default = "super::defaults::usize::<32>")]
-    pub norm_num_groups: usize,
-    #[serde(default)]
-    pub attn_norm_num_groups: Option<usize>,
-    #[serde(default = "super::defaults::norm_eps")]
-    pub norm_eps: f64,
-    #[serde(default = "super::defaults::default_norm")]
-    pub resnet_time_scale_shift: String,
-    #[serde(default = "super::defaults::yes")]
-    pub add_attention: bool,
-    #[serde(default)]
-    pub class_embed_type: Option<String>,
-    #[serde(default)]
-    pub num_class_embeds: Option<usize>,
-    /// The file, for errors.
-    #[serde(skip)]
-    pub path: PathBuf,
+register_to_config! {
+    /// `config.json` of a `UNet2DModel`, with the defaults of diffusers' `__init__`.
+    #[allow(missing_docs)]
+    pub struct UNet2DConfig {
+        pub sample_size: Option<Value> = None,
+        pub in_channels: usize = 3,
+        pub out_channels: usize = 3,
+        pub center_input_sample: bool = false,
+        pub time_embedding_type: String = "positional".into(),
+        pub time_embedding_dim: Option<usize> = None,
+        pub freq_shift: f64 = 0.0,
+        pub flip_sin_to_cos: bool = true,
+        pub down_block_types: Vec<String> = vec![
+            "DownBlock2D".into(),
+            "AttnDownBlock2D".into(),
+            "AttnDownBlock2D".into(),
+            "AttnDownBlock2D".into(),
+        ],
+        pub mid_block_type: Option<String> = Some("UNetMidBlock2D".into()),
+        pub up_block_types: Vec<String> = vec![
+            "AttnUpBlock2D".into(),
+            "AttnUpBlock2D".into(),
+            "AttnUpBlock2D".into(),
+            "UpBlock2D".into(),
+        ],
+        pub block_out_channels: Vec<usize> = vec![224, 448, 672, 896],
+        pub layers_per_block: usize = 2,
+        pub mid_block_scale_factor: f64 = 1.0,
+        pub downsample_padding: usize = 1,
+        pub downsample_type: String = "conv".into(),
+        pub upsample_type: String = "conv".into(),
+        pub act_fn: String = "silu".into(),
+        pub attention_head_dim: Option<usize> = Some(8),
+        pub norm_num_groups: usize = 32,
+        pub attn_norm_num_groups: Option<usize> = None,
+        pub norm_eps: f64 = 1e-5,
+        pub resnet_time_scale_shift: String = "default".into(),
+        pub add_attention: bool = true,
+        pub class_embed_type: Option<String> = None,
+        pub num_class_embeds: Option<usize> = None,
+        /// The file, for errors.
+        #[serde(skip)]
+        pub path: PathBuf = PathBuf::new(),
+    }
 }
 
 config_mixin!(UNet2DConfig, ["UNet2DModel"]);
@@ -339,27 +294,9 @@ impl UNet2DModel {
         class_labels: Option<&Tensor>,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let x = sample
-            .to_device(&self.stages.input)?
-            .to_dtype(self.stages.dtype)?;
-        let [b, chans, _, _] = x.shape()[..] else {
-            return Err(Error::Shape(format!(
-                "the sample must be [batch, {}, height, width], got {:?}",
-                c.in_channels,
-                x.shape()
-            )));
-        };
-        if chans != c.in_channels {
-            return Err(Error::Shape(format!(
-                "the sample has {chans} channels but the UNet's `in_channels` is {}",
-                c.in_channels
-            )));
-        }
-        let x = if c.center_input_sample {
-            x.affine(2.0, -1.0)?
-        } else {
-            x
-        };
+        let (x, (b, _, _)) =
+            self.stages
+                .unet_input(sample, c.in_channels, c.center_input_sample)?;
         let t = timestep.to_device(&self.stages.input)?;
         let t = t.reshape_to(&[t.elem_count()])?;
         let t = if t.elem_count() == 1 {
@@ -402,12 +339,7 @@ impl UNet2DModel {
             h = mid.forward(&on(&h, d)?, Some(&on(&emb, d)?), None)?;
         }
         for (block, &d) in self.up_blocks.iter().zip(&self.devices.up) {
-            let take = block.len().min(skips.len());
-            let these = skips
-                .split_off(skips.len() - take)
-                .iter()
-                .map(|s| on(s, d))
-                .collect::<Result<Vec<_>>>()?;
+            let these = pop_skips(&mut skips, block.len(), d)?;
             h = block.forward(&on(&h, d)?, &these, Some(&on(&emb, d)?), None, None)?;
         }
         let silu = Act::from_diffusers("silu").map_err(Error::Unsupported)?;

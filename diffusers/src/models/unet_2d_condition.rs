@@ -9,7 +9,6 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use serde_json::Value;
 use zoo_runtime::nn::{Conv2d, Embedding, GroupNorm, Linear, Weights};
 use zoo_runtime::{ConvParams, DType, Tensor};
@@ -19,151 +18,75 @@ use super::modeling::{config_mixin, model_mixin, Stages};
 use super::resnet::TimeNorm;
 use super::unet_2d_blocks::{BlockArgs, DownBlock, MidBlock, UpBlock};
 use super::{ensure, per_block, Act, BlockDevices};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
-fn d_mid() -> Option<String> {
-    Some("UNetMidBlock2DCrossAttn".into())
-}
-fn d_down() -> Vec<String> {
-    [
-        "CrossAttnDownBlock2D",
-        "CrossAttnDownBlock2D",
-        "CrossAttnDownBlock2D",
-        "DownBlock2D",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-fn d_up() -> Vec<String> {
-    [
-        "UpBlock2D",
-        "CrossAttnUpBlock2D",
-        "CrossAttnUpBlock2D",
-        "CrossAttnUpBlock2D",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-fn d_channels() -> Vec<usize> {
-    vec![320, 640, 1280, 1280]
-}
-fn d_layers() -> Value {
-    Value::from(2)
-}
-fn d_cross() -> Value {
-    Value::from(1280)
-}
-fn d_one_value() -> Value {
-    Value::from(1)
-}
-fn d_heads() -> Value {
-    Value::from(8)
-}
-fn d_false_value() -> Value {
-    Value::from(false)
-}
-
-/// `config.json` of a `UNet2DConditionModel`, with diffusers' defaults.
-#[derive(Clone, Debug, Deserialize)]
-#[allow(missing_docs)]
-pub struct UNet2DConditionConfig {
-    #[serde(default)]
-    pub sample_size: Option<Value>,
-    #[serde(default = "super::defaults::usize::<4>")]
-    pub in_channels: usize,
-    #[serde(default = "super::defaults::usize::<4>")]
-    pub out_channels: usize,
-    #[serde(default)]
-    pub center_input_sample: bool,
-    #[serde(default = "super::defaults::yes")]
-    pub flip_sin_to_cos: bool,
-    #[serde(default)]
-    pub freq_shift: f64,
-    #[serde(default = "d_down")]
-    pub down_block_types: Vec<String>,
-    #[serde(default = "d_mid")]
-    pub mid_block_type: Option<String>,
-    #[serde(default = "d_up")]
-    pub up_block_types: Vec<String>,
-    #[serde(default = "d_false_value")]
-    pub only_cross_attention: Value,
-    #[serde(default = "d_channels")]
-    pub block_out_channels: Vec<usize>,
-    #[serde(default = "d_layers")]
-    pub layers_per_block: Value,
-    #[serde(default = "super::defaults::usize::<1>")]
-    pub downsample_padding: usize,
-    #[serde(default = "super::defaults::unit")]
-    pub mid_block_scale_factor: f64,
-    #[serde(default = "super::defaults::silu")]
-    pub act_fn: String,
-    #[serde(default = "super::defaults::some::<32>")]
-    pub norm_num_groups: Option<usize>,
-    #[serde(default = "super::defaults::norm_eps")]
-    pub norm_eps: f64,
-    #[serde(default = "d_cross")]
-    pub cross_attention_dim: Value,
-    #[serde(default = "d_one_value")]
-    pub transformer_layers_per_block: Value,
-    #[serde(default)]
-    pub reverse_transformer_layers_per_block: Option<Value>,
-    #[serde(default)]
-    pub encoder_hid_dim: Option<usize>,
-    #[serde(default)]
-    pub encoder_hid_dim_type: Option<String>,
-    #[serde(default = "d_heads")]
-    pub attention_head_dim: Value,
-    #[serde(default)]
-    pub num_attention_heads: Option<Value>,
-    #[serde(default)]
-    pub dual_cross_attention: bool,
-    #[serde(default)]
-    pub use_linear_projection: bool,
-    #[serde(default)]
-    pub class_embed_type: Option<String>,
-    #[serde(default)]
-    pub addition_embed_type: Option<String>,
-    #[serde(default)]
-    pub addition_time_embed_dim: Option<usize>,
-    #[serde(default)]
-    pub num_class_embeds: Option<usize>,
-    #[serde(default)]
-    pub upcast_attention: bool,
-    #[serde(default = "super::defaults::default_norm")]
-    pub resnet_time_scale_shift: String,
-    #[serde(default)]
-    pub resnet_skip_time_act: bool,
-    #[serde(default = "super::defaults::unit")]
-    pub resnet_out_scale_factor: f64,
-    #[serde(default = "super::defaults::positional")]
-    pub time_embedding_type: String,
-    #[serde(default)]
-    pub time_embedding_dim: Option<usize>,
-    #[serde(default)]
-    pub time_embedding_act_fn: Option<String>,
-    #[serde(default)]
-    pub timestep_post_act: Option<String>,
-    #[serde(default)]
-    pub time_cond_proj_dim: Option<usize>,
-    #[serde(default = "super::defaults::usize::<3>")]
-    pub conv_in_kernel: usize,
-    #[serde(default = "super::defaults::usize::<3>")]
-    pub conv_out_kernel: usize,
-    #[serde(default)]
-    pub projection_class_embeddings_input_dim: Option<usize>,
-    #[serde(default = "super::defaults::default_norm")]
-    pub attention_type: String,
-    #[serde(default)]
-    pub class_embeddings_concat: bool,
-    #[serde(default)]
-    pub mid_block_only_cross_attention: Option<bool>,
-    #[serde(default)]
-    pub cross_attention_norm: Option<String>,
-    #[serde(default = "super::defaults::usize::<64>")]
-    pub addition_embed_type_num_heads: usize,
-    /// The file, for errors.
-    #[serde(skip)]
-    pub path: PathBuf,
+register_to_config! {
+    /// `config.json` of a `UNet2DConditionModel`, with the defaults of diffusers' `__init__`
+    /// (Stable Diffusion 1.x's UNet).
+    #[allow(missing_docs)]
+    pub struct UNet2DConditionConfig {
+        pub sample_size: Option<Value> = None,
+        pub in_channels: usize = 4,
+        pub out_channels: usize = 4,
+        pub center_input_sample: bool = false,
+        pub flip_sin_to_cos: bool = true,
+        pub freq_shift: f64 = 0.0,
+        pub down_block_types: Vec<String> = vec![
+            "CrossAttnDownBlock2D".into(),
+            "CrossAttnDownBlock2D".into(),
+            "CrossAttnDownBlock2D".into(),
+            "DownBlock2D".into(),
+        ],
+        pub mid_block_type: Option<String> = Some("UNetMidBlock2DCrossAttn".into()),
+        pub up_block_types: Vec<String> = vec![
+            "UpBlock2D".into(),
+            "CrossAttnUpBlock2D".into(),
+            "CrossAttnUpBlock2D".into(),
+            "CrossAttnUpBlock2D".into(),
+        ],
+        pub only_cross_attention: Value = Value::from(false),
+        pub block_out_channels: Vec<usize> = vec![320, 640, 1280, 1280],
+        pub layers_per_block: Value = Value::from(2),
+        pub downsample_padding: usize = 1,
+        pub mid_block_scale_factor: f64 = 1.0,
+        pub act_fn: String = "silu".into(),
+        pub norm_num_groups: Option<usize> = Some(32),
+        pub norm_eps: f64 = 1e-5,
+        pub cross_attention_dim: Value = Value::from(1280),
+        pub transformer_layers_per_block: Value = Value::from(1),
+        pub reverse_transformer_layers_per_block: Option<Value> = None,
+        pub encoder_hid_dim: Option<usize> = None,
+        pub encoder_hid_dim_type: Option<String> = None,
+        pub attention_head_dim: Value = Value::from(8),
+        pub num_attention_heads: Option<Value> = None,
+        pub dual_cross_attention: bool = false,
+        pub use_linear_projection: bool = false,
+        pub class_embed_type: Option<String> = None,
+        pub addition_embed_type: Option<String> = None,
+        pub addition_time_embed_dim: Option<usize> = None,
+        pub num_class_embeds: Option<usize> = None,
+        pub upcast_attention: bool = false,
+        pub resnet_time_scale_shift: String = "default".into(),
+        pub resnet_skip_time_act: bool = false,
+        pub resnet_out_scale_factor: f64 = 1.0,
+        pub time_embedding_type: String = "positional".into(),
+        pub time_embedding_dim: Option<usize> = None,
+        pub time_embedding_act_fn: Option<String> = None,
+        pub timestep_post_act: Option<String> = None,
+        pub time_cond_proj_dim: Option<usize> = None,
+        pub conv_in_kernel: usize = 3,
+        pub conv_out_kernel: usize = 3,
+        pub projection_class_embeddings_input_dim: Option<usize> = None,
+        pub attention_type: String = "default".into(),
+        pub class_embeddings_concat: bool = false,
+        pub mid_block_only_cross_attention: Option<bool> = None,
+        pub cross_attention_norm: Option<String> = None,
+        pub addition_embed_type_num_heads: usize = 64,
+        /// The file, for errors.
+        #[serde(skip)]
+        pub path: PathBuf = PathBuf::new(),
+    }
 }
 
 /// The per-block lists a config resolves to.
@@ -706,30 +629,11 @@ impl UNet2DConditionModel {
     /// `x.sample` at `x.timestep`: diffusers' `UNet2DConditionModel.forward(...).sample`.
     pub fn forward(&self, x: UNet2DConditionInput<'_>) -> Result<Tensor> {
         let c = &self.config;
-        let sample = x
-            .sample
-            .to_device(&self.stages.input)?
-            .to_dtype(self.stages.dtype)?;
-        let [batch, chans, h, w] = sample.shape()[..] else {
-            return Err(Error::Shape(format!(
-                "the sample must be [batch, {}, height, width], got {:?}",
-                c.in_channels,
-                sample.shape()
-            )));
-        };
-        if chans != c.in_channels {
-            return Err(Error::Shape(format!(
-                "the sample has {chans} channels but the UNet's `in_channels` is {}",
-                c.in_channels
-            )));
-        }
+        let (sample, (batch, h, w)) =
+            self.stages
+                .unet_input(x.sample, c.in_channels, c.center_input_sample)?;
         let factor = 1usize << self.up_blocks.len().saturating_sub(1);
         let forward_upsample_size = h % factor != 0 || w % factor != 0;
-        let sample = if c.center_input_sample {
-            sample.affine(2.0, -1.0)?
-        } else {
-            sample
-        };
         let emb = self.time_embedding(&x, batch)?;
         let mut context = x
             .encoder_hidden_states
@@ -755,12 +659,7 @@ impl UNet2DConditionModel {
         }
         let last = self.up_blocks.len().saturating_sub(1);
         for (i, (block, &d)) in self.up_blocks.iter().zip(&self.devices.up).enumerate() {
-            let take = block.len().min(skips.len());
-            let these = skips
-                .split_off(skips.len() - take)
-                .iter()
-                .map(|s| on(s, d))
-                .collect::<Result<Vec<_>>>()?;
+            let these = super::pop_skips(&mut skips, block.len(), d)?;
             let size = if i < last && forward_upsample_size {
                 skips.last().map(|s| (s.shape()[2], s.shape()[3]))
             } else {

@@ -1,46 +1,40 @@
 //! `DDIMScheduler` (diffusers' `scheduling_ddim.py`): deterministic DDIM steps (`eta = 0`)
 //! or stochastic ones, from integer timesteps.
 
-use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::defaults::{epsilon, leading, one, yes};
 use super::schedule::{
     integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
 use super::{divide, require_noise, scale, Scheduler, StepInput};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 const CLASS: &str = "DDIMScheduler";
 
-/// `DDIMScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct DDIMConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// Clip the predicted clean sample to `clip_sample_range`.
-    #[serde(default = "yes")]
-    pub clip_sample: bool,
-    /// The cumulative alpha after the last step: 1, or the first training timestep's.
-    #[serde(default = "yes")]
-    pub set_alpha_to_one: bool,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
-    /// What the model predicts.
-    #[serde(default = "epsilon")]
-    pub prediction_type: PredictionType,
-    /// Dynamic thresholding of the predicted clean sample.
-    #[serde(flatten)]
-    pub thresholding: Thresholding,
-    /// Bound of `clip_sample`.
-    #[serde(default = "one")]
-    pub clip_sample_range: f64,
-    /// How inference timesteps are spaced.
-    #[serde(default = "leading")]
-    pub timestep_spacing: TimestepSpacing,
+register_to_config! {
+    /// `DDIMScheduler`'s config fields, with the defaults of diffusers' `__init__`.
+    pub struct DDIMConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// Clip the predicted clean sample to `clip_sample_range`.
+        pub clip_sample: bool = true,
+        /// The cumulative alpha after the last step: 1, or the first training timestep's.
+        pub set_alpha_to_one: bool = true,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+        /// What the model predicts.
+        pub prediction_type: PredictionType = PredictionType::Epsilon,
+        /// Dynamic thresholding of the predicted clean sample.
+        #[serde(flatten)]
+        pub thresholding: Thresholding = Thresholding::default(),
+        /// Bound of `clip_sample`.
+        pub clip_sample_range: f64 = 1.0,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Leading,
+    }
 }
 
 /// `DDIMScheduler`.
@@ -143,12 +137,8 @@ impl Scheduler for DDIMScheduler {
                 scale(model_output, sa)?.add(&scale(sample, sb)?)?,
             ),
         };
-        if c.thresholding.thresholding {
-            x0 = c.thresholding.apply(x0)?;
-        } else if c.clip_sample {
-            let r = c.clip_sample_range;
-            x0 = x0.clamp(-r, r)?;
-        }
+        let clip = c.clip_sample.then_some(c.clip_sample_range);
+        x0 = c.thresholding.apply_or_clip(x0, clip)?;
         // `_get_variance`, then the deviation `eta` asks for.
         let beta_prev = 1.0 - alpha_prev;
         let variance = beta_prev / beta_t * (1.0 - alpha_t / alpha_prev);

@@ -4,19 +4,15 @@
 use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::defaults::{epsilon, leading, one, yes};
 use super::schedule::{
     integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
 use super::{coef, divide, require_noise, scale, Scheduler, StepInput};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 const CLASS: &str = "DDPMScheduler";
-
-fn fixed_small() -> VarianceType {
-    VarianceType::FixedSmall
-}
 
 /// `variance_type`: the variance of the noise each step adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -36,33 +32,28 @@ pub enum VarianceType {
     LearnedRange,
 }
 
-/// `DDPMScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct DDPMConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// The variance added at each step.
-    #[serde(default = "fixed_small")]
-    pub variance_type: VarianceType,
-    /// Clip the predicted clean sample to `clip_sample_range`.
-    #[serde(default = "yes")]
-    pub clip_sample: bool,
-    /// What the model predicts.
-    #[serde(default = "epsilon")]
-    pub prediction_type: PredictionType,
-    /// Dynamic thresholding of the predicted clean sample.
-    #[serde(flatten)]
-    pub thresholding: Thresholding,
-    /// Bound of `clip_sample`.
-    #[serde(default = "one")]
-    pub clip_sample_range: f64,
-    /// How inference timesteps are spaced.
-    #[serde(default = "leading")]
-    pub timestep_spacing: TimestepSpacing,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
+register_to_config! {
+    /// `DDPMScheduler`'s config fields, with the defaults of diffusers' `__init__`.
+    pub struct DDPMConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// The variance added at each step.
+        pub variance_type: VarianceType = VarianceType::FixedSmall,
+        /// Clip the predicted clean sample to `clip_sample_range`.
+        pub clip_sample: bool = true,
+        /// What the model predicts.
+        pub prediction_type: PredictionType = PredictionType::Epsilon,
+        /// Dynamic thresholding of the predicted clean sample.
+        #[serde(flatten)]
+        pub thresholding: Thresholding = Thresholding::default(),
+        /// Bound of `clip_sample`.
+        pub clip_sample_range: f64 = 1.0,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Leading,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+    }
 }
 
 /// `DDPMScheduler`.
@@ -161,12 +152,8 @@ impl Scheduler for DDPMScheduler {
                 scale(sample, at.sqrt())?.sub(&scale(&output, bt.sqrt())?)?
             }
         };
-        if c.thresholding.thresholding {
-            x0 = c.thresholding.apply(x0)?;
-        } else if c.clip_sample {
-            let r = c.clip_sample_range;
-            x0 = x0.clamp(-r, r)?;
-        }
+        let clip = c.clip_sample.then_some(c.clip_sample_range);
+        x0 = c.thresholding.apply_or_clip(x0, clip)?;
         let x0_coeff = aprev.sqrt() * current_beta / bt;
         let sample_coeff = current_alpha.sqrt() * bprev / bt;
         let mut prev = scale(&x0, x0_coeff)?.add(&scale(sample, sample_coeff)?)?;

@@ -6,13 +6,13 @@
 use serde::{Deserialize, Deserializer};
 use zoo_runtime::{DType, Tensor};
 
-use super::defaults::{linspace, one, two, yes};
 use super::schedule::{
     exponential_sigmas, interp, karras_sigmas, linspace_f64, multistep_timesteps, sigma_to_t,
     BetaSchedule, NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
 use super::{check_step, divide, require_noise, scale, Scheduler, StepInput};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 const CLASS: &str = "DPMSolverMultistepScheduler";
@@ -68,6 +68,54 @@ pub enum DpmPrediction {
     FlowPrediction,
 }
 
+impl DpmPrediction {
+    /// The clean sample that `output`, the model's prediction for `sample` at noise level
+    /// `sigma` (`alpha_t` and `sigma_t` its coefficients), stands for.
+    pub(super) fn clean_sample(
+        self,
+        output: &Tensor,
+        sample: &Tensor,
+        sigma: f32,
+        (alpha_t, sigma_t): (f32, f32),
+    ) -> Result<Tensor> {
+        Ok(match self {
+            DpmPrediction::Epsilon => divide(&sample.sub(&scale(output, sigma_t)?)?, alpha_t)?,
+            DpmPrediction::Sample => output.clone(),
+            DpmPrediction::VPrediction => scale(sample, alpha_t)?.sub(&scale(output, sigma_t)?)?,
+            DpmPrediction::FlowPrediction => sample.sub(&scale(output, sigma)?)?,
+        })
+    }
+
+    /// The noise that `output` stands for; `None` for a flow velocity, which only the
+    /// data-prediction solvers take.
+    pub(super) fn noise(
+        self,
+        output: &Tensor,
+        sample: &Tensor,
+        (alpha_t, sigma_t): (f32, f32),
+    ) -> Result<Option<Tensor>> {
+        Ok(Some(match self {
+            DpmPrediction::Epsilon => output.clone(),
+            DpmPrediction::Sample => divide(&sample.sub(&scale(output, alpha_t)?)?, sigma_t)?,
+            DpmPrediction::VPrediction => scale(output, alpha_t)?.add(&scale(sample, sigma_t)?)?,
+            DpmPrediction::FlowPrediction => return Ok(None),
+        }))
+    }
+}
+
+/// `(alpha_t, sigma_t, lambda_t)` of noise level `sigma` (`_sigma_to_alpha_sigma_t`, and
+/// the log-SNR `ln alpha_t - ln sigma_t`): `alpha_t = 1 - sigma` for flow sigmas, else
+/// `1 / sqrt(sigma^2 + 1)`.
+pub(super) fn alpha_sigma_lambda(sigma: f32, flow: bool) -> (f32, f32, f32) {
+    let (alpha, sigma_t) = if flow {
+        (1.0 - sigma, sigma)
+    } else {
+        let alpha = 1.0 / (sigma * sigma + 1.0).sqrt();
+        (alpha, sigma * alpha)
+    };
+    (alpha, sigma_t, alpha.ln() - sigma_t.ln())
+}
+
 /// `final_sigmas_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -86,22 +134,6 @@ pub enum LearnedVariance {
     Learned,
     /// A learned interpolation there.
     LearnedRange,
-}
-
-pub(super) fn noise_prediction() -> DpmPrediction {
-    DpmPrediction::Epsilon
-}
-fn plus_plus() -> Algorithm {
-    Algorithm::DpmSolverPP
-}
-fn midpoint() -> SolverType {
-    SolverType::Midpoint
-}
-fn zero() -> FinalSigmas {
-    FinalSigmas::Zero
-}
-fn neg_inf() -> f64 {
-    f64::NEG_INFINITY
 }
 
 /// A float field that JSON from Python may write as `-Infinity` (kept as a string by
@@ -125,60 +157,49 @@ fn float_or_infinity<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64
     }
 }
 
-/// `DPMSolverMultistepScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct DPMSolverConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// 1, 2 or 3 (2 for guided sampling, 3 for unconditional).
-    #[serde(default = "two")]
-    pub solver_order: usize,
-    /// What the model predicts.
-    #[serde(default = "noise_prediction")]
-    pub prediction_type: DpmPrediction,
-    /// Dynamic thresholding of the predicted clean sample.
-    #[serde(flatten)]
-    pub thresholding: Thresholding,
-    /// The solver.
-    #[serde(default = "plus_plus")]
-    pub algorithm_type: Algorithm,
-    /// The second-order term's form.
-    #[serde(default = "midpoint")]
-    pub solver_type: SolverType,
-    /// Lower orders on the last steps of short schedules (< 15 steps).
-    #[serde(default = "yes")]
-    pub lower_order_final: bool,
-    /// A first-order last step.
-    #[serde(default)]
-    pub euler_at_final: bool,
-    /// Karras, exponential or beta sigmas instead of the interpolated ones.
-    #[serde(flatten)]
-    pub spacing: SigmaSpacing,
-    /// Steps uniform in log-SNR (lambda).
-    #[serde(default)]
-    pub use_lu_lambdas: Option<bool>,
-    /// Flow-matching sigmas shifted by `flow_shift`.
-    #[serde(default)]
-    pub use_flow_sigmas: Option<bool>,
-    /// The flow shift.
-    #[serde(default = "one")]
-    pub flow_shift: f64,
-    /// The noise level after the last step.
-    #[serde(default = "zero")]
-    pub final_sigmas_type: FinalSigmas,
-    /// Timesteps whose lambda is below this are not used (cosine schedules).
-    #[serde(default = "neg_inf", deserialize_with = "float_or_infinity")]
-    pub lambda_min_clipped: f64,
-    /// A learned variance in the model's output.
-    #[serde(default)]
-    pub variance_type: Option<LearnedVariance>,
-    /// How inference timesteps are spaced.
-    #[serde(default = "linspace")]
-    pub timestep_spacing: TimestepSpacing,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
+register_to_config! {
+    /// `DPMSolverMultistepScheduler`'s config fields, with the defaults of diffusers' `__init__`
+    /// (DPM-Solver++(2M)).
+    pub struct DPMSolverConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// 1, 2 or 3 (2 for guided sampling, 3 for unconditional).
+        pub solver_order: usize = 2,
+        /// What the model predicts.
+        pub prediction_type: DpmPrediction = DpmPrediction::Epsilon,
+        /// Dynamic thresholding of the predicted clean sample.
+        #[serde(flatten)]
+        pub thresholding: Thresholding = Thresholding::default(),
+        /// The solver.
+        pub algorithm_type: Algorithm = Algorithm::DpmSolverPP,
+        /// The second-order term's form.
+        pub solver_type: SolverType = SolverType::Midpoint,
+        /// Lower orders on the last steps of short schedules (< 15 steps).
+        pub lower_order_final: bool = true,
+        /// A first-order last step.
+        pub euler_at_final: bool = false,
+        /// Karras, exponential or beta sigmas instead of the interpolated ones.
+        #[serde(flatten)]
+        pub spacing: SigmaSpacing = SigmaSpacing::default(),
+        /// Steps uniform in log-SNR (lambda).
+        pub use_lu_lambdas: Option<bool> = None,
+        /// Flow-matching sigmas shifted by `flow_shift`.
+        pub use_flow_sigmas: Option<bool> = None,
+        /// The flow shift.
+        pub flow_shift: f64 = 1.0,
+        /// The noise level after the last step.
+        pub final_sigmas_type: FinalSigmas = FinalSigmas::Zero,
+        /// Timesteps whose lambda is below this are not used (cosine schedules).
+        #[serde(deserialize_with = "float_or_infinity")]
+        pub lambda_min_clipped: f64 = f64::NEG_INFINITY,
+        /// A learned variance in the model's output.
+        pub variance_type: Option<LearnedVariance> = None,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Linspace,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+    }
 }
 
 /// `DPMSolverMultistepScheduler`.
@@ -213,22 +234,7 @@ impl DPMSolverMultistepScheduler {
                 config.algorithm_type
             ));
         }
-        if matches!(
-            config.noise.beta_schedule,
-            BetaSchedule::Laplace | BetaSchedule::Sigmoid
-        ) && config.noise.trained_betas.is_none()
-        {
-            return bad(format!(
-                "beta_schedule {:?} is DDPMScheduler's only",
-                config.noise.beta_schedule
-            ));
-        }
-        let mut schedule = NoiseSchedule::new(&config.noise, CLASS, false)?;
-        if config.noise.rescale_betas_zero_snr {
-            if let Some(last) = schedule.alphas_cumprod.last_mut() {
-                *last = 2f32.powi(-24);
-            }
-        }
+        let schedule = NoiseSchedule::for_sigmas(&config.noise, CLASS)?;
         Ok(DPMSolverMultistepScheduler {
             kind,
             model_outputs: vec![None; config.solver_order],
@@ -245,52 +251,32 @@ impl DPMSolverMultistepScheduler {
         self.config.use_flow_sigmas == Some(true)
     }
 
-    /// `_sigma_to_alpha_sigma_t`.
-    fn alpha_sigma(&self, sigma: f32) -> (f32, f32) {
-        if self.flow() {
-            (1.0 - sigma, sigma)
-        } else {
-            let alpha = 1.0 / (sigma * sigma + 1.0).sqrt();
-            (alpha, sigma * alpha)
-        }
-    }
-
     fn lambda(&self, sigma: f32) -> (f32, f32, f32) {
-        let (a, s) = self.alpha_sigma(sigma);
-        (a, s, a.ln() - s.ln())
+        alpha_sigma_lambda(sigma, self.flow())
     }
 
     /// `convert_model_output`: the data prediction (DPM-Solver++) or noise prediction.
     fn convert(&self, model_output: &Tensor, sample: &Tensor, step: usize) -> Result<Tensor> {
         let c = &self.config;
         let sigma = self.sigmas[step];
-        let (alpha_t, sigma_t) = self.alpha_sigma(sigma);
+        let (alpha_t, sigma_t, _) = self.lambda(sigma);
         let output = if c.variance_type.is_some() && c.prediction_type == DpmPrediction::Epsilon {
             model_output.narrow(1, 0, 3)?
         } else {
             model_output.clone()
         };
+        let pred = c.prediction_type;
         if c.algorithm_type.data_prediction() {
-            let x0 = match c.prediction_type {
-                DpmPrediction::Epsilon => divide(&sample.sub(&scale(&output, sigma_t)?)?, alpha_t)?,
-                DpmPrediction::Sample => output,
-                DpmPrediction::VPrediction => {
-                    scale(sample, alpha_t)?.sub(&scale(&output, sigma_t)?)?
-                }
-                DpmPrediction::FlowPrediction => sample.sub(&scale(&output, sigma)?)?,
-            };
+            let x0 = pred.clean_sample(&output, sample, sigma, (alpha_t, sigma_t))?;
             return c.thresholding.apply(x0);
         }
-        let eps = match c.prediction_type {
-            DpmPrediction::Epsilon => output,
-            DpmPrediction::Sample => divide(&sample.sub(&scale(&output, alpha_t)?)?, sigma_t)?,
-            DpmPrediction::VPrediction => scale(&output, alpha_t)?.add(&scale(sample, sigma_t)?)?,
-            DpmPrediction::FlowPrediction => {
-                return Err(Error::Scheduler(format!(
+        let eps = pred
+            .noise(&output, sample, (alpha_t, sigma_t))?
+            .ok_or_else(|| {
+                Error::Scheduler(format!(
                     "{CLASS}: prediction_type flow_prediction needs algorithm_type dpmsolver++"
-                )))
-            }
-        };
+                ))
+            })?;
         if c.thresholding.thresholding {
             let x0 = divide(&sample.sub(&scale(&eps, sigma_t)?)?, alpha_t)?;
             let x0 = c.thresholding.apply(x0)?;
@@ -460,7 +446,7 @@ impl DPMSolverMultistepScheduler {
 impl Scheduler for DPMSolverMultistepScheduler {
     fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
         check_step(CLASS, step, self.timesteps.len())?;
-        let (alpha, sigma) = self.alpha_sigma(self.sigmas[step]);
+        let (alpha, sigma, _) = self.lambda(self.sigmas[step]);
         super::add_noise_scaled(original, noise, alpha, sigma)
     }
 

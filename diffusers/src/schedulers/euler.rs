@@ -6,12 +6,12 @@
 use serde::Deserialize;
 use zoo_runtime::{DType, Tensor};
 
-use super::defaults::{epsilon, linspace};
 use super::schedule::{
-    exponential_sigmas, interp, karras_sigmas, linspace_f32, sigma_to_t, spaced_timesteps,
-    NoiseConfig, NoiseSchedule, PredictionType, SigmaKind, SigmaSpacing, TimestepSpacing,
+    interp, linspace_f32, sigma_to_t, spaced_timesteps, NoiseConfig, NoiseSchedule, PredictionType,
+    SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::{check_step, divide, require_noise, scale, Scheduler, StepInput};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 /// `interpolation_type`: how sigmas are taken at the inference timesteps.
@@ -44,66 +44,48 @@ pub enum FinalSigmas {
     SigmaMin,
 }
 
-fn linear() -> Interpolation {
-    Interpolation::Linear
-}
-fn discrete() -> TimestepType {
-    TimestepType::Discrete
-}
-fn zero() -> FinalSigmas {
-    FinalSigmas::Zero
-}
-
-/// `EulerDiscreteScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct EulerConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// What the model predicts.
-    #[serde(default = "epsilon")]
-    pub prediction_type: PredictionType,
-    /// How sigmas are taken at the inference timesteps.
-    #[serde(default = "linear")]
-    pub interpolation_type: Interpolation,
-    /// Karras, exponential or beta sigmas instead of the interpolated ones.
-    #[serde(flatten)]
-    pub spacing: SigmaSpacing,
-    /// Smallest sigma of the Karras / exponential schedules (default: the schedule's).
-    #[serde(default)]
-    pub sigma_min: Option<f64>,
-    /// Largest sigma of those schedules (default: the schedule's).
-    #[serde(default)]
-    pub sigma_max: Option<f64>,
-    /// How inference timesteps are spaced.
-    #[serde(default = "linspace")]
-    pub timestep_spacing: TimestepSpacing,
-    /// What the model is called with.
-    #[serde(default = "discrete")]
-    pub timestep_type: TimestepType,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
-    /// The noise level after the last step.
-    #[serde(default = "zero")]
-    pub final_sigmas_type: FinalSigmas,
+register_to_config! {
+    /// `EulerDiscreteScheduler`'s config fields, with the defaults of diffusers' `__init__`.
+    pub struct EulerConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// What the model predicts.
+        pub prediction_type: PredictionType = PredictionType::Epsilon,
+        /// How sigmas are taken at the inference timesteps.
+        pub interpolation_type: Interpolation = Interpolation::Linear,
+        /// Karras, exponential or beta sigmas instead of the interpolated ones.
+        #[serde(flatten)]
+        pub spacing: SigmaSpacing = SigmaSpacing::default(),
+        /// Smallest sigma of the Karras / exponential schedules (default: the schedule's).
+        pub sigma_min: Option<f64> = None,
+        /// Largest sigma of those schedules (default: the schedule's).
+        pub sigma_max: Option<f64> = None,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Linspace,
+        /// What the model is called with.
+        pub timestep_type: TimestepType = TimestepType::Discrete,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+        /// The noise level after the last step.
+        pub final_sigmas_type: FinalSigmas = FinalSigmas::Zero,
+    }
 }
 
-/// `EulerAncestralDiscreteScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct EulerAncestralConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// What the model predicts (`epsilon` or `v_prediction`).
-    #[serde(default = "epsilon")]
-    pub prediction_type: PredictionType,
-    /// How inference timesteps are spaced.
-    #[serde(default = "linspace")]
-    pub timestep_spacing: TimestepSpacing,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
+register_to_config! {
+    /// `EulerAncestralDiscreteScheduler`'s config fields, with the defaults of diffusers'
+    /// `__init__`.
+    pub struct EulerAncestralConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// What the model predicts (`epsilon` or `v_prediction`).
+        pub prediction_type: PredictionType = PredictionType::Epsilon,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Linspace,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+    }
 }
 
 /// What both Euler schedulers hold: the training sigmas and the inference ones.
@@ -119,13 +101,7 @@ struct Sigmas {
 
 impl Sigmas {
     fn new(noise: &NoiseConfig, class: &str, spacing: TimestepSpacing) -> Result<Sigmas> {
-        let mut schedule = NoiseSchedule::new(noise, class, false)?;
-        if noise.rescale_betas_zero_snr {
-            // A zero terminal alpha would make an infinite sigma; diffusers uses 2^-24.
-            if let Some(last) = schedule.alphas_cumprod.last_mut() {
-                *last = 2f32.powi(-24);
-            }
-        }
+        let schedule = NoiseSchedule::for_sigmas(noise, class)?;
         Ok(Sigmas {
             train: schedule.sigmas(),
             schedule,
@@ -147,17 +123,12 @@ impl Sigmas {
         } else {
             max
         };
-        match self.spacing {
-            TimestepSpacing::Linspace | TimestepSpacing::Trailing => max as f64,
-            TimestepSpacing::Leading => (max * max + 1.0).sqrt() as f64,
-        }
+        self.spacing.init_noise_sigma(max)
     }
 
     /// `sample / sqrt(sigma^2 + 1)`.
     fn scale_model_input(&self, class: &str, sample: &Tensor, step: usize) -> Result<Tensor> {
-        check_step(class, step, self.timesteps.len())?;
-        let s = self.sigmas[step];
-        divide(sample, (s * s + 1.0).sqrt())
+        super::scale_by_sigma(class, sample, &self.sigmas, self.timesteps.len(), step)
     }
 }
 
@@ -224,15 +195,10 @@ impl Scheduler for EulerDiscreteScheduler {
                     .collect()
             }
         };
-        let bound = |field: Option<f64>, fallback: f64| field.unwrap_or(fallback);
-        if self.kind != SigmaKind::Interpolated {
-            let smin = bound(c.sigma_min, *sigmas.last().unwrap_or(&0.0));
-            let smax = bound(c.sigma_max, sigmas[0]);
-            sigmas = if self.kind == SigmaKind::Karras {
-                karras_sigmas(smin, smax, steps)
-            } else {
-                exponential_sigmas(smin, smax, steps)
-            };
+        let smin = c.sigma_min.unwrap_or(*sigmas.last().unwrap_or(&0.0));
+        let smax = c.sigma_max.unwrap_or(sigmas[0]);
+        if let Some(spaced) = self.kind.spaced(smin, smax, steps) {
+            sigmas = spaced;
             timesteps = sigmas
                 .iter()
                 .map(|&sg| sigma_to_t(sg, &log_sigmas) as f32 as f64)

@@ -10,10 +10,11 @@
 use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::schedule::{exponential_sigmas, karras_sigmas, linspace_f64, SigmaKind, SigmaSpacing};
+use super::schedule::{linspace_f64, SigmaKind, SigmaSpacing};
 use super::{
     add_noise_scaled, check_step, require_noise, scale, Scheduler, StepInput, TimestepOptions,
 };
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 const CLASS: &str = "FlowMatchEulerDiscreteScheduler";
@@ -28,55 +29,37 @@ pub enum TimeShift {
     Linear,
 }
 
-fn thousand() -> usize {
-    1000
-}
-fn one() -> f64 {
-    1.0
-}
-fn exponential() -> TimeShift {
-    TimeShift::Exponential
-}
-
-/// `FlowMatchEulerDiscreteScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct FlowMatchEulerConfig {
-    /// Training timesteps: timestep = sigma * this.
-    #[serde(default = "thousand")]
-    pub num_train_timesteps: usize,
-    /// The fixed shift `shift * s / (1 + (shift - 1) * s)` (ignored under dynamic shifting).
-    #[serde(default = "one")]
-    pub shift: f64,
-    /// Shift by the pipeline's `mu` instead of `shift`.
-    #[serde(default)]
-    pub use_dynamic_shifting: bool,
-    /// `mu` at `base_image_seq_len` tokens (read by the pipelines).
-    #[serde(default)]
-    pub base_shift: Option<f64>,
-    /// `mu` at `max_image_seq_len` tokens (read by the pipelines).
-    #[serde(default)]
-    pub max_shift: Option<f64>,
-    /// Token count of `base_shift`.
-    #[serde(default)]
-    pub base_image_seq_len: Option<usize>,
-    /// Token count of `max_shift`.
-    #[serde(default)]
-    pub max_image_seq_len: Option<usize>,
-    /// Sigmas run from 0 to 1 (`1 - sigma`), ending at 1.
-    #[serde(default)]
-    pub invert_sigmas: bool,
-    /// Stretches the shifted sigmas so the last one is this value.
-    #[serde(default)]
-    pub shift_terminal: Option<f64>,
-    /// Karras or exponential sigmas between the shifted ends.
-    #[serde(flatten)]
-    pub spacing: SigmaSpacing,
-    /// How `mu` shifts the sigmas.
-    #[serde(default = "exponential")]
-    pub time_shift_type: TimeShift,
-    /// Each step re-noises the predicted data to the next sigma instead of an Euler step.
-    #[serde(default)]
-    pub stochastic_sampling: bool,
+register_to_config! {
+    /// `FlowMatchEulerDiscreteScheduler`'s config fields, with the defaults of diffusers'
+    /// `__init__` but for the four fields of `mu`: those stay unset, and each pipeline falls
+    /// back to its own values (SD3's `max_shift` is not Flux's).
+    pub struct FlowMatchEulerConfig {
+        /// Training timesteps: timestep = sigma * this.
+        pub num_train_timesteps: usize = 1000,
+        /// The fixed shift `shift * s / (1 + (shift - 1) * s)` (ignored under dynamic shifting).
+        pub shift: f64 = 1.0,
+        /// Shift by the pipeline's `mu` instead of `shift`.
+        pub use_dynamic_shifting: bool = false,
+        /// `mu` at `base_image_seq_len` tokens (read by the pipelines).
+        pub base_shift: Option<f64> = None,
+        /// `mu` at `max_image_seq_len` tokens (read by the pipelines).
+        pub max_shift: Option<f64> = None,
+        /// Token count of `base_shift`.
+        pub base_image_seq_len: Option<usize> = None,
+        /// Token count of `max_shift`.
+        pub max_image_seq_len: Option<usize> = None,
+        /// Sigmas run from 0 to 1 (`1 - sigma`), ending at 1.
+        pub invert_sigmas: bool = false,
+        /// Stretches the shifted sigmas so the last one is this value.
+        pub shift_terminal: Option<f64> = None,
+        /// Karras or exponential sigmas between the shifted ends.
+        #[serde(flatten)]
+        pub spacing: SigmaSpacing = SigmaSpacing::default(),
+        /// How `mu` shifts the sigmas.
+        pub time_shift_type: TimeShift = TimeShift::Exponential,
+        /// Each step re-noises the predicted data to the next sigma instead of an Euler step.
+        pub stochastic_sampling: bool = false,
+    }
 }
 
 /// `FlowMatchEulerDiscreteScheduler`.
@@ -165,12 +148,8 @@ impl FlowMatchEulerDiscreteScheduler {
             s = s.into_iter().map(|t| one - (one - t) / factor).collect();
         }
         let s: Vec<f64> = s.into_iter().map(F::to_f64).collect();
-        match self.kind {
-            SigmaKind::Interpolated => s,
-            // Neither bound is a config field of this class: the schedule's own ends.
-            SigmaKind::Karras => karras_sigmas(s[s.len() - 1], s[0], n),
-            SigmaKind::Exponential => exponential_sigmas(s[s.len() - 1], s[0], n),
-        }
+        // Neither bound is a config field of this class: the schedule's own ends.
+        self.kind.spaced(s[s.len() - 1], s[0], n).unwrap_or(s)
     }
 }
 

@@ -2,39 +2,36 @@
 //! last four derivatives, each weighted by the integral of its Lagrange basis polynomial in
 //! sigma between this step's sigma and the next.
 
-use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::defaults::{epsilon, linspace};
 use super::schedule::{
-    exponential_sigmas, interp, karras_sigmas, sigma_to_t, spaced_timesteps, NoiseConfig,
-    NoiseSchedule, PredictionType, SigmaKind, SigmaSpacing, TimestepSpacing,
+    interp, sigma_to_t, spaced_timesteps, NoiseConfig, NoiseSchedule, PredictionType, SigmaKind,
+    SigmaSpacing, TimestepSpacing,
 };
 use super::{check_step, divide, scale, Scheduler, StepInput};
+use crate::configuration::register_to_config;
 use crate::Result;
 
 const CLASS: &str = "LMSDiscreteScheduler";
 /// The multistep order pipelines step with (`step(..., order=4)`).
 const ORDER: usize = 4;
 
-/// `LMSDiscreteScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct LMSConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// Karras, exponential or beta sigmas instead of the interpolated ones.
-    #[serde(flatten)]
-    pub spacing: SigmaSpacing,
-    /// What the model predicts.
-    #[serde(default = "epsilon")]
-    pub prediction_type: PredictionType,
-    /// How inference timesteps are spaced.
-    #[serde(default = "linspace")]
-    pub timestep_spacing: TimestepSpacing,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
+register_to_config! {
+    /// `LMSDiscreteScheduler`'s config fields, with the defaults of diffusers' `__init__`.
+    pub struct LMSConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// Karras, exponential or beta sigmas instead of the interpolated ones.
+        #[serde(flatten)]
+        pub spacing: SigmaSpacing = SigmaSpacing::default(),
+        /// What the model predicts.
+        pub prediction_type: PredictionType = PredictionType::Epsilon,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Linspace,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+    }
 }
 
 /// `LMSDiscreteScheduler`.
@@ -140,13 +137,9 @@ impl Scheduler for LMSDiscreteScheduler {
         .collect();
         let log_sigmas: Vec<f32> = self.train.iter().map(|v| v.ln()).collect();
         let mut sigmas: Vec<f64> = timesteps.iter().map(|&t| interp(t, &self.train)).collect();
-        if self.kind != SigmaKind::Interpolated {
-            let (smin, smax) = (*sigmas.last().unwrap_or(&0.0), sigmas[0]);
-            sigmas = if self.kind == SigmaKind::Karras {
-                karras_sigmas(smin, smax, steps)
-            } else {
-                exponential_sigmas(smin, smax, steps)
-            };
+        let (smin, smax) = (*sigmas.last().unwrap_or(&0.0), sigmas[0]);
+        if let Some(spaced) = self.kind.spaced(smin, smax, steps) {
+            sigmas = spaced;
             timesteps = sigmas
                 .iter()
                 .map(|&s| sigma_to_t(s, &log_sigmas) as f32 as f64)
@@ -171,16 +164,11 @@ impl Scheduler for LMSDiscreteScheduler {
 
     fn init_noise_sigma(&self) -> f64 {
         let max = self.sigmas.iter().copied().fold(0.0f32, f32::max);
-        match self.config.timestep_spacing {
-            TimestepSpacing::Linspace | TimestepSpacing::Trailing => max as f64,
-            TimestepSpacing::Leading => (max * max + 1.0).sqrt() as f64,
-        }
+        self.config.timestep_spacing.init_noise_sigma(max)
     }
 
     fn scale_model_input(&self, sample: &Tensor, step: usize) -> Result<Tensor> {
-        check_step(CLASS, step, self.timesteps.len())?;
-        let s = self.sigmas[step];
-        divide(sample, (s * s + 1.0).sqrt())
+        super::scale_by_sigma(CLASS, sample, &self.sigmas, self.timesteps.len(), step)
     }
 
     fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {

@@ -163,30 +163,6 @@ pub struct TimestepOptions {
     pub mu: Option<f64>,
 }
 
-/// serde defaults the configs share (diffusers' own defaults).
-mod defaults {
-    use super::schedule::{PredictionType, TimestepSpacing};
-
-    pub fn yes() -> bool {
-        true
-    }
-    pub fn one() -> f64 {
-        1.0
-    }
-    pub fn two() -> usize {
-        2
-    }
-    pub fn epsilon() -> PredictionType {
-        PredictionType::Epsilon
-    }
-    pub fn leading() -> TimestepSpacing {
-        TimestepSpacing::Leading
-    }
-    pub fn linspace() -> TimestepSpacing {
-        TimestepSpacing::Linspace
-    }
-}
-
 /// The classes [`SchedulerConfig::build`] knows.
 pub const CLASSES: &[&str] = &[
     "DDPMScheduler",
@@ -393,6 +369,19 @@ fn add_noise_scaled(x: &Tensor, noise: &Tensor, alpha: f32, sigma: f32) -> Resul
         scale(x, alpha)?
     };
     Ok(x.add(&scale(noise, sigma)?)?)
+}
+
+/// The sigma schedulers' model input at step `step` of `steps`: `sample / sqrt(sigma^2 + 1)`.
+fn scale_by_sigma(
+    class: &str,
+    sample: &Tensor,
+    sigmas: &[f32],
+    steps: usize,
+    step: usize,
+) -> Result<Tensor> {
+    check_step(class, step, steps)?;
+    let s = sigmas[step];
+    divide(sample, (s * s + 1.0).sqrt())
 }
 
 /// Checks that `noise` is there and shaped like `sample` when a step needs it.

@@ -2,40 +2,35 @@
 //! pseudo Runge-Kutta warm-up steps, then linear multistep (PLMS) steps over the last four
 //! model outputs; with `skip_prk_steps` (as Stable Diffusion ships it) PLMS from the start.
 
-use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::defaults::{epsilon, leading};
 use super::schedule::{
     integer_timesteps, NoiseConfig, NoiseSchedule, PredictionType, TimestepSpacing,
 };
 use super::{divide, scale, Scheduler, StepInput};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 const CLASS: &str = "PNDMScheduler";
 const ORDER: usize = 4;
 
-/// `PNDMScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct PNDMConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// PLMS steps only, no Runge-Kutta warm-up.
-    #[serde(default)]
-    pub skip_prk_steps: bool,
-    /// The cumulative alpha after the last step: 1, or the first training timestep's.
-    #[serde(default)]
-    pub set_alpha_to_one: bool,
-    /// `epsilon` or `v_prediction`.
-    #[serde(default = "epsilon")]
-    pub prediction_type: PredictionType,
-    /// How inference timesteps are spaced.
-    #[serde(default = "leading")]
-    pub timestep_spacing: TimestepSpacing,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
+register_to_config! {
+    /// `PNDMScheduler`'s config fields, with the defaults of diffusers' `__init__`.
+    pub struct PNDMConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// PLMS steps only, no Runge-Kutta warm-up.
+        pub skip_prk_steps: bool = false,
+        /// The cumulative alpha after the last step: 1, or the first training timestep's.
+        pub set_alpha_to_one: bool = false,
+        /// `epsilon` or `v_prediction`.
+        pub prediction_type: PredictionType = PredictionType::Epsilon,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Leading,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+    }
 }
 
 /// `PNDMScheduler`.

@@ -5,6 +5,7 @@
 
 use serde::Deserialize;
 
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 /// `beta_schedule`.
@@ -36,6 +37,17 @@ pub enum TimestepSpacing {
     Trailing,
 }
 
+impl TimestepSpacing {
+    /// The sigma schedulers' `init_noise_sigma` for largest sigma `max`: `max`, or
+    /// `sqrt(max^2 + 1)` for `leading` spacing.
+    pub fn init_noise_sigma(self, max: f32) -> f64 {
+        match self {
+            TimestepSpacing::Linspace | TimestepSpacing::Trailing => max as f64,
+            TimestepSpacing::Leading => (max * max + 1.0).sqrt() as f64,
+        }
+    }
+}
+
 /// `prediction_type`: what the model predicts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -51,15 +63,13 @@ pub enum PredictionType {
 
 /// The sigma-spacing switches of the sigma schedulers (Euler, DPM-Solver, LMS).
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct SigmaSpacing {
     /// Karras et al.'s sigmas (rho 7).
-    #[serde(default)]
     pub use_karras_sigmas: Option<bool>,
     /// Sigmas evenly spaced in log.
-    #[serde(default)]
     pub use_exponential_sigmas: Option<bool>,
     /// Beta-distributed sigmas.
-    #[serde(default)]
     pub use_beta_sigmas: Option<bool>,
 }
 
@@ -72,6 +82,18 @@ pub enum SigmaKind {
     Karras,
     /// Exponential.
     Exponential,
+}
+
+impl SigmaKind {
+    /// `n` Karras or exponential sigmas from `smax` down to `smin`; `None` for the
+    /// interpolated schedule, which the scheduler computes itself.
+    pub fn spaced(self, smin: f64, smax: f64, n: usize) -> Option<Vec<f64>> {
+        match self {
+            SigmaKind::Interpolated => None,
+            SigmaKind::Karras => Some(karras_sigmas(smin, smax, n)),
+            SigmaKind::Exponential => Some(exponential_sigmas(smin, smax, n)),
+        }
+    }
 }
 
 impl SigmaSpacing {
@@ -104,40 +126,23 @@ impl SigmaSpacing {
     }
 }
 
-/// The training noise schedule's fields, common to every discrete scheduler.
-#[derive(Clone, Debug, Deserialize)]
-pub struct NoiseConfig {
-    /// Training timesteps.
-    #[serde(default = "default_train_timesteps")]
-    pub num_train_timesteps: usize,
-    /// First beta.
-    #[serde(default = "default_beta_start")]
-    pub beta_start: f64,
-    /// Last beta.
-    #[serde(default = "default_beta_end")]
-    pub beta_end: f64,
-    /// How betas go from the first to the last.
-    #[serde(default = "default_beta_schedule")]
-    pub beta_schedule: BetaSchedule,
-    /// Betas given outright (they win over the schedule).
-    #[serde(default)]
-    pub trained_betas: Option<Vec<f64>>,
-    /// Rescale betas to zero terminal SNR.
-    #[serde(default)]
-    pub rescale_betas_zero_snr: bool,
-}
-
-fn default_train_timesteps() -> usize {
-    1000
-}
-fn default_beta_start() -> f64 {
-    0.0001
-}
-fn default_beta_end() -> f64 {
-    0.02
-}
-fn default_beta_schedule() -> BetaSchedule {
-    BetaSchedule::Linear
+register_to_config! {
+    /// The training noise schedule's fields, common to every discrete scheduler, with the
+    /// default all of diffusers' share (1000 linear betas).
+    pub struct NoiseConfig {
+        /// Training timesteps.
+        pub num_train_timesteps: usize = 1000,
+        /// First beta.
+        pub beta_start: f64 = 0.0001,
+        /// Last beta.
+        pub beta_end: f64 = 0.02,
+        /// How betas go from the first to the last.
+        pub beta_schedule: BetaSchedule = BetaSchedule::Linear,
+        /// Betas given outright (they win over the schedule).
+        pub trained_betas: Option<Vec<f64>> = None,
+        /// Rescale betas to zero terminal SNR.
+        pub rescale_betas_zero_snr: bool = false,
+    }
 }
 
 /// `torch.linspace(start, end, n, dtype=float32)` as PyTorch's CPU kernel computes it: from
@@ -285,6 +290,19 @@ impl NoiseSchedule {
             alphas_cumprod: cumprod_f32(&alphas),
             betas,
         })
+    }
+
+    /// The schedule of a sigma-parameterized scheduler (Euler, DPM-Solver, UniPC): a zero
+    /// terminal alpha (`rescale_betas_zero_snr`) would make an infinite sigma, so diffusers
+    /// sets it to 2^-24.
+    pub fn for_sigmas(c: &NoiseConfig, class: &str) -> Result<NoiseSchedule> {
+        let mut schedule = NoiseSchedule::new(c, class, false)?;
+        if c.rescale_betas_zero_snr {
+            if let Some(last) = schedule.alphas_cumprod.last_mut() {
+                *last = 2f32.powi(-24);
+            }
+        }
+        Ok(schedule)
     }
 
     /// `((1 - alphas_cumprod) / alphas_cumprod) ** 0.5`, per training timestep.

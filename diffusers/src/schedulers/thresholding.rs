@@ -1,28 +1,23 @@
 //! Dynamic thresholding (Imagen's, diffusers' `_threshold_sample`) of a predicted clean
 //! sample: its config fields, which DDPM, DDIM, DPM-Solver and UniPC share, and the op.
 
-use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::defaults::one;
+use crate::configuration::register_to_config;
 use crate::Result;
 
-fn ratio() -> f64 {
-    0.995
-}
-
-/// `thresholding`, `dynamic_thresholding_ratio`, `sample_max_value`.
-#[derive(Clone, Copy, Debug, Deserialize)]
-pub struct Thresholding {
-    /// Threshold the predicted clean sample.
-    #[serde(default)]
-    pub thresholding: bool,
-    /// Quantile of |x| that sets the threshold.
-    #[serde(default = "ratio")]
-    pub dynamic_thresholding_ratio: f64,
-    /// Largest threshold.
-    #[serde(default = "one")]
-    pub sample_max_value: f64,
+register_to_config! {
+    /// `thresholding`, `dynamic_thresholding_ratio`, `sample_max_value`, with diffusers'
+    /// defaults (off).
+    #[derive(Copy)]
+    pub struct Thresholding {
+        /// Threshold the predicted clean sample.
+        pub thresholding: bool = false,
+        /// Quantile of |x| that sets the threshold.
+        pub dynamic_thresholding_ratio: f64 = 0.995,
+        /// Largest threshold.
+        pub sample_max_value: f64 = 1.0,
+    }
 }
 
 impl Thresholding {
@@ -32,6 +27,15 @@ impl Thresholding {
             threshold(&x0, self.dynamic_thresholding_ratio, self.sample_max_value)
         } else {
             Ok(x0)
+        }
+    }
+
+    /// DDPM's and DDIM's treatment of `x0`: thresholded when the config asks for it, else
+    /// clipped to `[-r, r]` when `clip` is `Some(r)` (their `clip_sample`).
+    pub fn apply_or_clip(&self, x0: Tensor, clip: Option<f64>) -> Result<Tensor> {
+        match clip {
+            Some(r) if !self.thresholding => Ok(x0.clamp(-r, r)?),
+            _ => self.apply(x0),
         }
     }
 }

@@ -6,14 +6,14 @@
 use serde::Deserialize;
 use zoo_runtime::Tensor;
 
-use super::defaults::{linspace, one, two, yes};
-use super::dpmsolver_multistep::{noise_prediction, DpmPrediction, FinalSigmas};
+use super::dpmsolver_multistep::{alpha_sigma_lambda, DpmPrediction, FinalSigmas};
 use super::schedule::{
-    exponential_sigmas, interp, karras_sigmas, linspace_f64, multistep_timesteps, sigma_to_t,
-    BetaSchedule, NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
+    interp, linspace_f64, multistep_timesteps, sigma_to_t, NoiseConfig, NoiseSchedule, SigmaKind,
+    SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
 use super::{check_step, divide, scale, Scheduler, StepInput};
+use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
 const CLASS: &str = "UniPCMultistepScheduler";
@@ -29,70 +29,50 @@ pub enum UniPCSolver {
     Bh2,
 }
 
-fn bh2() -> UniPCSolver {
-    UniPCSolver::Bh2
-}
-fn zero() -> FinalSigmas {
-    FinalSigmas::Zero
-}
-
-/// `UniPCMultistepScheduler`'s config fields.
-#[derive(Clone, Debug, Deserialize)]
-pub struct UniPCConfig {
-    /// The training schedule.
-    #[serde(flatten)]
-    pub noise: NoiseConfig,
-    /// The predictor's order (the corrector's is one more).
-    #[serde(default = "two")]
-    pub solver_order: usize,
-    /// What the model predicts.
-    #[serde(default = "noise_prediction")]
-    pub prediction_type: DpmPrediction,
-    /// Dynamic thresholding of the predicted clean sample.
-    #[serde(flatten)]
-    pub thresholding: Thresholding,
-    /// Update the data prediction (true) or the noise prediction.
-    #[serde(default = "yes")]
-    pub predict_x0: bool,
-    /// The B(h) form.
-    #[serde(default = "bh2")]
-    pub solver_type: UniPCSolver,
-    /// Lower orders on the last steps.
-    #[serde(default = "yes")]
-    pub lower_order_final: bool,
-    /// Steps whose sample is not corrected.
-    #[serde(default)]
-    pub disable_corrector: Vec<usize>,
-    /// Karras, exponential or beta sigmas instead of the interpolated ones.
-    #[serde(flatten)]
-    pub spacing: SigmaSpacing,
-    /// Flow-matching sigmas shifted by `flow_shift`.
-    #[serde(default)]
-    pub use_flow_sigmas: Option<bool>,
-    /// The flow shift.
-    #[serde(default = "one")]
-    pub flow_shift: f64,
-    /// How inference timesteps are spaced.
-    #[serde(default = "linspace")]
-    pub timestep_spacing: TimestepSpacing,
-    /// Added to `leading` timesteps.
-    #[serde(default)]
-    pub steps_offset: usize,
-    /// The noise level after the last step.
-    #[serde(default = "zero")]
-    pub final_sigmas_type: FinalSigmas,
-    /// A resolution-dependent shift (`mu`), which flow pipelines pass.
-    #[serde(default)]
-    pub use_dynamic_shifting: bool,
-    /// Smallest Karras / exponential sigma (default: the schedule's).
-    #[serde(default)]
-    pub sigma_min: Option<f64>,
-    /// Largest Karras / exponential sigma (default: the schedule's).
-    #[serde(default)]
-    pub sigma_max: Option<f64>,
-    /// Stretch flow sigmas to end at this value.
-    #[serde(default)]
-    pub shift_terminal: Option<f64>,
+register_to_config! {
+    /// `UniPCMultistepScheduler`'s config fields, with the defaults of diffusers' `__init__`
+    /// (the `bh2` predictor of order 2).
+    pub struct UniPCConfig {
+        /// The training schedule.
+        #[serde(flatten)]
+        pub noise: NoiseConfig = NoiseConfig::default(),
+        /// The predictor's order (the corrector's is one more).
+        pub solver_order: usize = 2,
+        /// What the model predicts.
+        pub prediction_type: DpmPrediction = DpmPrediction::Epsilon,
+        /// Dynamic thresholding of the predicted clean sample.
+        #[serde(flatten)]
+        pub thresholding: Thresholding = Thresholding::default(),
+        /// Update the data prediction (true) or the noise prediction.
+        pub predict_x0: bool = true,
+        /// The B(h) form.
+        pub solver_type: UniPCSolver = UniPCSolver::Bh2,
+        /// Lower orders on the last steps.
+        pub lower_order_final: bool = true,
+        /// Steps whose sample is not corrected.
+        pub disable_corrector: Vec<usize> = Vec::new(),
+        /// Karras, exponential or beta sigmas instead of the interpolated ones.
+        #[serde(flatten)]
+        pub spacing: SigmaSpacing = SigmaSpacing::default(),
+        /// Flow-matching sigmas shifted by `flow_shift`.
+        pub use_flow_sigmas: Option<bool> = None,
+        /// The flow shift.
+        pub flow_shift: f64 = 1.0,
+        /// How inference timesteps are spaced.
+        pub timestep_spacing: TimestepSpacing = TimestepSpacing::Linspace,
+        /// Added to `leading` timesteps.
+        pub steps_offset: usize = 0,
+        /// The noise level after the last step.
+        pub final_sigmas_type: FinalSigmas = FinalSigmas::Zero,
+        /// A resolution-dependent shift (`mu`), which flow pipelines pass.
+        pub use_dynamic_shifting: bool = false,
+        /// Smallest Karras / exponential sigma (default: the schedule's).
+        pub sigma_min: Option<f64> = None,
+        /// Largest Karras / exponential sigma (default: the schedule's).
+        pub sigma_max: Option<f64> = None,
+        /// Stretch flow sigmas to end at this value.
+        pub shift_terminal: Option<f64> = None,
+    }
 }
 
 /// `UniPCMultistepScheduler`.
@@ -165,28 +145,13 @@ impl UniPCMultistepScheduler {
                 "{CLASS}: use_dynamic_shifting needs the pipeline's `mu`, which zoo's flow pipelines do not pass yet; set it false"
             )));
         }
-        if matches!(
-            config.noise.beta_schedule,
-            BetaSchedule::Laplace | BetaSchedule::Sigmoid
-        ) && config.noise.trained_betas.is_none()
-        {
-            return Err(Error::Scheduler(format!(
-                "{CLASS}: beta_schedule {:?} is DDPMScheduler's only",
-                config.noise.beta_schedule
-            )));
-        }
         if config.shift_terminal.is_some() && config.use_flow_sigmas != Some(true) {
             return Err(Error::Scheduler(format!(
                 "{CLASS}: shift_terminal applies to flow sigmas only (use_flow_sigmas)"
             )));
         }
         let kind = config.spacing.kind(CLASS)?;
-        let mut schedule = NoiseSchedule::new(&config.noise, CLASS, false)?;
-        if config.noise.rescale_betas_zero_snr {
-            if let Some(last) = schedule.alphas_cumprod.last_mut() {
-                *last = 2f32.powi(-24);
-            }
-        }
+        let schedule = NoiseSchedule::for_sigmas(&config.noise, CLASS)?;
         Ok(UniPCMultistepScheduler {
             model_outputs: vec![None; config.solver_order],
             config,
@@ -207,40 +172,24 @@ impl UniPCMultistepScheduler {
 
     /// `(alpha, sigma, lambda)` of noise level `s`.
     fn lambda(&self, s: f32) -> (f32, f32, f32) {
-        let (a, sg) = if self.flow() {
-            (1.0 - s, s)
-        } else {
-            let a = 1.0 / (s * s + 1.0).sqrt();
-            (a, s * a)
-        };
-        (a, sg, a.ln() - sg.ln())
+        alpha_sigma_lambda(s, self.flow())
     }
 
     fn convert(&self, output: &Tensor, sample: &Tensor, step: usize) -> Result<Tensor> {
         let c = &self.config;
         let sigma = self.sigmas[step];
         let (alpha_t, sigma_t, _) = self.lambda(sigma);
+        let pred = c.prediction_type;
         if c.predict_x0 {
-            let x0 = match c.prediction_type {
-                DpmPrediction::Epsilon => divide(&sample.sub(&scale(output, sigma_t)?)?, alpha_t)?,
-                DpmPrediction::Sample => output.clone(),
-                DpmPrediction::VPrediction => {
-                    scale(sample, alpha_t)?.sub(&scale(output, sigma_t)?)?
-                }
-                DpmPrediction::FlowPrediction => sample.sub(&scale(output, sigma)?)?,
-            };
+            let x0 = pred.clean_sample(output, sample, sigma, (alpha_t, sigma_t))?;
             return c.thresholding.apply(x0);
         }
-        match c.prediction_type {
-            DpmPrediction::Epsilon => Ok(output.clone()),
-            DpmPrediction::Sample => divide(&sample.sub(&scale(output, alpha_t)?)?, sigma_t),
-            DpmPrediction::VPrediction => {
-                Ok(scale(output, alpha_t)?.add(&scale(sample, sigma_t)?)?)
-            }
-            DpmPrediction::FlowPrediction => Err(Error::Scheduler(format!(
-                "{CLASS}: prediction_type flow_prediction needs predict_x0"
-            ))),
-        }
+        pred.noise(output, sample, (alpha_t, sigma_t))?
+            .ok_or_else(|| {
+                Error::Scheduler(format!(
+                    "{CLASS}: prediction_type flow_prediction needs predict_x0"
+                ))
+            })
     }
 
     fn output(&self, back: usize) -> Result<&Tensor> {
@@ -424,13 +373,8 @@ impl Scheduler for UniPCMultistepScheduler {
             FinalSigmas::SigmaMin => *sigmas.last().unwrap_or(&0.0),
             FinalSigmas::Zero => 0.0,
         };
-        let mut sigmas: Vec<f64> = match self.kind {
-            SigmaKind::Karras | SigmaKind::Exponential => {
-                let mut s = if self.kind == SigmaKind::Karras {
-                    karras_sigmas(smin, smax, steps)
-                } else {
-                    exponential_sigmas(smin, smax, steps)
-                };
+        let mut sigmas: Vec<f64> = match self.kind.spaced(smin, smax, steps) {
+            Some(mut s) => {
                 if self.kind == SigmaKind::Karras && self.flow() {
                     s = s.iter().map(|v| v / (v + 1.0)).collect();
                     timesteps = s.iter().map(|v| v * train as f64).collect();
@@ -451,7 +395,7 @@ impl Scheduler for UniPCMultistepScheduler {
                 s.push(last);
                 s
             }
-            SigmaKind::Interpolated if self.flow() => {
+            None if self.flow() => {
                 let mut s: Vec<f64> = linspace_f64(1.0, 1.0 / train as f64, steps + 1);
                 s.pop();
                 let shift = c.flow_shift;
@@ -474,7 +418,7 @@ impl Scheduler for UniPCMultistepScheduler {
                 s.push(last);
                 s
             }
-            SigmaKind::Interpolated => {
+            None => {
                 let mut s: Vec<f64> = timesteps
                     .iter()
                     .map(|&t| interp(t, &train_sigmas))
