@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use zoo_serve::{ServeOptions, Served, Server};
+use zoo_transformers::generation::BLOCK_SIZE;
 use zoo_transformers::registry::Loaders;
 use zoo_transformers::sentence::SentenceEmbedder;
 use zoo_transformers::{AutoConfig, AutoModelForCausalLM, LoadOptions};
@@ -65,15 +66,17 @@ pub struct Args {
     /// when unset).
     #[arg(long)]
     api_key: Option<String>,
-    /// Sequences that run at once (rows of the KV cache; default: as many as the host's
-    /// memory, or a --max-memory cpu limit beside the weights, holds at the context, at
-    /// most 16).
+    /// Sequences that run at once (default 16). On CPU/CUDA they share a paged KV cache of
+    /// as many blocks as they need at the whole context or as the host's memory (or a
+    /// --max-memory cpu limit beside the weights) holds, the last admitted preempted and run
+    /// again later when blocks run out; on PJRT devices each holds a row of the whole
+    /// context, and the default is as many rows as memory holds, at most 16.
     #[arg(long)]
     max_batch: Option<usize>,
     /// Requests that may wait beyond --max-batch before the server answers 429.
     #[arg(long, default_value_t = 64)]
     max_waiting: usize,
-    /// Token slots of the KV cache: a prompt plus its max_tokens must fit (default: the
+    /// Tokens one sequence may hold: a prompt plus its max_tokens must fit (default: the
     /// model's context, at most 4096).
     #[arg(long)]
     context: Option<usize>,
@@ -153,10 +156,19 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("listening on {address} (--host, --port)"))?;
         let bound = listener.local_addr()?;
         match engine {
-            Some(e) => eprintln!(
-                "zoo serve: `{name}` at http://{bound}/v1 ({} sequences at once, {} token slots); Ctrl-C stops",
-                e.max_sequences, e.capacity
-            ),
+            Some(e) => {
+                let cache = match e.kv_blocks {
+                    Some(n) => format!(
+                        "up to {} tokens each, sharing {n} KV blocks of {BLOCK_SIZE} tokens",
+                        e.capacity
+                    ),
+                    None => format!("{} token slots", e.capacity),
+                };
+                eprintln!(
+                    "zoo serve: `{name}` at http://{bound}/v1 ({} sequences at once, {cache}); Ctrl-C stops",
+                    e.max_sequences
+                )
+            }
             None => eprintln!("zoo serve: `{name}` at http://{bound}/v1 (embeddings); Ctrl-C stops"),
         }
         server.serve(listener, shutdown()).await?;

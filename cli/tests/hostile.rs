@@ -486,8 +486,8 @@ fn processor_sizes_and_server_batches_are_bounded() {
             &[field, "MAX_IMAGE_PIXELS"],
         );
     }
-    // A server's KV cache holds every row at the full context: a batch memory cannot hold
-    // is refused at start.
+    // A server's KV pool holds what memory leaves, and every running sequence holds a block
+    // of it: a batch past the blocks is refused at start.
     let model = fixture_dir("llama-gqa-f32");
     refused(
         &[
@@ -498,15 +498,16 @@ fn processor_sizes_and_server_batches_are_bounded() {
             "--max-batch",
             "100000000",
         ],
-        &["100000000 sequence(s)", "host memory"],
+        &["--max-batch 100000000", "blocks", "at most"],
     );
-    // A cpu limit that holds the weights (about 138 KiB) but not 16 rows of cache beside
-    // them; without --max-batch, not even one row (16 KiB at 64 tokens).
+    // A cpu limit that holds the weights (about 138 KiB) but not one sequence of cache (four
+    // blocks of 4 KiB at 64 tokens) beside them.
     let m = s(model.path());
     let args = ["serve", &m, "--port", "0", "--max-memory", "cpu=150KiB"];
-    refused(
-        &[&args[..], &["--max-batch", "16"]].concat(),
-        &["16 sequence(s)", "max_memory", "beside the weights"],
-    );
-    refused(&args, &["one sequence of 64 tokens", "--context"]);
+    for batch in [&["--max-batch", "16"][..], &[]] {
+        refused(
+            &[&args[..], batch].concat(),
+            &["one sequence of 64 tokens", "--context", "--max-memory"],
+        );
+    }
 }

@@ -127,16 +127,19 @@ fn an_encoder_decoder_is_refused_at_start_with_the_reason() {
 }
 
 #[test]
-fn without_max_batch_the_server_runs_what_a_cpu_limit_holds() {
-    // The fixture's weights take about 138 KiB; a row of cache at its 64-token context 16 KiB:
-    // a 200 KiB limit leaves room for 3 rows.
+fn the_kv_pool_holds_what_a_cpu_limit_leaves() {
+    // The fixture's weights take about 138 KiB; a block of 16 tokens of its cache 4 KiB: a
+    // 200 KiB limit leaves room for 15 blocks, which 15 sequences of up to 64 tokens share
+    // (each running one holds at least one block).
     let model = common::fixture_dir("llama-gqa-f32");
     let (mut child, _, seen, _) =
         start(&[model.path().to_str().unwrap(), "--max-memory", "cpu=200KiB"]);
     let _ = child.kill();
     let _ = child.wait();
     assert!(
-        seen.contains("--max-batch 3") && seen.contains("3 sequences at once"),
+        seen.contains("--max-batch 15")
+            && seen.contains("15 sequences at once")
+            && seen.contains("sharing 15 KV blocks"),
         "{seen}"
     );
 }

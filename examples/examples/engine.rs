@@ -21,11 +21,14 @@ fn main() -> Result<()> {
         prompts = vec!["Once upon a time".into(), "The sea".into()];
     }
     let model = AutoModelForCausalLM::load_pretrained(&model_path, DeviceMap::Cpu)?;
-    // Two rows at once; 512 slots on the shared timeline (prompts and what they generate).
-    let mut engine = model.engine(EngineConfig {
-        max_sequences: 2,
-        capacity: 512,
-    })?;
+    // Two sequences at once, each up to 512 tokens (prompt and generation). On the CPU they
+    // share a paged KV cache: 40 blocks of 16 tokens here, fewer than two full sequences
+    // need, so the later one is preempted (and resumed) if both grow that long. Prompts that
+    // start alike share their cached blocks.
+    let mut config = EngineConfig::new(2, 512);
+    config.kv_blocks = Some(40);
+    let mut engine = model.engine(config)?;
+    engine.set_prefix_caching(true)?;
 
     let mut texts = HashMap::new();
     let mut pending = prompts.iter().enumerate();
@@ -57,6 +60,13 @@ fn main() -> Result<()> {
             }
         }
         step += 1;
+    }
+    if let Some((_, total)) = engine.kv_blocks() {
+        let (hits, tokens) = engine.prefix_hits();
+        println!(
+            "{total} KV blocks; {} preemption(s); {hits} prompt(s) reused {tokens} cached tokens",
+            engine.preemptions()
+        );
     }
     Ok(())
 }

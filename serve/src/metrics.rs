@@ -55,32 +55,38 @@ pub(crate) struct Metrics {
     pub generated_tokens: AtomicU64,
     pub requests_ok: AtomicU64,
     pub requests_failed: AtomicU64,
-    /// Hits and reused tokens of engines before the current one (restarted after a
-    /// failure), and of the current one.
-    prefix_before: Mutex<(u64, u64)>,
-    prefix_now: Mutex<(u64, u64)>,
+    pub kv_blocks_used: AtomicU64,
+    pub kv_blocks_total: AtomicU64,
+    /// Prefix-cache hits, reused tokens and preemptions of engines before the current one
+    /// (restarted after a failure), and of the current one.
+    counts_before: Mutex<[u64; 3]>,
+    counts_now: Mutex<[u64; 3]>,
     time_to_first_token: Histogram,
     inter_token: Histogram,
 }
 
 impl Metrics {
-    /// The current engine's prefix-cache counts (they start over with a new engine).
-    pub fn prefix_hits(&self, now: (u64, u64)) {
-        let (Ok(mut before), Ok(mut current)) = (self.prefix_before.lock(), self.prefix_now.lock())
+    /// The current engine's prefix-cache hits and reused tokens, and its preemptions (they
+    /// start over with a new engine).
+    pub fn engine_counts(&self, (hits, tokens): (u64, u64), preemptions: u64) {
+        let (Ok(mut before), Ok(mut current)) = (self.counts_before.lock(), self.counts_now.lock())
         else {
             return;
         };
-        if now.0 < current.0 {
-            before.0 += current.0;
-            before.1 += current.1;
+        let now = [hits, tokens, preemptions];
+        if now.iter().zip(current.iter()).any(|(n, c)| n < c) {
+            for (b, c) in before.iter_mut().zip(current.iter()) {
+                *b += c;
+            }
         }
         *current = now;
     }
 
-    fn prefix_totals(&self) -> (u64, u64) {
-        match (self.prefix_before.lock(), self.prefix_now.lock()) {
-            (Ok(b), Ok(c)) => (b.0 + c.0, b.1 + c.1),
-            _ => (0, 0),
+    /// Prefix-cache hits, reused tokens and preemptions of every engine so far.
+    fn engine_totals(&self) -> [u64; 3] {
+        match (self.counts_before.lock(), self.counts_now.lock()) {
+            (Ok(b), Ok(c)) => [b[0] + c[0], b[1] + c[1], b[2] + c[2]],
+            _ => [0; 3],
         }
     }
 
@@ -136,10 +142,24 @@ impl Metrics {
             self.requests_ok.load(Ordering::Relaxed),
             self.requests_failed.load(Ordering::Relaxed)
         );
-        let (hits, tokens) = self.prefix_totals();
+        gauge(
+            &mut out,
+            "zoo_kv_blocks_used",
+            "KV cache blocks held by running sequences (paged caches).",
+            &self.kv_blocks_used,
+            "gauge",
+        );
+        gauge(
+            &mut out,
+            "zoo_kv_blocks_total",
+            "KV cache blocks in the pool (paged caches).",
+            &self.kv_blocks_total,
+            "gauge",
+        );
+        let [hits, tokens, preemptions] = self.engine_totals();
         let _ = writeln!(
             out,
-            "# HELP zoo_prefix_cache_hits_total Sequences that reused a cached prompt prefix.\n# TYPE zoo_prefix_cache_hits_total counter\nzoo_prefix_cache_hits_total {hits}\n# HELP zoo_prefix_cache_tokens_total Prompt tokens taken from the prefix cache instead of computed.\n# TYPE zoo_prefix_cache_tokens_total counter\nzoo_prefix_cache_tokens_total {tokens}"
+            "# HELP zoo_prefix_cache_hits_total Sequences that reused a cached prompt prefix.\n# TYPE zoo_prefix_cache_hits_total counter\nzoo_prefix_cache_hits_total {hits}\n# HELP zoo_prefix_cache_tokens_total Prompt tokens taken from the prefix cache instead of computed.\n# TYPE zoo_prefix_cache_tokens_total counter\nzoo_prefix_cache_tokens_total {tokens}\n# HELP zoo_preemptions_total Sequences preempted for KV blocks (run again later).\n# TYPE zoo_preemptions_total counter\nzoo_preemptions_total {preemptions}"
         );
         self.time_to_first_token.render(
             &mut out,

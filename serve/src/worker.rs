@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
+use zoo_transformers::generation::BLOCK_SIZE;
 use zoo_transformers::generation::{GenerationOptions, GenerationOutput};
 use zoo_transformers::{Engine, EngineConfig, EngineEvent, SequenceId, TextGenerator};
 
@@ -68,9 +69,40 @@ pub(crate) fn engine_config(
         ));
     }
     let capacity = context_of(model, options.context)?;
+    if model.pages_cache() {
+        // Blocks for every sequence at the whole context, or as many as memory (and a
+        // `--max-memory` cpu limit) holds: sequences share them, the last admitted
+        // preempted when they run out.
+        let per_sequence = capacity.div_ceil(BLOCK_SIZE);
+        let wanted = options.max_batch.saturating_mul(per_sequence);
+        let fit = model.cache_rows_that_fit(BLOCK_SIZE).unwrap_or(wanted);
+        if fit < per_sequence {
+            return Err(ApiError::invalid(
+                "context",
+                format!(
+                    "one sequence of {capacity} tokens needs {per_sequence} KV blocks of {BLOCK_SIZE} tokens, and the memory left for the KV cache (the host's, or what --max-memory leaves beside the weights) holds {fit}; ask for a shorter --context or raise --max-memory"
+                ),
+            ));
+        }
+        let blocks = wanted.min(fit);
+        if options.max_batch > blocks {
+            return Err(ApiError::invalid(
+                "max_batch",
+                format!(
+                    "--max-batch {}: the KV cache holds {blocks} blocks of {BLOCK_SIZE} tokens and every running sequence holds at least one; ask for at most {blocks}",
+                    options.max_batch
+                ),
+            ));
+        }
+        return Ok(EngineConfig {
+            max_sequences: options.max_batch,
+            capacity,
+            kv_blocks: Some(blocks),
+        });
+    }
     let decoder = model.model().model();
-    // Every row of the engine's cache holds the whole context: refuse at start what memory
-    // (and a `--max-memory` cpu limit) cannot hold, rather than at the first request.
+    // Every row of a timeline holds the whole context: refuse at start what memory (and a
+    // `--max-memory` cpu limit) cannot hold, rather than at the first request.
     zoo_transformers::KvCache::check_fits(
         &decoder.cache_specs(),
         options.max_batch,
@@ -88,10 +120,7 @@ pub(crate) fn engine_config(
             ),
         )
     })?;
-    Ok(EngineConfig {
-        max_sequences: options.max_batch,
-        capacity,
-    })
+    Ok(EngineConfig::new(options.max_batch, capacity))
 }
 
 /// The token slots of the engine's timeline: `context`, or the model's context at most
@@ -112,17 +141,29 @@ fn context_of(model: &TextGenerator, context: Option<usize>) -> Result<usize, Ap
     }
 }
 
-/// The most sequences, up to `most`, whose KV cache rows at the server's context (`context`,
-/// as [`ServeOptions::context`]) fit the host's memory and what a `max_memory` cpu limit
-/// leaves beside the weights: the batch a server sizes from memory when none is asked for.
-/// Refused when not even one row fits (a shorter context would).
+/// The most sequences, up to `most`, a server runs at once over what the host's memory and
+/// a `max_memory` cpu limit leave beside the weights for the KV cache at the server's
+/// context (`context`, as [`ServeOptions::context`]): on a paged cache as many as there are
+/// blocks (sequences share them, each holding at least one), on a timeline (compiled
+/// devices) the rows that fit at the whole context. Refused when not even one sequence at
+/// the context fits (a shorter one would).
 pub fn batch_that_fits(
     model: &TextGenerator,
     context: Option<usize>,
     most: usize,
 ) -> Result<usize, ApiError> {
     let capacity = context_of(model, context)?;
-    let rows = model.cache_rows_that_fit(capacity).unwrap_or(most);
+    let rows = match model.pages_cache() {
+        true => {
+            let blocks = model.cache_rows_that_fit(BLOCK_SIZE).unwrap_or(most);
+            if blocks >= capacity.div_ceil(BLOCK_SIZE) {
+                blocks
+            } else {
+                0
+            }
+        }
+        false => model.cache_rows_that_fit(capacity).unwrap_or(most),
+    };
     if rows == 0 {
         return Err(ApiError::invalid(
             "context",
@@ -228,7 +269,13 @@ fn gauges(engine: &Engine<'_>, metrics: &Metrics) {
     let (running, waiting) = engine.counts();
     metrics.running.store(running as u64, Ordering::Relaxed);
     metrics.waiting.store(waiting as u64, Ordering::Relaxed);
-    metrics.prefix_hits(engine.prefix_hits());
+    metrics.engine_counts(engine.prefix_hits(), engine.preemptions());
+    if let Some((used, total)) = engine.kv_blocks() {
+        metrics.kv_blocks_used.store(used as u64, Ordering::Relaxed);
+        metrics
+            .kv_blocks_total
+            .store(total as u64, Ordering::Relaxed);
+    }
 }
 
 fn admit(

@@ -414,6 +414,16 @@ fn requests_that_arrive_while_others_run_get_what_each_gets_alone() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     assert!(hits >= 3, "{metrics}");
+    // The paged cache's blocks: a pool, every block back once the requests ended.
+    let gauge = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+    };
+    assert!(gauge("zoo_kv_blocks_total") > 0, "{metrics}");
+    assert_eq!(gauge("zoo_kv_blocks_used"), 0, "{metrics}");
+    assert_eq!(gauge("zoo_preemptions_total"), 0, "{metrics}");
 }
 
 #[test]

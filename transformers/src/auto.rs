@@ -846,6 +846,13 @@ impl TextGenerator {
         }
     }
 
+    /// Whether an engine over this model pages its KV cache (a pool of blocks the sequences
+    /// share: eager devices), rather than holding a row of the whole context per sequence
+    /// (see [`generation::engine`]).
+    pub fn pages_cache(&self) -> bool {
+        generation::Engine::pages(&*self.model)
+    }
+
     /// Refuses a KV cache of `rows` sequences × `capacity` tokens that would not fit what
     /// the load's `max_memory` `cpu` limit leaves beside the weights (the host's own memory
     /// is checked wherever a cache is made).
@@ -942,7 +949,8 @@ impl TextGenerator {
     /// join it between steps and run together, each with its own options (what a server
     /// drives).
     pub fn engine(&self, config: generation::EngineConfig) -> Result<generation::Engine<'_>> {
-        self.check_cache_room(config.max_sequences, config.capacity)?;
+        let (rows, slots) = generation::Engine::cache_shape(&*self.model, config);
+        self.check_cache_room(rows, slots)?;
         generation::Engine::new(
             &*self.model,
             self.tokenizer.as_ref(),

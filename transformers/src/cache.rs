@@ -14,6 +14,15 @@
 //! `dynamic_update_slice` at a position tensor, attention spans every slot, and the mask
 //! hides the slots not filled yet. Per row, the cache also remembers which positions hold
 //! real tokens, so that left padding is masked out.
+//!
+//! A paged cache ([`KvCache::paged`], eager devices) holds every self-attention layer's keys
+//! and values in one pool of fixed-size blocks, `[1, kv_heads, blocks * block_size,
+//! head_dim]`, shared by the rows: each row's tokens lie in the blocks of its table (set by
+//! the generation engine, which hands blocks out), position `p` at slot
+//! `table[p / block_size] * block_size + p % block_size`. A block several rows start with (a
+//! shared prompt prefix) is held once and read by all of them. Attention reads the pool up
+//! to the highest block in use, every row's queries masked to the slots of its own table,
+//! so padding, other rows' blocks and free blocks are never seen.
 
 use zoo_runtime::{DType, Device, Tensor};
 
@@ -97,6 +106,31 @@ pub struct KvCache {
     write_at: std::collections::HashMap<(Device, usize), Tensor>,
     /// Sliding layers hold only their window (see [`KvCache::from_specs_with`]).
     rings: bool,
+    /// The block tables of a paged cache (see the module docs).
+    paged: Option<Paged>,
+}
+
+/// The rows of a paged cache: where each row's tokens lie, and this pass's writes.
+#[derive(Debug)]
+struct Paged {
+    block_size: usize,
+    /// Per row: its blocks, in token order.
+    tables: Vec<Vec<u32>>,
+    /// Per row: tokens written so far.
+    lens: Vec<usize>,
+    /// This pass, per row and column: the slot and position of a real token, `None` for
+    /// padding.
+    pass: Vec<Vec<Option<(usize, usize)>>>,
+    /// Slots attention reads this pass: through the highest block of a running row.
+    span: usize,
+}
+
+impl Paged {
+    /// The slot of row `b`'s position `p`.
+    fn slot(&self, b: usize, p: usize) -> Option<usize> {
+        let block = *self.tables[b].get(p / self.block_size)?;
+        Some(block as usize * self.block_size + p % self.block_size)
+    }
 }
 
 impl KvCache {
@@ -158,7 +192,80 @@ impl KvCache {
             devices: specs.iter().map(|s| s.device).collect(),
             write_at: std::collections::HashMap::new(),
             rings,
+            paged: None,
         })
+    }
+
+    /// An empty paged cache (see the module docs) for `rows` rows over a pool of `blocks`
+    /// blocks of `block_size` slots, self-attention layers only, on eager devices. Rows hold
+    /// no blocks until [`KvCache::set_table`].
+    pub fn paged(
+        specs: &[CacheSpec],
+        rows: usize,
+        blocks: usize,
+        block_size: usize,
+        dtype: DType,
+    ) -> Result<KvCache> {
+        let eager = specs.iter().all(|s| s.device.is_eager());
+        let causal = specs
+            .iter()
+            .all(|s| matches!(s.attention, CacheAttention::SelfAttention { .. }));
+        if !eager || !causal {
+            return Err(Error::Internal(
+                "a paged cache holds self-attention layers on eager devices".into(),
+            ));
+        }
+        let slots = blocks.checked_mul(block_size).filter(|&s| s > 0);
+        let Some(slots) = slots.filter(|_| rows > 0) else {
+            return Err(Error::invalid("cache", format!(
+                "a paged KV cache needs at least one row and one slot ({rows} rows, {blocks} blocks of {block_size})"
+            )));
+        };
+        let mut cache = KvCache::from_specs_with(specs, 1, slots, dtype, false)?;
+        cache.batch = rows;
+        cache.rows = rows;
+        cache.valid = Vec::new();
+        cache.paged = Some(Paged {
+            block_size,
+            tables: vec![Vec::new(); rows],
+            lens: vec![0; rows],
+            pass: Vec::new(),
+            span: 0,
+        });
+        Ok(cache)
+    }
+
+    /// Whether this cache is paged ([`KvCache::paged`]).
+    pub fn is_paged(&self) -> bool {
+        self.paged.is_some()
+    }
+
+    /// Sets row `b`'s blocks (in token order) and the tokens they hold so far, before a pass
+    /// writes its next ones. Paged caches only.
+    pub fn set_table(&mut self, b: usize, table: &[u32], len: usize) -> Result<()> {
+        let blocks = self
+            .layers
+            .iter()
+            .find_map(|(_, x)| x.as_ref())
+            .map_or(0, |(k, _)| k.shape()[2]);
+        let Some(p) = self.paged.as_mut() else {
+            return Err(Error::Internal(
+                "block tables belong to a paged cache".into(),
+            ));
+        };
+        let blocks = blocks / p.block_size;
+        if b >= p.tables.len()
+            || len > table.len() * p.block_size
+            || table.iter().any(|&x| x as usize >= blocks)
+        {
+            return Err(Error::Internal(format!(
+                "row {b}: a table of {} blocks holding {len} tokens in a pool of {blocks} blocks",
+                table.len()
+            )));
+        }
+        p.tables[b] = table.to_vec();
+        p.lens[b] = len;
+        Ok(())
     }
 
     /// An empty cache of `layers` full self-attention layers of one shape on `device`.
@@ -234,6 +341,10 @@ impl KvCache {
         for row in &mut self.valid {
             row.fill(false);
         }
+        if let Some(p) = self.paged.as_mut() {
+            p.tables.iter_mut().for_each(Vec::clear);
+            p.lens.fill(0);
+        }
     }
 
     /// Forgets every token of row `b` (a sequence left it; the next one starts masked off
@@ -242,11 +353,18 @@ impl KvCache {
         if let Some(row) = self.valid.get_mut(b) {
             row.fill(false);
         }
+        if let Some(p) = self.paged.as_mut().filter(|p| b < p.tables.len()) {
+            p.tables[b].clear();
+            p.lens[b] = 0;
+        }
     }
 
     /// Reserves `t` slots for the next forward pass, marking which hold real tokens
     /// (`token_mask[b][i]`, all true when `None`). Returns the first slot.
     pub fn begin(&mut self, t: usize, token_mask: Option<&[Vec<bool>]>) -> Result<usize> {
+        if self.paged.is_some() {
+            return self.begin_paged(t, token_mask);
+        }
         if self.len + t > self.capacity {
             return Err(Error::invalid(
                 "max_new_tokens",
@@ -279,53 +397,47 @@ impl KvCache {
         Ok(start)
     }
 
-    /// Copies the keys and values at `slots` of row `from` into the same slots of row `to`
-    /// in every self-attention layer and marks them `to`'s tokens: a prompt prefix that
-    /// another row computed, reused (prefix caching). Slots before [`KvCache::len`] are not
-    /// written again until [`KvCache::reset`], so what a row once held there stays valid
-    /// after its sequence left. Eager devices and full buffers (no rings) only.
-    pub fn copy_slots(&mut self, from: usize, to: usize, slots: &[usize]) -> Result<()> {
-        let (batch, len) = (self.batch, self.len);
-        if from >= batch || to >= batch || slots.iter().any(|&s| s >= len) {
-            return Err(Error::Internal(format!(
-                "copying slots {slots:?} of row {from} to row {to} of a cache of {batch} rows and {len} slots"
-            )));
-        }
-        let rings = self.layers.iter().any(|(spec, _)| match spec.attention {
-            CacheAttention::SelfAttention { window } => {
-                ring(window, self.capacity, self.rings).is_some()
-            }
-            CacheAttention::Cross => false,
-        });
-        if rings || self.devices.iter().any(|d| !d.is_eager()) {
-            return Err(Error::Internal(
-                "slots are copied between rows of full buffers on eager devices only".into(),
+    /// [`KvCache::begin`] of a paged cache: each row's real tokens take its next positions,
+    /// in slots its table already holds. Returns 0 (rows have no common start).
+    fn begin_paged(&mut self, t: usize, token_mask: Option<&[Vec<bool>]>) -> Result<usize> {
+        let rows = self.rows;
+        let Some(p) = self.paged.as_mut() else {
+            return Err(Error::Internal("not a paged cache".into()));
+        };
+        if token_mask.is_some_and(|m| m.len() != rows || m.iter().any(|r| r.len() != t)) {
+            return Err(Error::invalid(
+                "attention_mask",
+                format!("attention mask must be [{rows}, {t}] to match the input ids"),
             ));
         }
-        if from != to {
-            // Contiguous runs of slots, one copy each.
-            let mut runs: Vec<(usize, usize)> = Vec::new();
-            for &s in slots {
-                match runs.last_mut() {
-                    Some((a, r)) if *a + *r == s => *r += 1,
-                    _ => runs.push((s, 1)),
-                }
-            }
-            for (_, buffers) in &self.layers {
-                let Some((ck, cv)) = buffers else {
+        self.write_at.clear();
+        let mut pass = Vec::with_capacity(rows);
+        let mut span = 0;
+        for b in 0..rows {
+            let mut at = p.lens[b];
+            let mut cols = Vec::with_capacity(t);
+            for i in 0..t {
+                if !token_mask.is_none_or(|m| m[b][i]) {
+                    cols.push(None);
                     continue;
-                };
-                for buffer in [ck, cv] {
-                    for &(a, r) in &runs {
-                        buffer.copy_row_slots_in_place(from, to, a, r)?;
-                    }
                 }
+                let Some(slot) = p.slot(b, at) else {
+                    return Err(Error::Internal(format!(
+                        "row {b} writes position {at}, past the {} blocks of its table",
+                        p.tables[b].len()
+                    )));
+                };
+                cols.push(Some((slot, at)));
+                at += 1;
             }
+            p.lens[b] = at;
+            pass.push(cols);
+            let top = p.tables[b].iter().max().map_or(0, |&x| x as usize + 1);
+            span = span.max(top * p.block_size);
         }
-        for &s in slots {
-            self.valid[to][s] = true;
-        }
-        Ok(())
+        p.pass = pass;
+        p.span = span.max(1);
+        Ok(0)
     }
 
     /// Writes `k`, `v` (`[batch, kv_heads, t, head_dim]`) of `layer` at position `start` and
@@ -355,6 +467,9 @@ impl KvCache {
         let k = k.to_dtype(ck.dtype())?.contiguous()?;
         let v = v.to_dtype(cv.dtype())?.contiguous()?;
         let device = ck.device();
+        if let Some(p) = &self.paged {
+            return paged_update(p, rows, (&*ck, &*cv), (&k, &v));
+        }
         // The rows in use: a view of the first ones on eager devices (written in place).
         let (mut ck, mut cv) = match rows < batch {
             true => (ck.narrow(0, 0, rows)?, cv.narrow(0, 0, rows)?),
@@ -464,7 +579,9 @@ impl KvCache {
     /// The slots attention reads on `device` in a full-attention layer: those filled so far
     /// on eager devices, the whole capacity on compiled ones (see the module docs).
     pub fn attended_len(&self, device: &Device) -> usize {
-        if device.is_eager() {
+        if let Some(p) = &self.paged {
+            p.span
+        } else if device.is_eager() {
             self.len
         } else {
             self.capacity
@@ -488,6 +605,9 @@ impl KvCache {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
+        if let Some(p) = &self.paged {
+            return paged_bias(p, self.rows, t, window, dtype, device);
+        }
         // The position each key holds, if any.
         let positions: Vec<Option<usize>> = match ring(window, self.capacity, self.rings) {
             None => (0..self.attended_len(device)).map(Some).collect(),
@@ -598,6 +718,87 @@ impl KvCache {
     }
 }
 
+/// [`KvCache::update`] of a paged cache: each row's real columns of `k`, `v` (`[rows,
+/// kv_heads, t, head_dim]`) written to their slots in the pools `ck`, `cv` (`[1, kv_heads,
+/// slots, head_dim]`), one write per run of consecutive slots; returns the pools through the
+/// pass's span, the same for every row.
+fn paged_update(
+    p: &Paged,
+    rows: usize,
+    (ck, cv): (&Tensor, &Tensor),
+    (k, v): (&Tensor, &Tensor),
+) -> Result<(Tensor, Tensor)> {
+    for (b, cols) in p.pass.iter().enumerate().take(rows) {
+        let mut i = 0;
+        while i < cols.len() {
+            let Some((slot, _)) = cols[i] else {
+                i += 1;
+                continue;
+            };
+            let mut n = 1;
+            while cols
+                .get(i + n)
+                .is_some_and(|c| c.is_some_and(|(s, _)| s == slot + n))
+            {
+                n += 1;
+            }
+            for (pool, x) in [(ck, k), (cv, v)] {
+                let run = x.narrow(0, b, 1)?.narrow(2, i, n)?.contiguous()?;
+                pool.write_slice_in_place(2, slot, &run)?;
+            }
+            i += n;
+        }
+    }
+    let view = |pool: &Tensor| -> Result<Tensor> {
+        let x = pool.narrow(2, 0, p.span)?;
+        Ok(match rows {
+            1 => x,
+            _ => {
+                let mut shape = x.shape().to_vec();
+                shape[0] = rows;
+                x.broadcast_as(&shape)?
+            }
+        })
+    };
+    Ok((view(ck)?, view(cv)?))
+}
+
+/// [`KvCache::attention_bias`] of a paged cache: `[rows, 1, t, span]`, a query seeing the
+/// slots of its own row's positions up to its own (and, with a `window`, fewer than `window`
+/// back).
+fn paged_bias(
+    p: &Paged,
+    rows: usize,
+    t: usize,
+    window: Option<usize>,
+    dtype: DType,
+    device: &Device,
+) -> Result<Tensor> {
+    let span = p.span;
+    let low = dtype.float_or_default().finite_min();
+    let mut m = vec![low; rows * t * span];
+    for (b, cols) in p.pass.iter().enumerate().take(rows) {
+        for (i, col) in cols.iter().enumerate() {
+            let Some((_, q)) = *col else {
+                continue;
+            };
+            let first = window.map_or(0, |w| (q + 1).saturating_sub(w));
+            let base = (b * t + i) * span;
+            for pos in first..=q {
+                match p.slot(b, pos) {
+                    Some(s) if s < span => m[base + s] = 0.0,
+                    _ => {
+                        return Err(Error::Internal(format!(
+                            "row {b}'s position {pos} lies outside the pass's {span} slots"
+                        )))
+                    }
+                }
+            }
+        }
+    }
+    Ok(Tensor::from_f64s(&m, &[rows, 1, t, span], dtype, device)?)
+}
+
 /// The ring size of a layer with `window` in a cache of `capacity`: the window when it is
 /// shorter (a full-size buffer otherwise saves nothing) and the cache keeps `rings`.
 fn ring(window: Option<usize>, capacity: usize, rings: bool) -> Option<usize> {
@@ -635,31 +836,6 @@ fn write(buf: &mut Tensor, x: &Tensor, slot: usize, at: Option<&Tensor>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copied_slots_become_the_other_rows_tokens() {
-        let mut cache = KvCache::new(2, 2, 1, 4, 1, DType::F32, &Device::Cpu).unwrap();
-        let start = cache
-            .begin(2, Some(&[vec![true, true], vec![false, false]]))
-            .unwrap();
-        let k = Tensor::from_vec(vec![1f32, 2.0, 0.0, 0.0], &[2, 1, 2, 1], &Device::Cpu).unwrap();
-        for layer in 0..2 {
-            cache.update(layer, &k, &k, start).unwrap();
-        }
-        cache.copy_slots(0, 1, &[0, 1]).unwrap();
-        let start = cache.begin(1, None).unwrap();
-        let z = Tensor::zeros(&[2, 1, 1, 1], DType::F32, &Device::Cpu).unwrap();
-        let (ks, _) = cache.update(1, &z, &z, start).unwrap();
-        let ks = ks.contiguous().unwrap().to_vec::<f32>().unwrap();
-        assert_eq!(ks, [1.0, 2.0, 0.0, 1.0, 2.0, 0.0]);
-        // Row 1 now sees the copied keys as its own.
-        let bias = cache
-            .attention_bias(start, 1, None, DType::F32, &Device::Cpu)
-            .unwrap();
-        let bias = bias.to_vec::<f32>().unwrap();
-        assert_eq!(bias[3..], [0.0, 0.0, 0.0]);
-        assert!(cache.copy_slots(0, 1, &[5]).is_err());
-    }
 
     #[test]
     fn a_pass_over_the_first_rows_leaves_the_others_untouched() {
@@ -710,6 +886,105 @@ mod tests {
         assert!(cache.store_cross(0, &enc, &enc).is_err());
         let wrong = Tensor::ones(&[1, 1, 5, 8], DType::F32, &Device::Cpu).unwrap();
         assert!(cache.store_cross(2, &wrong, &wrong).is_err());
+    }
+
+    /// A paged cache: two rows whose tables share their first block (a common prefix,
+    /// written once by row 0) and hold the rest in blocks out of order attend, through the
+    /// pool, exactly as each row alone over its own keys; padding takes no slot, and a
+    /// window counts positions.
+    #[test]
+    fn paged_rows_attend_over_their_own_blocks() {
+        let dev = Device::Cpu;
+        let (bs, d) = (2, 3);
+        let specs = [CacheSpec::self_attention(1, d, None, dev)];
+        let mut paged = KvCache::paged(&specs, 2, 5, bs, DType::F32).unwrap();
+        let value = |r: usize, p: usize, j: usize| ((r * 31 + p * 7 + j * 3) % 11) as f32 - 5.0;
+        // Row 0 writes positions 0..3 (block 4 then 1); row 1 shares block 4 (positions 0, 1
+        // hold the same keys) and writes 2..5 into blocks 0 and 3, one column padded.
+        let shared = |r: usize, p: usize| if p < 2 { 0 } else { r };
+        paged.set_table(0, &[4, 1], 0).unwrap();
+        paged.set_table(1, &[4, 0, 3], 2).unwrap();
+        let mask = vec![vec![true, true, true, false], vec![false, true, true, true]];
+        let start = paged.begin(4, Some(&mask)).unwrap();
+        assert_eq!(start, 0);
+        let mut k = vec![0f32; 2 * 4 * d];
+        for r in 0..2 {
+            let first = if r == 0 { 0 } else { 2 };
+            let real: Vec<usize> = (0..4).filter(|&i| mask[r][i]).collect();
+            for (n, &i) in real.iter().enumerate() {
+                for j in 0..d {
+                    k[(r * 4 + i) * d + j] = value(shared(r, first + n), first + n, j);
+                }
+            }
+        }
+        let k = Tensor::from_vec(k, &[2, 1, 4, d], &dev).unwrap();
+        let (ks, vs) = paged.update(0, &k, &k, start).unwrap();
+        assert_eq!(ks.shape(), [2, 1, 10, d]);
+        let q = Tensor::from_vec(
+            (0..2 * 4 * d).map(|i| (i % 5) as f32 * 0.3 - 0.6).collect(),
+            &[2, 1, 4, d],
+            &dev,
+        )
+        .unwrap();
+        for window in [None, Some(2)] {
+            let bias = paged
+                .attention_bias(start, 4, window, DType::F32, &dev)
+                .unwrap();
+            let opts = zoo_runtime::SdpaOptions {
+                mask: Some(&bias),
+                ..Default::default()
+            };
+            let got = Tensor::scaled_dot_product_attention(&q, &ks, &vs, &opts).unwrap();
+            // Each row alone: its keys in position order, the query at column i seeing
+            // positions up to its own.
+            for (r, row_mask) in mask.iter().enumerate() {
+                let len = if r == 0 { 3 } else { 5 };
+                let keys: Vec<f32> = (0..len)
+                    .flat_map(|p| (0..d).map(move |j| value(shared(r, p), p, j)))
+                    .collect();
+                let keys = Tensor::from_vec(keys, &[1, 1, len, d], &dev).unwrap();
+                let first = if r == 0 { 0 } else { 2 };
+                let real: Vec<usize> = (0..4).filter(|&i| row_mask[i]).collect();
+                for (n, &i) in real.iter().enumerate() {
+                    let pos = first + n;
+                    let m: Vec<f64> = (0..len)
+                        .map(|p| {
+                            let seen = p <= pos && window.is_none_or(|w| pos - p < w);
+                            if seen {
+                                0.0
+                            } else {
+                                f32::MIN as f64
+                            }
+                        })
+                        .collect();
+                    let m = Tensor::from_f64s(&m, &[1, 1, 1, len], DType::F32, &dev).unwrap();
+                    let qi = q.narrow(0, r, 1).unwrap().narrow(2, i, 1).unwrap();
+                    let opts = zoo_runtime::SdpaOptions {
+                        mask: Some(&m),
+                        ..Default::default()
+                    };
+                    let want = Tensor::scaled_dot_product_attention(&qi, &keys, &keys, &opts)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let row = got.narrow(0, r, 1).unwrap().narrow(2, i, 1).unwrap();
+                    let row = row.contiguous().unwrap().to_vec::<f32>().unwrap();
+                    for (a, b) in row.iter().zip(&want) {
+                        assert!(
+                            (a - b).abs() < 1e-6,
+                            "row {r} column {i} {window:?}: {row:?} vs {want:?}"
+                        );
+                    }
+                }
+            }
+        }
+        // A position past a row's table is an error, not a write elsewhere.
+        paged.set_table(0, &[4], 2).unwrap();
+        assert!(paged.begin(1, None).is_err());
+        assert!(
+            paged.set_table(0, &[5], 0).is_err(),
+            "block 5 is past the pool"
+        );
     }
 
     /// Attention through a window-3 ring equals attention over every key so far with the

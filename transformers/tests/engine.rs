@@ -64,12 +64,7 @@ fn requests() -> Vec<(Vec<u32>, GenerationOptions)> {
 fn joins_match_alone(model: &TextGenerator, capacity: usize, what: &str) {
     let reqs = requests();
     let alone: Vec<Vec<u32>> = reqs.iter().map(|(p, o)| alone(model, p, o)).collect();
-    let mut engine = model
-        .engine(EngineConfig {
-            max_sequences: 2,
-            capacity,
-        })
-        .unwrap();
+    let mut engine = model.engine(EngineConfig::new(2, capacity)).unwrap();
     let mut ids: Vec<SequenceId> = Vec::new();
     let mut tokens: HashMap<SequenceId, Vec<u32>> = HashMap::new();
     let mut finished: HashMap<SequenceId, Vec<u32>> = HashMap::new();
@@ -136,12 +131,7 @@ fn sequences_joining_a_running_engine_match_each_alone_on_pjrt() {
 #[test]
 fn engine_refuses_what_cannot_fit_and_cancels() {
     let model = load("llama-gqa-f32", DeviceMap::Cpu);
-    let mut engine = model
-        .engine(EngineConfig {
-            max_sequences: 1,
-            capacity: 16,
-        })
-        .unwrap();
+    let mut engine = model.engine(EngineConfig::new(1, 16)).unwrap();
     // 10 prompt tokens and 8 new ones need 17 slots.
     let err = engine
         .add(vec![1; 10], GenerationOptions::greedy(8))
@@ -220,7 +210,8 @@ fn run_staggered(
 fn prompts_sharing_a_cached_prefix_reuse_it_and_match_each_alone() {
     for case in ["llama-gqa-f32", "mistral-swa-f32", "gemma2-softcap-swa-f32"] {
         let model = load(case, DeviceMap::Cpu);
-        let system: Vec<u32> = (0..24).map(|i| 3 + (i * 7) % 50).collect();
+        // Two full blocks of 16 tokens and half a third.
+        let system: Vec<u32> = (0..40).map(|i| 3 + (i * 7) % 50).collect();
         let with = |tail: &[u32]| system.iter().chain(tail).copied().collect::<Vec<u32>>();
         let prompts = [with(&[5, 9]), with(&[11]), with(&[2, 8, 13]), with(&[6])];
         let opts = GenerationOptions {
@@ -228,12 +219,7 @@ fn prompts_sharing_a_cached_prefix_reuse_it_and_match_each_alone() {
             ..GenerationOptions::greedy(6)
         };
         let alone: Vec<Vec<u32>> = prompts.iter().map(|p| alone(&model, p, &opts)).collect();
-        let mut engine = model
-            .engine(EngineConfig {
-                max_sequences: 2,
-                capacity: 160,
-            })
-            .unwrap();
+        let mut engine = model.engine(EngineConfig::new(2, 160)).unwrap();
         engine.set_prefix_caching(true).unwrap();
         // The second joins the first mid-run; the third waits for a row; the fourth comes
         // after the engine went idle and still finds the prefix.
@@ -241,16 +227,21 @@ fn prompts_sharing_a_cached_prefix_reuse_it_and_match_each_alone() {
         assert_eq!(got, alone[..3], "{case}");
         assert_eq!(
             engine.prefix_hits(),
-            (2, 48),
-            "{case}: the later two reused 24 tokens each"
+            (2, 64),
+            "{case}: the later two reused the two full blocks each"
         );
         let got = run_staggered(&mut engine, &prompts[3..], &[0], &opts);
         assert_eq!(got, alone[3..], "{case}: after the engine went idle");
-        assert_eq!(engine.prefix_hits(), (3, 72), "{case}");
+        assert_eq!(engine.prefix_hits(), (3, 96), "{case}");
         // A prompt that shares less than a block computes everything.
         let short: Vec<u32> = system[..10].iter().chain(&[40, 41]).copied().collect();
         run_staggered(&mut engine, &[short], &[0], &opts);
-        assert_eq!(engine.prefix_hits(), (3, 72), "{case}");
+        assert_eq!(engine.prefix_hits(), (3, 96), "{case}");
+        assert_eq!(
+            engine.kv_blocks().map(|b| b.0),
+            Some(0),
+            "{case}: all released"
+        );
     }
 }
 
@@ -263,12 +254,7 @@ fn prefix_caching_is_refused_where_rows_cannot_be_spliced() {
         devices: Some(vec![0]),
     };
     let model = load("llama-gqa-f32", map);
-    let mut engine = model
-        .engine(EngineConfig {
-            max_sequences: 2,
-            capacity: 64,
-        })
-        .unwrap();
+    let mut engine = model.engine(EngineConfig::new(2, 64)).unwrap();
     let err = engine.set_prefix_caching(true).unwrap_err();
     assert!(
         matches!(
@@ -281,4 +267,58 @@ fn prefix_caching_is_refused_where_rows_cannot_be_spliced() {
         "{err}"
     );
     engine.set_prefix_caching(false).unwrap();
+}
+
+/// A pool too small for every running sequence at once: the sequence admitted last is
+/// preempted when blocks run out, runs again later from its prompt and tokens, and every
+/// sequence still matches its tokens alone; cancelling gives its blocks back at once.
+#[test]
+fn sequences_preempted_for_blocks_resume_and_match_each_alone() {
+    for case in ["llama-gqa-f32", "mistral-swa-f32"] {
+        let model = load(case, DeviceMap::Cpu);
+        let opts = GenerationOptions {
+            eos_token_ids: Some(vec![]),
+            ..GenerationOptions::greedy(30)
+        };
+        let prompts: Vec<Vec<u32>> = (0..3)
+            .map(|r| (0..10).map(|i| 2 + (i * 5 + r * 11) % 60).collect())
+            .collect();
+        let alone: Vec<Vec<u32>> = prompts.iter().map(|p| alone(&model, p, &opts)).collect();
+        for caching in [false, true] {
+            // 40 tokens take 3 blocks each; 5 blocks hold one sequence and a part.
+            let mut config = EngineConfig::new(3, 48);
+            config.kv_blocks = Some(5);
+            let mut engine = model.engine(config).unwrap();
+            engine.set_prefix_caching(caching).unwrap();
+            let got = run_staggered(&mut engine, &prompts, &[0, 0, 3], &opts);
+            assert_eq!(got, alone, "{case}, prefix caching {caching}");
+            assert!(engine.preemptions() > 0, "{case}: nothing was preempted");
+            assert_eq!(engine.kv_blocks(), Some((0, 5)), "{case}: all released");
+        }
+        let mut engine = model.engine(EngineConfig::new(2, 48)).unwrap();
+        let a = engine.add(prompts[0].clone(), opts.clone()).unwrap();
+        engine.add(prompts[1].clone(), opts.clone()).unwrap();
+        engine.step().unwrap();
+        assert_eq!(engine.kv_blocks(), Some((2, 6)), "{case}: a block each");
+        engine.cancel(a).unwrap().expect("a runs");
+        assert_eq!(
+            engine.kv_blocks(),
+            Some((1, 6)),
+            "{case}: a's block is back"
+        );
+        // A pool that cannot hold one sequence at its capacity is refused.
+        let mut config = EngineConfig::new(2, 48);
+        config.kv_blocks = Some(2);
+        let err = model.engine(config).err().expect("too few blocks");
+        assert!(
+            matches!(
+                err,
+                Error::InvalidInput {
+                    field: "kv_blocks",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
 }

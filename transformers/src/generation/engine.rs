@@ -3,31 +3,42 @@
 //! cancelled; each has its own options, logits processors, stop strings and cache row.
 //! `generate`, `generate_seq2seq`, the CLI and a server are its clients.
 //!
-//! The cache's rows share one timeline of slots: a step writes every row at the same slot, so
-//! one forward pass serves the batch. A step feeds each running row its last token and each
-//! joining row its whole prompt, left-padded to one width (padding masked out), so that a
-//! join costs the running rows no step of their own: the logits at the last column are every
-//! row's next. Slot order is each row's token order, so the causal mask holds in slots;
-//! positions come from each row's own count, and a sliding window counts a row's real tokens
-//! (the padding a join leaves between them does not narrow it; ring layers, which keep the
-//! last `window` slots, serve only a cohort that nothing joins). A group of sequences added
-//! together (a cohort: one options set, one seeded stream) is picked in row order from that
-//! stream, as transformers picks a batch; on compiled devices a lone cohort samples on the
-//! device and runs one step ahead of the host (see [`Engine::step`]).
+//! A step feeds each running row its last token and each joining row its whole prompt,
+//! left-padded to one width (padding masked out), so that a join costs the running rows no
+//! step of their own: the logits at the last column are every row's next. Positions come
+//! from each row's own count, and a sliding window counts a row's real tokens. A group of
+//! sequences added together (a cohort: one options set, one seeded stream) is picked in row
+//! order from that stream, as transformers picks a batch. The cache is laid out one of two
+//! ways.
 //!
-//! Slots are handed out by admission: a cohort joins once its rows are free and the timeline
+//! **Paged** (a decoder whose cache lies on eager devices, candle CPU or CUDA): the cache is
+//! a pool of blocks of [`BLOCK_SIZE`] slots ([`KvCache::paged`]) and each sequence holds a
+//! table of blocks, as vLLM's paged attention does; padding takes no slot. A cohort joins
+//! once its rows are free and the pool has blocks for its prompts; a running sequence takes
+//! a block whenever its tokens fill the last one. When none is left, the sequence admitted
+//! last is preempted: its blocks go back and it waits at the head of the queue, to be fed
+//! its prompt and tokens again when blocks free up (vLLM's preemption by recompute; with
+//! prefix caching its full blocks are usually still cached then). With prefix caching
+//! ([`Engine::set_prefix_caching`]) every full block is kept after its sequence leaves,
+//! keyed by a hash chain of its tokens, and a joining prompt that starts with cached blocks
+//! holds them instead of computing them (shared, not copied); cached blocks nothing holds
+//! are evicted least recently used first. A step runs only the rows through the last
+//! running one.
+//!
+//! **Timeline** (compiled devices, encoder-decoders, models that rerun their history): the
+//! rows share one timeline of slots, and a step writes every row at the same slot, so one
+//! forward pass of fixed shapes serves the batch; slot order is each row's token order, so
+//! the causal mask holds in slots. A cohort joins once its rows are free and the timeline
 //! leaves room for its prompt and every running row's remaining tokens; it waits otherwise,
-//! and the timeline starts over whenever no row is running (unless, with prefix caching, the
-//! next prompt reuses a prompt it holds and fits after it). On eager devices a step runs only
-//! the rows through the last running one. With prefix caching
-//! ([`Engine::set_prefix_caching`]) a joining prompt copies the keys and values of a cached
-//! prompt prefix into its row and feeds only the rest. Paged blocks per sequence replace the
-//! timeline behind the same `add`/`step` interface.
+//! and the timeline starts over whenever no row is running. Ring layers, which keep the last
+//! `window` slots, serve only a cohort that nothing joins. On compiled devices a lone cohort
+//! samples on the device and runs one step ahead of the host (see [`Engine::step`]).
 
 use std::collections::VecDeque;
 
 use zoo_runtime::{DType, Device, Generator, Tensor};
 
+use super::blocks::{BlockId, BlockPool};
 use super::device_sampler::DeviceSampler;
 use super::options::{GenerationOptions, StopReason};
 use super::processors::{pick, Row};
@@ -68,10 +79,30 @@ pub enum EngineEvent {
 pub struct EngineConfig {
     /// Sequences that run at once (the cache's rows).
     pub max_sequences: usize,
-    /// Slots of the shared timeline: a joining prompt (padded on compiled devices) plus the
-    /// longest remaining generation must fit.
+    /// Tokens one sequence may hold, prompt and generation (paged), or slots of the shared
+    /// timeline, where a joining prompt (padded on compiled devices) plus the longest
+    /// remaining generation must fit.
     pub capacity: usize,
+    /// Blocks of [`BLOCK_SIZE`] slots in a paged cache; `None`: enough for every sequence at
+    /// full capacity. Fewer share memory between sequences, preempting one when blocks run
+    /// out; at least one sequence's full capacity. Unused by a timeline.
+    pub kv_blocks: Option<usize>,
 }
+
+impl EngineConfig {
+    /// `max_sequences` sequences of up to `capacity` tokens each, all of them at full
+    /// capacity held at once.
+    pub fn new(max_sequences: usize, capacity: usize) -> EngineConfig {
+        EngineConfig {
+            max_sequences,
+            capacity,
+            kv_blocks: None,
+        }
+    }
+}
+
+/// Slots per block of a paged cache (vLLM's default).
+pub const BLOCK_SIZE: usize = 16;
 
 /// The model an engine drives: a decoder, or an encoder-decoder whose encoder ran once.
 enum Driven<'m> {
@@ -113,8 +144,16 @@ struct Sequence<'t> {
     feed: Vec<u32>,
     /// Position of `feed[0]`.
     position: usize,
-    /// The slot of each context token written so far (the prefix cache's record).
-    slots: Vec<usize>,
+    /// Paged: the blocks holding its tokens, and the chain key of each full one cached.
+    table: Vec<BlockId>,
+    hashes: Vec<u64>,
+}
+
+impl Sequence<'_> {
+    /// Its tokens so far: the context, then what it generated.
+    fn tokens(&self) -> Vec<u32> {
+        [self.context.as_slice(), &self.generated].concat()
+    }
 }
 
 /// A cohort waiting for rows.
@@ -164,25 +203,13 @@ pub struct Engine<'m> {
     next_id: u64,
     /// Whether joining prompts reuse cached prefixes ([`Engine::set_prefix_caching`]).
     prefix_caching: bool,
-    /// Prompts whose keys and values lie in the cache, oldest first.
-    cached: Vec<Cached>,
     /// Sequences that reused a cached prefix, and the tokens they did not compute.
     prefix_hits: (u64, u64),
-}
-
-/// The shortest prefix worth reusing: a block, as vLLM's prefix cache counts them.
-const MIN_PREFIX: usize = 16;
-
-/// Cached prompts kept at most (the oldest go first).
-const MAX_CACHED: usize = 256;
-
-/// A prompt whose keys and values lie in the cache: each token's slot in `row`. Slots before
-/// the cache's length are not written again until the timeline starts over, so the entry
-/// stays good after its sequence leaves the row.
-struct Cached {
-    row: usize,
-    tokens: Vec<u32>,
-    slots: Vec<usize>,
+    /// Paged: the pool's blocks (see the module docs).
+    pool: Option<BlockPool>,
+    /// Paged: sequences preempted for blocks, to run again before anything else joins.
+    preempted: VecDeque<Sequence<'m>>,
+    preemptions: u64,
 }
 
 impl<'m> Engine<'m> {
@@ -196,24 +223,84 @@ impl<'m> Engine<'m> {
         config: EngineConfig,
     ) -> Result<Engine<'m>> {
         check_config(config)?;
-        // The cache holds every row at full capacity (rings for a full cohort are smaller):
-        // refuse what memory cannot hold before the rows are laid out.
         let decoder = model.model();
-        KvCache::check_fits(
-            &decoder.cache_specs(),
-            config.max_sequences,
-            config.capacity,
-            decoder.dtype(),
-            false,
-        )?;
+        let specs = decoder.cache_specs();
         let compiled = !model.logits_device().is_eager();
-        Ok(Engine::with(
+        let blocks = Engine::blocks(model, config);
+        // Refuse what memory cannot hold before anything is allocated: every row at full
+        // capacity on a timeline (rings for a full cohort are smaller), the pool when paged.
+        match blocks {
+            Some(n) => {
+                let one = config.capacity.div_ceil(BLOCK_SIZE);
+                if n < one {
+                    return Err(Error::invalid(
+                        "kv_blocks",
+                        format!(
+                            "{n} KV blocks of {BLOCK_SIZE} tokens cannot hold one sequence of {} tokens; \
+                             ask for at least {one} blocks or a shorter context",
+                            config.capacity
+                        ),
+                    ));
+                }
+                if config.max_sequences > n {
+                    return Err(Error::invalid(
+                        "max_sequences",
+                        format!(
+                            "{} sequences cannot run on {n} KV blocks: each running sequence holds at least one",
+                            config.max_sequences
+                        ),
+                    ));
+                }
+                let slots = n.saturating_mul(BLOCK_SIZE);
+                KvCache::check_fits(&specs, 1, slots, decoder.dtype(), false)?;
+            }
+            None => KvCache::check_fits(
+                &specs,
+                config.max_sequences,
+                config.capacity,
+                decoder.dtype(),
+                false,
+            )?,
+        }
+        let mut engine = Engine::with(
             Driven::Decoder(model),
             tokenizer,
             eos_ids,
             pad_id,
-            (model.model().vocab_size(), compiled, config),
-        ))
+            (decoder.vocab_size(), compiled, config),
+        );
+        engine.pool = blocks.map(|n| BlockPool::new(n, BLOCK_SIZE));
+        Ok(engine)
+    }
+
+    /// Whether an engine over `model` pages its cache: a decoder whose cache lies on eager
+    /// devices and is never recomputed (see the module docs).
+    pub fn pages(model: &dyn CausalLm) -> bool {
+        let decoder = model.model();
+        model.logits_device().is_eager()
+            && decoder.cache_specs().iter().all(|s| s.device.is_eager())
+            && decoder.recompute_cache_at().is_none()
+    }
+
+    /// The blocks of the paged cache an engine over `model` makes under `config`, `None`
+    /// when it keeps a timeline.
+    fn blocks(model: &dyn CausalLm, config: EngineConfig) -> Option<usize> {
+        let all = || {
+            config
+                .max_sequences
+                .saturating_mul(config.capacity.div_ceil(BLOCK_SIZE))
+        };
+        Engine::pages(model).then(|| config.kv_blocks.unwrap_or_else(all))
+    }
+
+    /// The rows and the slots per row of the cache an engine over `model` makes under
+    /// `config`: one row of the whole pool when paged, a row of `capacity` per sequence on
+    /// a timeline.
+    pub fn cache_shape(model: &dyn CausalLm, config: EngineConfig) -> (usize, usize) {
+        match Engine::blocks(model, config) {
+            Some(n) => (1, n.saturating_mul(BLOCK_SIZE)),
+            None => (config.max_sequences, config.capacity),
+        }
     }
 
     /// An engine over an encoder-decoder whose encoder already produced `hidden` (`[rows,
@@ -272,8 +359,10 @@ impl<'m> Engine<'m> {
             logits: None,
             next_id: 0,
             prefix_caching: false,
-            cached: Vec::new(),
             prefix_hits: (0, 0),
+            pool: None,
+            preempted: VecDeque::new(),
+            preemptions: 0,
         }
     }
 
@@ -379,22 +468,34 @@ impl<'m> Engine<'m> {
 
     /// Whether nothing runs or waits.
     pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && !self.rows.iter().flatten().any(|s| s.done.is_none())
+        self.waiting.is_empty()
+            && self.preempted.is_empty()
+            && !self.rows.iter().flatten().any(|s| s.done.is_none())
     }
 
-    /// Sequences running (not yet stopped) and waiting.
+    /// Sequences running (not yet stopped) and waiting (preempted ones included).
     pub fn counts(&self) -> (usize, usize) {
         let running = self.rows.iter().flatten().filter(|s| s.done.is_none());
-        let waiting = self.waiting.iter().map(|w| w.members.len()).sum();
-        (running.count(), waiting)
+        let waiting: usize = self.waiting.iter().map(|w| w.members.len()).sum();
+        (running.count(), waiting + self.preempted.len())
     }
 
-    /// Turns prefix caching on or off: a joining prompt whose first tokens (at least 16) are
-    /// a prompt the cache still holds takes their keys and values from that row instead of
-    /// computing them, as vLLM's automatic prefix caching does; only the rest is fed. Kept
-    /// prompts live until the timeline starts over, which an idle engine then skips when
-    /// the next prompt reuses one and fits. Eager decoders only: compiled devices keep every
-    /// shape fixed, and a model that reruns its history cannot splice rows.
+    /// A paged engine's KV blocks: held by running sequences, and in all.
+    pub fn kv_blocks(&self) -> Option<(usize, usize)> {
+        self.pool.as_ref().map(|p| (p.used(), p.total()))
+    }
+
+    /// Sequences preempted so far for want of KV blocks (each ran again later).
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    /// Turns prefix caching on or off: a joining prompt whose first full blocks of
+    /// [`BLOCK_SIZE`] tokens the cache still holds reuses their keys and values instead of
+    /// computing them, as vLLM's automatic prefix caching does; only the rest is fed. Cached
+    /// blocks are shared by the sequences that hold them and kept after they leave, until the
+    /// pool needs them (least recently used first). Eager decoders only (paged): compiled
+    /// devices keep every shape fixed, and a model that reruns its history cannot share.
     pub fn set_prefix_caching(&mut self, on: bool) -> Result<()> {
         let supported = match &self.driven {
             Driven::Decoder(m) => {
@@ -416,9 +517,9 @@ impl<'m> Engine<'m> {
             ));
         }
         self.prefix_caching = on;
-        self.cached.clear();
-        // The next admission makes the cache again, with full buffers for spliced rows.
-        self.cache = None;
+        if let Some(pool) = self.pool.as_mut().filter(|_| !on) {
+            pool.forget_cached();
+        }
         Ok(())
     }
 
@@ -426,24 +527,6 @@ impl<'m> Engine<'m> {
     /// not compute.
     pub fn prefix_hits(&self) -> (u64, u64) {
         self.prefix_hits
-    }
-
-    /// The longest prefix of `context` the cache holds (leaving its last token to feed):
-    /// the cached prompt's index and the length, when at least [`MIN_PREFIX`].
-    fn prefix_hit(&self, context: &[u32]) -> Option<(usize, usize)> {
-        if !self.prefix_caching {
-            return None;
-        }
-        let limit = context.len().saturating_sub(1);
-        self.cached
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let same = c.tokens.iter().zip(context).take(limit);
-                (i, same.take_while(|(a, b)| a == b).count())
-            })
-            .filter(|&(_, p)| p >= MIN_PREFIX)
-            .max_by_key(|&(_, p)| p)
     }
 
     /// Stops sequence `id` (running or waiting) and returns what it generated, `None` when no
@@ -460,6 +543,13 @@ impl<'m> Engine<'m> {
                     stop_reason: StopReason::Cancelled,
                 }));
             }
+        }
+        if let Some(i) = self.preempted.iter().position(|s| s.id == id) {
+            let mut seq = self.preempted.remove(i).expect("the position found above");
+            seq.done = Some(StopReason::Cancelled);
+            let output = output_of(&mut seq)?;
+            self.forget_cohorts();
+            return Ok(Some(output));
         }
         let Some(row) = self
             .rows
@@ -687,11 +777,25 @@ impl<'m> Engine<'m> {
         }
         for row in &mut self.rows {
             if row.as_ref().is_some_and(|s| s.done.is_some()) {
+                if let (Some(pool), Some(seq)) = (self.pool.as_mut(), row.as_ref()) {
+                    seq.table.iter().for_each(|&b| pool.release(b));
+                }
                 *row = None;
             }
         }
+        self.forget_cohorts();
+    }
+
+    /// Forgets cohorts no running or preempted sequence belongs to.
+    fn forget_cohorts(&mut self) {
         for (i, c) in self.cohorts.iter_mut().enumerate() {
-            if c.is_some() && !self.rows.iter().flatten().any(|s| s.cohort == i) {
+            let held = self
+                .rows
+                .iter()
+                .flatten()
+                .chain(&self.preempted)
+                .any(|s| s.cohort == i);
+            if c.is_some() && !held {
                 *c = None;
             }
         }
@@ -705,24 +809,14 @@ impl<'m> Engine<'m> {
     /// padded prompts on the timeline and every running row's remaining tokens within the
     /// capacity. An idle engine starts the timeline over first.
     fn admit(&mut self) -> Result<()> {
+        if self.pool.is_some() {
+            return self.admit_paged();
+        }
         while let Some(w) = self.waiting.front() {
-            let (mut hits, mut longest) = self.join_plan(w);
+            let longest = w.members.iter().map(|m| m.context.len()).max().unwrap_or(1);
             if self.rows.iter().all(Option::is_none) {
-                // An idle engine keeps its timeline for a cohort that reuses what it holds
-                // and fits after it; otherwise it starts over.
-                let keep = hits.iter().any(Option::is_some)
-                    && self.cache.as_ref().is_some_and(|c| {
-                        c.len() + self.join_width(longest) + w.cohort.opts.max_new_tokens - 1
-                            <= self.config.capacity
-                    });
-                if !keep {
-                    let lone = w.members.len() == self.rows.len();
-                    self.start_over(lone)?;
-                    let Some(w) = self.waiting.front() else {
-                        break;
-                    };
-                    (hits, longest) = self.join_plan(w);
-                }
+                let lone = w.members.len() == self.rows.len();
+                self.start_over(lone)?;
             } else if self.rings {
                 // Ring layers hold a lone cohort's rows gapless: joiners wait for its end.
                 break;
@@ -777,21 +871,100 @@ impl<'m> Engine<'m> {
                 // Another cohort joins: the picks move to the host.
                 self.device = None;
             }
-            for ((m, b), hit) in w.members.into_iter().zip(free).zip(hits) {
+            for (m, b) in w.members.into_iter().zip(free) {
                 let Some(cache) = self.cache.as_mut() else {
                     return Err(Error::Internal("an engine without its cache".into()));
                 };
                 cache.clear_row(b);
-                // A cached prefix: its keys and values copied into this row at their slots.
-                let (reused, slots) = match hit.and_then(|(i, p)| Some((self.cached.get(i)?, p))) {
-                    Some((c, p)) => {
-                        cache.copy_slots(c.row, b, &c.slots[..p])?;
-                        self.prefix_hits.0 += 1;
-                        self.prefix_hits.1 += p as u64;
-                        (p, c.slots[..p].to_vec())
-                    }
-                    None => (0, Vec::new()),
-                };
+                self.rows[b] = Some(Sequence {
+                    id: m.id,
+                    cohort: index,
+                    prompt: m.prompt,
+                    feed: m.context.clone(),
+                    context: m.context,
+                    generated: Vec::new(),
+                    stream: self.tokenizer.map(|t| t.stream(true)),
+                    text: String::new(),
+                    done: None,
+                    position: 0,
+                    table: Vec::new(),
+                    hashes: Vec::new(),
+                });
+            }
+            self.cohorts.push(Some(w.cohort));
+        }
+        Ok(())
+    }
+
+    /// [`Engine::admit`] of a paged engine: preempted sequences first, then waiting cohorts,
+    /// in order, each into free rows with blocks for its tokens (cached prefix blocks held,
+    /// the rest taken from the pool); the first that does not fit waits, and so does all
+    /// behind it.
+    fn admit_paged(&mut self) -> Result<()> {
+        if self.cache.is_none() {
+            let (Driven::Decoder(m), Some(pool)) = (&self.driven, &self.pool) else {
+                return Err(Error::Internal("a paged engine without a decoder".into()));
+            };
+            let base = m.model();
+            let (rows, blocks) = (self.config.max_sequences, pool.total());
+            let specs = base.cache_specs();
+            self.cache = Some(KvCache::paged(
+                &specs,
+                rows,
+                blocks,
+                BLOCK_SIZE,
+                base.dtype(),
+            )?);
+        }
+        while let Some(seq) = self.preempted.front() {
+            let Some(b) = self.rows.iter().position(Option::is_none) else {
+                return Ok(());
+            };
+            let tokens = seq.tokens();
+            let Some((table, hashes, reused)) = self.take_blocks(&tokens) else {
+                return Ok(());
+            };
+            let Some(mut seq) = self.preempted.pop_front() else {
+                break;
+            };
+            self.count_hit(reused);
+            (seq.table, seq.hashes, seq.position) = (table, hashes, reused);
+            seq.feed = tokens[reused..].to_vec();
+            self.rows[b] = Some(seq);
+        }
+        while let Some(w) = self.waiting.front() {
+            let free: Vec<usize> = (0..self.rows.len())
+                .filter(|&b| self.rows[b].is_none())
+                .collect();
+            if free.len() < w.members.len() {
+                break;
+            }
+            let contexts: Vec<Vec<u32>> = w.members.iter().map(|m| m.context.clone()).collect();
+            let mut taken = Vec::new();
+            for context in &contexts {
+                match self.take_blocks(context) {
+                    Some(t) => taken.push(t),
+                    None => break,
+                }
+            }
+            if taken.len() < contexts.len() {
+                // The cohort waits whole: what it took goes back.
+                if let Some(pool) = self.pool.as_mut() {
+                    taken
+                        .iter()
+                        .flat_map(|t| &t.0)
+                        .for_each(|&b| pool.release(b));
+                }
+                break;
+            }
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            // Another cohort joins: picks are on the host (no device sampler when paged).
+            self.device = None;
+            let index = self.cohorts.len();
+            for ((m, b), (table, hashes, reused)) in w.members.into_iter().zip(free).zip(taken) {
+                self.count_hit(reused);
                 self.rows[b] = Some(Sequence {
                     id: m.id,
                     cohort: index,
@@ -803,7 +976,8 @@ impl<'m> Engine<'m> {
                     text: String::new(),
                     done: None,
                     position: reused,
-                    slots,
+                    table,
+                    hashes,
                 });
             }
             self.cohorts.push(Some(w.cohort));
@@ -811,33 +985,130 @@ impl<'m> Engine<'m> {
         Ok(())
     }
 
-    /// Each member's cached prefix (see [`Engine::prefix_hit`]) and the widest feed once
-    /// those are taken.
-    fn join_plan(&self, w: &Waiting) -> (Vec<Option<(usize, usize)>>, usize) {
-        let hits: Vec<Option<(usize, usize)>> = w
-            .members
-            .iter()
-            .map(|m| self.prefix_hit(&m.context))
-            .collect();
-        let longest = w
-            .members
-            .iter()
-            .zip(&hits)
-            .map(|(m, h)| m.context.len() - h.map_or(0, |h| h.1))
-            .max()
-            .unwrap_or(1);
-        (hits, longest)
+    /// Blocks for a sequence about to be fed `tokens`: the cached blocks its first full
+    /// blocks match (with prefix caching; never the last token, whose logits the step needs)
+    /// and new ones for the rest. Returns the table, the keys of the cached blocks and the
+    /// tokens they hold, or `None` (nothing taken) when the pool has too few blocks.
+    fn take_blocks(&mut self, tokens: &[u32]) -> Option<(Vec<BlockId>, Vec<u64>, usize)> {
+        let caching = self.prefix_caching;
+        let pool = self.pool.as_mut()?;
+        let reusable = tokens.len().saturating_sub(1) / BLOCK_SIZE;
+        let (hits, idle) = if caching {
+            pool.cached_prefix(tokens, reusable)
+        } else {
+            (0, 0)
+        };
+        let needed = pool.blocks_for(tokens.len().max(1));
+        // Cached blocks nothing holds count as available until they are taken.
+        if needed - hits > pool.available() - idle {
+            return None;
+        }
+        let (mut table, hashes) = pool.take_prefix(tokens, hits);
+        while table.len() < needed {
+            table.push(pool.allocate()?);
+        }
+        let reused = hashes.len() * BLOCK_SIZE;
+        Some((table, hashes, reused))
+    }
+
+    /// Counts a sequence that joined with `reused` tokens from the prefix cache.
+    fn count_hit(&mut self, reused: usize) {
+        if reused > 0 {
+            self.prefix_hits.0 += 1;
+            self.prefix_hits.1 += reused as u64;
+        }
+    }
+
+    /// Before a paged step: each running sequence holds blocks for what it feeds, the one
+    /// admitted last preempted while the pool has none to give (see the module docs).
+    fn grow_tables(&mut self) -> Result<()> {
+        loop {
+            let short = self.rows.iter().position(|s| {
+                s.as_ref().is_some_and(|s| {
+                    s.done.is_none() && s.table.len() * BLOCK_SIZE < s.position + s.feed.len()
+                })
+            });
+            let Some(b) = short else {
+                return Ok(());
+            };
+            let Some(pool) = self.pool.as_mut() else {
+                return Err(Error::Internal("a paged step without its pool".into()));
+            };
+            if let Some(block) = pool.allocate() {
+                if let Some(seq) = self.rows[b].as_mut() {
+                    seq.table.push(block);
+                }
+                continue;
+            }
+            let victim = self
+                .rows
+                .iter()
+                .enumerate()
+                .filter_map(|(r, s)| Some((r, s.as_ref()?)))
+                .filter(|(_, s)| s.done.is_none())
+                .max_by_key(|(_, s)| s.id)
+                .map(|(r, _)| r);
+            let running = self
+                .rows
+                .iter()
+                .flatten()
+                .filter(|s| s.done.is_none())
+                .count();
+            let Some(r) = victim.filter(|_| running > 1) else {
+                return Err(Error::Internal(
+                    "the KV pool cannot hold one sequence's tokens".into(),
+                ));
+            };
+            self.preempt(r);
+        }
+    }
+
+    /// Preempts the sequence in row `r`: its blocks go back to the pool (full ones stay
+    /// cached with prefix caching) and it waits at the head of the queue to be fed all its
+    /// tokens again.
+    fn preempt(&mut self, r: usize) {
+        let Some(mut seq) = self.rows[r].take() else {
+            return;
+        };
+        if let Some(pool) = self.pool.as_mut() {
+            seq.table.drain(..).for_each(|b| pool.release(b));
+        }
+        seq.hashes.clear();
+        seq.position = 0;
+        if let Some(cache) = self.cache.as_mut() {
+            cache.clear_row(r);
+        }
+        self.preemptions += 1;
+        self.preempted.push_front(seq);
+    }
+
+    /// After a paged step: the blocks its sequences filled are cached under their chain keys
+    /// (with prefix caching), so that later prompts starting with them hold them.
+    fn cache_full_blocks(&mut self) {
+        let (Some(pool), true) = (self.pool.as_mut(), self.prefix_caching) else {
+            return;
+        };
+        for seq in self.rows.iter_mut().flatten() {
+            let full = (seq.position / BLOCK_SIZE).min(seq.table.len());
+            if seq.hashes.len() >= full {
+                continue;
+            }
+            let tokens = [seq.context.as_slice(), &seq.generated].concat();
+            for i in seq.hashes.len()..full {
+                let parent = i.checked_sub(1).map(|p| seq.hashes[p]);
+                let block = &tokens[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
+                seq.hashes.push(pool.register(seq.table[i], parent, block));
+            }
+        }
     }
 
     /// Starts the timeline over on an idle engine: forgets every token, and makes the cache
     /// (again) when it has none or the wrong kind of sliding layers for what joins now.
     fn start_over(&mut self, lone: bool) -> Result<()> {
-        self.cached.clear();
         self.history = None;
         self.device = None;
         self.logits = None;
-        // Rows spliced from cached prefixes need full buffers.
-        let rings = lone && !self.prefix_caching;
+        let rings = lone;
         if let Some(cache) = self.cache.as_mut().filter(|_| self.rings == rings) {
             cache.reset();
             return Ok(());
@@ -870,6 +1141,9 @@ impl<'m> Engine<'m> {
     /// One forward pass feeding every running row its `feed` from the host, left-padded to
     /// one width; the logits of each row's last column.
     fn forward_host(&mut self) -> Result<Tensor> {
+        if self.pool.is_some() {
+            self.grow_tables()?;
+        }
         let live = |s: &&Sequence| s.done.is_none();
         let longest = self
             .rows
@@ -890,22 +1164,13 @@ impl<'m> Engine<'m> {
             Vec::with_capacity(n * t),
             Vec::with_capacity(n),
         );
-        let start = self.cache.as_ref().map_or(0, KvCache::len);
-        let mut written = Vec::new();
         for (b, row) in self.rows.iter_mut().take(n).enumerate() {
+            let paged = self.cache.as_mut().filter(|c| c.is_paged());
             match row.as_mut().filter(|s| s.done.is_none()) {
                 Some(s) => {
                     let pad = t - s.feed.len();
-                    if s.generated.is_empty() && self.prefix_caching {
-                        // The prompt lands at the last columns of this pass.
-                        s.slots.extend(start + pad..start + t);
-                        if s.slots.len() == s.context.len() && s.context.len() >= MIN_PREFIX {
-                            written.push(Cached {
-                                row: b,
-                                tokens: s.context.clone(),
-                                slots: s.slots.clone(),
-                            });
-                        }
+                    if let Some(cache) = paged {
+                        cache.set_table(b, &s.table, s.position)?;
                     }
                     ids.extend(
                         std::iter::repeat_n(self.pad_id as i64, pad)
@@ -917,15 +1182,14 @@ impl<'m> Engine<'m> {
                     s.position += s.feed.len();
                 }
                 None => {
+                    if let Some(cache) = paged {
+                        cache.set_table(b, &[], 0)?;
+                    }
                     ids.extend(std::iter::repeat_n(self.pad_id as i64, t));
                     pos.extend(std::iter::repeat_n(0i64, t));
                     mask.push(vec![false; t]);
                 }
             }
-        }
-        self.cached.extend(written);
-        if self.cached.len() > MAX_CACHED {
-            self.cached.drain(..self.cached.len() - MAX_CACHED);
         }
         let Some(cache) = self.cache.as_mut() else {
             return Err(Error::Internal("an engine without its cache".into()));
@@ -956,7 +1220,9 @@ impl<'m> Engine<'m> {
                     attention_mask: Some(&mask),
                     output_hidden_states: false,
                 };
-                Ok(model.forward(args, cache, LogitsFor::Last)?.0)
+                let logits = model.forward(args, cache, LogitsFor::Last)?.0;
+                self.cache_full_blocks();
+                Ok(logits)
             }
             Driven::Seq2Seq { .. } => {
                 let host = Device::Cpu;

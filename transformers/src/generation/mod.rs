@@ -5,10 +5,12 @@
 //! - `processors`: the logits-processor chain on the host; `device_sampler`: the same chain
 //!   as tensor ops, so a compiled decode step returns token ids.
 //! - `engine`: the running set of sequences every client drives; sequences join and leave
-//!   between steps, each with its own options, processors, stop strings and cache row.
+//!   between steps, each with its own options, processors, stop strings and cache row;
+//!   `blocks`: the block pool of its paged cache (free, shared and cached blocks).
 //!
 //! [`generate`] and [`generate_seq2seq`] run one batch through an engine sized to it.
 
+mod blocks;
 mod device_sampler;
 pub mod engine;
 mod options;
@@ -16,7 +18,7 @@ mod processors;
 
 use zoo_runtime::{Device, Tensor};
 
-pub use engine::{Engine, EngineConfig, EngineEvent, SequenceId};
+pub use engine::{Engine, EngineConfig, EngineEvent, SequenceId, BLOCK_SIZE};
 pub use options::{GenerationOptions, GenerationOutput, GenerationStats, StopReason, TokenEvent};
 
 use crate::cache::KvCache;
@@ -45,10 +47,7 @@ pub fn generate(
     } else {
         cache_bucket(prompt_bucket(longest).saturating_add(opts.max_new_tokens))
     };
-    let config = EngineConfig {
-        max_sequences: prompts.len(),
-        capacity,
-    };
+    let config = EngineConfig::new(prompts.len(), capacity);
     let mut engine = Engine::new(model, tokenizer, eos_ids, pad_id, config)?;
     let ids = engine.add_batch(prompts.to_vec(), opts.clone())?;
     run(
@@ -235,10 +234,7 @@ pub fn generate_seq2seq(
         position_ids: None,
         output_hidden_states: false,
     })?;
-    let config = EngineConfig {
-        max_sequences: batch,
-        capacity,
-    };
+    let config = EngineConfig::new(batch, capacity);
     let hidden = encoded.last_hidden_state;
     let mut engine = Engine::seq2seq(model, tokenizer, eos_ids, pad_id, config, hidden, mask)?;
     // Every row's decoder starts from the start token; its processors see it as the context.
