@@ -98,23 +98,20 @@ unsafe fn hmax256(v: __m256) -> f32 {
     _mm_cvtss_f32(m)
 }
 
-/// [`softmax_row`](super::kernels) in 8 lanes: `s[j] * scale + bias[j]` (no bias when null),
-/// `exp(s[j] - max)` over `[rlo, rhi)`, zero in the rest of `[lo, hi)`; returns the sum.
+/// [`scale_max`](super::kernels) in 8 lanes: `s[j] * scale + bias[j]` (no bias when null)
+/// in place over `[a, b)`; returns their max.
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn softmax_row(
+pub(crate) unsafe fn scale_max(
     s: *mut f32,
     bias: *const f32,
     scale: f32,
-    lo: usize,
-    rlo: usize,
-    rhi: usize,
-    hi: usize,
+    (a, b): (usize, usize),
 ) -> f32 {
     let vs = _mm256_set1_ps(scale);
     let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
-    // Whole vectors from rlo, then the tail under a mask.
-    let full = rlo + (rhi - rlo) / 8 * 8;
-    let tail = rhi - full;
+    // Whole vectors from a, then the tail under a mask.
+    let full = a + (b - a) / 8 * 8;
+    let tail = b - full;
     let scaled = |j: usize, n: usize| {
         let x = _mm256_mul_ps(load8(s.add(j), n), vs);
         if bias.is_null() {
@@ -124,7 +121,7 @@ pub(crate) unsafe fn softmax_row(
         }
     };
     let mut mx = ninf;
-    let mut j = rlo;
+    let mut j = a;
     while j < full {
         let x = scaled(j, 8);
         _mm256_storeu_ps(s.add(j), x);
@@ -137,9 +134,18 @@ pub(crate) unsafe fn softmax_row(
         let live = _mm256_castsi256_ps(mask8(tail));
         mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, x, live));
     }
-    let vmax = _mm256_set1_ps(hmax256(mx));
+    hmax256(mx)
+}
+
+/// [`exp_sum`](super::kernels) in 8 lanes: `s[j] = exp(s[j] - max)` over `[a, b)`; returns
+/// their sum.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp_sum(s: *mut f32, max: f32, (a, b): (usize, usize)) -> f32 {
+    let vmax = _mm256_set1_ps(max);
+    let full = a + (b - a) / 8 * 8;
+    let tail = b - full;
     let mut sum = _mm256_setzero_ps();
-    let mut j = rlo;
+    let mut j = a;
     while j < full {
         let e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vmax));
         sum = _mm256_add_ps(sum, e);
@@ -151,9 +157,6 @@ pub(crate) unsafe fn softmax_row(
         let e = _mm256_and_ps(e, _mm256_castsi256_ps(mask8(tail)));
         sum = _mm256_add_ps(sum, e);
         store8(s.add(full), tail, e);
-    }
-    for j in (lo..rlo).chain(rhi..hi) {
-        *s.add(j) = 0.0;
     }
     hsum256(sum)
 }

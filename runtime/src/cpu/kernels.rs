@@ -1192,13 +1192,30 @@ fn attention_f32(
             }
         })
         .collect();
+    // The runs of visible columns of each mask row (a paged KV cache's row sees its own
+    // blocks, scattered over the pool): `runs[at[bt]..at[bt + 1]]`.
+    let (mut runs, mut at) = (Vec::new(), vec![0]);
+    for (bt, &range) in ranges.iter().enumerate() {
+        match bias {
+            Some(bias) => {
+                let row = &bias[(bt / t) * g.bs[0] + (bt % t) * g.bs[1]..][..l];
+                visible_runs(row, range, &mut runs);
+            }
+            None => runs.push(range),
+        }
+        at.push(runs.len());
+    }
     // A one-query step (a decode) takes its scores straight from the cached keys
     // (`dot_keys`): packing them for the GEMM tile would copy the whole cache every step to
     // serve one query row per head. Longer queries share keys packed once.
     let direct = t == 1;
     // Keys packed as the GEMM's weight panels: for each (batch, kv head), [L/32][D][32].
-    // Not zero-filled first: the packing writes every value (padding included).
-    let panels = if direct { 0 } else { b * kv * lp };
+    // Not zero-filled first: the packing writes every value (padding included). Keys every
+    // batch row shares (a paged KV cache's pool, broadcast with a zero stride) are packed
+    // once.
+    let shared = ks[0] == 0;
+    let key_rows = if shared { 1 } else { b };
+    let panels = if direct { 0 } else { key_rows * kv * lp };
     let mut kp: Vec<f32> = Vec::with_capacity(panels * d * NR);
     let kpp = OutPtr(kp.as_mut_ptr());
     par_units(panels, |u| {
@@ -1258,8 +1275,17 @@ fn attention_f32(
             }
         });
         let rr = &rr[..n];
-        let lo = rr.iter().map(|r| r.0).min().unwrap_or(0) / NR * NR;
-        let hi_ = rr.iter().map(|r| r.1).max().unwrap_or(l);
+        // The columns the tile computes: its rows' runs together, each from a panel's start.
+        let mut tile_runs: Vec<(usize, usize)> = (0..n)
+            .flat_map(|i| {
+                let bt = bi * t + position(i);
+                runs[at[bt]..at[bt + 1]].iter().copied()
+            })
+            .collect();
+        tile_runs.sort_unstable();
+        let tile_runs = merge_runs(tile_runs);
+        let lo = tile_runs.first().map_or(0, |r| r.0);
+        let hi_ = tile_runs.last().map_or(l, |r| r.1);
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             if s.len() < MR * width {
@@ -1267,6 +1293,7 @@ fn attention_f32(
             }
             let sc = s.as_mut_ptr();
             let kvh = bi * kv + h0 / rep;
+            let packed = if shared { h0 / rep } else { kvh };
             // SAFETY: AVX2 and FMA (AVX-512F where `wide`) were detected by `attention`; the
             // pointers stay inside q, the packed keys, v, the scratch (MR rows of `width`) and
             // this tile's rows of the output, which no other unit writes.
@@ -1275,18 +1302,21 @@ fn attention_f32(
                 let qp = q.as_ptr().add(bi * g.qs[0] + h0 * g.qs[1] + r0 * g.qs[2]);
                 if direct {
                     let kb = k.as_ptr().add(bi * ks[0] + (h0 / rep) * ks[1]);
-                    let args = ((qp, lda, n), (kb, ks[2], d), (lo, hi_), (sc, width));
-                    if wide {
-                        dot_keys(args.0, args.1, args.2, args.3);
-                    } else {
-                        avx2::dot_keys(args.0, args.1, args.2, args.3);
+                    for &run in &tile_runs {
+                        let args = ((qp, lda, n), (kb, ks[2], d), run, (sc, width));
+                        if wide {
+                            dot_keys(args.0, args.1, args.2, args.3);
+                        } else {
+                            avx2::dot_keys(args.0, args.1, args.2, args.3);
+                        }
                     }
                 } else {
-                    for p in lo / NR..hi_.div_ceil(NR) {
+                    let panels = tile_runs.iter().flat_map(|&(a, b)| a / NR..b.div_ceil(NR));
+                    for p in panels {
                         Tile {
                             a: qp,
                             lda,
-                            b: kp.as_ptr().add((kvh * lp + p) * d * NR),
+                            b: kp.as_ptr().add((packed * lp + p) * d * NR),
                             ldb: NR,
                             depth: d,
                             c: sc.add(p * NR),
@@ -1303,11 +1333,13 @@ fn attention_f32(
                         None => std::ptr::null(),
                     };
                     let row = sc.add(i * width);
-                    sums[i] = if wide {
-                        softmax_row(row, brow, g.scale, lo, rlo, rhi, hi_)
-                    } else {
-                        avx2::softmax_row(row, brow, g.scale, lo, rlo, rhi, hi_)
-                    };
+                    sums[i] = softmax_runs(row, brow, g.scale, &tile_runs, (rlo, rhi), wide);
+                    if vt.is_some() {
+                        // The narrow product reads every column of [lo, hi): none between runs.
+                        for w in tile_runs.windows(2) {
+                            std::ptr::write_bytes(row.add(w[0].1), 0, w[1].0 - w[0].1);
+                        }
+                    }
                 }
                 let vp = v
                     .as_ptr()
@@ -1326,17 +1358,19 @@ fn attention_f32(
                     .run(n, dv, wide);
                 }
                 for p in 0..dv / NR {
-                    Tile {
-                        a: sc.add(lo),
-                        lda: width,
-                        b: vp.add(p * NR),
-                        ldb: g.vs[2],
-                        depth: hi_ - lo,
-                        c: out.add(p * NR),
-                        ldc,
-                        accumulate: false,
+                    for (r, &(a, b)) in tile_runs.iter().enumerate() {
+                        Tile {
+                            a: sc.add(a),
+                            lda: width,
+                            b: vp.add(p * NR + (a - lo) * g.vs[2]),
+                            ldb: g.vs[2],
+                            depth: b - a,
+                            c: out.add(p * NR),
+                            ldc,
+                            accumulate: r > 0,
+                        }
+                        .run_tier(n, wide);
                     }
-                    .run_tier(n, wide);
                 }
                 // The softmax's division, on the row's dv outputs instead of its keys.
                 for (i, sum) in sums.iter().enumerate().take(n) {
@@ -1352,6 +1386,58 @@ fn attention_f32(
     // SAFETY: every (batch, position, head) tile wrote its dv values above.
     unsafe { o.set_len(b * t * h * dv) };
     o
+}
+
+/// Columns between two runs of visible keys below which the runs are computed as one: a
+/// masked column costs less than another pass.
+const RUN_GAP: usize = 2 * NR;
+
+/// Appends the runs of visible columns (mask above `f32::MIN`) of a mask `row` whose first
+/// and last visible columns are `range`, runs less than [`RUN_GAP`] apart joined.
+fn visible_runs(row: &[f32], (lo, hi): (usize, usize), out: &mut Vec<(usize, usize)>) {
+    let mut start: Option<usize> = None;
+    let first = out.len();
+    for (j, &x) in row.iter().enumerate().take(hi).skip(lo) {
+        match (x != f32::MIN, start) {
+            (true, None) => start = Some(j),
+            (false, Some(a)) => {
+                out.push((a, j));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(a) = start {
+        out.push((a, hi));
+    }
+    if out.len() == first {
+        out.push((lo, hi));
+    }
+    // Join runs closer than RUN_GAP.
+    let mut w = first;
+    for r in first + 1..out.len() {
+        if out[r].0 - out[w].1 < RUN_GAP {
+            out[w].1 = out[r].1;
+        } else {
+            w += 1;
+            out[w] = out[r];
+        }
+    }
+    out.truncate(w + 1);
+}
+
+/// Sorted runs joined where they overlap or lie less than [`RUN_GAP`] apart, each starting
+/// at a panel's first column (the tile's product reads whole panels of keys).
+fn merge_runs(sorted: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(sorted.len());
+    for (a, b) in sorted {
+        let a = a / NR * NR;
+        match out.last_mut() {
+            Some(last) if a < last.1 + RUN_GAP => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }
 
 /// The scores of `n` query rows (at `q`, `ldq` apart) against the keys `[lo, hi)` (at `k`,
@@ -1421,27 +1507,17 @@ unsafe fn lane_sums16(v: [std::arch::x86_64::__m512; 16]) -> std::arch::x86_64::
     halves(halves(u[0], u[1]), halves(u[2], u[3]))
 }
 
-/// One row of scores `s` in place: `s[j] * scale + bias[j]` (no bias when `bias` is null),
-/// `exp(s[j] - max)` over `[rlo, rhi)` and zero in the rest of `[lo, hi)` (columns the
-/// tile's product reads); returns the sum of the exponentials, the softmax's divisor.
+/// Scores `s[j] * scale + bias[j]` (no bias when `bias` is null) in place over `[a, b)`;
+/// returns their max.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn softmax_row(
-    s: *mut f32,
-    bias: *const f32,
-    scale: f32,
-    lo: usize,
-    rlo: usize,
-    rhi: usize,
-    hi: usize,
-) -> f32 {
+unsafe fn scale_max(s: *mut f32, bias: *const f32, scale: f32, (a, b): (usize, usize)) -> f32 {
     use std::arch::x86_64::*;
-    let mask = |j: usize, end: usize| tail_mask(end - j);
     let vs = _mm512_set1_ps(scale);
     let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
-    let mut j = rlo;
-    while j < rhi {
-        let m = mask(j, rhi);
+    let mut j = a;
+    while j < b {
+        let m = tail_mask(b - j);
         let mut x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vs);
         if !bias.is_null() {
             x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias.add(j)));
@@ -1450,21 +1526,71 @@ unsafe fn softmax_row(
         mx = _mm512_mask_max_ps(mx, m, mx, x);
         j += 16;
     }
-    let vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    // Partial sums in 16 lanes, then reduced: the eager sum's order differs as much.
+    _mm512_reduce_max_ps(mx)
+}
+
+/// `s[j] = exp(s[j] - max)` in place over `[a, b)`; returns their sum (partial sums in 16
+/// lanes, then reduced: the eager sum's order differs as much).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_sum(s: *mut f32, max: f32, (a, b): (usize, usize)) -> f32 {
+    use std::arch::x86_64::*;
+    let vmax = _mm512_set1_ps(max);
     let mut sum = _mm512_setzero_ps();
-    let mut j = rlo;
-    while j < rhi {
-        let m = mask(j, rhi);
+    let mut j = a;
+    while j < b {
+        let m = tail_mask(b - j);
         let e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vmax));
         sum = _mm512_mask_add_ps(sum, m, sum, e);
         _mm512_mask_storeu_ps(s.add(j), m, e);
         j += 16;
     }
-    for j in (lo..rlo).chain(rhi..hi) {
-        *s.add(j) = 0.0;
-    }
     _mm512_reduce_add_ps(sum)
+}
+
+/// One row of scores `s` in place, over the tile's `runs` of columns: `s[j] * scale +
+/// bias[j]`, then `exp(s[j] - max)` over the row's visible `[rlo, rhi)` within them and
+/// zero in the rest of the runs (columns the tile's product reads); returns the sum of the
+/// exponentials, the softmax's divisor. Columns between runs are neither read nor written.
+///
+/// # Safety
+/// AVX-512F (`wide`) or AVX2 and FMA are available; the runs lie within the row and `bias`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn softmax_runs(
+    s: *mut f32,
+    bias: *const f32,
+    scale: f32,
+    runs: &[(usize, usize)],
+    (rlo, rhi): (usize, usize),
+    wide: bool,
+) -> f32 {
+    let clip = |(a, b): (usize, usize)| (a.max(rlo), b.min(rhi));
+    let mut max = f32::NEG_INFINITY;
+    for &run in runs {
+        let (a, b) = clip(run);
+        if a < b {
+            max = max.max(if wide {
+                scale_max(s, bias, scale, (a, b))
+            } else {
+                avx2::scale_max(s, bias, scale, (a, b))
+            });
+        }
+    }
+    let mut sum = 0.0;
+    for &(a0, b0) in runs {
+        let (a, b) = clip((a0, b0));
+        if a < b {
+            sum += if wide {
+                exp_sum(s, max, (a, b))
+            } else {
+                avx2::exp_sum(s, max, (a, b))
+            };
+        }
+        for j in (a0..a.min(b0)).chain(b.max(a0)..b0) {
+            *s.add(j) = 0.0;
+        }
+    }
+    sum
 }
 
 /// `row[..n] /= sum`.
@@ -1911,6 +2037,59 @@ mod tests {
                 assert_eq!(fast.shape(), [b, t, h * d]);
                 let slow = attention_reference(&q, &k, &v, &bias);
                 close(&fast.to_vec::<f32>().unwrap(), &slow, "attention");
+            }
+        });
+    }
+
+    /// Keys and values every batch row shares (a paged cache's pool broadcast over the rows,
+    /// each row masked to its own slots): packed once, the same result as copies per row.
+    #[test]
+    fn attention_over_shared_keys_matches_the_eager_path() {
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(11);
+            // (batch, heads, kv heads, queries, keys, head dim): prefills and decodes, a
+            // narrow head (its product reads every column between the runs).
+            for (b, h, kv, t, l, d) in [
+                (3usize, 6usize, 3usize, 5usize, 400usize, 64usize),
+                (2, 4, 2, 1, 400, 32),
+                (3, 9, 3, 1, 300, 64),
+                (2, 2, 1, 4, 300, 8),
+            ] {
+                let q = g.randn(&[b, h, t, d], DType::F32, &Device::Cpu).unwrap();
+                let k = g.randn(&[1, kv, l, d], DType::F32, &Device::Cpu).unwrap();
+                let v = g.randn(&[1, kv, l, d], DType::F32, &Device::Cpu).unwrap();
+                let (kb, vb) = (
+                    k.broadcast_as(&[b, kv, l, d]).unwrap(),
+                    v.broadcast_as(&[b, kv, l, d]).unwrap(),
+                );
+                // Row r sees blocks of 16 keys, every sixth from its r-th (runs far apart, as
+                // a paged cache's rows), up to a causal limit; row 1 also every third key of
+                // its first blocks (runs close together).
+                let mut m = vec![f32::MIN; b * t * l];
+                for bi in 0..b {
+                    for i in 0..t {
+                        for j in 0..l - t + i + 1 {
+                            if (j / 16) % 6 == bi || (bi == 1 && j < 60 && j % 3 == 0) {
+                                m[(bi * t + i) * l + j] = 0.0;
+                            }
+                        }
+                    }
+                }
+                let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
+                let Some(fast) = taken(
+                    attention(&q, &kb, &vb, Some(&bias), 1.0 / (d as f64).sqrt()),
+                    tier >= Tier::Avx2,
+                    "attention",
+                ) else {
+                    continue;
+                };
+                let (kc, vc) = (kb.contiguous().unwrap(), vb.contiguous().unwrap());
+                let slow = attention_reference(&q, &kc, &vc, &bias);
+                close(
+                    &fast.unwrap().to_vec::<f32>().unwrap(),
+                    &slow,
+                    "shared keys",
+                );
             }
         });
     }

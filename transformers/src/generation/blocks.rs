@@ -83,19 +83,31 @@ impl BlockPool {
         tokens.div_ceil(self.block_size)
     }
 
-    /// A block for one sequence: the lowest free one, else the least recently used cached
-    /// block (forgotten by the cache). `None` when every block is held.
+    /// A block for one sequence. Attention reads the pool up to the highest block held, so
+    /// the blocks in use are kept low: a free block inside that span first; else, while
+    /// cached blocks lie below the lowest free one, the least recently used of them
+    /// (forgotten by the cache); else the lowest free block. The prefix cache thus keeps
+    /// what fits below the highest block the sequences have needed at once, least recently
+    /// used first out. `None` when every block is held.
     pub(crate) fn allocate(&mut self) -> Option<BlockId> {
-        let block = match self.free.pop_first() {
-            Some(b) => b,
-            None => {
-                let (_, b) = self.evictable.pop_first()?;
+        let held = self.refs.iter().rposition(|&r| r > 0).map_or(0, |b| b + 1);
+        let lowest_free = self.free.first().copied();
+        let inside = lowest_free.filter(|&b| (b as usize) < held);
+        let evict = match (inside, lowest_free) {
+            (Some(_), _) => None,
+            (None, Some(f)) => self.evictable.iter().find(|(_, &b)| b < f).map(|(&t, _)| t),
+            (None, None) => self.evictable.keys().next().copied(),
+        };
+        let block = match evict {
+            Some(tick) => {
+                let b = self.evictable.remove(&tick)?;
                 self.released_at.remove(&b);
                 if let Some((hash, _)) = self.keys.remove(&b) {
                     self.cached.remove(&hash);
                 }
                 b
             }
+            None => self.free.pop_first()?,
         };
         self.refs[block as usize] = 1;
         Some(block)
@@ -244,17 +256,26 @@ mod tests {
         }
         assert_eq!((pool.used(), pool.evictable(), pool.available()), (0, 2, 4));
         assert_eq!(pool.cached_prefix(&prompt, 8), (2, 2));
-        // Free blocks go before cached ones; then the least recently released goes first.
+        // Cached blocks below the lowest free one go first, least recently released first,
+        // so the blocks in use stay low; then the free ones.
+        assert_eq!(pool.allocate(), Some(x));
+        assert_eq!(pool.cached_prefix(&prompt, 8).0, 0, "the first was evicted");
+        assert_eq!(pool.allocate(), Some(y));
         assert_eq!(pool.allocate(), Some(2));
         assert_eq!(pool.allocate(), Some(3));
-        assert_eq!(pool.allocate(), Some(x));
-        assert_eq!(
-            pool.cached_prefix(&prompt, 8).0,
-            0,
-            "the first block was evicted"
-        );
-        assert_eq!(pool.allocate(), Some(y));
         assert_eq!(pool.allocate(), None);
+    }
+
+    #[test]
+    fn a_free_block_inside_the_held_span_goes_before_cached_ones() {
+        let mut pool = BlockPool::new(4, 1);
+        let blocks: Vec<BlockId> = (0..4).map(|_| pool.allocate().unwrap()).collect();
+        pool.register(blocks[0], None, &[7]);
+        pool.release(blocks[0]);
+        pool.release(blocks[1]);
+        // Block 3 is held, so block 1 (free) lies inside the span; cached block 0 stays.
+        assert_eq!(pool.allocate(), Some(1));
+        assert_eq!(pool.cached_prefix(&[7], 1), (1, 1));
     }
 
     #[test]

@@ -1007,6 +1007,9 @@ impl<'m> Engine<'m> {
         while table.len() < needed {
             table.push(pool.allocate()?);
         }
+        // In slot order, so that a causal pass's keys are in position order and each query
+        // computes only up to its own.
+        table[hits..].sort_unstable();
         let reused = hashes.len() * BLOCK_SIZE;
         Some((table, hashes, reused))
     }
