@@ -1056,12 +1056,14 @@ fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Opt
 /// The eager path's operations (product, scale, mask add, max, `exp(x - max)`, sum, product
 /// with v, divide), with the division by the sum moved after the product with v, as
 /// PyTorch's fused CPU attention does: `d` divisions per query instead of one per key (a
-/// UNet's 4096 keys), the same value to rounding. Columns whose mask is the lowest f32 at
-/// either end of a row are skipped, which changes nothing, since `exp(x + f32::MIN - max)`
-/// is exactly 0 in any row with one visible key (a row with none is computed whole). For a
-/// causal prefill that halves the work and keeps the scores in L1. A one-query step (a
-/// decode) reads the keys where they lie instead of packing them ([`dot_keys`]), with the
-/// query heads of each kv head together in one tile.
+/// UNet's 4096 keys), the same value to rounding. Only the runs of columns whose mask is
+/// above the lowest f32 are computed (runs less than two panels apart as one), which changes
+/// nothing, since `exp(x + f32::MIN - max)` is exactly 0 in any row with one visible key (a
+/// row with none is computed whole). For a causal prefill that halves the work and keeps the
+/// scores in L1; a paged KV cache's row, whose blocks lie scattered over a pool shared with
+/// other rows (`k`, `v` broadcast over the batch, packed once), costs its own blocks. A
+/// one-query step (a decode) reads the keys where they lie instead of packing them
+/// ([`dot_keys`]), with the query heads of each kv head together in one tile.
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
