@@ -6,7 +6,8 @@
 # a random 330M-parameter Mixtral (8 experts, top-2) in f32, zoo vs PyTorch; an SD 1.5-layout
 # UNet step and a FLUX.1-shaped transformer step at reduced size, zoo vs diffusers; and
 # `zoo serve` beside llama.cpp's llama-server on the Q4_1 GGUF (16 concurrent streaming chat
-# requests, one stream, a shared 1.5k-token system prompt).
+# requests, one stream, a shared 1.5k-token system prompt), and zoo serve on the XLA CPU plugin
+# beside zoo eager.
 #
 # Every benchmark runs once per CPU tier the machine has (ZOO_CPU=generic, avx2, avx512, amx;
 # ZOO_BENCH_TIERS="avx2 amx" picks some), each peer at the same tier: llama.cpp's AVX2 build
@@ -116,10 +117,12 @@ for tier in $tiers; do
   esac
   echo "== CPU tier $tier (peers: $peers)"
   for bin in smollm2 quants mixtral gemma3 unet flux serve; do
+    extra=()
+    if [ "$bin" = serve ]; then extra=(--pjrt "$ZOO_PJRT_CPU_PLUGIN"); fi
     env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" LLAMA_SERVER="$server" \
       "${torch[@]}" \
       cargo run --quiet --release --manifest-path benchmarks/Cargo.toml \
-      --target-dir target/bench --bin "$bin" -- "${check[@]}" "${rest[@]}" || status=$?
+      --target-dir target/bench --bin "$bin" -- "${check[@]}" "${extra[@]}" "${rest[@]}" || status=$?
   done
 done
 exit "$status"

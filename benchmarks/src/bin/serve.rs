@@ -15,6 +15,11 @@
 //! zoo's own single stream; with the shared prompt, the later requests' TTFT <= 0.3x the
 //! first's.
 //!
+//! With `--pjrt PLUGIN` (a PJRT CPU plugin, e.g. `ZOO_PJRT_CPU_PLUGIN`), the same scenarios
+//! also run against zoo's server on that plugin (XLA CPU: compiled programs, a row of the
+//! whole context per sequence, no prefix caching) beside zoo eager: a second table, the
+//! plugin's aggregate judged against eager's (>= 1.0x) and against its own single stream.
+//!
 //! zoo's server runs in this process (the `zoo-serve` library `zoo serve` runs, with
 //! `RAYON_NUM_THREADS` threads for the model); llama-server (`LLAMA_SERVER`) runs as a child
 //! with `-t THREADS -np 16 -cb`. Run: `scripts/bench.sh` (which builds llama-server), or with
@@ -31,19 +36,21 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use zoo_benchmarks::{exit_status, main_of, positive, Table, Target};
 use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::{lazy, PjrtPlatform};
 use zoo_serve::{ServeOptions, Server};
 use zoo_transformers::AutoModelForCausalLM;
 
 const HELP: &str = "\
 serve: zoo serve beside llama-server, streaming chat requests (same run, same client)
 
-USAGE: serve [--check] [--threads N] [--streams N] [--new N] [--runs N]
+USAGE: serve [--check] [--threads N] [--streams N] [--new N] [--runs N] [--pjrt PLUGIN]
 
   --check       exit 1 when a target is missed or cannot be judged (a peer missing)
   --threads N   threads of the model on both sides (default 2)
   --streams N   concurrent streams (default 16)
   --new N       tokens per stream (default 64)
   --runs N      rounds of the concurrent streams; each server's best is kept (default 1)
+  --pjrt PLUGIN also serve on this PJRT CPU plugin (its context 2048) beside zoo eager
 
 ENV: ZOO_SMOLLM2_GGUF (the Q4_1 GGUF), LLAMA_SERVER (llama.cpp's llama-server; its rows
      say \"not measured\" without it)";
@@ -53,6 +60,7 @@ struct Args {
     streams: usize,
     new: usize,
     runs: usize,
+    pjrt: Option<PathBuf>,
 }
 
 fn args() -> Result<Args, String> {
@@ -61,6 +69,7 @@ fn args() -> Result<Args, String> {
         streams: 16,
         new: 64,
         runs: 1,
+        pjrt: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -70,6 +79,10 @@ fn args() -> Result<Args, String> {
             "--streams" => a.streams = positive(&mut it, "--streams")?,
             "--new" => a.new = positive(&mut it, "--new")?,
             "--runs" => a.runs = positive(&mut it, "--runs")?,
+            "--pjrt" => {
+                let path = it.next().ok_or("--pjrt needs a plugin path")?;
+                a.pjrt = Some(PathBuf::from(path));
+            }
             "-h" | "--help" => {
                 println!("{HELP}");
                 std::process::exit(0);
@@ -293,14 +306,14 @@ fn measure(addr: SocketAddr, model: &str, a: &Args) -> Result<Run, String> {
 }
 
 /// zoo's server in this process on an ephemeral port.
-fn start_zoo(gguf: &str, a: &Args) -> Result<SocketAddr, String> {
-    let model = AutoModelForCausalLM::load_pretrained(gguf, DeviceMap::Cpu).map_err(|e| e.to_string())?;
+fn start_zoo(gguf: &str, a: &Args, map: DeviceMap, context: usize) -> Result<SocketAddr, String> {
+    let model = AutoModelForCausalLM::load_pretrained(gguf, map).map_err(|e| e.to_string())?;
     let server = Server::start(
         model,
         ServeOptions {
             max_batch: a.streams,
             max_waiting: a.streams * 4,
-            context: Some(4096),
+            context: Some(context),
             ..ServeOptions::new("smollm2")
         },
     )
@@ -367,8 +380,19 @@ fn run() -> Result<ExitCode, String> {
         })(),
         _ => Err("LLAMA_SERVER is not set (scripts/bench.sh --llama-cpp builds it)".into()),
     };
-    let addr = start_zoo(&gguf, &a)?;
+    let addr = start_zoo(&gguf, &a, DeviceMap::Cpu, 4096)?;
     let zoo = measure(addr, "smollm2", &a)?;
+    // On the plugin the cache is a row of the whole context per sequence, every step
+    // attending all of it: 2048 holds the shared prompt.
+    let pjrt = match &a.pjrt {
+        Some(plugin) => Some((|| {
+            lazy::configure(PjrtPlatform::Cpu, Some(plugin.clone()), None).map_err(|e| e.to_string())?;
+            let map = DeviceMap::Pjrt { platform: "cpu".into(), devices: Some(vec![0]) };
+            let addr = start_zoo(&gguf, &a, map, 2048)?;
+            measure(addr, "smollm2", &a)
+        })()),
+        None => None,
+    };
 
     let peer = "llama-server -np -cb";
     let of = |f: fn(&Run) -> f64| llama.as_ref().map(f).map_err(Clone::clone);
@@ -437,8 +461,74 @@ fn run() -> Result<ExitCode, String> {
             None,
         );
     }
-    let failures = t.print();
+    let mut failures = t.print();
+    if let Some(pjrt) = pjrt {
+        failures += pjrt_table(&zoo, pjrt, &a).print();
+    }
     Ok(exit_status(failures))
+}
+
+/// zoo on the PJRT plugin beside zoo eager, the same scenarios.
+fn pjrt_table(eager: &Run, pjrt: Result<Run, String>, a: &Args) -> Table {
+    let mut t = Table::new(format!(
+        "zoo serve on the XLA CPU plugin vs zoo eager: SmolLM2-135M Q4_1, {} threads, streaming chat",
+        a.threads
+    ));
+    let peer = "zoo serve eager";
+    let of = |f: &dyn Fn(&Run) -> f64| pjrt.as_ref().map(f).map_err(Clone::clone);
+    let value = |f: &dyn Fn(&Run) -> f64| pjrt.as_ref().map_or(f64::NAN, f);
+    t.add(
+        format!("{} streams x {} tokens: aggregate", a.streams, a.new),
+        "tok/s",
+        value(&|r| r.many.tokens_per_second),
+        peer,
+        Ok(eager.many.tokens_per_second),
+        Some(Target::AtLeast(1.0)),
+    );
+    t.add(
+        format!("{} streams vs the plugin's one stream", a.streams),
+        "tok/s",
+        value(&|r| r.many.tokens_per_second),
+        "plugin, 1 stream",
+        of(&|r| r.one),
+        Some(Target::AtLeast(3.0)),
+    );
+    t.add("1 stream", "tok/s", value(&|r| r.one), peer, Ok(eager.one), None);
+    for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
+        t.add(
+            format!("{} streams: time to first token {name}", a.streams),
+            "ms",
+            value(&|r| percentile(&r.many.ttft, p) * 1e3),
+            peer,
+            Ok(percentile(&eager.many.ttft, p) * 1e3),
+            None,
+        );
+        t.add(
+            format!("{} streams: inter-token {name}", a.streams),
+            "ms",
+            value(&|r| percentile(&r.many.inter_token, p) * 1e3),
+            peer,
+            Ok(percentile(&eager.many.inter_token, p) * 1e3),
+            None,
+        );
+    }
+    t.add(
+        "shared 1.5k-token system prompt: first TTFT",
+        "ms",
+        value(&|r| r.shared.0 * 1e3),
+        peer,
+        Ok(eager.shared.0 * 1e3),
+        None,
+    );
+    t.add(
+        "shared prompt: later TTFT p50 / first (plugin)",
+        "ms",
+        value(&|r| r.shared.1 * 1e3),
+        "plugin, first TTFT",
+        of(&|r| r.shared.0 * 1e3),
+        Some(Target::AtMost(0.3)),
+    );
+    t
 }
 
 fn main() -> ExitCode {
