@@ -160,7 +160,8 @@ fn stream(addr: SocketAddr, model: &str, messages: Value, new: usize) -> Result<
         let bytes = if chunked {
             line.clear();
             r.read_line(&mut line).map_err(|e| e.to_string())?;
-            let n = usize::from_str_radix(line.trim(), 16).map_err(|_| format!("bad chunk size {line:?}"))?;
+            let n = usize::from_str_radix(line.trim(), 16)
+                .map_err(|_| format!("bad chunk size {line:?}"))?;
             if n == 0 {
                 break;
             }
@@ -227,7 +228,12 @@ fn percentile(v: &[f64], p: f64) -> f64 {
 }
 
 /// Runs `requests` concurrently (each a message list) and measures them.
-fn concurrent(addr: SocketAddr, model: &str, requests: Vec<Value>, new: usize) -> Result<Figures, String> {
+fn concurrent(
+    addr: SocketAddr,
+    model: &str,
+    requests: Vec<Value>,
+    new: usize,
+) -> Result<Figures, String> {
     let t0 = Instant::now();
     let handles: Vec<_> = requests
         .into_iter()
@@ -238,7 +244,10 @@ fn concurrent(addr: SocketAddr, model: &str, requests: Vec<Value>, new: usize) -
         .collect();
     let mut streams = Vec::new();
     for h in handles {
-        streams.push(h.join().map_err(|_| "a client thread panicked".to_string())??);
+        streams.push(
+            h.join()
+                .map_err(|_| "a client thread panicked".to_string())??,
+        );
     }
     let end = streams.iter().map(|s| s.done).max().unwrap_or(t0);
     let tokens: usize = streams.iter().map(|s| s.tokens).sum();
@@ -255,9 +264,19 @@ fn concurrent(addr: SocketAddr, model: &str, requests: Vec<Value>, new: usize) -
 
 fn question(i: usize) -> String {
     const TOPICS: [&str; 8] = [
-        "the ocean", "a mountain", "the moon", "a library", "a forest", "the desert", "a city", "a river",
+        "the ocean",
+        "a mountain",
+        "the moon",
+        "a library",
+        "a forest",
+        "the desert",
+        "a city",
+        "a river",
     ];
-    format!("Write a long story about {} number {i}.", TOPICS[i % TOPICS.len()])
+    format!(
+        "Write a long story about {} number {i}.",
+        TOPICS[i % TOPICS.len()]
+    )
 }
 
 fn user(i: usize) -> Value {
@@ -275,10 +294,20 @@ fn shared(i: usize, system: &str) -> Value {
 }
 
 /// The later requests' median TTFT over the first's, with the shared system prompt.
-fn shared_prompt_ratio(addr: SocketAddr, model: &str, streams: usize, new: usize) -> Result<(f64, f64, f64), String> {
+fn shared_prompt_ratio(
+    addr: SocketAddr,
+    model: &str,
+    streams: usize,
+    new: usize,
+) -> Result<(f64, f64, f64), String> {
     let system = system_prompt();
     let first = stream(addr, model, shared(0, &system), new)?.ttft();
-    let later = concurrent(addr, model, (1..streams).map(|i| shared(i, &system)).collect(), new)?;
+    let later = concurrent(
+        addr,
+        model,
+        (1..streams).map(|i| shared(i, &system)).collect(),
+        new,
+    )?;
     let p50 = percentile(&later.ttft, 0.5);
     Ok((first, p50, p50 / first))
 }
@@ -326,7 +355,9 @@ fn start_zoo(gguf: &str, a: &Args, map: DeviceMap, context: usize) -> Result<Soc
             .build()
             .expect("a tokio runtime");
         rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("a port");
             let _ = tx.send(listener.local_addr().expect("an address"));
             let _ = server.serve(listener, std::future::pending()).await;
         });
@@ -337,7 +368,14 @@ fn start_zoo(gguf: &str, a: &Args, map: DeviceMap, context: usize) -> Result<Soc
 /// llama-server as a child, ready once `/health` answers 200.
 fn start_llama(bin: &str, gguf: &str, a: &Args, port: u16) -> Result<(Child, SocketAddr), String> {
     let child = Command::new(bin)
-        .args(["-m", gguf, "-t", &a.threads.to_string(), "-tb", &a.threads.to_string()])
+        .args([
+            "-m",
+            gguf,
+            "-t",
+            &a.threads.to_string(),
+            "-tb",
+            &a.threads.to_string(),
+        ])
         .args(["-np", &a.streams.to_string(), "-cb"])
         .args(["-c", &(a.streams * 4096).to_string()])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -349,7 +387,10 @@ fn start_llama(bin: &str, gguf: &str, a: &Args, port: u16) -> Result<(Child, Soc
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(120) {
         if let Ok(mut s) = TcpStream::connect(addr) {
-            let _ = write!(s, "GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            let _ = write!(
+                s,
+                "GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            );
             let mut head = String::new();
             let _ = BufReader::new(s).read_line(&mut head);
             if head.contains(" 200") {
@@ -364,7 +405,8 @@ fn start_llama(bin: &str, gguf: &str, a: &Args, port: u16) -> Result<(Child, Soc
 fn run() -> Result<ExitCode, String> {
     let a = args()?;
     std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
-    let gguf = std::env::var("ZOO_SMOLLM2_GGUF").map_err(|_| "ZOO_SMOLLM2_GGUF is not set".to_string())?;
+    let gguf =
+        std::env::var("ZOO_SMOLLM2_GGUF").map_err(|_| "ZOO_SMOLLM2_GGUF is not set".to_string())?;
     let gguf_path = PathBuf::from(&gguf);
     if !gguf_path.exists() {
         return Err(format!("{gguf} does not exist"));
@@ -386,8 +428,12 @@ fn run() -> Result<ExitCode, String> {
     // attending all of it: 2048 holds the shared prompt.
     let pjrt = match &a.pjrt {
         Some(plugin) => Some((|| {
-            lazy::configure(PjrtPlatform::Cpu, Some(plugin.clone()), None).map_err(|e| e.to_string())?;
-            let map = DeviceMap::Pjrt { platform: "cpu".into(), devices: Some(vec![0]) };
+            lazy::configure(PjrtPlatform::Cpu, Some(plugin.clone()), None)
+                .map_err(|e| e.to_string())?;
+            let map = DeviceMap::Pjrt {
+                platform: "cpu".into(),
+                devices: Some(vec![0]),
+            };
             let addr = start_zoo(&gguf, &a, map, 2048)?;
             measure(addr, "smollm2", &a)
         })()),
@@ -423,7 +469,10 @@ fn run() -> Result<ExitCode, String> {
             "ms",
             percentile(&zoo.many.ttft, p) * 1e3,
             peer,
-            llama.as_ref().map(|r| percentile(&r.many.ttft, p) * 1e3).map_err(Clone::clone),
+            llama
+                .as_ref()
+                .map(|r| percentile(&r.many.ttft, p) * 1e3)
+                .map_err(Clone::clone),
             None,
         );
         t.add(
@@ -431,7 +480,10 @@ fn run() -> Result<ExitCode, String> {
             "ms",
             percentile(&zoo.many.inter_token, p) * 1e3,
             peer,
-            llama.as_ref().map(|r| percentile(&r.many.inter_token, p) * 1e3).map_err(Clone::clone),
+            llama
+                .as_ref()
+                .map(|r| percentile(&r.many.inter_token, p) * 1e3)
+                .map_err(Clone::clone),
             None,
         );
     }
@@ -493,7 +545,14 @@ fn pjrt_table(eager: &Run, pjrt: Result<Run, String>, a: &Args) -> Table {
         of(&|r| r.one),
         Some(Target::AtLeast(3.0)),
     );
-    t.add("1 stream", "tok/s", value(&|r| r.one), peer, Ok(eager.one), None);
+    t.add(
+        "1 stream",
+        "tok/s",
+        value(&|r| r.one),
+        peer,
+        Ok(eager.one),
+        None,
+    );
     for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
         t.add(
             format!("{} streams: time to first token {name}", a.streams),
