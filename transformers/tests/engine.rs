@@ -269,7 +269,7 @@ fn prefix_caching_is_refused_where_rows_cannot_be_spliced() {
     engine.set_prefix_caching(false).unwrap();
 }
 
-/// A pool too small for every running sequence at once: the sequence admitted last is
+/// A pool too small for every running sequence at once: the sequence that arrived last is
 /// preempted when blocks run out, runs again later from its prompt and tokens, and every
 /// sequence still matches its tokens alone; cancelling gives its blocks back at once.
 #[test]
@@ -306,6 +306,26 @@ fn sequences_preempted_for_blocks_resume_and_match_each_alone() {
             Some((1, 6)),
             "{case}: a's block is back"
         );
+        // A preempted sequence cancelled while it waits: what it generated, nothing held.
+        let mut config = EngineConfig::new(2, 48);
+        config.kv_blocks = Some(4);
+        let mut engine = model.engine(config).unwrap();
+        engine.add(prompts[0].clone(), opts.clone()).unwrap();
+        let b = engine.add(prompts[1].clone(), opts.clone()).unwrap();
+        for _ in 0..40 {
+            if engine.preemptions() > 0 {
+                break;
+            }
+            engine.step().unwrap();
+        }
+        assert_eq!(engine.counts(), (1, 1), "{case}: b was preempted");
+        let out = engine.cancel(b).unwrap().expect("b waits");
+        assert_eq!(out.stop_reason, StopReason::Cancelled);
+        assert!(!out.token_ids.is_empty(), "{case}");
+        while !engine.is_idle() {
+            engine.step().unwrap();
+        }
+        assert_eq!(engine.kv_blocks(), Some((0, 4)), "{case}");
         // A pool that cannot hold one sequence at its capacity is refused.
         let mut config = EngineConfig::new(2, 48);
         config.kv_blocks = Some(2);

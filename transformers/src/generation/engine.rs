@@ -15,10 +15,13 @@
 //! a pool of blocks of [`BLOCK_SIZE`] slots ([`KvCache::paged`]) and each sequence holds a
 //! table of blocks, as vLLM's paged attention does; padding takes no slot. A cohort joins
 //! once its rows are free and the pool has blocks for its prompts; a running sequence takes
-//! a block whenever its tokens fill the last one. When none is left, the sequence admitted
-//! last is preempted: its blocks go back and it waits at the head of the queue, to be fed
-//! its prompt and tokens again when blocks free up (vLLM's preemption by recompute; with
-//! prefix caching its full blocks are usually still cached then). With prefix caching
+//! a block whenever its tokens fill the last one. When none is left, the running sequence
+//! that arrived last is preempted: its blocks go back and it waits at the head of the
+//! queue, to be fed its prompt and tokens again when blocks free up (vLLM's preemption by
+//! recompute; with prefix caching its full blocks are usually still cached then). A
+//! preempted sequence of a sampled cohort of several rows draws from the cohort's stream
+//! out of row order, so its sample may differ from an uninterrupted run's (greedy picks
+//! draw nothing). With prefix caching
 //! ([`Engine::set_prefix_caching`]) every full block is kept after its sequence leaves,
 //! keyed by a hash chain of its tokens, and a joining prompt that starts with cached blocks
 //! holds them instead of computing them (shared, not copied); cached blocks nothing holds
@@ -544,8 +547,8 @@ impl<'m> Engine<'m> {
                 }));
             }
         }
-        if let Some(i) = self.preempted.iter().position(|s| s.id == id) {
-            let mut seq = self.preempted.remove(i).expect("the position found above");
+        let preempted = self.preempted.iter().position(|s| s.id == id);
+        if let Some(mut seq) = preempted.and_then(|i| self.preempted.remove(i)) {
             seq.done = Some(StopReason::Cancelled);
             let output = output_of(&mut seq)?;
             self.forget_cohorts();
@@ -1023,7 +1026,7 @@ impl<'m> Engine<'m> {
     }
 
     /// Before a paged step: each running sequence holds blocks for what it feeds, the one
-    /// admitted last preempted while the pool has none to give (see the module docs).
+    /// that arrived last preempted while the pool has none to give (see the module docs).
     fn grow_tables(&mut self) -> Result<()> {
         loop {
             let short = self.rows.iter().position(|s| {
