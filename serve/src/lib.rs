@@ -49,12 +49,13 @@ pub struct ServeOptions {
     pub served_model_name: String,
     /// The key clients must send as `Authorization: Bearer KEY` on `/v1/*`; none when `None`.
     pub api_key: Option<String>,
-    /// Sequences that run at once (rows of the engine's KV cache).
+    /// Sequences that run at once (rows of the engine's batch; on CPU/CUDA they share the
+    /// blocks of a paged KV cache).
     pub max_batch: usize,
     /// Requests that may wait for a row beyond those running; past it the server answers 429.
     pub max_waiting: usize,
-    /// Token slots of the engine's KV cache timeline: a request's prompt plus its
-    /// `max_tokens` must fit. `None`: the model's context, at most 4096.
+    /// Tokens one sequence may hold: a request's prompt plus its `max_tokens` must fit.
+    /// `None`: the model's context, at most 4096.
     pub context: Option<usize>,
 }
 
@@ -197,7 +198,8 @@ impl Server {
         routes::router(Arc::clone(&self.state))
     }
 
-    /// The engine's shape (sequences at once and token slots) of a language model's server.
+    /// The engine's shape (sequences at once, tokens each, KV blocks when paged) of a
+    /// language model's server.
     pub fn engine_config(&self) -> Option<EngineConfig> {
         match &self.state.backend {
             Backend::Text { engine, .. } => Some(*engine),

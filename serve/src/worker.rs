@@ -16,7 +16,7 @@ use zoo_transformers::{Engine, EngineConfig, EngineEvent, SequenceId, TextGenera
 use crate::metrics::Metrics;
 use crate::{ApiError, ServeOptions};
 
-/// The largest default timeline: longer contexts are asked for with `--context`.
+/// The largest default context: longer ones are asked for with `--context`.
 const DEFAULT_CONTEXT: usize = 4096;
 
 /// One request's sequences, added together (one options set, one seeded stream).
@@ -123,7 +123,7 @@ pub(crate) fn engine_config(
     Ok(EngineConfig::new(options.max_batch, capacity))
 }
 
-/// The token slots of the engine's timeline: `context`, or the model's context at most
+/// The tokens one sequence may hold: `context`, or the model's context at most
 /// [`DEFAULT_CONTEXT`].
 fn context_of(model: &TextGenerator, context: Option<usize>) -> Result<usize, ApiError> {
     let decoder = model.model().model();
