@@ -71,7 +71,7 @@ pub(crate) fn engine_config(
     let capacity = context_of(model, options.context)?;
     if model.pages_cache() {
         // Blocks for every sequence at the whole context, or as many as memory (and a
-        // `--max-memory` cpu limit) holds: sequences share them, the last admitted
+        // `--max-memory` cpu limit) holds: sequences share them, the one that arrived last
         // preempted when they run out.
         let per_sequence = capacity.div_ceil(BLOCK_SIZE);
         let wanted = options.max_batch.saturating_mul(per_sequence);
@@ -84,21 +84,18 @@ pub(crate) fn engine_config(
                 ),
             ));
         }
-        let blocks = wanted.min(fit);
-        if options.max_batch > blocks {
-            return Err(ApiError::invalid(
-                "max_batch",
-                format!(
-                    "--max-batch {}: the KV cache holds {blocks} blocks of {BLOCK_SIZE} tokens and every running sequence holds at least one; ask for at most {blocks}",
-                    options.max_batch
-                ),
-            ));
-        }
-        return Ok(EngineConfig {
+        let config = EngineConfig {
             max_sequences: options.max_batch,
             capacity,
-            kv_blocks: Some(blocks),
-        });
+            kv_blocks: Some(wanted.min(fit)),
+        };
+        config.check_pool(wanted.min(fit)).map_err(|e| {
+            ApiError::invalid(
+                "max_batch",
+                format!("--max-batch {}: {e}", options.max_batch),
+            )
+        })?;
+        return Ok(config);
     }
     let decoder = model.model().model();
     // Every row of a timeline holds the whole context: refuse at start what memory (and a

@@ -320,7 +320,7 @@ impl KvCache {
         Ok(())
     }
 
-    /// Slots per row.
+    /// Slots per row (of a paged cache: in the pool).
     pub fn capacity(&self) -> usize {
         self.capacity
     }

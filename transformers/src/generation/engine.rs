@@ -102,6 +102,33 @@ impl EngineConfig {
             kv_blocks: None,
         }
     }
+
+    /// Refuses a paged pool of `blocks` blocks that cannot hold one sequence at
+    /// [`EngineConfig::capacity`], or fewer blocks than `max_sequences` (each running
+    /// sequence holds at least one).
+    pub fn check_pool(&self, blocks: usize) -> Result<()> {
+        let one = self.capacity.div_ceil(BLOCK_SIZE);
+        if blocks < one {
+            return Err(Error::invalid(
+                "kv_blocks",
+                format!(
+                    "{blocks} KV blocks of {BLOCK_SIZE} tokens cannot hold one sequence of {} tokens; \
+                     ask for at least {one} blocks or a shorter context",
+                    self.capacity
+                ),
+            ));
+        }
+        if self.max_sequences > blocks {
+            return Err(Error::invalid(
+                "max_sequences",
+                format!(
+                    "{} sequences cannot run on {blocks} KV blocks of {BLOCK_SIZE} tokens: each running sequence holds at least one; ask for at most {blocks}",
+                    self.max_sequences
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Slots per block of a paged cache (vLLM's default).
@@ -234,26 +261,7 @@ impl<'m> Engine<'m> {
         // capacity on a timeline (rings for a full cohort are smaller), the pool when paged.
         match blocks {
             Some(n) => {
-                let one = config.capacity.div_ceil(BLOCK_SIZE);
-                if n < one {
-                    return Err(Error::invalid(
-                        "kv_blocks",
-                        format!(
-                            "{n} KV blocks of {BLOCK_SIZE} tokens cannot hold one sequence of {} tokens; \
-                             ask for at least {one} blocks or a shorter context",
-                            config.capacity
-                        ),
-                    ));
-                }
-                if config.max_sequences > n {
-                    return Err(Error::invalid(
-                        "max_sequences",
-                        format!(
-                            "{} sequences cannot run on {n} KV blocks: each running sequence holds at least one",
-                            config.max_sequences
-                        ),
-                    ));
-                }
+                config.check_pool(n)?;
                 let slots = n.saturating_mul(BLOCK_SIZE);
                 KvCache::check_fits(&specs, 1, slots, decoder.dtype(), false)?;
             }
