@@ -105,6 +105,7 @@ pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
         Op::Concat { dim } => CT::cat(x, *dim),
         Op::DynamicSlice { sizes } => return dynamic_slice(x[0], x[1], sizes),
         Op::DynamicUpdateSlice => return dynamic_update_slice(x[0], x[1], x[2]),
+        Op::IndexCopy { dim } => return index_copy(x[0], x[1], x[2], *dim),
         Op::Conv2d(g) if x[0].dtype() == CDType::BF16 => {
             // Candle's CPU im2col path has no bf16 GEMM; run in f32 (PyTorch accumulates
             // bf16 convolutions in f32 as well) and round once at the end.
@@ -269,6 +270,19 @@ fn dynamic_update_slice(x: &CT, update: &CT, start: &CT) -> Result<CT> {
     let op = "dynamic_update_slice";
     let starts = clamped_starts(x, start, update.dims(), op)?;
     update_region(x, update, &starts, 0)
+}
+
+/// `torch.index_copy` through candle's `scatter`, whose index has the source's shape.
+fn index_copy(x: &CT, index: &CT, source: &CT, dim: usize) -> Result<CT> {
+    let op = "index_copy";
+    let mut along = vec![1; source.rank()];
+    along[dim] = source.dims()[dim];
+    let index = as_index(index, op)?
+        .reshape(along)
+        .and_then(|i| i.broadcast_as(source.dims()))
+        .and_then(|i| i.contiguous())
+        .op(op)?;
+    x.scatter(&index, &source.contiguous().op(op)?, dim).op(op)
 }
 
 /// Writes `update` into `x` at `starts`, one differing dim at a time: the band of `x` along

@@ -136,6 +136,9 @@ pub(crate) enum Op {
     DynamicSlice { sizes: Dims },
     /// `[x, update, start(1-D int)]`: XLA's dynamic_update_slice, start clamped into range.
     DynamicUpdateSlice,
+    /// `[x, index(1-D int), source]`: `x` with `source`'s slices along `dim` written at
+    /// `index` (`torch.index_copy`).
+    IndexCopy { dim: usize },
     /// `[x, w]`: NCHW input, OIHW weight.
     Conv2d(ConvGeom),
     /// `[x, w]`: NCHW input, IOHW weight.
@@ -173,6 +176,7 @@ impl Op {
             Op::Concat { .. } => "cat",
             Op::DynamicSlice { .. } => "dynamic_slice",
             Op::DynamicUpdateSlice => "dynamic_update_slice",
+            Op::IndexCopy { .. } => "index_copy",
             Op::Conv2d(_) => "conv2d",
             Op::ConvTranspose2d(_) => "conv_transpose2d",
             Op::UpsampleNearest2d { .. } => "upsample_nearest2d",

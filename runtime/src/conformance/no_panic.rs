@@ -77,7 +77,7 @@ pub(super) fn no_panic(c: &mut Ctx) {
         ("contiguous", |x| x.t()?.contiguous()),
     ];
     type Binary = (&'static str, fn(&Tensor, &Tensor) -> crate::Result<Tensor>);
-    let binary: [Binary; 22] = [
+    let binary: [Binary; 23] = [
         ("add", Tensor::add),
         ("sub", Tensor::sub),
         ("div", Tensor::div),
@@ -95,6 +95,11 @@ pub(super) fn no_panic(c: &mut Ctx) {
         ("dynamic_update_slice", |a, b| {
             let start = Tensor::zeros(&[a.rank()], DType::I64, &a.device())?;
             a.dynamic_update_slice(b, &start)
+        }),
+        ("index_copy", |a, b| {
+            let n = b.shape().first().copied().unwrap_or(0);
+            let index = Tensor::zeros(&[n], DType::I64, &a.device())?;
+            a.index_copy(0, &index, b)
         }),
         ("conv2d", |a, b| a.conv2d(b, None, ConvParams::default())),
         ("conv_transpose2d", |a, b| {

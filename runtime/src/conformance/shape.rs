@@ -259,6 +259,23 @@ pub(super) fn shape(c: &mut Ctx) {
             dt,
             None,
         );
+        let Some((src, srch)) = c.input(&[2, 3, 2], dt, dist) else {
+            return;
+        };
+        let Some((slots, _)) = c.tensor(&[3.0, 0.0], &[2], DType::I64) else {
+            return;
+        };
+        c.check(
+            "index_copy (paged KV-cache write)",
+            x.index_copy(2, &slots, &src),
+            &Host::from_fn(&[2, 3, 4], |i| match i[2] {
+                3 => srch.at(&[i[0], i[1], 0]),
+                0 => srch.at(&[i[0], i[1], 1]),
+                _ => xh.at(i),
+            }),
+            dt,
+            None,
+        );
         // Casts: every dtype to every other.
         for to in DType::ALL {
             let want = xh.map(|v| match to {

@@ -505,7 +505,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
         | Op::DynamicSlice { .. }
         | Op::Conv2d(_)
         | Op::ConvTranspose2d(_) => 2,
-        Op::Where | Op::DynamicUpdateSlice => 3,
+        Op::Where | Op::DynamicUpdateSlice | Op::IndexCopy { .. } => 3,
         Op::Concat { .. } => ins.len().max(1),
         // `Composite::shape` checks its arity (the eager backend asks it too).
         Op::Composite(_) => ins.len().max(1),
@@ -691,6 +691,26 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
             }
             Dims::from(x)
         }
+        Op::IndexCopy { dim } => {
+            dim_ok(*dim)?;
+            let (idx, src) = (ins[1], ins[2]);
+            let fits = idx.len() == 1
+                && src.len() == x.len()
+                && src
+                    .iter()
+                    .zip(x)
+                    .enumerate()
+                    .all(|(i, (&a, &b))| if i == *dim { a == idx[0] } else { a == b });
+            if !fits {
+                return Err(shape_err(
+                    name,
+                    x,
+                    src,
+                    format!("; index must be 1-D and source match the input but in dim {dim}, where it has one slice per index"),
+                ));
+            }
+            Dims::from(x)
+        }
         Op::Conv2d(g) => {
             let w = ins[1];
             if x.len() != 4 || w.len() != 4 || g.groups == 0 || g.stride == 0 {
@@ -821,7 +841,10 @@ pub(crate) fn hash_op<H: Hasher>(op: &NodeOp, h: &mut H) {
                     start.hash(h);
                     len.hash(h);
                 }
-                Op::IndexSelect { dim } | Op::Gather { dim } | Op::Concat { dim } => dim.hash(h),
+                Op::IndexSelect { dim }
+                | Op::Gather { dim }
+                | Op::Concat { dim }
+                | Op::IndexCopy { dim } => dim.hash(h),
                 Op::DynamicSlice { sizes } => sizes.hash(h),
                 Op::Conv2d(g) | Op::ConvTranspose2d(g) => hash_geom(g, h),
                 Op::UpsampleNearest2d { h: oh, w } => {

@@ -231,6 +231,35 @@ impl Emitter {
         self.op("stablehlo.iota", &[], &attrs, shape, dt)
     }
 
+    /// `x` with `updates` written at `indices` (`[n, 1]`) along `dim`: update windows span
+    /// the `window` dims of `updates` (all but `dim`), the region keeps the update.
+    fn scatter(&mut self, x: &V, indices: &V, updates: &V, window: &[usize], dim: usize) -> V {
+        let r = self.fresh();
+        let st = ty(&[], x.dt);
+        let (a, b) = (region_arg(&r, "a"), region_arg(&r, "b"));
+        let _ = writeln!(
+            self.body,
+            "    {r} = \"stablehlo.scatter\"({}, {}, {}) ({{",
+            x.name, indices.name, updates.name
+        );
+        let _ = writeln!(self.body, "    ^bb0({a}: {st}, {b}: {st}):");
+        let _ = writeln!(self.body, "      \"stablehlo.return\"({b}) : ({st}) -> ()");
+        let _ = writeln!(
+            self.body,
+            "    }}) {{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = {}, inserted_window_dims = [{dim}], scatter_dims_to_operand_dims = [{dim}], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false}} : ({}, {}, {}) -> {}",
+            list(window.iter().copied()),
+            x.ty(),
+            indices.ty(),
+            updates.ty(),
+            x.ty()
+        );
+        V {
+            name: r,
+            shape: x.shape.clone(),
+            dt: x.dt,
+        }
+    }
+
     /// A reduction of `x` over `dims` with a two-argument body op (`stablehlo.add`, ...).
     fn reduce(&mut self, x: &V, init: &V, body_op: &str, dims: &[usize]) -> V {
         let r = self.fresh();
@@ -635,6 +664,18 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             // then copies the donated buffer so the duplicates do not write over each other:
             // four copies of each layer's cache per step on the XLA CPU plugin. Behind the
             // barrier the update runs once, in place.
+            e.same("stablehlo.optimization_barrier", &[&u])
+        }
+        Op::IndexCopy { dim } => {
+            // A scatter whose update windows are whole slices but along `dim`, one per index;
+            // the region keeps the update. Readers see it through a barrier, as after a
+            // `dynamic_update_slice` (the paged KV-cache write, updated in place).
+            let (idx, src) = (&ins[1], &ins[2]);
+            let i = e.convert(idx, DType::I64);
+            let i = e.reshape(&i, &[idx.shape[0], 1]);
+            let r = x.shape.len();
+            let window: Vec<usize> = (0..r).filter(|d| d != dim).collect();
+            let u = e.scatter(x, &i, src, &window, *dim);
             e.same("stablehlo.optimization_barrier", &[&u])
         }
         Op::Conv2d(g) => {

@@ -215,8 +215,9 @@ pub(crate) fn record(op: Op, inputs: &[&LazyTensor], dtype: DType) -> Result<Laz
     let shape = infer_shape(&op, shapes)?;
     let device = inputs[0].device();
     // Index values that passed through the host are range-checked now, as the eager
-    // backend checks them; device-computed indices are clamped by XLA's gather.
-    if let Op::IndexSelect { dim } | Op::Gather { dim } = op {
+    // backend checks them; device-computed indices are clamped by XLA's gather (and an
+    // index_copy's out-of-range index writes nothing).
+    if let Op::IndexSelect { dim } | Op::Gather { dim } | Op::IndexCopy { dim } = op {
         if let Some(vals) = &inputs[1].node.host_ints {
             let size = shapes[0][dim] as i64;
             if let Some(bad) = vals.iter().find(|&&v| v < 0 || v >= size) {

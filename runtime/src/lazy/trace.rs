@@ -71,8 +71,8 @@ const TAG_ALIASES: u64 = 0x414c_4941_5300_0004;
 ///
 /// With `donate` (the registry's references to dead nodes, which the caller holds), a
 /// parameter that nothing outside this graph can read any more is donated to the
-/// `dynamic_update_slice` output that writes into it (a KV cache update then happens in
-/// place); see [`choose_aliases`]. Only donate when `outs` holds every live pending tensor
+/// `dynamic_update_slice` or `index_copy` output that writes into it (a KV cache update
+/// then happens in place); see [`choose_aliases`]. Only donate when `outs` holds every live pending tensor
 /// of the device that the registry knows of.
 pub(super) fn trace<'g>(
     outs: &'g [Arc<Node>],
@@ -256,13 +256,19 @@ fn decode(v: u64) -> Ref {
 /// Decided before the hash, so a graph whose leaf may still be read compiles (and is
 /// cached) without the alias.
 fn choose_aliases(t: &Trace<'_>, held: impl Iterator<Item = Ref>) -> Vec<(usize, usize)> {
-    // Candidates: unheld, unshared leaves that an output `dynamic_update_slice` writes into.
+    // Candidates: unheld, unshared leaves that an output `dynamic_update_slice` or
+    // `index_copy` writes into.
     // Most graphs have none, and then nothing below is counted.
     let candidates: Vec<(usize, usize)> = t
         .outputs
         .iter()
         .enumerate()
-        .filter(|&(_, &i)| matches!(t.nodes[i].op, NodeOp::Op(Op::DynamicUpdateSlice)))
+        .filter(|&(_, &i)| {
+            matches!(
+                t.nodes[i].op,
+                NodeOp::Op(Op::DynamicUpdateSlice | Op::IndexCopy { .. })
+            )
+        })
         .filter_map(|(o, &i)| match t.edges[t.spans[i].0] {
             // Acquire (`is_live`): pairs with the release of the last handle, so the
             // references its thread took before dropping it (a consumer recorded there) are

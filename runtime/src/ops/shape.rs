@@ -555,6 +555,52 @@ impl Tensor {
         check_start(name, self.shape(), update.shape(), start)?;
         Tensor::apply(Op::DynamicUpdateSlice, &[self, update, start], self.dtype())
     }
+
+    /// `self` with slice `i` of `source` along `d` written at `index[i]` (`torch.index_copy`):
+    /// `index` is 1-D, `source` has `self`'s shape but `index.len()` slices along `d`. Where
+    /// an index repeats, one of its slices is written (which one is unspecified, as in
+    /// PyTorch). This is a paged KV-cache write on compiled devices: tokens go to the slots of
+    /// their blocks, wherever those lie, in one op of fixed shape.
+    pub fn index_copy(&self, d: isize, index: &Tensor, source: &Tensor) -> Result<Tensor> {
+        let name = "index_copy";
+        check_same_device(name, self, index)?;
+        check_same_device(name, self, source)?;
+        let a = self.axis(name, d)?;
+        check_index_dtype(name, index)?;
+        if source.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: name,
+                lhs: self.dtype(),
+                rhs: source.dtype(),
+                hint: "; the source must have the operand's dtype".into(),
+            });
+        }
+        let fits = index.rank() == 1
+            && source.rank() == self.rank()
+            && source
+                .shape()
+                .iter()
+                .zip(self.shape())
+                .enumerate()
+                .all(|(i, (&x, &s))| x == if i == a { index.shape()[0] } else { s });
+        if !fits {
+            return Err(Error::ShapeMismatch {
+                op: name,
+                lhs: self.shape().to_vec(),
+                rhs: source.shape().to_vec(),
+                hint: format!(
+                    "; index must be 1-D and source have the input's shape but {} slices along dim {a}",
+                    index.shape().first().copied().unwrap_or(0)
+                ),
+            });
+        }
+        Tensor::apply(
+            Op::IndexCopy { dim: a },
+            &[self, index, source],
+            self.dtype(),
+        )
+        .map_err(|e| index_error(e, name, self, index, a))
+    }
 }
 
 /// Calls `f` with `shape` as `isize` dims, without allocating for the ranks zoo uses.
