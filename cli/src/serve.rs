@@ -66,11 +66,12 @@ pub struct Args {
     /// when unset).
     #[arg(long)]
     api_key: Option<String>,
-    /// Sequences that run at once (default 16). On CPU/CUDA they share a paged KV cache of
-    /// as many blocks as they need at the whole context or as the host's memory (or a
-    /// --max-memory cpu limit beside the weights) holds, the last admitted preempted and run
-    /// again later when blocks run out; on PJRT devices each holds a row of the whole
-    /// context, and the default is as many rows as memory holds, at most 16.
+    /// Sequences that run at once (default 16). They share a paged KV cache of as many
+    /// blocks as they need at the whole context or as memory holds (the host's, or a
+    /// --max-memory cpu limit beside the weights; on a PJRT device nine tenths of what it has
+    /// free after the weights), the last admitted preempted and run again later when blocks
+    /// run out. A cache split over CPU and PJRT devices holds a row of the whole context per
+    /// sequence instead, and the default is as many rows as memory holds, at most 16.
     #[arg(long)]
     max_batch: Option<usize>,
     /// Requests that may wait beyond --max-batch before the server answers 429.

@@ -141,8 +141,9 @@ fn context_of(model: &TextGenerator, context: Option<usize>) -> Result<usize, Ap
 /// The most sequences, up to `most`, a server runs at once over what the host's memory and
 /// a `max_memory` cpu limit leave beside the weights for the KV cache at the server's
 /// context (`context`, as [`ServeOptions::context`]): on a paged cache as many as there are
-/// blocks (sequences share them, each holding at least one), on a timeline (compiled
-/// devices) the rows that fit at the whole context. Refused when not even one sequence at
+/// blocks (sequences share them, each holding at least one), on a timeline (a cache split
+/// over eager and compiled devices, a model that reruns its history) the rows that fit at
+/// the whole context. Refused when not even one sequence at
 /// the context fits (a shorter one would).
 pub fn batch_that_fits(
     model: &TextGenerator,
@@ -179,8 +180,8 @@ pub(crate) fn run(
     jobs: Receiver<Job>,
     metrics: &Metrics,
 ) {
-    // Prefix caching where the engine supports it (eager decoders); compiled devices keep
-    // every shape fixed and run without it.
+    // Prefix caching where the engine supports it (a paged cache, on eager or compiled
+    // devices); a timeline runs without it.
     let fresh = || {
         let mut engine = model.engine(config)?;
         if let Err(e) = engine.set_prefix_caching(true) {

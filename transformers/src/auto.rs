@@ -826,29 +826,50 @@ impl TextGenerator {
         &self.report
     }
 
-    /// How many KV cache rows of `capacity` tokens fit the host's memory and what the
-    /// load's `max_memory` `cpu` limit leaves beside the weights; `None` when neither is
-    /// known (or a row keeps nothing on the host).
+    /// How many KV cache rows of `capacity` tokens fit the memory of every device the cache
+    /// lies on: on the host, its available memory and what the load's `max_memory` `cpu`
+    /// limit leaves beside the weights; on a PJRT device, nine tenths of what it reports free
+    /// now that the weights are loaded (the rest for activations, as vLLM keeps a share),
+    /// the XLA CPU plugin's devices sharing the host's available memory. `None` when no
+    /// device's room is known.
     pub fn cache_rows_that_fit(&self, capacity: usize) -> Option<usize> {
         let decoder = self.model.model();
-        let row = KvCache::host_bytes(&decoder.cache_specs(), 1, capacity, decoder.dtype(), false);
-        let room = [
-            zoo_runtime::device_map::host_available(),
-            self.report.cpu_room,
-        ]
-        .into_iter()
-        .flatten()
-        .min()?;
-        match row {
-            Some(0) => None,
-            Some(row) => Some(usize::try_from(room / row).unwrap_or(usize::MAX)),
-            None => Some(0),
-        }
+        let specs = decoder.cache_specs();
+        let mut devices: Vec<Device> = specs.iter().map(|s| s.device).collect();
+        devices.dedup();
+        devices
+            .iter()
+            .filter_map(|d| {
+                let row = KvCache::bytes_on(d, &specs, 1, capacity, decoder.dtype(), false);
+                let room = match d {
+                    Device::Pjrt(p) => {
+                        let budgets = zoo_runtime::device_map::pjrt_budgets(
+                            p.platform,
+                            &[p.ordinal],
+                            None,
+                        );
+                        Some(budgets.ok()?.first()?.bytes / 10 * 9)
+                    }
+                    _ => [
+                        zoo_runtime::device_map::host_available(),
+                        self.report.cpu_room,
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .min(),
+                };
+                match (row, room?) {
+                    (Some(0), _) => None,
+                    (Some(row), room) => Some(usize::try_from(room / row).unwrap_or(usize::MAX)),
+                    (None, _) => Some(0),
+                }
+            })
+            .min()
     }
 
     /// Whether an engine over this model pages its KV cache (a pool of blocks the sequences
-    /// share: eager devices), rather than holding a row of the whole context per sequence
-    /// (see [`generation::engine`]).
+    /// share), rather than holding a row of the whole context per sequence (see
+    /// [`generation::engine`]).
     pub fn pages_cache(&self) -> bool {
         generation::Engine::pages(&*self.model)
     }

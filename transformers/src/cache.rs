@@ -15,14 +15,19 @@
 //! hides the slots not filled yet. Per row, the cache also remembers which positions hold
 //! real tokens, so that left padding is masked out.
 //!
-//! A paged cache ([`KvCache::paged`], eager devices) holds every self-attention layer's keys
+//! A paged cache ([`KvCache::paged`]) holds every self-attention layer's keys
 //! and values in one pool of fixed-size blocks, `[1, kv_heads, blocks * block_size,
 //! head_dim]`, shared by the rows: each row's tokens lie in the blocks of its table (set by
 //! the generation engine, which hands blocks out), position `p` at slot
 //! `table[p / block_size] * block_size + p % block_size`. A block several rows start with (a
 //! shared prompt prefix) is held once and read by all of them. Attention reads the pool up
 //! to the highest block in use, every row's queries masked to the slots of its own table,
-//! so padding, other rows' blocks and free blocks are never seen.
+//! so padding, other rows' blocks and free blocks are never seen. On eager devices a pass
+//! writes each row's runs of consecutive slots in place. On compiled devices it writes every
+//! column in one `index_copy` to a slot tensor (padding to a spare block past the ones the
+//! engine hands out, which no table holds), and attention reads a power of two of blocks (at
+//! least 256 slots), so that the programs of a steady stream are a few buckets of rows,
+//! widths and spans.
 
 use zoo_runtime::{DType, Device, Tensor};
 
@@ -108,7 +113,14 @@ pub struct KvCache {
     rings: bool,
     /// The block tables of a paged cache (see the module docs).
     paged: Option<Paged>,
+    /// A compiled paged pass's write slots, uploaded once per device, not once per layer.
+    pass_slots: std::collections::HashMap<Device, Tensor>,
 }
+
+/// The fewest slots a compiled paged pass attends over: the timeline's capacity bucket
+/// ([`crate::generation::cache_bucket`]), so that a short generation compiles one decode
+/// program.
+const COMPILED_SPAN: usize = 256;
 
 /// The rows of a paged cache: where each row's tokens lie, and this pass's writes.
 #[derive(Debug)]
@@ -121,8 +133,13 @@ struct Paged {
     /// This pass, per row and column: the slot and position of a real token, `None` for
     /// padding.
     pass: Vec<Vec<Option<(usize, usize)>>>,
-    /// Slots attention reads this pass: through the highest block of a running row.
+    /// Slots attention reads this pass: through the highest block of a running row (on
+    /// compiled devices, rounded up to a power of two of blocks).
     span: usize,
+    /// Blocks the engine hands out; a compiled pool has one more, where padding is written.
+    blocks: usize,
+    /// Whether the pool lies on compiled devices.
+    compiled: bool,
 }
 
 impl Paged {
@@ -130,6 +147,21 @@ impl Paged {
     fn slot(&self, b: usize, p: usize) -> Option<usize> {
         let block = *self.tables[b].get(p / self.block_size)?;
         Some(block as usize * self.block_size + p % self.block_size)
+    }
+
+    /// This pass's write slot of every column of the first `rows` rows, in row order, on
+    /// `device`: padding goes to the spare block past the engine's.
+    fn slots(&self, rows: usize, device: &Device) -> Result<Tensor> {
+        let spare = (self.blocks * self.block_size) as i64;
+        let slots: Vec<i64> = self
+            .pass
+            .iter()
+            .take(rows)
+            .flatten()
+            .map(|c| c.map_or(spare, |(s, _)| s as i64))
+            .collect();
+        let n = slots.len();
+        Ok(Tensor::from_vec(slots, &[n], device)?)
     }
 }
 
@@ -193,12 +225,13 @@ impl KvCache {
             write_at: std::collections::HashMap::new(),
             rings,
             paged: None,
+            pass_slots: std::collections::HashMap::new(),
         })
     }
 
     /// An empty paged cache (see the module docs) for `rows` rows over a pool of `blocks`
-    /// blocks of `block_size` slots, self-attention layers only, on eager devices. Rows hold
-    /// no blocks until [`KvCache::set_table`].
+    /// blocks of `block_size` slots, self-attention layers only, all on eager devices or all
+    /// on compiled ones. Rows hold no blocks until [`KvCache::set_table`].
     pub fn paged(
         specs: &[CacheSpec],
         rows: usize,
@@ -207,21 +240,36 @@ impl KvCache {
         dtype: DType,
     ) -> Result<KvCache> {
         let eager = specs.iter().all(|s| s.device.is_eager());
+        let compiled = specs.iter().all(|s| !s.device.is_eager());
         let causal = specs
             .iter()
             .all(|s| matches!(s.attention, CacheAttention::SelfAttention { .. }));
-        if !eager || !causal {
+        if !(eager || compiled) || !causal {
             return Err(Error::Internal(
-                "a paged cache holds self-attention layers on eager devices".into(),
+                "a paged cache holds self-attention layers, all on eager or all on compiled devices".into(),
             ));
         }
-        let slots = blocks.checked_mul(block_size).filter(|&s| s > 0);
+        let physical = blocks.checked_add(usize::from(compiled));
+        let slots = physical
+            .and_then(|b| b.checked_mul(block_size))
+            .filter(|_| blocks > 0 && block_size > 0);
         let Some(slots) = slots.filter(|_| rows > 0) else {
             return Err(Error::invalid("cache", format!(
                 "a paged KV cache needs at least one row and one slot ({rows} rows, {blocks} blocks of {block_size})"
             )));
         };
         let mut cache = KvCache::from_specs_with(specs, 1, slots, dtype, false)?;
+        if compiled {
+            // Pools held as buffers from the start: otherwise the first pass folds the zeros
+            // into its program, which then differs from the same pass run later.
+            let pools: Vec<&Tensor> = cache
+                .layers
+                .iter()
+                .filter_map(|(_, x)| x.as_ref())
+                .flat_map(|(k, v)| [k, v])
+                .collect();
+            Tensor::dispatch_all(&pools)?;
+        }
         cache.batch = rows;
         cache.rows = rows;
         cache.valid = Vec::new();
@@ -231,6 +279,8 @@ impl KvCache {
             lens: vec![0; rows],
             pass: Vec::new(),
             span: 0,
+            blocks,
+            compiled,
         });
         Ok(cache)
     }
@@ -243,17 +293,12 @@ impl KvCache {
     /// Sets row `b`'s blocks (in token order) and the tokens they hold so far, before a pass
     /// writes its next ones. Paged caches only.
     pub fn set_table(&mut self, b: usize, table: &[u32], len: usize) -> Result<()> {
-        let blocks = self
-            .layers
-            .iter()
-            .find_map(|(_, x)| x.as_ref())
-            .map_or(0, |(k, _)| k.shape()[2]);
         let Some(p) = self.paged.as_mut() else {
             return Err(Error::Internal(
                 "block tables belong to a paged cache".into(),
             ));
         };
-        let blocks = blocks / p.block_size;
+        let blocks = p.blocks;
         if b >= p.tables.len()
             || len > table.len() * p.block_size
             || table.iter().any(|&x| x as usize >= blocks)
@@ -304,13 +349,12 @@ impl KvCache {
 
     /// Runs the next forward passes over the first `n` rows only (1 to `batch`), so that a
     /// generation engine with free rows at the end computes nothing for them. The other rows
-    /// keep their buffers and are not written. Eager devices only: a compiled program's
-    /// shapes stay those of the whole batch.
+    /// keep their buffers and are not written. Eager devices or a paged cache (whose rows
+    /// own no buffers) only: elsewhere a compiled program's shapes stay those of the whole
+    /// batch.
     pub fn set_rows(&mut self, n: usize) -> Result<()> {
-        if n == 0
-            || n > self.batch
-            || (n < self.batch && self.devices.iter().any(|d| !d.is_eager()))
-        {
+        let fixed = self.paged.is_none() && self.devices.iter().any(|d| !d.is_eager());
+        if n == 0 || n > self.batch || (n < self.batch && fixed) {
             return Err(Error::Internal(format!(
                 "a cache of {} rows cannot run {n} (fewer rows run on eager devices only)",
                 self.batch
@@ -433,10 +477,15 @@ impl KvCache {
             p.lens[b] = at;
             pass.push(cols);
             let top = p.tables[b].iter().max().map_or(0, |&x| x as usize + 1);
-            span = span.max(top * p.block_size);
+            span = span.max(top);
+        }
+        if p.compiled {
+            let least = COMPILED_SPAN.div_ceil(p.block_size);
+            span = span.max(least).next_power_of_two().min(p.blocks);
         }
         p.pass = pass;
-        p.span = span.max(1);
+        p.span = (span * p.block_size).max(1);
+        self.pass_slots.clear();
         Ok(0)
     }
 
@@ -468,7 +517,18 @@ impl KvCache {
         let v = v.to_dtype(cv.dtype())?.contiguous()?;
         let device = ck.device();
         if let Some(p) = &self.paged {
-            return paged_update(p, rows, (&*ck, &*cv), (&k, &v));
+            if device.is_eager() {
+                return paged_update(p, rows, (&*ck, &*cv), (&k, &v));
+            }
+            let slots = match self.pass_slots.get(&device) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = p.slots(rows, &device)?;
+                    self.pass_slots.insert(device, s.clone());
+                    s
+                }
+            };
+            return paged_index_copy(p, rows, (ck, cv), (&k, &v), &slots);
         }
         // The rows in use: a view of the first ones on eager devices (written in place).
         let (mut ck, mut cv) = match rows < batch {
@@ -696,6 +756,18 @@ impl KvCache {
         dtype: DType,
         rings: bool,
     ) -> Option<u64> {
+        KvCache::bytes_on(&Device::Cpu, specs, batch, capacity, dtype, rings)
+    }
+
+    /// The bytes of the buffers a cache of these specs keeps on `device`; `None` past 2^64.
+    pub fn bytes_on(
+        device: &Device,
+        specs: &[CacheSpec],
+        batch: usize,
+        capacity: usize,
+        dtype: DType,
+        rings: bool,
+    ) -> Option<u64> {
         let per_slot = |spec: &CacheSpec| -> Option<u64> {
             let slots = match spec.attention {
                 CacheAttention::SelfAttention { window } => {
@@ -712,7 +784,7 @@ impl KvCache {
         };
         specs
             .iter()
-            .filter(|s| s.device == Device::Cpu)
+            .filter(|s| s.device == *device)
             .map(per_slot)
             .try_fold(0u64, |sum, b| sum.checked_add(b?))
     }
@@ -749,18 +821,46 @@ fn paged_update(
             i += n;
         }
     }
-    let view = |pool: &Tensor| -> Result<Tensor> {
-        let x = pool.narrow(2, 0, p.span)?;
-        Ok(match rows {
-            1 => x,
-            _ => {
-                let mut shape = x.shape().to_vec();
-                shape[0] = rows;
-                x.broadcast_as(&shape)?
-            }
-        })
+    Ok((paged_view(p, rows, ck)?, paged_view(p, rows, cv)?))
+}
+
+/// [`KvCache::update`] of a paged cache on a compiled device: `k`, `v` (`[rows, kv_heads, t,
+/// head_dim]`) written column by column at `slots` (`[rows * t]`) of the pools `ck`, `cv`
+/// in one `index_copy` each, which replaces them; returns the pools through the pass's span.
+fn paged_index_copy(
+    p: &Paged,
+    rows: usize,
+    (ck, cv): (&mut Tensor, &mut Tensor),
+    (k, v): (&Tensor, &Tensor),
+    slots: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    // `[rows, kv, t, d]` to the pool's `[1, kv, rows * t, d]`, columns in row order.
+    let flat = |x: &Tensor| -> Result<Tensor> {
+        let s = x.shape();
+        let (kv, t, d) = (s[1], s[2], s[3]);
+        let x = if rows == 1 {
+            x.clone()
+        } else {
+            x.permute(&[1, 0, 2, 3])?
+        };
+        Ok(x.reshape_to(&[1, kv, rows * t, d])?)
     };
-    Ok((view(ck)?, view(cv)?))
+    *ck = ck.index_copy(2, slots, &flat(k)?)?;
+    *cv = cv.index_copy(2, slots, &flat(v)?)?;
+    Ok((paged_view(p, rows, ck)?, paged_view(p, rows, cv)?))
+}
+
+/// The pool `[1, kv_heads, slots, head_dim]` through the pass's span, as `rows` rows.
+fn paged_view(p: &Paged, rows: usize, pool: &Tensor) -> Result<Tensor> {
+    let x = pool.narrow(2, 0, p.span)?;
+    Ok(match rows {
+        1 => x,
+        _ => {
+            let mut shape = x.shape().to_vec();
+            shape[0] = rows;
+            x.broadcast_as(&shape)?
+        }
+    })
 }
 
 /// [`KvCache::attention_bias`] of a paged cache: `[rows, 1, t, span]`, a query seeing the

@@ -1,6 +1,7 @@
 //! The generation engine: sequences that join a running engine at different steps, each with
 //! its own options, produce token for token what each produces alone, on candle CPU and on the
-//! XLA CPU PJRT plugin; over full attention, sliding windows (ring caches) and soft-capping.
+//! XLA CPU PJRT plugin; over full attention, sliding windows and soft-capping; with prefix
+//! caching and preemption, paged on both; a steady stream on the plugin compiles nothing new.
 //!
 //! `ZOO_PJRT_CPU_PLUGIN` names the plugin; when unset, `scripts/fetch-test-assets.sh` obtains
 //! it. A missing plugin fails the PJRT test.
@@ -65,6 +66,7 @@ fn joins_match_alone(model: &TextGenerator, capacity: usize, what: &str) {
     let reqs = requests();
     let alone: Vec<Vec<u32>> = reqs.iter().map(|(p, o)| alone(model, p, o)).collect();
     let mut engine = model.engine(EngineConfig::new(2, capacity)).unwrap();
+    assert!(engine.kv_blocks().is_some(), "{what}: the cache is paged");
     let mut ids: Vec<SequenceId> = Vec::new();
     let mut tokens: HashMap<SequenceId, Vec<u32>> = HashMap::new();
     let mut finished: HashMap<SequenceId, Vec<u32>> = HashMap::new();
@@ -115,13 +117,7 @@ fn sequences_joining_a_running_engine_match_each_alone_on_cpu() {
 
 #[test]
 fn sequences_joining_a_running_engine_match_each_alone_on_pjrt() {
-    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
-    lazy::configure(PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
-    lazy::set_matmul_precision(lazy::Precision::Highest);
-    let map = DeviceMap::Pjrt {
-        platform: "cpu".into(),
-        devices: Some(vec![0]),
-    };
+    let map = pjrt();
     for case in ["llama-gqa-f32", "mistral-swa-f32"] {
         let model = load(case, map.clone());
         joins_match_alone(&model, 256, case);
@@ -206,10 +202,27 @@ fn run_staggered(
     ids.iter().map(|id| out[id].clone()).collect()
 }
 
+fn pjrt() -> DeviceMap {
+    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
+    lazy::configure(PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
+    lazy::set_matmul_precision(lazy::Precision::Highest);
+    DeviceMap::Pjrt {
+        platform: "cpu".into(),
+        devices: Some(vec![0]),
+    }
+}
+
 #[test]
 fn prompts_sharing_a_cached_prefix_reuse_it_and_match_each_alone() {
-    for case in ["llama-gqa-f32", "mistral-swa-f32", "gemma2-softcap-swa-f32"] {
-        let model = load(case, DeviceMap::Cpu);
+    let cases = [
+        ("llama-gqa-f32", DeviceMap::Cpu),
+        ("mistral-swa-f32", DeviceMap::Cpu),
+        ("gemma2-softcap-swa-f32", DeviceMap::Cpu),
+        ("llama-gqa-f32", pjrt()),
+    ];
+    for (case, map) in cases {
+        let case = &*format!("{case} on {map}");
+        let model = load(case.split(' ').next().unwrap(), map);
         // Two full blocks of 16 tokens and half a third.
         let system: Vec<u32> = (0..40).map(|i| 3 + (i * 7) % 50).collect();
         let with = |tail: &[u32]| system.iter().chain(tail).copied().collect::<Vec<u32>>();
@@ -245,16 +258,13 @@ fn prompts_sharing_a_cached_prefix_reuse_it_and_match_each_alone() {
     }
 }
 
+/// A model that reruns its history past some length (Phi-3's long-context RoPE) keeps a
+/// timeline, where rows cannot share blocks.
 #[test]
-fn prefix_caching_is_refused_where_rows_cannot_be_spliced() {
-    let plugin = assets::asset("ZOO_PJRT_CPU_PLUGIN");
-    lazy::configure(PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
-    let map = DeviceMap::Pjrt {
-        platform: "cpu".into(),
-        devices: Some(vec![0]),
-    };
-    let model = load("llama-gqa-f32", map);
+fn prefix_caching_is_refused_where_rows_cannot_share_blocks() {
+    let model = load("phi3-longrope-cross-f32", DeviceMap::Cpu);
     let mut engine = model.engine(EngineConfig::new(2, 64)).unwrap();
+    assert_eq!(engine.kv_blocks(), None, "a timeline");
     let err = engine.set_prefix_caching(true).unwrap_err();
     assert!(
         matches!(
@@ -274,8 +284,14 @@ fn prefix_caching_is_refused_where_rows_cannot_be_spliced() {
 /// sequence still matches its tokens alone; cancelling gives its blocks back at once.
 #[test]
 fn sequences_preempted_for_blocks_resume_and_match_each_alone() {
-    for case in ["llama-gqa-f32", "mistral-swa-f32"] {
-        let model = load(case, DeviceMap::Cpu);
+    let cases = [
+        ("llama-gqa-f32", DeviceMap::Cpu),
+        ("mistral-swa-f32", DeviceMap::Cpu),
+        ("mistral-swa-f32", pjrt()),
+    ];
+    for (case, map) in cases {
+        let case = &*format!("{case} on {map}");
+        let model = load(case.split(' ').next().unwrap(), map);
         let opts = GenerationOptions {
             eos_token_ids: Some(vec![]),
             ..GenerationOptions::greedy(30)

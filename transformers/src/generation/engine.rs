@@ -11,9 +11,10 @@
 //! order from that stream, as transformers picks a batch. The cache is laid out one of two
 //! ways.
 //!
-//! **Paged** (a decoder whose cache lies on eager devices, candle CPU or CUDA): the cache is
-//! a pool of blocks of [`BLOCK_SIZE`] slots ([`KvCache::paged`]) and each sequence holds a
-//! table of blocks, as vLLM's paged attention does; padding takes no slot. A cohort joins
+//! **Paged** (a decoder whose cache lies all on eager devices, candle CPU or CUDA, or all on
+//! compiled ones): the cache is a pool of blocks of [`BLOCK_SIZE`] slots ([`KvCache::paged`])
+//! and each sequence holds a table of blocks, as vLLM's paged attention does; padding takes
+//! no slot. A cohort joins
 //! once its rows are free and the pool has blocks for its prompts; a running sequence takes
 //! a block whenever its tokens fill the last one. When none is left, the running sequence
 //! that arrived last is preempted: its blocks go back and it waits at the head of the
@@ -26,16 +27,22 @@
 //! keyed by a hash chain of its tokens, and a joining prompt that starts with cached blocks
 //! holds them instead of computing them (shared, not copied); cached blocks nothing holds
 //! are evicted least recently used first. A step runs only the rows through the last
-//! running one.
+//! running one; on compiled devices that count is rounded up to a power of two and a joining
+//! prompt to its bucket ([`prompt_bucket`]), and attention spans a power of two of blocks, so
+//! that a steady stream of requests runs a few programs compiled once.
 //!
-//! **Timeline** (compiled devices, encoder-decoders, models that rerun their history): the
+//! **Timeline** (encoder-decoders, models that rerun their history, a cache split over eager
+//! and compiled devices): the
 //! rows share one timeline of slots, and a step writes every row at the same slot, so one
 //! forward pass of fixed shapes serves the batch; slot order is each row's token order, so
 //! the causal mask holds in slots. A cohort joins once its rows are free and the timeline
 //! leaves room for its prompt and every running row's remaining tokens; it waits otherwise,
 //! and the timeline starts over whenever no row is running. Ring layers, which keep the last
-//! `window` slots, serve only a cohort that nothing joins. On compiled devices a lone cohort
-//! samples on the device and runs one step ahead of the host (see [`Engine::step`]).
+//! `window` slots, serve only a cohort that nothing joins.
+//!
+//! On compiled devices a lone cohort (one that fills every row, as `generate` adds it)
+//! samples on the device and runs one step ahead of the host (see [`Engine::step`]); paged,
+//! only while the pool holds blocks for all its tokens, so that no preemption interrupts it.
 
 use std::collections::VecDeque;
 
@@ -284,13 +291,14 @@ impl<'m> Engine<'m> {
         Ok(engine)
     }
 
-    /// Whether an engine over `model` pages its cache: a decoder whose cache lies on eager
-    /// devices and is never recomputed (see the module docs).
+    /// Whether an engine over `model` pages its cache: a decoder whose cache lies all on
+    /// eager or all on compiled devices and is never recomputed (see the module docs).
     pub fn pages(model: &dyn CausalLm) -> bool {
         let decoder = model.model();
-        model.logits_device().is_eager()
-            && decoder.cache_specs().iter().all(|s| s.device.is_eager())
-            && decoder.recompute_cache_at().is_none()
+        let specs = decoder.cache_specs();
+        let eager = specs.iter().all(|s| s.device.is_eager());
+        let compiled = specs.iter().all(|s| !s.device.is_eager());
+        (eager || compiled) && decoder.recompute_cache_at().is_none()
     }
 
     /// The blocks of the paged cache an engine over `model` makes under `config`, `None`
@@ -505,16 +513,11 @@ impl<'m> Engine<'m> {
     /// [`BLOCK_SIZE`] tokens the cache still holds reuses their keys and values instead of
     /// computing them, as vLLM's automatic prefix caching does; only the rest is fed. Cached
     /// blocks are shared by the sequences that hold them and kept after they leave, until the
-    /// pool needs them (least recently used first). Eager decoders only (paged): compiled
-    /// devices keep every shape fixed, and a model that reruns its history cannot share.
+    /// pool needs them (least recently used first). Paged engines only: a timeline (an
+    /// encoder-decoder, a model that reruns its history, a cache split over eager and
+    /// compiled devices) cannot share blocks.
     pub fn set_prefix_caching(&mut self, on: bool) -> Result<()> {
-        let supported = match &self.driven {
-            Driven::Decoder(m) => {
-                let eager = m.model().cache_specs().iter().all(|s| s.device.is_eager());
-                !self.compiled && eager && m.model().recompute_cache_at().is_none()
-            }
-            Driven::Seq2Seq { .. } => false,
-        };
+        let supported = self.pool.is_some();
         if !self.is_idle() || self.rows.iter().any(Option::is_some) {
             return Err(Error::invalid(
                 "prefix_caching",
@@ -524,7 +527,7 @@ impl<'m> Engine<'m> {
         if on && !supported {
             return Err(Error::invalid(
                 "prefix_caching",
-                "prefix caching runs on eager decoders (candle CPU/CUDA) whose cache is never recomputed; this engine's model is compiled, an encoder-decoder or reruns its history".into(),
+                "prefix caching runs on decoders whose cache is paged (on eager or on compiled devices, never recomputed); this engine's model is an encoder-decoder, reruns its history or splits its cache over eager and compiled devices".into(),
             ));
         }
         self.prefix_caching = on;
@@ -635,6 +638,31 @@ impl<'m> Engine<'m> {
             && lone
             && model.model().recompute_cache_at().is_none()
             && (!sampled || rows == 1)
+            && self.blocks_to_the_end()
+    }
+
+    /// Whether the pool holds blocks for every running sequence's tokens through its last
+    /// (always, on a timeline): running ahead must not need a preemption.
+    fn blocks_to_the_end(&self) -> bool {
+        let Some(pool) = &self.pool else {
+            return true;
+        };
+        let needed: usize = self
+            .rows
+            .iter()
+            .flatten()
+            .filter(|s| s.done.is_none())
+            .map(|s| {
+                let max = self
+                    .cohorts
+                    .get(s.cohort)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |c| c.opts.max_new_tokens);
+                let end = s.context.len() + max;
+                pool.blocks_for(end).saturating_sub(s.table.len())
+            })
+            .sum();
+        needed <= pool.available()
     }
 
     /// The step of device picks `ids` (dispatched): records the step after from them unless
@@ -661,6 +689,14 @@ impl<'m> Engine<'m> {
             }
         }
         Ok(())
+    }
+
+    /// The device the model's logits come out on.
+    fn logits_device(&self) -> Device {
+        match &self.driven {
+            Driven::Decoder(m) => m.logits_device(),
+            Driven::Seq2Seq { model, .. } => model.logits_device(),
+        }
     }
 
     fn lone_cohort(&self) -> Option<&Cohort> {
@@ -864,17 +900,13 @@ impl<'m> Engine<'m> {
             let index = self.cohorts.len();
             if self.compiled && lone && !w.cohort.opts.needs_host_processors() {
                 let contexts: Vec<Vec<u32>> = w.members.iter().map(|m| m.context.clone()).collect();
-                let device = match &self.driven {
-                    Driven::Decoder(m) => m.logits_device(),
-                    Driven::Seq2Seq { model, .. } => model.logits_device(),
-                };
                 self.device = Some(Ahead {
                     sampler: DeviceSampler::new(
                         &w.cohort.opts,
                         &contexts,
                         &w.cohort.eos,
                         self.vocab,
-                        &device,
+                        &self.logits_device(),
                     )?,
                     queued: None,
                 });
@@ -971,8 +1003,22 @@ impl<'m> Engine<'m> {
             let Some(w) = self.waiting.pop_front() else {
                 break;
             };
-            // Another cohort joins: picks are on the host (no device sampler when paged).
+            let lone = self.rows.iter().all(Option::is_none)
+                && self.preempted.is_empty()
+                && w.members.len() == self.rows.len();
             self.device = None;
+            if self.compiled && lone && !w.cohort.opts.needs_host_processors() {
+                self.device = Some(Ahead {
+                    sampler: DeviceSampler::new(
+                        &w.cohort.opts,
+                        &contexts,
+                        &w.cohort.eos,
+                        self.vocab,
+                        &self.logits_device(),
+                    )?,
+                    queued: None,
+                });
+            }
             let index = self.cohorts.len();
             for ((m, b), (table, hashes, reused)) in w.members.into_iter().zip(free).zip(taken) {
                 self.count_hit(reused);
@@ -1103,7 +1149,9 @@ impl<'m> Engine<'m> {
             return;
         };
         for seq in self.rows.iter_mut().flatten() {
-            let full = (seq.position / BLOCK_SIZE).min(seq.table.len());
+            // Running ahead, the last position's token is not known yet.
+            let known = seq.position.min(seq.context.len() + seq.generated.len());
+            let full = (known / BLOCK_SIZE).min(seq.table.len());
             if seq.hashes.len() >= full {
                 continue;
             }
@@ -1255,6 +1303,19 @@ impl<'m> Engine<'m> {
             .cache
             .as_ref()
             .is_some_and(|c| c.devices().iter().all(|d| d.is_eager()));
+        let last = self
+            .rows
+            .iter()
+            .rposition(|r| r.as_ref().is_some_and(|s| s.done.is_none()))
+            .map_or(1, |last| last + 1);
+        if self.pool.is_some() {
+            // Paged rows hold no buffers: any count runs, on compiled devices a power of two,
+            // so that a handful of programs serve every batch.
+            return match self.compiled || !eager_cache {
+                true => last.next_power_of_two().min(self.rows.len()),
+                false => last,
+            };
+        }
         let fixed = self.compiled
             || !eager_cache
             || match &self.driven {
@@ -1273,8 +1334,27 @@ impl<'m> Engine<'m> {
     /// One forward pass feeding the device's picks `ids` (`[rows]`) to every row.
     fn forward_device(&mut self, ids: &Tensor) -> Result<Tensor> {
         let n = self.rows.len();
+        let paged = self.pool.is_some();
+        if paged {
+            // Each running row's next position in its table (`ahead` made sure of the
+            // blocks); a stopped row's pick is padding.
+            self.rows
+                .iter_mut()
+                .flatten()
+                .filter(|s| s.done.is_none())
+                .for_each(|s| s.feed = vec![0]);
+            self.grow_tables()?;
+        }
         let mut pos = Vec::with_capacity(n);
-        for row in &mut self.rows {
+        let mut mask = Vec::with_capacity(n);
+        for (b, row) in self.rows.iter_mut().enumerate() {
+            let live = row.as_ref().is_some_and(|s| s.done.is_none());
+            if let Some(cache) = self.cache.as_mut().filter(|c| c.is_paged()) {
+                match row.as_ref().filter(|_| live) {
+                    Some(s) => cache.set_table(b, &s.table, s.position)?,
+                    None => cache.set_table(b, &[], 0)?,
+                }
+            }
             match row.as_mut() {
                 Some(s) => {
                     pos.push(s.position as i64);
@@ -1282,6 +1362,7 @@ impl<'m> Engine<'m> {
                 }
                 None => pos.push(0),
             }
+            mask.push(vec![live || !paged]);
         }
         let Some(cache) = self.cache.as_mut() else {
             return Err(Error::Internal("an engine without its cache".into()));
@@ -1294,10 +1375,13 @@ impl<'m> Engine<'m> {
                 let args = ForwardArgs {
                     input_ids: &input,
                     position_ids: &positions,
-                    attention_mask: None,
+                    attention_mask: paged.then_some(mask.as_slice()),
                     output_hidden_states: false,
                 };
-                Ok(model.forward(args, cache, LogitsFor::Last)?.0)
+                cache.set_rows(n)?;
+                let logits = model.forward(args, cache, LogitsFor::Last)?.0;
+                self.cache_full_blocks();
+                Ok(logits)
             }
             Driven::Seq2Seq { .. } => {
                 let input = ids.reshape_to(&[n, 1])?.to_device(&Device::Cpu)?;
