@@ -245,6 +245,7 @@ async fn generate(
             .iter()
             .flat_map(|p| std::iter::repeat_n(p.clone(), req.n))
             .collect(),
+        n: req.n,
         opts,
         updates: tx,
         arrived: Instant::now(),

@@ -19,10 +19,14 @@ use crate::{ApiError, ServeOptions};
 /// The largest default context: longer ones are asked for with `--context`.
 const DEFAULT_CONTEXT: usize = 4096;
 
-/// One request's sequences, added together (one options set, one seeded stream).
+/// One request's sequences: each prompt's `n` choices, choice `i` sampled from its own
+/// stream seeded `seed + i`, as vLLM seeds the children of a request (one seed serves every
+/// prompt of a list, each of which vLLM runs as a request of its own).
 pub(crate) struct Job {
     /// One entry per sequence: each prompt repeated `n` times.
     pub prompts: Vec<Vec<u32>>,
+    /// Choices per prompt.
+    pub n: usize,
     pub opts: GenerationOptions,
     pub updates: UnboundedSender<Update>,
     pub arrived: Instant,
@@ -286,7 +290,33 @@ fn admit(
         return;
     }
     let tokens: usize = job.prompts.iter().map(Vec::len).sum();
-    match engine.add_batch(job.prompts, job.opts) {
+    // Each sequence on its own, so that a choice's sample depends on its seed alone (not on
+    // when its siblings stop or whether it was preempted); all or none are added.
+    let mut added = Vec::with_capacity(job.prompts.len());
+    let mut failed = None;
+    for (i, prompt) in job.prompts.into_iter().enumerate() {
+        let opts = GenerationOptions {
+            seed: job.opts.seed.wrapping_add((i % job.n.max(1)) as u64),
+            ..job.opts.clone()
+        };
+        match engine.add(prompt, opts) {
+            Ok(id) => added.push(id),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let added = match failed {
+        None => Ok(added),
+        Some(e) => {
+            for id in added {
+                let _ = engine.cancel(id);
+            }
+            Err(e)
+        }
+    };
+    match added {
         Ok(ids) => {
             metrics
                 .prompt_tokens

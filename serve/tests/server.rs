@@ -317,6 +317,31 @@ fn chat_and_completions_answer_as_generate_does_whole_and_streamed() {
         assert_eq!(c["finish_reason"], "length");
     }
 
+    // Sampled choices: choice i of a seeded request is what a request of one choice seeded
+    // seed + i samples (vLLM's seeds for the children of a request), whatever its siblings do.
+    let sampled = |n: usize, seed: u64| {
+        let v = post(
+            addr,
+            "/v1/completions",
+            &json!({"model": "smollm2", "prompt": prompts[0], "max_tokens": 8, "n": n,
+                    "temperature": 1.0, "top_p": 0.95, "seed": seed}),
+        )
+        .json();
+        let texts: Vec<String> = v["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["text"].as_str().unwrap().to_string())
+            .collect();
+        texts
+    };
+    let three = sampled(3, 40);
+    assert_eq!(three.len(), 3);
+    for (i, text) in three.iter().enumerate() {
+        assert_eq!(sampled(1, 40 + i as u64), std::slice::from_ref(text), "choice {i}");
+    }
+    assert!(three[0] != three[1] || three[1] != three[2], "{three:?}");
+
     // logit_bias moves the greedy pick; a frequency penalty changes the answer.
     let word = model.tokenizer().unwrap().encode(" zebra", false).unwrap()[0];
     let v = post(

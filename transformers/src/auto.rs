@@ -843,11 +843,8 @@ impl TextGenerator {
                 let row = KvCache::bytes_on(d, &specs, 1, capacity, decoder.dtype(), false);
                 let room = match d {
                     Device::Pjrt(p) => {
-                        let budgets = zoo_runtime::device_map::pjrt_budgets(
-                            p.platform,
-                            &[p.ordinal],
-                            None,
-                        );
+                        let budgets =
+                            zoo_runtime::device_map::pjrt_budgets(p.platform, &[p.ordinal], None);
                         Some(budgets.ok()?.first()?.bytes / 10 * 9)
                     }
                     _ => [

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
+use std::sync::Mutex;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::{lazy, DType, PjrtPlatform};
-use std::sync::Mutex;
 
 use zoo_transformers::{AutoModelForCausalLM, EngineConfig, GenerationOptions, TextGenerator};
 
