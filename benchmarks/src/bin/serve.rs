@@ -16,9 +16,10 @@
 //! first's.
 //!
 //! With `--pjrt PLUGIN` (a PJRT CPU plugin, e.g. `ZOO_PJRT_CPU_PLUGIN`), the same scenarios
-//! also run against zoo's server on that plugin (XLA CPU: compiled programs, a row of the
-//! whole context per sequence, no prefix caching) beside zoo eager: a second table, the
-//! plugin's aggregate judged against eager's (>= 1.0x) and against its own single stream.
+//! also run against zoo's server on that plugin (XLA CPU: compiled programs over the same
+//! paged cache and prefix caching, a first round compiling each shape's program and the
+//! second reported) beside zoo eager: a second table, the plugin's aggregate judged against
+//! eager's (>= 1.0x) and against its own single stream.
 //!
 //! zoo's server runs in this process (the `zoo-serve` library `zoo serve` runs, with
 //! `RAYON_NUM_THREADS` threads for the model); llama-server (`LLAMA_SERVER`) runs as a child
@@ -50,7 +51,8 @@ USAGE: serve [--check] [--threads N] [--streams N] [--new N] [--runs N] [--pjrt 
   --streams N   concurrent streams (default 16)
   --new N       tokens per stream (default 64)
   --runs N      rounds of the concurrent streams; each server's best is kept (default 1)
-  --pjrt PLUGIN also serve on this PJRT CPU plugin (its context 2048) beside zoo eager
+  --pjrt PLUGIN also serve on this PJRT CPU plugin beside zoo eager (the second of two
+                rounds: the first compiles)
 
 ENV: ZOO_SMOLLM2_GGUF (the Q4_1 GGUF), LLAMA_SERVER (llama.cpp's llama-server; its rows
      say \"not measured\" without it)";
@@ -424,8 +426,8 @@ fn run() -> Result<ExitCode, String> {
     };
     let addr = start_zoo(&gguf, &a, DeviceMap::Cpu, 4096)?;
     let zoo = measure(addr, "smollm2", &a)?;
-    // On the plugin the cache is a row of the whole context per sequence, every step
-    // attending all of it: 2048 holds the shared prompt.
+    // On the plugin a first round compiles the programs of each shape (rows, widths and
+    // spans in buckets); the second is the steady state the table reports.
     let pjrt = match &a.pjrt {
         Some(plugin) => Some((|| {
             lazy::configure(PjrtPlatform::Cpu, Some(plugin.clone()), None)
@@ -434,7 +436,8 @@ fn run() -> Result<ExitCode, String> {
                 platform: "cpu".into(),
                 devices: Some(vec![0]),
             };
-            let addr = start_zoo(&gguf, &a, map, 2048)?;
+            let addr = start_zoo(&gguf, &a, map, 4096)?;
+            measure(addr, "smollm2", &a)?;
             measure(addr, "smollm2", &a)
         })()),
         None => None,
