@@ -338,7 +338,11 @@ fn chat_and_completions_answer_as_generate_does_whole_and_streamed() {
     let three = sampled(3, 40);
     assert_eq!(three.len(), 3);
     for (i, text) in three.iter().enumerate() {
-        assert_eq!(sampled(1, 40 + i as u64), std::slice::from_ref(text), "choice {i}");
+        assert_eq!(
+            sampled(1, 40 + i as u64),
+            std::slice::from_ref(text),
+            "choice {i}"
+        );
     }
     assert!(three[0] != three[1] || three[1] != three[2], "{three:?}");
 

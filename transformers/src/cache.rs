@@ -726,25 +726,33 @@ impl KvCache {
         rings: bool,
     ) -> Result<()> {
         let bytes = KvCache::host_bytes(specs, batch, capacity, dtype, rings);
-        let available = zoo_runtime::device_map::host_available();
-        let fits = match (bytes, available) {
-            (Some(b), Some(a)) => b <= a,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if fits {
-            return Ok(());
-        }
-        let needs = bytes.map_or(
-            "more than 2^64 bytes".to_string(),
-            zoo_runtime::device_map::human,
-        );
-        let has = available.map_or("unknown".to_string(), zoo_runtime::device_map::human);
-        let reason = format!(
-            "a KV cache of {batch} sequence(s) × {capacity} tokens needs {needs} of host memory, \
-             and {has} is available; ask for fewer new tokens, a shorter prompt or fewer sequences"
-        );
-        Err(Error::invalid("max_new_tokens", reason))
+        host_room_for(bytes).map_err(|(needs, has)| {
+            let reason = format!(
+                "a KV cache of {batch} sequence(s) × {capacity} tokens needs {needs} of host memory, \
+                 and {has} is available; ask for fewer new tokens, a shorter prompt or fewer sequences"
+            );
+            Error::invalid("max_new_tokens", reason)
+        })
+    }
+
+    /// [`KvCache::check_fits`] of a paged pool of `blocks` blocks of `block_size` slots,
+    /// which the sequences share.
+    pub fn check_pool_fits(
+        specs: &[CacheSpec],
+        blocks: usize,
+        block_size: usize,
+        dtype: DType,
+    ) -> Result<()> {
+        let slots = blocks.saturating_mul(block_size);
+        let bytes = KvCache::host_bytes(specs, 1, slots, dtype, false);
+        host_room_for(bytes).map_err(|(needs, has)| {
+            let reason = format!(
+                "a paged KV cache of {blocks} blocks of {block_size} tokens ({slots} tokens the \
+                 sequences share) needs {needs} of host memory, and {has} is available; ask for \
+                 fewer KV blocks, fewer sequences or a shorter context"
+            );
+            Error::invalid("kv_blocks", reason)
+        })
     }
 
     /// The bytes of the buffers a cache of these specs keeps on the host (eager CPU layers);
@@ -788,6 +796,26 @@ impl KvCache {
             .map(per_slot)
             .try_fold(0u64, |sum, b| sum.checked_add(b?))
     }
+}
+
+/// Whether `bytes` (`None`: past 2^64) fit the memory this process may still take; else
+/// what they need and what is available, in words.
+fn host_room_for(bytes: Option<u64>) -> std::result::Result<(), (String, String)> {
+    let available = zoo_runtime::device_map::host_available();
+    let fits = match (bytes, available) {
+        (Some(b), Some(a)) => b <= a,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if fits {
+        return Ok(());
+    }
+    let needs = bytes.map_or(
+        "more than 2^64 bytes".to_string(),
+        zoo_runtime::device_map::human,
+    );
+    let has = available.map_or("unknown".to_string(), zoo_runtime::device_map::human);
+    Err((needs, has))
 }
 
 /// [`KvCache::update`] of a paged cache: each row's real columns of `k`, `v` (`[rows,

@@ -127,6 +127,22 @@ fn sequences_joining_a_running_engine_match_each_alone_on_pjrt() {
 #[test]
 fn engine_refuses_what_cannot_fit_and_cancels() {
     let model = load("llama-gqa-f32", DeviceMap::Cpu);
+    // A pool past the host's memory is refused before anything is allocated, in blocks.
+    let mut config = EngineConfig::new(1, 16);
+    config.kv_blocks = Some(1 << 40);
+    let err = model.engine(config).err().expect("a pool past memory");
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "kv_blocks",
+                ..
+            }
+        ) && err
+            .to_string()
+            .contains("1099511627776 blocks of 16 tokens"),
+        "{err}"
+    );
     let mut engine = model.engine(EngineConfig::new(1, 16)).unwrap();
     // 10 prompt tokens and 8 new ones need 17 slots.
     let err = engine

@@ -269,8 +269,7 @@ impl<'m> Engine<'m> {
         match blocks {
             Some(n) => {
                 config.check_pool(n)?;
-                let slots = n.saturating_mul(BLOCK_SIZE);
-                KvCache::check_fits(&specs, 1, slots, decoder.dtype(), false)?;
+                KvCache::check_pool_fits(&specs, n, BLOCK_SIZE, decoder.dtype())?;
             }
             None => KvCache::check_fits(
                 &specs,
