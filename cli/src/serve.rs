@@ -11,7 +11,8 @@ use crate::load::{with_load_options, LoadArgs};
 
 /// Serve a causal language model over an OpenAI-compatible HTTP API, batching requests
 /// continuously: every request joins the running batch at the next decode step and leaves
-/// when it stops; a client that disconnects frees its rows at once; prompts that open with
+/// when it stops (a long prompt joins in chunks of --max-step-tokens, so the others keep
+/// their pace); a client that disconnects frees its rows at once; prompts that open with
 /// a prompt already computed (a shared system prompt) reuse its keys and values. An encoder
 /// checkpoint (a sentence-transformers folder such as all-MiniLM-L6-v2) serves embeddings,
 /// pooled as `zoo embed` pools them.
@@ -81,6 +82,12 @@ pub struct Args {
     /// model's context, at most 4096).
     #[arg(long)]
     context: Option<usize>,
+    /// Tokens one step feeds at most, vLLM's --max-num-batched-tokens (default 2048, or
+    /// --max-batch when larger): running sequences' next tokens first, then waiting prompts
+    /// in arrival order, a prompt past what is left fed in chunks over the next steps. Lower
+    /// keeps running streams smoother while long prompts join; at least --max-batch.
+    #[arg(long)]
+    max_step_tokens: Option<usize>,
 }
 
 /// `--max-batch` when memory holds it.
@@ -142,6 +149,7 @@ pub fn run(args: Args) -> Result<()> {
         max_batch,
         max_waiting: args.max_waiting,
         context: args.context,
+        max_step_tokens: args.max_step_tokens,
     };
     let name = options.served_model_name.clone();
     let server = Server::start(model, options)?;

@@ -500,6 +500,20 @@ fn processor_sizes_and_server_batches_are_bounded() {
         ],
         &["--max-batch 100000000", "blocks", "at most"],
     );
+    // A step must feed every running sequence a token.
+    refused(
+        &[
+            "serve",
+            &s(model.path()),
+            "--port",
+            "0",
+            "--max-batch",
+            "4",
+            "--max-step-tokens",
+            "3",
+        ],
+        &["--max-step-tokens 3", "--max-batch 4", "at least 4"],
+    );
     // A cpu limit that holds the weights (about 138 KiB) but not one sequence of cache (four
     // blocks of 4 KiB at 64 tokens) beside them.
     let m = s(model.path());

@@ -107,6 +107,7 @@ fn serve_help_teaches_the_routes_and_the_errors() {
         "/metrics",
         "429",
         "--max-batch",
+        "--max-step-tokens",
         "--api-key",
         "SIGTERM",
     ] {

@@ -57,6 +57,11 @@ pub struct ServeOptions {
     /// Tokens one sequence may hold: a request's prompt plus its `max_tokens` must fit.
     /// `None`: the model's context, at most 4096.
     pub context: Option<usize>,
+    /// Tokens one engine step feeds at most (vLLM's `max_num_batched_tokens`): a prompt past
+    /// what the running sequences leave joins in chunks over several steps, so that they
+    /// keep their pace. `None`: 2048, or `max_batch` when larger (vLLM's default for its
+    /// server). Paged caches only.
+    pub max_step_tokens: Option<usize>,
 }
 
 impl ServeOptions {
@@ -68,6 +73,7 @@ impl ServeOptions {
             max_batch: 16,
             max_waiting: 64,
             context: None,
+            max_step_tokens: None,
         }
     }
 }

@@ -19,6 +19,9 @@ use crate::{ApiError, ServeOptions};
 /// The largest default context: longer ones are asked for with `--context`.
 const DEFAULT_CONTEXT: usize = 4096;
 
+/// Tokens a step feeds at most unless told (vLLM's server default).
+const DEFAULT_STEP_TOKENS: usize = 2048;
+
 /// One request's sequences: each prompt's `n` choices, choice `i` sampled from its own
 /// stream seeded `seed + i`, as vLLM seeds the children of a request (one seed serves every
 /// prompt of a list, each of which vLLM runs as a request of its own).
@@ -92,7 +95,21 @@ pub(crate) fn engine_config(
             max_sequences: options.max_batch,
             capacity,
             kv_blocks: Some(wanted.min(fit)),
+            max_step_tokens: Some(
+                options
+                    .max_step_tokens
+                    .unwrap_or(DEFAULT_STEP_TOKENS.max(options.max_batch)),
+            ),
         };
+        if let Some(b) = options.max_step_tokens.filter(|&b| b < options.max_batch) {
+            return Err(ApiError::invalid(
+                "max_step_tokens",
+                format!(
+                    "--max-step-tokens {b} cannot feed --max-batch {} running sequences a token each; ask for at least {}",
+                    options.max_batch, options.max_batch
+                ),
+            ));
+        }
         config.check_pool(wanted.min(fit)).map_err(|e| {
             ApiError::invalid(
                 "max_batch",
@@ -100,6 +117,14 @@ pub(crate) fn engine_config(
             )
         })?;
         return Ok(config);
+    }
+    if let Some(b) = options.max_step_tokens {
+        return Err(ApiError::invalid(
+            "max_step_tokens",
+            format!(
+                "--max-step-tokens {b}: prompts are fed in chunks over a paged KV cache, and this model's keeps a row of the whole context per sequence (a cache split over CPU and PJRT devices, or a model that reruns its history); leave it out"
+            ),
+        ));
     }
     let decoder = model.model().model();
     // Every row of a timeline holds the whole context: refuse at start what memory (and a

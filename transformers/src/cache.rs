@@ -27,7 +27,9 @@
 //! column in one `index_copy` to a slot tensor (padding to a spare block past the ones the
 //! engine hands out, which no table holds), and attention reads a power of two of blocks (at
 //! least 256 slots), so that the programs of a steady stream are a few buckets of rows,
-//! widths and spans.
+//! widths and spans. A pass may also pack several sequences into one input row
+//! ([`KvCache::set_packing`]): each column writes and reads its own sequence's blocks, so
+//! sequences of different lengths share a pass without padding.
 
 use zoo_runtime::{DType, Device, Tensor};
 
@@ -130,9 +132,12 @@ struct Paged {
     tables: Vec<Vec<u32>>,
     /// Per row: tokens written so far.
     lens: Vec<usize>,
-    /// This pass, per row and column: the slot and position of a real token, `None` for
-    /// padding.
-    pass: Vec<Vec<Option<(usize, usize)>>>,
+    /// This pass, per input row and column: the slot, position and table (the row whose
+    /// token it is) of a real token, `None` for padding.
+    pass: Vec<Vec<Option<(usize, usize, usize)>>>,
+    /// Packed passes ([`KvCache::set_packing`]): the table of each column of the one input
+    /// row, `None` for padding.
+    owners: Option<Vec<Option<usize>>>,
     /// Slots attention reads this pass: through the highest block of a running row (on
     /// compiled devices, rounded up to a power of two of blocks).
     span: usize,
@@ -158,7 +163,7 @@ impl Paged {
             .iter()
             .take(rows)
             .flatten()
-            .map(|c| c.map_or(spare, |(s, _)| s as i64))
+            .map(|c| c.map_or(spare, |(s, _, _)| s as i64))
             .collect();
         let n = slots.len();
         Ok(Tensor::from_vec(slots, &[n], device)?)
@@ -278,6 +283,7 @@ impl KvCache {
             tables: vec![Vec::new(); rows],
             lens: vec![0; rows],
             pass: Vec::new(),
+            owners: None,
             span: 0,
             blocks,
             compiled,
@@ -310,6 +316,30 @@ impl KvCache {
         }
         p.tables[b] = table.to_vec();
         p.lens[b] = len;
+        Ok(())
+    }
+
+    /// Packs the next passes into one input row (vLLM's flattened batch): column `i` is a
+    /// token of the sequence whose table is `owners[i]` (set with [`KvCache::set_table`]),
+    /// `None` for padding, so that sequences of different lengths share a pass without
+    /// padding each to the longest. `None` goes back to one input row per table. Paged
+    /// caches only.
+    pub fn set_packing(&mut self, owners: Option<Vec<Option<usize>>>) -> Result<()> {
+        let Some(p) = self.paged.as_mut() else {
+            return Err(Error::Internal("packing belongs to a paged cache".into()));
+        };
+        if let Some(bad) = owners
+            .iter()
+            .flatten()
+            .flatten()
+            .find(|&&b| b >= p.tables.len())
+        {
+            return Err(Error::Internal(format!(
+                "a packed column of table {bad}, past the cache's {}",
+                p.tables.len()
+            )));
+        }
+        p.owners = owners;
         Ok(())
     }
 
@@ -454,31 +484,48 @@ impl KvCache {
                 format!("attention mask must be [{rows}, {t}] to match the input ids"),
             ));
         }
+        if p.owners.as_ref().is_some_and(|o| rows != 1 || o.len() != t) {
+            return Err(Error::Internal(format!(
+                "a packed pass of {} columns fed as [{rows}, {t}]",
+                p.owners.as_ref().map_or(0, Vec::len)
+            )));
+        }
         self.write_at.clear();
         let mut pass = Vec::with_capacity(rows);
-        let mut span = 0;
         for b in 0..rows {
-            let mut at = p.lens[b];
             let mut cols = Vec::with_capacity(t);
             for i in 0..t {
-                if !token_mask.is_none_or(|m| m[b][i]) {
+                let owner = match &p.owners {
+                    Some(o) => o[i],
+                    None => Some(b),
+                };
+                let real = token_mask.is_none_or(|m| m[b][i]);
+                let Some(owner) = owner.filter(|_| real) else {
                     cols.push(None);
                     continue;
-                }
-                let Some(slot) = p.slot(b, at) else {
+                };
+                let at = p.lens[owner];
+                let Some(slot) = p.slot(owner, at) else {
                     return Err(Error::Internal(format!(
-                        "row {b} writes position {at}, past the {} blocks of its table",
-                        p.tables[b].len()
+                        "row {owner} writes position {at}, past the {} blocks of its table",
+                        p.tables[owner].len()
                     )));
                 };
-                cols.push(Some((slot, at)));
-                at += 1;
+                cols.push(Some((slot, at, owner)));
+                p.lens[owner] = at + 1;
             }
-            p.lens[b] = at;
             pass.push(cols);
-            let top = p.tables[b].iter().max().map_or(0, |&x| x as usize + 1);
-            span = span.max(top);
         }
+        // Through the highest block of a table this pass reads.
+        let read: Vec<usize> = match &p.owners {
+            Some(o) => o.iter().flatten().copied().collect(),
+            None => (0..rows).collect(),
+        };
+        let mut span = read
+            .into_iter()
+            .filter_map(|b| p.tables[b].iter().max().copied())
+            .max()
+            .map_or(0, |x| x as usize + 1);
         if p.compiled {
             let least = COMPILED_SPAN.div_ceil(p.block_size);
             span = span.max(least).next_power_of_two().min(p.blocks);
@@ -831,14 +878,14 @@ fn paged_update(
     for (b, cols) in p.pass.iter().enumerate().take(rows) {
         let mut i = 0;
         while i < cols.len() {
-            let Some((slot, _)) = cols[i] else {
+            let Some((slot, _, _)) = cols[i] else {
                 i += 1;
                 continue;
             };
             let mut n = 1;
             while cols
                 .get(i + n)
-                .is_some_and(|c| c.is_some_and(|(s, _)| s == slot + n))
+                .is_some_and(|c| c.is_some_and(|(s, _, _)| s == slot + n))
             {
                 n += 1;
             }
@@ -892,8 +939,8 @@ fn paged_view(p: &Paged, rows: usize, pool: &Tensor) -> Result<Tensor> {
 }
 
 /// [`KvCache::attention_bias`] of a paged cache: `[rows, 1, t, span]`, a query seeing the
-/// slots of its own row's positions up to its own (and, with a `window`, fewer than `window`
-/// back).
+/// slots of its own sequence's positions up to its own (and, with a `window`, fewer than
+/// `window` back).
 fn paged_bias(
     p: &Paged,
     rows: usize,
@@ -907,17 +954,17 @@ fn paged_bias(
     let mut m = vec![low; rows * t * span];
     for (b, cols) in p.pass.iter().enumerate().take(rows) {
         for (i, col) in cols.iter().enumerate() {
-            let Some((_, q)) = *col else {
+            let Some((_, q, owner)) = *col else {
                 continue;
             };
             let first = window.map_or(0, |w| (q + 1).saturating_sub(w));
             let base = (b * t + i) * span;
             for pos in first..=q {
-                match p.slot(b, pos) {
+                match p.slot(owner, pos) {
                     Some(s) if s < span => m[base + s] = 0.0,
                     _ => {
                         return Err(Error::Internal(format!(
-                            "row {b}'s position {pos} lies outside the pass's {span} slots"
+                            "row {owner}'s position {pos} lies outside the pass's {span} slots"
                         )))
                     }
                 }

@@ -15,19 +15,26 @@ use crate::{Error, Result};
 
 /// Which positions of the last hidden state get logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogitsFor {
+pub enum LogitsFor<'a> {
     /// Every position (`[B, T, vocab]`), for scoring and parity.
     All,
     /// The last position only (`[B, 1, vocab]`), all generation needs.
     Last,
+    /// These positions (`[B, n, vocab]`): in a packed batch, each sequence's last token.
+    Columns(&'a [usize]),
 }
 
-impl LogitsFor {
+impl LogitsFor<'_> {
     /// The positions of the hidden states `h [B, T, hidden]` that get logits.
     pub fn select(self, h: &Tensor) -> Result<Tensor> {
         Ok(match self {
             LogitsFor::All => h.clone(),
             LogitsFor::Last => h.narrow(1, h.dim(1)?.saturating_sub(1), 1)?,
+            LogitsFor::Columns(cols) => {
+                let ids: Vec<i64> = cols.iter().map(|&c| c as i64).collect();
+                let ids = Tensor::from_vec(ids, &[cols.len()], &h.device())?;
+                h.index_select(1, &ids)?
+            }
         })
     }
 }
@@ -145,7 +152,7 @@ pub trait CausalLm: Send + Sync + Debug {
         &self,
         args: ForwardArgs<'_>,
         cache: &mut KvCache,
-        which: LogitsFor,
+        which: LogitsFor<'_>,
     ) -> Result<(Tensor, ModelOutput)>;
 }
 
@@ -456,6 +463,6 @@ pub trait Seq2SeqLm: Send + Sync + Debug {
         encoder_hidden_states: &Tensor,
         encoder_attention_mask: Option<&Tensor>,
         cache: &mut KvCache,
-        which: LogitsFor,
+        which: LogitsFor<'_>,
     ) -> Result<Tensor>;
 }

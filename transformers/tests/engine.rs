@@ -374,3 +374,78 @@ fn sequences_preempted_for_blocks_resume_and_match_each_alone() {
         );
     }
 }
+
+/// With a step budget (`max_step_tokens`), a long prompt joins in chunks over several steps
+/// while the running sequence gets a token at every one of them, and both still match their
+/// tokens alone.
+#[test]
+fn long_prompts_join_in_chunks_beside_running_sequences() {
+    let cases = [
+        ("llama-gqa-f32", DeviceMap::Cpu),
+        ("mistral-swa-f32", DeviceMap::Cpu),
+        ("llama-gqa-f32", pjrt()),
+    ];
+    for (case, map) in cases {
+        let case = &*format!("{case} on {map}");
+        let model = load(case.split(' ').next().unwrap(), map);
+        let opts = GenerationOptions {
+            eos_token_ids: Some(vec![]),
+            ..GenerationOptions::greedy(12)
+        };
+        let short = vec![5, 17, 3];
+        let long: Vec<u32> = (0..37).map(|i| 2 + (i * 7) % 60).collect();
+        let alone_short = alone(&model, &short, &opts);
+        let alone_long = alone(&model, &long, &opts);
+        let mut config = EngineConfig::new(2, 64);
+        config.max_step_tokens = Some(8);
+        let mut engine = model.engine(config).unwrap();
+        let a = engine.add(short, opts.clone()).unwrap();
+        engine.step().unwrap();
+        let b = engine.add(long, opts.clone()).unwrap();
+        let mut out: HashMap<SequenceId, Vec<u32>> = HashMap::new();
+        let mut steps_to_b = None;
+        let mut step = 0;
+        while !engine.is_idle() {
+            let events = engine.step().unwrap();
+            step += 1;
+            let token_of = |id| {
+                events
+                    .iter()
+                    .any(|e| matches!(e, EngineEvent::Token { id: x, .. } if *x == id))
+            };
+            if steps_to_b.is_none() {
+                assert!(token_of(a), "{case}: a stalled at step {step}");
+                if token_of(b) {
+                    steps_to_b = Some(step);
+                }
+            }
+            for e in events {
+                if let EngineEvent::Finished { id, output } = e {
+                    out.insert(id, output.token_ids);
+                }
+            }
+            assert!(step < 100, "{case}: the engine never went idle");
+        }
+        // 37 prompt tokens, 7 a step beside a's one: the sixth step ends the prompt.
+        assert_eq!(steps_to_b, Some(6), "{case}");
+        assert_eq!(out[&a], alone_short, "{case}: the running sequence");
+        assert_eq!(out[&b], alone_long, "{case}: the chunked prompt");
+    }
+    let model = load("llama-gqa-f32", DeviceMap::Cpu);
+    let mut config = EngineConfig::new(4, 64);
+    config.max_step_tokens = Some(3);
+    let err = model
+        .engine(config)
+        .err()
+        .expect("a budget below the sequences");
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "max_step_tokens",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

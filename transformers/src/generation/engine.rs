@@ -3,10 +3,14 @@
 //! cancelled; each has its own options, logits processors, stop strings and cache row.
 //! `generate`, `generate_seq2seq`, the CLI and a server are its clients.
 //!
-//! A step feeds each running row its last token and each joining row its whole prompt,
-//! left-padded to one width (padding masked out), so that a join costs the running rows no
-//! step of their own: the logits at the last column are every row's next. Positions come
-//! from each row's own count, and a sliding window counts a row's real tokens. A group of
+//! A step feeds each running row its last token and each joining row its prompt, so that a
+//! join costs the running rows no step of their own. Paged, the step packs every row's
+//! tokens into one input row (vLLM's flattened batch: no padding), running rows first and
+//! prompts in arrival order up to [`EngineConfig::max_step_tokens`], the rest of a prompt
+//! fed at the next steps (chunked prefill); the logits of each row's last token are its
+//! next. On a timeline the rows are left-padded to one width (padding masked out) and the
+//! last column is every row's next. Positions come from each row's own count, and a
+//! sliding window counts a row's real tokens. A group of
 //! sequences added together (a cohort: one options set, one seeded stream) is picked in row
 //! order from that stream, as transformers picks a batch. The cache is laid out one of two
 //! ways.
@@ -26,10 +30,11 @@
 //! ([`Engine::set_prefix_caching`]) every full block is kept after its sequence leaves,
 //! keyed by a hash chain of its tokens, and a joining prompt that starts with cached blocks
 //! holds them instead of computing them (shared, not copied); cached blocks nothing holds
-//! are evicted least recently used first. A step runs only the rows through the last
-//! running one; on compiled devices that count is rounded up to a power of two and a joining
-//! prompt to its bucket ([`prompt_bucket`]), and attention spans a power of two of blocks, so
-//! that a steady stream of requests runs a few programs compiled once.
+//! are evicted least recently used first. A step computes only the running rows' tokens.
+//! On compiled devices a decode step's packed width is rounded up to a power of
+//! two, a step that feeds a prompt to the prompt's bucket ([`prompt_bucket`]), the logits'
+//! columns to a power of two, and attention spans a power of two of blocks, so that a
+//! steady stream of requests runs a few programs compiled once.
 //!
 //! **Timeline** (encoder-decoders, models that rerun their history, a cache split over eager
 //! and compiled devices): the
@@ -97,6 +102,12 @@ pub struct EngineConfig {
     /// full capacity. Fewer share memory between sequences, preempting one when blocks run
     /// out; at least one sequence's full capacity. Unused by a timeline.
     pub kv_blocks: Option<usize>,
+    /// Tokens one step feeds at most (vLLM's `max_num_batched_tokens`): running sequences'
+    /// next tokens first, then joining prompts in arrival order, a prompt past what is left
+    /// fed in chunks over the next steps (chunked prefill), so that a long prompt does not
+    /// stall the sequences running beside it. `None`: every prompt whole. At least
+    /// `max_sequences`. Paged caches only (a timeline feeds prompts whole).
+    pub max_step_tokens: Option<usize>,
 }
 
 impl EngineConfig {
@@ -107,6 +118,7 @@ impl EngineConfig {
             max_sequences,
             capacity,
             kv_blocks: None,
+            max_step_tokens: None,
         }
     }
 
@@ -235,8 +247,9 @@ pub struct Engine<'m> {
     history: Option<DecodeHistory>,
     /// The device sampler of a lone cohort and its queued picks.
     device: Option<Ahead>,
-    /// The last forward's logits that no pick has read yet.
-    logits: Option<Tensor>,
+    /// The rows the last forward's logits belong to, in order (a packed step gives none to
+    /// a prompt it fed only part of).
+    picking: Vec<usize>,
     next_id: u64,
     /// Whether joining prompts reuse cached prefixes ([`Engine::set_prefix_caching`]).
     prefix_caching: bool,
@@ -278,6 +291,12 @@ impl<'m> Engine<'m> {
                 decoder.dtype(),
                 false,
             )?,
+        }
+        if blocks.is_none() && config.max_step_tokens.is_some() {
+            return Err(Error::invalid(
+                "max_step_tokens",
+                "prompts are fed in chunks over a paged KV cache, and this model's keeps a timeline (a cache split over eager and compiled devices, or a model that reruns its history); leave max_step_tokens unset".into(),
+            ));
         }
         let mut engine = Engine::with(
             Driven::Decoder(model),
@@ -335,6 +354,12 @@ impl<'m> Engine<'m> {
         mask: Tensor,
     ) -> Result<Engine<'m>> {
         check_config(config)?;
+        if config.max_step_tokens.is_some() {
+            return Err(Error::invalid(
+                "max_step_tokens",
+                "an encoder-decoder's decoder starts from one token: there is no prompt to feed in chunks; leave max_step_tokens unset".into(),
+            ));
+        }
         let compiled = !model.logits_device().is_eager();
         Ok(Engine::with(
             Driven::Seq2Seq {
@@ -374,7 +399,7 @@ impl<'m> Engine<'m> {
             waiting: VecDeque::new(),
             history: None,
             device: None,
-            logits: None,
+            picking: Vec::new(),
             next_id: 0,
             prefix_caching: false,
             prefix_hits: (0, 0),
@@ -604,10 +629,7 @@ impl<'m> Engine<'m> {
         if !self.rows.iter().flatten().any(|s| s.done.is_none()) {
             return Ok(events);
         }
-        let logits = match self.logits.take() {
-            Some(l) => l,
-            None => self.forward_host()?,
-        };
+        let logits = self.forward_host()?;
         if self.device.is_some() {
             let ids = self.pick_on_device(&logits, 0)?;
             if self.ahead() {
@@ -615,7 +637,7 @@ impl<'m> Engine<'m> {
                 self.run_ahead(ids, &mut events)?;
             } else {
                 let host = ids.to_vec::<i64>()?;
-                let picked: Vec<u32> = host.into_iter().map(|t| t as u32).collect();
+                let picked: Vec<Option<u32>> = host.into_iter().map(|t| Some(t as u32)).collect();
                 self.accept(&picked, &mut events)?;
             }
         } else {
@@ -679,7 +701,7 @@ impl<'m> Engine<'m> {
             }
         }
         let host = ids.to_vec::<i64>()?;
-        let picked: Vec<u32> = host.into_iter().map(|t| t as u32).collect();
+        let picked: Vec<Option<u32>> = host.into_iter().map(|t| Some(t as u32)).collect();
         self.accept(&picked, events)?;
         if self.rows.iter().flatten().all(|s| s.done.is_some()) {
             // A queued step past every stop is dropped.
@@ -727,23 +749,23 @@ impl<'m> Engine<'m> {
         Ok(ids)
     }
 
-    /// Each running row's next token through the host processors (finished and free rows
-    /// get the pad id), in row order, each cohort drawing from its own stream.
-    fn pick_on_host(&mut self, logits: &Tensor) -> Result<Vec<u32>> {
+    /// Each running row's next token through the host processors, per row (`None` for a row
+    /// the step gave no logits: free, finished or mid-prompt), each cohort drawing from its
+    /// own stream in row order. `logits` holds a row per entry of `picking`, then any rows a
+    /// bucket added.
+    fn pick_on_host(&mut self, logits: &Tensor) -> Result<Vec<Option<u32>>> {
         let rows = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
-        // The step ran the first `n` rows (see `rows_to_run`).
         let vocab = self.vocab;
-        let n = rows.len() / vocab.max(1);
-        if rows.len() != n * vocab || n == 0 || n > self.rows.len() {
+        if rows.len() % vocab.max(1) != 0 || rows.len() < self.picking.len() * vocab {
             return Err(Error::Internal(format!(
-                "the model returned {} logits for rows of {vocab}",
-                rows.len()
+                "the model returned {} logits for {} rows of {vocab}",
+                rows.len(),
+                self.picking.len()
             )));
         }
-        let mut picked = Vec::with_capacity(n);
-        for (b, scores) in rows.chunks(vocab).enumerate() {
+        let mut picked = vec![None; self.rows.len()];
+        for (&b, scores) in self.picking.iter().zip(rows.chunks(vocab)) {
             let Some(seq) = self.rows[b].as_ref().filter(|s| s.done.is_none()) else {
-                picked.push(self.pad_id);
                 continue;
             };
             let Some(c) = self.cohorts.get_mut(seq.cohort).and_then(Option::as_mut) else {
@@ -764,18 +786,25 @@ impl<'m> Engine<'m> {
             };
             let row = Row { seq: &ids, pads };
             let step = seq.generated.len();
-            picked.push(pick(&mut scores, row, step, &c.eos, &c.opts, &mut c.rng));
+            picked[b] = Some(pick(&mut scores, row, step, &c.eos, &c.opts, &mut c.rng));
         }
         Ok(picked)
     }
 
     /// Takes each running row's pick: streams it, stops the row on eos, a stop string or its
-    /// length, and feeds it at the next step.
-    fn accept(&mut self, picked: &[u32], events: &mut Vec<EngineEvent>) -> Result<()> {
+    /// length, and feeds it at the next step. A row without a pick (mid-prompt) waits.
+    fn accept(&mut self, picked: &[Option<u32>], events: &mut Vec<EngineEvent>) -> Result<()> {
+        let mut stepped = vec![false; self.cohorts.len()];
         for (b, &id) in picked.iter().enumerate() {
+            let Some(id) = id else {
+                continue;
+            };
             let Some(seq) = self.rows[b].as_mut().filter(|s| s.done.is_none()) else {
                 continue;
             };
+            if let Some(x) = stepped.get_mut(seq.cohort) {
+                *x = true;
+            }
             let Some(c) = self.cohorts.get(seq.cohort).and_then(Option::as_ref) else {
                 return Err(Error::Internal("a sequence without its cohort".into()));
             };
@@ -807,8 +836,10 @@ impl<'m> Engine<'m> {
                 });
             }
         }
-        for c in self.cohorts.iter_mut().flatten() {
-            c.steps += 1;
+        for (c, _) in self.cohorts.iter_mut().zip(stepped).filter(|x| x.1) {
+            if let Some(c) = c {
+                c.steps += 1;
+            }
         }
         if self.device.as_ref().is_none_or(|a| a.queued.is_none()) {
             self.release_done();
@@ -1168,7 +1199,6 @@ impl<'m> Engine<'m> {
     fn start_over(&mut self, lone: bool) -> Result<()> {
         self.history = None;
         self.device = None;
-        self.logits = None;
         let rings = lone;
         if let Some(cache) = self.cache.as_mut().filter(|_| self.rings == rings) {
             cache.reset();
@@ -1188,22 +1218,23 @@ impl<'m> Engine<'m> {
         Ok(())
     }
 
-    /// The width a step feeds when a row joins with `longest` tokens: a prompt bucket on
+    /// The slots a row joining with `longest` tokens takes on a timeline: a prompt bucket on
     /// compiled devices (a handful of prefill programs serve every prompt), the length itself
-    /// eagerly; an encoder-decoder's decoder starts from one token.
+    /// eagerly and when paged (padding takes no slot); an encoder-decoder's decoder starts
+    /// from one token.
     fn join_width(&self, longest: usize) -> usize {
         match self.driven {
             Driven::Seq2Seq { .. } => 1,
-            Driven::Decoder(_) if self.compiled => prompt_bucket(longest),
+            Driven::Decoder(_) if self.compiled && self.pool.is_none() => prompt_bucket(longest),
             Driven::Decoder(_) => longest,
         }
     }
 
     /// One forward pass feeding every running row its `feed` from the host, left-padded to
-    /// one width; the logits of each row's last column.
+    /// one width (packed when paged); the logits of each row's last column.
     fn forward_host(&mut self) -> Result<Tensor> {
         if self.pool.is_some() {
-            self.grow_tables()?;
+            return self.forward_packed();
         }
         let live = |s: &&Sequence| s.done.is_none();
         let longest = self
@@ -1281,16 +1312,108 @@ impl<'m> Engine<'m> {
                     attention_mask: Some(&mask),
                     output_hidden_states: false,
                 };
-                let logits = model.forward(args, cache, LogitsFor::Last)?.0;
-                self.cache_full_blocks();
-                Ok(logits)
+                self.picking = (0..n).collect();
+                Ok(model.forward(args, cache, LogitsFor::Last)?.0)
             }
             Driven::Seq2Seq { .. } => {
                 let host = Device::Cpu;
                 let input = Tensor::from_vec(ids, &[n, 1], &host)?;
+                self.picking = (0..n).collect();
                 self.decode_seq2seq(input, pos)
             }
         }
+    }
+
+    /// A paged step: the running rows' tokens packed into one row, `[1, T]`, each column
+    /// writing and reading its own sequence's blocks (see [`KvCache::set_packing`]), so that
+    /// no row is padded to the longest. Rows feeding one token go first; then prompts in
+    /// arrival order, each as much as [`EngineConfig::max_step_tokens`] leaves (the rest at
+    /// the next steps). On compiled devices `T` and the logits' columns are rounded up to
+    /// buckets. The logits of each row that fed its last token, in row order.
+    fn forward_packed(&mut self) -> Result<Tensor> {
+        self.grow_tables()?;
+        // The lone cohort sampled on the device reads every row at every step: whole prompts.
+        let mut left = match self.device {
+            Some(_) => usize::MAX,
+            None => self.config.max_step_tokens.unwrap_or(usize::MAX),
+        };
+        let live: Vec<usize> = (0..self.rows.len())
+            .filter(|&b| self.rows[b].as_ref().is_some_and(|s| s.done.is_none()))
+            .collect();
+        let mut order = live.clone();
+        order.sort_by_key(|&b| {
+            let s = self.rows[b].as_ref();
+            (s.is_some_and(|s| s.feed.len() > 1), s.map(|s| s.id))
+        });
+        let mut chunk = vec![0; self.rows.len()];
+        for b in order {
+            let want = self.rows[b].as_ref().map_or(0, |s| s.feed.len());
+            chunk[b] = want.min(left);
+            left -= chunk[b];
+        }
+        let (Driven::Decoder(model), Some(cache)) = (&self.driven, self.cache.as_mut()) else {
+            return Err(Error::Internal("a paged engine without its cache".into()));
+        };
+        let (mut ids, mut pos, mut owners, mut last) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        self.picking.clear();
+        for &b in &live {
+            let Some(s) = self.rows[b].as_mut().filter(|_| chunk[b] > 0) else {
+                continue;
+            };
+            let k = chunk[b];
+            cache.set_table(b, &s.table, s.position)?;
+            ids.extend(s.feed[..k].iter().map(|&t| t as i64));
+            pos.extend((s.position..s.position + k).map(|p| p as i64));
+            owners.extend(std::iter::repeat_n(Some(b), k));
+            if k == s.feed.len() {
+                self.picking.push(b);
+                last.push(ids.len() - 1);
+            }
+            s.position += k;
+            s.feed.drain(..k);
+        }
+        // Compiled: a decode step's width a power of two (at most the rows), a step that feeds
+        // a prompt the prompt's bucket.
+        let real = ids.len();
+        let decode = chunk.iter().all(|&k| k <= 1);
+        let width = match self.compiled {
+            true if decode => real.next_power_of_two(),
+            true => prompt_bucket(real),
+            false => real,
+        };
+        ids.resize(width, self.pad_id as i64);
+        pos.resize(width, 0);
+        owners.resize(width, None);
+        let mask = vec![(0..width).map(|i| i < real).collect::<Vec<bool>>()];
+        // A step that completes no prompt still runs (its keys are written); its logits are
+        // not read. Compiled, with picks on the host: a power of two of columns, the last
+        // repeated (the rows past `picking` are not read).
+        let mut columns = if last.is_empty() {
+            vec![real - 1]
+        } else {
+            last
+        };
+        if self.compiled && self.device.is_none() {
+            let n = columns.len().next_power_of_two();
+            let end = columns[columns.len() - 1];
+            columns.resize(n, end);
+        }
+        cache.set_rows(1)?;
+        cache.set_packing(Some(owners))?;
+        let device = model.model().device();
+        let input = Tensor::from_vec(ids, &[1, width], &device)?;
+        let positions = Tensor::from_vec(pos, &[1, width], &device)?;
+        let args = ForwardArgs {
+            input_ids: &input,
+            position_ids: &positions,
+            attention_mask: Some(&mask),
+            output_hidden_states: false,
+        };
+        let logits = model.forward(args, cache, LogitsFor::Columns(&columns))?.0;
+        self.cache_full_blocks();
+        let vocab = logits.dim(2)?;
+        Ok(logits.reshape_to(&[columns.len(), vocab])?)
     }
 
     /// Rows a host-fed step runs: through the last running one when every layer's cache is
@@ -1302,19 +1425,6 @@ impl<'m> Engine<'m> {
             .cache
             .as_ref()
             .is_some_and(|c| c.devices().iter().all(|d| d.is_eager()));
-        let last = self
-            .rows
-            .iter()
-            .rposition(|r| r.as_ref().is_some_and(|s| s.done.is_none()))
-            .map_or(1, |last| last + 1);
-        if self.pool.is_some() {
-            // Paged rows hold no buffers: any count runs, on compiled devices a power of two,
-            // so that a handful of programs serve every batch.
-            return match self.compiled || !eager_cache {
-                true => last.next_power_of_two().min(self.rows.len()),
-                false => last,
-            };
-        }
         let fixed = self.compiled
             || !eager_cache
             || match &self.driven {
@@ -1378,12 +1488,17 @@ impl<'m> Engine<'m> {
                     output_hidden_states: false,
                 };
                 cache.set_rows(n)?;
+                if paged {
+                    cache.set_packing(None)?;
+                }
+                self.picking = (0..n).collect();
                 let logits = model.forward(args, cache, LogitsFor::Last)?.0;
                 self.cache_full_blocks();
                 Ok(logits)
             }
             Driven::Seq2Seq { .. } => {
                 let input = ids.reshape_to(&[n, 1])?.to_device(&Device::Cpu)?;
+                self.picking = (0..n).collect();
                 self.decode_seq2seq(input, pos)
             }
         }
@@ -1453,6 +1568,15 @@ fn check_config(config: EngineConfig) -> Result<()> {
             format!(
                 "an engine needs at least one sequence and one slot (max_sequences {}, capacity {})",
                 config.max_sequences, config.capacity
+            ),
+        ));
+    }
+    if let Some(b) = config.max_step_tokens.filter(|&b| b < config.max_sequences) {
+        return Err(Error::invalid(
+            "max_step_tokens",
+            format!(
+                "a step of {b} tokens cannot feed {} running sequences a token each; ask for at least {}",
+                config.max_sequences, config.max_sequences
             ),
         ));
     }

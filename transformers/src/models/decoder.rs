@@ -77,7 +77,7 @@ impl<M: DecoderModel> CausalLm for ForCausalLM<M> {
         &self,
         args: ForwardArgs<'_>,
         cache: &mut KvCache,
-        which: LogitsFor,
+        which: LogitsFor<'_>,
     ) -> Result<(Tensor, ModelOutput)> {
         let out = self.model.forward(args, cache)?;
         let h = which.select(&out.last_hidden_state)?;

@@ -218,7 +218,7 @@ impl Seq2SeqLm for T5ForConditionalGeneration {
         encoder_hidden_states: &Tensor,
         encoder_attention_mask: Option<&Tensor>,
         cache: &mut KvCache,
-        which: LogitsFor,
+        which: LogitsFor<'_>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let (b, t) = args.check(cache)?;
