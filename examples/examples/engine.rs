@@ -24,9 +24,11 @@ fn main() -> Result<()> {
     // Two sequences at once, each up to 512 tokens (prompt and generation). On the CPU they
     // share a paged KV cache: 40 blocks of 16 tokens here, fewer than two full sequences
     // need, so the later one is preempted (and resumed) if both grow that long. Prompts that
-    // start alike share their cached blocks.
+    // start alike share their cached blocks. A step feeds at most 64 tokens: a longer prompt
+    // joins in chunks while the running sequence keeps getting a token per step.
     let mut config = EngineConfig::new(2, 512);
     config.kv_blocks = Some(40);
+    config.max_step_tokens = Some(64);
     let mut engine = model.engine(config)?;
     engine.set_prefix_caching(true)?;
 
