@@ -8,7 +8,8 @@
 //! tokens into one input row (vLLM's flattened batch: no padding), running rows first and
 //! prompts in arrival order up to [`EngineConfig::max_step_tokens`], the rest of a prompt
 //! fed at the next steps (chunked prefill); the logits of each row's last token are its
-//! next. On a timeline the rows are left-padded to one width (padding masked out) and the
+//! next. A step where every row feeds one token (a decode) keeps one input row per row
+//! instead, so that each query reads its own keys where they lie. On a timeline the rows are left-padded to one width (padding masked out) and the
 //! last column is every row's next. Positions come from each row's own count, and a
 //! sliding window counts a row's real tokens. A group of
 //! sequences added together (a cohort: one options set, one seeded stream) is picked in row
@@ -31,10 +32,10 @@
 //! keyed by a hash chain of its tokens, and a joining prompt that starts with cached blocks
 //! holds them instead of computing them (shared, not copied); cached blocks nothing holds
 //! are evicted least recently used first. A step computes only the running rows' tokens.
-//! On compiled devices a decode step's packed width is rounded up to a power of
-//! two, a step that feeds a prompt to the prompt's bucket ([`prompt_bucket`]), the logits'
-//! columns to a power of two, and attention spans a power of two of blocks, so that a
-//! steady stream of requests runs a few programs compiled once.
+//! On compiled devices a decode step's rows are rounded up to a power of two, a packed
+//! step's width to its prompt bucket ([`prompt_bucket`]) and its logits' columns to a power
+//! of two, and attention spans a power of two of blocks, so that a steady stream of
+//! requests runs a few programs compiled once.
 //!
 //! **Timeline** (encoder-decoders, models that rerun their history, a cache split over eager
 //! and compiled devices): the
@@ -1329,7 +1330,8 @@ impl<'m> Engine<'m> {
     /// no row is padded to the longest. Rows feeding one token go first; then prompts in
     /// arrival order, each as much as [`EngineConfig::max_step_tokens`] leaves (the rest at
     /// the next steps). On compiled devices `T` and the logits' columns are rounded up to
-    /// buckets. The logits of each row that fed its last token, in row order.
+    /// buckets. The logits of each row that fed its last token, in row order. A decode (one
+    /// token a row) goes to [`Engine::forward_decode`].
     fn forward_packed(&mut self) -> Result<Tensor> {
         self.grow_tables()?;
         // The lone cohort sampled on the device reads every row at every step: whole prompts.
@@ -1350,6 +1352,12 @@ impl<'m> Engine<'m> {
             let want = self.rows[b].as_ref().map_or(0, |s| s.feed.len());
             chunk[b] = want.min(left);
             left -= chunk[b];
+        }
+        let one_each = live
+            .iter()
+            .all(|&b| self.rows[b].as_ref().is_some_and(|s| s.feed.len() == 1));
+        if one_each {
+            return self.forward_decode(&live);
         }
         let (Driven::Decoder(model), Some(cache)) = (&self.driven, self.cache.as_mut()) else {
             return Err(Error::Internal("a paged engine without its cache".into()));
@@ -1373,12 +1381,9 @@ impl<'m> Engine<'m> {
             s.position += k;
             s.feed.drain(..k);
         }
-        // Compiled: a decode step's width a power of two (at most the rows), a step that feeds
-        // a prompt the prompt's bucket.
+        // Compiled: the step's prompt bucket.
         let real = ids.len();
-        let decode = chunk.iter().all(|&k| k <= 1);
         let width = match self.compiled {
-            true if decode => real.next_power_of_two(),
             true => prompt_bucket(real),
             false => real,
         };
@@ -1438,6 +1443,56 @@ impl<'m> Engine<'m> {
             .iter()
             .rposition(|r| r.as_ref().is_some_and(|s| s.done.is_none()))
             .map_or(1, |last| last + 1)
+    }
+
+    /// A paged step where every running row (`live`) feeds one token: one input row per
+    /// engine row through the last running one (on compiled devices a power of two of them),
+    /// each query reading its own table. Unpacked, the fused CPU attention reads each
+    /// query's keys where they lie rather than packing the pool for a shared tile.
+    fn forward_decode(&mut self, live: &[usize]) -> Result<Tensor> {
+        let last = live.last().map_or(1, |&b| b + 1);
+        let n = match self.compiled {
+            true => last.next_power_of_two().min(self.rows.len()),
+            false => last,
+        };
+        let (Driven::Decoder(model), Some(cache)) = (&self.driven, self.cache.as_mut()) else {
+            return Err(Error::Internal("a paged engine without its cache".into()));
+        };
+        let (mut ids, mut pos, mut mask) = (Vec::new(), Vec::new(), Vec::new());
+        for (b, row) in self.rows.iter_mut().enumerate().take(n) {
+            match row.as_mut().filter(|s| s.done.is_none()) {
+                Some(s) => {
+                    cache.set_table(b, &s.table, s.position)?;
+                    ids.push(s.feed[0] as i64);
+                    pos.push(s.position as i64);
+                    mask.push(vec![true]);
+                    s.position += 1;
+                    s.feed.clear();
+                }
+                None => {
+                    cache.set_table(b, &[], 0)?;
+                    ids.push(self.pad_id as i64);
+                    pos.push(0);
+                    mask.push(vec![false]);
+                }
+            }
+        }
+        cache.set_rows(n)?;
+        cache.set_packing(None)?;
+        let device = model.model().device();
+        let input = Tensor::from_vec(ids, &[n, 1], &device)?;
+        let positions = Tensor::from_vec(pos, &[n, 1], &device)?;
+        let args = ForwardArgs {
+            input_ids: &input,
+            position_ids: &positions,
+            attention_mask: Some(&mask),
+            output_hidden_states: false,
+        };
+        let logits = model.forward(args, cache, LogitsFor::Last)?.0;
+        self.picking = (0..n).collect();
+        self.cache_full_blocks();
+        let vocab = logits.dim(2)?;
+        Ok(logits.reshape_to(&[n, vocab])?)
     }
 
     /// One forward pass feeding the device's picks `ids` (`[rows]`) to every row.
