@@ -42,12 +42,15 @@ pub(crate) unsafe fn store8(p: *mut f32, n: usize, v: __m256) {
 
 /// `e^x` in 8 lanes, within about 1 ulp: [`exp512`](super::kernels)'s Cephes polynomial,
 /// the power of two built in the exponent bits (AVX2 has no `scalef`). Results below
-/// `e^-87.3` (the smallest normal f32) come out as that instead of subnormal or 0: a
-/// difference of under 1.2e-38 in every use (softmax weights beside a maximum of 1, `silu`'s
-/// and `gelu`'s denominators).
+/// `e^-87.3` (the smallest normal f32) come out as 0 instead of subnormal: a difference of
+/// under 1.2e-38 in every use (softmax weights beside a maximum of 1, `silu`'s and `gelu`'s
+/// denominators). Not the smallest normal either: a masked key's weight times a value is
+/// subnormal, and every FMA that adds one waits for a microcode assist (the decode of 16
+/// paged sequences ran 5x slower than at `avx512`, whose `scalef` gives 0).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn exp256(x: __m256) -> __m256 {
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.33));
     let x = _mm256_max_ps(
         _mm256_min_ps(x, _mm256_set1_ps(88.37)),
         _mm256_set1_ps(-87.33),
@@ -72,7 +75,7 @@ pub(crate) unsafe fn exp256(x: __m256) -> __m256 {
         _mm256_cvtps_epi32(n),
         _mm256_set1_epi32(127),
     ));
-    _mm256_mul_ps(p, _mm256_castsi256_ps(pow2))
+    _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(pow2)))
 }
 
 /// The sums of 8 vectors' lanes: lane `i` of the result is the sum of `v[i]`'s lanes.
