@@ -263,6 +263,79 @@ on_both_plugins!(
     }
 );
 
+/// `x @ w` with `w` split over four partitions along its rows (the contracting dim, as a
+/// row-parallel linear), `x` replicated: each partition multiplies its quarter and XLA's
+/// SPMD partitioner adds the partial products across the devices (an all-reduce), so every
+/// device holds the whole result; and along its columns (column-parallel), each device
+/// holding its quarter of the result's columns.
+const SPMD: &str = r#"module @spmd attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%x: tensor<2x8xf32> {mhlo.sharding = "{replicated}"}, %rows: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]0,1,2,3}"}, %cols: tensor<8x4xf32> {mhlo.sharding = "{devices=[1,4]0,1,2,3}"}) -> (tensor<2x4xf32> {mhlo.sharding = "{replicated}"}, tensor<2x4xf32> {mhlo.sharding = "{devices=[1,4]0,1,2,3}"}) {
+    %0 = stablehlo.dot_general %x, %rows, contracting_dims = [1] x [0] : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+    %1 = stablehlo.dot_general %x, %cols, contracting_dims = [1] x [0] : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+    return %0, %1 : tensor<2x4xf32>, tensor<2x4xf32>
+  }
+}
+"#;
+
+on_both_plugins!(
+    spmd_partitions_shard_a_product_over_four_devices,
+    |var: &str, _minor: i32| {
+        let c = super::client(var);
+        let devices = c.addressable_devices().expect("devices");
+        let exe = c
+            .compile(
+                super::SPMD,
+                &CompileOptions::partitioned(&devices).expect("options"),
+            )
+            .expect("compile partitioned");
+        assert_eq!(exe.num_partitions().expect("partitions"), 4);
+        assert_eq!(exe.num_replicas().expect("replicas"), 1);
+        // Small integers: every product and sum is exact, whatever the order.
+        let x: Vec<f32> = (0..16).map(|k| (k % 5) as f32 - 2.0).collect();
+        let w: Vec<f32> = (0..32).map(|k| (k % 7) as f32 - 3.0).collect();
+        let mut want = vec![0f32; 8];
+        for i in 0..2 {
+            for j in 0..4 {
+                want[i * 4 + j] = (0..8).map(|k| x[i * 8 + k] * w[k * 4 + j]).sum();
+            }
+        }
+        let mut inputs = Vec::new();
+        for (p, d) in devices.iter().enumerate() {
+            // Partition p's rows 2p..2p+2 of w, and its column p.
+            let rows: Vec<f32> = w[p * 8..p * 8 + 8].to_vec();
+            let col: Vec<f32> = (0..8).map(|k| w[k * 4 + p]).collect();
+            inputs.push([
+                c.buffer_from_slice(&x, &[2, 8], d).expect("x"),
+                c.buffer_from_slice(&rows, &[2, 4], d).expect("rows"),
+                c.buffer_from_slice(&col, &[8, 1], d).expect("cols"),
+            ]);
+        }
+        let lists: Vec<Vec<&zoo_runtime::pjrt::Buffer>> =
+            inputs.iter().map(|l| l.iter().collect()).collect();
+        let lists: Vec<&[&zoo_runtime::pjrt::Buffer]> =
+            lists.iter().map(|l| l.as_slice()).collect();
+        let outs = exe
+            .execute(&lists, &ExecuteOptions::new())
+            .expect("execute");
+        assert_eq!(outs.len(), 4);
+        for (p, out) in outs.iter().enumerate() {
+            assert_eq!(out[0].dims().expect("dims"), [2, 4], "partition {p}");
+            assert_eq!(
+                out[0].to_vec::<f32>().expect("row-parallel"),
+                want,
+                "partition {p}"
+            );
+            let col: Vec<f32> = (0..2).map(|i| want[i * 4 + p]).collect();
+            assert_eq!(out[1].dims().expect("dims"), [2, 1], "partition {p}");
+            assert_eq!(
+                out[1].to_vec::<f32>().expect("column-parallel"),
+                col,
+                "partition {p}"
+            );
+        }
+    }
+);
+
 const DONATE: &str = r#"func.func @main(%x: tensor<4xf32> {tf.aliasing_output = 0 : i32}) -> tensor<4xf32> {
   %one = stablehlo.constant dense<1.0> : tensor<4xf32>
   %0 = stablehlo.add %x, %one : tensor<4xf32>

@@ -11,13 +11,19 @@ use super::error::{PjrtError, Result, SourceLine};
 use super::ffi::{self, Args};
 use super::leak::{self, ObjectKind};
 
-/// How to compile: how many replicas and on which devices.
+/// How to compile: how many replicas or SPMD partitions, and on which devices.
 ///
 /// Encoded as the `xla.CompileOptionsProto` that `PJRT_Client_Compile` takes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// Device ids, one per replica; empty means one replica on the plugin's default device.
+    /// Device ids, one per replica (or per partition when `partitioned`); empty means one
+    /// replica on the plugin's default device.
     pub device_ids: Vec<i32>,
+    /// One program partitioned over the devices by XLA's SPMD partitioner (GSPMD): each
+    /// device runs its partition on its shards of the arguments, as the module's
+    /// `mhlo.sharding` attributes lay them out, with the collectives XLA inserts between
+    /// them. Otherwise every device runs a replica of the whole program.
+    pub partitioned: bool,
     /// Round 16-bit values after every op, as PyTorch does, instead of letting XLA keep
     /// fused intermediates in f32 (`xla_allow_excess_precision = false`).
     pub strict_rounding: bool,
@@ -45,6 +51,18 @@ impl CompileOptions {
         })
     }
 
+    /// One SPMD program partitioned over `devices`, partition `i` on `devices[i]`: `execute`
+    /// then takes each device's shards of the arguments. The module says how its
+    /// parameters and results are sharded (`mhlo.sharding`) and that it has
+    /// `mhlo.num_partitions` of them.
+    pub fn partitioned(devices: &[Device]) -> Result<Self> {
+        Ok(Self {
+            device_ids: devices.iter().map(|d| d.id()).collect::<Result<_>>()?,
+            partitioned: true,
+            ..Self::default()
+        })
+    }
+
     /// With [`CompileOptions::strict_rounding`] set to `on`.
     pub fn strict_rounding(mut self, on: bool) -> Self {
         self.strict_rounding = on;
@@ -53,25 +71,39 @@ impl CompileOptions {
 
     /// The serialized `CompileOptionsProto`.
     pub fn to_proto(&self) -> Vec<u8> {
-        let replicas = self.device_ids.len().max(1) as u64;
+        let devices = self.device_ids.len().max(1) as u64;
+        let (replicas, partitions) = match self.partitioned {
+            true => (1, devices),
+            false => (devices, 1),
+        };
         let mut build = Vec::new();
         // device_ordinal = -1: let the device assignment (or the default) decide.
         proto::varint_field(&mut build, 1, -1i64 as u64);
         proto::varint_field(&mut build, 4, replicas); // num_replicas
-        proto::varint_field(&mut build, 5, 1); // num_partitions
+        proto::varint_field(&mut build, 5, partitions); // num_partitions
+        if self.partitioned {
+            proto::varint_field(&mut build, 6, 1); // use_spmd_partitioning
+        }
         if !self.device_ids.is_empty() {
             // DeviceAssignmentProto { replica_count, computation_count,
-            //   computation_devices: [{ replica_device_ids }] }
-            let mut ids = Vec::new();
-            for &id in &self.device_ids {
-                proto::varint(&mut ids, id as i64 as u64);
-            }
-            let mut computation = Vec::new();
-            proto::bytes_field(&mut computation, 1, &ids); // packed replica_device_ids
+            //   computation_devices: [{ replica_device_ids }] }: one computation (partition)
+            // per entry, each listing its device per replica.
+            let computations: Vec<Vec<i32>> = match self.partitioned {
+                true => self.device_ids.iter().map(|&id| vec![id]).collect(),
+                false => vec![self.device_ids.clone()],
+            };
             let mut assignment = Vec::new();
             proto::varint_field(&mut assignment, 1, replicas);
-            proto::varint_field(&mut assignment, 2, 1);
-            proto::bytes_field(&mut assignment, 3, &computation);
+            proto::varint_field(&mut assignment, 2, partitions);
+            for ids in computations {
+                let mut packed = Vec::new();
+                for id in ids {
+                    proto::varint(&mut packed, id as i64 as u64);
+                }
+                let mut computation = Vec::new();
+                proto::bytes_field(&mut computation, 1, &packed); // packed replica_device_ids
+                proto::bytes_field(&mut assignment, 3, &computation);
+            }
             proto::bytes_field(&mut build, 9, &assignment);
         }
         let mut out = Vec::new();
@@ -326,6 +358,15 @@ impl LoadedExecutable {
         Ok(args.count)
     }
 
+    /// Number of SPMD partitions the program was compiled for.
+    pub fn num_partitions(&self) -> Result<usize> {
+        let view = self.view()?;
+        let mut args = ffi::PJRT_Executable_NumPartitions_Args::new();
+        args.executable = view.raw;
+        pjrt_call!(self.client.api(), PJRT_Executable_NumPartitions, &mut args)?;
+        Ok(args.count)
+    }
+
     /// The executable's name (the module's name).
     pub fn name(&self) -> Result<String> {
         let view = self.view()?;
@@ -540,6 +581,42 @@ mod tests {
         assert_eq!(
             &inner[15..],
             &[(9 << 3) | 2, 10, 8, 2, 16, 1, 26, 4, 10, 2, 0, 3]
+        );
+    }
+
+    #[test]
+    fn compile_options_encode_spmd_partitions() {
+        let o = CompileOptions {
+            device_ids: vec![0, 3],
+            partitioned: true,
+            ..CompileOptions::default()
+        };
+        let p = o.to_proto();
+        let inner = &p[2..];
+        assert_eq!(inner.len(), p[1] as usize);
+        // num_replicas = 1, num_partitions = 2, use_spmd_partitioning = true
+        assert_eq!(&inner[11..17], &[4 << 3, 1, 5 << 3, 2, 6 << 3, 1]);
+        // device_assignment: {1:1, 2:2, 3:{1:[0]}, 3:{1:[3]}}
+        assert_eq!(
+            &inner[17..],
+            &[
+                (9 << 3) | 2,
+                14,
+                8,
+                1,
+                16,
+                2,
+                26,
+                3,
+                10,
+                1,
+                0,
+                26,
+                3,
+                10,
+                1,
+                3
+            ]
         );
     }
 

@@ -496,6 +496,7 @@ pub struct PJRT_Executable_Count_Args {
 }
 args!(PJRT_Executable_Count_Args, count: usize);
 pub type PJRT_Executable_NumReplicas_Args = PJRT_Executable_Count_Args;
+pub type PJRT_Executable_NumPartitions_Args = PJRT_Executable_Count_Args;
 pub type PJRT_Executable_NumOutputs_Args = PJRT_Executable_Count_Args;
 
 #[repr(C)]
@@ -746,7 +747,7 @@ pub struct PJRT_Api {
     pub PJRT_Executable_Destroy: Fn<PJRT_Executable_Destroy_Args>,
     pub PJRT_Executable_Name: Fn<PJRT_Executable_Name_Args>,
     pub PJRT_Executable_NumReplicas: Fn<PJRT_Executable_NumReplicas_Args>,
-    pub PJRT_Executable_NumPartitions: RawFn,
+    pub PJRT_Executable_NumPartitions: Fn<PJRT_Executable_NumPartitions_Args>,
     pub PJRT_Executable_NumOutputs: Fn<PJRT_Executable_NumOutputs_Args>,
     pub PJRT_Executable_SizeOfGeneratedCodeInBytes: RawFn,
     pub PJRT_Executable_GetCostAnalysis: RawFn,
