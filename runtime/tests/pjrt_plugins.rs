@@ -336,6 +336,81 @@ on_both_plugins!(
     }
 );
 
+/// A 2 x 2 mesh (`data` × `model`): `x` split by rows along `data`; `x @ w` with `w` split by
+/// columns along `model` (each device one tile of the result), and with `w` split by rows
+/// along `model` (XLA sums the partial products over `model`). Inputs are cut into tiles
+/// and results put back together by [`Sharding`], its `mhlo.sharding` attributes in the
+/// module.
+on_both_plugins!(a_mesh_lays_out_an_spmd_program, |var: &str, _minor: i32| {
+    use zoo_runtime::device_map::{Mesh, Sharding};
+    let c = super::client(var);
+    let devices = c.addressable_devices().expect("devices");
+    let mesh = Mesh::new(&[("data", 2), ("model", 2)], &[0, 1, 2, 3]).expect("mesh");
+    let s = |dims: &[Option<&str>]| Sharding::new(&mesh, dims).expect("sharding");
+    let (xs, cols, rows) = (
+        s(&[Some("data"), None]),
+        s(&[None, Some("model")]),
+        s(&[Some("model"), None]),
+    );
+    let (ys, zs) = (s(&[Some("data"), Some("model")]), s(&[Some("data"), None]));
+    let program = format!(
+        r#"module @mesh attributes {{mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func public @main(%x: tensor<4x8xf32> {{mhlo.sharding = "{}"}}, %c: tensor<8x6xf32> {{mhlo.sharding = "{}"}}, %r: tensor<8x6xf32> {{mhlo.sharding = "{}"}}) -> (tensor<4x6xf32> {{mhlo.sharding = "{}"}}, tensor<4x6xf32> {{mhlo.sharding = "{}"}}) {{
+    %0 = stablehlo.dot_general %x, %c, contracting_dims = [1] x [0] : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+    %1 = stablehlo.dot_general %x, %r, contracting_dims = [1] x [0] : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+    return %0, %1 : tensor<4x6xf32>, tensor<4x6xf32>
+  }}
+}}
+"#,
+        xs.gspmd(&mesh),
+        cols.gspmd(&mesh),
+        rows.gspmd(&mesh),
+        ys.gspmd(&mesh),
+        zs.gspmd(&mesh)
+    );
+    let order: Vec<_> = mesh.devices().iter().map(|&i| devices[i].clone()).collect();
+    let exe = c
+        .compile(
+            &program,
+            &CompileOptions::partitioned(&order).expect("options"),
+        )
+        .expect("compile");
+    let x: Vec<f32> = (0..32).map(|k| (k % 5) as f32 - 2.0).collect();
+    let w: Vec<f32> = (0..48).map(|k| (k % 7) as f32 - 3.0).collect();
+    let mut want = vec![0f32; 24];
+    for i in 0..4 {
+        for j in 0..6 {
+            want[i * 6 + j] = (0..8).map(|k| x[i * 8 + k] * w[k * 6 + j]).sum();
+        }
+    }
+    let (xt, ct, rt) = (
+        xs.split(&mesh, &x, &[4, 8]).expect("x"),
+        cols.split(&mesh, &w, &[8, 6]).expect("c"),
+        rows.split(&mesh, &w, &[8, 6]).expect("r"),
+    );
+    let mut inputs = Vec::new();
+    for (i, d) in order.iter().enumerate() {
+        inputs.push([
+            c.buffer_from_slice(&xt[i], &[2, 8], d).expect("x"),
+            c.buffer_from_slice(&ct[i], &[8, 3], d).expect("c"),
+            c.buffer_from_slice(&rt[i], &[4, 6], d).expect("r"),
+        ]);
+    }
+    let lists: Vec<Vec<&zoo_runtime::pjrt::Buffer>> =
+        inputs.iter().map(|l| l.iter().collect()).collect();
+    let lists: Vec<&[&zoo_runtime::pjrt::Buffer]> = lists.iter().map(|l| l.as_slice()).collect();
+    let outs = exe
+        .execute(&lists, &ExecuteOptions::new())
+        .expect("execute");
+    let tiles = |k: usize| -> Vec<Vec<f32>> {
+        outs.iter()
+            .map(|o| o[k].to_vec::<f32>().expect("tile"))
+            .collect()
+    };
+    assert_eq!(ys.assemble(&mesh, &tiles(0), &[4, 6]).expect("y"), want);
+    assert_eq!(zs.assemble(&mesh, &tiles(1), &[4, 6]).expect("z"), want);
+});
+
 const DONATE: &str = r#"func.func @main(%x: tensor<4xf32> {tf.aliasing_output = 0 : i32}) -> tensor<4xf32> {
   %one = stablehlo.constant dense<1.0> : tensor<4xf32>
   %0 = stablehlo.add %x, %one : tensor<4xf32>

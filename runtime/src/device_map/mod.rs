@@ -4,6 +4,7 @@
 
 mod budgets;
 mod memory;
+mod mesh;
 mod plan;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 pub use budgets::{accelerator, host_available, pjrt_budgets, platform_name, Accelerator};
 pub use memory::{human, parse_max_memory, parse_size, MaxMemory};
+pub use mesh::{Mesh, Sharding};
 pub use plan::{
     plan, units_from_inventory, CacheLayout, DeviceBudget, ModelShape, Plan, PlanRequest, Stage,
     Unit, UnitRules, Workload,
@@ -35,6 +37,8 @@ pub enum DeviceMapError {
     DoesNotFit { shortfall: String },
     #[error("invalid plan: {reason}")]
     Invalid { reason: String },
+    #[error("{reason}")]
+    BadSharding { reason: String },
 }
 
 /// Where a module is placed: an accelerator by index, host memory, or disk.
