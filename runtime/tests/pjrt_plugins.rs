@@ -336,11 +336,10 @@ on_both_plugins!(
     }
 );
 
-/// A 2 x 2 mesh (`data` × `model`): `x` split by rows along `data`; `x @ w` with `w` split by
-/// columns along `model` (each device one tile of the result), and with `w` split by rows
-/// along `model` (XLA sums the partial products over `model`). Inputs are cut into tiles
-/// and results put back together by [`Sharding`], its `mhlo.sharding` attributes in the
-/// module.
+// A 2 x 2 mesh (`data` × `model`): `x` split by rows along `data`; `x @ w` with `w` split by
+// columns along `model` (each device one tile of the result), and with `w` split by rows
+// along `model` (XLA sums the partial products over `model`). Inputs are cut into tiles and
+// results put back together by `Sharding`, its `mhlo.sharding` attributes in the module.
 on_both_plugins!(a_mesh_lays_out_an_spmd_program, |var: &str, _minor: i32| {
     use zoo_runtime::device_map::{Mesh, Sharding};
     let c = super::client(var);
