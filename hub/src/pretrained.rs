@@ -196,6 +196,12 @@ impl Pretrained {
             .get_optional(&self.rel("preprocessor_config.json"))
     }
 
+    /// `processor_config.json` (a processor's settings; since transformers 5 it holds the
+    /// image processor's under `"image_processor"`), when the model has one.
+    pub fn processor_config_path(&self) -> Result<Option<PathBuf>> {
+        self.files.get_optional(&self.rel("processor_config.json"))
+    }
+
     /// `model_index.json` of a diffusers pipeline, when this is one.
     pub fn model_index(&self) -> Result<Option<ModelIndex>> {
         match self.files.get_optional(&self.rel("model_index.json"))? {

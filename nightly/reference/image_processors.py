@@ -1,7 +1,8 @@
 """Writes transformers/tests/data/image_processors/: small images in the formats and modes
 zoo reads (PNG RGB / RGBA / grayscale / grayscale+alpha / palette with transparency, JPEG
 color 4:2:0 and 4:4:4, JPEG grayscale), processor configs (CLIP's and ViT's defaults, and
-variants: other filters, upscaling, a crop larger than the image, no rescale), and
+variants: other filters, upscaling, a crop larger than the image, no rescale; a folder a
+CLIPProcessor saved, its image processor nested in processor_config.json), and
 expected.safetensors: the pixel values transformers' PIL backend gives each image under
 each processor (`AutoImageProcessor.from_pretrained(dir, backend="pil")`, images read with
 `transformers.image_utils.load_image`).
@@ -49,6 +50,27 @@ PROCESSORS = {
 }
 
 
+# Folders saved by transformers itself: a CLIPProcessor's save_pretrained writes the image
+# processor nested in processor_config.json (transformers 5), beside a stale
+# preprocessor_config.json of other settings that transformers reads second.
+SAVED = {
+    "clip-saved-nested": {"size": {"shortest_edge": 26}, "crop_size": {"height": 22, "width": 30}, "resample": 2},
+}
+STALE = {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 64},
+         "crop_size": {"height": 64, "width": 64}}
+TOKENIZER = os.path.join(os.path.dirname(__file__), "../fixtures/clip-model-f32")
+
+
+def save_processor(folder: str, settings: dict) -> None:
+    from transformers import CLIPImageProcessor, CLIPProcessor, CLIPTokenizer
+
+    processor = CLIPProcessor(image_processor=CLIPImageProcessor(**settings),
+                              tokenizer=CLIPTokenizer.from_pretrained(TOKENIZER))
+    processor.save_pretrained(folder)
+    with open(os.path.join(folder, "preprocessor_config.json"), "w") as f:
+        json.dump(STALE, f, indent=1)
+
+
 def picture(h: int, w: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:h, 0:w]
@@ -88,11 +110,14 @@ def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     images = write_images()
     expected = {}
-    for name, config in PROCESSORS.items():
+    for name, config in [*PROCESSORS.items(), *SAVED.items()]:
         folder = os.path.join(OUT, "processors", name)
         os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "preprocessor_config.json"), "w") as f:
-            json.dump(config, f, indent=1)
+        if name in SAVED:
+            save_processor(folder, config)
+        else:
+            with open(os.path.join(folder, "preprocessor_config.json"), "w") as f:
+                json.dump(config, f, indent=1)
         processor = AutoImageProcessor.from_pretrained(folder, backend="pil")
         # CLIP's real 224x224 output is 600 KB an image: two images cover it.
         for image in images if name != "clip-default" else ["rgb.png", "color420.jpg"]:
@@ -101,7 +126,7 @@ def main() -> None:
     save_file(expected, os.path.join(OUT, "expected.safetensors"))
     versions = {p: importlib.metadata.version(p) for p in ("transformers", "pillow", "numpy")}
     with open(os.path.join(OUT, "versions.json"), "w") as f:
-        json.dump({"images": images, "processors": list(PROCESSORS), **versions}, f, indent=1)
+        json.dump({"images": images, "processors": [*PROCESSORS, *SAVED], **versions}, f, indent=1)
     print(f"wrote {len(expected)} pixel-value arrays to {OUT}")
 
 

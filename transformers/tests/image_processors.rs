@@ -1,10 +1,13 @@
 //! zoo's image processors against transformers' PIL backend: every image of
 //! `tests/data/image_processors` (PNG RGB, RGBA, grayscale, grayscale+alpha, palette with
-//! transparency; JPEG 4:2:0, 4:4:4 and grayscale) under every processor config there, pixel
-//! values within 1e-5 of those `nightly/reference/image_processors.py` recorded.
+//! transparency; JPEG 4:2:0, 4:4:4 and grayscale) under every processor config there (one
+//! saved by transformers 5's CLIPProcessor, nested in processor_config.json beside a stale
+//! preprocessor_config.json), pixel values within 1e-5 of those
+//! `nightly/reference/image_processors.py` recorded.
 
 use std::path::{Path, PathBuf};
 
+use zoo_hub::Pretrained;
 use zoo_transformers::image_processing::{ImageError, ImageProcessor, RgbImage};
 
 fn data() -> PathBuf {
@@ -22,13 +25,11 @@ fn pixel_values_match_transformers_pil_backend() {
     let mut failures = Vec::new();
     for name in &names {
         let (proc_name, image_name) = name.split_once('/').unwrap();
-        let processor = ImageProcessor::from_file(
-            &data()
-                .join("processors")
-                .join(proc_name)
-                .join("preprocessor_config.json"),
-        )
-        .unwrap();
+        // Each folder as a model folder, found as transformers finds it (a processor saved
+        // by transformers 5 nests its settings in processor_config.json).
+        let folder = data().join("processors").join(proc_name);
+        let model = Pretrained::open(folder.to_str().unwrap()).unwrap();
+        let processor = ImageProcessor::from_pretrained(&model).unwrap();
         let image = RgbImage::open(&data().join(image_name)).unwrap();
         let (got, h, w) = processor.process(&image).unwrap();
         let want = expected.tensor(name).unwrap();

@@ -175,32 +175,43 @@ fn class_defaults(class: &str) -> Option<ImageProcessor> {
     }
 }
 
+/// The parsed JSON file at `path`.
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read(path).map_err(|e| Error::Config {
+        path: path.to_path_buf(),
+        reason: format!("cannot read: {e}"),
+    })?;
+    serde_json::from_slice(&text).map_err(|e| Error::Config {
+        path: path.to_path_buf(),
+        reason: format!("not valid JSON: {e}"),
+    })
+}
+
 /// The processor classes zoo reads.
 pub const SUPPORTED_PROCESSORS: &[&str] = &["CLIPImageProcessor", "ViTImageProcessor"];
 
 impl ImageProcessor {
-    /// The processor of a model: its `preprocessor_config.json`.
+    /// The processor of a model, found as transformers 5 finds it: the image processor
+    /// nested under `"image_processor"` in `processor_config.json` (what a processor saved
+    /// by transformers 5 writes), else `preprocessor_config.json`.
     pub fn from_pretrained(model: &Pretrained) -> Result<ImageProcessor> {
+        if let Some(p) = model.processor_config_path()? {
+            if let Some(nested) = read_json(&p)?.get("image_processor") {
+                return ImageProcessor::from_value(nested, &p);
+            }
+        }
         match model.preprocessor_config_path()? {
             Some(p) => ImageProcessor::from_file(&p),
             None => Err(Error::Config {
                 path: model.files().source().to_string().into(),
-                reason: "no preprocessor_config.json: zoo needs the image processor's settings to turn an image into pixel values".into(),
+                reason: "no preprocessor_config.json, and no processor_config.json holding an image_processor: zoo needs the image processor's settings to turn an image into pixel values".into(),
             }),
         }
     }
 
     /// Reads `preprocessor_config.json`.
     pub fn from_file(path: &Path) -> Result<ImageProcessor> {
-        let text = std::fs::read(path).map_err(|e| Error::Config {
-            path: path.to_path_buf(),
-            reason: format!("cannot read: {e}"),
-        })?;
-        let value: Value = serde_json::from_slice(&text).map_err(|e| Error::Config {
-            path: path.to_path_buf(),
-            reason: format!("not valid JSON: {e}"),
-        })?;
-        ImageProcessor::from_value(&value, path)
+        ImageProcessor::from_value(&read_json(path)?, path)
     }
 
     /// Reads the settings from the parsed file at `path`.
