@@ -17,7 +17,7 @@ use zoo_diffusers::{
 };
 use zoo_runtime::{DType, Device, Tensor};
 
-const SD3_CASES: &[&str] = &["sd3", "sd35"];
+const SD3_CASES: &[&str] = &["sd3", "sd35", "sd3-crop"];
 const FLUX_CASES: &[&str] = &["flux", "flux-dev"];
 
 fn tol(case: &Case, what: &str) -> f64 {

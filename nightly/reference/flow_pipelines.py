@@ -17,7 +17,10 @@ Cases:
              CLIPTextModel (pooled output only), T5EncoderModel, 4-channel AutoencoderKL,
              FlowMatchEulerDiscreteScheduler with dynamic shifting (mu from the image sequence
              length); true CFG (true_cfg_scale 4.0, negative prompt);
-  `flux-dev` as flux with guidance_embeds (guidance_scale 3.5), no negative prompt, 4 steps.
+  `flux-dev` as flux with guidance_embeds (guidance_scale 3.5), no negative prompt, 4 steps;
+  `sd3-crop` as sd3 with CLIP encoders of hidden 16 and 24, together wider than
+             joint_attention_dim 32 (as diffusers' own tiny SD3 test pipeline): the pipeline
+             crops their 40 channels to 32 (F.pad with a negative width).
 
 Every weight is random and then perturbed (pipelines.perturbed: norm weights and biases, and
 layers that diffusers initialises to zero, included); so is every floating buffer that the
@@ -31,7 +34,7 @@ configs use its ids (vocab_size = len(tokenizer) = 129 with the 4 sentinels, pad
 max_sequence_length is 16 for T5. Height = width = 32 px.
 
 expected.safetensors holds, per case (float32):
-  SD3 cases (sd3, sd35):
+  SD3 cases (sd3, sd35, sd3-crop):
     transformer.hidden_states [2, 16, 16, 16], transformer.timestep [2] (37.0, 912.5: the
     0..1000 scale SD3 passes), transformer.encoder_hidden_states [2, 32, 32] (16 CLIP + 16 T5
     positions, joint_attention_dim 32), transformer.pooled_projections [2, 24] -> transformer.out
@@ -62,7 +65,7 @@ expected.safetensors holds, per case (float32):
 No pipeline here draws noise (latents are given, FlowMatch Euler is deterministic): diffusers'
 `randn_tensor` is replaced by a recorder while they run, and the script asserts it is not called.
 
-Run: .venv/bin/python nightly/reference/flow_pipelines.py
+Run: .venv/bin/python nightly/reference/flow_pipelines.py [CASE...]
 """
 
 from __future__ import annotations
@@ -166,6 +169,16 @@ def sd35():
     return StableDiffusion3Pipeline(**sd3_components(1100, sd35=True))
 
 
+def sd3_crop():
+    # As diffusers' own tiny SD3 (tests/pipelines/stable_diffusion_3): CLIP encoders 16 + 24 =
+    # 40 wide together, past joint_attention_dim 32; the pipeline's F.pad with a negative
+    # width crops their hidden states to it.
+    c = sd3_components(1400, sd35=False)
+    c["text_encoder"] = build(1420, lambda: CLIPTextModelWithProjection(text_config(16, "quick_gelu", 12)))
+    c["text_encoder_2"] = build(1430, lambda: CLIPTextModelWithProjection(text_config(24, "gelu", 12)))
+    return StableDiffusion3Pipeline(**c)
+
+
 def flux_components(seed: int, guidance: bool) -> dict:
     return {
         "transformer": with_buffers(build(seed, lambda: FluxTransformer2DModel(
@@ -204,6 +217,8 @@ CASES = {
              {"negative_prompt": NEGATIVE, "true_cfg_scale": 4.0, "max_sequence_length": MAX_SEQUENCE_LENGTH}),
     "flux-dev": (flux_dev, FluxPipeline, 4,
                  {"guidance_scale": 3.5, "true_cfg_scale": 1.0, "max_sequence_length": MAX_SEQUENCE_LENGTH}),
+    "sd3-crop": (sd3_crop, StableDiffusion3Pipeline, STEPS,
+                 {"negative_prompt": NEGATIVE, "guidance_scale": 5.0, "max_sequence_length": MAX_SEQUENCE_LENGTH}),
 }
 
 
@@ -350,9 +365,9 @@ def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict) -> d
                 PROMPT, None, None, device=cpu, num_images_per_prompt=1, do_classifier_free_guidance=True,
                 negative_prompt=negative, max_sequence_length=MAX_SEQUENCE_LENGTH)
             lengths = {"tokenizer": clip_len, "tokenizer_2": clip_len, "tokenizer_3": MAX_SEQUENCE_LENGTH}
-            # CLIP channels (8 + 16) are zero-padded up to T5's 32.
+            # CLIP channels (8 + 16) are zero-padded up to T5's 32; sd3-crop's 16 + 24 cropped.
             clip_dim = pipe.text_encoder.config.hidden_size + pipe.text_encoder_2.config.hidden_size
-            assert clip_dim < tr.config.joint_attention_dim
+            assert (clip_dim < tr.config.joint_attention_dim) == (name != "sd3-crop")
             assert not t["prompt_embeds"][:, :clip_len, clip_dim:].any()
         info["token_ids"] = {
             name_: {"class": type(getattr(pipe, name_)).__name__, "max_length": n,
@@ -539,10 +554,18 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()
     diffusers.utils.logging.disable_progress_bar()
     OUT.mkdir(parents=True, exist_ok=True)
-    total = 0
+    # Case names as arguments write those cases only (the others' files are left alone).
+    only = set(sys.argv[1:])
+    unknown = only - set(CASES)
+    if unknown:
+        raise SystemExit(f"no such case: {', '.join(sorted(unknown))} (cases: {', '.join(CASES)})")
+    total, written = 0, 0
     for i, (name, (builder, cls, steps_n, call)) in enumerate(CASES.items()):
+        if only and name not in only:
+            continue
         total += run_case(i, name, builder, cls, steps_n, call)["bytes"]
-    print(f"wrote {len(CASES)} cases to {OUT} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
+        written += 1
+    print(f"wrote {written} cases to {OUT} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
 
 
 if __name__ == "__main__":

@@ -155,17 +155,15 @@ impl StableDiffusion3Pipeline {
             hidden.push(out.hidden_states[n - 2].to_device(&device)?);
             pooled.push(embeds.to_device(&device)?);
         }
+        // Zero-padded to `joint_attention_dim`, or cropped to it when the encoders are wider
+        // together: diffusers pads with `F.pad`, which crops for a negative width.
         let clip = Tensor::cat(&[&hidden[0], &hidden[1]], -1)?;
         let width = clip.shape()[2];
-        if width > joint {
-            return Err(Error::Config {
-                path: self.transformer.config().path.clone(),
-                reason: format!(
-                    "the CLIP encoders' hidden states are {width} wide together, wider than `joint_attention_dim` = {joint}"
-                ),
-            });
-        }
-        let clip = clip.pad(2, 0, joint - width, 0.0)?.to_dtype(self.dtype)?;
+        let clip = match width <= joint {
+            true => clip.pad(2, 0, joint - width, 0.0)?,
+            false => clip.narrow(2, 0, joint)?,
+        };
+        let clip = clip.to_dtype(self.dtype)?;
         let t5 = match &self.text_encoder_3 {
             Some(enc) => enc
                 .encode_len(texts, t5_len, false)?
