@@ -713,6 +713,31 @@ impl<'m> Engine<'m> {
         Ok(())
     }
 
+    /// The device sampler of a joining cohort that is `lone` (it fills every row of an
+    /// idle engine) on a compiled device and needs no host processor; `None` otherwise (the
+    /// picks are on the host).
+    fn device_sampler(
+        &self,
+        lone: bool,
+        cohort: &Cohort,
+        contexts: &[Vec<u32>],
+    ) -> Result<Option<Ahead>> {
+        if !(self.compiled && lone) || cohort.opts.needs_host_processors() {
+            return Ok(None);
+        }
+        let sampler = DeviceSampler::new(
+            &cohort.opts,
+            contexts,
+            &cohort.eos,
+            self.vocab,
+            &self.logits_device(),
+        )?;
+        Ok(Some(Ahead {
+            sampler,
+            queued: None,
+        }))
+    }
+
     /// The device the model's logits come out on.
     fn logits_device(&self) -> Device {
         match &self.driven {
@@ -929,22 +954,9 @@ impl<'m> Engine<'m> {
             };
             let lone = running.is_empty() && w.members.len() == self.rows.len();
             let index = self.cohorts.len();
-            if self.compiled && lone && !w.cohort.opts.needs_host_processors() {
-                let contexts: Vec<Vec<u32>> = w.members.iter().map(|m| m.context.clone()).collect();
-                self.device = Some(Ahead {
-                    sampler: DeviceSampler::new(
-                        &w.cohort.opts,
-                        &contexts,
-                        &w.cohort.eos,
-                        self.vocab,
-                        &self.logits_device(),
-                    )?,
-                    queued: None,
-                });
-            } else {
-                // Another cohort joins: the picks move to the host.
-                self.device = None;
-            }
+            // A lone cohort samples on the device; beside another, the picks are on the host.
+            let contexts: Vec<Vec<u32>> = w.members.iter().map(|m| m.context.clone()).collect();
+            self.device = self.device_sampler(lone, &w.cohort, &contexts)?;
             for (m, b) in w.members.into_iter().zip(free) {
                 let Some(cache) = self.cache.as_mut() else {
                     return Err(Error::Internal("an engine without its cache".into()));
@@ -1037,19 +1049,7 @@ impl<'m> Engine<'m> {
             let lone = self.rows.iter().all(Option::is_none)
                 && self.preempted.is_empty()
                 && w.members.len() == self.rows.len();
-            self.device = None;
-            if self.compiled && lone && !w.cohort.opts.needs_host_processors() {
-                self.device = Some(Ahead {
-                    sampler: DeviceSampler::new(
-                        &w.cohort.opts,
-                        &contexts,
-                        &w.cohort.eos,
-                        self.vocab,
-                        &self.logits_device(),
-                    )?,
-                    queued: None,
-                });
-            }
+            self.device = self.device_sampler(lone, &w.cohort, &contexts)?;
             let index = self.cohorts.len();
             for ((m, b), (table, hashes, reused)) in w.members.into_iter().zip(free).zip(taken) {
                 self.count_hit(reused);
