@@ -1526,7 +1526,7 @@ impl<'m> Engine<'m> {
                 }
                 None => pos.push(0),
             }
-            mask.push(vec![live || !paged]);
+            mask.push(vec![live]);
         }
         let Some(cache) = self.cache.as_mut() else {
             return Err(Error::Internal("an engine without its cache".into()));

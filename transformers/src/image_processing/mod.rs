@@ -175,18 +175,6 @@ fn class_defaults(class: &str) -> Option<ImageProcessor> {
     }
 }
 
-/// The parsed JSON file at `path`.
-fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read(path).map_err(|e| Error::Config {
-        path: path.to_path_buf(),
-        reason: format!("cannot read: {e}"),
-    })?;
-    serde_json::from_slice(&text).map_err(|e| Error::Config {
-        path: path.to_path_buf(),
-        reason: format!("not valid JSON: {e}"),
-    })
-}
-
 /// The processor classes zoo reads.
 pub const SUPPORTED_PROCESSORS: &[&str] = &["CLIPImageProcessor", "ViTImageProcessor"];
 
@@ -196,7 +184,7 @@ impl ImageProcessor {
     /// by transformers 5 writes), else `preprocessor_config.json`.
     pub fn from_pretrained(model: &Pretrained) -> Result<ImageProcessor> {
         if let Some(p) = model.processor_config_path()? {
-            if let Some(nested) = read_json(&p)?.get("image_processor") {
+            if let Some(nested) = zoo_hub::config::read_json::<Value>(&p)?.get("image_processor") {
                 return ImageProcessor::from_value(nested, &p);
             }
         }
@@ -211,7 +199,7 @@ impl ImageProcessor {
 
     /// Reads `preprocessor_config.json`.
     pub fn from_file(path: &Path) -> Result<ImageProcessor> {
-        ImageProcessor::from_value(&read_json(path)?, path)
+        ImageProcessor::from_value(&zoo_hub::config::read_json::<Value>(path)?, path)
     }
 
     /// Reads the settings from the parsed file at `path`.
