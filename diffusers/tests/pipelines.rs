@@ -276,19 +276,11 @@ fn pipelines_match_diffusers_on_the_xla_cpu_plugin() {
         .expect("ZOO_PJRT_CPU_PLUGIN is not set: run the tests through scripts/run-tests.sh, which downloads the PJRT CPU plugins");
     lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4)).unwrap();
     lazy::set_matmul_precision(lazy::Precision::Highest);
-    let device = Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal: 0,
-    });
+    let device = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
     run_all(&device);
     // The UNet split over the plugin's 4 devices in balanced stages gives the same images.
     let devices: Vec<Device> = (0..4)
-        .map(|ordinal| {
-            Device::Pjrt(PjrtDevice {
-                platform: PjrtPlatform::Cpu,
-                ordinal,
-            })
-        })
+        .map(|ordinal| Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, ordinal)))
         .collect();
     for name in ["sd15", "sdxl"] {
         let case = Case::open(name);

@@ -194,10 +194,7 @@ fn schedulers_match_diffusers_on_the_xla_cpu_plugin() {
     lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4)).unwrap();
     let cache = tempfile::tempdir().unwrap();
     lazy::set_cache_dir(Some(cache.path().to_path_buf()));
-    let device = Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal: 0,
-    });
+    let device = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
     let before = lazy::stats().compiles;
     for dir in cases() {
         run_case(&dir, &device);

@@ -20,10 +20,7 @@ fn attention_block(x: &Tensor, w: &Tensor) -> zoo_runtime::Result<Tensor> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let dev = Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal: 0,
-    });
+    let dev = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
     let w: Vec<f32> = (0..64)
         .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
         .collect();
@@ -87,10 +84,7 @@ fn main() -> anyhow::Result<()> {
 
     // Tensors move between the plugin's devices (ZOO_PJRT_CPU_DEVICES, default 4).
     let n = lazy::device_count(PjrtPlatform::Cpu)?;
-    let on_last = Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal: n - 1,
-    });
+    let on_last = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, n - 1));
     let t = Tensor::arange(0.0, 6.0, 1.0, DType::F32, &dev)?.to_device(&on_last)?;
     println!(
         "on {}: {:?}",

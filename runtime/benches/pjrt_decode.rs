@@ -179,10 +179,7 @@ fn nanos_ms(n: u64) -> f64 {
 /// The child process: same graph, same cache folder; prints what the first step cost.
 fn child(dir: PathBuf) -> Res<()> {
     lazy::set_cache_dir(Some(dir));
-    let dev = Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal: 0,
-    });
+    let dev = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
     let model = Model::new(&dev)?;
     let mut kv = caches(&dev)?;
     let tok = Tensor::from_slice(&[1i64], &[1], &dev)?;
@@ -211,10 +208,7 @@ fn main() -> Res<()> {
     }
     let cache = tempfile::tempdir()?;
     lazy::set_cache_dir(Some(cache.path().to_path_buf()));
-    let dev = Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal: 0,
-    });
+    let dev = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
     println!("plugin: {}", lazy::plugin_identity(PjrtPlatform::Cpu)?);
     let t = Instant::now();
     let model = Model::new(&dev)?;

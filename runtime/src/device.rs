@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::device_map::Mesh;
 use crate::{Error, Result};
 
 /// A device a [`crate::Tensor`] lives on. Its variant picks the backend at run time:
@@ -19,11 +20,73 @@ pub enum Device {
     Pjrt(PjrtDevice),
 }
 
-/// A device of a PJRT plugin: which plugin, and which of its devices.
+/// A device of a PJRT plugin: which plugin, and which of its devices; or a mesh of its
+/// devices, over which one SPMD program runs (tensor parallelism).
+///
+/// A tensor on a mesh is laid out by its sharding: each device holds one tile (or the whole
+/// tensor, replicated). Ops between tensors of one mesh are recorded as on one device, and
+/// XLA's SPMD partitioner inserts the collectives the layouts need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PjrtDevice {
     pub platform: PjrtPlatform,
+    /// The device's ordinal; on a mesh, its first device's.
     pub ordinal: usize,
+    /// The mesh this device stands for, if it is one ([`PjrtDevice::on_mesh`]).
+    pub mesh: Option<MeshId>,
+}
+
+/// A mesh of PJRT devices as a device value: meshes are registered once per process
+/// ([`PjrtDevice::on_mesh`]), so a device stays a small `Copy` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MeshId(u32);
+
+static MESHES: std::sync::Mutex<Vec<std::sync::Arc<Mesh>>> = std::sync::Mutex::new(Vec::new());
+
+impl PjrtDevice {
+    /// Device `ordinal` of `platform`'s plugin.
+    pub const fn new(platform: PjrtPlatform, ordinal: usize) -> PjrtDevice {
+        PjrtDevice {
+            platform,
+            ordinal,
+            mesh: None,
+        }
+    }
+
+    /// The mesh `mesh` of `platform`'s devices as one device: programs on it are partitioned
+    /// over its devices. The same mesh gives the same device.
+    pub fn on_mesh(platform: PjrtPlatform, mesh: &Mesh) -> PjrtDevice {
+        let mut meshes = MESHES.lock().unwrap_or_else(|p| p.into_inner());
+        let id = match meshes.iter().position(|m| **m == *mesh) {
+            Some(i) => i,
+            None => {
+                meshes.push(std::sync::Arc::new(mesh.clone()));
+                meshes.len() - 1
+            }
+        };
+        PjrtDevice {
+            platform,
+            ordinal: mesh.devices()[0],
+            mesh: Some(MeshId(id as u32)),
+        }
+    }
+
+    /// The mesh this device stands for (`None` for a single device).
+    pub fn mesh(&self) -> Option<std::sync::Arc<Mesh>> {
+        let id = self.mesh?.0 as usize;
+        MESHES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// The plugin's device ordinals this device spans: its own, or its mesh's in order.
+    pub fn ordinals(&self) -> Vec<usize> {
+        match self.mesh() {
+            Some(m) => m.devices().to_vec(),
+            None => vec![self.ordinal],
+        }
+    }
 }
 
 /// The PJRT plugins zoo knows how to load.
@@ -54,7 +117,14 @@ impl fmt::Display for PjrtDevice {
             PjrtPlatform::Cuda => "cuda",
             PjrtPlatform::Tpu => "tpu",
         };
-        write!(f, "pjrt:{p}:{}", self.ordinal)
+        match self.mesh() {
+            Some(m) => {
+                let axes: Vec<String> = m.axes().map(|(n, s)| format!("{n}={s}")).collect();
+                let ids: Vec<String> = m.devices().iter().map(ToString::to_string).collect();
+                write!(f, "pjrt:{p}:{}[{}]", ids.join(","), axes.join(","))
+            }
+            None => write!(f, "pjrt:{p}:{}", self.ordinal),
+        }
     }
 }
 

@@ -23,7 +23,7 @@ mod tensor;
 pub mod device_map;
 pub mod pjrt;
 
-pub use device::{Device, PjrtDevice, PjrtPlatform};
+pub use device::{Device, MeshId, PjrtDevice, PjrtPlatform};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use lazy::{set_matmul_precision, Precision};

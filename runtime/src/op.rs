@@ -147,6 +147,9 @@ pub(crate) enum Op {
     UpsampleNearest2d { h: usize, w: usize },
     /// `[x]`: a copy laid out densely.
     Contiguous,
+    /// `[x]`: `x`, laid out over its mesh device by the interned sharding (`lazy::shard`);
+    /// recorded only on mesh devices.
+    Shard(u32),
     /// Inputs as the composite documents: one node, expanded into the primitives above.
     Composite(Composite),
 }
@@ -181,6 +184,7 @@ impl Op {
             Op::ConvTranspose2d(_) => "conv_transpose2d",
             Op::UpsampleNearest2d { .. } => "upsample_nearest2d",
             Op::Contiguous => "contiguous",
+            Op::Shard(_) => "shard",
             Op::Composite(c) => c.name(),
         }
     }

@@ -9,3 +9,8 @@ mod common;
 const VAR: &str = "ZOO_PJRT_CPU_PLUGIN_SKEW";
 
 conformance_groups!(VAR);
+
+#[test]
+fn tensors_on_a_mesh_compute_what_one_device_does() {
+    common::mesh_checks(VAR);
+}

@@ -444,13 +444,7 @@ fn compile_errors_show_the_offending_line() {
     let _g = serial();
     common::setup(VAR);
     let text = "module {\n  func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>) {\n    %1 = \"stablehlo.add\"(%arg0, %arg0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n    %2 = \"stablehlo.frobnicate\"(%1) : (tensor<4xf32>) -> tensor<4xf32>\n    \"func.return\"(%2) : (tensor<4xf32>) -> ()\n  }\n}\n";
-    match lazy::compile_stablehlo(
-        zoo_runtime::PjrtDevice {
-            platform: PjrtPlatform::Cpu,
-            ordinal: 0,
-        },
-        text,
-    ) {
+    match lazy::compile_stablehlo(zoo_runtime::PjrtDevice::new(PjrtPlatform::Cpu, 0), text) {
         Err(
             e @ Error::Pjrt {
                 source: PjrtError::Compile { line: Some(_), .. },
@@ -841,4 +835,10 @@ fn threads_sharing_a_device_never_read_a_donated_buffer() {
     for h in handles {
         h.join().expect("a thread failed");
     }
+}
+
+#[test]
+fn tensors_on_a_mesh_compute_what_one_device_does() {
+    let _g = serial();
+    common::mesh_checks(VAR);
 }

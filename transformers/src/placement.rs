@@ -255,12 +255,7 @@ fn spread(
     facts: &ModelFacts<'_>,
     note: Option<String>,
 ) -> Result<Resolved> {
-    let device = |i: usize| {
-        Device::Pjrt(PjrtDevice {
-            platform,
-            ordinal: i,
-        })
-    };
+    let device = |i: usize| Device::Pjrt(PjrtDevice::new(platform, i));
     if let [only] = ordinals {
         // Still check that the device exists.
         pjrt_budgets(platform, ordinals, facts.max_memory).map_err(Error::from)?;
@@ -341,10 +336,7 @@ fn explicit(m: &ExplicitMap) -> Result<Resolved> {
     };
     let placement = placement_of(m, |i| {
         if i < count {
-            Ok(Device::Pjrt(PjrtDevice {
-                platform,
-                ordinal: i,
-            }))
+            Ok(Device::Pjrt(PjrtDevice::new(platform, i)))
         } else {
             Err(Error::DeviceUnavailable {
                 map: "explicit".into(),

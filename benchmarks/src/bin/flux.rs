@@ -173,10 +173,7 @@ fn torch(dir: &Path, dtype: DType, a: &Args) -> Result<f64, String> {
 
 /// The XLA CPU plugin's device `ordinal`.
 fn xla(ordinal: usize) -> Device {
-    Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal,
-    })
+    Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, ordinal))
 }
 
 fn run() -> Result<ExitCode, String> {

@@ -153,10 +153,7 @@ fn run() -> Result<ExitCode, String> {
                 lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(1))
                     .map_err(|e| e.to_string())?;
             }
-            let d = Device::Pjrt(PjrtDevice {
-                platform: PjrtPlatform::Cpu,
-                ordinal: 0,
-            });
+            let d = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
             let (s, bytes) = zoo_step(&dir, d, a.runs)?;
             xla = Some(xla.map_or(s, |x: f64| x.min(s)));
             if round == 0 {

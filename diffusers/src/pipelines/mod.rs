@@ -175,7 +175,7 @@ pub fn devices_of(map: &DeviceMap) -> Result<Vec<Device>> {
         }
         Ok(ordinals
             .into_iter()
-            .map(|ordinal| Device::Pjrt(PjrtDevice { platform, ordinal }))
+            .map(|ordinal| Device::Pjrt(PjrtDevice::new(platform, ordinal)))
             .collect())
     };
     match map {

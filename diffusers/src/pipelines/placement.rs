@@ -206,7 +206,7 @@ pub fn plan_devices(
     };
     let plan = plan(&request).map_err(zoo_runtime::Error::from)?;
     let device = |p: Placement| match p {
-        Placement::Device(ordinal) => Ok(Device::Pjrt(PjrtDevice { platform, ordinal })),
+        Placement::Device(ordinal) => Ok(Device::Pjrt(PjrtDevice::new(platform, ordinal))),
         other => Err(Error::Unsupported(format!(
             "the plan puts a pipeline unit on {other:?}; pipelines run on {platform:?} devices only"
         ))),

@@ -80,10 +80,7 @@ pub fn xla_cpu(ordinal: usize) -> Device {
         .expect("ZOO_PJRT_CPU_PLUGIN is not set: run the tests through scripts/run-tests.sh, which downloads the PJRT CPU plugins");
     zoo_runtime::lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4)).unwrap();
     zoo_runtime::lazy::set_matmul_precision(zoo_runtime::lazy::Precision::Highest);
-    Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal,
-    })
+    Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, ordinal))
 }
 
 /// A copy of fixture `name` in a temporary folder, with `edit` applied to it.

@@ -215,10 +215,7 @@ pub(super) fn errors(c: &mut Ctx) {
     }
     // Devices: a PJRT device that cannot serve (no plugin here, or no device 99 there) is a
     // typed error naming the device; CUDA without the feature says how to enable it.
-    let absent = Device::Pjrt(crate::PjrtDevice {
-        platform: crate::PjrtPlatform::Tpu,
-        ordinal: 99,
-    });
+    let absent = Device::Pjrt(crate::PjrtDevice::new(crate::PjrtPlatform::Tpu, 99));
     let names_device = |e: &Error| {
         matches!(e, Error::Pjrt { .. } | Error::PjrtUnavailable { .. })
             && e.to_string().contains("pjrt:tpu:99")

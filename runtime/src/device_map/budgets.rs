@@ -20,19 +20,13 @@ pub fn pjrt_budgets(
     let backend = crate::lazy::plugins::backend(platform).map_err(|e| {
         crate::lazy::plugins::pjrt_err(
             "memory_stats",
-            PjrtDevice {
-                platform,
-                ordinal: ordinals.first().copied().unwrap_or(0),
-            },
+            PjrtDevice::new(platform, ordinals.first().copied().unwrap_or(0)),
             e,
         )
     })?;
     let mut out = Vec::with_capacity(ordinals.len());
     for &i in ordinals {
-        let dev = PjrtDevice {
-            platform,
-            ordinal: i,
-        };
+        let dev = PjrtDevice::new(platform, i);
         let name = format!("{}:{i}", platform_name(platform));
         let given = max_memory.and_then(|m| m.get(&Placement::Device(i)));
         let reported = backend.devices.get(i).and_then(|d| {

@@ -136,6 +136,39 @@ impl Sharding {
         }
     }
 
+    /// Dimension `dim` of a rank-`rank` tensor split along mesh axis `axis`, the others
+    /// whole.
+    pub fn split_dim(
+        mesh: &Mesh,
+        rank: usize,
+        dim: usize,
+        axis: &str,
+    ) -> Result<Sharding, DeviceMapError> {
+        if dim >= rank {
+            return Err(bad(format!(
+                "sharding: dimension {dim} of a rank-{rank} tensor"
+            )));
+        }
+        let mut dims = vec![None; rank];
+        dims[dim] = Some(axis);
+        Sharding::new(mesh, &dims)
+    }
+
+    /// Whether no dimension is split (every device holds the whole tensor).
+    pub fn is_replicated(&self) -> bool {
+        self.dims.iter().all(Option::is_none)
+    }
+
+    /// The tensor rank the sharding is for.
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    /// The mesh axis (its index) splitting each dimension.
+    pub fn dims(&self) -> &[Option<usize>] {
+        &self.dims
+    }
+
     /// The shape of each device's tile of a tensor of `shape`, refused when a split
     /// dimension does not divide by its axis.
     pub fn tile_shape(&self, mesh: &Mesh, shape: &[usize]) -> Result<Vec<usize>, DeviceMapError> {
@@ -167,7 +200,9 @@ impl Sharding {
 
     /// The `mhlo.sharding` attribute XLA's SPMD partitioner reads:
     /// `{devices=[tiles…]ids}`, with `last_tile_dim_replicate` when a mesh axis splits no
-    /// dimension, `{replicated}` when none splits any.
+    /// dimension, `{replicated}` when none splits any. The ids are partitions: partition `i`
+    /// is the mesh's `i`-th device (the device assignment a program over the mesh is
+    /// compiled with).
     pub fn gspmd(&self, mesh: &Mesh) -> String {
         if self.dims.iter().all(Option::is_none) {
             return "{replicated}".into();
@@ -197,7 +232,7 @@ impl Sharding {
         let mut ids: Vec<(Vec<usize>, usize)> = (0..mesh.len())
             .map(|i| {
                 let c = mesh.coords(i);
-                (order.iter().map(|&a| c[a]).collect(), mesh.devices[i])
+                (order.iter().map(|&a| c[a]).collect(), i)
             })
             .collect();
         ids.sort();
@@ -221,7 +256,7 @@ impl Sharding {
     }
 
     /// The first element of each dimension of the `i`-th mesh device's tile.
-    fn tile_origin(&self, mesh: &Mesh, i: usize, tile: &[usize]) -> Vec<usize> {
+    pub(crate) fn tile_origin(&self, mesh: &Mesh, i: usize, tile: &[usize]) -> Vec<usize> {
         let c = mesh.coords(i);
         self.dims
             .iter()
@@ -338,9 +373,10 @@ mod tests {
             s(&[Some("data"), None]),
             "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"
         );
+        // Partitions, not device ordinals: partition i runs on the mesh's i-th device.
         let line = Mesh::new(&[("model", 4)], &[3, 2, 1, 0]).unwrap();
         let rows = Sharding::new(&line, &[Some("model"), None]).unwrap();
-        assert_eq!(rows.gspmd(&line), "{devices=[4,1]3,2,1,0}");
+        assert_eq!(rows.gspmd(&line), "{devices=[4,1]0,1,2,3}");
     }
 
     #[test]

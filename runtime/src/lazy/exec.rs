@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use super::cache::{self, Miss};
 use super::graph::{Node, Running};
-use super::lower::{lower, LowerNode, Ref};
+use super::lower::{lower, LowerNode, MeshLayout, Ref};
 use super::matmul_precision;
-use super::plugins::{backend, device, lock, pjrt_err, Backend, BACKENDS};
+use super::plugins::{backend, device, devices, lock, pjrt_err, Backend, BACKENDS};
 use super::trace::{key, trace, PtrMap, Trace};
 use super::transfer::SCALARS;
 use crate::pjrt::{
@@ -312,7 +312,7 @@ fn run(
     held: &mut Vec<Arc<Node>>,
 ) -> Result<()> {
     let d = running.device;
-    let (b, dev) = device(op, d)?;
+    let (b, devs) = devices(op, d)?;
     let precision = matmul_precision();
     let t = trace(outs, running, precision, donate.then_some(&held[..]));
     let h = t.hash;
@@ -324,20 +324,25 @@ fn run(
             e
         }
         None => {
-            let e = Arc::new(load_or_compile(&b, &dev, &t, d, h, precision, op)?);
+            let e = Arc::new(load_or_compile(&b, &devs, &t, d, h, precision, op)?);
             lock(&b.exes).insert(h, e.clone());
             e
         }
     };
-    let args: Vec<&Buffer> = t.param_bufs.iter().map(|b| &***b).collect();
+    // One argument list per device: each parameter's buffer there.
+    let args: Vec<Vec<&Buffer>> = (0..devs.len())
+        .map(|p| t.param_bufs.iter().map(|v| &v[p]).collect())
+        .collect();
+    let arg_lists: Vec<&[&Buffer]> = args.iter().map(Vec::as_slice).collect();
     let timeline = timeline(d);
     let start = timeline.dispatching();
-    let dispatched = exe.execute_async(&[&args], &ExecuteOptions::new());
+    let dispatched = exe.execute_async(&arg_lists, &ExecuteOptions::new());
     // From here until the wait, zoo's bookkeeping overlaps the running program.
     let dispatched_at = Instant::now();
+    drop(arg_lists);
     drop(args);
     let Execution {
-        outputs: mut lists,
+        outputs: lists,
         events,
     } = match dispatched {
         Ok(e) => e,
@@ -349,8 +354,7 @@ fn run(
         }
     };
     timeline.watch(&events);
-    let bufs = lists.pop().unwrap_or_default();
-    if bufs.len() != t.outputs.len() {
+    if lists.len() != devs.len() || lists.iter().any(|l| l.len() != t.outputs.len()) {
         for e in &events {
             let _ = e.wait();
         }
@@ -358,18 +362,37 @@ fn run(
             op,
             device: Device::Pjrt(d),
             source: PjrtError::InvalidArgument(format!(
-                "the executable returned {} buffers for {} outputs",
-                bufs.len(),
-                t.outputs.len()
+                "the executable returned {:?} buffers per device for {} outputs on {} device(s)",
+                lists.iter().map(Vec::len).collect::<Vec<_>>(),
+                t.outputs.len(),
+                devs.len()
             )),
         });
     }
+    // Output j's buffers, one per device in order.
+    let bufs: Vec<super::graph::Value> = if devs.len() == 1 {
+        lists
+            .into_iter()
+            .flatten()
+            .map(|b| Arc::from([b]))
+            .collect()
+    } else {
+        let mut per_output: Vec<Vec<Buffer>> = (0..t.outputs.len())
+            .map(|_| Vec::with_capacity(devs.len()))
+            .collect();
+        for list in lists {
+            for (j, b) in list.into_iter().enumerate() {
+                per_output[j].push(b);
+            }
+        }
+        per_output.into_iter().map(Arc::from).collect()
+    };
     if !t.aliases.is_empty() {
         // Count what the plugin really consumed (a plugin may copy instead of aliasing).
         let consumed = t
             .aliases
             .iter()
-            .filter(|&&(p, _)| t.param_bufs[p].is_deleted().unwrap_or(false))
+            .filter(|&&(p, _)| t.param_bufs[p][0].is_deleted().unwrap_or(false))
             .count();
         bump(11, consumed as u64);
     }
@@ -378,7 +401,7 @@ fn run(
     // every later read of these outputs.
     let mut history = Vec::with_capacity(bufs.len());
     for (buf, &i) in bufs.into_iter().zip(&t.outputs) {
-        history.push(t.nodes[i].set_ready(Arc::new(buf), running));
+        history.push(t.nodes[i].set_ready(buf, running));
     }
     // While the device computes, release the graph on this thread: its nodes become spares
     // for recording the next one.
@@ -417,8 +440,8 @@ fn run(
     done.map_err(|e| pjrt_err(op, d, e))
 }
 
-/// The StableHLO text of a trace.
-fn lower_trace(t: &Trace<'_>, precision: super::Precision) -> Result<String> {
+/// The StableHLO text of a trace on device `d` (partitioned over its mesh, if it is one).
+fn lower_trace(t: &Trace<'_>, d: PjrtDevice, precision: super::Precision) -> Result<String> {
     let params: Vec<(&[usize], DType)> = t.params.iter().map(|p| (&*p.shape, p.dtype)).collect();
     let nodes: Vec<LowerNode<'_>> = t
         .nodes
@@ -435,13 +458,27 @@ fn lower_trace(t: &Trace<'_>, precision: super::Precision) -> Result<String> {
     for &(p, o) in &t.aliases {
         aliases[p] = Some(o);
     }
-    lower(&params, &aliases, &nodes, &t.outputs, precision)
+    let param_shardings: Vec<u32> = t.params.iter().map(|p| p.sharding).collect();
+    let out_shardings: Vec<u32> = t.outputs.iter().map(|&i| t.nodes[i].sharding).collect();
+    let layout = d.mesh().map(|mesh| MeshLayout {
+        mesh,
+        params: &param_shardings,
+        outputs: &out_shardings,
+    });
+    lower(
+        &params,
+        &aliases,
+        &nodes,
+        &t.outputs,
+        precision,
+        layout.as_ref(),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
 fn load_or_compile(
     b: &Backend,
-    dev: &pjrt::Device,
+    devs: &[pjrt::Device],
     t: &Trace<'_>,
     d: PjrtDevice,
     h: u64,
@@ -451,7 +488,7 @@ fn load_or_compile(
     // The disk entry is keyed by the program text too: the graph hash says what was traced,
     // not how this build of zoo lowers it, and a newer lowering must not load an older one's
     // executable.
-    let text = lower_trace(t, precision)?;
+    let text = lower_trace(t, d, precision)?;
     let h = h ^ cache::fnv1a(text.as_bytes()).rotate_left(1);
     let dir = cache::cache_dir();
     let header = cache::header(&b.identity, h);
@@ -481,9 +518,12 @@ fn load_or_compile(
             Err(Miss::Absent) => {}
         }
     }
-    let options = CompileOptions::on(dev)
-        .map_err(|e| pjrt_err(op, d, e))?
-        .strict_rounding(super::matmul_precision() == super::Precision::Highest);
+    let options = match devs {
+        [one] => CompileOptions::on(one),
+        all => CompileOptions::partitioned(all),
+    }
+    .map_err(|e| pjrt_err(op, d, e))?
+    .strict_rounding(super::matmul_precision() == super::Precision::Highest);
     let start = Instant::now();
     let exe = b
         .client
@@ -505,20 +545,16 @@ fn load_or_compile(
 /// The StableHLO text that materialising `roots` would compile (for inspection and tests).
 pub(crate) fn stablehlo_of(roots: &[Arc<Node>]) -> Result<String> {
     let precision = matmul_precision();
-    let d = roots.first().map_or(
-        PjrtDevice {
-            platform: PjrtPlatform::Cpu,
-            ordinal: 0,
-        },
-        |n| n.device,
-    );
+    let d = roots
+        .first()
+        .map_or(PjrtDevice::new(PjrtPlatform::Cpu, 0), |n| n.device);
     let device_lock = device_lock(d);
     let running = Running {
         device: d,
         _guard: lock(&device_lock),
     };
     let t = trace(roots, &running, precision, None);
-    lower_trace(&t, precision)
+    lower_trace(&t, d, precision)
 }
 
 /// Compiles `text` on the device of `d` (the raw path, for tests of compile errors).
@@ -536,10 +572,7 @@ pub(crate) fn compile_text(d: PjrtDevice, text: &str) -> Result<()> {
 
 /// The identity string of the plugin behind `platform` (what disk-cache entries record).
 pub(crate) fn identity(platform: PjrtPlatform) -> Result<String> {
-    let d = PjrtDevice {
-        platform,
-        ordinal: 0,
-    };
+    let d = PjrtDevice::new(platform, 0);
     backend(platform)
         .map(|b| b.identity.clone())
         .map_err(|e| pjrt_err("identity", d, e))

@@ -160,12 +160,14 @@ impl Hasher for StructHasher {
     }
 }
 
-/// The structure of one node on its own (op, attributes, shape, dtype; not its operands):
+/// The structure of one node on its own (op, attributes, shape, dtype, sharding; not its
+/// operands):
 /// computed once when the node is recorded, while it is hot, so the walk that keys a graph
 /// feeds one word per node instead of re-hashing every op.
-fn local_hash(op: &NodeOp, shape: &[usize], dtype: DType) -> u64 {
+fn local_hash(op: &NodeOp, shape: &[usize], dtype: DType, sharding: u32) -> u64 {
     let mut h = StructHasher::new();
     hash_op(op, &mut h);
+    h.word(u64::from(sharding));
     h.word(shape.len() as u64);
     for &d in shape {
         h.word(d as u64);
@@ -191,8 +193,8 @@ pub(crate) enum NodeOp {
 pub(crate) enum State {
     /// Not computed yet; holds the input nodes in the order the op documents.
     Pending(Inputs),
-    /// Computed: the device buffer holding the value.
-    Ready(Arc<Buffer>),
+    /// Computed: the device buffers holding the value.
+    Ready(Value),
 }
 
 /// Proof that the caller holds the run lock of `device` (see `exec::materialize`): the
@@ -201,6 +203,10 @@ pub(crate) struct Running<'a> {
     pub(crate) device: PjrtDevice,
     pub(crate) _guard: MutexGuard<'a, ()>,
 }
+
+/// A computed value: its buffer on each device the node's device spans (one, or a mesh's in
+/// the mesh's order; each holds the tile the node's sharding gives it).
+pub(crate) type Value = Arc<[Buffer]>;
 
 /// One value of a lazy graph on one device.
 ///
@@ -216,15 +222,19 @@ pub(crate) struct Node {
     /// How many `Tensor` handles refer to this node; a pending node with handles is live
     /// and is materialised together with whatever graph of its device runs next.
     handles: AtomicUsize,
-    /// The device buffer once computed (set once; readable from any thread without a lock).
-    value: OnceLock<Arc<Buffer>>,
+    /// The device buffers once computed (set once; readable from any thread without a lock).
+    value: OnceLock<Value>,
     /// The operands while pending, emptied when the value is set (so the history behind a
     /// computed value is freed). Read and written only under the run lock of `device` (see
     /// [`Node::inputs`]) or through `&mut Node`: a graph walk then takes no lock per node.
     inputs: UnsafeCell<Inputs>,
-    /// [`local_hash`] of `op`, `shape` and `dtype`.
+    /// [`local_hash`] of `op`, `shape`, `dtype` and `sharding`.
     pub local: u64,
     pub device: PjrtDevice,
+    /// On a mesh device, how the value is laid out over the mesh (`super::shard`; 0:
+    /// replicated, which for a pending node means whatever XLA chooses inside the program
+    /// and whole on every device once it is a result).
+    pub sharding: u32,
     /// The API dtype (`Bool` is stored as PJRT `pred`).
     pub dtype: DType,
     pub shape: Dims,
@@ -254,8 +264,8 @@ impl Node {
         unsafe { &*self.inputs.get() }
     }
 
-    /// The buffer if computed.
-    pub(crate) fn buffer(&self) -> Option<&Arc<Buffer>> {
+    /// The buffers if computed.
+    pub(crate) fn buffer(&self) -> Option<&Value> {
         self.value.get()
     }
 
@@ -267,7 +277,7 @@ impl Node {
     /// Marks the node computed (kept when it already was) and hands back its operands: the
     /// history behind the value, for the caller to release (see [`recycle`]).
     #[must_use = "the released operands should go to `recycle`"]
-    pub(crate) fn set_ready(&self, b: Arc<Buffer>, running: &Running<'_>) -> Inputs {
+    pub(crate) fn set_ready(&self, b: Value, running: &Running<'_>) -> Inputs {
         assert_eq!(
             running.device, self.device,
             "a node computed under another device's lock"
@@ -282,7 +292,7 @@ impl Node {
 
     /// Clears the node for reuse through `&mut` (no other owner), handing back its
     /// operands and its value.
-    fn clear(&mut self) -> (Inputs, Option<Arc<Buffer>>) {
+    fn clear(&mut self) -> (Inputs, Option<Value>) {
         // Owning nothing afterwards is what lets `new_node` overwrite fields unread.
         self.host_ints = None;
         self.op = NodeOp::Leaf;
@@ -367,6 +377,7 @@ pub(crate) fn new_node(
     shape: Dims,
     dtype: DType,
     device: PjrtDevice,
+    sharding: u32,
     state: State,
     host_ints: Option<Arc<[i64]>>,
 ) -> Arc<Node> {
@@ -378,7 +389,7 @@ pub(crate) fn new_node(
         }
         Some(a)
     });
-    let local = local_hash(&op, &shape, dtype);
+    let local = local_hash(&op, &shape, dtype, sharding);
     if let Some(a) = reused {
         // SAFETY: a spare has no other owner and no weak reference: `recycle` checked that
         // with `Arc::get_mut` before keeping it, zoo never makes weak references to nodes,
@@ -389,6 +400,7 @@ pub(crate) fn new_node(
         n.local = local;
         n.dtype = dtype;
         n.device = device;
+        n.sharding = sharding;
         // SAFETY: `clear` left these fields owning nothing (a leaf op, inline empty dims,
         // no ints, no operands, no value), so overwriting them without a drop leaks
         // nothing, and skips reading memory the previous graph's run evicted.
@@ -415,6 +427,7 @@ pub(crate) fn new_node(
         inputs: UnsafeCell::new(inputs),
         local,
         device,
+        sharding,
         dtype,
         shape,
         op,
@@ -430,7 +443,7 @@ pub(crate) fn new_node(
 /// The buffers of cleared nodes (leaves only the graph read, such as a donated KV cache)
 /// go to `released`: destroying a buffer waits for the programs using it, so the caller
 /// drops them once the graph has run.
-pub(crate) fn recycle(history: Vec<Inputs>, released: &mut Vec<Arc<Buffer>>) {
+pub(crate) fn recycle(history: Vec<Inputs>, released: &mut Vec<Value>) {
     let mut stack: Vec<Arc<Node>> = Vec::new();
     for inputs in history {
         inputs.drain_into(&mut stack);
@@ -536,6 +549,7 @@ pub(crate) fn infer_shape(op: &Op, ins: &[&[usize]]) -> Result<Dims> {
         | Op::Clamp { .. }
         | Op::Cast(_)
         | Op::Contiguous
+        | Op::Shard(_)
         | Op::ArgSortLastDim { .. } => Dims::from(x),
         Op::Binary(_) | Op::Compare(_) => broadcast_shape(name, x, ins[1])?,
         Op::Composite(c) => c.shape(ins)?,
@@ -852,6 +866,7 @@ pub(crate) fn hash_op<H: Hasher>(op: &NodeOp, h: &mut H) {
                     w.hash(h);
                 }
                 Op::Composite(c) => c.hash(h),
+                Op::Shard(id) => id.hash(h),
                 Op::Where | Op::Matmul | Op::DynamicUpdateSlice | Op::Contiguous => {}
             }
         }
@@ -926,16 +941,14 @@ mod tests {
 
     #[test]
     fn recycling_reuses_only_nodes_nothing_else_holds() {
-        let dev = PjrtDevice {
-            platform: crate::PjrtPlatform::Cpu,
-            ordinal: 0,
-        };
+        let dev = PjrtDevice::new(crate::PjrtPlatform::Cpu, 0);
         let node = |inputs| {
             new_node(
                 NodeOp::Full(1.0),
                 Dims::from([2]),
                 DType::F32,
                 dev,
+                0,
                 State::Pending(inputs),
                 None,
             )
@@ -981,14 +994,19 @@ mod tests {
     #[test]
     fn node_hash_sees_shape_dtype_and_op() {
         let add = || NodeOp::Op(Op::Binary(BinaryOp::Add));
-        let base = local_hash(&add(), &[2, 3], DType::F32);
-        assert_eq!(base, local_hash(&add(), &[2, 3], DType::F32));
-        assert_ne!(base, local_hash(&add(), &[3, 2], DType::F32));
-        assert_ne!(base, local_hash(&add(), &[2, 3, 1], DType::F32));
-        assert_ne!(base, local_hash(&add(), &[2, 3], DType::BF16));
+        let base = local_hash(&add(), &[2, 3], DType::F32, 0);
+        assert_eq!(base, local_hash(&add(), &[2, 3], DType::F32, 0));
+        assert_ne!(base, local_hash(&add(), &[3, 2], DType::F32, 0));
+        assert_ne!(base, local_hash(&add(), &[2, 3, 1], DType::F32, 0));
+        assert_ne!(base, local_hash(&add(), &[2, 3], DType::BF16, 0));
         assert_ne!(
             base,
-            local_hash(&NodeOp::Op(Op::Binary(BinaryOp::Mul)), &[2, 3], DType::F32)
+            local_hash(
+                &NodeOp::Op(Op::Binary(BinaryOp::Mul)),
+                &[2, 3],
+                DType::F32,
+                0
+            )
         );
         // Word order matters: [a, b] and [b, a] differ.
         let words = |ws: &[u64]| {

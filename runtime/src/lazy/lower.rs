@@ -10,10 +10,12 @@
 //! on TPUs a bf16 x bf16 -> f32 `dot_general` is the native MXU form).
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use super::graph::{infer_shape, NodeOp};
 use super::Precision;
 use crate::composite::{Attention, Composite, Prims};
+use crate::device_map::Mesh;
 use crate::op::{BinaryOp, CmpOp, ConvGeom, Op, ReduceOp, UnaryOp};
 use crate::{DType, Error, Result};
 
@@ -104,6 +106,16 @@ struct Emitter {
     body: String,
     next: usize,
     precision: &'static str,
+    /// The mesh a partitioned program runs over (what sharding constraints refer to).
+    mesh: Option<Arc<Mesh>>,
+}
+
+/// The layout of a program partitioned over a mesh: each parameter's and each output's
+/// sharding (`super::shard` ids).
+pub(crate) struct MeshLayout<'a> {
+    pub mesh: Arc<Mesh>,
+    pub params: &'a [u32],
+    pub outputs: &'a [u32],
 }
 
 /// A block argument name unique to the op `%N` (MLIR names are digits or start with a
@@ -389,6 +401,7 @@ pub(crate) fn lower(
     nodes: &[LowerNode<'_>],
     outputs: &[usize],
     precision: Precision,
+    layout: Option<&MeshLayout<'_>>,
 ) -> Result<String> {
     let mut e = Emitter {
         body: String::new(),
@@ -397,6 +410,7 @@ pub(crate) fn lower(
             Precision::Highest => "HIGHEST",
             Precision::Default => "DEFAULT",
         },
+        mesh: layout.map(|l| l.mesh.clone()),
     };
     let pvals: Vec<V> = params
         .iter()
@@ -422,23 +436,56 @@ pub(crate) fn lower(
         vals.push(v);
     }
     let mut text = String::with_capacity(e.body.len() + 512);
-    text.push_str("module @zoo_graph attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n");
-    // A donated parameter names the output that reuses its buffer.
+    let _ = writeln!(
+        text,
+        "module @zoo_graph attributes {{mhlo.num_partitions = {} : i32, mhlo.num_replicas = 1 : i32}} {{",
+        layout.map_or(1, |l| l.mesh.len())
+    );
+    // A donated parameter names the output that reuses its buffer; over a mesh, every
+    // parameter and result says how it is laid out (XLA's SPMD partitioner reads them).
+    let sharding = |ids: Option<&[u32]>, i: usize| {
+        layout.zip(ids).map(|(l, ids)| {
+            format!(
+                "mhlo.sharding = \"{}\"",
+                super::shard::gspmd(&l.mesh, ids.get(i).copied().unwrap_or(0))
+            )
+        })
+    };
+    let attrs = |parts: [Option<String>; 2]| {
+        let parts: Vec<String> = parts.into_iter().flatten().collect();
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" {{{}}}", parts.join(", "))
+        }
+    };
     let args: Vec<String> = pvals
         .iter()
         .zip(aliases.iter().chain(std::iter::repeat(&None)))
-        .map(|(p, a)| match a {
-            Some(o) => format!("{}: {} {{tf.aliasing_output = {o} : i32}}", p.name, p.ty()),
-            None => format!("{}: {}", p.name, p.ty()),
+        .enumerate()
+        .map(|(i, (p, a))| {
+            let alias = a.map(|o| format!("tf.aliasing_output = {o} : i32"));
+            let shard = sharding(layout.map(|l| l.params), i);
+            format!("{}: {}{}", p.name, p.ty(), attrs([alias, shard]))
         })
         .collect();
     let outs: Vec<&V> = outputs.iter().map(|&i| &vals[i]).collect();
     let out_tys: Vec<String> = outs.iter().map(|v| v.ty()).collect();
+    let results: Vec<String> = out_tys
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            format!(
+                "{t}{}",
+                attrs([sharding(layout.map(|l| l.outputs), i), None])
+            )
+        })
+        .collect();
     let _ = writeln!(
         text,
         "  func.func public @main({}) -> ({}) {{",
         args.join(", "),
-        out_tys.join(", ")
+        results.join(", ")
     );
     text.push_str(&e.body);
     let names: Vec<&str> = outs.iter().map(|v| v.name.as_str()).collect();
@@ -725,6 +772,25 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
             e.take(&y, &wi, 3)
         }
         Op::Contiguous => x.clone(),
+        Op::Shard(id) => {
+            let Some(mesh) = e.mesh.clone() else {
+                return Err(Error::InvalidArgument {
+                    op: "shard",
+                    msg: "a sharding outside a program over a mesh (internal error)".into(),
+                });
+            };
+            let attrs = format!(
+                "{{call_target_name = \"Sharding\", mhlo.sharding = \"{}\"}}",
+                super::shard::gspmd(&mesh, *id)
+            );
+            e.op(
+                "stablehlo.custom_call",
+                &[x],
+                &attrs,
+                &x.shape.clone(),
+                x.dt,
+            )
+        }
         Op::Composite(Composite::Attention(a)) => attention(e, a, ins)?,
         Op::Composite(c) => {
             let refs: Vec<&V> = ins.iter().collect();
@@ -1140,11 +1206,18 @@ mod tests {
             inputs: &[Ref::Param(0), Ref::Param(1)],
         }];
         let params: [(&[usize], DType); 2] = [(&[2, 3], DType::F32), (&[3], DType::F32)];
-        let text = lower(&params, &[], &nodes, &[0], Precision::Default).expect("lowers");
+        let text = lower(&params, &[], &nodes, &[0], Precision::Default, None).expect("lowers");
         assert!(text.contains("func.func public @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3xf32>) -> (tensor<2x3xf32>)"), "{text}");
         // A donated parameter carries the output it is aliased to.
-        let donated =
-            lower(&params, &[Some(0), None], &nodes, &[0], Precision::Default).expect("lowers");
+        let donated = lower(
+            &params,
+            &[Some(0), None],
+            &nodes,
+            &[0],
+            Precision::Default,
+            None,
+        )
+        .expect("lowers");
         assert!(donated.contains("func.func public @main(%arg0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<3xf32>)"), "{donated}");
         assert!(text.contains("stablehlo.broadcast_in_dim"), "{text}");
         assert!(text.contains("\"func.return\"(%2)"), "{text}");

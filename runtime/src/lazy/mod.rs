@@ -23,6 +23,7 @@ pub(crate) mod graph;
 pub(crate) mod lower;
 pub(crate) mod plugins;
 pub(crate) mod registry;
+pub(crate) mod shard;
 mod trace;
 mod transfer;
 
@@ -106,10 +107,7 @@ pub fn last_disk_reject() -> Option<String> {
 
 /// How many devices the client of `platform` has (creating it if needed).
 pub fn device_count(platform: PjrtPlatform) -> Result<usize> {
-    let d = PjrtDevice {
-        platform,
-        ordinal: 0,
-    };
+    let d = PjrtDevice::new(platform, 0);
     plugins::backend(platform)
         .map(|b| b.devices.len())
         .map_err(|e| plugins::pjrt_err("device_count", d, e))
@@ -175,6 +173,7 @@ fn pending(
     shape: Dims,
     dtype: DType,
     device: PjrtDevice,
+    sharding: u32,
     inputs: Inputs,
     host_ints: Option<Arc<[i64]>>,
 ) -> LazyTensor {
@@ -183,6 +182,7 @@ fn pending(
         shape,
         dtype,
         device,
+        sharding,
         State::Pending(inputs),
         host_ints,
     ));
@@ -236,15 +236,52 @@ pub(crate) fn record(op: Op, inputs: &[&LazyTensor], dtype: DType) -> Result<Laz
         Op::Cast(DType::I64) if inputs[0].node.dtype.is_int() => inputs[0].node.host_ints.clone(),
         _ => None,
     };
+    let sharding = if device.mesh.is_some() {
+        result_sharding(&op, inputs, &shape)
+    } else {
+        0
+    };
     let ins = Inputs::from_fn(inputs.len(), |i| inputs[i].node.clone());
     Ok(pending(
         NodeOp::Op(op),
         shape,
         dtype,
         device,
+        sharding,
         ins,
         host_ints,
     ))
+}
+
+/// The layout a result on a mesh keeps once computed (`shard` ids): a sharding constraint's
+/// own; an in-place update's target's (a KV cache stays split by head); an elementwise op's
+/// when all its operands have its shape and one layout. Anything else is whole on every
+/// device once it is a result (inside a program, XLA's partitioner lays values out).
+fn result_sharding(op: &Op, inputs: &[&LazyTensor], shape: &[usize]) -> u32 {
+    match op {
+        Op::Shard(id) => *id,
+        Op::DynamicUpdateSlice | Op::IndexCopy { .. } => inputs[0].node.sharding,
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Affine { .. }
+        | Op::PowScalar(_)
+        | Op::Clamp { .. }
+        | Op::Where
+        | Op::Cast(_)
+        | Op::Contiguous => {
+            let first = inputs[0].node.sharding;
+            let same = inputs
+                .iter()
+                .all(|t| t.node.sharding == first && t.shape() == shape);
+            if same {
+                first
+            } else {
+                0
+            }
+        }
+        _ => 0,
+    }
 }
 
 /// A tensor of `shape` filled with `value`, as a constant of the graph.
@@ -265,6 +302,7 @@ pub(crate) fn full(
         Dims::from(shape),
         dtype,
         device,
+        0,
         Inputs::Zero,
         None,
     ))
@@ -284,6 +322,7 @@ pub(crate) fn arange(
         Dims::from(&[n][..]),
         dtype,
         device,
+        0,
         Inputs::Zero,
         None,
     ))
@@ -366,10 +405,81 @@ impl Tensor {
             return Ok(());
         };
         let op = "block_until_ready";
-        let buf = transfer::ready_buffer(&l.node, op)?;
-        buf.ready_event()
-            .and_then(|e| e.wait())
+        let bufs = transfer::ready_buffer(&l.node, op)?;
+        bufs.iter()
+            .try_for_each(|b| b.ready_event().and_then(|e| e.wait()))
             .map_err(|e| plugins::pjrt_err(op, l.node.device, e))
+    }
+
+    /// This tensor laid out over its mesh device by `sharding` (each device then holds its
+    /// tile, and a program reading it sees that layout): recorded as a sharding constraint,
+    /// which XLA's SPMD partitioner honours, and kept once computed. A tensor on one device
+    /// (eager or PJRT) is returned as it is: a layout over a mesh means nothing there.
+    ///
+    /// Refused when the sharding is for another rank or a split dimension does not divide by
+    /// its mesh axis.
+    pub fn shard(&self, sharding: &crate::device_map::Sharding) -> Result<Tensor> {
+        let op = "shard";
+        let Some(l) = self.lazy().filter(|l| l.device().mesh.is_some()) else {
+            return Ok(self.clone());
+        };
+        let id = shard::intern(sharding);
+        shard::tile_shape(op, l.device(), id, l.shape())?;
+        if l.node.sharding == id {
+            return Ok(self.clone());
+        }
+        let t = record(Op::Shard(id), &[l], self.dtype())?;
+        Ok(Tensor::from_lazy(t, self.dtype()))
+    }
+
+    /// This tensor on mesh device `device`, each of its devices holding its tile of
+    /// `sharding`: a host tensor is cut on the host and each tile uploaded to its device
+    /// alone (no device holds the whole tensor); a PJRT tensor is moved, then laid out.
+    /// On a single device it is [`Tensor::to_device`].
+    pub fn to_device_sharded(
+        &self,
+        device: &crate::Device,
+        sharding: &crate::device_map::Sharding,
+    ) -> Result<Tensor> {
+        let crate::Device::Pjrt(d) = device else {
+            return self.to_device(device);
+        };
+        if d.mesh.is_none() {
+            return self.to_device(device);
+        }
+        match self.as_candle() {
+            Some(t) => {
+                let id = shard::intern(sharding);
+                let l = transfer::upload_sharded(t, self.dtype(), *d, id)?;
+                Ok(Tensor::from_lazy(l, self.dtype()))
+            }
+            None => self.to_device(device)?.shard(sharding),
+        }
+    }
+
+    /// The layout of this tensor over its mesh device (`None` on a single device, or where
+    /// it is not fixed: a pending value XLA lays out).
+    pub fn sharding(&self) -> Option<std::sync::Arc<crate::device_map::Sharding>> {
+        self.lazy()
+            .filter(|l| l.device().mesh.is_some())
+            .and_then(|l| shard::get(l.node.sharding))
+    }
+
+    /// The shape each device holds of this PJRT tensor (computing it first): one entry, or
+    /// one per device of its mesh in order (a tile, or the whole tensor where replicated).
+    /// `None` for eager tensors.
+    pub fn device_shapes(&self) -> Option<Result<Vec<Vec<usize>>>> {
+        let l = self.lazy()?;
+        let op = "device_shapes";
+        Some(transfer::ready_buffer(&l.node, op).and_then(|bufs| {
+            bufs.iter()
+                .map(|b| {
+                    b.dims()
+                        .map(|d| d.iter().map(|&n| n as usize).collect())
+                        .map_err(|e| plugins::pjrt_err(op, l.node.device, e))
+                })
+                .collect()
+        }))
     }
 
     /// Whether this is a PJRT tensor whose value is not computed yet.

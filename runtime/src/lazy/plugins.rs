@@ -162,7 +162,29 @@ pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend
     Ok(b)
 }
 
-/// The backend and PJRT device behind `d`, or a typed error naming the device.
+/// The backend and the PJRT devices behind `d` (one, or its mesh's in order), or a typed
+/// error naming the device.
+pub(crate) fn devices(
+    op: &'static str,
+    d: PjrtDevice,
+) -> Result<(Arc<Backend>, Vec<pjrt::Device>)> {
+    let ordinals = d.ordinals();
+    let mut out = Vec::with_capacity(ordinals.len());
+    let mut backend = None;
+    for o in ordinals {
+        let (b, dev) = device(op, PjrtDevice::new(d.platform, o))?;
+        backend = Some(b);
+        out.push(dev);
+    }
+    let b = backend.ok_or_else(|| Error::InvalidArgument {
+        op,
+        msg: format!("{d} has no device"),
+    })?;
+    Ok((b, out))
+}
+
+/// The backend and PJRT device behind `d` (a mesh's first device), or a typed error naming
+/// the device.
 pub(crate) fn device(op: &'static str, d: PjrtDevice) -> Result<(Arc<Backend>, pjrt::Device)> {
     let b = backend(d.platform).map_err(|e| pjrt_err(op, d, e))?;
     let dev = b

@@ -6,10 +6,10 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::graph::Value;
 use super::graph::{Node, NodeOp, Running, StructHasher};
 use super::lower::Ref;
 use crate::op::Op;
-use crate::pjrt::Buffer;
 
 // ----- materialisation -----
 
@@ -41,7 +41,7 @@ pub(super) struct Trace<'g> {
     /// Borrowed: the run lock and the caller's roots keep every traced node alive and its
     /// operands unchanged until the results are set (see `run`).
     pub(super) params: Vec<&'g Arc<Node>>,
-    pub(super) param_bufs: Vec<&'g Arc<Buffer>>,
+    pub(super) param_bufs: Vec<&'g Value>,
     pub(super) nodes: Vec<&'g Arc<Node>>,
     /// The operands of every node, flattened; node `i` owns `edges[spans[i].0..spans[i].1]`.
     pub(super) edges: Vec<Ref>,
@@ -125,6 +125,7 @@ pub(super) fn trace<'g>(
                         h.word(d as u64);
                     }
                     n.dtype.hash(&mut h);
+                    h.word(u64::from(n.sharding));
                     number(n, Ref::Param(t.params.len()));
                     t.params.push(n);
                     continue;

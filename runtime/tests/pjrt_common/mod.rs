@@ -37,10 +37,7 @@ pub fn setup(var: &str) -> PathBuf {
 
 /// PJRT CPU device `ordinal`.
 pub fn device(ordinal: usize) -> Device {
-    Device::Pjrt(PjrtDevice {
-        platform: PjrtPlatform::Cpu,
-        ordinal,
-    })
+    Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, ordinal))
 }
 
 /// Runs one conformance group on device `ordinal` of the plugin of `var`.
@@ -71,4 +68,91 @@ macro_rules! conformance_groups {
             }
         )*
     };
+}
+
+/// Tensors laid out over meshes of the plugin's four devices compute what one device does:
+/// row- and column-parallel products (XLA's partitioner adds the all-reduce), a cache split
+/// by head updated in place and kept split, a 2 x 2 mesh, each device holding its tile.
+pub fn mesh_checks(var: &str) {
+    use zoo_runtime::device_map::{Mesh, Sharding};
+    use zoo_runtime::{DType, Tensor};
+    setup(var);
+    let values = |n: usize, seed: u64| -> Vec<f32> {
+        // Small integers: sums are exact whatever order the partitions add in.
+        (0..n)
+            .map(|k| ((k as u64 * 7 + seed) % 9) as f32 - 4.0)
+            .collect()
+    };
+    let line = Mesh::new(&[("model", 4)], &[0, 1, 2, 3]).expect("mesh");
+    let mesh = Device::Pjrt(PjrtDevice::on_mesh(PjrtPlatform::Cpu, &line));
+    assert_eq!(mesh.to_string(), "pjrt:cpu:0,1,2,3[model=4]");
+    let x = Tensor::from_vec(values(16, 1), &[2, 8], &Device::Cpu).expect("x");
+    let w = Tensor::from_vec(values(32, 2), &[8, 4], &Device::Cpu).expect("w");
+    let want = x.matmul(&w).expect("cpu").to_vec::<f32>().expect("cpu");
+    let rows = Sharding::split_dim(&line, 2, 0, "model").expect("rows");
+    let cols = Sharding::split_dim(&line, 2, 1, "model").expect("cols");
+    let xm = x.to_device(&mesh).expect("x on the mesh");
+    for s in [&rows, &cols] {
+        let wm = w.to_device_sharded(&mesh, s).expect("w split");
+        assert_eq!(wm.sharding().as_deref(), Some(s));
+        let tiles = wm.device_shapes().expect("lazy").expect("tiles");
+        let tile = s.tile_shape(&line, &[8, 4]).expect("tile");
+        assert_eq!(tiles, vec![tile; 4], "each device holds a quarter of w");
+        let y = xm.matmul(&wm).expect("matmul");
+        let text = y.stablehlo().expect("lazy").expect("text");
+        assert!(text.contains("mhlo.num_partitions = 4"), "{text}");
+        assert!(text.contains(&s.gspmd(&line)), "{text}");
+        assert_eq!(y.to_vec::<f32>().expect("read"), want, "{s:?}");
+        // A result is whole on every device.
+        assert_eq!(
+            y.device_shapes().expect("lazy").expect("shapes"),
+            vec![vec![2, 4]; 4]
+        );
+    }
+    // A cache of 4 heads split by head, a row written in place: it stays split.
+    let heads = Sharding::split_dim(&line, 3, 0, "model").expect("heads");
+    let cache = Tensor::zeros(&[4, 3, 2], DType::F32, &mesh)
+        .and_then(|t| t.shard(&heads))
+        .expect("cache");
+    cache.sync().expect("cache");
+    assert_eq!(
+        cache.device_shapes().expect("lazy").expect("tiles"),
+        vec![vec![1, 3, 2]; 4]
+    );
+    let row = Tensor::from_vec(values(8, 3), &[4, 1, 2], &Device::Cpu).expect("row");
+    let start = Tensor::from_vec(vec![0i64, 1, 0], &[3], &Device::Cpu).expect("start");
+    let updated = cache
+        .dynamic_update_slice(
+            &row.to_device(&mesh).expect("row"),
+            &start.to_device(&mesh).expect("start"),
+        )
+        .expect("update");
+    drop(cache);
+    assert_eq!(updated.sharding().as_deref(), Some(&heads));
+    let read = updated.to_vec::<f32>().expect("read");
+    let mut expect = vec![0f32; 24];
+    for h in 0..4 {
+        expect[h * 6 + 2..h * 6 + 4].copy_from_slice(&values(8, 3)[h * 2..h * 2 + 2]);
+    }
+    assert_eq!(read, expect);
+    assert_eq!(
+        updated.device_shapes().expect("lazy").expect("tiles"),
+        vec![vec![1, 3, 2]; 4]
+    );
+    // A 2 x 2 mesh: rows of x over `data`, w split by columns over `model`; back on one device.
+    let square = Mesh::new(&[("data", 2), ("model", 2)], &[3, 2, 1, 0]).expect("mesh");
+    let sq = Device::Pjrt(PjrtDevice::on_mesh(PjrtPlatform::Cpu, &square));
+    let xs = Sharding::new(&square, &[Some("data"), None]).expect("x");
+    let ws = Sharding::new(&square, &[None, Some("model")]).expect("w");
+    let y = x
+        .to_device_sharded(&sq, &xs)
+        .and_then(|x| x.matmul(&w.to_device_sharded(&sq, &ws)?))
+        .expect("matmul");
+    let on_one = y.to_device(&device(1)).expect("to one device");
+    assert_eq!(on_one.to_vec::<f32>().expect("read"), want);
+    // What does not divide is refused, naming the dimension.
+    let err = Tensor::zeros(&[3, 2], DType::F32, &mesh)
+        .and_then(|t| t.shard(&Sharding::split_dim(&line, 2, 0, "model").expect("s")))
+        .expect_err("3 rows over 4 devices");
+    assert!(err.to_string().contains("does not divide"), "{err}");
 }
