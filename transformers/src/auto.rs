@@ -299,7 +299,9 @@ fn open_weights(
         zoo_hub::Weights::open(ck.inventory)?,
         opts.progress,
     ));
-    let mut weights = Weights::new(source.clone(), dtype, device).keeping_blocks(keep_blocks);
+    let mut weights = Weights::new(source.clone(), dtype, device)
+        .keeping_blocks(keep_blocks)
+        .with_tp_plan(cfg.family.tp_plan);
     if let Some(p) = resolved.placement.clone() {
         weights = weights.with_placement(p);
     }
@@ -830,8 +832,9 @@ impl TextGenerator {
     /// lies on: on the host, its available memory and what the load's `max_memory` `cpu`
     /// limit leaves beside the weights; on a PJRT device, nine tenths of what it reports free
     /// now that the weights are loaded (the rest for activations, as vLLM keeps a share),
-    /// the XLA CPU plugin's devices sharing the host's available memory. `None` when no
-    /// device's room is known.
+    /// the XLA CPU plugin's devices sharing the host's available memory; on a mesh, its
+    /// devices together when the cache splits by head over them. `None` when no device's
+    /// room is known.
     pub fn cache_rows_that_fit(&self, capacity: usize) -> Option<usize> {
         let decoder = self.model.model();
         let specs = decoder.cache_specs();
@@ -843,9 +846,20 @@ impl TextGenerator {
                 let row = KvCache::bytes_on(d, &specs, 1, capacity, decoder.dtype(), false);
                 let room = match d {
                     Device::Pjrt(p) => {
+                        let ordinals = p.ordinals();
                         let budgets =
-                            zoo_runtime::device_map::pjrt_budgets(p.platform, &[p.ordinal], None);
-                        Some(budgets.ok()?.first()?.bytes / 10 * 9)
+                            zoo_runtime::device_map::pjrt_budgets(p.platform, &ordinals, None);
+                        let least = budgets.ok()?.iter().map(|b| b.bytes).min()? / 10 * 9;
+                        // A mesh's devices each hold 1/N of a cache split by head, unless
+                        // they are the XLA CPU plugin's, which share the host's memory.
+                        let n = ordinals.len();
+                        let split = specs.iter().all(|s| s.kv_heads % n == 0);
+                        let separate = p.platform != zoo_runtime::PjrtPlatform::Cpu;
+                        Some(if split && separate {
+                            least.saturating_mul(n as u64)
+                        } else {
+                            least
+                        })
                     }
                     _ => [
                         zoo_runtime::device_map::host_available(),

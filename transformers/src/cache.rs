@@ -211,8 +211,8 @@ impl KvCache {
                 let shape = [batch, spec.kv_heads, slots, spec.head_dim];
                 let buffers = match spec.attention {
                     CacheAttention::SelfAttention { .. } => Some((
-                        Tensor::zeros(&shape, dtype, &spec.device)?,
-                        Tensor::zeros(&shape, dtype, &spec.device)?,
+                        zeros_split_by_head(&shape, dtype, &spec.device)?,
+                        zeros_split_by_head(&shape, dtype, &spec.device)?,
                     )),
                     CacheAttention::Cross => None,
                 };
@@ -923,6 +923,21 @@ fn paged_index_copy(
     *ck = ck.index_copy(2, slots, &flat(k)?)?;
     *cv = cv.index_copy(2, slots, &flat(v)?)?;
     Ok((paged_view(p, rows, ck)?, paged_view(p, rows, cv)?))
+}
+
+/// A zero cache buffer `[rows, kv_heads, slots, head_dim]`; on a mesh split by KV head
+/// over its `model` axis when the heads divide (each device then holds the heads its share
+/// of the attention computes), whole on every device otherwise.
+fn zeros_split_by_head(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+    let t = Tensor::zeros(shape, dtype, device)?;
+    let mesh = match device {
+        Device::Pjrt(d) => d.mesh(),
+        _ => None,
+    };
+    match mesh.and_then(|m| zoo_runtime::device_map::split_if_divisible(&m, shape, 1)) {
+        Some(s) => Ok(t.shard(&s)?),
+        None => Ok(t),
+    }
 }
 
 /// The pool `[1, kv_heads, slots, head_dim]` through the pass's span, as `rows` rows.

@@ -4,7 +4,7 @@
 //! their entry, and `registry` lists the entries.
 
 use zoo_hub::{Dtype, Inventory, PretrainedConfig};
-use zoo_runtime::device_map::{units_from_inventory, ModelShape, Unit, UnitRules};
+use zoo_runtime::device_map::{units_from_inventory, ModelShape, TpPlan, Unit, UnitRules};
 use zoo_runtime::nn::Weights;
 
 use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, Seq2SeqLm};
@@ -78,6 +78,8 @@ pub struct Names {
     pub gguf_architectures: &'static [&'static str],
     /// HF's `_no_split_modules`.
     pub no_split_modules: &'static [&'static str],
+    /// The tensor-parallel plan ([`Family::tp_plan`]).
+    pub tp_plan: TpPlan,
 }
 
 impl Names {
@@ -94,6 +96,7 @@ impl Names {
             architectures: self.architectures,
             gguf_architectures: self.gguf_architectures,
             no_split_modules: self.no_split_modules,
+            tp_plan: self.tp_plan,
             validate,
             layout,
             loaders,
@@ -147,6 +150,7 @@ macro_rules! family {
         $model_type:literal in $folder:literal,
         classes [$($class:ident: $task:ident),+ $(,)?],
         no_split [$($no_split:literal),+ $(,)?],
+        tp $tp:expr,
         config $config:ty, loaders $loaders:expr $(,)?
     ) => {
         $crate::family::Family {
@@ -158,6 +162,7 @@ macro_rules! family {
             )),+],
             gguf_architectures: &[],
             no_split_modules: &[$($no_split),+],
+            tp_plan: $tp,
             validate: |c| <$config>::from_pretrained(c).map(drop),
             layout,
             loaders: $loaders,
@@ -195,6 +200,7 @@ macro_rules! derived_decoder {
                 ],
                 gguf_architectures: &[$($gguf),*],
                 no_split_modules: &[concat!(stringify!($switches), "DecoderLayer")],
+                tp_plan: $base::TP_PLAN,
             });
 
         #[doc = concat!(stringify!($switches), "'s switches ([`features`]).")]
@@ -265,6 +271,11 @@ pub struct Family {
     pub gguf_architectures: &'static [&'static str],
     /// HF's `_no_split_modules`: the classes a device map never cuts through.
     pub no_split_modules: &'static [&'static str],
+    /// How its weights split over a mesh's `model` axis under tensor parallelism, as
+    /// transformers' `base_model_tp_plan` (and `_tp_plan` for heads) says: module name
+    /// patterns and styles, matched against full weight names. Modules it does not name
+    /// are whole on every device of the mesh.
+    pub tp_plan: TpPlan,
     /// Checks the config for impossible values before any weight is read.
     pub validate: fn(&PretrainedConfig) -> Result<()>,
     /// The planner's view of a checkpoint.

@@ -9,7 +9,7 @@
 use zoo_hub::{Dtype, Inventory, PretrainedConfig};
 use zoo_runtime::device_map::{
     accelerator, pjrt_budgets, plan, platform_name, Accelerator, DeviceBudget, DeviceMap,
-    DeviceMapError, ExplicitMap, MaxMemory, Placement, Plan, PlanRequest, Workload,
+    DeviceMapError, ExplicitMap, MaxMemory, Mesh, Placement, Plan, PlanRequest, Workload, TP_AXIS,
 };
 use zoo_runtime::nn::DevicePlacement;
 use zoo_runtime::pjrt::discovery;
@@ -70,14 +70,37 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
                 Some(d) if !d.is_empty() => d.clone(),
                 _ => (0..lazy::device_count(p)?).collect(),
             };
-            spread(p, &ordinals, "balanced", facts, None)
+            spread(p, &singles(&ordinals), "balanced", facts, None)
+        }
+        DeviceMap::TensorParallel {
+            platform,
+            devices,
+            tp,
+        } => {
+            let p = parse_platform(platform).map_err(unsupported)?;
+            if p == PjrtPlatform::Tpu {
+                require_tpu()?;
+            }
+            let ordinals = match devices {
+                Some(d) if !d.is_empty() => d.clone(),
+                _ => (0..lazy::device_count(p)?).collect(),
+            };
+            let tp = tp.unwrap_or(ordinals.len());
+            if tp == 0 || ordinals.len() % tp != 0 {
+                return Err(unsupported(format!(
+                    "{} devices do not form meshes of {tp}; give a multiple of {tp} devices",
+                    ordinals.len()
+                )));
+            }
+            let groups: Vec<Vec<usize>> = ordinals.chunks(tp).map(<[usize]>::to_vec).collect();
+            spread(p, &groups, "balanced", facts, None)
         }
         DeviceMap::Tpu => {
             require_tpu()?;
             let n = lazy::device_count(PjrtPlatform::Tpu)?;
             spread(
                 PjrtPlatform::Tpu,
-                &(0..n).collect::<Vec<_>>(),
+                &singles(&(0..n).collect::<Vec<_>>()),
                 "balanced",
                 facts,
                 None,
@@ -92,7 +115,7 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
                 );
                 spread(
                     p,
-                    &(0..n).collect::<Vec<_>>(),
+                    &singles(&(0..n).collect::<Vec<_>>()),
                     "balanced",
                     facts,
                     Some(note),
@@ -115,7 +138,7 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
             };
             match accelerator()? {
                 Some(Accelerator::Pjrt(p, n)) => {
-                    spread(p, &(0..n).collect::<Vec<_>>(), strategy, facts, None)
+                    spread(p, &singles(&(0..n).collect::<Vec<_>>()), strategy, facts, None)
                 }
                 Some(Accelerator::CandleCuda) => Err(unsupported(
                     "splitting over candle CUDA devices is not built; use a PJRT CUDA plugin \
@@ -247,21 +270,62 @@ fn tpu_err(e: zoo_runtime::pjrt::PjrtError) -> Error {
     }
 }
 
-/// The model on `ordinals` of `platform`: one device as is, several planned by `strategy`.
+/// Each ordinal a group of its own.
+fn singles(ordinals: &[usize]) -> Vec<Vec<usize>> {
+    ordinals.iter().map(|&i| vec![i]).collect()
+}
+
+/// The model on `groups` of `platform`'s devices: a group of one is that device, a larger
+/// one a mesh every layer is split over (tensor parallelism, the family's plan); one group
+/// holds the whole model, several are stages planned by `strategy`.
 fn spread(
     platform: PjrtPlatform,
-    ordinals: &[usize],
+    groups: &[Vec<usize>],
     strategy: &str,
     facts: &ModelFacts<'_>,
     note: Option<String>,
 ) -> Result<Resolved> {
-    let device = |i: usize| Device::Pjrt(PjrtDevice::new(platform, i));
-    if let [only] = ordinals {
-        // Still check that the device exists.
-        pjrt_budgets(platform, ordinals, facts.max_memory).map_err(Error::from)?;
-        return Ok(Resolved::one(device(*only), note));
+    let all: Vec<usize> = groups.iter().flatten().copied().collect();
+    // Still check that the devices exist.
+    let budgets = pjrt_budgets(platform, &all, facts.max_memory).map_err(Error::from)?;
+    let group_device = |g: &[usize]| -> Result<Device> {
+        Ok(Device::Pjrt(match g {
+            [one] => PjrtDevice::new(platform, *one),
+            _ => {
+                let mesh = Mesh::new(&[(TP_AXIS, g.len())], g).map_err(Error::from)?;
+                PjrtDevice::on_mesh(platform, &mesh)
+            }
+        }))
+    };
+    if let [only] = groups {
+        return Ok(Resolved::one(group_device(only)?, note));
     }
-    let mut devices: Vec<DeviceBudget> = pjrt_budgets(platform, ordinals, facts.max_memory)?;
+    // A stage's budget: its group's devices together (split weights take 1/N of each).
+    let mut devices: Vec<DeviceBudget> = groups
+        .iter()
+        .map(|g| {
+            let of = |i: usize| budgets.iter().find(|b| b.place == Placement::Device(i));
+            let first = of(g[0]).cloned().ok_or_else(|| {
+                Error::Internal(format!("no budget for device {} (internal error)", g[0]))
+            })?;
+            let each = g.iter().filter_map(|&i| of(i).map(|b| b.bytes));
+            // The XLA CPU plugin's devices all report the host's memory: counted once.
+            let bytes = if platform == PjrtPlatform::Cpu {
+                each.min().unwrap_or(0)
+            } else {
+                each.fold(0u64, u64::saturating_add)
+            };
+            Ok(DeviceBudget {
+                bytes,
+                name: if g.len() == 1 {
+                    first.name
+                } else {
+                    format!("{}[tp{}]", first.name, g.len())
+                },
+                ..first
+            })
+        })
+        .collect::<Result<_>>()?;
     if let Some(bytes) = facts.max_memory.and_then(|m| m.get(&Placement::Cpu)) {
         devices.push(DeviceBudget {
             place: Placement::Cpu,
@@ -294,7 +358,14 @@ fn spread(
     };
     let plan = plan(&request).map_err(Error::from)?;
     plan.check_covers(facts.inventory).map_err(Error::from)?;
-    let placement = placement_of(&plan.map, |i| Ok(device(i)))?;
+    let placement = placement_of(&plan.map, |i| {
+        let g = groups.iter().find(|g| g[0] == i).ok_or_else(|| {
+            Error::Internal(format!(
+                "the plan placed a stage on device {i}, no group's first"
+            ))
+        })?;
+        group_device(g)
+    })?;
     let first = first_device(&plan, &placement);
     Ok(Resolved {
         device: first,

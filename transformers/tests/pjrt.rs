@@ -121,6 +121,69 @@ fn a_model_split_over_four_devices_equals_one_device() {
 }
 
 #[test]
+fn tensor_parallel_maps_equal_one_device() {
+    setup();
+    let one = load("llama-gqa-f32", pjrt(&[0]));
+    let tp = |s: &str| s.parse::<DeviceMap>().expect("a tp map");
+    let four = load("llama-gqa-f32", tp("tp:pjrt:cpu:0,1,2,3"));
+    assert_eq!(
+        four.load_report().device.to_string(),
+        "pjrt:cpu:0,1,2,3[model=4]"
+    );
+    // Two stages, each a mesh of two devices.
+    let two_by_two = load("llama-gqa-f32", tp("tp2:pjrt:cpu:0,1,2,3"));
+    let report = two_by_two.load_report();
+    eprintln!("{}", report.plan.as_ref().expect("stages are planned"));
+    let cache = two_by_two.model().model().new_cache(1, 8).unwrap();
+    let stages: Vec<String> = cache.devices().iter().map(|d| d.to_string()).collect();
+    assert!(
+        stages.contains(&"pjrt:cpu:0,1[model=2]".to_string())
+            && stages.contains(&"pjrt:cpu:2,3[model=2]".to_string()),
+        "{stages:?}"
+    );
+    let a = logits(&one);
+    for model in [&four, &two_by_two] {
+        let b = logits(model);
+        // Partial products are summed across devices in another order: differences are
+        // rounding, relative to the logits' scale.
+        let scale = a.iter().map(|x| x.abs()).fold(0f32, f32::max);
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst <= 1e-5 * scale,
+            "tensor parallel vs one device: max abs diff {worst} at scale {scale}"
+        );
+    }
+    let opts = GenerationOptions {
+        min_new_tokens: 12,
+        ..GenerationOptions::greedy(12)
+    };
+    let prompts = [vec![3, 14, 15, 9, 2], vec![6, 5]];
+    let (x, _) = one.generate_ids(&prompts, &opts, |_| true).unwrap();
+    for model in [&four, &two_by_two] {
+        let (y, _) = model.generate_ids(&prompts, &opts, |_| true).unwrap();
+        for (x, y) in x.iter().zip(&y) {
+            assert_eq!(x.token_ids, y.token_ids);
+        }
+    }
+    // Meshes that do not divide the devices are refused by name.
+    let Err(err) = AutoModelForCausalLM::builder(&fixture("llama-gqa-f32"))
+        .device_map(DeviceMap::TensorParallel {
+            platform: "cpu".into(),
+            devices: Some(vec![0, 1, 2]),
+            tp: Some(2),
+        })
+        .load()
+    else {
+        panic!("3 devices in meshes of 2 loaded");
+    };
+    assert!(err.to_string().contains("meshes of 2"), "{err}");
+}
+
+#[test]
 fn sampling_on_the_device_picks_what_the_host_picks() {
     setup();
     let cpu = load("mistral-swa-f32", DeviceMap::Cpu);

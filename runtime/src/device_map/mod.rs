@@ -6,6 +6,7 @@ mod budgets;
 mod memory;
 mod mesh;
 mod plan;
+mod tp;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ pub use plan::{
     plan, units_from_inventory, CacheLayout, DeviceBudget, ModelShape, Plan, PlanRequest, Stage,
     Unit, UnitRules, Workload,
 };
+pub use tp::{split_if_divisible, style_of, weight_sharding, TpPlan, TpStyle, TP_AXIS};
 
 /// Why a device map or plan was refused.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +27,7 @@ pub enum DeviceMapError {
     BadSize { input: String },
     #[error("{input:?} is not a device; use an accelerator index (0, 1, ...), cuda:N, tpu:N, cpu or disk")]
     BadPlacement { input: String },
-    #[error("{input:?} is not a device map; use auto, balanced, balanced_low_0, sequential, tpu, cpu, cuda[:N], pjrt:PLATFORM[:N,...] or a .json file")]
+    #[error("{input:?} is not a device map; use auto, balanced, balanced_low_0, sequential, tpu, cpu, cuda[:N], pjrt:PLATFORM[:N,...], tp[N]:pjrt:PLATFORM[:N,...] (tensor parallel over meshes of N devices) or a .json file")]
     BadDeviceMap { input: String },
     #[error("{path}: {reason}")]
     BadMapFile { path: PathBuf, reason: String },
@@ -198,6 +200,15 @@ pub enum DeviceMap {
         platform: String,
         devices: Option<Vec<usize>>,
     },
+    /// Tensor parallelism over devices of a PJRT platform (all of them when `devices` is
+    /// `None`): `tp` devices form a mesh that every layer is split over (the family's
+    /// tensor-parallel plan), and the layers are cut into `devices / tp` stages of such
+    /// meshes. `tp: None` puts all the devices in one mesh.
+    TensorParallel {
+        platform: String,
+        devices: Option<Vec<usize>>,
+        tp: Option<usize>,
+    },
     /// A module prefix → device map, as transformers' `hf_device_map`.
     Explicit(ExplicitMap),
 }
@@ -221,6 +232,21 @@ impl std::fmt::Display for DeviceMap {
                 }
                 Ok(())
             }
+            DeviceMap::TensorParallel {
+                platform,
+                devices,
+                tp,
+            } => {
+                match tp {
+                    Some(tp) => write!(f, "tp{tp}:pjrt:{platform}")?,
+                    None => write!(f, "tp:pjrt:{platform}")?,
+                }
+                if let Some(d) = devices {
+                    let ids: Vec<String> = d.iter().map(usize::to_string).collect();
+                    write!(f, ":{}", ids.join(","))?;
+                }
+                Ok(())
+            }
             DeviceMap::Explicit(m) => {
                 let entries: Vec<String> = m
                     .entries
@@ -237,7 +263,9 @@ impl std::str::FromStr for DeviceMap {
     type Err = DeviceMapError;
 
     /// Reads the CLI forms: `auto`, `balanced`, `balanced_low_0`, `sequential`, `tpu`, `cpu`,
-    /// `cuda`, `cuda:N`, `pjrt:PLATFORM`, `pjrt:PLATFORM:0,1`, or a path to a `.json` map.
+    /// `cuda`, `cuda:N`, `pjrt:PLATFORM`, `pjrt:PLATFORM:0,1`, tensor parallelism as
+    /// `tp:pjrt:PLATFORM[:0,1,..]` (one mesh of all the devices) or `tpN:pjrt:..` (meshes of
+    /// N devices, one stage each), or a path to a `.json` map.
     fn from_str(s: &str) -> Result<DeviceMap, DeviceMapError> {
         let bad = || DeviceMapError::BadDeviceMap { input: s.into() };
         Ok(match s {
@@ -250,6 +278,28 @@ impl std::str::FromStr for DeviceMap {
             "cuda" => DeviceMap::Cuda(0),
             _ if s.ends_with(".json") => DeviceMap::Explicit(ExplicitMap::from_file(Path::new(s))?),
             _ => {
+                if let Some((head, rest)) =
+                    s.split_once(":pjrt:").filter(|(h, _)| h.starts_with("tp"))
+                {
+                    let tp = match &head[2..] {
+                        "" => None,
+                        n => Some(n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(bad)?),
+                    };
+                    let DeviceMap::Pjrt { platform, devices } = format!("pjrt:{rest}").parse()?
+                    else {
+                        return Err(bad());
+                    };
+                    if let (Some(tp), Some(d)) = (tp, &devices) {
+                        if d.len() % tp != 0 {
+                            return Err(bad());
+                        }
+                    }
+                    return Ok(DeviceMap::TensorParallel {
+                        platform,
+                        devices,
+                        tp,
+                    });
+                }
                 if let Some(i) = s.strip_prefix("cuda:") {
                     DeviceMap::Cuda(i.parse().map_err(|_| bad())?)
                 } else if let Some(rest) = s.strip_prefix("pjrt:") {
@@ -293,7 +343,25 @@ mod tests {
                 devices: Some(vec![0, 3])
             }
         );
-        for bad in ["gpu", "cuda:x", "pjrt:", "pjrt:cpu:a"] {
+        let tp = |s: &str| s.parse::<DeviceMap>().map(|m| m.to_string());
+        assert_eq!(tp("tp:pjrt:cpu:0,1,2,3").unwrap(), "tp:pjrt:cpu:0,1,2,3");
+        assert_eq!(
+            "tp2:pjrt:cpu".parse::<DeviceMap>().unwrap(),
+            DeviceMap::TensorParallel {
+                platform: "cpu".into(),
+                devices: None,
+                tp: Some(2)
+            }
+        );
+        for bad in [
+            "gpu",
+            "cuda:x",
+            "pjrt:",
+            "pjrt:cpu:a",
+            "tp0:pjrt:cpu",
+            "tp2:pjrt:cpu:0,1,2",
+            "tpx:pjrt:cpu",
+        ] {
             assert!(bad.parse::<DeviceMap>().is_err(), "{bad}");
         }
     }

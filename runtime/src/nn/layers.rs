@@ -98,7 +98,11 @@ impl Linear {
         let mut weights = Vec::with_capacity(layers.len());
         for l in layers {
             match &l.weight {
-                Matrix::Dense(w) if !w.device().is_eager() => weights.push(w),
+                // Split weights stay separate: stacking tiles of a mesh would make the
+                // stack whole on every device.
+                Matrix::Dense(w) if !w.device().is_eager() && w.sharding().is_none() => {
+                    weights.push(w)
+                }
                 _ => return Ok(None),
             }
         }

@@ -161,6 +161,7 @@ pub struct Weights {
     device: Device,
     placement: Option<Arc<DevicePlacement>>,
     keep_blocks: bool,
+    tp_plan: Option<crate::device_map::TpPlan>,
 }
 
 impl std::fmt::Debug for Weights {
@@ -183,6 +184,7 @@ impl Weights {
             device,
             placement: None,
             keep_blocks: true,
+            tp_plan: None,
         }
     }
 
@@ -203,6 +205,35 @@ impl Weights {
             placement: Some(Arc::new(placement)),
             ..self.clone()
         }
+    }
+
+    /// The same source with the weights that go to a mesh device split over its `model`
+    /// axis as `plan` says (a family's tensor-parallel plan): each device is sent its tile
+    /// alone. Weights the plan does not name, or whose split does not divide, are whole on
+    /// every device of the mesh.
+    pub fn with_tp_plan(&self, plan: crate::device_map::TpPlan) -> Weights {
+        Weights {
+            tp_plan: Some(plan),
+            ..self.clone()
+        }
+    }
+
+    /// Loads the full name `full` onto its device, split there when it is a mesh and the
+    /// tensor-parallel plan splits it.
+    fn load(&self, full: &str) -> Result<Tensor> {
+        let device = self.device_for(full);
+        let mesh = match device {
+            Device::Pjrt(d) => d.mesh(),
+            _ => None,
+        };
+        if let (Some(mesh), Some(plan)) = (mesh, self.tp_plan) {
+            let shape = self.stored_shape(full)?;
+            if let Some(s) = crate::device_map::weight_sharding(plan, &mesh, full, &shape) {
+                let host = self.source.load(full, self.dtype, &Device::Cpu)?;
+                return host.to_device_sharded(&device, &s);
+            }
+        }
+        self.source.load(full, self.dtype, &device)
     }
 
     /// The device `name` (a full tensor or module name) loads onto.
@@ -273,7 +304,7 @@ impl Weights {
                 found,
             });
         }
-        self.source.load(&full, self.dtype, &self.device_for(&full))
+        self.load(&full)
     }
 
     /// The stored blocks of `name` when it is block-quantized, blocks are kept and it loads
@@ -299,7 +330,7 @@ impl Weights {
     pub fn get_unchecked(&self, name: &str) -> Result<Tensor> {
         let full = self.full_name(name);
         self.stored_shape(&full)?;
-        self.source.load(&full, self.dtype, &self.device_for(&full))
+        self.load(&full)
     }
 
     /// Loads `name` if present (an optional bias), checking its shape.

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{ModelShape, TpPlan, TpStyle};
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
@@ -30,8 +30,22 @@ pub(crate) const FAMILY: Family = family! {
     classes [BertModel: Base, BertForMaskedLM: MaskedLm,
         BertForSequenceClassification: SequenceClassification,
         BertForTokenClassification: TokenClassification],
-    no_split ["BertEmbeddings", "BertLayer"], config BertConfig, loaders Loaders::Encoder(load),
+    no_split ["BertEmbeddings", "BertLayer"], tp TP_PLAN, config BertConfig,
+    loaders Loaders::Encoder(load),
 };
+
+/// BERT's tensor-parallel plan: heads (query/key/value colwise, the attention output
+/// rowwise), MLP columns (intermediate colwise, output rowwise), word embeddings by
+/// vocabulary.
+const TP_PLAN: TpPlan = &[
+    ("layer.*.attention.self.query", TpStyle::Colwise),
+    ("layer.*.attention.self.key", TpStyle::Colwise),
+    ("layer.*.attention.self.value", TpStyle::Colwise),
+    ("layer.*.attention.output.dense", TpStyle::Rowwise),
+    ("layer.*.intermediate.dense", TpStyle::Colwise),
+    ("layer.*.output.dense", TpStyle::Rowwise),
+    ("embeddings.word_embeddings", TpStyle::Vocab),
+];
 
 /// `config.json` of a BERT checkpoint, as transformers' `BertConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]

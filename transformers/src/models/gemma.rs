@@ -38,7 +38,11 @@ pub(crate) const FAMILY: Family = family::<Gemma>(Names {
     ],
     gguf_architectures: &["gemma"],
     no_split_modules: &["GemmaDecoderLayer"],
+    tp_plan: TP_PLAN,
 });
+
+/// Gemma's tensor-parallel plan: Llama's (the same module names).
+pub(crate) const TP_PLAN: zoo_runtime::device_map::TpPlan = super::llama::TP_PLAN;
 
 /// Gemma's own switches ([`features`]).
 pub(crate) struct Gemma;

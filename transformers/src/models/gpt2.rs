@@ -27,7 +27,10 @@ use crate::{Error, Result};
 /// The registry entry of `gpt2` (llama.cpp's `gpt2` files are not read by zoo-hub yet).
 pub(crate) const FAMILY: Family = family! {
     "gpt2" in "gpt2", classes [GPT2LMHeadModel: CausalLm, GPT2Model: Base],
-    no_split ["GPT2Block"], config GPT2Config,
+    no_split ["GPT2Block"],
+    // GPT-2's Conv1D layers store `[in, out]` and transformers gives GPT-2 no plan: on a
+    // mesh its weights are whole on every device.
+    tp &[], config GPT2Config,
     loaders Loaders::Decoder { base: load_base, causal_lm: load_causal_lm },
 };
 

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::{CacheLayout, ModelShape};
+use zoo_runtime::device_map::{CacheLayout, ModelShape, TpPlan, TpStyle};
 use zoo_runtime::nn::{Embedding, Linear, RmsNorm, RotaryEmbedding, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
@@ -33,7 +33,35 @@ pub(crate) const FAMILY: Family = family::<Llama>(Names {
     ],
     gguf_architectures: &["llama"],
     no_split_modules: &["LlamaDecoderLayer"],
+    tp_plan: TP_PLAN,
 });
+
+/// The tensor-parallel plan of Llama and the families on its decoder, as their
+/// `base_model_tp_plan`s and `_tp_plan`s name it: attention heads and MLP columns split
+/// (q/k/v, gate/up and their fused forms colwise; o and down rowwise, so each layer ends in
+/// one all-reduce), experts' projections the same, embeddings and LM head by vocabulary.
+pub(crate) const TP_PLAN: TpPlan = &[
+    ("layers.*.self_attn.q_proj", TpStyle::Colwise),
+    ("layers.*.self_attn.k_proj", TpStyle::Colwise),
+    ("layers.*.self_attn.v_proj", TpStyle::Colwise),
+    ("layers.*.self_attn.qkv_proj", TpStyle::Colwise),
+    ("layers.*.self_attn.o_proj", TpStyle::Rowwise),
+    ("layers.*.mlp.gate_proj", TpStyle::Colwise),
+    ("layers.*.mlp.up_proj", TpStyle::Colwise),
+    ("layers.*.mlp.gate_up_proj", TpStyle::Colwise),
+    ("layers.*.mlp.down_proj", TpStyle::Rowwise),
+    ("experts.*.gate_proj", TpStyle::Colwise),
+    ("experts.*.up_proj", TpStyle::Colwise),
+    ("experts.*.down_proj", TpStyle::Rowwise),
+    ("experts.*.w1", TpStyle::Colwise),
+    ("experts.*.w3", TpStyle::Colwise),
+    ("experts.*.w2", TpStyle::Rowwise),
+    ("shared_expert.gate_proj", TpStyle::Colwise),
+    ("shared_expert.up_proj", TpStyle::Colwise),
+    ("shared_expert.down_proj", TpStyle::Rowwise),
+    ("embed_tokens", TpStyle::Vocab),
+    ("lm_head", TpStyle::Vocab),
+];
 
 /// Llama's own switches ([`features`]).
 pub(crate) struct Llama;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::ModelShape;
+use zoo_runtime::device_map::{ModelShape, TpPlan, TpStyle};
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, Device, SdpaOptions, Tensor};
 
@@ -30,8 +30,20 @@ use crate::{Error, Result};
 pub(crate) const FAMILY: Family = family! {
     "vit" in "vit",
     classes [ViTModel: Base, ViTForImageClassification: ImageClassification],
-    no_split ["ViTEmbeddings", "ViTLayer"], config ViTConfig, loaders Loaders::Image(load),
+    no_split ["ViTEmbeddings", "ViTLayer"], tp TP_PLAN, config ViTConfig,
+    loaders Loaders::Image(load),
 };
+
+/// ViT's tensor-parallel plan: heads (query/key/value colwise, the attention output
+/// rowwise) and MLP columns (intermediate colwise, output rowwise) split.
+const TP_PLAN: TpPlan = &[
+    ("layer.*.attention.attention.query", TpStyle::Colwise),
+    ("layer.*.attention.attention.key", TpStyle::Colwise),
+    ("layer.*.attention.attention.value", TpStyle::Colwise),
+    ("layer.*.attention.output.dense", TpStyle::Rowwise),
+    ("layer.*.intermediate.dense", TpStyle::Colwise),
+    ("layer.*.output.dense", TpStyle::Rowwise),
+];
 
 /// `config.json` of a ViT, as transformers' `ViTConfig` reads it.
 #[derive(Clone, Debug, Deserialize)]

@@ -19,6 +19,19 @@ pub(crate) use model::FAMILY as CLIP_FAMILY;
 pub(crate) use text::FAMILY;
 pub(crate) use vision::FAMILY as VISION_FAMILY;
 
+/// CLIP's tensor-parallel plan (both towers): heads (q/k/v colwise, out_proj rowwise) and
+/// MLP columns (fc1 colwise, fc2 rowwise); a CLIP text tower's embeddings by vocabulary.
+const TP_PLAN: TpPlan = &[
+    ("layers.*.self_attn.q_proj", TpStyle::Colwise),
+    ("layers.*.self_attn.k_proj", TpStyle::Colwise),
+    ("layers.*.self_attn.v_proj", TpStyle::Colwise),
+    ("layers.*.self_attn.out_proj", TpStyle::Rowwise),
+    ("layers.*.mlp.fc1", TpStyle::Colwise),
+    ("layers.*.mlp.fc2", TpStyle::Rowwise),
+    ("embeddings.token_embedding", TpStyle::Vocab),
+];
+
+use zoo_runtime::device_map::{TpPlan, TpStyle};
 use zoo_runtime::nn::{LayerNorm, Linear, SharedInput, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 

@@ -21,7 +21,7 @@ use crate::{Error, Result};
 pub(crate) const FAMILY: Family = family! {
     "clip" in "clip", classes [CLIPModel: Base],
     no_split ["CLIPTextEmbeddings", "CLIPEncoderLayer", "CLIPVisionEmbeddings"],
-    config CLIPConfig, loaders Loaders::ImageText(load),
+    tp super::TP_PLAN, config CLIPConfig, loaders Loaders::ImageText(load),
 };
 
 /// `config.json` of a `CLIPModel`: both towers' configs and the shared projection width.

@@ -29,7 +29,7 @@ use crate::{Error, Result};
 pub(crate) const FAMILY: Family = family! {
     "clip_text_model" in "clip", classes [CLIPTextModel: Base, CLIPTextModelWithProjection: Base],
     no_split ["CLIPTextEmbeddings", "CLIPEncoderLayer"],
-    config CLIPTextConfig, loaders Loaders::Encoder(load),
+    tp super::TP_PLAN, config CLIPTextConfig, loaders Loaders::Encoder(load),
 };
 
 /// `config.json` of a CLIP text tower, as transformers' `CLIPTextConfig` reads it.

@@ -27,7 +27,7 @@ pub(crate) const FAMILY: Family = family! {
     "clip_vision_model" in "clip",
     classes [CLIPVisionModel: Base, CLIPVisionModelWithProjection: Base],
     no_split ["CLIPVisionEmbeddings", "CLIPEncoderLayer"],
-    config CLIPVisionConfig, loaders Loaders::Image(load),
+    tp super::TP_PLAN, config CLIPVisionConfig, loaders Loaders::Image(load),
 };
 
 /// `config.json` of a CLIP vision tower, as transformers' `CLIPVisionConfig` reads it.

@@ -17,7 +17,7 @@ mod encoder;
 
 use serde::Deserialize;
 use zoo_hub::PretrainedConfig;
-use zoo_runtime::device_map::{CacheLayout, ModelShape};
+use zoo_runtime::device_map::{CacheLayout, ModelShape, TpPlan, TpStyle};
 use zoo_runtime::nn::{Embedding, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
@@ -33,14 +33,36 @@ use crate::{Error, Result};
 /// The registry entry of `t5`.
 pub(crate) const FAMILY: Family = family! {
     "t5" in "t5", classes [T5EncoderModel: Base, T5ForConditionalGeneration: Seq2SeqLm],
-    no_split ["T5Block"], config T5Config, loaders Loaders::Seq2Seq { encoder: load_encoder, seq2seq: load_seq2seq },
+    no_split ["T5Block"], tp TP_PLAN, config T5Config,
+    loaders Loaders::Seq2Seq { encoder: load_encoder, seq2seq: load_seq2seq },
 };
+
+/// T5's tensor-parallel plan (UMT5's too): heads of self- and cross-attention (q/k/v
+/// colwise, o rowwise), feed-forward columns (wi, wi_0, wi_1 colwise, wo rowwise), shared
+/// embeddings and LM head by vocabulary.
+const TP_PLAN: TpPlan = &[
+    ("SelfAttention.q", TpStyle::Colwise),
+    ("SelfAttention.k", TpStyle::Colwise),
+    ("SelfAttention.v", TpStyle::Colwise),
+    ("SelfAttention.o", TpStyle::Rowwise),
+    ("EncDecAttention.q", TpStyle::Colwise),
+    ("EncDecAttention.k", TpStyle::Colwise),
+    ("EncDecAttention.v", TpStyle::Colwise),
+    ("EncDecAttention.o", TpStyle::Rowwise),
+    ("DenseReluDense.wi", TpStyle::Colwise),
+    ("DenseReluDense.wi_0", TpStyle::Colwise),
+    ("DenseReluDense.wi_1", TpStyle::Colwise),
+    ("DenseReluDense.wo", TpStyle::Rowwise),
+    ("shared", TpStyle::Vocab),
+    ("lm_head", TpStyle::Vocab),
+];
 
 /// The registry entry of `umt5`: T5 v1.1 with a relative bias in every block.
 pub(crate) const UMT5_FAMILY: Family = family! {
     "umt5" in "umt5",
     classes [UMT5EncoderModel: Base, UMT5ForConditionalGeneration: Seq2SeqLm],
-    no_split ["UMT5Block"], config T5Config, loaders Loaders::Seq2Seq { encoder: load_encoder, seq2seq: load_seq2seq },
+    no_split ["UMT5Block"], tp TP_PLAN, config T5Config,
+    loaders Loaders::Seq2Seq { encoder: load_encoder, seq2seq: load_seq2seq },
 };
 
 /// `config.json` of a T5 / UMT5, as transformers' `T5Config` reads it.

@@ -1,0 +1,131 @@
+//! Tensor-parallel plans: which weights split over the `model` axis of a mesh, and how, in
+//! the shape of transformers' `base_model_tp_plan` (module patterns to styles).
+//!
+//! XLA's SPMD partitioner keeps any layout correct (it inserts the all-reduce a row-wise
+//! product needs, or gathers what an op needs whole), so a plan decides only what each
+//! device holds and computes; a weight whose split dimension does not divide stays whole on
+//! every device.
+
+use super::mesh::{Mesh, Sharding};
+
+/// The mesh axis tensor parallelism splits along (jax's and zml's name for it).
+pub const TP_AXIS: &str = "model";
+
+/// How a module's weights split, as transformers names the styles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TpStyle {
+    /// `colwise`: a linear's output features (`weight [out, in]` by rows, its bias too);
+    /// each device computes its share of the outputs (attention heads, MLP columns).
+    Colwise,
+    /// `rowwise`: a linear's input features (`weight [out, in]` by columns; the bias
+    /// whole): each device's partial product is summed across the devices.
+    Rowwise,
+    /// `embedding_rowwise` / vocabulary-parallel: an embedding table or LM head by
+    /// vocabulary rows.
+    Vocab,
+    /// Stacked experts (`[experts, ..]`) by expert.
+    Experts,
+}
+
+impl TpStyle {
+    /// The style's name in a transformers tp plan.
+    pub fn name(self) -> &'static str {
+        match self {
+            TpStyle::Colwise => "colwise",
+            TpStyle::Rowwise => "rowwise",
+            TpStyle::Vocab => "embedding_rowwise",
+            TpStyle::Experts => "grouped_gemm",
+        }
+    }
+}
+
+/// A family's plan: module name patterns (dot-separated, `*` for one segment such as a
+/// layer index, matched against the end of a module's name) and their styles.
+pub type TpPlan = &'static [(&'static str, TpStyle)];
+
+/// The style `plan` gives module `module` (a weight's name without `.weight`/`.bias`).
+pub fn style_of(plan: TpPlan, module: &str) -> Option<TpStyle> {
+    let segs: Vec<&str> = module.split('.').collect();
+    plan.iter().find_map(|(pattern, style)| {
+        let pat: Vec<&str> = pattern.split('.').collect();
+        let tail = segs.len().checked_sub(pat.len())?;
+        let hit = pat
+            .iter()
+            .zip(&segs[tail..])
+            .all(|(p, s)| *p == "*" || p == s);
+        hit.then_some(*style)
+    })
+}
+
+/// The layout of weight `name` (of `shape`) on `mesh` under `plan`: split along
+/// [`TP_AXIS`] as its module's style says, or whole (`None`) when the plan names no style
+/// for it, the mesh has no such axis, or the split dimension does not divide.
+pub fn weight_sharding(plan: TpPlan, mesh: &Mesh, name: &str, shape: &[usize]) -> Option<Sharding> {
+    let (module, kind) = name.rsplit_once('.')?;
+    let style = style_of(plan, module)?;
+    let dim = match (style, kind, shape.len()) {
+        (TpStyle::Colwise, "weight" | "bias", 1..) => 0,
+        (TpStyle::Rowwise, "weight", 2) => 1,
+        (TpStyle::Vocab, "weight", 2) => 0,
+        (TpStyle::Experts, _, 2..) => 0,
+        _ => return None,
+    };
+    let s = Sharding::split_dim(mesh, shape.len(), dim, TP_AXIS).ok()?;
+    s.tile_shape(mesh, shape).ok()?;
+    Some(s)
+}
+
+/// `dim` of a rank-`rank` tensor of `shape` split along [`TP_AXIS`] when `mesh` has that
+/// axis and the size divides by it (a KV cache by head); `None` keeps it whole.
+pub fn split_if_divisible(mesh: &Mesh, shape: &[usize], dim: usize) -> Option<Sharding> {
+    let s = Sharding::split_dim(mesh, shape.len(), dim, TP_AXIS).ok()?;
+    s.tile_shape(mesh, shape).ok()?;
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLAN: TpPlan = &[
+        ("layers.*.self_attn.q_proj", TpStyle::Colwise),
+        ("layers.*.self_attn.o_proj", TpStyle::Rowwise),
+        ("embed_tokens", TpStyle::Vocab),
+    ];
+
+    #[test]
+    fn patterns_match_whole_segments_from_the_end() {
+        assert_eq!(
+            style_of(PLAN, "model.layers.12.self_attn.q_proj"),
+            Some(TpStyle::Colwise)
+        );
+        assert_eq!(style_of(PLAN, "model.layers.x.y.self_attn.q_proj"), None);
+        assert_eq!(style_of(PLAN, "model.layers.1.self_attn.q_proj_x"), None);
+        assert_eq!(style_of(PLAN, "model.embed_tokens"), Some(TpStyle::Vocab));
+        assert_eq!(style_of(PLAN, "model.norm"), None);
+    }
+
+    #[test]
+    fn weights_split_by_style_and_stay_whole_where_they_do_not_divide() {
+        let mesh = Mesh::new(&[(TP_AXIS, 4)], &[0, 1, 2, 3]).unwrap();
+        let dims = |name: &str, shape: &[usize]| {
+            weight_sharding(PLAN, &mesh, name, shape).map(|s| s.dims().to_vec())
+        };
+        let q = "model.layers.0.self_attn.q_proj";
+        assert_eq!(
+            dims(&format!("{q}.weight"), &[8, 4]),
+            Some(vec![Some(0), None])
+        );
+        assert_eq!(dims(&format!("{q}.bias"), &[8]), Some(vec![Some(0)]));
+        let o = "model.layers.0.self_attn.o_proj";
+        assert_eq!(
+            dims(&format!("{o}.weight"), &[4, 8]),
+            Some(vec![None, Some(0)])
+        );
+        assert_eq!(dims(&format!("{o}.bias"), &[4]), None);
+        assert_eq!(dims(&format!("{q}.weight"), &[6, 4]), None, "6 rows over 4");
+        assert_eq!(dims("model.norm.weight", &[8]), None);
+        let other = Mesh::new(&[("data", 4)], &[0, 1, 2, 3]).unwrap();
+        assert!(weight_sharding(PLAN, &other, &format!("{q}.weight"), &[8, 4]).is_none());
+    }
+}
