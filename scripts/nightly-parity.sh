@@ -4,7 +4,7 @@
 # a case failed or errored), so the workflow's step is red exactly when parity is.
 #
 #   scripts/nightly-parity.sh BACKENDS [CASES] [OUT] [HISTORY]
-#   scripts/nightly-parity.sh candle-cpu,pjrt-cpu,pjrt-cpu-x4
+#   scripts/nightly-parity.sh candle-cpu,pjrt-cpu,pjrt-cpu-x4,pjrt-cpu-tp4,pjrt-cpu-tp2pp2
 #
 # CASES (comma-separated folders) defaults to nightly/fixtures (models against
 # transformers) and diffusers/tests/data/pipelines (pipelines against diffusers); OUT to

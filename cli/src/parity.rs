@@ -49,7 +49,7 @@ pub struct RunArgs {
     /// and diffusers/tests/data/pipelines under the current folder, those present.
     #[arg(long = "cases")]
     cases: Vec<PathBuf>,
-    /// Comma-separated: candle-cpu, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda, pjrt-tpu, candle-cuda
+    /// Comma-separated: candle-cpu, pjrt-cpu, pjrt-cpu-x4 (stages over four devices), pjrt-cpu-tp4 (every layer split over four), pjrt-cpu-tp2pp2 (two stages of two-device meshes), pjrt-cuda, pjrt-tpu, candle-cuda
     /// (cuda:0; a `--features cuda` build) (default: all).
     #[arg(long, value_delimiter = ',')]
     backends: Vec<String>,

@@ -100,8 +100,13 @@ pub enum Backend {
     CandleCpu,
     /// The XLA CPU PJRT plugin, one device.
     PjrtCpu,
-    /// The XLA CPU PJRT plugin, four devices.
+    /// The XLA CPU PJRT plugin, four devices in stages.
     PjrtCpuX4,
+    /// The XLA CPU PJRT plugin, every layer split over a mesh of four devices (tensor
+    /// parallel, the family's plan).
+    PjrtCpuTp4,
+    /// The XLA CPU PJRT plugin, two stages, each a tensor-parallel mesh of two devices.
+    PjrtCpuTp2Pp2,
     /// A CUDA PJRT plugin.
     PjrtCuda,
     /// libtpu.
@@ -112,10 +117,12 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order runs list them.
-    pub const ALL: [Backend; 6] = [
+    pub const ALL: [Backend; 8] = [
         Backend::CandleCpu,
         Backend::PjrtCpu,
         Backend::PjrtCpuX4,
+        Backend::PjrtCpuTp4,
+        Backend::PjrtCpuTp2Pp2,
         Backend::PjrtCuda,
         Backend::PjrtTpu,
         Backend::CandleCuda,
@@ -127,6 +134,8 @@ impl Backend {
             Backend::CandleCpu => "candle-cpu",
             Backend::PjrtCpu => "pjrt-cpu",
             Backend::PjrtCpuX4 => "pjrt-cpu-x4",
+            Backend::PjrtCpuTp4 => "pjrt-cpu-tp4",
+            Backend::PjrtCpuTp2Pp2 => "pjrt-cpu-tp2pp2",
             Backend::PjrtCuda => "pjrt-cuda",
             Backend::PjrtTpu => "pjrt-tpu",
             Backend::CandleCuda => "candle-cuda",
@@ -138,7 +147,10 @@ impl Backend {
         use zoo_runtime::PjrtPlatform as P;
         match self {
             Backend::CandleCpu | Backend::CandleCuda => None,
-            Backend::PjrtCpu | Backend::PjrtCpuX4 => Some(P::Cpu),
+            Backend::PjrtCpu
+            | Backend::PjrtCpuX4
+            | Backend::PjrtCpuTp4
+            | Backend::PjrtCpuTp2Pp2 => Some(P::Cpu),
             Backend::PjrtCuda => Some(P::Cuda),
             Backend::PjrtTpu => Some(P::Tpu),
         }
@@ -156,7 +168,10 @@ impl Backend {
     pub fn pjrt_platform(self) -> Option<&'static str> {
         match self {
             Backend::CandleCpu | Backend::CandleCuda => None,
-            Backend::PjrtCpu | Backend::PjrtCpuX4 => Some("cpu"),
+            Backend::PjrtCpu
+            | Backend::PjrtCpuX4
+            | Backend::PjrtCpuTp4
+            | Backend::PjrtCpuTp2Pp2 => Some("cpu"),
             Backend::PjrtCuda => Some("cuda"),
             Backend::PjrtTpu => Some("tpu"),
         }
@@ -172,6 +187,11 @@ impl Backend {
             Backend::CandleCpu => DeviceMap::Cpu,
             Backend::PjrtCpu => pjrt("cpu", Some(vec![0])),
             Backend::PjrtCpuX4 => pjrt("cpu", Some(vec![0, 1, 2, 3])),
+            Backend::PjrtCpuTp4 | Backend::PjrtCpuTp2Pp2 => DeviceMap::TensorParallel {
+                platform: "cpu".into(),
+                devices: Some(vec![0, 1, 2, 3]),
+                tp: (self == Backend::PjrtCpuTp2Pp2).then_some(2),
+            },
             Backend::PjrtCuda => pjrt("cuda", None),
             Backend::PjrtTpu => pjrt("tpu", None),
             Backend::CandleCuda => DeviceMap::Cuda(0),
@@ -200,7 +220,7 @@ pub fn parse_dtype(s: &str) -> Result<CaseDtype, HarnessError> {
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
     /// A backend name that is not one of [`Backend::ALL`].
-    #[error("unknown backend `{0}`; use candle-cpu, candle-cuda, pjrt-cpu, pjrt-cpu-x4, pjrt-cuda or pjrt-tpu")]
+    #[error("unknown backend `{0}`; use candle-cpu, candle-cuda, pjrt-cpu, pjrt-cpu-x4, pjrt-cpu-tp4, pjrt-cpu-tp2pp2, pjrt-cuda or pjrt-tpu")]
     UnknownBackend(String),
     /// A dtype name that is not f32, bf16 or f16.
     #[error("unknown dtype `{0}`; use f32, bf16 or f16")]

@@ -1,7 +1,8 @@
 //! Parity with diffusers on every committed pipeline case, through the harness, as the
 //! nightly run and `zoo parity run` take them: each case (Stable Diffusion 1.x / 2.x / XL,
 //! DDPM, DiT, PixArt, SD3, Flux) passes on candle-cpu, and a case of each denoiser kind
-//! also on pjrt-cpu and split over four devices of the XLA CPU plugin (pjrt-cpu-x4). A
+//! also on pjrt-cpu and split over four devices of the XLA CPU plugin (pjrt-cpu-x4); the
+//! transformer denoisers also tensor parallel (pjrt-cpu-tp4, pjrt-cpu-tp2pp2). A
 //! copy held to a zero image tolerance fails, a copy naming a class zoo lacks errors, and
 //! the dashboard draws the pipelines beside the language models. A missing PJRT plugin
 //! fails the PJRT results.
@@ -100,9 +101,28 @@ fn every_pipeline_case_matches_diffusers_through_the_harness() {
     )
     .unwrap();
     assert_eq!(pjrt.run.results.len(), 2 * kinds.len());
+    // Tensor parallel: every transformer block's attention and feed-forward split over a
+    // mesh of four devices, and two stages of two-device meshes.
+    let tp_kinds: Vec<PathBuf> = ["sd3", "flux-dev", "dit"]
+        .iter()
+        .map(|n| root.join(n))
+        .collect();
+    let tp = harness::run_with(
+        &tp_kinds,
+        out.path(),
+        &opts(&[Backend::PjrtCpuTp4, Backend::PjrtCpuTp2Pp2], "history-tp"),
+    )
+    .unwrap();
+    assert_eq!(tp.run.results.len(), 2 * tp_kinds.len());
 
     let mut failures = Vec::new();
-    for r in cpu.run.results.iter().chain(&pjrt.run.results) {
+    for r in cpu
+        .run
+        .results
+        .iter()
+        .chain(&pjrt.run.results)
+        .chain(&tp.run.results)
+    {
         if r.status != Status::Passed {
             failures.push(describe(r));
         }

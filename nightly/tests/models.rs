@@ -1,8 +1,10 @@
 //! Parity with transformers on every committed fixture, through the harness: each case of
 //! a registered family passes on candle-cpu and on one device of the XLA CPU PJRT plugin
 //! (pjrt-cpu); one case of each architecture and checkpoint format also passes split over
-//! four of its devices (pjrt-cpu-x4; the split is the family's layout, the same for every
-//! case of it, and the nightly workflow runs every case there). Decoders (Llama, Mistral,
+//! four of its devices in stages (pjrt-cpu-x4; the split is the family's layout, the same
+//! for every case of it), with every layer split over a mesh of four (pjrt-cpu-tp4, the
+//! family's tensor-parallel plan) and in two stages of two-device meshes (pjrt-cpu-tp2pp2);
+//! the nightly workflow runs every case on all of them. Decoders (Llama, Mistral,
 //! Qwen2, Qwen3, GPT-2): logits, hidden states, per-layer outputs, the logits of each cached
 //! decode step fed the reference's tokens, and the greedy tokens of `generate`. Encoders
 //! (BERT and its masked-LM, sequence- and token-classification heads): hidden states,
@@ -40,13 +42,21 @@ fn every_fixture_runs_and_every_registered_case_matches_transformers() {
         .cloned()
         .collect();
     let out_x4 = tempfile::tempdir().unwrap();
-    let summary_x4 = harness::run(&split, &[Backend::PjrtCpuX4], &[], out_x4.path()).unwrap();
+    let split_backends = [
+        Backend::PjrtCpuX4,
+        Backend::PjrtCpuTp4,
+        Backend::PjrtCpuTp2Pp2,
+    ];
+    let summary_x4 = harness::run(&split, &split_backends, &[], out_x4.path()).unwrap();
     assert_eq!(
         summary.run.results.len(),
         backends.len() * cases.len(),
         "one result per case × backend"
     );
-    assert_eq!(summary_x4.run.results.len(), split.len());
+    assert_eq!(
+        summary_x4.run.results.len(),
+        split_backends.len() * split.len()
+    );
 
     let supported = harness::supported_architectures();
     let mut failures = Vec::new();

@@ -141,6 +141,31 @@ fn tensor_parallel_maps_equal_one_device() {
             && stages.contains(&"pjrt:cpu:2,3[model=2]".to_string()),
         "{stages:?}"
     );
+    // Each layer's attention and MLP end in a row-parallel product: XLA sums their partial
+    // products across the mesh (two all-reduces per layer at least).
+    let device = four.load_report().device;
+    let input = Tensor::from_vec(vec![5i64, 17, 3], &[1, 3], &device).unwrap();
+    let positions = Tensor::from_vec(vec![0i64, 1, 2], &[1, 3], &device).unwrap();
+    let mut cache = four.model().model().new_cache(1, 3).unwrap();
+    let args = ForwardArgs {
+        input_ids: &input,
+        position_ids: &positions,
+        attention_mask: None,
+        output_hidden_states: false,
+    };
+    let (pending, _) = four
+        .model()
+        .forward(args, &mut cache, LogitsFor::All)
+        .unwrap();
+    let collectives = lazy::collectives(&[&pending]).unwrap();
+    let all_reduces: usize = collectives
+        .iter()
+        .filter(|(op, _)| op.starts_with("all-reduce"))
+        .map(|(_, n)| n)
+        .sum();
+    eprintln!("collectives of a tp4 forward: {collectives:?}");
+    assert!(all_reduces >= 2 * 2, "{collectives:?}");
+    drop((pending, cache));
     let a = logits(&one);
     for model in [&four, &two_by_two] {
         let b = logits(model);

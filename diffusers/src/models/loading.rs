@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use zoo_hub::{Dtype, Inventory, Pretrained};
-use zoo_runtime::device_map::{plan, DeviceBudget, Placement, PlanRequest, Unit, Workload};
+use zoo_runtime::device_map::{
+    plan, DeviceBudget, Placement, PlanRequest, TpPlan, TpStyle, Unit, Workload,
+};
 use zoo_runtime::nn::{DevicePlacement, Weights};
 use zoo_runtime::{DType, Device};
 
@@ -35,8 +37,37 @@ pub(crate) fn component_weights(
         ck.inventory.check_layer_counts(&config, &path)?;
     }
     let source = Arc::new(zoo_hub::Weights::open(ck.inventory)?);
-    Ok(Weights::new(source, dtype, *device))
+    Ok(Weights::new(source, dtype, *device).with_tp_plan(TP_PLAN))
 }
+
+/// How diffusers' models split over a mesh's `model` axis (tensor parallelism): every
+/// transformer block's attention by heads (queries, keys and values colwise, outputs
+/// rowwise; the joint blocks' context projections too) and its feed-forward by columns, in
+/// the UNets', DiT's, PixArt's, SD3's and Flux's blocks alike. Everything else is whole on
+/// every device.
+const TP_PLAN: TpPlan = &[
+    ("attn.to_q", TpStyle::Colwise),
+    ("attn.to_k", TpStyle::Colwise),
+    ("attn.to_v", TpStyle::Colwise),
+    ("attn.to_out.0", TpStyle::Rowwise),
+    ("attn1.to_q", TpStyle::Colwise),
+    ("attn1.to_k", TpStyle::Colwise),
+    ("attn1.to_v", TpStyle::Colwise),
+    ("attn1.to_out.0", TpStyle::Rowwise),
+    ("attn2.to_q", TpStyle::Colwise),
+    ("attn2.to_k", TpStyle::Colwise),
+    ("attn2.to_v", TpStyle::Colwise),
+    ("attn2.to_out.0", TpStyle::Rowwise),
+    ("attn.add_q_proj", TpStyle::Colwise),
+    ("attn.add_k_proj", TpStyle::Colwise),
+    ("attn.add_v_proj", TpStyle::Colwise),
+    ("attn.to_add_out", TpStyle::Rowwise),
+    ("ff.net.0.proj", TpStyle::Colwise),
+    ("ff.net.2", TpStyle::Rowwise),
+    ("ff_context.net.0.proj", TpStyle::Colwise),
+    ("ff_context.net.2", TpStyle::Rowwise),
+    ("proj_mlp", TpStyle::Colwise),
+];
 
 /// A diffusers component (a folder holding `config.json` and
 /// `diffusion_pytorch_model[.variant].safetensors`, or a Hub repo's subfolder) opened for a

@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use zoo_hub::{ModelIndex, Pretrained};
-use zoo_runtime::device_map::DeviceMap;
+use zoo_runtime::device_map::{DeviceMap, Mesh, TP_AXIS};
 use zoo_runtime::nn::{DevicePlacement, Weights};
 use zoo_runtime::{DType, Device, Generator, PjrtDevice, PjrtPlatform, Tensor};
 
@@ -178,25 +178,52 @@ pub fn devices_of(map: &DeviceMap) -> Result<Vec<Device>> {
             .map(|ordinal| Device::Pjrt(PjrtDevice::new(platform, ordinal)))
             .collect())
     };
+    let platform_of = |platform: &str| match platform {
+        "cpu" => Ok(PjrtPlatform::Cpu),
+        "cuda" | "gpu" => Ok(PjrtPlatform::Cuda),
+        "tpu" => Ok(PjrtPlatform::Tpu),
+        other => Err(Error::Input(format!(
+            "device map pjrt:{other}: use pjrt:cpu, pjrt:cuda or pjrt:tpu"
+        ))),
+    };
     match map {
         DeviceMap::Cpu => Ok(vec![Device::Cpu]),
         DeviceMap::Cuda(i) => Ok(vec![Device::Cuda(*i)]),
         DeviceMap::Tpu => pjrt(PjrtPlatform::Tpu, None),
-        DeviceMap::Pjrt { platform, devices } => {
-            let platform = match platform.as_str() {
-                "cpu" => PjrtPlatform::Cpu,
-                "cuda" | "gpu" => PjrtPlatform::Cuda,
-                "tpu" => PjrtPlatform::Tpu,
-                other => {
-                    return Err(Error::Input(format!(
-                        "device map pjrt:{other}: use pjrt:cpu, pjrt:cuda or pjrt:tpu"
-                    )))
-                }
-            };
-            pjrt(platform, devices.as_deref())
+        DeviceMap::Pjrt { platform, devices } => pjrt(platform_of(platform)?, devices.as_deref()),
+        // Meshes of `tp` devices (all of them in one by default): every component on the
+        // first, the denoiser in stages over them, each split by its plan.
+        DeviceMap::TensorParallel {
+            platform,
+            devices,
+            tp,
+        } => {
+            let platform = platform_of(platform)?;
+            let ordinals: Vec<usize> = pjrt(platform, devices.as_deref())?
+                .iter()
+                .filter_map(|d| match d {
+                    Device::Pjrt(p) => Some(p.ordinal),
+                    _ => None,
+                })
+                .collect();
+            let tp = tp.unwrap_or(ordinals.len());
+            if tp == 0 || ordinals.len() % tp != 0 {
+                return Err(Error::Input(format!(
+                    "device map {map}: {} devices do not form meshes of {tp}",
+                    ordinals.len()
+                )));
+            }
+            ordinals
+                .chunks(tp)
+                .map(|g| {
+                    let mesh = Mesh::new(&[(TP_AXIS, g.len())], g)
+                        .map_err(zoo_runtime::Error::from)?;
+                    Ok(Device::Pjrt(PjrtDevice::on_mesh(platform, &mesh)))
+                })
+                .collect()
         }
         other => Err(Error::Input(format!(
-            "device map {other}: pipelines take cpu, cuda:N, tpu or pjrt:PLATFORM[:N,...]"
+            "device map {other}: pipelines take cpu, cuda:N, tpu, pjrt:PLATFORM[:N,...] or tp[N]:pjrt:PLATFORM[:N,...]"
         ))),
     }
 }

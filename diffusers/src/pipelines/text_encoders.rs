@@ -84,6 +84,14 @@ impl TextEncoder {
         let device_map = match device {
             Device::Cpu => zoo_runtime::device_map::DeviceMap::Cpu,
             Device::Cuda(i) => zoo_runtime::device_map::DeviceMap::Cuda(i),
+            // A mesh: the encoder split over it by its family's plan.
+            Device::Pjrt(d) if d.mesh.is_some() => {
+                zoo_runtime::device_map::DeviceMap::TensorParallel {
+                    platform: zoo_runtime::device_map::platform_name(d.platform).into(),
+                    devices: Some(d.ordinals()),
+                    tp: None,
+                }
+            }
             Device::Pjrt(d) => zoo_runtime::device_map::DeviceMap::Pjrt {
                 platform: zoo_runtime::device_map::platform_name(d.platform).into(),
                 devices: Some(vec![d.ordinal]),

@@ -557,6 +557,34 @@ pub(crate) fn stablehlo_of(roots: &[Arc<Node>]) -> Result<String> {
     lower_trace(&t, d, precision)
 }
 
+/// The executable that materialising `roots` (all on one device) would run: found in the
+/// caches or compiled, not run.
+pub(crate) fn executable_of(roots: &[Arc<Node>]) -> Result<Arc<LoadedExecutable>> {
+    let op = "compiled_program";
+    let Some(d) = roots.first().map(|n| n.device) else {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: "no PJRT tensor given".into(),
+        });
+    };
+    let precision = matmul_precision();
+    let device_lock = device_lock(d);
+    let running = Running {
+        device: d,
+        _guard: lock(&device_lock),
+    };
+    let (b, devs) = devices(op, d)?;
+    let t = trace(roots, &running, precision, None);
+    let h = t.hash;
+    let cached = lock(&b.exes).get(&h).cloned();
+    if let Some(e) = cached {
+        return Ok(e);
+    }
+    let e = Arc::new(load_or_compile(&b, &devs, &t, d, h, precision, op)?);
+    lock(&b.exes).insert(h, e.clone());
+    Ok(e)
+}
+
 /// Compiles `text` on the device of `d` (the raw path, for tests of compile errors).
 pub(crate) fn compile_text(d: PjrtDevice, text: &str) -> Result<()> {
     let op = "compile";

@@ -136,6 +136,52 @@ pub fn compile_stablehlo(device: PjrtDevice, text: &str) -> Result<()> {
     exec::compile_text(device, text)
 }
 
+/// The collective operations (HLO opcode, count) in the program that computing `tensors`
+/// (pending PJRT tensors of one device) would run, as the compiler left it: on a mesh, the
+/// all-reduces, all-gathers and the like XLA's SPMD partitioner inserted. The program is
+/// compiled (or found in the caches), not run. Empty for a program on one device.
+pub fn collectives(tensors: &[&Tensor]) -> Result<Vec<(&'static str, usize)>> {
+    let nodes: Vec<Arc<Node>> = tensors
+        .iter()
+        .filter_map(|t| t.lazy().map(|l| l.node.clone()))
+        .collect();
+    let exe = exec::executable_of(&nodes)?;
+    let d = nodes[0].device;
+    let (_, program) = exe
+        .optimized_program()
+        .map_err(|e| plugins::pjrt_err("collectives", d, e))?;
+    Ok(count_collectives(&program))
+}
+
+/// Counts the instructions of each collective opcode in a serialized HLO module: an
+/// instruction's opcode is field 2 of `HloInstructionProto`, a length-delimited string
+/// (tag byte `0x12`), so each is found exactly (instruction names, field 1, hold the same
+/// words and are not counted).
+fn count_collectives(program: &[u8]) -> Vec<(&'static str, usize)> {
+    const OPCODES: [&str; 8] = [
+        "all-reduce",
+        "all-reduce-start",
+        "all-gather",
+        "all-gather-start",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+    ];
+    OPCODES
+        .iter()
+        .filter_map(|op| {
+            let mut needle = vec![0x12u8, op.len() as u8];
+            needle.extend_from_slice(op.as_bytes());
+            let n = program
+                .windows(needle.len())
+                .filter(|w| *w == needle.as_slice())
+                .count();
+            (n > 0).then_some((*op, n))
+        })
+        .collect()
+}
+
 /// A handle on a graph node; counts as a live tensor while it exists.
 pub(crate) struct LazyTensor {
     pub(crate) node: Arc<Node>,

@@ -377,6 +377,34 @@ impl LoadedExecutable {
         Ok(unsafe { string_from(args.executable_name, args.executable_name_size) })
     }
 
+    /// The program as the compiler left it (after SPMD partitioning and every pass): its
+    /// format (`hlo_with_config`: a serialized `HloModuleProtoWithConfig`) and bytes.
+    pub fn optimized_program(&self) -> Result<(String, Vec<u8>)> {
+        let view = self.view()?;
+        let mut program = ffi::PJRT_Program::new();
+        let mut args = ffi::PJRT_Executable_OptimizedProgram_Args::new();
+        args.executable = view.raw;
+        args.program = &mut program;
+        // First with no buffer: the plugin reports the size it needs.
+        pjrt_call!(
+            self.client.api(),
+            PJRT_Executable_OptimizedProgram,
+            &mut args
+        )?;
+        let mut code = vec![0u8; program.code_size];
+        program.code = code.as_mut_ptr().cast();
+        args.program = &mut program;
+        pjrt_call!(
+            self.client.api(),
+            PJRT_Executable_OptimizedProgram,
+            &mut args
+        )?;
+        code.truncate(program.code_size);
+        // SAFETY: the format string is owned by the plugin, alive with the executable view.
+        let format = unsafe { string_from(program.format, program.format_size) };
+        Ok((format, code))
+    }
+
     /// The plugin's fingerprint of the compiled program, when it computes one.
     pub fn fingerprint(&self) -> Result<String> {
         let view = self.view()?;

@@ -516,6 +516,15 @@ args!(
 );
 
 #[repr(C)]
+pub struct PJRT_Executable_OptimizedProgram_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub executable: *mut PJRT_Executable,
+    pub program: *mut PJRT_Program,
+}
+args!(PJRT_Executable_OptimizedProgram_Args, program: *mut PJRT_Program);
+
+#[repr(C)]
 pub struct PJRT_Executable_Fingerprint_Args {
     pub struct_size: usize,
     pub extension_start: *mut PJRT_Extension_Base,
@@ -752,7 +761,7 @@ pub struct PJRT_Api {
     pub PJRT_Executable_SizeOfGeneratedCodeInBytes: RawFn,
     pub PJRT_Executable_GetCostAnalysis: RawFn,
     pub PJRT_Executable_OutputMemoryKinds: RawFn,
-    pub PJRT_Executable_OptimizedProgram: RawFn,
+    pub PJRT_Executable_OptimizedProgram: Fn<PJRT_Executable_OptimizedProgram_Args>,
     pub PJRT_Executable_Serialize: Fn<PJRT_Executable_Serialize_Args>,
     pub PJRT_LoadedExecutable_Destroy: Fn<PJRT_LoadedExecutable_Destroy_Args>,
     pub PJRT_LoadedExecutable_GetExecutable: Fn<PJRT_LoadedExecutable_GetExecutable_Args>,

@@ -102,6 +102,16 @@ pub fn mesh_checks(var: &str) {
         let text = y.stablehlo().expect("lazy").expect("text");
         assert!(text.contains("mhlo.num_partitions = 4"), "{text}");
         assert!(text.contains(&s.gspmd(&line)), "{text}");
+        // XLA's partitioner sums the row-parallel partial products (an all-reduce) and
+        // gathers the column-parallel tiles into the whole result.
+        let collectives = zoo_runtime::lazy::collectives(&[&y]).expect("collectives");
+        let has = |op: &str| collectives.iter().any(|(o, n)| o.starts_with(op) && *n > 0);
+        let want_op = if s == &rows {
+            "all-reduce"
+        } else {
+            "all-gather"
+        };
+        assert!(has(want_op), "{s:?}: {collectives:?}");
         assert_eq!(y.to_vec::<f32>().expect("read"), want, "{s:?}");
         // A result is whole on every device.
         assert_eq!(
@@ -150,9 +160,45 @@ pub fn mesh_checks(var: &str) {
         .expect("matmul");
     let on_one = y.to_device(&device(1)).expect("to one device");
     assert_eq!(on_one.to_vec::<f32>().expect("read"), want);
+    // Weights load split as a plan says: each device is sent its quarter.
+    let mut mem = zoo_runtime::nn::MemWeights::new();
+    mem.insert("layers.0.q.weight", w.clone());
+    mem.insert("layers.0.o.weight", w.clone());
+    mem.insert(
+        "norm.weight",
+        Tensor::ones(&[8], DType::F32, &Device::Cpu).expect("norm"),
+    );
+    const PLAN: zoo_runtime::device_map::TpPlan = &[
+        ("layers.*.q", zoo_runtime::device_map::TpStyle::Colwise),
+        ("layers.*.o", zoo_runtime::device_map::TpStyle::Rowwise),
+    ];
+    let weights = zoo_runtime::nn::Weights::new(std::sync::Arc::new(mem), DType::F32, mesh)
+        .with_tp_plan(PLAN);
+    for (name, tile) in [
+        ("layers.0.q.weight", vec![2, 4]),
+        ("layers.0.o.weight", vec![8, 1]),
+        ("norm.weight", vec![8]),
+    ] {
+        let t = weights.get_unchecked(name).expect("weight");
+        assert_eq!(
+            t.device_shapes().expect("lazy").expect("tiles"),
+            vec![tile; 4],
+            "{name}"
+        );
+        let whole = weights.get_unchecked(name).and_then(|t| t.to_vec::<f32>());
+        assert_eq!(whole.expect("read"), mem_value(name, &w), "{name}");
+    }
     // What does not divide is refused, naming the dimension.
     let err = Tensor::zeros(&[3, 2], DType::F32, &mesh)
         .and_then(|t| t.shard(&Sharding::split_dim(&line, 2, 0, "model").expect("s")))
         .expect_err("3 rows over 4 devices");
     assert!(err.to_string().contains("does not divide"), "{err}");
+}
+
+fn mem_value(name: &str, w: &zoo_runtime::Tensor) -> Vec<f32> {
+    if name == "norm.weight" {
+        vec![1.0; 8]
+    } else {
+        w.to_vec::<f32>().expect("w")
+    }
 }
