@@ -144,6 +144,30 @@ pub fn run(args: Args) -> Result<()> {
     let plan = plan(&request)?;
     plan.check_covers(inv)?;
     out!("{plan}");
+    if let Some(family) = config
+        .as_ref()
+        .and_then(zoo_transformers::registry::family_of)
+    {
+        let mesh_sizes: Vec<usize> = (1..)
+            .map(|k| 1usize << k)
+            .take_while(|&n| n <= request.devices.len().max(8))
+            .collect();
+        let elem = dtype.map_or(0, |d| d.plain_size());
+        let tensors: Vec<(&str, &[usize], u64)> = inv
+            .tensors()
+            .iter()
+            .map(|t| {
+                // Block-quantized tensors load on a mesh widened to f32.
+                let bytes = match (elem, t.dtype.plain_size()) {
+                    (0, 0) => 4,
+                    (0, own) => own,
+                    (asked, _) => asked,
+                };
+                (t.name.as_str(), t.shape.as_slice(), bytes)
+            })
+            .collect();
+        tp_table(family, &tensors, &mesh_sizes)?;
+    }
     match &layout {
         None => outln!(
             "note: no registered family describes this checkpoint; KV cache and activations are not counted"
@@ -274,6 +298,55 @@ fn plan_pipeline(args: &Args, dtype: Option<Dtype>, devices: Vec<DeviceBudget>) 
         zoo_runtime::device_map::human(p.activations)
     );
     write_plan(&plan, args.out.as_deref())
+}
+
+/// What tensor parallelism over meshes of each size in `sizes` makes of the weights (the
+/// family's plan, `--device-map tp[N]:...`): bytes per device and the all-reduces of a
+/// forward pass with what they carry per token.
+fn tp_table(
+    family: &zoo_transformers::registry::Family,
+    tensors: &[(&str, &[usize], u64)],
+    sizes: &[usize],
+) -> Result<()> {
+    if family.tp_plan.is_empty() {
+        outln!(
+            "tensor parallel: {} has no tensor-parallel plan; on a mesh its weights are whole on every device",
+            family.model_type
+        );
+        return Ok(());
+    }
+    outln!("tensor parallel (every layer over a mesh, `--device-map tpN:...`):");
+    outln!(
+        "{:>6} {:>16} {:>8} {:>8} {:>12} {:>22}",
+        "mesh",
+        "weights/device",
+        "split",
+        "whole",
+        "all-reduces",
+        "all-reduce bytes/token"
+    );
+    for &tp in sizes {
+        // Elements are counted at each tensor's own width.
+        let mut total = zoo_runtime::device_map::TpFootprint::default();
+        for &(name, shape, elem) in tensors {
+            let f = zoo_runtime::device_map::footprint(family.tp_plan, tp, [(name, shape)], elem);
+            total.bytes_per_device += f.bytes_per_device;
+            total.split += f.split;
+            total.whole += f.whole;
+            total.all_reduces += f.all_reduces;
+            total.all_reduce_bytes_per_token += f.all_reduce_bytes_per_token;
+        }
+        outln!(
+            "{:>6} {:>16} {:>8} {:>8} {:>12} {:>22}",
+            format!("tp{tp}"),
+            zoo_runtime::device_map::human(total.bytes_per_device),
+            total.split,
+            total.whole,
+            total.all_reduces,
+            zoo_runtime::device_map::human(total.all_reduce_bytes_per_token)
+        );
+    }
+    Ok(())
 }
 
 /// Writes the plan as JSON to `out`, atomically: a failed write leaves no plan behind.

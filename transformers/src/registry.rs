@@ -97,13 +97,18 @@ pub fn families_help(decoder: bool) -> String {
     format!("Families (config.json model_type):\n{}", list.join("\n"))
 }
 
-/// The planner's view of any checkpoint whose config names a registered family.
-pub fn layout(config: &PretrainedConfig) -> Option<Result<Layout>> {
-    let family = config
+/// The registered family a config names (by architecture, then `model_type`).
+pub fn family_of(config: &PretrainedConfig) -> Option<&'static Family> {
+    config
         .architectures
         .iter()
         .find_map(|a| by_architecture(a).map(|(f, _)| f))
-        .or_else(|| by_model_type(config.model_type.as_deref()?))?;
+        .or_else(|| by_model_type(config.model_type.as_deref()?))
+}
+
+/// The planner's view of any checkpoint whose config names a registered family.
+pub fn layout(config: &PretrainedConfig) -> Option<Result<Layout>> {
+    let family = family_of(config)?;
     Some((family.layout)(config))
 }
 

@@ -18,7 +18,9 @@ pub use plan::{
     plan, units_from_inventory, CacheLayout, DeviceBudget, ModelShape, Plan, PlanRequest, Stage,
     Unit, UnitRules, Workload,
 };
-pub use tp::{split_if_divisible, style_of, weight_sharding, TpPlan, TpStyle, TP_AXIS};
+pub use tp::{
+    footprint, split_if_divisible, style_of, weight_sharding, TpFootprint, TpPlan, TpStyle, TP_AXIS,
+};
 
 /// Why a device map or plan was refused.
 #[derive(Debug, thiserror::Error)]

@@ -83,6 +83,62 @@ pub fn split_if_divisible(mesh: &Mesh, shape: &[usize], dim: usize) -> Option<Sh
     Some(s)
 }
 
+/// What tensor parallelism over `tp` devices makes of a model's weights: the bytes each
+/// device holds, and the all-reduces a forward pass needs (each row-wise layer sums its
+/// partial outputs across the mesh once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TpFootprint {
+    /// Devices per mesh.
+    pub tp: usize,
+    /// Weight bytes each device holds (its tiles, and every whole tensor).
+    pub bytes_per_device: u64,
+    /// Tensors split over the mesh.
+    pub split: usize,
+    /// Tensors whole on every device (not in the plan, or not dividing).
+    pub whole: usize,
+    /// Row-wise layers: one all-reduce each per forward pass.
+    pub all_reduces: usize,
+    /// Bytes those all-reduces carry per token (each its layer's output width).
+    pub all_reduce_bytes_per_token: u64,
+}
+
+/// The [`TpFootprint`] of `tensors` (name, shape) stored as `elem_bytes` per element, on a
+/// mesh of `tp` devices under `plan`.
+pub fn footprint<'a>(
+    plan: TpPlan,
+    tp: usize,
+    tensors: impl IntoIterator<Item = (&'a str, &'a [usize])>,
+    elem_bytes: u64,
+) -> TpFootprint {
+    let mut f = TpFootprint {
+        tp,
+        ..TpFootprint::default()
+    };
+    let devices: Vec<usize> = (0..tp.max(1)).collect();
+    let Ok(mesh) = Mesh::new(&[(TP_AXIS, devices.len())], &devices) else {
+        return f;
+    };
+    for (name, shape) in tensors {
+        let numel: u64 = shape.iter().map(|&d| d as u64).product();
+        let bytes = numel.saturating_mul(elem_bytes);
+        match weight_sharding(plan, &mesh, name, shape).filter(|_| tp > 1) {
+            Some(s) => {
+                f.split += 1;
+                f.bytes_per_device += bytes / tp as u64;
+                if s.dims().get(1).copied().flatten().is_some() && shape.len() == 2 {
+                    f.all_reduces += 1;
+                    f.all_reduce_bytes_per_token += shape[0] as u64 * elem_bytes;
+                }
+            }
+            None => {
+                f.whole += 1;
+                f.bytes_per_device += bytes;
+            }
+        }
+    }
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +181,21 @@ mod tests {
         assert_eq!(dims(&format!("{o}.bias"), &[4]), None);
         assert_eq!(dims(&format!("{q}.weight"), &[6, 4]), None, "6 rows over 4");
         assert_eq!(dims("model.norm.weight", &[8]), None);
+        let f = footprint(
+            PLAN,
+            4,
+            [
+                (format!("{q}.weight"), vec![8usize, 4]),
+                (format!("{o}.weight"), vec![4, 8]),
+                ("model.norm.weight".to_string(), vec![8]),
+            ]
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.as_slice())),
+            2,
+        );
+        assert_eq!((f.split, f.whole, f.all_reduces), (2, 1, 1));
+        assert_eq!(f.bytes_per_device, 16 + 16 + 16);
+        assert_eq!(f.all_reduce_bytes_per_token, 8);
         let other = Mesh::new(&[("data", 4)], &[0, 1, 2, 3]).unwrap();
         assert!(weight_sharding(PLAN, &other, &format!("{q}.weight"), &[8, 4]).is_none());
     }
