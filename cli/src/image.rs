@@ -123,7 +123,10 @@ pub struct Args {
     /// Where the pipeline runs: cpu, cuda:N, one PJRT device (pjrt:cpu:0), or several the
     /// UNet or transformer is split over in balanced stages by its blocks (pjrt:PLATFORM for
     /// all of them, pjrt:cpu:0,1, tpu); the text encoders run on the first, the VAE on the
-    /// last. Or a strategy planned over the host's accelerator (TPU, else CUDA) from the
+    /// last. tp:pjrt:PLATFORM[:0,1,..] runs every component on one mesh of those devices,
+    /// the text encoders and the denoiser's transformer blocks split over it (tensor
+    /// parallel); tpN:pjrt:PLATFORM splits the denoiser in stages of N-device meshes. Or a
+    /// strategy planned over the host's accelerator (TPU, else CUDA) from the
     /// weights' headers and the image's activations, as accelerate's device_map: sequential
     /// (fill device 0, split only what does not fit), balanced, balanced_low_0, auto
     /// (balanced); each text encoder and the VAE where the plan puts it. `zoo plan MODEL`

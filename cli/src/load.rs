@@ -10,7 +10,9 @@ use zoo_runtime::DType;
 pub struct LoadArgs {
     /// Where the model runs: cpu (candle), cuda:N (candle, cuda builds), pjrt:PLATFORM
     /// (every device of a PJRT plugin: cpu, cuda or tpu; several devices split the layers
-    /// in balanced stages), pjrt:PLATFORM:0,1 (those devices), tpu (every TPU chip),
+    /// in balanced stages), pjrt:PLATFORM:0,1 (those devices), tp:pjrt:PLATFORM[:0,1,..]
+    /// (tensor parallel: every layer split over a mesh of those devices by the family's
+    /// plan), tpN:pjrt:PLATFORM (stages of N-device meshes), tpu (every TPU chip),
     /// balanced / balanced_low_0 / sequential (over this host's accelerators), auto (TPU,
     /// then CUDA, then cpu), or a FILE.json device map (transformers' hf_device_map, or a
     /// plan written by `zoo plan --out`). On PJRT devices the first call of each prompt
