@@ -7,7 +7,8 @@
 # UNet step and a FLUX.1-shaped transformer step at reduced size, zoo vs diffusers; and
 # `zoo serve` beside llama.cpp's llama-server on the Q4_1 GGUF (16 concurrent streaming chat
 # requests, one stream, a shared 1.5k-token system prompt), and zoo serve on the XLA CPU plugin
-# beside zoo eager.
+# beside zoo eager. Then, once, tensor parallelism on the XLA CPU plugin (benchmarks/src/bin/tp.rs:
+# SmolLM2 and the FLUX step on one device, four stages, tp2, tp4, tp2 x 2 stages).
 #
 # Every benchmark runs once per CPU tier the machine has (ZOO_CPU=generic, avx2, avx512, amx;
 # ZOO_BENCH_TIERS="avx2 amx" picks some), each peer at the same tier: llama.cpp's AVX2 build
@@ -125,4 +126,7 @@ for tier in $tiers; do
       --target-dir target/bench --bin "$bin" -- "${check[@]}" "${extra[@]}" "${rest[@]}" || status=$?
   done
 done
+# Tensor parallelism on the XLA CPU plugin (its devices, not zoo's CPU kernels): once.
+env ZOO_BENCH_PEER_TIER="none" cargo run --quiet --release --manifest-path benchmarks/Cargo.toml \
+  --target-dir target/bench --bin tp -- "${rest[@]}" || status=$?
 exit "$status"

@@ -185,7 +185,12 @@ impl Sharding {
             .map(|(i, (&n, axis))| match axis {
                 None => Ok(n),
                 Some(a) => {
-                    let (name, parts) = &mesh.axes[*a];
+                    let Some((name, parts)) = mesh.axes.get(*a) else {
+                        return Err(bad(format!(
+                            "sharding: made for a mesh of more axes than this one's {}",
+                            mesh.axes.len()
+                        )));
+                    };
                     if n % parts == 0 {
                         Ok(n / parts)
                     } else {
@@ -202,7 +207,8 @@ impl Sharding {
     /// `{devices=[tiles…]ids}`, with `last_tile_dim_replicate` when a mesh axis splits no
     /// dimension, `{replicated}` when none splits any. The ids are partitions: partition `i`
     /// is the mesh's `i`-th device (the device assignment a program over the mesh is
-    /// compiled with).
+    /// compiled with). A sharding made for another mesh is refused by
+    /// [`Sharding::tile_shape`]; check it there first.
     pub fn gspmd(&self, mesh: &Mesh) -> String {
         if self.dims.iter().all(Option::is_none) {
             return "{replicated}".into();
@@ -215,7 +221,7 @@ impl Sharding {
         let mut tiles: Vec<usize> = self
             .dims
             .iter()
-            .map(|d| d.map_or(1, |a| mesh.axes[a].1))
+            .map(|d| d.and_then(|a| mesh.axes.get(a)).map_or(1, |(_, n)| *n))
             .collect();
         let replicate: usize = unused.iter().map(|&a| mesh.axes[a].1).product();
         if !unused.is_empty() {
@@ -232,7 +238,13 @@ impl Sharding {
         let mut ids: Vec<(Vec<usize>, usize)> = (0..mesh.len())
             .map(|i| {
                 let c = mesh.coords(i);
-                (order.iter().map(|&a| c[a]).collect(), i)
+                (
+                    order
+                        .iter()
+                        .map(|&a| c.get(a).copied().unwrap_or(0))
+                        .collect(),
+                    i,
+                )
             })
             .collect();
         ids.sort();

@@ -53,6 +53,23 @@ pub(super) struct Trace<'g> {
     pub(super) hash: u64,
 }
 
+/// Feeds what a program is compiled for: the platform and device, or the mesh's axes and
+/// devices (never its per-process id, so a disk-cache entry of one mesh cannot be taken
+/// for another's).
+fn hash_device(d: crate::PjrtDevice, h: &mut StructHasher) {
+    d.platform.hash(h);
+    h.word(d.ordinal as u64);
+    if let Some(mesh) = d.mesh() {
+        for (name, size) in mesh.axes() {
+            name.hash(h);
+            h.word(size as u64);
+        }
+        for &i in mesh.devices() {
+            h.word(i as u64);
+        }
+    }
+}
+
 /// Capacities of the last trace, so the next one (a decode step is the same graph again)
 /// does not grow its vectors step by step.
 static TRACE_SIZES: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
@@ -91,7 +108,7 @@ pub(super) fn trace<'g>(
     };
     let slot = |n: &Node| n.slot.load(Ordering::Relaxed);
     let mut h = StructHasher::new();
-    running.device.hash(&mut h);
+    hash_device(running.device, &mut h);
     h.word(precision as u64);
     let cap = |i: usize| TRACE_SIZES[i].load(Ordering::Relaxed);
     let mut t = Trace {
