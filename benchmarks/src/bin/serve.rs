@@ -428,20 +428,17 @@ fn run() -> Result<ExitCode, String> {
     let zoo = measure(addr, "smollm2", &a)?;
     // On the plugin a first round compiles the programs of each shape (rows, widths and
     // spans in buckets); the second is the steady state the table reports.
-    let pjrt = match &a.pjrt {
-        Some(plugin) => Some((|| {
-            lazy::configure(PjrtPlatform::Cpu, Some(plugin.clone()), None)
-                .map_err(|e| e.to_string())?;
-            let map = DeviceMap::Pjrt {
-                platform: "cpu".into(),
-                devices: Some(vec![0]),
-            };
-            let addr = start_zoo(&gguf, &a, map, 4096)?;
-            measure(addr, "smollm2", &a)?;
-            measure(addr, "smollm2", &a)
-        })()),
-        None => None,
-    };
+    let pjrt = a.pjrt.as_ref().map(|plugin| {
+        lazy::configure(PjrtPlatform::Cpu, Some(plugin.clone()), None)
+            .map_err(|e| e.to_string())?;
+        let map = DeviceMap::Pjrt {
+            platform: "cpu".into(),
+            devices: Some(vec![0]),
+        };
+        let addr = start_zoo(&gguf, &a, map, 4096)?;
+        measure(addr, "smollm2", &a)?;
+        measure(addr, "smollm2", &a)
+    });
 
     let peer = "llama-server -np -cb";
     let of = |f: fn(&Run) -> f64| llama.as_ref().map(f).map_err(Clone::clone);

@@ -160,9 +160,9 @@ fn bytes_per_device(dir: &Path, plan: zoo_runtime::device_map::TpPlan, map: &Dev
 }
 
 fn smollm2(a: &Args, dir: &Path) -> Result<(), String> {
-    let config = zoo_hub::Pretrained::open(&dir.to_string_lossy())
-        .and_then(|p| p.config())
-        .map_err(|e| e.to_string())?;
+    let pretrained =
+        zoo_hub::Pretrained::open(&dir.to_string_lossy()).map_err(|e| e.to_string())?;
+    let config = pretrained.config().map_err(|e| e.to_string())?;
     let family = zoo_transformers::registry::family_of(&config).ok_or("no family")?;
     println!(
         "SmolLM2-135M f32, greedy decode of {} tokens after the first, {} threads; XLA CPU plugin, all in this run",

@@ -207,7 +207,7 @@ pub fn devices_of(map: &DeviceMap) -> Result<Vec<Device>> {
                 })
                 .collect();
             let tp = tp.unwrap_or(ordinals.len());
-            if tp == 0 || ordinals.len() % tp != 0 {
+            if tp == 0 || !ordinals.len().is_multiple_of(tp) {
                 return Err(Error::Input(format!(
                     "device map {map}: {} devices do not form meshes of {tp}",
                     ordinals.len()
