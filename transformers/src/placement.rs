@@ -9,8 +9,9 @@
 use zoo_hub::{Dtype, Inventory, PretrainedConfig};
 use zoo_runtime::device_map::{
     accelerator, pjrt_budgets, plan, platform_name, Accelerator, DeviceBudget, DeviceMap,
-    DeviceMapError, ExplicitMap, MaxMemory, Mesh, Placement, Plan, PlanRequest, Workload, TP_AXIS,
+    DeviceMapError, ExplicitMap, MaxMemory, Placement, Plan, PlanRequest, Workload,
 };
+use zoo_runtime::device_map::{group_device, tp_groups};
 use zoo_runtime::nn::DevicePlacement;
 use zoo_runtime::pjrt::discovery;
 use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform};
@@ -63,13 +64,7 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
         DeviceMap::Cuda(i) => Ok(Resolved::one(Device::Cuda(*i), None)),
         DeviceMap::Pjrt { platform, devices } => {
             let p = parse_platform(platform).map_err(unsupported)?;
-            if p == PjrtPlatform::Tpu {
-                require_tpu()?;
-            }
-            let ordinals = match devices {
-                Some(d) if !d.is_empty() => d.clone(),
-                _ => (0..lazy::device_count(p)?).collect(),
-            };
+            let ordinals = pjrt_ordinals(p, devices.as_deref())?;
             spread(p, &singles(&ordinals), "balanced", facts, None)
         }
         DeviceMap::TensorParallel {
@@ -78,21 +73,8 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
             tp,
         } => {
             let p = parse_platform(platform).map_err(unsupported)?;
-            if p == PjrtPlatform::Tpu {
-                require_tpu()?;
-            }
-            let ordinals = match devices {
-                Some(d) if !d.is_empty() => d.clone(),
-                _ => (0..lazy::device_count(p)?).collect(),
-            };
-            let tp = tp.unwrap_or(ordinals.len());
-            if tp == 0 || ordinals.len() % tp != 0 {
-                return Err(unsupported(format!(
-                    "{} devices do not form meshes of {tp}; give a multiple of {tp} devices",
-                    ordinals.len()
-                )));
-            }
-            let groups: Vec<Vec<usize>> = ordinals.chunks(tp).map(<[usize]>::to_vec).collect();
+            let ordinals = pjrt_ordinals(p, devices.as_deref())?;
+            let groups = tp_groups(&ordinals, *tp).map_err(|e| unsupported(e.to_string()))?;
             spread(p, &groups, "balanced", facts, None)
         }
         DeviceMap::Tpu => {
@@ -270,6 +252,18 @@ fn tpu_err(e: zoo_runtime::pjrt::PjrtError) -> Error {
     }
 }
 
+/// The ordinals `devices` lists, or every device of `p`'s plugin (a TPU only on a host that
+/// has one).
+fn pjrt_ordinals(p: PjrtPlatform, devices: Option<&[usize]>) -> Result<Vec<usize>> {
+    if p == PjrtPlatform::Tpu {
+        require_tpu()?;
+    }
+    Ok(match devices {
+        Some(d) if !d.is_empty() => d.to_vec(),
+        _ => (0..lazy::device_count(p)?).collect(),
+    })
+}
+
 /// Each ordinal a group of its own.
 fn singles(ordinals: &[usize]) -> Vec<Vec<usize>> {
     ordinals.iter().map(|&i| vec![i]).collect()
@@ -288,15 +282,8 @@ fn spread(
     let all: Vec<usize> = groups.iter().flatten().copied().collect();
     // Still check that the devices exist.
     let budgets = pjrt_budgets(platform, &all, facts.max_memory).map_err(Error::from)?;
-    let group_device = |g: &[usize]| -> Result<Device> {
-        Ok(Device::Pjrt(match g {
-            [one] => PjrtDevice::new(platform, *one),
-            _ => {
-                let mesh = Mesh::new(&[(TP_AXIS, g.len())], g).map_err(Error::from)?;
-                PjrtDevice::on_mesh(platform, &mesh)
-            }
-        }))
-    };
+    let group_device =
+        |g: &[usize]| -> Result<Device> { Ok(Device::Pjrt(group_device(platform, g)?)) };
     if let [only] = groups {
         return Ok(Resolved::one(group_device(only)?, note));
     }

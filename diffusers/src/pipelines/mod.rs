@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use zoo_hub::{ModelIndex, Pretrained};
-use zoo_runtime::device_map::{DeviceMap, Mesh, TP_AXIS};
+use zoo_runtime::device_map::{group_device, tp_groups, DeviceMap};
 use zoo_runtime::nn::{DevicePlacement, Weights};
 use zoo_runtime::{DType, Device, Generator, PjrtDevice, PjrtPlatform, Tensor};
 
@@ -206,20 +206,13 @@ pub fn devices_of(map: &DeviceMap) -> Result<Vec<Device>> {
                     _ => None,
                 })
                 .collect();
-            let tp = tp.unwrap_or(ordinals.len());
-            if tp == 0 || !ordinals.len().is_multiple_of(tp) {
-                return Err(Error::Input(format!(
-                    "device map {map}: {} devices do not form meshes of {tp}",
-                    ordinals.len()
-                )));
-            }
-            ordinals
-                .chunks(tp)
-                .map(|g| {
-                    let mesh = Mesh::new(&[(TP_AXIS, g.len())], g)
-                        .map_err(zoo_runtime::Error::from)?;
-                    Ok(Device::Pjrt(PjrtDevice::on_mesh(platform, &mesh)))
-                })
+            let bad = |e: zoo_runtime::device_map::DeviceMapError| {
+                Error::Input(format!("device map {map}: {e}"))
+            };
+            tp_groups(&ordinals, *tp)
+                .map_err(bad)?
+                .iter()
+                .map(|g| Ok(Device::Pjrt(group_device(platform, g).map_err(bad)?)))
                 .collect()
         }
         other => Err(Error::Input(format!(

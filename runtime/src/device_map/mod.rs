@@ -19,7 +19,8 @@ pub use plan::{
     Unit, UnitRules, Workload,
 };
 pub use tp::{
-    footprint, split_if_divisible, style_of, weight_sharding, TpFootprint, TpPlan, TpStyle, TP_AXIS,
+    footprint, group_device, split_if_divisible, style_of, tp_groups, weight_sharding, TpFootprint,
+    TpPlan, TpStyle, TP_AXIS,
 };
 
 /// Why a device map or plan was refused.

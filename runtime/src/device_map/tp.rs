@@ -7,6 +7,8 @@
 //! every device.
 
 use super::mesh::{Mesh, Sharding};
+use super::DeviceMapError;
+use crate::{PjrtDevice, PjrtPlatform};
 
 /// The mesh axis tensor parallelism splits along (jax's and zml's name for it).
 pub const TP_AXIS: &str = "model";
@@ -81,6 +83,33 @@ pub fn split_if_divisible(mesh: &Mesh, shape: &[usize], dim: usize) -> Option<Sh
     let s = Sharding::split_dim(mesh, shape.len(), dim, TP_AXIS).ok()?;
     s.tile_shape(mesh, shape).ok()?;
     Some(s)
+}
+
+/// `ordinals` cut into meshes of `tp` devices in order (one mesh of all of them when `tp` is
+/// `None`), refused when they do not divide.
+pub fn tp_groups(ordinals: &[usize], tp: Option<usize>) -> Result<Vec<Vec<usize>>, DeviceMapError> {
+    let tp = tp.unwrap_or(ordinals.len());
+    if tp == 0 || ordinals.is_empty() || !ordinals.len().is_multiple_of(tp) {
+        return Err(DeviceMapError::BadSharding {
+            reason: format!(
+                "{} devices do not form meshes of {tp}; give a multiple of {tp} devices",
+                ordinals.len()
+            ),
+        });
+    }
+    Ok(ordinals.chunks(tp).map(<[usize]>::to_vec).collect())
+}
+
+/// The device a group of `platform`'s devices stands for: the device itself, or a mesh of
+/// them along [`TP_AXIS`].
+pub fn group_device(platform: PjrtPlatform, group: &[usize]) -> Result<PjrtDevice, DeviceMapError> {
+    match group {
+        [one] => Ok(PjrtDevice::new(platform, *one)),
+        _ => Ok(PjrtDevice::on_mesh(
+            platform,
+            &Mesh::new(&[(TP_AXIS, group.len())], group)?,
+        )),
+    }
 }
 
 /// What tensor parallelism over `tp` devices makes of a model's weights: the bytes each
