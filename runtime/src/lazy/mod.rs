@@ -137,16 +137,28 @@ pub fn compile_stablehlo(device: PjrtDevice, text: &str) -> Result<()> {
 }
 
 /// The collective operations (HLO opcode, count) in the program that computing `tensors`
-/// (pending PJRT tensors of one device) would run, as the compiler left it: on a mesh, the
+/// (PJRT tensors of one device or mesh) would run, as the compiler left it: on a mesh, the
 /// all-reduces, all-gathers and the like XLA's SPMD partitioner inserted. The program is
-/// compiled (or found in the caches), not run. Empty for a program on one device.
+/// compiled (or found in the caches), not run. Empty for a program on one device, and when
+/// no PJRT tensor is given.
 pub fn collectives(tensors: &[&Tensor]) -> Result<Vec<(&'static str, usize)>> {
     let nodes: Vec<Arc<Node>> = tensors
         .iter()
         .filter_map(|t| t.lazy().map(|l| l.node.clone()))
         .collect();
+    let Some(d) = nodes.first().map(|n| n.device) else {
+        return Ok(Vec::new());
+    };
+    if let Some(other) = nodes.iter().find(|n| n.device != d) {
+        return Err(Error::InvalidArgument {
+            op: "collectives",
+            msg: format!(
+                "tensors on {d} and {}: one program runs on one device (or mesh)",
+                other.device
+            ),
+        });
+    }
     let exe = exec::executable_of(&nodes)?;
-    let d = nodes[0].device;
     let (_, program) = exe
         .optimized_program()
         .map_err(|e| plugins::pjrt_err("collectives", d, e))?;
@@ -503,8 +515,9 @@ impl Tensor {
         }
     }
 
-    /// The layout of this tensor over its mesh device (`None` on a single device, or where
-    /// it is not fixed: a pending value XLA lays out).
+    /// The layout of this tensor over its mesh device: `None` on a single device and for a
+    /// value whole on every device of the mesh (a pending one that keeps no layout is laid
+    /// out by XLA inside its program, and whole once computed).
     pub fn sharding(&self) -> Option<std::sync::Arc<crate::device_map::Sharding>> {
         self.lazy()
             .filter(|l| l.device().mesh.is_some())
