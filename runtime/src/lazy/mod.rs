@@ -553,3 +553,42 @@ impl Tensor {
             .map(|l| exec::stablehlo_of(std::slice::from_ref(&l.node)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::count_collectives;
+
+    /// An `HloInstructionProto` fragment: field 1 (name) and field 2 (opcode), both strings.
+    fn instruction(name: &str, opcode: &str) -> Vec<u8> {
+        let mut v = vec![0x0a, name.len() as u8];
+        v.extend_from_slice(name.as_bytes());
+        v.extend_from_slice(&[0x12, opcode.len() as u8]);
+        v.extend_from_slice(opcode.as_bytes());
+        v
+    }
+
+    #[test]
+    fn collectives_are_counted_by_opcode_not_by_name() {
+        let mut program = Vec::new();
+        for (name, op) in [
+            ("all-reduce.1", "all-reduce"),
+            ("all-reduce.2", "all-reduce"),
+            ("all-gather", "all-gather"),
+            ("all-reduce-start.3", "all-reduce-start"),
+            ("dot.4", "dot"),
+            // An instruction named like a collective is not one.
+            ("all-to-all", "add"),
+        ] {
+            program.extend(instruction(name, op));
+        }
+        assert_eq!(
+            count_collectives(&program),
+            vec![
+                ("all-reduce", 2),
+                ("all-reduce-start", 1),
+                ("all-gather", 1)
+            ]
+        );
+        assert!(count_collectives(&instruction("x", "dot")).is_empty());
+    }
+}
