@@ -564,3 +564,55 @@ pub fn reference_checkpoint(
     std::fs::rename(&partial, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
 }
+
+/// Text tokens of the FLUX-shaped step (`flux` and `tp`).
+pub const FLUX_TEXT: usize = 128;
+
+/// The inputs of one FLUX-shaped transformer step at 256x256 (256 packed latent tokens of
+/// 64 channels, [`FLUX_TEXT`] text tokens of 512, a pooled 768, timestep 0.5, guidance
+/// 3.5), zeros where the values do not matter, on `device` in `dtype`.
+pub struct FluxStep {
+    latents: Tensor,
+    context: Tensor,
+    pooled: Tensor,
+    txt_ids: Tensor,
+    img_ids: Tensor,
+    t: Tensor,
+    g: Tensor,
+}
+
+impl FluxStep {
+    pub fn new(device: &zoo_runtime::Device, dtype: zoo_runtime::DType) -> Result<Self, String> {
+        let e = |e: zoo_runtime::Error| e.to_string();
+        let z = |shape: &[usize]| Tensor::zeros(shape, dtype, device).map_err(e);
+        let ids: Vec<f32> = (0..16)
+            .flat_map(|r| (0..16).flat_map(move |c| [0.0, r as f32, c as f32]))
+            .collect();
+        Ok(FluxStep {
+            latents: z(&[1, 256, 64])?,
+            context: z(&[1, FLUX_TEXT, 512])?,
+            pooled: z(&[1, 768])?,
+            txt_ids: z(&[FLUX_TEXT, 3])?,
+            img_ids: Tensor::from_vec(ids, &[256, 3], device)
+                .and_then(|t| t.to_dtype(dtype))
+                .map_err(e)?,
+            t: Tensor::from_f64s(&[0.5], &[1], dtype, device).map_err(e)?,
+            g: Tensor::from_f64s(&[3.5], &[1], dtype, device).map_err(e)?,
+        })
+    }
+
+    /// One call of `model` on these inputs (pending on a PJRT device until read).
+    pub fn run(&self, model: &zoo_diffusers::FluxTransformer2DModel) -> Result<Tensor, String> {
+        model
+            .forward(zoo_diffusers::FluxTransformerInput {
+                hidden_states: &self.latents,
+                encoder_hidden_states: &self.context,
+                pooled_projections: &self.pooled,
+                timestep: &self.t,
+                img_ids: &self.img_ids,
+                txt_ids: &self.txt_ids,
+                guidance: Some(&self.g),
+            })
+            .map_err(|e| e.to_string())
+    }
+}

@@ -22,10 +22,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use zoo_benchmarks::{
-    folded, keep_faster, peak_rss, python_figures, reset_peak_rss, Table, Target, ROUNDS,
+    folded, keep_faster, peak_rss, python_figures, reset_peak_rss, FluxStep, Table, Target,
+    FLUX_TEXT, ROUNDS,
 };
-use zoo_diffusers::{FluxTransformer2DModel, FluxTransformerInput};
-use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
+use zoo_diffusers::FluxTransformer2DModel;
+use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform};
 
 const HELP: &str = "\
 flux: a FLUX.1-shaped transformer at reduced width and depth, one step at 256x256 in f32 and
@@ -96,7 +97,7 @@ fn checkpoint() -> Result<PathBuf, String> {
 }
 
 /// Text tokens of the benchmark's prompt.
-const TEXT: usize = 128;
+const TEXT: usize = FLUX_TEXT;
 
 /// Best seconds per transformer call on `devices` (split over them when several) over `runs`
 /// calls after a warm-up (which, on PJRT, compiles), and the peak RSS of the load and calls.
@@ -110,34 +111,10 @@ fn zoo_step(
     let model =
         FluxTransformer2DModel::from_pretrained_split(&dir.to_string_lossy(), dtype, devices)
             .map_err(|e| format!("zoo cannot load {}: {e}", dir.display()))?;
-    let device = devices[0];
-    let e = |e: zoo_runtime::Error| e.to_string();
-    let z = |shape: &[usize]| Tensor::zeros(shape, dtype, &device).map_err(e);
-    let latents = z(&[1, 256, 64])?;
-    let context = z(&[1, TEXT, 512])?;
-    let pooled = z(&[1, 768])?;
-    let txt_ids = z(&[TEXT, 3])?;
-    let ids: Vec<f32> = (0..16)
-        .flat_map(|r| (0..16).flat_map(move |c| [0.0, r as f32, c as f32]))
-        .collect();
-    let img_ids = Tensor::from_vec(ids, &[256, 3], &device)
-        .and_then(|t| t.to_dtype(dtype))
-        .map_err(e)?;
+    let inputs = FluxStep::new(&devices[0], dtype)?;
     let step = || -> Result<f64, String> {
-        let t = Tensor::from_f64s(&[0.5], &[1], dtype, &device).map_err(e)?;
-        let g = Tensor::from_f64s(&[3.5], &[1], dtype, &device).map_err(e)?;
         let t0 = Instant::now();
-        let out = model
-            .forward(FluxTransformerInput {
-                hidden_states: &latents,
-                encoder_hidden_states: &context,
-                pooled_projections: &pooled,
-                timestep: &t,
-                img_ids: &img_ids,
-                txt_ids: &txt_ids,
-                guidance: Some(&g),
-            })
-            .map_err(|e| e.to_string())?;
+        let out = inputs.run(&model)?;
         out.to_vec_f64().map_err(|e| e.to_string())?;
         Ok(t0.elapsed().as_secs_f64())
     };

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use zoo_diffusers::{FluxTransformer2DModel, FluxTransformerInput};
+use zoo_benchmarks::{FluxStep, FLUX_TEXT};
+use zoo_diffusers::FluxTransformer2DModel;
 use zoo_runtime::device_map::{footprint, DeviceMap, Mesh, TP_AXIS};
 use zoo_runtime::{lazy, DType, Device, PjrtDevice, PjrtPlatform, Tensor};
 use zoo_transformers::{
@@ -206,11 +207,9 @@ fn smollm2(a: &Args, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-const TEXT: usize = 128;
-
 fn flux(a: &Args, dir: &Path) -> Result<(), String> {
     println!(
-        "FLUX-shaped transformer (4x64 heads, 2 double + 4 single blocks), one step at 256x256 with {TEXT} text tokens, f32, {} threads; XLA CPU plugin, all in this run",
+        "FLUX-shaped transformer (4x64 heads, 2 double + 4 single blocks), one step at 256x256 with {FLUX_TEXT} text tokens, f32, {} threads; XLA CPU plugin, all in this run",
         a.threads
     );
     println!(
@@ -228,31 +227,8 @@ fn flux(a: &Args, dir: &Path) -> Result<(), String> {
             &devices,
         )
         .map_err(|e| format!("{name}: {e}"))?;
-        let device = devices[0];
-        let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &device).map_err(e);
-        let latents = z(&[1, 256, 64])?;
-        let context = z(&[1, TEXT, 512])?;
-        let pooled = z(&[1, 768])?;
-        let txt_ids = z(&[TEXT, 3])?;
-        let ids: Vec<f32> = (0..16)
-            .flat_map(|r| (0..16).flat_map(move |c| [0.0, r as f32, c as f32]))
-            .collect();
-        let img_ids = Tensor::from_vec(ids, &[256, 3], &device).map_err(e)?;
-        let t = Tensor::from_f64s(&[0.5], &[1], DType::F32, &device).map_err(e)?;
-        let g = Tensor::from_f64s(&[3.5], &[1], DType::F32, &device).map_err(e)?;
-        let step = || {
-            model
-                .forward(FluxTransformerInput {
-                    hidden_states: &latents,
-                    encoder_hidden_states: &context,
-                    pooled_projections: &pooled,
-                    timestep: &t,
-                    img_ids: &img_ids,
-                    txt_ids: &txt_ids,
-                    guidance: Some(&g),
-                })
-                .map_err(|e| e.to_string())
-        };
+        let inputs = FluxStep::new(&devices[0], DType::F32)?;
+        let step = || inputs.run(&model);
         let out = step()?;
         let collectives = lazy::collectives(&[&out]).map_err(e)?;
         out.to_vec_f64().map_err(e)?;
