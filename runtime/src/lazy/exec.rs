@@ -315,20 +315,8 @@ fn run(
     let (b, devs) = devices(op, d)?;
     let precision = matmul_precision();
     let t = trace(outs, running, precision, donate.then_some(&held[..]));
-    let h = t.hash;
     bump(10, t.nodes.len() as u64);
-    let cached = lock(&b.exes).get(&h).cloned();
-    let exe = match cached {
-        Some(e) => {
-            bump(2, 1);
-            e
-        }
-        None => {
-            let e = Arc::new(load_or_compile(&b, &devs, &t, d, h, precision, op)?);
-            lock(&b.exes).insert(h, e.clone());
-            e
-        }
-    };
+    let exe = executable(&b, &devs, &t, d, precision, op)?;
     // One argument list per device: each parameter's buffer there.
     let args: Vec<Vec<&Buffer>> = (0..devs.len())
         .map(|p| t.param_bufs.iter().map(|v| &v[p]).collect())
@@ -575,12 +563,26 @@ pub(crate) fn executable_of(roots: &[Arc<Node>]) -> Result<Arc<LoadedExecutable>
     };
     let (b, devs) = devices(op, d)?;
     let t = trace(roots, &running, precision, None);
+    executable(&b, &devs, &t, d, precision, op)
+}
+
+/// The executable of trace `t`: from the memory cache, else loaded from disk or compiled
+/// (and kept in memory).
+fn executable(
+    b: &Backend,
+    devs: &[pjrt::Device],
+    t: &Trace<'_>,
+    d: PjrtDevice,
+    precision: super::Precision,
+    op: &'static str,
+) -> Result<Arc<LoadedExecutable>> {
     let h = t.hash;
     let cached = lock(&b.exes).get(&h).cloned();
     if let Some(e) = cached {
+        bump(2, 1);
         return Ok(e);
     }
-    let e = Arc::new(load_or_compile(&b, &devs, &t, d, h, precision, op)?);
+    let e = Arc::new(load_or_compile(b, devs, t, d, h, precision, op)?);
     lock(&b.exes).insert(h, e.clone());
     Ok(e)
 }

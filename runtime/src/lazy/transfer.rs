@@ -72,10 +72,15 @@ pub(crate) fn upload_sharded(
         }
     }
     let started = Instant::now();
-    let bufs = devs
-        .iter()
-        .map(|dev| put(&b.client, &t, dtype, &dims, dev).map_err(|e| pjrt_err(op, d, e)))
-        .collect::<Result<Vec<Buffer>>>()?;
+    // Converted on the host once; a mesh's other devices get device copies of the first.
+    let first = put(&b.client, &t, dtype, &dims, &devs[0]).map_err(|e| pjrt_err(op, d, e))?;
+    let mut bufs = vec![first];
+    for dev in &devs[1..] {
+        let copy = bufs[0]
+            .copy_to_device(dev)
+            .map_err(|e| pjrt_err(op, d, e))?;
+        bufs.push(copy);
+    }
     bump(9, started.elapsed().as_nanos() as u64);
     let buf: Value = Arc::from(bufs);
     if let Some(k) = memo_key {
@@ -132,7 +137,12 @@ fn upload_tiles(
         op,
         msg: format!("unknown sharding {sharding} (internal error)"),
     })?;
-    let tile = shard::tile_shape(op, d, sharding, &shape)?;
+    let tile = s
+        .tile_shape(&mesh, &shape)
+        .map_err(|e| Error::InvalidArgument {
+            op,
+            msg: e.to_string(),
+        })?;
     let dims: Vec<i64> = tile.iter().map(|&v| v as i64).collect();
     let t = t.to_device(&candle_core::Device::Cpu).op(op)?;
     let started = Instant::now();

@@ -218,17 +218,16 @@ impl Weights {
         }
     }
 
-    /// Loads the full name `full` onto its device, split there when it is a mesh and the
-    /// tensor-parallel plan splits it.
-    fn load(&self, full: &str) -> Result<Tensor> {
+    /// Loads the full name `full` (stored as `shape`) onto its device, split there when it
+    /// is a mesh and the tensor-parallel plan splits it.
+    fn load(&self, full: &str, shape: &[usize]) -> Result<Tensor> {
         let device = self.device_for(full);
         let mesh = match device {
             Device::Pjrt(d) => d.mesh(),
             _ => None,
         };
         if let (Some(mesh), Some(plan)) = (mesh, self.tp_plan) {
-            let shape = self.stored_shape(full)?;
-            if let Some(s) = crate::device_map::weight_sharding(plan, &mesh, full, &shape) {
+            if let Some(s) = crate::device_map::weight_sharding(plan, &mesh, full, shape) {
                 let host = self.source.load(full, self.dtype, &Device::Cpu)?;
                 return host.to_device_sharded(&device, &s);
             }
@@ -304,7 +303,7 @@ impl Weights {
                 found,
             });
         }
-        self.load(&full)
+        self.load(&full, &found)
     }
 
     /// The stored blocks of `name` when it is block-quantized, blocks are kept and it loads
@@ -329,8 +328,8 @@ impl Weights {
     /// Loads `name` whatever its shape.
     pub fn get_unchecked(&self, name: &str) -> Result<Tensor> {
         let full = self.full_name(name);
-        self.stored_shape(&full)?;
-        self.load(&full)
+        let shape = self.stored_shape(&full)?;
+        self.load(&full, &shape)
     }
 
     /// Loads `name` if present (an optional bias), checking its shape.
