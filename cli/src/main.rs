@@ -26,7 +26,10 @@ mod parity;
 mod plan;
 mod serve;
 
+use std::time::Duration;
+
 use clap::{Parser, Subcommand};
+use zoo_runtime::distributed;
 
 /// zoo runs Hugging Face transformer and diffusion checkpoints from Rust, eagerly on CPU/CUDA
 /// and compiled through PJRT plugins (TPU, GPU, XLA CPU).
@@ -42,6 +45,54 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+/// A command run by several processes together (the hosts of a TPU slice, GPU nodes): each
+/// is started with its own --process-id and the same --num-processes and --coordinator;
+/// process 0 serves the coordinator, a key-value store the PJRT plugins exchange their
+/// topology through. Without the flags, ZOO_COORDINATOR, ZOO_NUM_PROCESSES and
+/// ZOO_PROCESS_ID, or a Cloud TPU slice's TPU_WORKER_HOSTNAMES and TPU_WORKER_ID, say it.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Multi-process jobs")]
+struct JobArgs {
+    /// How many processes run this command together (all started with the same value).
+    #[arg(long, global = true, value_name = "N")]
+    num_processes: Option<usize>,
+    /// This process's index, 0 to N-1; process 0 serves the coordinator.
+    #[arg(long, global = true, value_name = "I")]
+    process_id: Option<usize>,
+    /// HOST:PORT of process 0's coordinator (an address of process 0's host that the
+    /// others reach, e.g. 10.0.0.2:8476).
+    #[arg(long, global = true, value_name = "HOST:PORT")]
+    coordinator: Option<String>,
+    /// Seconds each process waits for all the others, to join and to leave.
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 300)]
+    join_timeout: u64,
+}
+
+impl JobArgs {
+    /// The job the flags or the environment describe, if any.
+    fn processes(&self) -> Result<Option<distributed::Processes>, distributed::DistributedError> {
+        let given = [
+            ("--num-processes", self.num_processes.is_some()),
+            ("--process-id", self.process_id.is_some()),
+            ("--coordinator", self.coordinator.is_some()),
+        ];
+        match (self.num_processes, self.process_id, &self.coordinator) {
+            (Some(n), Some(id), Some(c)) => distributed::Processes::new(id, n, c.clone()).map(Some),
+            (None, None, None) => distributed::Processes::from_env(),
+            _ => {
+                let missing: Vec<&str> =
+                    given.iter().filter(|(_, g)| !g).map(|(f, _)| *f).collect();
+                Err(distributed::DistributedError::BadProcesses {
+                    what: missing.join(", "),
+                    reason: "a multi-process job needs --num-processes, --process-id and --coordinator together".into(),
+                })
+            }
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -81,6 +132,21 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     let name = cli.command.name();
+    let timeout = Duration::from_secs(cli.job.join_timeout);
+    let job = match cli.job.processes() {
+        Ok(job) => job,
+        Err(e) => {
+            eprintln!("error: zoo {name}: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Some(job) = job {
+        eprintln!("zoo {name}: {job}: waiting for every process to join");
+        if let Err(e) = distributed::initialize(job, timeout) {
+            eprintln!("error: zoo {name}: {e}");
+            return std::process::ExitCode::from(if e.is_caller_error() { 2 } else { 1 });
+        }
+    }
     let result = match cli.command {
         Command::Devices(args) => devices::run(args),
         Command::Inspect(args) => inspect::run(args),
@@ -92,6 +158,10 @@ fn main() -> std::process::ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Parity(args) => parity::run(args),
     };
+    // Leaves the job whatever the command's outcome, so the other processes are not left
+    // waiting; process 0's coordinator serves until all have left.
+    let result = result.and_then(|()| Ok(distributed::shutdown(timeout)?));
+    let _ = distributed::shutdown(timeout);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -110,6 +180,8 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         } else if let Some(e) = cause.downcast_ref::<zoo_diffusers::Error>() {
             e.is_caller_error()
         } else if let Some(e) = cause.downcast_ref::<zoo_runtime::Error>() {
+            e.is_caller_error()
+        } else if let Some(e) = cause.downcast_ref::<distributed::DistributedError>() {
             e.is_caller_error()
         } else if let Some(e) = cause.downcast_ref::<zoo_hub::HubError>() {
             e.is_caller_error()

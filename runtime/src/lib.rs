@@ -21,6 +21,7 @@ mod random;
 mod tensor;
 
 pub mod device_map;
+pub mod distributed;
 pub mod pjrt;
 
 pub use device::{Device, MeshId, PjrtDevice, PjrtPlatform};

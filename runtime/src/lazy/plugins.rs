@@ -137,17 +137,20 @@ pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend
         };
         options = options.cpu_device_count(n as i64);
     }
-    let client = plugin.client(&options)?;
+    let client = crate::distributed::create_client(&plugin, name, options)?;
     let devices = client.addressable_devices()?;
     let (major, minor) = plugin.api_version();
+    // The process index is part of it: a program compiled for one process's device ids is
+    // not another's.
     let identity = format!(
-        "{} api={major}.{minor} platform={} {} devices={}",
+        "{} api={major}.{minor} platform={} {} devices={} process={}",
         std::fs::canonicalize(plugin.path())
             .unwrap_or_else(|_| plugin.path().to_path_buf())
             .display(),
         client.platform_name().unwrap_or_default(),
         client.platform_version().unwrap_or_default(),
-        devices.len()
+        devices.len(),
+        client.process_index().unwrap_or(0)
     );
     let plugin_key = cache::fnv1a(identity.as_bytes());
     let b = Arc::new(Backend {

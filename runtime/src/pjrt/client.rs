@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::api::{pjrt_call, string_from, Plugin, PluginInner};
 use super::error::{PjrtError, Result};
 use super::ffi::{self, Args};
+use super::kv;
 use super::leak::{self, ObjectKind};
 
 /// A value of a client create option.
@@ -59,6 +60,9 @@ impl ClientOptions {
 pub(crate) struct ClientInner {
     pub(crate) plugin: Plugin,
     pub(crate) raw: *mut ffi::PJRT_Client,
+    /// The store behind the key-value callbacks, which the plugin may call until the client
+    /// is destroyed (dropped after it).
+    _store: Option<kv::UserArg>,
 }
 
 // SAFETY: PJRT clients are thread-safe: the C API allows calls on one client from any
@@ -93,6 +97,21 @@ pub struct Client {
 impl Plugin {
     /// Creates a client with the given options (`PJRT_Client_Create`).
     pub fn client(&self, options: &ClientOptions) -> Result<Client> {
+        self.create_client(options, None)
+    }
+
+    /// Creates a client of a multi-process job: `store` serves the key-value callbacks the
+    /// plugin exchanges its topology through (the GPU plugin also wants `node_id` and
+    /// `num_nodes` in `options`).
+    pub fn client_with_store(
+        &self,
+        options: &ClientOptions,
+        store: Arc<dyn kv::KeyValueStore>,
+    ) -> Result<Client> {
+        self.create_client(options, Some(Box::new(store)))
+    }
+
+    fn create_client(&self, options: &ClientOptions, store: Option<kv::UserArg>) -> Result<Client> {
         // Owned storage the `PJRT_NamedValue`s point into; it outlives the call.
         let mut ints: Vec<Vec<i64>> = Vec::new();
         for (_, v) in &options.options {
@@ -139,6 +158,9 @@ impl Plugin {
         let mut args = ffi::PJRT_Client_Create_Args::new();
         args.create_options = named.as_ptr();
         args.num_options = named.len();
+        if let Some(store) = &store {
+            kv::install(&mut args, store);
+        }
         pjrt_call!(&self.inner, PJRT_Client_Create, &mut args)?;
         if args.client.is_null() {
             return Err(PjrtError::Plugin {
@@ -152,6 +174,7 @@ impl Plugin {
             inner: Arc::new(ClientInner {
                 plugin: self.clone(),
                 raw: args.client,
+                _store: store,
             }),
         })
     }

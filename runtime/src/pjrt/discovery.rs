@@ -369,7 +369,8 @@ fn describe(out: &mut String, c: &Candidate) {
             let _ = writeln!(out, "  {k}: {v}");
         }
     }
-    let client = match plugin.client(&ClientOptions::new()) {
+    let client = match crate::distributed::create_client(&plugin, &c.platform, ClientOptions::new())
+    {
         Ok(c) => c,
         Err(e) => {
             let _ = writeln!(out, "  error creating a client: {e}");
@@ -394,7 +395,21 @@ fn describe(out: &mut String, c: &Candidate) {
             let _ = writeln!(out, "  error listing devices: {e}");
         }
         Ok(devices) => {
-            let _ = writeln!(out, "  devices: {}", devices.len());
+            match (crate::distributed::current(), client.devices()) {
+                (Some(group), Ok(all)) => {
+                    let _ = writeln!(
+                        out,
+                        "  {}: the plugin says process {}, {} of the job's {} device(s) here",
+                        group.processes(),
+                        client.process_index().unwrap_or(0),
+                        devices.len(),
+                        all.len()
+                    );
+                }
+                _ => {
+                    let _ = writeln!(out, "  devices: {}", devices.len());
+                }
+            }
             for d in devices {
                 let id = d.id().map(|i| i.to_string()).unwrap_or_else(|_| "?".into());
                 let kind = d.kind().unwrap_or_else(|_| "?".into());

@@ -68,6 +68,32 @@ impl ErrorCode {
     }
 }
 
+impl ErrorCode {
+    /// The raw C enum value.
+    pub fn raw(self) -> i32 {
+        use ErrorCode::*;
+        match self {
+            Cancelled => 1,
+            Unknown => 2,
+            InvalidArgument => 3,
+            DeadlineExceeded => 4,
+            NotFound => 5,
+            AlreadyExists => 6,
+            PermissionDenied => 7,
+            ResourceExhausted => 8,
+            FailedPrecondition => 9,
+            Aborted => 10,
+            OutOfRange => 11,
+            Unimplemented => 12,
+            Internal => 13,
+            Unavailable => 14,
+            DataLoss => 15,
+            Unauthenticated => 16,
+            Other(c) => c,
+        }
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

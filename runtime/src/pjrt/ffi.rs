@@ -241,6 +241,68 @@ pub struct PJRT_Event_OnReady_Args {
 }
 args!(PJRT_Event_OnReady_Args, user_arg: *mut c_void);
 
+/// `PJRT_Error* (*)(PJRT_Error_Code, const char* message, size_t message_size)`: how a
+/// caller's callback builds the error it returns; the plugin copies the message.
+pub type PJRT_CallbackError =
+    Option<unsafe extern "C" fn(PJRT_Error_Code, *const c_char, usize) -> *mut PJRT_Error>;
+
+/// `void (*)(char* value)`: frees a value a key-value callback returned.
+pub type PJRT_KeyValueGetCallback_ValueDeleter = Option<unsafe extern "C" fn(*mut c_char)>;
+
+#[repr(C)]
+pub struct PJRT_KeyValueGetCallback_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub timeout_in_ms: c_int,
+    pub callback_error: *mut PJRT_CallbackError,
+    pub user_arg: *mut c_void,
+    pub value: *mut c_char,
+    pub value_size: usize,
+    pub value_deleter_callback: PJRT_KeyValueGetCallback_ValueDeleter,
+}
+args!(
+    PJRT_KeyValueGetCallback_Args,
+    value_deleter_callback: PJRT_KeyValueGetCallback_ValueDeleter
+);
+pub type PJRT_KeyValueGetCallback =
+    unsafe extern "C" fn(*mut PJRT_KeyValueGetCallback_Args) -> *mut PJRT_Error;
+
+#[repr(C)]
+pub struct PJRT_KeyValueTryGetCallback_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub callback_error: *mut PJRT_CallbackError,
+    pub user_arg: *mut c_void,
+    pub value: *mut c_char,
+    pub value_size: usize,
+    pub value_deleter_callback: PJRT_KeyValueGetCallback_ValueDeleter,
+}
+args!(
+    PJRT_KeyValueTryGetCallback_Args,
+    value_deleter_callback: PJRT_KeyValueGetCallback_ValueDeleter
+);
+pub type PJRT_KeyValueTryGetCallback =
+    unsafe extern "C" fn(*mut PJRT_KeyValueTryGetCallback_Args) -> *mut PJRT_Error;
+
+#[repr(C)]
+pub struct PJRT_KeyValuePutCallback_Args {
+    pub struct_size: usize,
+    pub extension_start: *mut PJRT_Extension_Base,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub value: *const c_char,
+    pub value_size: usize,
+    pub callback_error: *mut PJRT_CallbackError,
+    pub user_arg: *mut c_void,
+}
+args!(PJRT_KeyValuePutCallback_Args, user_arg: *mut c_void);
+pub type PJRT_KeyValuePutCallback =
+    unsafe extern "C" fn(*mut PJRT_KeyValuePutCallback_Args) -> *mut PJRT_Error;
+
 #[repr(C)]
 pub struct PJRT_Client_Create_Args {
     pub struct_size: usize,

@@ -5,6 +5,7 @@
 //! - [`Client`], [`Device`], [`Buffer`], [`Event`], [`LoadedExecutable`]: safe owners of
 //!   the plugin's objects, each freed exactly once on drop ([`leak`] counts them).
 //! - [`discovery`]: where plugins are looked for, the libtpu guard, `zoo devices`.
+//! - [`kv`]: the key-value store a multi-process client shares, behind the create callbacks.
 //!
 //! ```no_run
 //! use zoo_runtime::pjrt::{ClientOptions, CompileOptions, Plugin};
@@ -31,6 +32,7 @@ pub mod discovery;
 mod error;
 mod executable;
 pub(crate) mod ffi;
+pub mod kv;
 pub mod leak;
 
 pub use api::{AttributeValue, Plugin};
@@ -39,3 +41,4 @@ pub use client::{Client, ClientOptions, Device, MemoryStats, OptionValue};
 pub use discovery::{devices_report, Candidate, Search, Source};
 pub use error::{ErrorCode, PjrtError, Result, SourceLine};
 pub use executable::{CompileOptions, ExecuteOptions, Execution, LoadedExecutable};
+pub use kv::{KeyValueStore, KvError};
