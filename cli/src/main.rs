@@ -40,6 +40,13 @@ use zoo_runtime::distributed;
 ///
 /// ZOO_CPU=generic|avx2|avx512|amx caps the CPU instructions zoo's own kernels use (default:
 /// everything the CPU has; `zoo devices` prints the tier in force).
+///
+/// Several processes run one command together (the hosts of a TPU slice, GPU nodes) when
+/// each is started with its own --process-id and the same --num-processes and
+/// --coordinator (or ZOO_PROCESS_ID, ZOO_NUM_PROCESSES and ZOO_COORDINATOR; on a Cloud TPU
+/// slice TPU_WORKER_ID and TPU_WORKER_HOSTNAMES say it): process 0 serves the coordinator,
+/// a key-value store the PJRT plugins exchange their topology through, and every process
+/// waits for the others to join and to leave.
 #[derive(Parser)]
 #[command(name = "zoo", version, propagate_version = true)]
 struct Cli {
@@ -49,11 +56,8 @@ struct Cli {
     job: JobArgs,
 }
 
-/// A command run by several processes together (the hosts of a TPU slice, GPU nodes): each
-/// is started with its own --process-id and the same --num-processes and --coordinator;
-/// process 0 serves the coordinator, a key-value store the PJRT plugins exchange their
-/// topology through. Without the flags, ZOO_COORDINATOR, ZOO_NUM_PROCESSES and
-/// ZOO_PROCESS_ID, or a Cloud TPU slice's TPU_WORKER_HOSTNAMES and TPU_WORKER_ID, say it.
+/// The flags of a multi-process job (see the command's help); without them the environment
+/// may name one ([`distributed::Processes::from_env`]).
 #[derive(clap::Args)]
 #[command(next_help_heading = "Multi-process jobs")]
 struct JobArgs {
