@@ -23,4 +23,4 @@ pub use inventory::{Inventory, TensorInfo, Transform};
 pub use output::{write_atomically, OutputError};
 pub use pretrained::Pretrained;
 pub use source::{hub_cache_dir, CachedRepo, ModelFiles, Source};
-pub use weights::{TensorView, Weights};
+pub use weights::{TensorView, Tile, Weights};

@@ -265,10 +265,112 @@ impl TensorView<'_> {
         }
     }
 
+    /// The tile of `shape` at `origin` (HF indices) read from the stored bytes alone, as a
+    /// tensor of its own: what one device of a mesh holds, without the whole tensor ever
+    /// converted. `None` where the stored layout cannot be cut there (a quantized block or a
+    /// permuted head split, a tile outside the tensor); the caller then reads it whole.
+    pub fn tile(&self, origin: &[usize], shape: &[usize]) -> Option<Tile> {
+        let full = &self.info.shape;
+        let nd = full.len();
+        if nd == 0
+            || origin.len() != nd
+            || shape.len() != nd
+            || (0..nd).any(|d| origin[d].checked_add(shape[d]).is_none_or(|e| e > full[d]))
+        {
+            return None;
+        }
+        // Units: elements of a plain type, blocks of a quantized one (along the last dim).
+        let (per, unit) = match self.info.dtype {
+            Dtype::Quantized(q) => {
+                let (e, b) = q.block();
+                (e as usize, b as usize)
+            }
+            plain => (1, plain.plain_size() as usize),
+        };
+        let last = nd - 1;
+        if [full[last], origin[last], shape[last]]
+            .iter()
+            .any(|v| v % per != 0)
+        {
+            return None;
+        }
+        let transform = match self.info.transform {
+            Transform::UnpermuteQk { heads } if shape[0] != full[0] => {
+                // Rows are permuted within each head: a cut between heads keeps whole ones.
+                let rows = full[0]
+                    .checked_div(heads)
+                    .filter(|_| full[0] % heads == 0)?;
+                if origin[0] % rows != 0 || shape[0] % rows != 0 {
+                    return None;
+                }
+                Transform::UnpermuteQk {
+                    heads: shape[0] / rows,
+                }
+            }
+            t => t,
+        };
+        let units = |v: &[usize]| -> Vec<usize> {
+            let mut u = v.to_vec();
+            u[last] /= per;
+            u
+        };
+        let (ufull, uorigin, ushape) = (units(full), units(origin), units(shape));
+        if self.data.len() != ufull.iter().product::<usize>() * unit {
+            return None;
+        }
+        let mut strides = vec![1usize; nd];
+        for d in (0..last).rev() {
+            strides[d] = strides[d + 1] * ufull[d + 1];
+        }
+        let run = ushape[last] * unit;
+        let outer: usize = ushape[..last].iter().product();
+        let mut data = Vec::with_capacity(outer * run);
+        let mut at = vec![0usize; last];
+        for _ in 0..outer {
+            let start: usize = (0..nd)
+                .map(|d| (uorigin[d] + at.get(d).copied().unwrap_or(0)) * strides[d])
+                .sum::<usize>()
+                * unit;
+            data.extend_from_slice(&self.data[start..start + run]);
+            // The next outer index, last of the outer dims fastest.
+            for d in (0..last).rev() {
+                at[d] += 1;
+                if at[d] < ushape[d] {
+                    break;
+                }
+                at[d] = 0;
+            }
+        }
+        let info = TensorInfo {
+            shape: shape.to_vec(),
+            nbytes: data.len() as u64,
+            transform,
+            ..self.info.clone()
+        };
+        Some(Tile { info, data })
+    }
+
     fn untransform<T: Copy>(&self, v: Vec<T>) -> Vec<T> {
         match self.info.transform {
             Transform::None | Transform::MinusOne => v,
             Transform::UnpermuteQk { heads } => unpermute_qk(v, &self.info.shape, heads),
+        }
+    }
+}
+
+/// A tile of a stored tensor with its own bytes (see [`TensorView::tile`]).
+#[derive(Clone, Debug)]
+pub struct Tile {
+    info: TensorInfo,
+    data: Vec<u8>,
+}
+
+impl Tile {
+    /// The tile as a tensor view, with the same conversions as a whole tensor's.
+    pub fn view(&self) -> TensorView<'_> {
+        TensorView {
+            info: &self.info,
+            data: &self.data,
         }
     }
 }
@@ -331,6 +433,7 @@ fn f8e4m3_to_f32(b: u8) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::GgmlType;
 
     #[test]
     fn f8e4m3_known_values() {
@@ -340,6 +443,111 @@ mod tests {
         assert_eq!(f8e4m3_to_f32(0xb8), -1.0);
         assert_eq!(f8e4m3_to_f32(0x01), 2f32.powi(-9)); // smallest subnormal
         assert!(f8e4m3_to_f32(0x7f).is_nan());
+    }
+
+    fn info(dtype: Dtype, shape: &[usize], transform: Transform, nbytes: usize) -> TensorInfo {
+        TensorInfo {
+            name: "w".into(),
+            dtype,
+            shape: shape.to_vec(),
+            nbytes: nbytes as u64,
+            file: "w.bin".into(),
+            offset: 0,
+            transform,
+        }
+    }
+
+    /// The tile of the whole tensor's f32 values, cut on the host.
+    fn cut(whole: &[f32], shape: &[usize], origin: &[usize], tile: &[usize]) -> Vec<f32> {
+        let mut out = Vec::new();
+        let n: usize = tile.iter().product();
+        for flat in 0..n {
+            let (mut rest, mut off, mut stride) = (flat, 0, 1);
+            let mut idx = vec![0; shape.len()];
+            for d in (0..shape.len()).rev() {
+                idx[d] = rest % tile[d];
+                rest /= tile[d];
+            }
+            for d in (0..shape.len()).rev() {
+                off += (origin[d] + idx[d]) * stride;
+                stride *= shape[d];
+            }
+            out.push(whole[off]);
+        }
+        out
+    }
+
+    #[test]
+    fn tiles_read_from_the_stored_bytes_equal_the_whole_cut() {
+        // Plain f32, a 3-D tile and one cut along the last dim.
+        let shape = [3, 4, 5];
+        let values: Vec<f32> = (0..60).map(|i| i as f32 * 0.5).collect();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let i = info(Dtype::F32, &shape, Transform::None, bytes.len());
+        let view = TensorView {
+            info: &i,
+            data: &bytes,
+        };
+        for (o, t) in [
+            ([1, 2, 0], [2, 2, 5]),
+            ([0, 0, 1], [3, 4, 3]),
+            ([2, 3, 4], [1, 1, 1]),
+        ] {
+            let tile = view.tile(&o, &t).unwrap();
+            assert_eq!(tile.view().to_f32().unwrap(), cut(&values, &shape, &o, &t));
+            assert_eq!(tile.view().info.shape, t);
+        }
+        assert!(view.tile(&[2, 0, 0], &[2, 4, 5]).is_none());
+
+        // Q8_0 (32 values a block): rows, and columns at block bounds; a cut inside a block
+        // is refused.
+        let shape = [4, 64];
+        let mut q = Vec::new();
+        for b in 0..8u8 {
+            q.extend_from_slice(&half::f16::from_f32(0.25 + b as f32).to_bits().to_le_bytes());
+            q.extend((0..32).map(|k| (k as i8 - 16 + b as i8) as u8));
+        }
+        let i = info(
+            Dtype::Quantized(GgmlType::Q8_0),
+            &shape,
+            Transform::None,
+            q.len(),
+        );
+        let view = TensorView { info: &i, data: &q };
+        let whole = view.to_f32().unwrap();
+        for (o, t) in [([2, 0], [2, 64]), ([0, 32], [4, 32])] {
+            let tile = view.tile(&o, &t).unwrap();
+            assert_eq!(tile.view().to_f32().unwrap(), cut(&whole, &shape, &o, &t));
+        }
+        assert!(view.tile(&[0, 16], &[4, 32]).is_none());
+
+        // Llama.cpp's permuted Q rows (2 heads of 4 rows): a cut between heads undoes the
+        // permutation of its own head; a cut inside a head is refused.
+        let shape = [8, 3];
+        let values: Vec<f32> = (0..24).map(|i| i as f32).collect();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let i = info(
+            Dtype::F32,
+            &shape,
+            Transform::UnpermuteQk { heads: 2 },
+            bytes.len(),
+        );
+        let view = TensorView {
+            info: &i,
+            data: &bytes,
+        };
+        let whole = view.to_f32().unwrap();
+        let tile = view.tile(&[4, 0], &[4, 3]).unwrap();
+        assert_eq!(
+            tile.view().to_f32().unwrap(),
+            cut(&whole, &shape, &[4, 0], &[4, 3])
+        );
+        let tile = view.tile(&[0, 1], &[8, 2]).unwrap();
+        assert_eq!(
+            tile.view().to_f32().unwrap(),
+            cut(&whole, &shape, &[0, 1], &[8, 2])
+        );
+        assert!(view.tile(&[2, 0], &[4, 3]).is_none());
     }
 
     #[test]

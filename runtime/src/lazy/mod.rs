@@ -515,6 +515,42 @@ impl Tensor {
         }
     }
 
+    /// The tensor of `shape` laid out on mesh `device` as `sharding` says, each device's
+    /// tile read by `read(origin, tile_shape)` (a host tensor of `dtype`) and sent as soon
+    /// as it is read: a checkpoint's weight loads this way without ever being whole on the
+    /// host. A tile that several devices hold is read once.
+    pub fn from_tiles(
+        device: &crate::Device,
+        sharding: &crate::device_map::Sharding,
+        shape: &[usize],
+        dtype: DType,
+        mut read: impl FnMut(&[usize], &[usize]) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let op = "from_tiles";
+        let d = match device {
+            crate::Device::Pjrt(d) if d.mesh.is_some() => *d,
+            other => {
+                return Err(Error::InvalidArgument {
+                    op,
+                    msg: format!("{other} is not a mesh device; load the tensor whole"),
+                })
+            }
+        };
+        let (b, devs) = plugins::devices(op, d)?;
+        let id = shard::intern(sharding);
+        let l = transfer::upload_tiles_with(shape, dtype, d, &devs, id, &b.client, |o, t| {
+            let part = read(o, t)?.to_dtype(dtype)?;
+            match part.as_candle() {
+                Some(c) => Ok(c.clone()),
+                None => Err(Error::InvalidArgument {
+                    op,
+                    msg: "a tile must be read into host memory".into(),
+                }),
+            }
+        })?;
+        Ok(Tensor::from_lazy(l, dtype))
+    }
+
     /// The layout of this tensor over its mesh device: `None` on a single device and for a
     /// value whole on every device of the mesh (a pending one that keeps no layout is laid
     /// out by XLA inside its program, and whole once computed).

@@ -132,36 +132,73 @@ fn upload_tiles(
 ) -> Result<LazyTensor> {
     let op = "to_device";
     let shape: Vec<usize> = t.dims().to_vec();
+    let t = t.to_device(&candle_core::Device::Cpu).op(op)?;
+    upload_tiles_with(&shape, dtype, d, devs, sharding, c, |origin, tile| {
+        let mut part = t.clone();
+        for (dim, (&o, &n)) in origin.iter().zip(tile).enumerate() {
+            if n != shape[dim] {
+                part = part.narrow(dim, o, n).op(op)?;
+            }
+        }
+        Ok(part)
+    })
+}
+
+/// Uploads to mesh device `d` the tensor of `shape` whose tile at `origin` of `tile` shape
+/// `read` gives as a host tensor: each device is sent its tile as soon as it is read, a tile
+/// two devices share is read once and copied between them.
+pub(crate) fn upload_tiles_with(
+    shape: &[usize],
+    dtype: DType,
+    d: PjrtDevice,
+    devs: &[pjrt::Device],
+    sharding: u32,
+    c: &Client,
+    mut read: impl FnMut(&[usize], &[usize]) -> Result<candle_core::Tensor>,
+) -> Result<LazyTensor> {
+    let op = "to_device";
     let mesh = shard::mesh_of(op, d)?;
     let s = shard::get(sharding).ok_or_else(|| Error::InvalidArgument {
         op,
         msg: format!("unknown sharding {sharding} (internal error)"),
     })?;
     let tile = s
-        .tile_shape(&mesh, &shape)
+        .tile_shape(&mesh, shape)
         .map_err(|e| Error::InvalidArgument {
             op,
             msg: e.to_string(),
         })?;
     let dims: Vec<i64> = tile.iter().map(|&v| v as i64).collect();
-    let t = t.to_device(&candle_core::Device::Cpu).op(op)?;
     let started = Instant::now();
-    let mut bufs = Vec::with_capacity(devs.len());
+    let mut bufs: Vec<Buffer> = Vec::with_capacity(devs.len());
+    let mut read_at: HashMap<Vec<usize>, usize> = HashMap::new();
     for (i, dev) in devs.iter().enumerate() {
         let origin = s.tile_origin(&mesh, i, &tile);
-        let mut part = t.clone();
-        for (dim, (&o, &n)) in origin.iter().zip(&tile).enumerate() {
-            if n != shape[dim] {
-                part = part.narrow(dim, o, n).op(op)?;
+        let buf = match read_at.get(&origin) {
+            Some(&first) => bufs[first].copy_to_device(dev),
+            None => {
+                let part = read(&origin, &tile)?;
+                if part.dims() != tile.as_slice() {
+                    return Err(Error::InvalidArgument {
+                        op,
+                        msg: format!(
+                            "a tile of shape {:?} was read where {tile:?} was asked (internal error)",
+                            part.dims()
+                        ),
+                    });
+                }
+                let flat = part.flatten_all().op(op)?;
+                read_at.insert(origin, i);
+                put(c, &flat, dtype, &dims, dev)
             }
         }
-        let flat = part.flatten_all().op(op)?;
-        bufs.push(put(c, &flat, dtype, &dims, dev).map_err(|e| pjrt_err(op, d, e))?);
+        .map_err(|e| pjrt_err(op, d, e))?;
+        bufs.push(buf);
     }
     bump(9, started.elapsed().as_nanos() as u64);
     Ok(leaf(
         Arc::from(bufs),
-        Dims::from(shape),
+        Dims::from(shape.to_vec()),
         dtype,
         d,
         sharding,

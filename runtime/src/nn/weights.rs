@@ -19,6 +19,18 @@ pub trait WeightSource: Send + Sync {
     fn quantized(&self, _name: &str) -> Option<Result<QuantizedWeight>> {
         None
     }
+    /// The tile of `shape` at `origin` of `name` as `dtype` in host memory, read from
+    /// storage alone (a mesh device's part of a weight); `None` where the source cannot cut
+    /// it there (the default), and the whole tensor is read instead.
+    fn load_tile(
+        &self,
+        _name: &str,
+        _dtype: DType,
+        _origin: &[usize],
+        _shape: &[usize],
+    ) -> Option<Result<Tensor>> {
+        None
+    }
 }
 
 /// A block-quantized weight as stored (`ggml` blocks, rows in HF order).
@@ -40,31 +52,23 @@ impl WeightSource for zoo_hub::Weights {
     }
 
     fn load(&self, name: &str, dtype: DType, device: &Device) -> Result<Tensor> {
-        let hub = |source| Error::Hub {
-            name: name.to_string(),
-            source: Box::new(source),
+        let view = self.tensor(name).map_err(|e| hub_error(name, e))?;
+        from_view(name, view, dtype, device)
+    }
+
+    fn load_tile(
+        &self,
+        name: &str,
+        dtype: DType,
+        origin: &[usize],
+        shape: &[usize],
+    ) -> Option<Result<Tensor>> {
+        let view = match self.tensor(name) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(hub_error(name, e))),
         };
-        let view = self.tensor(name).map_err(hub)?;
-        let shape = view.info.shape.clone();
-        if DType::from_hub(view.info.dtype).is_none() && !view.info.dtype.is_float() {
-            return Err(Error::WeightDType {
-                name: name.to_string(),
-                stored: view.info.dtype.name().to_string(),
-                hint: "; zoo-runtime holds bool, u8, i32, i64 and float tensors".into(),
-            });
-        }
-        // Convert on the host straight to the asked dtype when the hub can, so bf16/f16
-        // checkpoints load without an f32 round trip.
-        let t = match dtype {
-            DType::F16 => Tensor::from_vec(view.to_f16().map_err(hub)?, &shape, device)?,
-            DType::BF16 => Tensor::from_vec(view.to_bf16().map_err(hub)?, &shape, device)?,
-            DType::F64 => Tensor::from_vec(view.to_f64().map_err(hub)?, &shape, device)?,
-            DType::F32 => Tensor::from_vec(view.to_f32().map_err(hub)?, &shape, device)?,
-            DType::I64 | DType::I32 | DType::U8 | DType::Bool => {
-                Tensor::from_vec(view.to_i64().map_err(hub)?, &shape, device)?.to_dtype(dtype)?
-            }
-        };
-        Ok(t)
+        let tile = view.tile(origin, shape)?;
+        Some(from_view(name, tile.view(), dtype, &Device::Cpu))
     }
 
     fn names(&self) -> Vec<String> {
@@ -73,6 +77,42 @@ impl WeightSource for zoo_hub::Weights {
             .iter()
             .map(|i| i.name.clone())
             .collect()
+    }
+}
+
+fn hub_error(name: &str, source: zoo_hub::HubError) -> Error {
+    Error::Hub {
+        name: name.to_string(),
+        source: Box::new(source),
+    }
+}
+
+/// The stored values of `view` as a tensor of `dtype` on `device`.
+fn from_view(
+    name: &str,
+    view: zoo_hub::TensorView,
+    dtype: DType,
+    device: &Device,
+) -> Result<Tensor> {
+    let hub = |source| hub_error(name, source);
+    let shape = view.info.shape.clone();
+    if DType::from_hub(view.info.dtype).is_none() && !view.info.dtype.is_float() {
+        return Err(Error::WeightDType {
+            name: name.to_string(),
+            stored: view.info.dtype.name().to_string(),
+            hint: "; zoo-runtime holds bool, u8, i32, i64 and float tensors".into(),
+        });
+    }
+    // Convert on the host straight to the asked dtype when the hub can, so bf16/f16
+    // checkpoints load without an f32 round trip.
+    match dtype {
+        DType::F16 => Tensor::from_vec(view.to_f16().map_err(hub)?, &shape, device),
+        DType::BF16 => Tensor::from_vec(view.to_bf16().map_err(hub)?, &shape, device),
+        DType::F64 => Tensor::from_vec(view.to_f64().map_err(hub)?, &shape, device),
+        DType::F32 => Tensor::from_vec(view.to_f32().map_err(hub)?, &shape, device),
+        DType::I64 | DType::I32 | DType::U8 | DType::Bool => {
+            Tensor::from_vec(view.to_i64().map_err(hub)?, &shape, device)?.to_dtype(dtype)
+        }
     }
 }
 
@@ -228,6 +268,24 @@ impl Weights {
         };
         if let (Some(mesh), Some(plan)) = (mesh, self.tp_plan) {
             if let Some(s) = crate::device_map::weight_sharding(plan, &mesh, full, shape) {
+                // Each device's tile straight from storage where the source can cut it
+                // (tiles are alike, so the first says for all); else the whole tensor is
+                // read once and cut.
+                let mut uncut = false;
+                let tiles = Tensor::from_tiles(&device, &s, shape, self.dtype, |o, t| {
+                    self.source
+                        .load_tile(full, self.dtype, o, t)
+                        .unwrap_or_else(|| {
+                            uncut = true;
+                            Err(Error::InvalidArgument {
+                                op: "load",
+                                msg: format!("{full}: the tile at {o:?} cannot be read alone"),
+                            })
+                        })
+                });
+                if !uncut {
+                    return tiles;
+                }
                 let host = self.source.load(full, self.dtype, &Device::Cpu)?;
                 return host.to_device_sharded(&device, &s);
             }

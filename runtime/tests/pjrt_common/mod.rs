@@ -188,6 +188,64 @@ pub fn mesh_checks(var: &str) {
         let whole = weights.get_unchecked(name).and_then(|t| t.to_vec::<f32>());
         assert_eq!(whole.expect("read"), mem_value(name, &w), "{name}");
     }
+    // From a checkpoint each device's tile is read from the file alone: the whole tensor
+    // is never read for a split weight (only the replicated norm is), in f32 and in bf16.
+    let dir = std::env::temp_dir().join(format!("zoo-tp-tiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("model.safetensors");
+    let wv = w.to_vec::<f32>().expect("w");
+    let f32_bytes: Vec<u8> = wv.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let bf16_bytes: Vec<u8> = wv
+        .iter()
+        .flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes())
+        .collect();
+    let norm: Vec<u8> = [1f32; 8].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in [
+        ("layers.0.q.weight", "BF16", vec![8, 4], &bf16_bytes),
+        ("layers.0.o.weight", "F32", vec![8, 4], &f32_bytes),
+        ("norm.weight", "F32", vec![8], &norm),
+    ] {
+        let at = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(
+            name.into(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, data.len()]}),
+        );
+    }
+    let header = serde_json::Value::Object(header).to_string();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&data);
+    std::fs::write(&file, out).expect("write");
+    let hub = zoo_hub::Weights::from_safetensors(&[file]).expect("open");
+    let counted = std::sync::Arc::new(Counted {
+        inner: hub,
+        whole: std::sync::Mutex::new(Vec::new()),
+    });
+    let weights =
+        zoo_runtime::nn::Weights::new(counted.clone(), DType::F32, mesh).with_tp_plan(PLAN);
+    for (name, tile) in [
+        ("layers.0.q.weight", vec![2, 4]),
+        ("layers.0.o.weight", vec![8, 1]),
+        ("norm.weight", vec![8]),
+    ] {
+        let t = weights.get_unchecked(name).expect("weight");
+        assert_eq!(
+            t.device_shapes().expect("lazy").expect("tiles"),
+            vec![tile; 4],
+            "{name}"
+        );
+        assert_eq!(
+            t.to_vec::<f32>().expect("read"),
+            mem_value(name, &w),
+            "{name}"
+        );
+    }
+    let read_whole = counted.whole.lock().unwrap().clone();
+    assert_eq!(read_whole, ["norm.weight"]);
+    let _ = std::fs::remove_dir_all(&dir);
     // What does not divide is refused, naming the dimension.
     let err = Tensor::zeros(&[3, 2], DType::F32, &mesh)
         .and_then(|t| t.shard(&Sharding::split_dim(&line, 2, 0, "model").expect("s")))
@@ -200,5 +258,38 @@ fn mem_value(name: &str, w: &zoo_runtime::Tensor) -> Vec<f32> {
         vec![1.0; 8]
     } else {
         w.to_vec::<f32>().expect("w")
+    }
+}
+
+/// A checkpoint that records which tensors were read whole.
+struct Counted {
+    inner: zoo_hub::Weights,
+    whole: std::sync::Mutex<Vec<String>>,
+}
+
+impl zoo_runtime::nn::WeightSource for Counted {
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        zoo_runtime::nn::WeightSource::shape(&self.inner, name)
+    }
+    fn load(
+        &self,
+        name: &str,
+        dtype: zoo_runtime::DType,
+        device: &Device,
+    ) -> zoo_runtime::Result<zoo_runtime::Tensor> {
+        self.whole.lock().unwrap().push(name.into());
+        zoo_runtime::nn::WeightSource::load(&self.inner, name, dtype, device)
+    }
+    fn names(&self) -> Vec<String> {
+        zoo_runtime::nn::WeightSource::names(&self.inner)
+    }
+    fn load_tile(
+        &self,
+        name: &str,
+        dtype: zoo_runtime::DType,
+        origin: &[usize],
+        shape: &[usize],
+    ) -> Option<zoo_runtime::Result<zoo_runtime::Tensor>> {
+        zoo_runtime::nn::WeightSource::load_tile(&self.inner, name, dtype, origin, shape)
     }
 }
