@@ -299,8 +299,8 @@ impl TensorView<'_> {
                 // Rows are permuted within each head: a cut between heads keeps whole ones.
                 let rows = full[0]
                     .checked_div(heads)
-                    .filter(|_| full[0] % heads == 0)?;
-                if origin[0] % rows != 0 || shape[0] % rows != 0 {
+                    .filter(|_| full[0].is_multiple_of(heads))?;
+                if !origin[0].is_multiple_of(rows) || !shape[0].is_multiple_of(rows) {
                     return None;
                 }
                 Transform::UnpermuteQk {
