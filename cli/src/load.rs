@@ -12,9 +12,10 @@ pub struct LoadArgs {
     /// (every device of a PJRT plugin: cpu, cuda or tpu; several devices split the layers
     /// in balanced stages), pjrt:PLATFORM:0,1 (those devices), tp:pjrt:PLATFORM[:0,1,..]
     /// (tensor parallel: every layer split over a mesh of those devices by the family's
-    /// plan), tpN:pjrt:PLATFORM (stages of N-device meshes), tpu (every TPU chip),
-    /// balanced / balanced_low_0 / sequential (over this host's accelerators), auto (TPU,
-    /// then CUDA, then cpu), or a FILE.json device map (transformers' hf_device_map, or a
+    /// plan), tpN:pjrt:PLATFORM (stages of N-device meshes), tpu (every TPU chip: one
+    /// tensor-parallel mesh when the model fits them together, else stages of the largest
+    /// meshes that fit), balanced / balanced_low_0 / sequential (stages over this host's
+    /// accelerators), auto (TPU, then CUDA, as tpu does; then cpu), or a FILE.json device map (transformers' hf_device_map, or a
     /// plan written by `zoo plan --out`). On PJRT devices the first call of each prompt
     /// length bucket compiles; compiled programs are cached on disk (ZOO_PJRT_CACHE).
     #[arg(long, default_value = "cpu")]

@@ -65,7 +65,7 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
         DeviceMap::Pjrt { platform, devices } => {
             let p = parse_platform(platform).map_err(unsupported)?;
             let ordinals = pjrt_ordinals(p, devices.as_deref())?;
-            spread(p, &singles(&ordinals), "balanced", facts, None)
+            spread(p, &singles(&ordinals), "balanced", facts, None, false)
         }
         DeviceMap::TensorParallel {
             platform,
@@ -75,33 +75,22 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
             let p = parse_platform(platform).map_err(unsupported)?;
             let ordinals = pjrt_ordinals(p, devices.as_deref())?;
             let groups = tp_groups(&ordinals, *tp).map_err(|e| unsupported(e.to_string()))?;
-            spread(p, &groups, "balanced", facts, None)
+            spread(p, &groups, "balanced", facts, None, false)
         }
         DeviceMap::Tpu => {
             require_tpu()?;
             let n = lazy::device_count(PjrtPlatform::Tpu)?;
-            spread(
+            across(
                 PjrtPlatform::Tpu,
-                &singles(&(0..n).collect::<Vec<_>>()),
-                "balanced",
+                &(0..n).collect::<Vec<_>>(),
                 facts,
-                None,
+                "device_map tpu",
             )
         }
         DeviceMap::Auto => match accelerator()? {
             Some(Accelerator::Pjrt(p, n)) => {
-                let note = format!(
-                    "device_map auto: picked {} ({n} device{})",
-                    platform_name(p),
-                    if n == 1 { "" } else { "s, balanced" }
-                );
-                spread(
-                    p,
-                    &singles(&(0..n).collect::<Vec<_>>()),
-                    "balanced",
-                    facts,
-                    Some(note),
-                )
+                let what = format!("device_map auto: picked {}", platform_name(p));
+                across(p, &(0..n).collect::<Vec<_>>(), facts, &what)
             }
             Some(Accelerator::CandleCuda) => Ok(Resolved::one(
                 Device::Cuda(0),
@@ -119,9 +108,14 @@ pub(crate) fn resolve(map: &DeviceMap, facts: &ModelFacts<'_>) -> Result<Resolve
                 _ => "sequential",
             };
             match accelerator()? {
-                Some(Accelerator::Pjrt(p, n)) => {
-                    spread(p, &singles(&(0..n).collect::<Vec<_>>()), strategy, facts, None)
-                }
+                Some(Accelerator::Pjrt(p, n)) => spread(
+                    p,
+                    &singles(&(0..n).collect::<Vec<_>>()),
+                    strategy,
+                    facts,
+                    None,
+                    false,
+                ),
                 Some(Accelerator::CandleCuda) => Err(unsupported(
                     "splitting over candle CUDA devices is not built; use a PJRT CUDA plugin \
                      (device_map pjrt:cuda) or one device (cuda:N)"
@@ -269,22 +263,68 @@ fn singles(ordinals: &[usize]) -> Vec<Vec<usize>> {
     ordinals.iter().map(|&i| vec![i]).collect()
 }
 
+/// Every device of an accelerator host, as TPUs are used: one mesh over all of them (the
+/// family's tensor-parallel plan) when the model fits their memory together; else stages of
+/// the largest meshes that fit (a tensor that does not divide a large mesh is whole on each
+/// of its devices, so a smaller mesh can fit where a larger does not); stages of single
+/// devices for a family without a plan. `what` starts the note saying what was picked.
+fn across(
+    platform: PjrtPlatform,
+    ordinals: &[usize],
+    facts: &ModelFacts<'_>,
+    what: &str,
+) -> Result<Resolved> {
+    let n = ordinals.len();
+    let has_plan = crate::registry::family_of(facts.config).is_some_and(|f| !f.tp_plan.is_empty());
+    if has_plan && n > 1 {
+        for tp in (2..=n).rev().filter(|tp| n.is_multiple_of(*tp)) {
+            let groups = tp_groups(ordinals, Some(tp)).map_err(Error::from)?;
+            let note = match groups.len() {
+                1 => format!("{what} ({n} devices, one tensor-parallel mesh)"),
+                k => format!("{what} ({n} devices, {k} stages of tensor-parallel meshes of {tp})"),
+            };
+            match spread(platform, &groups, "balanced", facts, Some(note), true) {
+                Err(Error::Runtime(e))
+                    if matches!(
+                        *e,
+                        zoo_runtime::Error::DeviceMap(DeviceMapError::DoesNotFit { .. })
+                    ) => {}
+                other => return other,
+            }
+        }
+    }
+    let note = match n {
+        1 => format!("{what} (1 device)"),
+        _ => format!("{what} ({n} devices, balanced stages)"),
+    };
+    spread(
+        platform,
+        &singles(ordinals),
+        "balanced",
+        facts,
+        Some(note),
+        false,
+    )
+}
+
 /// The model on `groups` of `platform`'s devices: a group of one is that device, a larger
 /// one a mesh every layer is split over (tensor parallelism, the family's plan); one group
-/// holds the whole model, several are stages planned by `strategy`.
+/// holds the whole model (checked to fit when `check_one`), several are stages planned by
+/// `strategy`.
 fn spread(
     platform: PjrtPlatform,
     groups: &[Vec<usize>],
     strategy: &str,
     facts: &ModelFacts<'_>,
     note: Option<String>,
+    check_one: bool,
 ) -> Result<Resolved> {
     let all: Vec<usize> = groups.iter().flatten().copied().collect();
     // Still check that the devices exist.
     let budgets = pjrt_budgets(platform, &all, facts.max_memory).map_err(Error::from)?;
     let group_device =
         |g: &[usize]| -> Result<Device> { Ok(Device::Pjrt(group_device(platform, g)?)) };
-    if let [only] = groups {
+    if let ([only], false) = (groups, check_one) {
         return Ok(Resolved::one(group_device(only)?, note));
     }
     // A stage's budget: its group's devices together (split weights take 1/N of each).
@@ -345,6 +385,21 @@ fn spread(
     };
     let plan = plan(&request).map_err(Error::from)?;
     plan.check_covers(facts.inventory).map_err(Error::from)?;
+    if let [only] = groups {
+        // The model fits the one group only if the plan keeps all of it there.
+        if plan
+            .map
+            .entries
+            .values()
+            .any(|p| *p != Placement::Device(only[0]))
+        {
+            return Err(DeviceMapError::DoesNotFit {
+                shortfall: format!("the model does not fit devices {only:?} together"),
+            }
+            .into());
+        }
+        return Ok(Resolved::one(group_device(only)?, note));
+    }
     let placement = placement_of(&plan.map, |i| {
         let g = groups.iter().find(|g| g[0] == i).ok_or_else(|| {
             Error::Internal(format!(
@@ -442,4 +497,66 @@ fn first_device(plan: &Plan, placement: &DevicePlacement) -> Device {
         .next()
         .and_then(|u| placement.device_of(u))
         .unwrap_or(Device::Cpu)
+}
+
+#[cfg(test)]
+mod tests {
+    use zoo_runtime::device_map::parse_max_memory;
+
+    use super::*;
+
+    /// What `tpu` and `auto` make of a host's devices, shown on the XLA CPU plugin's four
+    /// (the plugin from the test command; the budgets given, as the planner would read a
+    /// TPU's): one mesh when the model fits, stages of smaller meshes when only they fit,
+    /// single-device stages for a family without a tensor-parallel plan.
+    #[test]
+    fn every_device_is_one_mesh_when_the_model_fits_and_stages_only_where_it_must() {
+        std::env::var_os("ZOO_PJRT_CPU_PLUGIN")
+            .expect("ZOO_PJRT_CPU_PLUGIN is unset: run the tests through scripts/run-tests.sh");
+        let fixture = |name: &str| {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../nightly/fixtures")
+                .join(name);
+            let config = PretrainedConfig::from_file(&dir.join("config.json")).unwrap();
+            let inventory = Inventory::from_safetensors(&[dir.join("model.safetensors")]).unwrap();
+            (config, inventory)
+        };
+        let choose = |name: &str, budget: &str| {
+            let (config, inventory) = fixture(name);
+            let max_memory = parse_max_memory(budget).unwrap();
+            let facts = ModelFacts {
+                inventory: &inventory,
+                config: &config,
+                dtype: DType::F32,
+                max_memory: Some(&max_memory),
+            };
+            across(PjrtPlatform::Cpu, &[0, 1, 2, 3], &facts, "device_map tpu")
+        };
+        // The model (142 KB in f32) fits: one mesh of the four.
+        let r = choose("llama-gqa-f32", "0=1GiB,1=1GiB,2=1GiB,3=1GiB").unwrap();
+        assert_eq!(r.device.to_string(), "pjrt:cpu:0,1,2,3[model=4]");
+        assert!(r.placement.is_none());
+        assert!(r.note.unwrap().contains("one tensor-parallel mesh"));
+        // A mesh of the CPU plugin's devices shares one host's memory (its budget counted
+        // once): 250 KB holds the activations' reserve (141 KiB) and half the weights and
+        // KV cache (154 KiB in all), not all of them, so two stages of two-device meshes.
+        let r = choose("llama-gqa-f32", "0=250KB,1=250KB,2=250KB,3=250KB").unwrap();
+        let note = r.note.unwrap();
+        assert!(
+            note.contains("2 stages of tensor-parallel meshes of 2"),
+            "{note}"
+        );
+        let placement = r.placement.unwrap();
+        let devices: std::collections::BTreeSet<String> =
+            placement.entries().map(|(_, d)| d.to_string()).collect();
+        assert!(devices.contains("pjrt:cpu:0,1[model=2]"), "{devices:?}");
+        assert!(devices.contains("pjrt:cpu:2,3[model=2]"), "{devices:?}");
+        // Nothing fits: the planner's shortfall, named.
+        let e = choose("llama-gqa-f32", "0=150KB,1=150KB,2=150KB,3=150KB").unwrap_err();
+        assert!(e.to_string().contains("does not fit"), "{e}");
+        // GPT-2 has no plan (as in transformers): stages of single devices.
+        let r = choose("gpt2-base-f32", "0=1GiB,1=1GiB,2=1GiB,3=1GiB").unwrap();
+        assert!(r.note.unwrap().contains("balanced stages"));
+        assert_eq!(r.device.to_string(), "pjrt:cpu:0");
+    }
 }

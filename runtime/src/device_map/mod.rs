@@ -184,7 +184,8 @@ impl ExplicitMap {
 /// How a model is spread over devices.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeviceMap {
-    /// TPU if this host has one, else CUDA, else CPU; what was picked is reported.
+    /// TPU if this host has one, else CUDA, else CPU; what was picked is reported. Several
+    /// devices are used as [`DeviceMap::Tpu`] uses a host's chips.
     Auto,
     /// Contiguous stages over every accelerator, minimising the largest stage.
     Balanced,
@@ -192,7 +193,9 @@ pub enum DeviceMap {
     BalancedLow0,
     /// Fill device 0, then 1, and so on.
     Sequential,
-    /// Every TPU chip of this host.
+    /// Every TPU chip of this host, as TPUs are used: one tensor-parallel mesh over all of
+    /// them when the model fits their memory together (the family's plan), else stages of
+    /// the largest meshes that fit, single-chip stages for a family without a plan.
     Tpu,
     /// Host memory, candle's CPU backend.
     Cpu,
