@@ -452,6 +452,7 @@ pub fn gguf_rows(
             .map(|p| if i == 0 { p.0 } else { p.1 })
             .map_err(Clone::clone)
     };
+    // #48's targets for every block type: decode at least llama.cpp's, prefill 1.5x it.
     let at_least = Some(Target::AtLeast(1.0));
     t.add(
         format!("{label} decode ({mib:.0} MiB)"),
@@ -476,7 +477,7 @@ pub fn gguf_rows(
         pf,
         "llama.cpp",
         pick(0),
-        at_least,
+        Some(Target::AtLeast(1.5)),
     );
     Ok(())
 }
