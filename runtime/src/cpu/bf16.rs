@@ -13,7 +13,7 @@
 use half::bf16;
 
 use super::kernels::{
-    gemm, matmul_wt_with, pack_rows, par_units, row_start, tail_mask, with_slice, Dot, OutPtr, NR,
+    gemm, matmul_wt_with, pack_rows, par_units, row_start, with_slice, Dot, OutPtr, NR,
 };
 use crate::cpu::features;
 use crate::{Device, Result, Tensor};
@@ -41,13 +41,13 @@ impl Lane for f32 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn load16(p: *const f32, n: usize) -> std::arch::x86_64::__m512 {
-        std::arch::x86_64::_mm512_maskz_loadu_ps(tail_mask(n), p)
+        std::arch::x86_64::_mm512_maskz_loadu_ps(super::x86::avx512::tail_mask(n), p)
     }
 
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn store16(p: *mut f32, n: usize, v: std::arch::x86_64::__m512) {
-        std::arch::x86_64::_mm512_mask_storeu_ps(p, tail_mask(n), v)
+        std::arch::x86_64::_mm512_mask_storeu_ps(p, super::x86::avx512::tail_mask(n), v)
     }
 
     #[inline]
@@ -148,7 +148,7 @@ fn product(a: &[bf16], b: &[bf16], m: usize, k: usize, n: usize) -> Option<Vec<f
     // On AMX, the tile unit's bf16 products (the ones oneDNN gives PyTorch there).
     use half::slice::HalfFloatSliceExt;
     let (ab, bb) = (a.reinterpret_cast(), b.reinterpret_cast());
-    use crate::cpu::amx_gemm::{matmul_wt as tiles, Operand};
+    use crate::cpu::x86::amx_gemm::{matmul_wt as tiles, Operand};
     if let Some(c) = tiles(Operand::Bf16(ab), Operand::Bf16(bb), m, k, n) {
         return Some(c);
     }
@@ -512,7 +512,7 @@ mod tests {
             // row block and a panel of columns cut short (which only the tiles take).
             product_case(37, 96, 50, tier >= Tier::Amx);
             product_case(64, 256, 64, tier >= Tier::Avx512);
-            use crate::cpu::amx_gemm::{matmul_wt as tiles, Operand};
+            use crate::cpu::x86::amx_gemm::{matmul_wt as tiles, Operand};
             let (a, b) = (Operand::Bf16(&[0; 37 * 96]), Operand::Bf16(&[0; 50 * 96]));
             let taken = tiles(a, b, 37, 96, 50);
             assert_eq!(taken.is_some(), crate::cpu::features::amx());

@@ -21,11 +21,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-#[cfg(target_arch = "x86_64")]
-#[cfg(target_arch = "x86_64")]
-use super::avx2;
 use super::bf16::Lane;
 use super::features;
+#[cfg(target_arch = "x86_64")]
+use super::x86::{avx2, avx512};
 use crate::{DType, Device, Tensor};
 
 use crate::Result;
@@ -85,17 +84,6 @@ pub(crate) fn row_start(layout: &candle_core::Layout) -> impl Fn(usize) -> usize
     }
 }
 
-/// Lanes `0..min(n, 16)` of a 16-lane register: the mask of a loop's last, partial step.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-pub(crate) fn tail_mask(n: usize) -> std::arch::x86_64::__mmask16 {
-    if n >= 16 {
-        0xFFFF
-    } else {
-        ((1u32 << n) - 1) as u16
-    }
-}
-
 /// `w [out, in] @ x [in]` for f32 CPU tensors, or `None` when this path does not apply.
 pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
     if w.rank() != 2 || x.elem_count() != w.shape()[1] || !features::avx2() {
@@ -116,28 +104,15 @@ pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 if avx512 {
-                    dot_rows_avx512(rows, &xv, yp.part(r0, r1 - r0))
+                    avx512::dot_rows(rows, &xv, yp.part(r0, r1 - r0))
                 } else {
-                    dot_rows_avx2(rows, &xv, yp.part(r0, r1 - r0))
+                    avx2::dot_rows(rows, &xv, yp.part(r0, r1 - r0))
                 }
             }
         });
         y
     })?;
     Some(Tensor::from_vec(y, &[out], &Device::Cpu))
-}
-
-/// The sum of the 8 lanes of `v`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let lo = _mm256_castps256_ps128(v);
-    let hi = _mm256_extractf128_ps(v, 1);
-    let s = _mm_add_ps(lo, hi);
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    _mm_cvtss_f32(s)
 }
 
 /// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns), with the
@@ -149,9 +124,9 @@ pub(crate) fn dot_rows(rows: &[f32], x: &[f32], ys: &mut [f32]) {
         // SAFETY: the features were detected; `rows` holds ys.len() rows of x.len() (asserted).
         unsafe {
             if features::avx512() {
-                dot_rows_avx512(rows, x, ys)
+                avx512::dot_rows(rows, x, ys)
             } else {
-                dot_rows_avx2(rows, x, ys)
+                avx2::dot_rows(rows, x, ys)
             }
         }
         return;
@@ -178,103 +153,6 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
-}
-
-/// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_rows_avx2(rows: &[f32], x: &[f32], ys: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let k = x.len();
-    let vk = k / 8 * 8;
-    let hsum = |v: __m256| hsum256(v);
-    let xp = x.as_ptr();
-    let mut r = 0;
-    // Four rows at a time share each load of x.
-    while r + 4 <= ys.len() {
-        let p = [0, 1, 2, 3].map(|i| rows.as_ptr().add((r + i) * k));
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i < vk {
-            let xv = _mm256_loadu_ps(xp.add(i));
-            for j in 0..4 {
-                acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(p[j].add(i)), xv, acc[j]);
-            }
-            i += 8;
-        }
-        for j in 0..4 {
-            let tail: f32 = x[vk..]
-                .iter()
-                .enumerate()
-                .map(|(o, &xv)| *p[j].add(vk + o) * xv)
-                .sum();
-            ys[r + j] = hsum(acc[j]) + tail;
-        }
-        r += 4;
-    }
-    while r < ys.len() {
-        let p = rows.as_ptr().add(r * k);
-        let mut acc = _mm256_setzero_ps();
-        let mut i = 0;
-        while i < vk {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(i)), _mm256_loadu_ps(xp.add(i)), acc);
-            i += 8;
-        }
-        let tail: f32 = x[vk..]
-            .iter()
-            .enumerate()
-            .map(|(o, &xv)| *p.add(vk + o) * xv)
-            .sum();
-        ys[r] = hsum(acc) + tail;
-        r += 1;
-    }
-}
-
-/// `ys[r] = rows[r] · x` as [`dot_rows_avx2`], 16 lanes wide: eight rows at a time share each
-/// load of x, so eight weight streams are in flight per thread.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn dot_rows_avx512(rows: &[f32], x: &[f32], ys: &mut [f32]) {
-    use std::arch::x86_64::*;
-    const R: usize = 8;
-    let k = x.len();
-    let vk = k / 16 * 16;
-    let xp = x.as_ptr();
-    let tail = |p: *const f32| -> f32 {
-        x[vk..]
-            .iter()
-            .enumerate()
-            .map(|(o, &xv)| *p.add(vk + o) * xv)
-            .sum()
-    };
-    let mut r = 0;
-    while r + R <= ys.len() {
-        let p: [*const f32; R] = std::array::from_fn(|j| rows.as_ptr().add((r + j) * k));
-        let mut acc = [_mm512_setzero_ps(); R];
-        let mut i = 0;
-        while i < vk {
-            let xv = _mm512_loadu_ps(xp.add(i));
-            for j in 0..R {
-                acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(p[j].add(i)), xv, acc[j]);
-            }
-            i += 16;
-        }
-        for j in 0..R {
-            ys[r + j] = _mm512_reduce_add_ps(acc[j]) + tail(p[j]);
-        }
-        r += R;
-    }
-    while r < ys.len() {
-        let p = rows.as_ptr().add(r * k);
-        let mut acc = _mm512_setzero_ps();
-        let mut i = 0;
-        while i < vk {
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(i)), _mm512_loadu_ps(xp.add(i)), acc);
-            i += 16;
-        }
-        ys[r] = _mm512_reduce_add_ps(acc) + tail(p);
-        r += 1;
-    }
 }
 
 /// `x [m, k] @ w [n, k]^T` for f32 CPU tensors of 2 to [`FEW_ROWS`]` - 1` rows (a batch of
@@ -312,14 +190,28 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
                         match xs.len() / k {
-                            1 => dots_few::<1, 4>(rows, [row(0)], yp, n, at),
-                            2 => dots_few::<2, 4>(rows, std::array::from_fn(row), yp, n, at),
-                            3 => dots_few::<3, 4>(rows, std::array::from_fn(row), yp, n, at),
-                            4 => dots_few::<4, 4>(rows, std::array::from_fn(row), yp, n, at),
-                            5 => dots_few::<5, 2>(rows, std::array::from_fn(row), yp, n, at),
-                            6 => dots_few::<6, 2>(rows, std::array::from_fn(row), yp, n, at),
-                            7 => dots_few::<7, 2>(rows, std::array::from_fn(row), yp, n, at),
-                            8 => dots_few::<8, 2>(rows, std::array::from_fn(row), yp, n, at),
+                            1 => avx512::dots_few::<1, 4>(rows, [row(0)], yp, n, at),
+                            2 => {
+                                avx512::dots_few::<2, 4>(rows, std::array::from_fn(row), yp, n, at)
+                            }
+                            3 => {
+                                avx512::dots_few::<3, 4>(rows, std::array::from_fn(row), yp, n, at)
+                            }
+                            4 => {
+                                avx512::dots_few::<4, 4>(rows, std::array::from_fn(row), yp, n, at)
+                            }
+                            5 => {
+                                avx512::dots_few::<5, 2>(rows, std::array::from_fn(row), yp, n, at)
+                            }
+                            6 => {
+                                avx512::dots_few::<6, 2>(rows, std::array::from_fn(row), yp, n, at)
+                            }
+                            7 => {
+                                avx512::dots_few::<7, 2>(rows, std::array::from_fn(row), yp, n, at)
+                            }
+                            8 => {
+                                avx512::dots_few::<8, 2>(rows, std::array::from_fn(row), yp, n, at)
+                            }
                             _ => unreachable!("chunks of 8 rows"),
                         }
                     }
@@ -335,77 +227,6 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
 
 /// Rows below which [`matmul_wt_few`] takes a product instead of the packed tile kernel.
 pub(crate) const FEW_ROWS: usize = 16;
-
-/// `y[(at.0 + i) * n + at.1 + r] = rows[r] · x[i]`: `W` weight rows at a time against the
-/// `X` x rows (`W * X` accumulators in registers), each weight load shared by `X` products
-/// and each x load by `W`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn dots_few<const X: usize, const W: usize>(
-    rows: &[f32],
-    x: [&[f32]; X],
-    y: OutPtr,
-    n: usize,
-    at: (usize, usize),
-) {
-    use std::arch::x86_64::*;
-    let k = x[0].len();
-    let vk = k / 16 * 16;
-    let count = rows.len() / k.max(1);
-    let dot_tail = |p: *const f32, xi: &[f32]| -> f32 {
-        xi[vk..]
-            .iter()
-            .enumerate()
-            .map(|(o, &xv)| *p.add(vk + o) * xv)
-            .sum()
-    };
-    let put = |i: usize, r: usize, v: f32| *y.get().add((at.0 + i) * n + at.1 + r) = v;
-    let mut r = 0;
-    while r + W <= count {
-        let p: [*const f32; W] = std::array::from_fn(|j| rows.as_ptr().add((r + j) * k));
-        let mut acc = [[_mm512_setzero_ps(); X]; W];
-        let mut o = 0;
-        while o < vk {
-            let xv: [__m512; X] = std::array::from_fn(|i| _mm512_loadu_ps(x[i].as_ptr().add(o)));
-            for j in 0..W {
-                // The next W rows' same line: they stream in while these products run
-                // (waiting on weight loads had left half the time idle at 8 x rows).
-                _mm_prefetch::<_MM_HINT_T0>(p[j].wrapping_add(o + W * k) as *const i8);
-                let wv = _mm512_loadu_ps(p[j].add(o));
-                for i in 0..X {
-                    acc[j][i] = _mm512_fmadd_ps(wv, xv[i], acc[j][i]);
-                }
-            }
-            o += 16;
-        }
-        for j in 0..W {
-            for i in 0..X {
-                put(
-                    i,
-                    r + j,
-                    _mm512_reduce_add_ps(acc[j][i]) + dot_tail(p[j], x[i]),
-                );
-            }
-        }
-        r += W;
-    }
-    while r < count {
-        let p = rows.as_ptr().add(r * k);
-        let mut acc = [_mm512_setzero_ps(); X];
-        let mut o = 0;
-        while o < vk {
-            let wv = _mm512_loadu_ps(p.add(o));
-            for i in 0..X {
-                acc[i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[i].as_ptr().add(o)), acc[i]);
-            }
-            o += 16;
-        }
-        for i in 0..X {
-            put(i, r, _mm512_reduce_add_ps(acc[i]) + dot_tail(p, x[i]));
-        }
-        r += 1;
-    }
-}
 
 /// Runs `f(unit)` for every unit in `0..n` on candle's CPU thread pool, handing units out
 /// from a shared counter (a straggler on a busy machine is absorbed by the other threads).
@@ -517,7 +338,7 @@ pub(crate) fn pack_rows(rows: &[&[f32]], k: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if rows.len() == NR && features::avx512() {
         // SAFETY: AVX-512F was detected; every row holds k values and out k*NR (asserted).
-        unsafe { pack_avx512(rows, k, out) };
+        unsafe { avx512::pack(rows, k, out) };
         done = k / 16 * 16;
     } else if rows.len() == NR && features::avx2() {
         // SAFETY: AVX2 was detected; sizes as above.
@@ -532,73 +353,20 @@ pub(crate) fn pack_rows(rows: &[&[f32]], k: usize, out: &mut [f32]) {
     }
 }
 
-/// The first `k / 16 * 16` columns of [`pack_rows`] for a full panel.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn pack_avx512(rows: &[&[f32]], k: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let o = out.as_mut_ptr();
-    let mut kk = 0;
-    while kk + 16 <= k {
-        for g in 0..2 {
-            let mut r: [__m512i; 16] = std::array::from_fn(|i| {
-                _mm512_castps_si512(_mm512_loadu_ps(rows[g * 16 + i].as_ptr().add(kk)))
-            });
-            transpose16(&mut r);
-            for (c, v) in r.iter().enumerate() {
-                _mm512_storeu_si512(o.add((kk + c) * NR + g * 16) as *mut __m512i, *v);
-            }
-        }
-        kk += 16;
-    }
-}
-
-/// Transposes a 16 × 16 matrix of 32-bit values held one row per register: afterwards
-/// `r[j]` lane `i` is the former `r[i]` lane `j`.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn transpose16(r: &mut [std::arch::x86_64::__m512i; 16]) {
-    use std::arch::x86_64::*;
-    let mut t = [_mm512_setzero_si512(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for i in 0..4 {
-        let b = 4 * i;
-        r[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
-        r[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
-        r[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
-        r[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
-    }
-    for h in 0..2 {
-        let b = 8 * h;
-        for i in 0..4 {
-            t[b + i] = _mm512_shuffle_i32x4::<0x88>(r[b + i], r[b + 4 + i]);
-            t[b + 4 + i] = _mm512_shuffle_i32x4::<0xDD>(r[b + i], r[b + 4 + i]);
-        }
-    }
-    for i in 0..8 {
-        r[i] = _mm512_shuffle_i32x4::<0x88>(t[i], t[8 + i]);
-        r[8 + i] = _mm512_shuffle_i32x4::<0xDD>(t[i], t[8 + i]);
-    }
-}
-
 /// `x [m, k] @ w [n, k]^T` (`nn.Linear` without bias) for f32 CPU tensors, or `None` when this
 /// path does not apply (no AVX2, `n` not a multiple of 32, fewer than 8 rows, another
 /// device, dtype or layout). On a CPU with AMX, from
-/// [`F32_MIN_ROWS`](super::amx_gemm::F32_MIN_ROWS) rows and a weight of
-/// [`F32_MIN_WEIGHT`](super::amx_gemm::F32_MIN_WEIGHT) values, the tile unit multiplies the
-/// values' bf16 parts ([`super::amx_gemm`]).
+/// [`F32_MIN_ROWS`](super::x86::amx_gemm::F32_MIN_ROWS) rows and a weight of
+/// [`F32_MIN_WEIGHT`](super::x86::amx_gemm::F32_MIN_WEIGHT) values, the tile unit multiplies the
+/// values' bf16 parts ([`super::x86::amx_gemm`]).
 pub(crate) fn matmul_wt(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
     if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] {
         return None;
     }
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
     #[cfg(target_arch = "x86_64")]
-    if m >= super::amx_gemm::F32_MIN_ROWS && n * k >= super::amx_gemm::F32_MIN_WEIGHT {
-        use super::amx_gemm::{matmul_wt as tiles, Operand};
+    if m >= super::x86::amx_gemm::F32_MIN_ROWS && n * k >= super::x86::amx_gemm::F32_MIN_WEIGHT {
+        use super::x86::amx_gemm::{matmul_wt as tiles, Operand};
         let tiled = with_f32(x, |a| {
             with_f32(w, |b| tiles(Operand::F32(a), Operand::F32(b), m, k, n))
         })??;
@@ -767,41 +535,24 @@ pub(crate) struct Tile {
     pub(crate) accumulate: bool,
 }
 
-/// Writes a tile's rows of sums (`$lo`: columns 0..16, `$hi`: 16..32) to `$t.c`, added to
-/// what is there when `$t.accumulate`. A macro, not a function: the accumulators must stay
-/// in registers (a call took them through memory).
-macro_rules! store_tile {
-    ($t:expr, $lo:expr, $hi:expr) => {
-        for i in 0..$lo.len() {
-            let c = $t.c.add(i * $t.ldc);
-            if $t.accumulate {
-                $lo[i] = _mm512_add_ps($lo[i], _mm512_loadu_ps(c));
-                $hi[i] = _mm512_add_ps($hi[i], _mm512_loadu_ps(c.add(16)));
-            }
-            _mm512_storeu_ps(c, $lo[i]);
-            _mm512_storeu_ps(c.add(16), $hi[i]);
-        }
-    };
-}
-
 /// Calls `$f::<R>($t)` for the tile's row count `$rows` (1 to [`MR`]).
 macro_rules! by_rows {
-    ($f:ident, $rows:expr, $t:expr) => {
+    ($($f:ident)::+, $rows:expr, $t:expr) => {
         match $rows {
-            14 => $f::<14>($t),
-            13 => $f::<13>($t),
-            12 => $f::<12>($t),
-            11 => $f::<11>($t),
-            10 => $f::<10>($t),
-            9 => $f::<9>($t),
-            8 => $f::<8>($t),
-            7 => $f::<7>($t),
-            6 => $f::<6>($t),
-            5 => $f::<5>($t),
-            4 => $f::<4>($t),
-            3 => $f::<3>($t),
-            2 => $f::<2>($t),
-            1 => $f::<1>($t),
+            14 => $($f)::+::<14>($t),
+            13 => $($f)::+::<13>($t),
+            12 => $($f)::+::<12>($t),
+            11 => $($f)::+::<11>($t),
+            10 => $($f)::+::<10>($t),
+            9 => $($f)::+::<9>($t),
+            8 => $($f)::+::<8>($t),
+            7 => $($f)::+::<7>($t),
+            6 => $($f)::+::<6>($t),
+            5 => $($f)::+::<5>($t),
+            4 => $($f)::+::<4>($t),
+            3 => $($f)::+::<3>($t),
+            2 => $($f)::+::<2>($t),
+            1 => $($f)::+::<1>($t),
             _ => unreachable!("tiles have 1 to {MR} rows"),
         }
     };
@@ -811,7 +562,7 @@ impl Tile {
     /// SAFETY: AVX-512F must be available and every pointer valid for the extents above.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run(self, rows: usize) {
-        by_rows!(tile, rows, self)
+        by_rows!(avx512::tile, rows, self)
     }
 
     /// [`Tile::run`] on AVX2 + FMA (`a` packed [`MR_AVX2`] rows wide, or rows `lda` apart):
@@ -862,71 +613,8 @@ impl Tile {
     /// SAFETY: as [`Tile::run`], and AVX-512 BF16 must be available.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run_pairs(self, rows: usize) {
-        by_rows!(tile_pairs, rows, self)
+        by_rows!(avx512::tile_pairs, rows, self)
     }
-}
-
-/// [`Tile`] over bf16 pairs ([`Dot::Bf16Pairs`]), `a` packed ([`PACKED_A`]): one broadcast
-/// of a row's pair and two `vdpbf16ps` per row and k pair. The instruction multiplies
-/// exactly and adds in f32 (denormal inputs and results count as zero, as in PyTorch's
-/// oneDNN kernels on the same instruction).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn tile_pairs<const R: usize>(t: Tile) {
-    use std::arch::x86_64::*;
-    debug_assert_eq!(t.lda, PACKED_A);
-    let mut lo = [_mm512_setzero_ps(); R];
-    let mut hi = [_mm512_setzero_ps(); R];
-    let (mut a, mut b) = (t.a.cast::<i32>(), t.b);
-    for _ in 0..t.depth {
-        let b0: __m512bh = std::mem::transmute(_mm512_loadu_ps(b));
-        let b1: __m512bh = std::mem::transmute(_mm512_loadu_ps(b.add(16)));
-        for i in 0..R {
-            let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*a.add(i)));
-            lo[i] = _mm512_dpbf16_ps(lo[i], av, b0);
-            hi[i] = _mm512_dpbf16_ps(hi[i], av, b1);
-        }
-        a = a.add(MR);
-        b = b.add(t.ldb);
-    }
-    store_tile!(t, lo, hi);
-}
-
-/// [`Tile`] with `R` rows: accumulated in registers over `depth` (one broadcast of `a` per
-/// row and kk, two FMAs).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn tile<const R: usize>(t: Tile) {
-    use std::arch::x86_64::*;
-    let mut lo = [_mm512_setzero_ps(); R];
-    let mut hi = [_mm512_setzero_ps(); R];
-    let (mut a, mut b) = (t.a, t.b);
-    if t.lda == PACKED_A {
-        for _ in 0..t.depth {
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            for i in 0..R {
-                let av = _mm512_set1_ps(*a.add(i));
-                lo[i] = _mm512_fmadd_ps(av, b0, lo[i]);
-                hi[i] = _mm512_fmadd_ps(av, b1, hi[i]);
-            }
-            a = a.add(MR);
-            b = b.add(t.ldb);
-        }
-    } else {
-        for _ in 0..t.depth {
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            for i in 0..R {
-                let av = _mm512_set1_ps(*a.add(i * t.lda));
-                lo[i] = _mm512_fmadd_ps(av, b0, lo[i]);
-                hi[i] = _mm512_fmadd_ps(av, b1, hi[i]);
-            }
-            a = a.add(1);
-            b = b.add(t.ldb);
-        }
-    }
-    store_tile!(t, lo, hi);
 }
 
 /// Attention's probabilities times v for heads 8 or 16 wide, where the 32-wide [`Tile`]
@@ -934,16 +622,16 @@ unsafe fn tile<const R: usize>(t: Tile) {
 /// keys, 16 keys per register, of a probability row with a column of v (v transposed once
 /// per call, [`NarrowPv::transpose`]), summed across lanes at the end. Probability rows are
 /// read as stored, so no row addresses are recomputed per key.
-struct NarrowPv {
+pub(crate) struct NarrowPv {
     /// The first probability row, and the distance between rows.
-    a: *const f32,
-    lda: usize,
+    pub(crate) a: *const f32,
+    pub(crate) lda: usize,
     /// The first column of v transposed (`[width][keys]`), and the distance between columns.
-    vt: *const f32,
-    ldvt: usize,
-    depth: usize,
-    c: *mut f32,
-    ldc: usize,
+    pub(crate) vt: *const f32,
+    pub(crate) ldvt: usize,
+    pub(crate) depth: usize,
+    pub(crate) c: *mut f32,
+    pub(crate) ldc: usize,
 }
 
 impl NarrowPv {
@@ -992,40 +680,13 @@ impl NarrowPv {
             }
             // Rows x width accumulators: 3 x 8 or 1 x 16 of the 32 registers.
             i += match (width, rows - i) {
-                (8, 3..) => narrow_pv::<3, 8>(&t),
-                (8, 2) => narrow_pv::<2, 8>(&t),
-                (8, _) => narrow_pv::<1, 8>(&t),
-                _ => narrow_pv::<1, 16>(&t),
+                (8, 3..) => avx512::narrow_pv::<3, 8>(&t),
+                (8, 2) => avx512::narrow_pv::<2, 8>(&t),
+                (8, _) => avx512::narrow_pv::<1, 8>(&t),
+                _ => avx512::narrow_pv::<1, 16>(&t),
             };
         }
     }
-}
-
-/// [`NarrowPv`] for `R` rows of `W` outputs; returns `R`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn narrow_pv<const R: usize, const W: usize>(t: &NarrowPv) -> usize {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); W]; R];
-    let mut j = 0;
-    while j < t.depth {
-        let m = tail_mask(t.depth - j);
-        let p: [__m512; R] =
-            std::array::from_fn(|i| _mm512_maskz_loadu_ps(m, t.a.add(i * t.lda + j)));
-        for c in 0..W {
-            let v = _mm512_maskz_loadu_ps(m, t.vt.add(c * t.ldvt + j));
-            for (row, p) in acc.iter_mut().zip(&p) {
-                row[c] = _mm512_fmadd_ps(*p, v, row[c]);
-            }
-        }
-        j += 16;
-    }
-    for (i, row) in acc.iter().enumerate() {
-        for (c, r) in row.iter().enumerate() {
-            *t.c.add(i * t.ldc + c) = _mm512_reduce_add_ps(*r);
-        }
-    }
-    R
 }
 
 /// The f32 storage of an eager CPU tensor from its first element, with its strides.
@@ -1063,7 +724,7 @@ fn with_f32_strided<R>(t: &Tensor, f: impl FnOnce(&[f32], &[usize]) -> R) -> Opt
 /// scores in L1; a paged KV cache's row, whose blocks lie scattered over a pool shared with
 /// other rows (`k`, `v` broadcast over the batch, packed once), costs its own blocks. A
 /// one-query step (a decode) reads the keys where they lie instead of packing them
-/// ([`dot_keys`]), with the query heads of each kv head together in one tile.
+/// ([`avx512::dot_keys`]), with the query heads of each kv head together in one tile.
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -1307,7 +968,7 @@ fn attention_f32(
                     for &run in &tile_runs {
                         let args = ((qp, lda, n), (kb, ks[2], d), run, (sc, width));
                         if wide {
-                            dot_keys(args.0, args.1, args.2, args.3);
+                            avx512::dot_keys(args.0, args.1, args.2, args.3);
                         } else {
                             avx2::dot_keys(args.0, args.1, args.2, args.3);
                         }
@@ -1377,7 +1038,7 @@ fn attention_f32(
                 // The softmax's division, on the row's dv outputs instead of its keys.
                 for (i, sum) in sums.iter().enumerate().take(n) {
                     if wide {
-                        divide(out.add(i * ldc), dv, *sum);
+                        avx512::divide(out.add(i * ldc), dv, *sum);
                     } else {
                         avx2::divide(out.add(i * ldc), dv, *sum);
                     }
@@ -1442,114 +1103,6 @@ fn merge_runs(sorted: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
     out
 }
 
-/// The scores of `n` query rows (at `q`, `ldq` apart) against the keys `[lo, hi)` (at `k`,
-/// `ldk` apart, `d` values each), written to `s` (rows `lds` apart) at the keys' columns.
-/// Sixteen keys accumulate in sixteen vectors, each load of a query chunk serving them all,
-/// and their lanes are summed together ([`lane_sums16`]).
-///
-/// # Safety
-/// AVX-512F is available; the rows, keys and outputs named are in bounds.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn dot_keys(
-    (q, ldq, n): (*const f32, usize, usize),
-    (k, ldk, d): (*const f32, usize, usize),
-    (lo, hi): (usize, usize),
-    (s, lds): (*mut f32, usize),
-) {
-    use std::arch::x86_64::*;
-    let chunks = d.div_ceil(16);
-    let mut j = lo;
-    while j < hi {
-        let keys = (hi - j).min(16);
-        for i in 0..n {
-            let qi = q.add(i * ldq);
-            let mut acc = [_mm512_setzero_ps(); 16];
-            for c in 0..chunks {
-                let m = tail_mask(d - c * 16);
-                let qc = _mm512_maskz_loadu_ps(m, qi.add(c * 16));
-                for (jj, a) in acc.iter_mut().enumerate().take(keys) {
-                    let kc = _mm512_maskz_loadu_ps(m, k.add((j + jj) * ldk + c * 16));
-                    *a = _mm512_fmadd_ps(qc, kc, *a);
-                }
-            }
-            _mm512_mask_storeu_ps(s.add(i * lds + j), tail_mask(keys), lane_sums16(acc));
-        }
-        j += 16;
-    }
-}
-
-/// Lane `i` of the result is the sum of `v[i]`'s lanes: pairs, then quads summed within
-/// 128-bit quarters, then the quarters (45 operations for 16 sums, where 16 separate
-/// reductions take about 130).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn lane_sums16(v: [std::arch::x86_64::__m512; 16]) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    // Per quarter, [a0 + a2, b0 + b2, a1 + a3, b1 + b3] for the pair (a, b) = v[2p], v[2p+1].
-    let t: [__m512; 8] = std::array::from_fn(|p| {
-        let (a, b) = (v[2 * p], v[2 * p + 1]);
-        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
-    });
-    // Per quarter, the quarter's sums of v[4m..4m + 4].
-    let u: [__m512; 4] = std::array::from_fn(|m| {
-        let (a, b) = (t[2 * m], t[2 * m + 1]);
-        _mm512_add_ps(
-            _mm512_shuffle_ps::<0b01_00_01_00>(a, b),
-            _mm512_shuffle_ps::<0b11_10_11_10>(a, b),
-        )
-    });
-    // Quarters [x.q0 + x.q1, x.q2 + x.q3, y.q0 + y.q1, y.q2 + y.q3].
-    let halves = |x: __m512, y: __m512| {
-        _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
-            _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
-        )
-    };
-    halves(halves(u[0], u[1]), halves(u[2], u[3]))
-}
-
-/// Scores `s[j] * scale + bias[j]` (no bias when `bias` is null) in place over `[a, b)`;
-/// returns their max.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn scale_max(s: *mut f32, bias: *const f32, scale: f32, (a, b): (usize, usize)) -> f32 {
-    use std::arch::x86_64::*;
-    let vs = _mm512_set1_ps(scale);
-    let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
-    let mut j = a;
-    while j < b {
-        let m = tail_mask(b - j);
-        let mut x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vs);
-        if !bias.is_null() {
-            x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias.add(j)));
-        }
-        _mm512_mask_storeu_ps(s.add(j), m, x);
-        mx = _mm512_mask_max_ps(mx, m, mx, x);
-        j += 16;
-    }
-    _mm512_reduce_max_ps(mx)
-}
-
-/// `s[j] = exp(s[j] - max)` in place over `[a, b)`; returns their sum (partial sums in 16
-/// lanes, then reduced: the eager sum's order differs as much).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_sum(s: *mut f32, max: f32, (a, b): (usize, usize)) -> f32 {
-    use std::arch::x86_64::*;
-    let vmax = _mm512_set1_ps(max);
-    let mut sum = _mm512_setzero_ps();
-    let mut j = a;
-    while j < b {
-        let m = tail_mask(b - j);
-        let e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s.add(j)), vmax));
-        sum = _mm512_mask_add_ps(sum, m, sum, e);
-        _mm512_mask_storeu_ps(s.add(j), m, e);
-        j += 16;
-    }
-    _mm512_reduce_add_ps(sum)
-}
-
 /// One row of scores `s` in place, over the tile's `runs` of columns: `s[j] * scale +
 /// bias[j]`, then `exp(s[j] - max)` over the row's visible `[rlo, rhi)` within them and
 /// zero in the rest of the runs (columns the tile's product reads); returns the sum of the
@@ -1572,7 +1125,7 @@ unsafe fn softmax_runs(
         let (a, b) = clip(run);
         if a < b {
             max = max.max(if wide {
-                scale_max(s, bias, scale, (a, b))
+                avx512::scale_max(s, bias, scale, (a, b))
             } else {
                 avx2::scale_max(s, bias, scale, (a, b))
             });
@@ -1583,7 +1136,7 @@ unsafe fn softmax_runs(
         let (a, b) = clip((a0, b0));
         if a < b {
             sum += if wide {
-                exp_sum(s, max, (a, b))
+                avx512::exp_sum(s, max, (a, b))
             } else {
                 avx2::exp_sum(s, max, (a, b))
             };
@@ -1593,21 +1146,6 @@ unsafe fn softmax_runs(
         }
     }
     sum
-}
-
-/// `row[..n] /= sum`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn divide(row: *mut f32, n: usize, sum: f32) {
-    use std::arch::x86_64::*;
-    let vs = _mm512_set1_ps(sum);
-    let mut j = 0;
-    while j < n {
-        let m = tail_mask(n - j);
-        let y = _mm512_div_ps(_mm512_maskz_loadu_ps(m, row.add(j)), vs);
-        _mm512_mask_storeu_ps(row.add(j), m, y);
-        j += 16;
-    }
 }
 
 /// Cephes' `expf` reduction: ln 2 in two parts (`x - n·ln 2` stays exact to f32).
@@ -1621,33 +1159,6 @@ pub(crate) const EXP_POLY: [f32; 6] = [
     1.666_666_5e-1,
     0.5,
 ];
-
-/// `e^x` in 16 lanes, within about 1 ulp (Cephes' `expf` polynomial; `scalef` applies the
-/// power of two, so results that underflow go through the subnormals to 0 as `expf` does).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    let x = _mm512_max_ps(
-        _mm512_min_ps(x, _mm512_set1_ps(88.7)),
-        _mm512_set1_ps(-104.0),
-    );
-    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
-    );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2.0), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2.1), r);
-    let mut p = _mm512_set1_ps(EXP_POLY[0]);
-    for c in &EXP_POLY[1..] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
-    }
-    let p = _mm512_fmadd_ps(
-        _mm512_mul_ps(p, r),
-        r,
-        _mm512_add_ps(r, _mm512_set1_ps(1.0)),
-    );
-    _mm512_scalef_ps(p, n)
-}
 
 /// `silu(g) * u` (`LlamaMLP`'s `act_fn(gate) * up`) for f32 or bf16 CPU tensors of one
 /// shape, as PyTorch computes it (`g / (1 + e^-g)`, rounded to the dtype, then the product),
@@ -1674,7 +1185,7 @@ pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
         fn run<T: Lane>(g: &[T], u: &[T], shape: &[usize]) -> Result<Tensor> {
             let y = elementwise(g.len(), |a, e, out| {
                 // SAFETY: AVX-512F was detected; `out` holds e - a values.
-                unsafe { silu_mul_avx512(&g[a..e], &u[a..e], out) }
+                unsafe { avx512::silu_mul(&g[a..e], &u[a..e], out) }
             });
             Tensor::from_vec(y, shape, &Device::Cpu)
         }
@@ -1690,27 +1201,10 @@ pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
     None
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn silu_mul_avx512<T: Lane>(g: &[T], u: &[T], y: *mut T) {
-    use std::arch::x86_64::*;
-    let one = _mm512_set1_ps(1.0);
-    let mut j = 0;
-    while j < g.len() {
-        let n = g.len() - j;
-        let x = T::load16(g.as_ptr().add(j), n);
-        let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        let s = T::round(_mm512_div_ps(x, _mm512_add_ps(one, e)));
-        let p = _mm512_mul_ps(s, T::load16(u.as_ptr().add(j), n));
-        T::store16(y.add(j), n, p);
-        j += 16;
-    }
-}
-
 /// Tanh-approximated GELU (`0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`, PyTorch's
 /// `gelu(approximate="tanh")`) of an f32 or bf16 CPU tensor in one vectorised pass (bf16
 /// widened per element and rounded once, as PyTorch does), `tanh(u)` as `1 - 2 / (e^{2u} +
-/// 1)` with [`exp512`] (the scalar libm `tanhf` took a sixth of a Flux step); `None` when
+/// 1)` with [`avx512::exp512`] (the scalar libm `tanhf` took a sixth of a Flux step); `None` when
 /// this path does not apply.
 pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
     if !features::avx2() {
@@ -1732,7 +1226,7 @@ pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
         fn run<T: Lane>(x: &[T], shape: &[usize]) -> Result<Tensor> {
             let y = elementwise(x.len(), |a, e, out| {
                 // SAFETY: AVX-512F was detected; `out` holds e - a values.
-                unsafe { gelu_tanh_avx512(&x[a..e], out) }
+                unsafe { avx512::gelu_tanh(&x[a..e], out) }
             });
             Tensor::from_vec(y, shape, &Device::Cpu)
         }
@@ -1769,30 +1263,6 @@ pub(crate) fn par_fill<T>(
     // SAFETY: the chunks wrote all n values.
     unsafe { y.set_len(n) };
     y
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn gelu_tanh_avx512<T: Lane>(x: &[T], y: *mut T) {
-    use std::arch::x86_64::*;
-    let (one, half) = (_mm512_set1_ps(1.0), _mm512_set1_ps(0.5));
-    let c = _mm512_set1_ps((2.0 / std::f32::consts::PI).sqrt());
-    let k = _mm512_set1_ps(0.044_715);
-    let mut j = 0;
-    while j < x.len() {
-        let n = x.len() - j;
-        let v = T::load16(x.as_ptr().add(j), n);
-        let cube = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
-        let u = _mm512_mul_ps(c, _mm512_fmadd_ps(k, cube, v));
-        let e = exp512(_mm512_add_ps(u, u));
-        let t = _mm512_sub_ps(
-            one,
-            _mm512_div_ps(_mm512_set1_ps(2.0), _mm512_add_ps(e, one)),
-        );
-        let g = _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, t));
-        T::store16(y.add(j), n, g);
-        j += 16;
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The eager backend's CPU fast paths: what a `Tensor` op on f32 (and bf16) CPU tensors runs
 //! when a faster kernel than candle's applies, reached only through the ops they speed up — a
 //! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`,
-//! bf16 pairs in `bf16`, quantized blocks in `quant`, AMX tiles in `amx`), the attention
+//! bf16 pairs in `bf16`, quantized blocks in `quant`, AMX tiles in `x86::amx`), the attention
 //! composite (`kernels::attention`), `Activation::apply_gated` (`kernels::silu_mul`),
 //! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`),
 //! `Tensor::rms_norm` and `Tensor::layer_norm` (`norm`), `Tensor::cat` (`cat`), arithmetic
@@ -14,16 +14,13 @@
 //! Which instructions a fast path may use is [`features`]' one answer: the CPU's tier, capped
 //! by `ZOO_CPU=generic|avx2|avx512|amx` for the process or by [`features::with_tier`] for a
 //! thread, which is how the tests run every tier's code on one machine. Each entry point
-//! dispatches on it: the AVX-512 kernels sit beside it, the `avx2` tier's in `avx2.rs` (the
-//! GEMM's 6×16 tiles, attention, activations, norms), and below that the op returns `None`
-//! (the backend's path) or, for quantized products, the `gemm` crate on rebuilt rows.
+//! (`kernels`, `quant`, `bf16`, `norm`, ...) dispatches on it: the f32 kernels of each tier
+//! live in `x86/` (`avx2.rs`: the GEMM's 6×16 tiles, GEMV, attention, activations, norms;
+//! `avx512.rs`: the 14×32 tiles, GEMV and few-row products, attention, activations;
+//! `amx.rs`/`amx_gemm.rs`: the tile unit), the quantized, bf16, norm and rotary kernels of
+//! AVX-512 still beside their dispatch; below that the op returns `None` (the backend's
+//! path) or, for quantized products, the `gemm` crate on rebuilt rows.
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod amx;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod amx_gemm;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16;
 pub(crate) mod binary;
@@ -37,3 +34,5 @@ pub(crate) mod kernels;
 pub(crate) mod norm;
 pub(crate) mod quant;
 pub(crate) mod rotary;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;

@@ -56,7 +56,12 @@ pub(crate) fn norm_last(x: &Tensor, norm: Norm, eps: f64) -> Option<crate::Resul
                             // SAFETY: AVX2 and FMA were detected; `out` holds this chunk's e - a
                             // outputs, row i of them n values.
                             unsafe {
-                                super::avx2::norm_row(row, out.add(i * n), norm == Norm::Layer, eps)
+                                super::x86::avx2::norm_row(
+                                    row,
+                                    out.add(i * n),
+                                    norm == Norm::Layer,
+                                    eps,
+                                )
                             }
                         }
                     },
@@ -128,7 +133,7 @@ unsafe fn norm_row<T: Lane, O: Lane>(x: &[T], y: *mut O, norm: Norm, eps: f64) {
     let mut acc = _mm512_setzero_ps();
     let mut j = 0;
     while j < n {
-        let m = super::kernels::tail_mask(n - j);
+        let m = super::x86::avx512::tail_mask(n - j);
         let c = _mm512_maskz_sub_ps(m, T::load16(p.add(j), n - j), vm);
         acc = _mm512_fmadd_ps(c, c, acc);
         j += 16;

@@ -133,7 +133,7 @@ impl QKind {
         matches!(self, QKind::Q2_K | QKind::Q3_K | QKind::Q6_K)
     }
 
-    /// Whether the AMX tiles of `amx.rs` take this type (one scale and minimum per block of
+    /// Whether the AMX tiles of `x86/amx.rs` take this type (one scale and minimum per block of
     /// 32, values a bf16 lookup can hold).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn on_tiles(self) -> bool {

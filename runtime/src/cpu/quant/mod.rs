@@ -314,7 +314,7 @@ impl QMatrix {
 
     /// `x [m, cols] @ wᵀ` → `[m, rows]` for each of several weights that take the same
     /// input (a layer's q, k and v projections; gate and up). A few rows: block by block
-    /// ([`QMatrix::matvec_each`]); many: on AMX tiles where the CPU has them (see `amx.rs`;
+    /// ([`QMatrix::matvec_each`]); many: on AMX tiles where the CPU has them (see `x86/amx.rs`;
     /// the input is split for the tiles once), else with rows of weights rebuilt into f32
     /// panels for the GEMM kernel as it goes; no f32 matrix exists whole.
     pub(crate) fn matmul_t_each(ws: &[&QMatrix], x: &[f32], m: usize) -> Vec<Vec<f32>> {
@@ -324,11 +324,15 @@ impl QMatrix {
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = ws.first().map(|w| w.cols) {
             let same = ws.iter().all(|w| w.cols == k && w.kind.on_tiles());
-            if let Some(split) = same.then(|| crate::cpu::amx::Split::new(x, m, k)).flatten() {
+            if let Some(split) = same
+                .then(|| crate::cpu::x86::amx::Split::new(x, m, k))
+                .flatten()
+            {
                 return ws
                     .iter()
                     .map(|w| {
-                        let fill = |g: usize, p: &mut crate::cpu::amx::Panel| w.fill_panel(g, p);
+                        let fill =
+                            |g: usize, p: &mut crate::cpu::x86::amx::Panel| w.fill_panel(g, p);
                         split.matmul(w.rows, w.kind == QKind::Q4_1, &fill)
                     })
                     .collect();
@@ -410,10 +414,10 @@ impl QMatrix {
     /// Columns `g * 48 ..` (weight rows) of the AMX path: each block's quantized values as
     /// bf16 pairs, its scale and (Q4_1) minimum; columns past the last weight row as zeros.
     #[cfg(target_arch = "x86_64")]
-    fn fill_panel(&self, g: usize, p: &mut crate::cpu::amx::Panel) {
-        use crate::cpu::amx::GROUP;
+    fn fill_panel(&self, g: usize, p: &mut crate::cpu::x86::amx::Panel) {
+        use crate::cpu::x86::amx::GROUP;
         let cols = GROUP.min(self.rows - g * GROUP);
-        let nb = self.cols / crate::cpu::amx::BLOCK;
+        let nb = self.cols / crate::cpu::x86::amx::BLOCK;
         assert!(
             p.pairs.len() >= self.cols / 2 * GROUP
                 && p.scale.len() >= nb * GROUP
@@ -431,8 +435,8 @@ impl QMatrix {
     /// minimum for Q4_1) are gathered as one vector.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
-    unsafe fn fill_pairs(&self, g: usize, cols: usize, p: &mut crate::cpu::amx::Panel) {
-        use crate::cpu::amx::{bf16_int, BLOCK, GROUP};
+    unsafe fn fill_pairs(&self, g: usize, cols: usize, p: &mut crate::cpu::x86::amx::Panel) {
+        use crate::cpu::x86::amx::{bf16_int, BLOCK, GROUP};
         use std::arch::x86_64::*;
         // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
         let lut: [u16; 32] = std::array::from_fn(|v| {
@@ -496,7 +500,7 @@ impl QMatrix {
                         _mm512_setzero_si512()
                     }
                 });
-                crate::cpu::kernels::transpose16(&mut r);
+                crate::cpu::x86::avx512::transpose16(&mut r);
                 for (kp, v) in r.iter().enumerate() {
                     let dst = o.add((b * BLOCK / 2 + kp) * GROUP + ct * 16);
                     _mm512_storeu_si512(dst as *mut __m512i, *v);
@@ -609,7 +613,7 @@ unsafe fn dots_rows_avx2<const K: u8>(
                 off += m[0] * sums[2 * g] + m[1] * sums[2 * g + 1];
             }
         }
-        *y = crate::cpu::kernels::hsum256(_mm256_add_ps(acc[0], acc[1])) + off;
+        *y = crate::cpu::x86::avx2::hsum256(_mm256_add_ps(acc[0], acc[1])) + off;
     }
 }
 
@@ -644,7 +648,7 @@ unsafe fn rebuilt_rows_avx2<const K: u8, const R: usize>(
             }
         }
         for (i, a) in acc.iter().enumerate().take(live) {
-            *out.get().add((i0 + i) * n + r0 + r) = crate::cpu::kernels::hsum256(*a);
+            *out.get().add((i0 + i) * n + r0 + r) = crate::cpu::x86::avx2::hsum256(*a);
         }
     }
 }

@@ -23,9 +23,10 @@
 
 use std::cell::RefCell;
 
-use crate::cpu::amx::{aligned_uninit, Aligned, TileConfig};
 use crate::cpu::features;
-use crate::cpu::kernels::{par_units, pool_threads, transpose16, OutPtr};
+use crate::cpu::kernels::{par_units, pool_threads, OutPtr};
+use crate::cpu::x86::amx::{aligned_uninit, Aligned, TileConfig};
+use crate::cpu::x86::avx512::transpose16;
 
 /// Rows per tile.
 const TR: usize = 16;

@@ -1,12 +1,12 @@
 //! The `avx2` tier's kernels (AVX2 + FMA, 8-lane f32 vectors in 16 registers): the
 //! siblings of the AVX-512 kernels in `kernels`, `norm` and `quant`, called by the same
-//! dispatch points where [`features::avx2`](super::features::avx2) holds and
-//! [`features::avx512`](super::features::avx512) does not. Every function here needs AVX2
+//! dispatch points where [`features::avx2`](crate::cpu::features::avx2) holds and
+//! [`features::avx512`](crate::cpu::features::avx512) does not. Every function here needs AVX2
 //! and FMA (its callers check); results match the AVX-512 kernels' up to summation order.
 
 use std::arch::x86_64::*;
 
-use super::kernels::{hsum256, Tile, EXP_LN2, EXP_POLY, MR_AVX2, NR, PACKED_A};
+use crate::cpu::kernels::{Tile, EXP_LN2, EXP_POLY, MR_AVX2, NR, PACKED_A};
 
 /// Lanes `0..n` set (all for `n >= 8`): the tail of a row as a `maskload`/`blendv` mask.
 #[inline]
@@ -40,7 +40,7 @@ pub(crate) unsafe fn store8(p: *mut f32, n: usize, v: __m256) {
     }
 }
 
-/// `e^x` in 8 lanes, within about 1 ulp: [`exp512`](super::kernels)'s Cephes polynomial,
+/// `e^x` in 8 lanes, within about 1 ulp: [`exp512`](crate::cpu::kernels)'s Cephes polynomial,
 /// the power of two built in the exponent bits (AVX2 has no `scalef`). Results below
 /// `e^-87.3` (the smallest normal f32) come out as 0 instead of subnormal: a difference of
 /// under 1.2e-38 in every use (softmax weights beside a maximum of 1, `silu`'s and `gelu`'s
@@ -101,7 +101,7 @@ unsafe fn hmax256(v: __m256) -> f32 {
     _mm_cvtss_f32(m)
 }
 
-/// [`scale_max`](super::kernels) in 8 lanes: `s[j] * scale + bias[j]` (no bias when null)
+/// [`scale_max`](crate::cpu::kernels) in 8 lanes: `s[j] * scale + bias[j]` (no bias when null)
 /// in place over `[a, b)`; returns their max.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn scale_max(
@@ -140,7 +140,7 @@ pub(crate) unsafe fn scale_max(
     hmax256(mx)
 }
 
-/// [`exp_sum`](super::kernels) in 8 lanes: `s[j] = exp(s[j] - max)` over `[a, b)`; returns
+/// [`exp_sum`](crate::cpu::kernels) in 8 lanes: `s[j] = exp(s[j] - max)` over `[a, b)`; returns
 /// their sum.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn exp_sum(s: *mut f32, max: f32, (a, b): (usize, usize)) -> f32 {
@@ -179,7 +179,7 @@ pub(crate) unsafe fn divide(row: *mut f32, n: usize, sum: f32) {
     }
 }
 
-/// [`dot_keys`](super::kernels) in 8 lanes: the scores of `n` query rows against the keys
+/// [`dot_keys`](crate::cpu::kernels) in 8 lanes: the scores of `n` query rows against the keys
 /// `[lo, hi)`, eight keys accumulating in eight vectors whose lanes are summed together.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_keys(
@@ -208,7 +208,7 @@ pub(crate) unsafe fn dot_keys(
     }
 }
 
-/// [`NarrowPv`](super::kernels)'s product for one probability row and 8 outputs in 8 lanes:
+/// [`NarrowPv`](crate::cpu::kernels)'s product for one probability row and 8 outputs in 8 lanes:
 /// `c[w] = Σ_j a[j] · vt[w][j]`, the 8 sums reduced together. 8 accumulators, the row's
 /// vector and v's: wider heads run this per 8 columns (16 accumulators would spill).
 #[target_feature(enable = "avx2,fma")]
@@ -239,7 +239,7 @@ pub(crate) unsafe fn narrow_pv8(
 }
 
 /// `silu(g) * u` for f32 (`g / (1 + e^-g)`, then the product), as
-/// [`silu_mul`](super::kernels::silu_mul) computes it with 16 lanes.
+/// [`silu_mul`](crate::cpu::kernels::silu_mul) computes it with 16 lanes.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn silu_mul(g: &[f32], u: &[f32], y: *mut f32) {
     let one = _mm256_set1_ps(1.0);
@@ -254,7 +254,7 @@ pub(crate) unsafe fn silu_mul(g: &[f32], u: &[f32], y: *mut f32) {
     }
 }
 
-/// Tanh-approximated GELU of f32 values, as [`gelu_tanh`](super::kernels::gelu_tanh)
+/// Tanh-approximated GELU of f32 values, as [`gelu_tanh`](crate::cpu::kernels::gelu_tanh)
 /// computes it with 16 lanes (`tanh(u) = 1 - 2 / (e^{2u} + 1)`).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn gelu_tanh(x: &[f32], y: *mut f32) {
@@ -279,7 +279,7 @@ pub(crate) unsafe fn gelu_tanh(x: &[f32], y: *mut f32) {
     }
 }
 
-/// One f32 row of [`norm_last`](super::norm::norm_last): its mean (layer norm) and variance,
+/// One f32 row of [`norm_last`](crate::cpu::norm::norm_last): its mean (layer norm) and variance,
 /// then the row centred and scaled into `y`.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn norm_row(x: &[f32], y: *mut f32, layer: bool, eps: f64) {
@@ -358,7 +358,7 @@ pub(crate) unsafe fn tile<const R: usize>(t: Tile) {
     }
 }
 
-/// The first `k / 8 * 8` columns of [`pack_rows`](super::kernels::pack_rows) for a full
+/// The first `k / 8 * 8` columns of [`pack_rows`](crate::cpu::kernels::pack_rows) for a full
 /// panel, in 8 × 8 blocks.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn pack_panel(rows: &[&[f32]], k: usize, out: &mut [f32]) {
@@ -402,5 +402,66 @@ unsafe fn transpose8(r: &mut [__m256; 8]) {
     for c in 0..4 {
         r[c] = _mm256_permute2f128_ps::<0x20>(s[c], s[4 + c]);
         r[c + 4] = _mm256_permute2f128_ps::<0x31>(s[c], s[4 + c]);
+    }
+}
+
+/// The sum of the 8 lanes of `v`.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps(v, 1);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+/// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_rows(rows: &[f32], x: &[f32], ys: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let k = x.len();
+    let vk = k / 8 * 8;
+    let hsum = |v: __m256| hsum256(v);
+    let xp = x.as_ptr();
+    let mut r = 0;
+    // Four rows at a time share each load of x.
+    while r + 4 <= ys.len() {
+        let p = [0, 1, 2, 3].map(|i| rows.as_ptr().add((r + i) * k));
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < vk {
+            let xv = _mm256_loadu_ps(xp.add(i));
+            for j in 0..4 {
+                acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(p[j].add(i)), xv, acc[j]);
+            }
+            i += 8;
+        }
+        for j in 0..4 {
+            let tail: f32 = x[vk..]
+                .iter()
+                .enumerate()
+                .map(|(o, &xv)| *p[j].add(vk + o) * xv)
+                .sum();
+            ys[r + j] = hsum(acc[j]) + tail;
+        }
+        r += 4;
+    }
+    while r < ys.len() {
+        let p = rows.as_ptr().add(r * k);
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i < vk {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(i)), _mm256_loadu_ps(xp.add(i)), acc);
+            i += 8;
+        }
+        let tail: f32 = x[vk..]
+            .iter()
+            .enumerate()
+            .map(|(o, &xv)| *p.add(vk + o) * xv)
+            .sum();
+        ys[r] = hsum(acc) + tail;
+        r += 1;
     }
 }

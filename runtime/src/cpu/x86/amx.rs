@@ -254,7 +254,7 @@ unsafe fn split_row(row: &[f32], nb: usize, r: usize, at: &mut [u16], st: &mut [
             sum = _mm512_add_ps(sum, v);
             for p in 0..PARTS {
                 // The last part is the exact remainder (at most 8 significant bits left).
-                let hi = _mm512_castps_si512(crate::cpu::amx_gemm::round_bf16(v));
+                let hi = _mm512_castps_si512(crate::cpu::x86::amx_gemm::round_bf16(v));
                 v = _mm512_sub_ps(v, _mm512_castsi512_ps(hi));
                 let half = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(hi));
                 let dst = at
@@ -292,7 +292,7 @@ impl TileConfig {
     /// Configures this thread's eight tiles as 16 rows × 64 bytes.
     ///
     /// # Safety
-    /// The CPU has AMX and the process holds the tile state ([`available`]).
+    /// The CPU has AMX and the process holds the tile state ([`features::amx`]).
     pub(crate) unsafe fn load_16x64() {
         let mut cfg = TileConfig {
             palette: 1,
