@@ -6,7 +6,8 @@ Gemma 3 (gemma.py), Mixtral, Qwen2-MoE, Qwen3-MoE (moe.py), GGUF files of these 
 writes them (gguf_families.py), GPT-2 (gpt2.py), BERT and its
 masked-LM, sequence- and token-classification heads (bert.py), CLIP's text encoder (clip.py),
 ViT, CLIP's vision tower and CLIPModel (vision.py), T5's and UMT5's encoders (t5.py),
-T5 and UMT5 encoder-decoders with generation (seq2seq.py).
+T5 and UMT5 encoder-decoders with generation (seq2seq.py); the peers' own tester
+configurations of the causal-LM families (tester.py, a few committed, all in the sweep).
 
 Every number a zoo parity test compares against comes from here. A case is one folder:
 the checkpoint (config.json + model.safetensors as save_pretrained writes them),
@@ -25,6 +26,9 @@ Examples, from the repository root:
   .venv/bin/python nightly/reference/generate.py --list
   .venv/bin/python nightly/reference/generate.py --only llama-gqa-f32 bert-base-f32 \
       --out /tmp/cases
+
+  # every case on the peers' own tester configurations (tester.py) into a cache folder
+  .venv/bin/python nightly/reference/generate.py --tester --out .cache/zoo-tester-cases
 
   # a real-model case into a cache folder (never committed)
   .venv/bin/python nightly/reference/generate.py --real smollm2 --gguf PATH/model.gguf --out ~/.cache/zoo/cases
@@ -64,13 +68,25 @@ def tiny_builders():
     import phi3
     import seq2seq
     import t5
+    import tester
     import vision
 
     table = {}
     for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, t5, seq2seq):
         for spec in module.SPECS:
             table[spec.name] = (spec, module.build_case)
+    # A few of the peers' tester configurations are committed; the sweep writes them all.
+    for spec in tester.SPECS:
+        if spec.name in tester.COMMITTED:
+            table[spec.name] = (spec, tester.build_case)
     return table
+
+
+def tester_builders():
+    """Name -> (spec, builder) for every case on the peers' tester configurations."""
+    import tester
+
+    return {spec.name: (spec, tester.build_case) for spec in tester.SPECS}
 
 
 class CaseDir:
@@ -106,9 +122,10 @@ def tiny_names(only: list[str] | None) -> list[str]:
     return names
 
 
-def generate_tiny(out: Path, only: list[str] | None, quiet: bool = False) -> None:
-    table = tiny_builders()
-    for name in tiny_names(only):
+def generate_tiny(out: Path, only: list[str] | None, quiet: bool = False, table=None) -> None:
+    names = tiny_names(only) if table is None else only or list(table)
+    table = table or tiny_builders()
+    for name in names:
         spec, build = table[name]
         target = CaseDir(out / name)
         case = build(spec, target.work)
@@ -192,6 +209,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--check", action="store_true",
                         help="regenerate into a temp folder and compare with --out (default: the fixtures); "
                              "exit 1 on any difference")
+    parser.add_argument("--tester", action="store_true",
+                        help="write the cases on the peers' own tester configurations (tester.py) instead; "
+                             "--out is required (a cache folder: only a few of them are committed)")
     parser.add_argument("--real", choices=["smollm2", "minilm"],
                         help="write a real-model case instead of the tiny ones; --out is required")
     parser.add_argument("--gguf", type=Path, help="SmolLM2 .gguf file, for --real smollm2")
@@ -199,6 +219,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.check and args.real:
         parser.error("--check applies to the tiny cases only")
+    if args.tester and (args.out is None or args.check or args.real):
+        parser.error("--tester needs --out (a cache folder) and goes without --check and --real")
     if args.real and args.out is None:
         parser.error("--real needs --out: real-model cases go to a cache folder, never to the fixtures")
     return args
@@ -207,7 +229,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.list:
-        for name, (spec, _) in tiny_builders().items():
+        for name, (spec, _) in (tester_builders() if args.tester else tiny_builders()).items():
             print(f"{name:28} {spec.description}")
         return
     warnings.filterwarnings("ignore")
@@ -216,7 +238,13 @@ def main(argv: list[str]) -> None:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     make_deterministic()
-    if args.real:
+    if args.tester:
+        table = tester_builders()
+        unknown = [n for n in args.only or [] if n not in table]
+        if unknown:
+            raise SystemExit(f"unknown tester case(s): {', '.join(unknown)}; --tester --list shows the names")
+        generate_tiny(args.out, args.only, table=table)
+    elif args.real:
         generate_real(args)
     elif args.check:
         sys.exit(check_tiny(args.out or DEFAULT_OUT, args.only))

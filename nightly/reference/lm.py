@@ -99,6 +99,9 @@ class LmSpec:
     # False writes transformers' in-memory layout (fused `mlp.experts.gate_up_proj`) instead
     # of the checkpoint's original one (`save_pretrained(save_original_format=False)`).
     save_original_format: bool = True
+    # transformers' experts kernel for MoE families (None: the library's default, grouped_mm,
+    # which needs each expert's rows 16-byte aligned; "eager" loops over the experts).
+    experts_implementation: str | None = None
 
 
 def _rope(rope_type: str, **params: Any) -> dict[str, Any]:
@@ -178,7 +181,8 @@ def build_model(spec: LmSpec) -> torch.nn.Module:
     config = model_cls.config_class(**{**spec.family.base_config, **spec.config})
     config.architectures = [spec.architecture]
     torch.manual_seed(spec.seed)  # only the library's own init reads the global RNG
-    model = model_cls._from_config(config, attn_implementation="eager", dtype=torch.float32)
+    extra = {"experts_implementation": spec.experts_implementation} if spec.experts_implementation else {}
+    model = model_cls._from_config(config, attn_implementation="eager", dtype=torch.float32, **extra)
     randomize_parameters(model, spec.seed, spec.weight_std)
     if spec.family.adjust:
         spec.family.adjust(model)
@@ -197,7 +201,8 @@ def build_model(spec: LmSpec) -> torch.nn.Module:
 def make_inputs(spec: LmSpec) -> dict[str, torch.Tensor]:
     """Two prompts of random ids (never pad/bos/eos); the second one left-padded if asked."""
     gen = torch.Generator().manual_seed(spec.seed + 7919)
-    ids = torch.randint(3, VOCAB, (2, spec.prompt_len), generator=gen, dtype=torch.int64)
+    vocab = {**spec.family.base_config, **spec.config}.get("vocab_size", VOCAB)
+    ids = torch.randint(3, vocab, (2, spec.prompt_len), generator=gen, dtype=torch.int64)
     mask = torch.ones_like(ids)
     if spec.left_pad:
         ids[1, : spec.left_pad] = PAD_ID

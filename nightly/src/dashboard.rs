@@ -194,12 +194,47 @@ fn grid(html: &mut String, run: &RunResults) {
         let has_bad = results.iter().any(|r| r.status.is_bad());
         (!has_new, !has_bad, case.clone(), dtype.clone())
     });
-    html.push_str("<h2 id=\"grid\">Cases × backends</h2>\n<table class=\"grid\">\n<tr><th>case</th><th>architecture</th><th>dtype</th>");
-    for b in &backends {
+    // The peers' own tester configurations (`tester-*`, nightly/reference/tester.py) are a
+    // group of their own, with their pass count.
+    let (peers, own): (Vec<_>, Vec<_>) = ordered
+        .iter()
+        .partition(|((case, _), _)| case.starts_with(TESTER_PREFIX));
+    html.push_str("<h2 id=\"grid\">Cases × backends</h2>\n");
+    grid_table(html, &own, &backends, &new);
+    if !peers.is_empty() {
+        let results: Vec<&CaseResult> = peers.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+        let passed = results
+            .iter()
+            .filter(|r| r.status == Status::Passed)
+            .count();
+        let _ = writeln!(
+            html,
+            "<h2 id=\"tester-grid\">The peers' tester configurations × backends</h2>\n\
+             <p class=\"meta\">transformers' own ModelTester configs (nightly/reference/tester.py): \
+             {passed} of {} results passed</p>",
+            results.len()
+        );
+        grid_table(html, &peers, &backends, &new);
+    }
+}
+
+/// Case names of the cases on the peers' own tester configurations.
+pub const TESTER_PREFIX: &str = "tester-";
+
+type Row<'a> = ((String, String), Vec<&'a CaseResult>);
+
+fn grid_table(
+    html: &mut String,
+    rows: &[&Row<'_>],
+    backends: &[String],
+    new: &BTreeSet<&ResultKey>,
+) {
+    html.push_str("<table class=\"grid\">\n<tr><th>case</th><th>architecture</th><th>dtype</th>");
+    for b in backends {
         let _ = write!(html, "<th>{}</th>", esc(b));
     }
     html.push_str("</tr>\n");
-    for ((case, dtype), results) in &ordered {
+    for ((case, dtype), results) in rows.iter().copied() {
         let arch = results
             .first()
             .map(|r| r.architecture.as_str())
@@ -212,7 +247,7 @@ fn grid(html: &mut String, run: &RunResults) {
             esc(arch),
             esc(dtype)
         );
-        for b in &backends {
+        for b in backends {
             match results.iter().find(|r| &r.backend == b) {
                 Some(r) => cell(html, r, new.contains(&r.key())),
                 None => html.push_str("<td class=\"not-available\">not run</td>"),
@@ -628,6 +663,53 @@ mod tests {
                 "page must be self-contained: found {banned}"
             );
         }
+    }
+
+    #[test]
+    fn the_peers_tester_configurations_are_a_group_with_their_count() {
+        let run = RunResults::new(
+            "2026-12-07",
+            "2026-12-07T02:00:00Z",
+            env(),
+            vec![
+                result("llama-a", "candle-cpu", Status::Passed, Some(1e-6), 0.1),
+                result(
+                    "tester-llama-f32",
+                    "candle-cpu",
+                    Status::Passed,
+                    Some(1e-6),
+                    0.1,
+                ),
+                result(
+                    "tester-gemma-f32",
+                    "candle-cpu",
+                    Status::Failed,
+                    Some(0.5),
+                    0.1,
+                ),
+            ],
+        );
+        let html = render(&[run]);
+        let (own, peers) = html
+            .split_once("id=\"tester-grid\"")
+            .expect("a group of their own");
+        assert!(own.contains("data-case=\"llama-a\"") && !own.contains("data-case=\"tester-"));
+        assert!(peers.contains("1 of 2 results passed"), "{peers}");
+        assert!(peers.contains("data-case=\"tester-llama-f32\""));
+        // Without such cases there is no such group.
+        let plain = RunResults::new(
+            "2026-12-07",
+            "2026-12-07T02:00:00Z",
+            env(),
+            vec![result(
+                "llama-a",
+                "candle-cpu",
+                Status::Passed,
+                Some(1e-6),
+                0.1,
+            )],
+        );
+        assert!(!render(&[plain]).contains("tester-grid"));
     }
 
     #[test]

@@ -250,9 +250,9 @@ fn rope_llama3_keeps_high_and_divides_low_frequencies() {
 
 #[test]
 fn rope_yarn_ramp_and_attention_factor() {
-    // DeepSeek-style: original context in rope_scaling makes factor = 16384 / 4096 = 4.
+    // Without a factor, the original context in rope_parameters makes it 16384 / 4096 = 4.
     let cfg = RopeConfig::from_hub(
-        &params(serde_json::json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 99.0, "original_max_position_embeddings": 4096})),
+        &params(serde_json::json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": null, "original_max_position_embeddings": 4096})),
         64,
         1.0,
         16384,
@@ -260,6 +260,20 @@ fn rope_yarn_ramp_and_attention_factor() {
     )
     .unwrap();
     assert!(matches!(cfg.scaling, RopeScaling::Yarn { factor, .. } if factor == 4.0));
+    // A written factor is kept whatever the contexts (transformers 5; its tester's rope test
+    // sets factor 10 over an original 16384 on a 512-position model).
+    let written = RopeConfig::from_hub(
+        &params(serde_json::json!({"rope_type": "yarn", "factor": 10.0, "original_max_position_embeddings": 16384})),
+        16,
+        1.0,
+        512,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(
+        written.scaling,
+        RopeScaling::Yarn { factor, original_max_position_embeddings: 16384, .. } if factor == 10.0
+    ));
     let (f, s) = cfg.inv_freq(1);
     assert!(close(s, 0.1 * 4f64.ln() + 1.0), "{s}");
     let base = d_default(64, 10000.0);

@@ -125,11 +125,15 @@ impl RopeConfig {
                 original_max_position_embeddings: required(p, "original_max_position_embeddings")? as usize,
             },
             "yarn" => {
-                // DeepSeek-V3 style configs give the pretrained context; the factor is then
-                // the ratio of the extended to the original context.
-                let (factor, original) = match orig {
-                    Some(o) => (max_position_embeddings as f64 / o as f64, o),
-                    None => (required(p, "factor")?, max_position_embeddings),
+                // The pretrained context is `original_max_position_embeddings` where given (else
+                // the model's); `factor` is taken as written, and only a config without one
+                // (DeepSeek-V3 style) gets the ratio of the extended to the original context,
+                // as transformers 5 reads it (4.x took the ratio whenever the original was set).
+                let original = orig.unwrap_or(max_position_embeddings);
+                let factor = match (f64_field(p, "factor"), orig) {
+                    (Some(f), _) => f,
+                    (None, Some(o)) => max_position_embeddings as f64 / o as f64,
+                    (None, None) => required(p, "factor")?,
                 };
                 RopeScaling::Yarn {
                     factor,

@@ -1,0 +1,107 @@
+"""Cases on the peers' own test configurations: the tiny configs that transformers' model
+tests build (`tests/models/<family>/test_modeling_<family>.py`, their `ModelTester`), read
+as data from tester_configs.json (values and the test each comes from; no test code).
+
+Each causal-LM family gets its tester's config as transformers' tests construct it (every
+field the tester sets, the library's defaults for the rest: gelu MLPs, 2 heads of 16,
+intermediate 37, vocabulary 99) and the variants its tests build on purpose (rope scaling
+linear/dynamic/yarn with factor 10, GPT-2's attention switches, MoE expert counts, Gemma 3's
+sliding window). The inputs, greedy generation and recorded outputs are lm.py's, with the
+tester's 7-token sequences.
+
+The sweep (scripts/tester-sweep.sh) writes every case into a cache folder and runs zoo's
+parity harness on them; the cases named in COMMITTED are also committed fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import gemma
+import gpt2
+import lm
+import moe
+import phi3
+from lm import LmFamily, LmSpec, build_case  # noqa: F401 (build_case re-exported)
+
+CONFIGS = json.loads((Path(__file__).resolve().parent / "tester_configs.json").read_text())
+
+# family key in tester_configs.json -> (architecture, the lm.py family whose recording it uses)
+CAUSAL: dict[str, tuple[str, LmFamily]] = {
+    "llama": ("LlamaForCausalLM", lm.LLAMA_FAMILY),
+    "mistral": ("MistralForCausalLM", lm.LLAMA_FAMILY),
+    "qwen2": ("Qwen2ForCausalLM", lm.LLAMA_FAMILY),
+    "qwen3": ("Qwen3ForCausalLM", lm.LLAMA_FAMILY),
+    "mixtral": ("MixtralForCausalLM", moe.MOE_FAMILY),
+    "qwen2_moe": ("Qwen2MoeForCausalLM", moe.MOE_FAMILY),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", moe.MOE_FAMILY),
+    "phi3": ("Phi3ForCausalLM", phi3.PHI3_FAMILY),
+    "gemma": ("GemmaForCausalLM", gemma.GEMMA_FAMILY),
+    "gemma2": ("Gemma2ForCausalLM", gemma.GEMMA_FAMILY),
+    "gemma3": ("Gemma3ForCausalLM", gemma.GEMMA_FAMILY),
+    "gpt2": ("GPT2LMHeadModel", gpt2.GPT2_FAMILY),
+}
+
+# The shared tester's rope-scaling test: its scaled parameters over the reference ones.
+ROPE_REFERENCE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0,
+                  "original_max_position_embeddings": 16384}
+
+# Committed as fixtures (the rest live in the sweep's cache folder).
+COMMITTED = ["tester-llama-f32", "tester-gemma2-f32", "tester-qwen2-moe-f32", "tester-gpt2-f32"]
+
+
+def _variants(key: str) -> list[tuple[str, str, list[str], dict[str, Any], dict[str, Any]]]:
+    """(suffix, description, features, config overrides, spec overrides) of each variant."""
+    out = [("", "the tester's config", [], {}, {})]
+    if key == "gpt2":
+        out += [
+            ("scale-inv-layer", "scale_attn_by_inverse_layer_idx (test_gpt2_scale_attn_by_inverse_layer_idx)",
+             ["scale-attn-by-inverse-layer-idx"], {"scale_attn_by_inverse_layer_idx": True}, {}),
+            ("upcast-reorder", "reorder_and_upcast_attn (test_gpt2_reorder_and_upcast_attn)",
+             ["reorder-and-upcast-attn"], {"reorder_and_upcast_attn": True}, {}),
+        ]
+        return out
+    if key == "gemma3":
+        # test_generation_beyond_sliding_window_tiny_model's switches on the tester's sizes:
+        # a full and a sliding layer, window 8, a prompt and generation past it.
+        out.append(("window8", "layer_types full + sliding, sliding_window 8, prompt and generation past it "
+                    "(test_generation_beyond_sliding_window_tiny_model)", ["sliding-window", "layer-types"],
+                    {"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 8,
+                     "max_position_embeddings": 128}, {"prompt_len": 12}))
+        return out
+    # Phi-3's config takes longrope alone, so its tester has no rope-scaling variants.
+    for rope in () if key == "phi3" else ("linear", "dynamic", "yarn"):
+        out.append((f"rope-{rope}", f"rope_type {rope}, factor 10 (test_model_rope_scaling_from_config)",
+                    [f"rope:{rope}"], {"rope_parameters": {**ROPE_REFERENCE, "rope_type": rope, "factor": 10.0}}, {}))
+    if key == "qwen2_moe":
+        out.append(("experts3", "3 experts, top-2 (test_load_balancing_loss)", ["moe"], {"num_experts": 3}, {}))
+    return out
+
+
+def _specs() -> list[LmSpec]:
+    specs = []
+    for seed, (key, (arch, family)) in enumerate(CAUSAL.items()):
+        tester = CONFIGS["transformers"][key]
+        base = dict(tester["base"])
+        seq = tester.get("inputs", {}).get("seq_length", 7)
+        # The tester's config alone: the library's defaults for every field it leaves out.
+        bare = replace(family, base_config={})
+        for i, (suffix, what, features, config, extra) in enumerate(_variants(key)):
+            name = "-".join(p for p in ("tester", key.replace("_", "-"), suffix, "f32") if p)
+            kw = {"prompt_len": seq, "left_pad": 2, **extra}
+            if key == "gpt2":
+                kw["weight_std"] = gpt2.WEIGHT_STD["f32"]
+            if family is moe.MOE_FAMILY:
+                # The tester's expert width (37, or 12) is no multiple of 4 floats, which
+                # torch's grouped_mm refuses on CPU: PyTorch's loop over the experts instead.
+                kw["experts_implementation"] = "eager"
+            specs.append(LmSpec(name, arch, f"transformers' {arch} tester: {what} ({tester['source']})",
+                                ["tester", *features], {**base, **config}, seed=9000 + 100 * seed + i,
+                                family=bare, **kw))
+    return specs
+
+
+SPECS: list[LmSpec] = _specs()
