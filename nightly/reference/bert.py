@@ -112,7 +112,8 @@ LOGITS_MEANING = {
 def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
     """Two sentences of random ids; the second is right-padded, each has two segments."""
     gen = torch.Generator().manual_seed(spec.seed + 7919)
-    ids = torch.randint(1, VOCAB, (2, spec.seq_len), generator=gen, dtype=torch.int64)
+    vocab = {**BASE_CONFIG, **spec.config}["vocab_size"]
+    ids = torch.randint(1, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
     mask = torch.ones_like(ids)
     token_types = torch.zeros_like(ids)
     token_types[:, spec.seq_len // 2:] = 1

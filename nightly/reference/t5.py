@@ -74,7 +74,8 @@ def build_model(spec: T5Spec) -> torch.nn.Module:
 
 def make_inputs(spec: T5Spec) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(spec.seed + 7919)
-    ids = torch.randint(2, BASE_CONFIG["vocab_size"], (2, spec.seq_len), generator=gen, dtype=torch.int64)
+    vocab = {**BASE_CONFIG, **spec.config}["vocab_size"]
+    ids = torch.randint(2, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
     ids[0, -1] = 1
     ids[1, spec.short - 1] = 1
     ids[1, spec.short:] = 0

@@ -2,7 +2,8 @@
 tests build (`tests/models/<family>/test_modeling_<family>.py`, their `ModelTester`), read
 as data from tester_configs.json (values and the test each comes from; no test code).
 
-Each causal-LM family gets its tester's config as transformers' tests construct it (every
+BERT (its four heads), the T5/UMT5 encoders, ViT (and its classifier) and CLIP's vision
+tower (and its projection) get their testers' configs too. Each causal-LM family gets its tester's config as transformers' tests construct it (every
 field the tester sets, the library's defaults for the rest: gelu MLPs, 2 heads of 16,
 intermediate 37, vocabulary 99) and the variants its tests build on purpose (rope scaling
 linear/dynamic/yarn with factor 10, GPT-2's attention switches, MoE expert counts, Gemma 3's
@@ -25,7 +26,7 @@ import gpt2
 import lm
 import moe
 import phi3
-from lm import LmFamily, LmSpec, build_case  # noqa: F401 (build_case re-exported)
+from lm import LmFamily, LmSpec
 
 CONFIGS = json.loads((Path(__file__).resolve().parent / "tester_configs.json").read_text())
 
@@ -50,7 +51,23 @@ ROPE_REFERENCE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary
                   "original_max_position_embeddings": 16384}
 
 # Committed as fixtures (the rest live in the sweep's cache folder).
-COMMITTED = ["tester-llama-f32", "tester-gemma2-f32", "tester-qwen2-moe-f32", "tester-gpt2-f32"]
+COMMITTED = ["tester-llama-f32", "tester-gemma2-f32", "tester-qwen2-moe-f32", "tester-gpt2-f32",
+             "tester-bert-f32"]
+
+
+def build_case(spec: Any, out_dir: Path):
+    """The family module's own case builder for `spec`."""
+    import bert
+    import t5
+    import vision
+
+    if isinstance(spec, bert.BertSpec):
+        return bert.build_case(spec, out_dir)
+    if isinstance(spec, t5.T5Spec):
+        return t5.build_case(spec, out_dir)
+    if isinstance(spec, vision.VisionSpec):
+        return vision.build_case(spec, out_dir)
+    return lm.build_case(spec, out_dir)
 
 
 def _variants(key: str) -> list[tuple[str, str, list[str], dict[str, Any], dict[str, Any]]]:
@@ -104,4 +121,69 @@ def _specs() -> list[LmSpec]:
     return specs
 
 
-SPECS: list[LmSpec] = _specs()
+def _bare(config_class: type, module_base: dict[str, Any], tester: dict[str, Any]) -> dict[str, Any]:
+    """The tester's config over a module whose specs start from `module_base`: every field
+    the module sets and the tester does not goes back to the config class's default."""
+    defaults = config_class().to_dict()
+    return {**{k: defaults[k] for k in module_base if k not in tester and k in defaults}, **tester}
+
+
+def _encoder_specs() -> list[Any]:
+    import bert
+    import t5
+    from transformers import BertConfig, T5Config, UMT5Config
+
+    specs: list[Any] = []
+    tester = CONFIGS["transformers"]["bert"]
+    config = _bare(BertConfig, bert.BASE_CONFIG, tester["base"])
+    seq = tester["inputs"]["seq_length"]
+    heads = [("BertModel", "", {}), ("BertForMaskedLM", "mlm", {}),
+             ("BertForSequenceClassification", "seqcls", bert.labels("a", "b")),
+             ("BertForTokenClassification", "tokcls", bert.labels("a", "b", "c"))]
+    for i, (arch, suffix, extra) in enumerate(heads):
+        name = "-".join(p for p in ("tester-bert", suffix, "f32") if p)
+        specs.append(bert.BertSpec(name, f"transformers' BERT tester config, {arch} ({tester['source']})",
+                                   ["tester"], {**config, **extra}, seed=11000 + i, seq_len=seq, right_pad=2,
+                                   architecture=arch))
+    for i, (key, arch, cls) in enumerate((("t5", "T5EncoderModel", T5Config),
+                                          ("umt5", "UMT5EncoderModel", UMT5Config))):
+        tester = CONFIGS["transformers"][key]
+        config = _bare(cls, t5.BASE_CONFIG, {k: v for k, v in tester["base"].items() if v is not None})
+        seq = tester["inputs"]["encoder_seq_length"]
+        specs.append(t5.T5Spec(f"tester-{key}-encoder-f32", f"transformers' {arch} tester config "
+                               f"({tester['source']})", ["tester"], config, architecture=arch,
+                               seed=11100 + i, seq_len=seq, short=4))
+        if key == "t5":
+            # test_config_and_model_silu_gated and the v1.1 test: gated feed-forwards.
+            for j, proj in enumerate(("gated-gelu", "gated-silu")):
+                specs.append(t5.T5Spec(f"tester-t5-encoder-{proj}-f32", f"the T5 tester config with "
+                                       f"feed_forward_proj {proj}", ["tester", proj], {**config, "feed_forward_proj": proj},
+                                       architecture=arch, seed=11110 + j, seq_len=seq, short=4))
+    return specs
+
+
+def _vision_specs() -> list[Any]:
+    import vision
+    from transformers import CLIPVisionConfig, ViTConfig
+
+    specs: list[Any] = []
+    vit = CONFIGS["transformers"]["vit"]
+    clip = CONFIGS["transformers"]["clip"]
+    vit_config = _bare(ViTConfig, vision.VIT_CONFIG,
+                       {k: v for k, v in vit["base"].items() if k != "attn_implementation"})
+    clip_config = _bare(CLIPVisionConfig, vision.CLIP_VISION_CONFIG, clip["base"]["vision"])
+    side = vit_config["image_size"]
+    for i, (arch, config) in enumerate((("ViTModel", vit_config), ("ViTForImageClassification", vit_config),
+                                        ("CLIPVisionModel", clip_config),
+                                        ("CLIPVisionModelWithProjection", clip_config))):
+        source = (vit if arch.startswith("ViT") else clip)["source"]
+        name = {"ViTModel": "tester-vit-f32", "ViTForImageClassification": "tester-vit-classifier-f32",
+                "CLIPVisionModel": "tester-clip-vision-f32",
+                "CLIPVisionModelWithProjection": "tester-clip-vision-proj-f32"}[arch]
+        specs.append(vision.VisionSpec(name, f"transformers' {arch} tester config: {side}x{side} images of "
+                                       f"2x2 patches ({source})", ["tester", "patches"], arch, config,
+                                       seed=11200 + i, image=(side, side)))
+    return specs
+
+
+SPECS: list[Any] = _specs() + _encoder_specs() + _vision_specs()

@@ -241,7 +241,11 @@ def build_case(spec: VisionSpec, out_dir: Path) -> Case:
     model = build_model(spec)
     model.save_pretrained(out_dir, save_original_format=spec.original_format)
     if spec.architecture in PROCESSORS and spec.dtype == "f32":
-        (out_dir / "preprocessor_config.json").write_text(json.dumps(PROCESSORS[spec.architecture], indent=1) + "\n")
+        processor = PROCESSORS[spec.architecture]
+        side = spec.config.get("image_size", 32)
+        if side != 32 and spec.architecture == "ViTForImageClassification":
+            processor = {**processor, "size": {"height": side, "width": side}}
+        (out_dir / "preprocessor_config.json").write_text(json.dumps(processor, indent=1) + "\n")
         if spec.architecture == "CLIPModel":
             for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
                 shutil.copy(TOKENIZER_DIR / name, out_dir / name)
