@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The peers' own test configurations: writes a parity case for every config that
-# transformers' model tests build for the families zoo has (nightly/reference/tester.py,
-# from tester_configs.json) into CASES, with the reference venv, then runs zoo's parity
-# harness on them (scripts/nightly-parity.sh) and prints how many passed.
+# transformers' model tests build for the families zoo has (nightly/reference/tester.py) and
+# for the pipelines of diffusers' tests (`pipelines.py --tester`), both from
+# tester_configs.json, into CASES with the reference venv, then runs zoo's parity harness on
+# them (scripts/nightly-parity.sh) and prints how many passed.
 #
 #   scripts/tester-sweep.sh [BACKENDS] [CASES] [OUT] [HISTORY]
 #   scripts/tester-sweep.sh candle-cpu,pjrt-cpu
@@ -25,6 +26,7 @@ if [ ! -x "$python" ]; then
 fi
 mkdir -p "$cases"
 "$python" "$root/nightly/reference/generate.py" --tester --out "$cases" >&2
+"$python" "$root/nightly/reference/pipelines.py" --tester --out "$cases" >&2
 echo "tester-sweep.sh: $(find "$cases" -mindepth 1 -maxdepth 1 -type d ! -name '.*' | wc -l) cases in $cases" >&2
 if [ "${GENERATE_ONLY:-0}" = 1 ]; then
   exit 0

@@ -208,6 +208,65 @@ def ddpm():
     return DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000))
 
 
+def tester_pipelines() -> dict:
+    """The pipelines of diffusers' own tests (`get_dummy_components` in
+    tests/pipelines/<pipeline>/test_*.py, read as data from tester_configs.json): name ->
+    (builder, call kwargs, kind). Their text encoders take this project's CLIP tokenizer's
+    ids (the tests load hf-internal-testing/tiny-random-clip from the Hub, which these cases
+    never read): vocabulary, bos, eos and pad ids are the tokenizer's, the rest the test's."""
+    data = json.loads((Path(__file__).resolve().parent / "tester_configs.json").read_text())["diffusers"]
+    ids = {k: v for k, v in tokenizer_ids().items() if k != "max_position_embeddings"}
+    schedulers = {"DDIMScheduler": DDIMScheduler, "EulerDiscreteScheduler": EulerDiscreteScheduler,
+                  "DDPMScheduler": DDPMScheduler, "PNDMScheduler": PNDMScheduler}
+
+    def part(entry: dict, key: str) -> dict:
+        return entry["components"][key]["kwargs"]
+
+    def encoder(entry: dict, key: str, cls):
+        return cls(CLIPTextConfig(**{**part(entry, key), **ids}))
+
+    def scheduler(entry: dict):
+        c = entry["components"]["scheduler"]
+        return schedulers[c["class"]](**c["kwargs"])
+
+    def sd(key: str, seed: int):
+        e = data[key]
+
+        def make():
+            unet = build(seed, lambda: UNet2DConditionModel(**part(e, "unet")))
+            vae = build(seed + 10, lambda: AutoencoderKL(**part(e, "vae")))
+            te = build(seed + 20, lambda: encoder(e, "text_encoder", CLIPTextModel))
+            return StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=AutoTokenizer.from_pretrained(TOKENIZER),
+                                           unet=unet, scheduler=scheduler(e), safety_checker=None,
+                                           feature_extractor=None, requires_safety_checker=False)
+        return make
+
+    def sdxl_make():
+        e = data["stable_diffusion_xl"]
+        unet = build(1200, lambda: UNet2DConditionModel(**part(e, "unet")))
+        vae = build(1210, lambda: AutoencoderKL(**part(e, "vae")))
+        te = build(1220, lambda: encoder(e, "text_encoder", CLIPTextModel))
+        te2 = build(1230, lambda: encoder(e, "text_encoder_2", CLIPTextModelWithProjection))
+        return StableDiffusionXLPipeline(vae=vae, text_encoder=te, text_encoder_2=te2,
+                                         tokenizer=AutoTokenizer.from_pretrained(TOKENIZER),
+                                         tokenizer_2=AutoTokenizer.from_pretrained(TOKENIZER), unet=unet,
+                                         scheduler=scheduler(e), add_watermarker=False)
+
+    def ddpm_make():
+        e = data["ddpm"]
+        unet = build(1300, lambda: UNet2DModel(**part(e, "unet")))
+        return DDPMPipeline(unet=unet, scheduler=scheduler(e))
+
+    guidance = {k: data[k]["inputs"].get("guidance_scale") for k in data}
+    return {
+        "tester-sd15": (sd("stable_diffusion", 1000), {"guidance_scale": guidance["stable_diffusion"]}, "sd15"),
+        "tester-sd2": (sd("stable_diffusion_2", 1100), {"guidance_scale": guidance["stable_diffusion_2"]},
+                       "sd2-vpred"),
+        "tester-sdxl": (sdxl_make, {"guidance_scale": guidance["stable_diffusion_xl"]}, "sdxl"),
+        "tester-ddpm": (ddpm_make, {}, "ddpm"),
+    }
+
+
 # name: (builder, pipeline call kwargs beyond the common ones)
 CASES = {
     "sd15": (sd15, {"guidance_scale": 6.0}),
@@ -275,12 +334,15 @@ def vae_tiled(vae, gen: torch.Generator, t: dict) -> dict:
                      "then DiagonalGaussianDistribution"}
 
 
-def run_case(index: int, name: str, builder, call: dict) -> dict:
-    folder = OUT / name
+def run_case(index: int, name: str, builder, call: dict, kind: str | None = None, out: Path = OUT) -> dict:
+    """Writes case `name` into `out`; `kind` (default: the name) says which of the four
+    pipelines it is."""
+    kind = kind or name
+    folder = out / name
     save(builder(), folder)
-    is_ddpm = name == "ddpm"
+    is_ddpm = kind == "ddpm"
     cls = {"sd15": StableDiffusionPipeline, "sd2-vpred": StableDiffusionPipeline,
-           "sdxl": StableDiffusionXLPipeline, "ddpm": DDPMPipeline}[name]
+           "sdxl": StableDiffusionXLPipeline, "ddpm": DDPMPipeline}[kind]
     pipe = cls.from_pretrained(folder, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     check_eval_f32(pipe)
@@ -300,7 +362,7 @@ def run_case(index: int, name: str, builder, call: dict) -> dict:
             t["unet.timestep"] = torch.tensor([float(UNET_TIMESTEP)])
             t["unet.encoder_hidden_states"] = torch.randn((2, seq, unet.config.cross_attention_dim), generator=gen)
             added = None
-            if name == "sdxl":
+            if kind == "sdxl":
                 t["unet.text_embeds"] = torch.randn((2, pipe.text_encoder_2.config.projection_dim), generator=gen)
                 t["unet.time_ids"] = torch.tensor([[32.0, 32.0, 0.0, 0.0, 32.0, 32.0],
                                                    [48.0, 40.0, 4.0, 2.0, 32.0, 32.0]])
@@ -315,7 +377,7 @@ def run_case(index: int, name: str, builder, call: dict) -> dict:
             dist = vae.encode(t["vae.image"]).latent_dist
             t["vae.mean"], t["vae.logvar"] = dist.mean, dist.logvar
 
-            if name == "sdxl":
+            if kind == "sdxl":
                 (t["prompt_embeds"], t["negative_prompt_embeds"], t["pooled_prompt_embeds"],
                  t["negative_pooled_prompt_embeds"]) = pipe.encode_prompt(
                     PROMPT, device=torch.device("cpu"), num_images_per_prompt=1, do_classifier_free_guidance=True,
@@ -331,7 +393,8 @@ def run_case(index: int, name: str, builder, call: dict) -> dict:
 
         info["num_inference_steps"] = STEPS
         info.update(call)
-        info["height"], info["width"] = (16, 16) if is_ddpm else (HEIGHT, WIDTH)
+        side = pipe.unet.config.sample_size if is_ddpm else None
+        info["height"], info["width"] = (side, side) if is_ddpm else (HEIGHT, WIDTH)
         info["unet_timestep"] = UNET_TIMESTEP
 
         if is_ddpm:
@@ -360,7 +423,7 @@ def run_case(index: int, name: str, builder, call: dict) -> dict:
             if name == "sd15":
                 info["timesteps"] += "; PNDM with skip_prk_steps runs num_inference_steps + 1 iterations, " \
                                      "repeating the second timestep"
-            if name == "sdxl":
+            if kind == "sdxl":
                 info["add_time_ids"] = [HEIGHT, WIDTH, 0, 0, HEIGHT, WIDTH]
                 info["notes"] = ("time_ids = original_size + crops_coords_top_left + target_size, the same row for "
                                  "the negative and positive halves; text_embeds = cat(negative_pooled, pooled); "
@@ -416,12 +479,26 @@ def run_case(index: int, name: str, builder, call: dict) -> dict:
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="writes the pipeline parity cases")
+    parser.add_argument("--tester", action="store_true",
+                        help="write the pipelines of diffusers' own tests (tester_pipelines) instead; needs --out")
+    parser.add_argument("--out", type=Path, help=f"the folder of the cases (default {OUT})")
+    args = parser.parse_args()
+    if args.tester and args.out is None:
+        parser.error("--tester needs --out (a cache folder)")
+    out = args.out or OUT
     torch.set_num_threads(1)
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     total = 0
-    for i, (name, (builder, call)) in enumerate(CASES.items()):
-        total += run_case(i, name, builder, call)["bytes"]
-    print(f"wrote {OUT} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
+    if args.tester:
+        for i, (name, (builder, call, kind)) in enumerate(tester_pipelines().items()):
+            total += run_case(100 + i, name, builder, call, kind, out)["bytes"]
+    else:
+        for i, (name, (builder, call)) in enumerate(CASES.items()):
+            total += run_case(i, name, builder, call, out=out)["bytes"]
+    print(f"wrote {out} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
 
 
 if __name__ == "__main__":
