@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The peers' own test configurations: writes a parity case for every config that
 # transformers' model tests build for the families zoo has (nightly/reference/tester.py) and
-# for the pipelines of diffusers' tests (`pipelines.py --tester`), both from
+# for the pipelines of diffusers' tests (`--tester` of pipelines.py, patch_pipelines.py and
+# flow_pipelines.py), all from
 # tester_configs.json, into CASES with the reference venv, then runs zoo's parity harness on
 # them (scripts/nightly-parity.sh) and prints how many passed.
 #
@@ -27,6 +28,8 @@ fi
 mkdir -p "$cases"
 "$python" "$root/nightly/reference/generate.py" --tester --out "$cases" >&2
 "$python" "$root/nightly/reference/pipelines.py" --tester --out "$cases" >&2
+"$python" "$root/nightly/reference/patch_pipelines.py" --tester --out "$cases" >&2
+"$python" "$root/nightly/reference/flow_pipelines.py" --tester "$cases" >&2
 echo "tester-sweep.sh: $(find "$cases" -mindepth 1 -maxdepth 1 -type d ! -name '.*' | wc -l) cases in $cases" >&2
 if [ "${GENERATE_ONLY:-0}" = 1 ]; then
   exit 0

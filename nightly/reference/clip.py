@@ -51,6 +51,9 @@ class ClipTextSpec:
     seed: int = 0
     seq_len: int = 12
     short: int = 5  # real tokens of the second row (bos, words, eot), then end-of-text padding
+    # False: random ids over the config's vocabulary and no bos/end-of-text tokens (a config
+    # whose special ids lie outside its vocabulary, as transformers' CLIP tester's do).
+    special_ids: bool = True
 
 
 SPECS: list[ClipTextSpec] = [
@@ -85,6 +88,12 @@ def make_inputs(spec: ClipTextSpec) -> dict[str, torch.Tensor]:
     """Two rows as CLIPTokenizer pads them for a pipeline: bos, words, end-of-text, then
     end-of-text padding with a zero mask."""
     gen = torch.Generator().manual_seed(spec.seed + 7919)
+    if not spec.special_ids:
+        vocab = {**BASE_CONFIG, **spec.config}["vocab_size"]
+        ids = torch.randint(0, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
+        mask = torch.ones_like(ids)
+        mask[1, spec.short:] = 0
+        return {"input_ids": ids, "attention_mask": mask}
     ids = torch.randint(3, BOS, (2, spec.seq_len), generator=gen, dtype=torch.int64)
     ids[:, 0] = BOS
     ids[0, -1] = EOT

@@ -84,7 +84,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from transformers import (AutoTokenizer, CLIPTextModel, CLIPTextModelWithProjection,  # noqa: E402
+from transformers import (AutoTokenizer, CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,  # noqa: E402
                           T5Config, T5EncoderModel)
 
 import diffusers  # noqa: E402
@@ -92,7 +92,7 @@ import transformers  # noqa: E402
 from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline,  # noqa: E402
                        FluxTransformer2DModel, SD3Transformer2DModel, StableDiffusion3Pipeline)
 from pipelines import (HEIGHT, NEGATIVE, PERTURB, PROMPT, TOKENIZER, TOKENIZER_FILES,  # noqa: E402
-                       WIDTH, NoiseRecorder, StepRecorder, build, check_eval_f32, text_config)
+                       WIDTH, NoiseRecorder, StepRecorder, build, check_eval_f32, text_config, tokenizer_ids)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "diffusers/tests/data/pipelines"
@@ -291,8 +291,56 @@ def run_pipe(pipe, latents: torch.Tensor, steps_n: int, call: dict, seed: int):
     return torch.from_numpy(image).to(torch.float32), steps, calls.calls, st.calls[0]
 
 
-def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict) -> dict:
-    folder = OUT / name
+def tester_cases() -> dict:
+    """SD3 and Flux as diffusers' own tests build them (`get_dummy_components`, read from
+    tester_configs.json): the tests' transformers, VAEs (one block of 4 channels, one group:
+    latents the image's size; Flux's a single latent channel) and CLIP encoders, with this
+    project's CLIP tokenizer's ids and 16 positions (the tests' tiny-random-clip is on the
+    Hub), this project's tiny T5 (the tests load hf-internal-testing/tiny-random-t5 from the
+    Hub) and FlowMatchEulerDiscreteScheduler's defaults."""
+    data = json.loads((Path(__file__).resolve().parent / "tester_configs.json").read_text())["diffusers"]
+    ids = tokenizer_ids()
+
+    def part(key: str, component: str) -> dict:
+        return data[key]["components"][component]["kwargs"]
+
+    def clip(key: str, component: str, cls):
+        return cls(CLIPTextConfig(**{**part(key, component), **ids}))
+
+    def sd3_tester():
+        k = "stable_diffusion_3"
+        return StableDiffusion3Pipeline(
+            transformer=with_buffers(build(1900, lambda: SD3Transformer2DModel(**part(k, "transformer"))), 1902),
+            vae=build(1910, lambda: AutoencoderKL(**part(k, "vae"))),
+            text_encoder=build(1920, lambda: clip(k, "text_encoder", CLIPTextModelWithProjection)),
+            text_encoder_2=build(1930, lambda: clip(k, "text_encoder_2", CLIPTextModelWithProjection)),
+            text_encoder_3=build(1940, lambda: T5EncoderModel(t5_config())),
+            tokenizer=AutoTokenizer.from_pretrained(TOKENIZER), tokenizer_2=AutoTokenizer.from_pretrained(TOKENIZER),
+            tokenizer_3=t5_tokenizer(), scheduler=FlowMatchEulerDiscreteScheduler())
+
+    def flux_tester():
+        k = "flux"
+        return FluxPipeline(
+            transformer=with_buffers(build(2000, lambda: FluxTransformer2DModel(**part(k, "transformer"))), 2002),
+            vae=build(2010, lambda: AutoencoderKL(**part(k, "vae"))),
+            text_encoder=build(2020, lambda: clip(k, "text_encoder", CLIPTextModel)),
+            text_encoder_2=build(2030, lambda: T5EncoderModel(t5_config())),
+            tokenizer=AutoTokenizer.from_pretrained(TOKENIZER), tokenizer_2=t5_tokenizer(),
+            scheduler=FlowMatchEulerDiscreteScheduler())
+
+    steps = data["stable_diffusion_3"]["inputs"]["num_inference_steps"]
+    return {
+        "tester-sd3": (sd3_tester, StableDiffusion3Pipeline, steps,
+                       {"negative_prompt": NEGATIVE, "guidance_scale": data["stable_diffusion_3"]["inputs"]
+                        ["guidance_scale"], "max_sequence_length": MAX_SEQUENCE_LENGTH}),
+        "tester-flux": (flux_tester, FluxPipeline, data["flux"]["inputs"]["num_inference_steps"],
+                        {"guidance_scale": data["flux"]["inputs"]["guidance_scale"],
+                         "max_sequence_length": MAX_SEQUENCE_LENGTH}),
+    }
+
+
+def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict, out: Path = OUT) -> dict:
+    folder = out / name
     save(builder(), folder)
     pipe = cls.from_pretrained(folder, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
@@ -303,18 +351,20 @@ def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict) -> d
     info: dict = {"name": name, "pipeline": cls.__name__}
     cpu = torch.device("cpu")
     tr = pipe.transformer
+    # Latent pixels per image pixel (2 for these cases' VAEs, 1 for the tests' one-block ones).
+    f = pipe.vae_scale_factor
     clip_len = pipe.tokenizer.model_max_length
     assert clip_len == pipe.text_encoder.config.max_position_embeddings == 16, clip_len
 
     with torch.no_grad():
         if is_flux:
-            seq = (HEIGHT // 2 // 2) * (WIDTH // 2 // 2)
+            seq = (HEIGHT // f // 2) * (WIDTH // f // 2)
             t["transformer.hidden_states"] = torch.randn((1, seq, tr.config.in_channels), generator=gen)
             t["transformer.encoder_hidden_states"] = torch.randn(
                 (1, MAX_SEQUENCE_LENGTH, tr.config.joint_attention_dim), generator=gen)
             t["transformer.pooled_projections"] = torch.randn((1, tr.config.pooled_projection_dim), generator=gen)
             t["transformer.timestep"] = torch.tensor([FLUX_TIMESTEP])
-            t["transformer.img_ids"] = FluxPipeline._prepare_latent_image_ids(1, HEIGHT // 4, WIDTH // 4, cpu,
+            t["transformer.img_ids"] = FluxPipeline._prepare_latent_image_ids(1, HEIGHT // f // 2, WIDTH // f // 2, cpu,
                                                                               torch.float32)
             t["transformer.txt_ids"] = torch.zeros(MAX_SEQUENCE_LENGTH, 3)
             kwargs = {}
@@ -327,7 +377,7 @@ def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict) -> d
                                       timestep=t["transformer.timestep"], img_ids=t["transformer.img_ids"],
                                       txt_ids=t["transformer.txt_ids"], **kwargs).sample
         else:
-            t["transformer.hidden_states"] = torch.randn((2, tr.config.in_channels, HEIGHT // 2, WIDTH // 2),
+            t["transformer.hidden_states"] = torch.randn((2, tr.config.in_channels, HEIGHT // f, WIDTH // f),
                                                          generator=gen)
             t["transformer.timestep"] = torch.tensor(SD3_TIMESTEPS)
             t["transformer.encoder_hidden_states"] = torch.randn(
@@ -337,12 +387,13 @@ def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict) -> d
                       "encoder_hidden_states": t["transformer.encoder_hidden_states"],
                       "pooled_projections": t["transformer.pooled_projections"]}
             t["transformer.out"] = tr(**inputs).sample
-            t["transformer.out_skip"] = tr(**inputs, skip_layers=[1]).sample
-            d = (t["transformer.out"] - t["transformer.out_skip"]).abs().max().item()
-            assert d > 100 * TOLERANCES["transformer"], d
+            if tr.config.num_layers > 1:
+                t["transformer.out_skip"] = tr(**inputs, skip_layers=[1]).sample
+                d = (t["transformer.out"] - t["transformer.out_skip"]).abs().max().item()
+                assert d > 100 * TOLERANCES["transformer"], d
 
         vae = pipe.vae
-        t["vae.latents"] = torch.randn((1, vae.config.latent_channels, HEIGHT // 2, WIDTH // 2), generator=gen)
+        t["vae.latents"] = torch.randn((1, vae.config.latent_channels, HEIGHT // f, WIDTH // f), generator=gen)
         t["vae.decoded"] = vae.decode(t["vae.latents"]).sample
         t["vae.image"] = torch.rand((1, 3, HEIGHT, WIDTH), generator=gen) * 2 - 1
         dist = vae.encode(t["vae.image"]).latent_dist
@@ -367,7 +418,8 @@ def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict) -> d
             lengths = {"tokenizer": clip_len, "tokenizer_2": clip_len, "tokenizer_3": MAX_SEQUENCE_LENGTH}
             # CLIP channels (8 + 16) are zero-padded up to T5's 32; sd3-crop's 16 + 24 cropped.
             clip_dim = pipe.text_encoder.config.hidden_size + pipe.text_encoder_2.config.hidden_size
-            assert (clip_dim < tr.config.joint_attention_dim) == (name != "sd3-crop")
+            if name in CASES:
+                assert (clip_dim < tr.config.joint_attention_dim) == (name != "sd3-crop")
             assert not t["prompt_embeds"][:, :clip_len, clip_dim:].any()
         info["token_ids"] = {
             name_: {"class": type(getattr(pipe, name_)).__name__, "max_length": n,
@@ -375,14 +427,14 @@ def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict) -> d
             for name_, n in lengths.items()}
 
         if is_flux:
-            unpacked = torch.randn((1, pipe.transformer.config.in_channels // 4, HEIGHT // 2, WIDTH // 2),
+            unpacked = torch.randn((1, pipe.transformer.config.in_channels // 4, HEIGHT // f, WIDTH // f),
                                    generator=gen)
             t["pipe.latents_unpacked"] = unpacked
-            t["pipe.latents"] = FluxPipeline._pack_latents(unpacked, 1, unpacked.shape[1], HEIGHT // 2, WIDTH // 2)
+            t["pipe.latents"] = FluxPipeline._pack_latents(unpacked, 1, unpacked.shape[1], HEIGHT // f, WIDTH // f)
             assert torch.equal(FluxPipeline._unpack_latents(t["pipe.latents"], HEIGHT, WIDTH, pipe.vae_scale_factor),
                                unpacked)
         else:
-            t["pipe.latents"] = torch.randn((1, tr.config.in_channels, HEIGHT // 2, WIDTH // 2), generator=gen)
+            t["pipe.latents"] = torch.randn((1, tr.config.in_channels, HEIGHT // f, WIDTH // f), generator=gen)
         t["pipe.image"], steps, calls, set_ts = run_pipe(pipe, t["pipe.latents"], steps_n, call, 6100 + index)
         t["timesteps"] = torch.tensor(steps.timesteps, dtype=torch.float32)
         t["sigmas"] = pipe.scheduler.sigmas.to(torch.float32)
@@ -553,19 +605,26 @@ def main() -> None:
     torch.set_num_threads(1)
     transformers.utils.logging.disable_progress_bar()
     diffusers.utils.logging.disable_progress_bar()
-    OUT.mkdir(parents=True, exist_ok=True)
+    args = sys.argv[1:]
+    # `--tester DIR` writes the pipelines of diffusers' own tests (tester_cases) into DIR.
+    if args[:1] == ["--tester"]:
+        if len(args) != 2:
+            raise SystemExit("usage: flow_pipelines.py --tester DIR")
+        out, cases, only, base = Path(args[1]), tester_cases(), set(), 100
+    else:
+        out, cases, only, base = OUT, CASES, set(args), 0
+    out.mkdir(parents=True, exist_ok=True)
     # Case names as arguments write those cases only (the others' files are left alone).
-    only = set(sys.argv[1:])
-    unknown = only - set(CASES)
+    unknown = only - set(cases)
     if unknown:
-        raise SystemExit(f"no such case: {', '.join(sorted(unknown))} (cases: {', '.join(CASES)})")
+        raise SystemExit(f"no such case: {', '.join(sorted(unknown))} (cases: {', '.join(cases)})")
     total, written = 0, 0
-    for i, (name, (builder, cls, steps_n, call)) in enumerate(CASES.items()):
+    for i, (name, (builder, cls, steps_n, call)) in enumerate(cases.items()):
         if only and name not in only:
             continue
-        total += run_case(i, name, builder, cls, steps_n, call)["bytes"]
+        total += run_case(base + i, name, builder, cls, steps_n, call, out)["bytes"]
         written += 1
-    print(f"wrote {written} cases to {OUT} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
+    print(f"wrote {written} cases to {out} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
 
 
 if __name__ == "__main__":

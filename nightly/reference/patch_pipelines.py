@@ -129,8 +129,38 @@ def write_bins() -> None:
     BINS.write_text(json.dumps(out, indent=1) + "\n")
 
 
-def run_case(index: int, name: str, builder, cls, call: dict) -> dict:
-    folder = OUT / name
+def tester_cases() -> dict:
+    """DiT and PixArt-α as diffusers' own tests build them (`get_dummy_components`, read from
+    tester_configs.json): the test's transformer and its all-default VAE and DDIM scheduler;
+    PixArt's text encoder is this project's tiny T5 (the test loads
+    hf-internal-testing/tiny-random-t5 from the Hub, which these cases never read)."""
+    data = json.loads((Path(__file__).resolve().parent / "tester_configs.json").read_text())["diffusers"]
+    dit_kw = data["dit"]["components"]["transformer"]["kwargs"]
+    pixart_kw = data["pixart_alpha"]["components"]["transformer"]["kwargs"]
+
+    def dit_tester():
+        return DiTPipeline(transformer=build(1700, lambda: DiTTransformer2DModel(**dit_kw)),
+                           vae=build(1710, lambda: AutoencoderKL()), scheduler=DDIMScheduler())
+
+    def pixart_tester():
+        return PixArtAlphaPipeline(
+            transformer=build(1800, lambda: PixArtTransformer2DModel(**pixart_kw)),
+            vae=build(1810, lambda: AutoencoderKL()),
+            text_encoder=build(1820, lambda: T5EncoderModel(t5_config())), tokenizer=t5_tokenizer(),
+            scheduler=DDIMScheduler())
+
+    side = pixart_kw["sample_size"] * 8
+    return {
+        "tester-dit": (dit_tester, DiTPipeline, {"guidance_scale": 4.0}),
+        "tester-pixart-alpha": (pixart_tester, PixArtAlphaPipeline,
+                                {"negative_prompt": NEGATIVE, "guidance_scale": 4.5, "height": side, "width": side,
+                                 "use_resolution_binning": False, "clean_caption": False,
+                                 "max_sequence_length": MAX_SEQUENCE_LENGTH}),
+    }
+
+
+def run_case(index: int, name: str, builder, cls, call: dict, out: Path = OUT) -> dict:
+    folder = out / name
     save(builder(), folder)
     if cls is DiTPipeline:
         index_path = folder / "model_index.json"
@@ -237,15 +267,27 @@ def run_case(index: int, name: str, builder, cls, call: dict) -> dict:
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="writes the DiT and PixArt pipeline parity cases")
+    parser.add_argument("--tester", action="store_true",
+                        help="write the pipelines of diffusers' own tests (tester_cases) into --out instead")
+    parser.add_argument("--out", type=Path, help="the folder of the tester cases")
+    args = parser.parse_args()
+    if args.tester and args.out is None:
+        parser.error("--tester needs --out (a cache folder)")
     torch.set_num_threads(1)
     transformers.utils.logging.disable_progress_bar()
     diffusers.utils.logging.disable_progress_bar()
-    OUT.mkdir(parents=True, exist_ok=True)
-    write_bins()
+    out = args.out if args.tester else OUT
+    out.mkdir(parents=True, exist_ok=True)
+    cases = tester_cases() if args.tester else CASES
+    if not args.tester:
+        write_bins()
     total = 0
-    for i, (name, (builder, cls, call)) in enumerate(CASES.items()):
-        total += run_case(i, name, builder, cls, call)["bytes"]
-    print(f"wrote {len(CASES)} cases to {OUT} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
+    for i, (name, (builder, cls, call)) in enumerate(cases.items()):
+        total += run_case(100 * args.tester + i, name, builder, cls, call, out)["bytes"]
+    print(f"wrote {len(cases)} cases to {out} ({total / 1e6:.2f} MB), diffusers {diffusers.__version__}")
 
 
 if __name__ == "__main__":

@@ -134,7 +134,8 @@ def build_model(spec: Seq2SeqSpec) -> torch.nn.Module:
 
 def make_inputs(spec: Seq2SeqSpec) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(spec.seed + 7919)
-    ids = torch.randint(2, BASE_CONFIG["vocab_size"], (2, spec.seq_len), generator=gen, dtype=torch.int64)
+    vocab = {**BASE_CONFIG, **spec.config}["vocab_size"]
+    ids = torch.randint(2, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
     ids[0, -1] = EOS_ID
     ids[1, spec.short - 1] = EOS_ID
     ids[1, spec.short:] = PAD_ID

@@ -2,8 +2,8 @@
 tests build (`tests/models/<family>/test_modeling_<family>.py`, their `ModelTester`), read
 as data from tester_configs.json (values and the test each comes from; no test code).
 
-BERT (its four heads), the T5/UMT5 encoders, ViT (and its classifier) and CLIP's vision
-tower (and its projection) get their testers' configs too. Each causal-LM family gets its tester's config as transformers' tests construct it (every
+BERT (its four heads), the T5/UMT5 encoders and encoder-decoders (greedy generation), ViT (and its classifier) and CLIP's text
+and vision towers (and their projections) get their testers' configs too. Each causal-LM family gets its tester's config as transformers' tests construct it (every
 field the tester sets, the library's defaults for the rest: gelu MLPs, 2 heads of 16,
 intermediate 37, vocabulary 99) and the variants its tests build on purpose (rope scaling
 linear/dynamic/yarn with factor 10, GPT-2's attention switches, MoE expert counts, Gemma 3's
@@ -58,6 +58,8 @@ COMMITTED = ["tester-llama-f32", "tester-gemma2-f32", "tester-qwen2-moe-f32", "t
 def build_case(spec: Any, out_dir: Path):
     """The family module's own case builder for `spec`."""
     import bert
+    import clip
+    import seq2seq
     import t5
     import vision
 
@@ -65,8 +67,12 @@ def build_case(spec: Any, out_dir: Path):
         return bert.build_case(spec, out_dir)
     if isinstance(spec, t5.T5Spec):
         return t5.build_case(spec, out_dir)
+    if isinstance(spec, seq2seq.Seq2SeqSpec):
+        return seq2seq.build_case(spec, out_dir)
     if isinstance(spec, vision.VisionSpec):
         return vision.build_case(spec, out_dir)
+    if isinstance(spec, clip.ClipTextSpec):
+        return clip.build_case(spec, out_dir)
     return lm.build_case(spec, out_dir)
 
 
@@ -130,6 +136,7 @@ def _bare(config_class: type, module_base: dict[str, Any], tester: dict[str, Any
 
 def _encoder_specs() -> list[Any]:
     import bert
+    import seq2seq
     import t5
     from transformers import BertConfig, T5Config, UMT5Config
 
@@ -153,6 +160,11 @@ def _encoder_specs() -> list[Any]:
         specs.append(t5.T5Spec(f"tester-{key}-encoder-f32", f"transformers' {arch} tester config "
                                f"({tester['source']})", ["tester"], config, architecture=arch,
                                seed=11100 + i, seq_len=seq, short=4))
+        gen_arch = arch.replace("EncoderModel", "ForConditionalGeneration")
+        specs.append(seq2seq.Seq2SeqSpec(f"tester-{key}-generate-f32", f"transformers' {gen_arch} tester config, "
+                                         f"greedy generation ({tester['source']})", ["tester", "generation"],
+                                         _bare(cls, seq2seq.BASE_CONFIG, config), architecture=gen_arch,
+                                         seed=11120 + i, seq_len=seq, short=4))
         if key == "t5":
             # test_config_and_model_silu_gated and the v1.1 test: gated feed-forwards.
             for j, proj in enumerate(("gated-gelu", "gated-silu")):
@@ -173,6 +185,17 @@ def _vision_specs() -> list[Any]:
                        {k: v for k, v in vit["base"].items() if k != "attn_implementation"})
     clip_config = _bare(CLIPVisionConfig, vision.CLIP_VISION_CONFIG, clip["base"]["vision"])
     side = vit_config["image_size"]
+    import clip as clip_text
+    from transformers import CLIPTextConfig
+
+    text = _bare(CLIPTextConfig, clip_text.BASE_CONFIG, clip["base"]["text"])
+    seq = clip["inputs"]["text"]["seq_length"]
+    for i, arch in enumerate(("CLIPTextModel", "CLIPTextModelWithProjection")):
+        name = "tester-clip-text-f32" if i == 0 else "tester-clip-text-proj-f32"
+        specs.append(clip_text.ClipTextSpec(
+            name, f"transformers' {arch} tester config: bos/eos ids 49406/49407 outside the 99-id vocabulary, "
+            f"so the pooled state is the first token's ({clip['source']})", ["tester", "pooled:first"], text,
+            architecture=arch, seed=11300 + i, seq_len=seq, short=4, special_ids=False))
     for i, (arch, config) in enumerate((("ViTModel", vit_config), ("ViTForImageClassification", vit_config),
                                         ("CLIPVisionModel", clip_config),
                                         ("CLIPVisionModelWithProjection", clip_config))):
