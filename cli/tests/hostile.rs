@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 mod common;
 use common::{copy_dir, fixture_dir};
@@ -206,6 +206,54 @@ fn layer_counts_past_the_checkpoint_are_refused_before_allocation() {
         );
     }
     assert!(files_in(out.path()).is_empty());
+}
+
+#[test]
+fn pre_quantized_checkpoints_are_refused_not_read_without_their_scales() {
+    // An fp8 config: its weights would load as plain values, off by their scales.
+    let fp8 = fixture_with(
+        "llama-gqa-f32",
+        "quantization_config",
+        json!({"quant_method": "fp8", "activation_scheme": "dynamic"}),
+    );
+    let o = refused(
+        &["generate", &s(fp8.path()), "hi", "--max-new-tokens", "2"],
+        &["quantization_config", "\"fp8\"", "pre-quantized"],
+    );
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    refused(
+        &[
+            "embed",
+            &s(&fixture_with(
+                "bert-base-f32",
+                "quantization_config",
+                json!({"quant_method": "gptq", "bits": 4}),
+            )
+            .path()),
+            "hi",
+        ],
+        &["quantization_config", "\"gptq\""],
+    );
+    // A diffusers component says so in its own config.json.
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&pipeline("sd15"), dir.path());
+    set(
+        &dir.path().join("unet/config.json"),
+        "quantization_config",
+        json!({"quant_method": "bitsandbytes", "load_in_4bit": true}),
+    );
+    refused(
+        &[
+            "image",
+            &s(dir.path()),
+            "a cat",
+            "--steps",
+            "1",
+            "--out",
+            &s(&dir.path().join("x.png")),
+        ],
+        &["unet", "quantization_config", "\"bitsandbytes\""],
+    );
 }
 
 #[test]

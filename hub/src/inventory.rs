@@ -240,6 +240,61 @@ impl Inventory {
     }
 }
 
+impl Inventory {
+    /// Refuses a pre-quantized checkpoint, which zoo does not apply yet: a
+    /// `quantization_config` in `config` (or in a nested model's config), or tensors that only
+    /// quantized formats hold (GPTQ/AWQ `qweight`, compressed-tensors `weight_packed`, an fp8
+    /// weight beside its `weight_scale` / `weight_scale_inv`). Read as plain tensors, such
+    /// weights give numbers off by their scales without a word.
+    pub fn check_unquantized(&self, config: &serde_json::Value, path: &Path) -> Result<()> {
+        let nested = config
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .filter(|(_, v)| v.is_object())
+            .map(|(k, v)| (format!("{k}."), v));
+        for (at, cfg) in std::iter::once((String::new(), config)).chain(nested) {
+            let Some(q) = cfg.get("quantization_config").filter(|q| !q.is_null()) else {
+                continue;
+            };
+            let method = q
+                .get("quant_method")
+                .and_then(|m| m.as_str())
+                .or_else(|| q.get("format").and_then(|m| m.as_str()))
+                .unwrap_or("unnamed");
+            return Err(HubError::ConfigField {
+                path: path.to_path_buf(),
+                field: format!("{at}quantization_config"),
+                reason: format!(
+                    "a pre-quantized checkpoint (quant_method {method:?}), which zoo does not apply \
+                     yet: its weights read without their scales would give wrong numbers; load \
+                     the unquantized checkpoint, or a GGUF file of it"
+                ),
+            });
+        }
+        let names: std::collections::HashSet<&str> =
+            self.tensors.iter().map(|t| t.name.as_str()).collect();
+        for t in &self.tensors {
+            let leaf = t.name.rsplit('.').next().unwrap_or(&t.name);
+            let scaled_fp8 = matches!(t.dtype, Dtype::F8E4M3 | Dtype::F8E5M2)
+                && ["_scale", "_scale_inv"]
+                    .iter()
+                    .any(|s| names.contains(format!("{}{s}", t.name).as_str()));
+            if matches!(leaf, "qweight" | "weight_packed") || scaled_fp8 {
+                return Err(HubError::BadTensor {
+                    path: t.file.clone(),
+                    tensor: t.name.clone(),
+                    reason: "a quantized weight (GPTQ/AWQ packing, compressed-tensors packing or fp8 with \
+                             scales) in a checkpoint whose config names no quantization zoo applies; \
+                             load the unquantized checkpoint, or a GGUF file of it"
+                        .into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_counts(
     value: &serde_json::Value,
     at: &str,
@@ -265,4 +320,79 @@ fn check_counts(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, dtype: Dtype) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            dtype,
+            shape: vec![4, 4],
+            nbytes: 16,
+            file: "model.safetensors".into(),
+            offset: 0,
+            transform: Transform::None,
+        }
+    }
+
+    fn inventory(tensors: &[(&str, Dtype)]) -> Inventory {
+        let mut inv = Inventory::default();
+        for (n, d) in tensors {
+            inv.push(tensor(n, *d)).unwrap();
+        }
+        inv
+    }
+
+    #[test]
+    fn pre_quantized_checkpoints_are_refused_by_name() {
+        let path = Path::new("config.json");
+        let plain = inventory(&[("model.layers.0.mlp.up_proj.weight", Dtype::BF16)]);
+        assert!(plain
+            .check_unquantized(&serde_json::json!({"model_type": "llama"}), path)
+            .is_ok());
+        // A null quantization_config is none.
+        let none = serde_json::json!({"quantization_config": null});
+        assert!(plain.check_unquantized(&none, path).is_ok());
+        let fp8 = serde_json::json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}});
+        let e = plain.check_unquantized(&fp8, path).unwrap_err().to_string();
+        assert!(
+            e.contains("quantization_config") && e.contains("\"fp8\""),
+            "{e}"
+        );
+        let nested = serde_json::json!({"text_config": {"quantization_config": {"format": "pack-quantized"}}});
+        let e = plain
+            .check_unquantized(&nested, path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("text_config.quantization_config") && e.contains("pack-quantized"),
+            "{e}"
+        );
+        // Weights that only a quantized format holds, with no config saying so.
+        for bad in [
+            inventory(&[("model.layers.0.mlp.up_proj.qweight", Dtype::I32)]),
+            inventory(&[("model.layers.0.mlp.up_proj.weight_packed", Dtype::I32)]),
+            inventory(&[
+                ("model.layers.0.mlp.up_proj.weight", Dtype::F8E4M3),
+                ("model.layers.0.mlp.up_proj.weight_scale_inv", Dtype::F32),
+            ]),
+        ] {
+            let e = bad
+                .check_unquantized(&serde_json::json!({}), path)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("model.layers.0.mlp.up_proj") && e.contains("quantized"),
+                "{e}"
+            );
+        }
+        // An fp8 weight with no scale is plain fp8 values.
+        let unscaled = inventory(&[("w.weight", Dtype::F8E4M3)]);
+        assert!(unscaled
+            .check_unquantized(&serde_json::json!({}), path)
+            .is_ok());
+    }
 }

@@ -241,6 +241,8 @@ fn open_weights(
         return Err(Error::UnsupportedDType(dtype));
     }
     let ck = pretrained.checkpoint()?;
+    ck.inventory
+        .check_unquantized(&cfg.pretrained.to_value(), &cfg.pretrained.path)?;
     // A quantized GGUF keeps its blocks unless a dtype was asked for, as llama.cpp runs it;
     // an explicit dtype dequantizes at load, as transformers' `gguf_file=` does.
     let keep_blocks = opts.dtype.is_none();

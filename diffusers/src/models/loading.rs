@@ -35,6 +35,7 @@ pub(crate) fn component_weights(
         let config: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| json(e.to_string()))?;
         ck.inventory.check_layer_counts(&config, &path)?;
+        ck.inventory.check_unquantized(&config, &path)?;
     }
     let source = Arc::new(zoo_hub::Weights::open(ck.inventory)?);
     Ok(Weights::new(source, dtype, *device).with_tp_plan(TP_PLAN))
