@@ -221,17 +221,13 @@ fn pre_quantized_checkpoints_are_refused_not_read_without_their_scales() {
         &["quantization_config", "\"fp8\"", "pre-quantized"],
     );
     assert_eq!(o.code, Some(2), "{}", o.stderr);
+    let gptq = fixture_with(
+        "bert-base-f32",
+        "quantization_config",
+        json!({"quant_method": "gptq", "bits": 4}),
+    );
     refused(
-        &[
-            "embed",
-            &s(&fixture_with(
-                "bert-base-f32",
-                "quantization_config",
-                json!({"quant_method": "gptq", "bits": 4}),
-            )
-            .path()),
-            "hi",
-        ],
+        &["embed", &s(gptq.path()), "hi"],
         &["quantization_config", "\"gptq\""],
     );
     // A diffusers component says so in its own config.json.
