@@ -72,4 +72,9 @@ SPECS: list[LmSpec] = [
           ["gqa", "qk-norm", "sliding-window", "bf16", "left-padding"],
           {"num_hidden_layers": 2, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
            **_gemma3_rope(10_000.0, 1_000_000.0)}, dtype="bf16", seed=703, left_pad=2),
+    _spec("gemma2-seqcls-f32", "Gemma2ForSequenceClassification",
+          "Gemma 2's softcapped, windowed decoder under the generic sequence head, right-padded",
+          ["gqa", "softcap", "sliding-window", "head:sequence-classification", "right-padding"],
+          {"sliding_window": 4, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+          seed=704, prompt_len=8),
 ]

@@ -91,4 +91,12 @@ SPECS: list[LmSpec] = [
           "reorder_and_upcast_attn in bfloat16: q.k and softmax in f32, weights cast back to bf16 before @v",
           ["mha", "tied", "learned-positions", "reorder-upcast-attn", "bf16"],
           {"reorder_and_upcast_attn": True}, dtype="bf16", seed=607),
+    LmSpec("gpt2-seqcls-f32", "GPT2ForSequenceClassification",
+           "GPT2ForSequenceClassification: score (no bias) at each row's rightmost non-padding token, right-padded",
+           ["mha", "head:sequence-classification", "right-padding"], weight_std=WEIGHT_STD["f32"],
+           family=GPT2_FAMILY, seed=608, prompt_len=8),
+    LmSpec("gpt2-tokcls-f32", "GPT2ForTokenClassification",
+           "GPT2ForTokenClassification: its `classifier` (with bias) on every token, right-padded",
+           ["mha", "head:token-classification", "right-padding"], weight_std=WEIGHT_STD["f32"],
+           family=GPT2_FAMILY, seed=609, prompt_len=8),
 ]

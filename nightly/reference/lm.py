@@ -172,6 +172,13 @@ SPECS: list[LmSpec] = [
     LmSpec("qwen3-qknorm-bf16", "Qwen3ForCausalLM", "q/k RMSNorm in bfloat16, left-padded batch",
            ["gqa", "qk-norm", "head-dim", "bf16", "left-padding"], {"head_dim": 16}, dtype="bf16", seed=404,
            left_pad=3),
+    LmSpec("llama-seqcls-f32", "LlamaForSequenceClassification",
+           "transformers' generic sequence head: score (no bias) at each row's rightmost non-padding token, "
+           "a right-padded row, positions 0..T", ["gqa", "head:sequence-classification", "right-padding"],
+           seed=120, prompt_len=8),
+    LmSpec("llama-tokcls-f32", "LlamaForTokenClassification",
+           "transformers' generic token head: score (with bias) on every token, a right-padded row",
+           ["gqa", "head:token-classification", "right-padding"], seed=121, prompt_len=8),
 ]
 
 
@@ -299,11 +306,84 @@ def pick_seed(spec: LmSpec) -> tuple[LmSpec, torch.nn.Module, dict[str, torch.Te
 
 def build_case(spec: LmSpec, out_dir: Path) -> Case:
     """Saves the checkpoint into out_dir and returns the case with its tensors."""
+    if head_task(spec.architecture):
+        return build_classifier_case(spec, out_dir)
     spec, model, inputs, greedy = pick_seed(spec)
     model.save_pretrained(out_dir, save_original_format=spec.save_original_format)
     # A fresh model for the forward pass: dynamic rope keeps state across calls (the
     # longest sequence seen), so running after generate() would leak its frequencies.
     return case_of(spec, build_model(spec), inputs, greedy)
+
+
+HEAD_TASKS = {"ForSequenceClassification": "text-classification", "ForTokenClassification": "token-classification"}
+HEAD_LABELS = ["negative", "neutral", "positive"]
+
+
+def head_task(architecture: str) -> str | None:
+    """The case task of a decoder family's classification class, None for other classes."""
+    return next((t for suffix, t in HEAD_TASKS.items() if architecture.endswith(suffix)), None)
+
+
+def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
+    """A decoder with transformers' classification head (`*ForSequenceClassification`: the
+    rightmost non-padding token through `score`; `*ForTokenClassification`: every token),
+    on two right-padded rows with positions 0..T as transformers gives them."""
+    task = head_task(spec.architecture)
+    labels = {"id2label": dict(enumerate(HEAD_LABELS)), "label2id": {n: i for i, n in enumerate(HEAD_LABELS)}}
+    spec = replace(spec, config={**labels, **spec.config})
+    model = build_model(spec)
+    model.save_pretrained(out_dir, save_original_format=spec.save_original_format)
+    gen = torch.Generator().manual_seed(spec.seed + 7919)
+    vocab = model.config.vocab_size
+    ids = torch.randint(3, vocab, (2, spec.prompt_len), generator=gen, dtype=torch.int64)
+    mask = torch.ones_like(ids)
+    pad = spec.left_pad or 2
+    ids[1, -pad:] = PAD_ID
+    mask[1, -pad:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    base = getattr(model, model.base_model_prefix)
+    # The layers' outputs (the classes hold the base model where the causal LMs do).
+    points = {k: v for k, v in spec.family.points(model).items() if k.rsplit(".", 1)[-1].isdigit()}
+    captured: dict[str, torch.Tensor] = {}
+    hooks = [m.register_forward_hook(_capture(captured, f"{n}.output")) for n, m in points.items()]
+    keep: dict[str, torch.Tensor] = {}
+
+    def keep_base(_module, _args, output) -> None:
+        keep["h"] = output.last_hidden_state
+
+    hooks.append(base.register_forward_hook(keep_base))
+    try:
+        with torch.no_grad():
+            logits = model(**inputs).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+    stored_as = "" if spec.dtype == "f32" else f", computed in {spec.dtype} and stored as f32 (exact upcast)"
+    per_token = task == "token-classification"
+    meaning = ("per-token label scores [batch, seq, labels]: score(last_hidden_state)" if per_token else
+               "label scores [batch, labels]: score at each row's rightmost token that is not pad_token_id")
+    outputs = [TensorSpec("logits", logits.float(), f"{meaning}; names in config.json id2label{stored_as}",
+                          compare="allclose", mask="attention_mask" if per_token else None),
+               TensorSpec("last_hidden_state", keep["h"].float(), f"the base model's output{stored_as}",
+                          compare="allclose", mask="attention_mask")]
+    for name, value in captured.items():
+        outputs.append(TensorSpec(name, value.float(), f"output of module {name[:-7]}{stored_as}",
+                                  compare="allclose", mask="attention_mask"))
+    return Case(
+        name=spec.name,
+        architecture=spec.architecture,
+        model_type=model.config.model_type,
+        task=task,
+        dtype=spec.dtype,
+        seed=spec.seed,
+        description=spec.description,
+        features=spec.features,
+        inputs=[
+            TensorSpec("input_ids", ids, "token ids [batch, seq]; right padding uses pad_token_id"),
+            TensorSpec("attention_mask", mask, "1 for a real token, 0 for padding"),
+        ],
+        outputs=outputs,
+    )
 
 
 def case_of(

@@ -98,4 +98,8 @@ SPECS: list[LmSpec] = [
           ["gqa", "moe", "moe:top-2", "moe:renormalize", "qk-norm", "bf16", "moe:fused-checkpoint"],
           {**_qwen(6, 2, norm_topk_prob=True), "head_dim": 8}, dtype="bf16", seed=1103, prompt_len=6,
           save_original_format=False),
+    _spec("qwen2moe-seqcls-f32", "Qwen2MoeForSequenceClassification",
+          "Qwen2-MoE (4 experts, top-2, a shared expert) under the generic sequence head, right-padded",
+          ["gqa", "moe", "shared-expert", "head:sequence-classification", "right-padding"],
+          _qwen(4, 2, shared_expert_intermediate_size=40), seed=1004, prompt_len=8),
 ]

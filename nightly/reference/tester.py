@@ -46,6 +46,18 @@ CAUSAL: dict[str, tuple[str, LmFamily]] = {
     "gpt2": ("GPT2LMHeadModel", gpt2.GPT2_FAMILY),
 }
 
+# The classification classes the causal-LM tester checks (`sequence_classification_class`,
+# `token_classification_class`), by their class-name prefix: transformers has both for each
+# family but Gemma 3's text model (a sequence head only).
+HEADS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llama": ("Llama", ("Sequence", "Token")), "mistral": ("Mistral", ("Sequence", "Token")),
+    "qwen2": ("Qwen2", ("Sequence", "Token")), "qwen3": ("Qwen3", ("Sequence", "Token")),
+    "mixtral": ("Mixtral", ("Sequence", "Token")), "qwen2_moe": ("Qwen2Moe", ("Sequence", "Token")),
+    "qwen3_moe": ("Qwen3Moe", ("Sequence", "Token")), "phi3": ("Phi3", ("Sequence", "Token")),
+    "gemma": ("Gemma", ("Sequence", "Token")), "gemma2": ("Gemma2", ("Sequence", "Token")),
+    "gemma3": ("Gemma3Text", ("Sequence",)), "gpt2": ("GPT2", ("Sequence", "Token")),
+}
+
 # The shared tester's rope-scaling test: its scaled parameters over the reference ones.
 ROPE_REFERENCE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0,
                   "original_max_position_embeddings": 16384}
@@ -124,6 +136,18 @@ def _specs() -> list[LmSpec]:
             specs.append(LmSpec(name, arch, f"transformers' {arch} tester: {what} ({tester['source']})",
                                 ["tester", *features], {**base, **config}, seed=9000 + 100 * seed + i,
                                 family=bare, **kw))
+        prefix, heads = HEADS[key]
+        for j, head in enumerate(heads):
+            head_arch = f"{prefix}For{head}Classification"
+            name = f"tester-{key.replace('_', '-')}-{head[:3].lower()}cls-f32"
+            kw = {"prompt_len": seq, "left_pad": 2}
+            if key == "gpt2":
+                kw["weight_std"] = gpt2.WEIGHT_STD["f32"]
+            if family is moe.MOE_FAMILY:
+                kw["experts_implementation"] = "eager"
+            specs.append(LmSpec(name, head_arch, f"transformers' {head_arch} on the tester's config "
+                                f"({tester['source']})", ["tester", f"head:{head.lower()}-classification"],
+                                base, seed=9050 + 100 * seed + j, family=bare, **kw))
     return specs
 
 

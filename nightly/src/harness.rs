@@ -34,7 +34,15 @@ pub fn supported_architectures() -> Vec<&'static str> {
     registry::FAMILIES
         .iter()
         .flat_map(|f| f.architectures.iter().map(move |a| (f, a)))
-        .filter(|(f, a)| !f.is_decoder() || a.task == registry::Task::CausalLm)
+        .filter(|(f, a)| {
+            !f.is_decoder()
+                || matches!(
+                    a.task,
+                    registry::Task::CausalLm
+                        | registry::Task::SequenceClassification
+                        | registry::Task::TokenClassification
+                )
+        })
         .filter(|(f, a)| {
             !matches!(f.loaders, Loaders::Seq2Seq { .. })
                 || matches!(a.task, registry::Task::Base | registry::Task::Seq2SeqLm)
@@ -73,12 +81,12 @@ fn runner(spec: &CaseSpec) -> Result<Runner, String> {
         | (Loaders::Encoder(_), Task::FeatureExtraction, t @ registry::Task::Base)
         | (Loaders::Encoder(_), Task::FillMask, t @ registry::Task::MaskedLm)
         | (
-            Loaders::Encoder(_),
+            Loaders::Encoder(_) | Loaders::Decoder { .. },
             Task::TextClassification,
             t @ registry::Task::SequenceClassification,
         )
         | (
-            Loaders::Encoder(_),
+            Loaders::Encoder(_) | Loaders::Decoder { .. },
             Task::TokenClassification,
             t @ registry::Task::TokenClassification,
         ) => Ok(Runner::Encoder(t)),

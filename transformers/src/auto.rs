@@ -422,6 +422,19 @@ pub(crate) fn load_encoder(
             source.finish();
             m?
         }
+        // Every decoder family takes transformers' generic classification heads.
+        Loaders::Decoder { base, .. }
+            if matches!(
+                task,
+                Task::SequenceClassification | Task::TokenClassification
+            ) =>
+        {
+            let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
+            let m =
+                crate::models::decoder::ForClassification::load(base, &w, &cfg.pretrained, task);
+            source.finish();
+            Box::new(m?)
+        }
         // A CLIPModel checkpoint embeds text with its projected text tower.
         Loaders::ImageText(load) if task == Task::Base => {
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
@@ -579,13 +592,16 @@ encoder_auto_class!(
 );
 encoder_auto_class!(
     /// `AutoModelForSequenceClassification`: an encoder with a classifier over the pooled
-    /// output (`BertForSequenceClassification`; labels from `id2label`).
+    /// output (`BertForSequenceClassification`), or a decoder with `score` at each row's
+    /// rightmost non-padding token (`LlamaForSequenceClassification`, `GPT2For…`, every
+    /// decoder family's); labels from `id2label`.
     AutoModelForSequenceClassification,
     Task::SequenceClassification
 );
 encoder_auto_class!(
-    /// `AutoModelForTokenClassification`: an encoder with a classifier per token
-    /// (`BertForTokenClassification`; labels from `id2label`).
+    /// `AutoModelForTokenClassification`: an encoder or a decoder with a classifier per token
+    /// (`BertForTokenClassification`, `Qwen2ForTokenClassification`, ...; labels from
+    /// `id2label`).
     AutoModelForTokenClassification,
     Task::TokenClassification
 );

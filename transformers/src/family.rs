@@ -173,14 +173,15 @@ pub(crate) use family;
 
 /// Declares a family that reuses another family's decoder with its own switches, as
 /// transformers' `modular_*.py` files derive one: the registry entry `FAMILY` (the class names
-/// are the aliases' names, `_no_split_modules` is `{Switches}DecoderLayer`, the modeling file
-/// sits in `folder`), the switches type reading them with the file's `features`, and the two
-/// class aliases. The family file then holds only its docs and `features`.
+/// are the aliases' names and the classification `heads` transformers gives the family,
+/// `_no_split_modules` is `{Switches}DecoderLayer`, the modeling file sits in `folder`), the
+/// switches type reading them with the file's `features`, and the two class aliases. The family file then holds only its docs and `features`.
 macro_rules! derived_decoder {
     (
         $base:ident::{$base_model:ident, $base_lm:ident}
             as $switches:ident { $model:ident, $lm:ident },
-        model_type $model_type:literal, folder $folder:literal, gguf [$($gguf:literal),*] $(,)?
+        model_type $model_type:literal, folder $folder:literal, gguf [$($gguf:literal),*],
+        heads [$($head:ident: $head_task:ident),* $(,)?] $(,)?
     ) => {
         #[doc = concat!("The registry entry of `", $model_type, "`: the ", stringify!($base_model),
             " decoder with ", stringify!($switches), "'s switches.")]
@@ -197,6 +198,10 @@ macro_rules! derived_decoder {
                         stringify!($model),
                         $crate::family::Task::Base,
                     ),
+                    $($crate::family::Architecture::new(
+                        stringify!($head),
+                        $crate::family::Task::$head_task,
+                    ),)*
                 ],
                 gguf_architectures: &[$($gguf),*],
                 no_split_modules: &[concat!(stringify!($switches), "DecoderLayer")],

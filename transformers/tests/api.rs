@@ -189,6 +189,48 @@ fn gpt2_generates_and_bert_loads_every_head_through_the_registry() {
 }
 
 #[test]
+fn decoders_classify_at_the_last_non_padding_token_and_need_a_pad_id_for_batches() {
+    use zoo_transformers::kinds::EncoderHead;
+    let dir = fixture_dir("llama-seqcls-f32", |_| {});
+    let p = dir.path().to_str().unwrap();
+    let m = AutoModelForSequenceClassification::load_pretrained(p, DeviceMap::Cpu).unwrap();
+    assert!(
+        matches!(m.head(), EncoderHead::SequenceClassification { labels } if labels.len() == 3),
+        "{:?}",
+        m.head()
+    );
+    let logits = |m: &dyn zoo_transformers::kinds::Encoder, ids: Vec<i64>, rows: usize| {
+        let ids =
+            zoo_runtime::Tensor::from_vec(ids.clone(), &[rows, ids.len() / rows], &m.device())
+                .unwrap();
+        m.forward(EncoderArgs {
+            input_ids: &ids,
+            attention_mask: None,
+            token_type_ids: None,
+            position_ids: None,
+            output_hidden_states: false,
+        })
+        .map(|o| o.logits.unwrap().to_vec::<f32>().unwrap())
+    };
+    // A row ending in padding (pad_token_id 0) is read at its last real token: the same
+    // scores as the row cut there.
+    let padded = logits(m.as_ref(), vec![5, 6, 7, 0, 0], 1).unwrap();
+    let cut = logits(m.as_ref(), vec![5, 6, 7], 1).unwrap();
+    for (a, b) in padded.iter().zip(&cut) {
+        assert!((a - b).abs() < 1e-5, "{padded:?} vs {cut:?}");
+    }
+    // Without a pad id a batch cannot say where its rows end: refused, one row is not.
+    let dir = fixture_dir("llama-seqcls-f32", |c| {
+        c.as_object_mut().unwrap().remove("pad_token_id");
+    });
+    let p = dir.path().to_str().unwrap();
+    let m = AutoModelForSequenceClassification::load_pretrained(p, DeviceMap::Cpu).unwrap();
+    let err = logits(m.as_ref(), vec![5, 6, 7, 8], 2).unwrap_err();
+    assert!(err.to_string().contains("pad_token_id"), "{err}");
+    assert_eq!(logits(m.as_ref(), vec![5, 6, 7], 1).unwrap(), cut);
+}
+
+#[test]
 fn mixture_of_experts_generate_chat_and_refuse_a_mismatched_expert_count() {
     // Generation and chat go through the same CausalLm path as every decoder.
     let dir = fixture_dir("qwen2moe-shared-f32", |_| {});

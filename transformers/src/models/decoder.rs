@@ -3,13 +3,18 @@
 //! positions asked for. Llama's, Gemma's and GPT-2's classes (and their derivatives') are
 //! [`ForCausalLM`] over their base model; each family only says where its weights are.
 
+use zoo_hub::PretrainedConfig;
 use zoo_runtime::nn::{Embedding, Linear, Weights};
-use zoo_runtime::{Device, Tensor};
+use zoo_runtime::{DType, Device, Tensor};
 
-use super::placement::on_device;
+use super::placement::{on_device, Placement};
 use crate::cache::KvCache;
-use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, LogitsFor, ModelOutput};
-use crate::Result;
+use crate::family::Task;
+use crate::kinds::{
+    CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
+    LogitsFor, ModelOutput, TextTower, Tower,
+};
+use crate::{Error, Result};
 
 /// A base decoder and its `lm_head`.
 #[derive(Clone, Debug)]
@@ -92,5 +97,225 @@ impl<M: DecoderModel> CausalLm for ForCausalLM<M> {
             None => logits,
         };
         Ok((logits, out))
+    }
+}
+
+/// A base decoder run as an encoder: the whole batch at once, positions `0..T` per row
+/// (what transformers uses when none are given), the attention mask's padding hidden as
+/// keys. What the decoder classifiers ([`ForClassification`]) read their hidden states from.
+#[derive(Debug)]
+pub struct DecoderTower {
+    model: Box<dyn DecoderModel>,
+    placement: Placement,
+}
+
+impl DecoderTower {
+    /// `model` as an encoder.
+    pub fn new(model: Box<dyn DecoderModel>) -> DecoderTower {
+        let placement = Placement::new(model.dtype(), model.device(), model.devices());
+        DecoderTower { model, placement }
+    }
+}
+
+impl Tower for DecoderTower {
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn hidden_state_modules(&self) -> Vec<String> {
+        self.model.hidden_state_modules()
+    }
+}
+
+impl TextTower for DecoderTower {
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+    fn max_position_embeddings(&self) -> usize {
+        self.model.max_position_embeddings()
+    }
+    fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let ids = args.input_ids;
+        let [batch, seq] = ids.shape()[..] else {
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "a decoder reads [batch, seq] ids, got shape {:?}",
+                    ids.shape()
+                ),
+            ));
+        };
+        let device = self.model.device();
+        let positions = match args.position_ids {
+            Some(p) => on_device(p, &device)?,
+            None => {
+                let row: Vec<i64> = (0..seq as i64).collect();
+                Tensor::from_vec(row.repeat(batch), &[batch, seq], &device)?
+            }
+        };
+        let mask: Option<Vec<Vec<bool>>> = match args.attention_mask {
+            Some(m) => {
+                let v = m.to_dtype(DType::I64)?.to_vec::<i64>()?;
+                Some(
+                    v.chunks(seq.max(1))
+                        .map(|r| r.iter().map(|&x| x != 0).collect())
+                        .collect(),
+                )
+            }
+            None => None,
+        };
+        let mut cache = self.model.new_cache(batch, seq)?;
+        let ids = on_device(ids, &device)?;
+        let out = self.model.forward(
+            ForwardArgs {
+                input_ids: &ids,
+                position_ids: &positions,
+                attention_mask: mask.as_deref(),
+                output_hidden_states: args.output_hidden_states,
+            },
+            &mut cache,
+        )?;
+        // hidden_states as the decoder lists them, beside `hidden_state_modules`.
+        Ok(EncoderOutput {
+            last_hidden_state: out.last_hidden_state,
+            pooler_output: None,
+            hidden_states: out.hidden_states,
+            logits: None,
+            embeds: None,
+        })
+    }
+}
+
+/// `*ForSequenceClassification` and `*ForTokenClassification` over any decoder family, as
+/// transformers' `GenericForSequenceClassification` / `GenericForTokenClassification` (and
+/// GPT-2's own pair) add them: the base model (under `model.` or `transformer.`), then
+/// `score` — bias-free for sequences, read at each row's rightmost token that is not
+/// `pad_token_id`; with a bias for tokens (GPT-2's is `classifier`), on every token.
+#[derive(Debug)]
+pub struct ForClassification {
+    tower: DecoderTower,
+    score: Linear,
+    head: EncoderHead,
+    pad_token_id: Option<i64>,
+}
+
+/// Reads a family's base decoder from a checkpoint root (the registry's `Loaders::Decoder`).
+pub(crate) type BaseLoader = fn(&Weights, &PretrainedConfig) -> Result<Box<dyn DecoderModel>>;
+
+impl ForClassification {
+    /// The head of `task` over the base decoder `base` reads from the checkpoint root `w`.
+    pub(crate) fn load(
+        base: BaseLoader,
+        w: &Weights,
+        c: &PretrainedConfig,
+        task: Task,
+    ) -> Result<ForClassification> {
+        let id2label = c
+            .get("id2label")
+            .and_then(|v| serde_json::from_value(v).ok());
+        let num_labels = c
+            .get("num_labels")
+            .and_then(|v| v.as_u64())
+            .map(|n| n as usize);
+        let labels = crate::config::labels(id2label.as_ref(), num_labels, &c.path)?;
+        let head = match task {
+            Task::SequenceClassification => EncoderHead::SequenceClassification { labels },
+            Task::TokenClassification => EncoderHead::TokenClassification { labels },
+            other => {
+                return Err(Error::Config {
+                    path: c.path.clone(),
+                    reason: format!(
+                    "a decoder takes sequence- and token-classification heads here; {} is neither",
+                    other.auto_class()
+                ),
+                })
+            }
+        };
+        let width = match &head {
+            EncoderHead::SequenceClassification { labels }
+            | EncoderHead::TokenClassification { labels } => labels.len(),
+            _ => 0,
+        };
+        let model = base(w, c)?;
+        let hidden = c
+            .require_usize("hidden_size")
+            .or_else(|_| c.require_usize("n_embd"))?;
+        let name = ["score", "classifier"]
+            .into_iter()
+            .find(|n| w.contains(&format!("{n}.weight")))
+            .ok_or_else(|| Error::Config {
+                path: c.path.clone(),
+                reason: format!(
+                    "{} needs its head's weight `{}`, which the checkpoint does not hold",
+                    task.auto_class(),
+                    w.full_name("score.weight")
+                ),
+            })?;
+        let bias = w.contains(&format!("{name}.bias"));
+        let pad_token_id = c
+            .pad_token_id
+            .as_ref()
+            .and_then(|p| p.to_vec().first().copied())
+            .map(i64::from);
+        Ok(ForClassification {
+            tower: DecoderTower::new(model),
+            score: Linear::load(&w.pp(name), hidden, width, bias)?,
+            head,
+            pad_token_id,
+        })
+    }
+
+    /// Each row's rightmost token that is not padding (transformers' `last_non_pad_token`).
+    fn last_tokens(&self, ids: &[i64], (batch, seq): (usize, usize)) -> Result<Vec<usize>> {
+        let Some(pad) = self.pad_token_id else {
+            if batch != 1 {
+                return Err(Error::invalid(
+                    "input_ids",
+                    "classifying a batch of more than one row needs the config's pad_token_id, \
+                     which marks where each row ends; the config sets none"
+                        .into(),
+                ));
+            }
+            return Ok(vec![seq.saturating_sub(1)]);
+        };
+        // argmax of index * (id != pad): the last such index, 0 for an all-padding row.
+        Ok(ids
+            .chunks(seq.max(1))
+            .map(|row| row.iter().rposition(|&t| t != pad).unwrap_or(0))
+            .collect())
+    }
+}
+
+impl Encoder for ForClassification {
+    fn tower(&self) -> &dyn TextTower {
+        &self.tower
+    }
+    fn head(&self) -> &EncoderHead {
+        &self.head
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.tower.run(args)?;
+        let h = on_device(&out.last_hidden_state, &self.score.device())?;
+        out.logits = Some(match self.head {
+            EncoderHead::SequenceClassification { .. } => {
+                let [batch, seq, width] = h.shape()[..] else {
+                    return Err(Error::Internal(format!(
+                        "a decoder's hidden states of shape {:?}",
+                        h.shape()
+                    )));
+                };
+                let ids = args.input_ids.to_dtype(DType::I64)?.to_vec::<i64>()?;
+                let rows: Vec<i64> = self
+                    .last_tokens(&ids, (batch, seq))?
+                    .into_iter()
+                    .enumerate()
+                    .map(|(b, t)| (b * seq + t) as i64)
+                    .collect();
+                let at = Tensor::from_vec(rows, &[batch], &h.device())?;
+                let flat = h.reshape(&[(batch * seq) as isize, width as isize])?;
+                self.score.forward(&flat.index_select(0, &at)?)?
+            }
+            _ => self.score.forward(&h)?,
+        });
+        Ok(out)
     }
 }

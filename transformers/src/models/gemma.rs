@@ -35,6 +35,11 @@ pub(crate) const FAMILY: Family = family::<Gemma>(Names {
     architectures: &[
         Architecture::new("GemmaForCausalLM", Task::CausalLm),
         Architecture::new("GemmaModel", Task::Base),
+        Architecture::new(
+            "GemmaForSequenceClassification",
+            Task::SequenceClassification,
+        ),
+        Architecture::new("GemmaForTokenClassification", Task::TokenClassification),
     ],
     gguf_architectures: &["gemma"],
     no_split_modules: &["GemmaDecoderLayer"],

@@ -18,6 +18,10 @@ use crate::{Error, Result};
 derived_decoder! {
     gemma::{GemmaModel, GemmaForCausalLM} as Gemma2 { Gemma2Model, Gemma2ForCausalLM },
     model_type "gemma2", folder "gemma2", gguf ["gemma2"],
+    heads [
+        Gemma2ForSequenceClassification: SequenceClassification,
+        Gemma2ForTokenClassification: TokenClassification,
+    ],
 }
 
 /// `query_pre_attn_scalar ** -0.5` (transformers' default scalar: 256).

@@ -19,6 +19,7 @@ use crate::{Error, Result};
 derived_decoder! {
     gemma::{GemmaModel, GemmaForCausalLM} as Gemma3 { Gemma3TextModel, Gemma3ForCausalLM },
     model_type "gemma3_text", folder "gemma3", gguf ["gemma3"],
+    heads [Gemma3TextForSequenceClassification: SequenceClassification],
 }
 
 fn default_rope(theta: f64) -> RopeParameters {

@@ -26,7 +26,12 @@ use crate::{Error, Result};
 
 /// The registry entry of `gpt2` (llama.cpp's `gpt2` files are not read by zoo-hub yet).
 pub(crate) const FAMILY: Family = family! {
-    "gpt2" in "gpt2", classes [GPT2LMHeadModel: CausalLm, GPT2Model: Base],
+    "gpt2" in "gpt2", classes [
+        GPT2LMHeadModel: CausalLm,
+        GPT2Model: Base,
+        GPT2ForSequenceClassification: SequenceClassification,
+        GPT2ForTokenClassification: TokenClassification,
+    ],
     no_split ["GPT2Block"],
     // GPT-2's Conv1D layers store `[in, out]` and transformers gives GPT-2 no plan: on a
     // mesh its weights are whole on every device.
@@ -37,12 +42,13 @@ pub(crate) const FAMILY: Family = family! {
 /// `GPT2Model` from a base or an LM-head checkpoint (which holds it under `transformer.`).
 fn load_base(w: &Weights, c: &PretrainedConfig) -> Result<Box<dyn DecoderModel>> {
     let c = GPT2Config::from_pretrained(c)?;
-    let w = if w.contains("transformer.wte.weight") {
-        w.pp("transformer")
+    // Under `transformer.` in a head's checkpoint, whose module paths then start with it.
+    let (w, prefix) = if w.contains("transformer.wte.weight") {
+        (w.pp("transformer"), "transformer.")
     } else {
-        w.clone()
+        (w.clone(), "")
     };
-    Ok(Box::new(GPT2Model::load(&w, &c)?.under("")))
+    Ok(Box::new(GPT2Model::load(&w, &c)?.under(prefix)))
 }
 
 /// `GPT2LMHeadModel` from the checkpoint root.

@@ -30,6 +30,11 @@ pub(crate) const FAMILY: Family = family::<Llama>(Names {
     architectures: &[
         Architecture::new("LlamaForCausalLM", Task::CausalLm),
         Architecture::new("LlamaModel", Task::Base),
+        Architecture::new(
+            "LlamaForSequenceClassification",
+            Task::SequenceClassification,
+        ),
+        Architecture::new("LlamaForTokenClassification", Task::TokenClassification),
     ],
     gguf_architectures: &["llama"],
     no_split_modules: &["LlamaDecoderLayer"],

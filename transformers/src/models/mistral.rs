@@ -13,6 +13,10 @@ use crate::family::derived_decoder;
 derived_decoder! {
     llama::{LlamaModel, LlamaForCausalLM} as Mistral { MistralModel, MistralForCausalLM },
     model_type "mistral", folder "mistral", gguf [],
+    heads [
+        MistralForSequenceClassification: SequenceClassification,
+        MistralForTokenClassification: TokenClassification,
+    ],
 }
 
 /// Mistral's switches: no biases, the window on every layer (or as `layer_types` says).

@@ -22,6 +22,10 @@ use crate::family::derived_decoder;
 derived_decoder! {
     llama::{LlamaModel, LlamaForCausalLM} as Mixtral { MixtralModel, MixtralForCausalLM },
     model_type "mixtral", folder "mixtral", gguf [],
+    heads [
+        MixtralForSequenceClassification: SequenceClassification,
+        MixtralForTokenClassification: TokenClassification,
+    ],
 }
 
 /// Mixtral's switches: Mistral's attention (no biases, the window on every layer) and

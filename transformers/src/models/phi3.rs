@@ -14,6 +14,10 @@ use crate::family::derived_decoder;
 derived_decoder! {
     llama::{LlamaModel, LlamaForCausalLM} as Phi3 { Phi3Model, Phi3ForCausalLM },
     model_type "phi3", folder "phi3", gguf ["phi3"],
+    heads [
+        Phi3ForSequenceClassification: SequenceClassification,
+        Phi3ForTokenClassification: TokenClassification,
+    ],
 }
 
 /// Phi-3's switches: fused projections, no biases, every layer in the window when one is set,

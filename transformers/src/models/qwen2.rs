@@ -12,6 +12,10 @@ use crate::family::derived_decoder;
 derived_decoder! {
     llama::{LlamaModel, LlamaForCausalLM} as Qwen2 { Qwen2Model, Qwen2ForCausalLM },
     model_type "qwen2", folder "qwen2", gguf ["qwen2"],
+    heads [
+        Qwen2ForSequenceClassification: SequenceClassification,
+        Qwen2ForTokenClassification: TokenClassification,
+    ],
 }
 
 /// Qwen2's switches: q/k/v bias, no o/mlp bias, windows per layer type.

@@ -19,6 +19,10 @@ use crate::family::derived_decoder;
 derived_decoder! {
     llama::{LlamaModel, LlamaForCausalLM} as Qwen2Moe { Qwen2MoeModel, Qwen2MoeForCausalLM },
     model_type "qwen2_moe", folder "qwen2_moe", gguf ["qwen2moe"],
+    heads [
+        Qwen2MoeForSequenceClassification: SequenceClassification,
+        Qwen2MoeForTokenClassification: TokenClassification,
+    ],
 }
 
 /// The per-expert names of Qwen's MoE checkpoints.

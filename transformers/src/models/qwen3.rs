@@ -12,6 +12,10 @@ use crate::family::derived_decoder;
 derived_decoder! {
     llama::{LlamaModel, LlamaForCausalLM} as Qwen3 { Qwen3Model, Qwen3ForCausalLM },
     model_type "qwen3", folder "qwen3", gguf ["qwen3"],
+    heads [
+        Qwen3ForSequenceClassification: SequenceClassification,
+        Qwen3ForTokenClassification: TokenClassification,
+    ],
 }
 
 /// Qwen3's switches: q/k norms, `attention_bias` on q/k/v/o, windows per layer type.

@@ -15,6 +15,10 @@ use crate::family::derived_decoder;
 derived_decoder! {
     llama::{LlamaModel, LlamaForCausalLM} as Qwen3Moe { Qwen3MoeModel, Qwen3MoeForCausalLM },
     model_type "qwen3_moe", folder "qwen3_moe", gguf ["qwen3moe"],
+    heads [
+        Qwen3MoeForSequenceClassification: SequenceClassification,
+        Qwen3MoeForTokenClassification: TokenClassification,
+    ],
 }
 
 /// Qwen3-MoE's switches, with transformers' defaults (128 experts, top 8, width 768, no
