@@ -236,9 +236,14 @@ impl ForClassification {
             _ => 0,
         };
         let model = base(w, c)?;
-        let hidden = c
-            .require_usize("hidden_size")
-            .or_else(|_| c.require_usize("n_embd"))?;
+        let hidden = ["hidden_size", "n_embd"]
+            .iter()
+            .find_map(|k| c.get(k).and_then(|v| v.as_u64()))
+            .map(|v| v as usize)
+            .ok_or_else(|| Error::Config {
+                path: c.path.clone(),
+                reason: "no `hidden_size` (or GPT-2's `n_embd`) to size the classifier with".into(),
+            })?;
         let name = ["score", "classifier"]
             .into_iter()
             .find(|n| w.contains(&format!("{n}.weight")))
