@@ -176,6 +176,10 @@ SPECS: list[LmSpec] = [
            "transformers' generic sequence head: score (no bias) at each row's rightmost non-padding token, "
            "a right-padded row, positions 0..T", ["gqa", "head:sequence-classification", "right-padding"],
            seed=120, prompt_len=8),
+    LmSpec("qwen3-embedder-f32", "Qwen3Model",
+           "Qwen3Model as the decoder embedders run it (feature extraction): the whole batch, a right-padded "
+           "row, positions 0..T", ["gqa", "qk-norm", "feature-extraction", "right-padding"],
+           {"head_dim": 16}, seed=122, prompt_len=8),
     LmSpec("llama-tokcls-f32", "LlamaForTokenClassification",
            "transformers' generic token head: score (with bias) on every token, a right-padded row",
            ["gqa", "head:token-classification", "right-padding"], seed=121, prompt_len=8),
@@ -320,7 +324,10 @@ HEAD_LABELS = ["negative", "neutral", "positive"]
 
 
 def head_task(architecture: str) -> str | None:
-    """The case task of a decoder family's classification class, None for other classes."""
+    """The case task of a decoder family's classification class or base model (feature
+    extraction, as the decoder embedders run it), None for the causal LMs."""
+    if architecture.endswith("Model") and not architecture.endswith("LMHeadModel"):
+        return "feature-extraction"
     return next((t for suffix, t in HEAD_TASKS.items() if architecture.endswith(suffix)), None)
 
 
@@ -329,8 +336,9 @@ def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     rightmost non-padding token through `score`; `*ForTokenClassification`: every token),
     on two right-padded rows with positions 0..T as transformers gives them."""
     task = head_task(spec.architecture)
-    labels = {"id2label": dict(enumerate(HEAD_LABELS)), "label2id": {n: i for i, n in enumerate(HEAD_LABELS)}}
-    spec = replace(spec, config={**labels, **spec.config})
+    if task != "feature-extraction":
+        labels = {"id2label": dict(enumerate(HEAD_LABELS)), "label2id": {n: i for i, n in enumerate(HEAD_LABELS)}}
+        spec = replace(spec, config={**labels, **spec.config})
     model = build_model(spec)
     model.save_pretrained(out_dir, save_original_format=spec.save_original_format)
     gen = torch.Generator().manual_seed(spec.seed + 7919)
@@ -341,9 +349,13 @@ def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     ids[1, -pad:] = PAD_ID
     mask[1, -pad:] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
-    base = getattr(model, model.base_model_prefix)
-    # The layers' outputs (the classes hold the base model where the causal LMs do).
-    points = {k: v for k, v in spec.family.points(model).items() if k.rsplit(".", 1)[-1].isdigit()}
+    base = model if task == "feature-extraction" else getattr(model, model.base_model_prefix)
+    # The layers' outputs (the classes hold the base model where the causal LMs do; a base
+    # model's own paths have no prefix).
+    holder = type("Holder", (), {"model": base, "transformer": base})() if base is model else model
+    points = {k: v for k, v in spec.family.points(holder).items() if k.rsplit(".", 1)[-1].isdigit()}
+    if base is model:
+        points = {k.split(".", 1)[1]: v for k, v in points.items()}
     captured: dict[str, torch.Tensor] = {}
     hooks = [m.register_forward_hook(_capture(captured, f"{n}.output")) for n, m in points.items()]
     keep: dict[str, torch.Tensor] = {}
@@ -354,7 +366,7 @@ def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     hooks.append(base.register_forward_hook(keep_base))
     try:
         with torch.no_grad():
-            logits = model(**inputs).logits
+            logits = getattr(model(**inputs), "logits", None)
     finally:
         for hook in hooks:
             hook.remove()
@@ -362,10 +374,11 @@ def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     per_token = task == "token-classification"
     meaning = ("per-token label scores [batch, seq, labels]: score(last_hidden_state)" if per_token else
                "label scores [batch, labels]: score at each row's rightmost token that is not pad_token_id")
-    outputs = [TensorSpec("logits", logits.float(), f"{meaning}; names in config.json id2label{stored_as}",
-                          compare="allclose", mask="attention_mask" if per_token else None),
-               TensorSpec("last_hidden_state", keep["h"].float(), f"the base model's output{stored_as}",
-                          compare="allclose", mask="attention_mask")]
+    outputs = [] if logits is None else [
+        TensorSpec("logits", logits.float(), f"{meaning}; names in config.json id2label{stored_as}",
+                   compare="allclose", mask="attention_mask" if per_token else None)]
+    outputs.append(TensorSpec("last_hidden_state", keep["h"].float(), f"the base model's output{stored_as}",
+                              compare="allclose", mask="attention_mask"))
     for name, value in captured.items():
         outputs.append(TensorSpec(name, value.float(), f"output of module {name[:-7]}{stored_as}",
                                   compare="allclose", mask="attention_mask"))

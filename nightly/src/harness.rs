@@ -28,21 +28,12 @@ use crate::results::{
 };
 use crate::tensor::HostTensor;
 
-/// Architectures the harness can run: the causal LMs of zoo-transformers' registry (through
-/// `AutoModelForCausalLM`) and every encoder class (through its head).
+/// Architectures the harness can run: every class of zoo-transformers' registry but an
+/// encoder-decoder's heads other than its encoder and its generator.
 pub fn supported_architectures() -> Vec<&'static str> {
     registry::FAMILIES
         .iter()
         .flat_map(|f| f.architectures.iter().map(move |a| (f, a)))
-        .filter(|(f, a)| {
-            !f.is_decoder()
-                || matches!(
-                    a.task,
-                    registry::Task::CausalLm
-                        | registry::Task::SequenceClassification
-                        | registry::Task::TokenClassification
-                )
-        })
         .filter(|(f, a)| {
             !matches!(f.loaders, Loaders::Seq2Seq { .. })
                 || matches!(a.task, registry::Task::Base | registry::Task::Seq2SeqLm)
@@ -78,6 +69,7 @@ fn runner(spec: &CaseSpec) -> Result<Runner, String> {
             Ok(Runner::Seq2SeqLm)
         }
         (Loaders::Seq2Seq { .. }, Task::FeatureExtraction, t @ registry::Task::Base)
+        | (Loaders::Decoder { .. }, Task::FeatureExtraction, t @ registry::Task::Base)
         | (Loaders::Encoder(_), Task::FeatureExtraction, t @ registry::Task::Base)
         | (Loaders::Encoder(_), Task::FillMask, t @ registry::Task::MaskedLm)
         | (

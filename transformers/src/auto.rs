@@ -422,18 +422,22 @@ pub(crate) fn load_encoder(
             source.finish();
             m?
         }
-        // Every decoder family takes transformers' generic classification heads.
-        Loaders::Decoder { base, .. }
-            if matches!(
-                task,
-                Task::SequenceClassification | Task::TokenClassification
-            ) =>
-        {
+        // Every decoder family takes transformers' generic classification heads, and its base
+        // model embeds (the decoder embedders: sentence-transformers' `lasttoken` pooling).
+        Loaders::Decoder { base, .. } => {
+            use crate::models::decoder::{DecoderTower, ForClassification};
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
-            let m =
-                crate::models::decoder::ForClassification::load(base, &w, &cfg.pretrained, task);
+            let m: Result<Box<dyn Encoder>> = match task {
+                Task::Base => base(&w, &cfg.pretrained)
+                    .map(|m| Box::new(DecoderTower::new(m)) as Box<dyn Encoder>),
+                Task::SequenceClassification | Task::TokenClassification => {
+                    ForClassification::load(base, &w, &cfg.pretrained, task)
+                        .map(|m| Box::new(m) as Box<dyn Encoder>)
+                }
+                _ => Err(cfg.wrong_kind(task.auto_class())),
+            };
             source.finish();
-            Box::new(m?)
+            m?
         }
         // A CLIPModel checkpoint embeds text with its projected text tower.
         Loaders::ImageText(load) if task == Task::Base => {

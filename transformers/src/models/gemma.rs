@@ -266,6 +266,9 @@ pub struct GemmaModel {
     features: GemmaFeatures,
     dtype: DType,
     layer_devices: Vec<Device>,
+    /// The module path the weights sit under (`model.` in a causal LM's checkpoint, nothing
+    /// in a base model's), which the hidden states' module names start with.
+    prefix: String,
 }
 
 impl GemmaModel {
@@ -327,6 +330,7 @@ impl GemmaModel {
             features,
             dtype: w.dtype(),
             layer_devices,
+            prefix: w.full_name(""),
         })
     }
 
@@ -374,8 +378,9 @@ impl DecoderModel for GemmaModel {
     }
 
     fn hidden_state_modules(&self) -> Vec<String> {
-        std::iter::once("model.embed_tokens".to_string())
-            .chain((0..self.layers.len()).map(|i| format!("model.layers.{i}")))
+        let p = &self.prefix;
+        std::iter::once(format!("{p}embed_tokens"))
+            .chain((0..self.layers.len()).map(|i| format!("{p}layers.{i}")))
             .collect()
     }
 

@@ -417,6 +417,9 @@ pub struct LlamaModel {
     dtype: DType,
     /// Where each decoder layer runs; activations move between devices at the cuts.
     layer_devices: Vec<Device>,
+    /// The module path the weights sit under (`model.` in a causal LM's checkpoint, nothing
+    /// in a base model's), which the hidden states' module names start with.
+    prefix: String,
 }
 
 impl LlamaModel {
@@ -466,6 +469,7 @@ impl LlamaModel {
             features,
             dtype: w.dtype(),
             layer_devices,
+            prefix: w.full_name(""),
         })
     }
 
@@ -522,8 +526,9 @@ impl DecoderModel for LlamaModel {
     }
 
     fn hidden_state_modules(&self) -> Vec<String> {
-        std::iter::once("model.embed_tokens".to_string())
-            .chain((0..self.layers.len()).map(|i| format!("model.layers.{i}")))
+        let p = &self.prefix;
+        std::iter::once(format!("{p}embed_tokens"))
+            .chain((0..self.layers.len()).map(|i| format!("{p}layers.{i}")))
             .collect()
     }
 
