@@ -10,8 +10,10 @@ use zoo_transformers::vision::{open_images_limited, ImageEmbedder};
 use zoo_transformers::LoadOptions;
 
 /// Embed sentences with an encoder (a sentence-transformers folder such as
-/// all-MiniLM-L6-v2, or a plain BERT checkpoint) and print each embedding's norm and first
-/// values; with two or more sentences, their cosine similarity matrix.
+/// all-MiniLM-L6-v2, or a plain BERT checkpoint) or a decoder embedder (a decoder family's
+/// base model with `lasttoken` pooling, as Qwen3-Embedding and gte-Qwen2 are published) and
+/// print each embedding's norm and first values; with two or more sentences, their cosine
+/// similarity matrix.
 ///
 /// Pooling and normalisation come from the folder's modules.json (1_Pooling/config.json,
 /// 2_Normalize) and inputs are cut at sentence_bert_config.json's max_seq_length, as
@@ -26,6 +28,7 @@ use zoo_transformers::LoadOptions;
 ///   zoo embed ./all-MiniLM-L6-v2 "The capital of France is Paris." "Paris is in France."
 ///   zoo embed sentence-transformers/all-MiniLM-L6-v2 "Hello" --json
 ///   zoo embed ./bert-folder "one sentence" "another" --pooling cls --device-map pjrt:cpu
+///   zoo embed ./Qwen3-Embedding-0.6B "What is the capital of China?"
 ///   zoo embed openai/clip-vit-base-patch32 --image cat.jpg --image dog.png
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(false))]

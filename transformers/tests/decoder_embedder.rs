@@ -1,0 +1,86 @@
+//! A decoder embedder (Qwen3-Embedding's layout: the decoder at the root, a tokenizer that
+//! pads on the left, `lasttoken` pooling, Normalize) through `SentenceEmbedder`, on candle
+//! CPU and on one device of the XLA CPU PJRT plugin, against what sentence-transformers
+//! computes for the same sentences (`nightly/reference/decoder_embedder.py` wrote the tiny
+//! random model and `expected.json`).
+
+use std::path::Path;
+
+use serde_json::Value;
+use zoo_runtime::device_map::DeviceMap;
+use zoo_transformers::sentence::{cosine_similarity, Pooling, SentenceEmbedder};
+use zoo_transformers::LoadOptions;
+
+fn matches_sentence_transformers(map: DeviceMap) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen3_embedder");
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let opts = LoadOptions {
+        device_map: map,
+        ..Default::default()
+    };
+    let embedder = SentenceEmbedder::load_pretrained(dir.to_str().unwrap(), opts).unwrap();
+    assert_eq!(embedder.pooling(), Pooling::LastToken);
+    assert!(embedder.normalizes());
+    let sentences: Vec<&str> = expected["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    // The tokens are sentence-transformers' (truncated to max_seq_length as it truncates).
+    for (s, want) in sentences
+        .iter()
+        .zip(expected["input_ids"].as_array().unwrap())
+    {
+        let want: Vec<u32> = want
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let got = embedder.encode(s).unwrap();
+        assert_eq!(got, want[..want.len().min(64)], "{s}");
+    }
+    // One batch of different lengths: sentence-transformers pads it on the left, zoo on the
+    // right with the padding hidden; the last real token's state is the same (rotary
+    // positions are relative).
+    let got = embedder.embed(&sentences).unwrap();
+    for (i, (g, want)) in got
+        .iter()
+        .zip(expected["embeddings"].as_array().unwrap())
+        .enumerate()
+    {
+        let want: Vec<f32> = want
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let cos = cosine_similarity(g, &want);
+        let worst = g
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            1.0 - cos < 1e-5 && worst < 1e-4,
+            "sentence {i}: cosine {cos}, max abs diff {worst}"
+        );
+    }
+}
+
+#[test]
+fn a_decoder_embedder_matches_sentence_transformers_on_cpu() {
+    matches_sentence_transformers(DeviceMap::Cpu);
+}
+
+#[test]
+fn a_decoder_embedder_matches_sentence_transformers_on_the_xla_cpu_plugin() {
+    std::env::var_os("ZOO_PJRT_CPU_PLUGIN")
+        .expect("ZOO_PJRT_CPU_PLUGIN is unset: run the tests through scripts/run-tests.sh");
+    matches_sentence_transformers(DeviceMap::Pjrt {
+        platform: "cpu".into(),
+        devices: Some(vec![0]),
+    });
+}
