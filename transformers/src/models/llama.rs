@@ -96,13 +96,14 @@ pub(crate) const fn family<F: Switches>(names: Names) -> Family {
     )
 }
 
-/// The planner's view of a Llama-shaped decoder from its config: `model.layers.N` are the
-/// no-split units, each with its KV cache; `lm_head` goes with the embeddings when `tied`
-/// (Gemma ties by default; its families decide).
+/// The planner's view of a Llama-shaped decoder from its config: `model.layers.N` (or a base
+/// checkpoint's `layers.N`) are the no-split units, each with its KV cache; `lm_head` goes
+/// with the embeddings when `tied` (Gemma ties by default; its families decide).
 pub(crate) fn decoder_layout(c: &DecoderConfig, tied: bool) -> Layout {
     Layout {
-        layer_containers: vec!["model.layers".into()],
-        inputs: vec!["model.embed_tokens".into()],
+        // A base model's checkpoint (`Qwen3Model`, a decoder embedder) holds them at the root.
+        layer_containers: vec!["model.layers".into(), "layers".into()],
+        inputs: vec!["model.embed_tokens".into(), "embed_tokens".into()],
         tied: if tied {
             vec![vec![
                 "model.embed_tokens.weight".into(),
