@@ -213,6 +213,13 @@ def _vision_specs() -> list[Any]:
     from transformers import CLIPTextConfig
 
     text = _bare(CLIPTextConfig, clip_text.BASE_CONFIG, clip["base"]["text"])
+    # CLIPModelTest: both testers' towers joined with projection_dim 64.
+    specs.append(vision.VisionSpec(
+        "tester-clip-model-f32", f"transformers' CLIPModel tester config: the text and vision testers' towers, "
+        f"projection_dim {clip['base']['clip_model']['projection_dim']}, texts of random ids (no end-of-text "
+        f"in the vocabulary) ({clip['source']})", ["tester", "contrastive"], "CLIPModel", clip_config,
+        seed=11250, image=(side, side), text_config=_bare(CLIPTextConfig, vision.CLIP_TEXT_CONFIG, clip["base"]["text"]),
+        projection_dim=clip["base"]["clip_model"]["projection_dim"], special_ids=False))
     seq = clip["inputs"]["text"]["seq_length"]
     for i, arch in enumerate(("CLIPTextModel", "CLIPTextModelWithProjection")):
         name = "tester-clip-text-f32" if i == 0 else "tester-clip-text-proj-f32"

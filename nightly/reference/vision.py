@@ -74,6 +74,13 @@ class VisionSpec:
     batch: int = 2
     interpolate: bool = False
     original_format: bool = True  # save with the original (transformers 4) weight names
+    # CLIPModel only: the text tower's config over CLIP_TEXT_CONFIG, CLIPConfig's
+    # projection_dim, and whether the texts carry this project's tokenizer's bos/end-of-text
+    # ids and the folder its tokenizer and processor (False: random ids over the vocabulary,
+    # as transformers' CLIP tester builds them, and no pipeline files).
+    text_config: dict[str, Any] = field(default_factory=dict)
+    projection_dim: int = 24
+    special_ids: bool = True
 
 
 SPECS: list[VisionSpec] = [
@@ -117,8 +124,9 @@ SPECS: list[VisionSpec] = [
 def build_model(spec: VisionSpec) -> torch.nn.Module:
     cls, _, _ = CLASSES[spec.architecture]
     if spec.architecture == "CLIPModel":
-        config = CLIPConfig(text_config=CLIPTextConfig(**CLIP_TEXT_CONFIG).to_dict(),
-                            vision_config=CLIPVisionConfig(**CLIP_VISION_CONFIG).to_dict(), projection_dim=24)
+        config = CLIPConfig(text_config=CLIPTextConfig(**{**CLIP_TEXT_CONFIG, **spec.text_config}).to_dict(),
+                            vision_config=CLIPVisionConfig(**{**CLIP_VISION_CONFIG, **spec.config}).to_dict(),
+                            projection_dim=spec.projection_dim)
     elif spec.architecture.startswith("CLIP"):
         config = CLIPVisionConfig(**{**CLIP_VISION_CONFIG, **spec.config})
     else:
@@ -139,7 +147,14 @@ def make_inputs(spec: VisionSpec) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(spec.seed + 7919)
     h, w = spec.image
     inputs = {"pixel_values": torch.randn(spec.batch, 3, h, w, generator=gen)}
-    if spec.architecture == "CLIPModel":
+    if spec.architecture == "CLIPModel" and not spec.special_ids:
+        vocab = {**CLIP_TEXT_CONFIG, **spec.text_config}["vocab_size"]
+        ids = torch.randint(0, vocab, (3, 7), generator=gen, dtype=torch.int64)
+        mask = torch.ones_like(ids)
+        for row, length in enumerate((7, 5, 3)):
+            mask[row, length:] = 0
+        inputs = {"input_ids": ids, "attention_mask": mask, **inputs}
+    elif spec.architecture == "CLIPModel":
         # Three prompts as CLIPTokenizer pads them: bos, words, end-of-text, then end-of-text.
         ids = torch.randint(3, BOS, (3, 9), generator=gen, dtype=torch.int64)
         ids[:, 0] = BOS
@@ -240,7 +255,7 @@ def write_pipeline_reference(spec: VisionSpec, out_dir: Path) -> None:
 def build_case(spec: VisionSpec, out_dir: Path) -> Case:
     model = build_model(spec)
     model.save_pretrained(out_dir, save_original_format=spec.original_format)
-    if spec.architecture in PROCESSORS and spec.dtype == "f32":
+    if spec.architecture in PROCESSORS and spec.dtype == "f32" and spec.special_ids:
         processor = PROCESSORS[spec.architecture]
         side = spec.config.get("image_size", 32)
         if side != 32 and spec.architecture == "ViTForImageClassification":
