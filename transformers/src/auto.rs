@@ -428,6 +428,15 @@ pub(crate) fn load_encoder(
             use crate::models::decoder::{DecoderTower, ForClassification};
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;
             let m: Result<Box<dyn Encoder>> = match task {
+                // A causal LM's checkpoint embeds only as a sentence-transformers folder (how
+                // decoder embedders ship, their config naming the causal LM); a plain LM is
+                // pointed to generation instead.
+                Task::Base
+                    if cfg.task != Task::Base
+                        && pretrained.files().get_optional("modules.json")?.is_none() =>
+                {
+                    Err(cfg.wrong_kind(task.auto_class()))
+                }
                 Task::Base => base(&w, &cfg.pretrained)
                     .map(|m| Box::new(DecoderTower::new(m)) as Box<dyn Encoder>),
                 Task::SequenceClassification | Task::TokenClassification => {

@@ -90,7 +90,16 @@ pub fn families_help(decoder: bool) -> String {
             }
         })
         .map(|f| {
-            let classes: Vec<&str> = f.architectures.iter().map(|a| a.name).collect();
+            // What the command loads: a decoder's generating and base classes, not its
+            // classification heads.
+            let classes: Vec<&str> = f
+                .architectures
+                .iter()
+                .filter(|a| {
+                    !decoder || matches!(a.task, Task::CausalLm | Task::Base | Task::Seq2SeqLm)
+                })
+                .map(|a| a.name)
+                .collect();
             format!("  {} ({})", f.model_type, classes.join(", "))
         })
         .collect();

@@ -84,3 +84,46 @@ fn a_decoder_embedder_matches_sentence_transformers_on_the_xla_cpu_plugin() {
         devices: Some(vec![0]),
     });
 }
+
+/// Decoder embedders ship naming their causal LM (`Qwen3ForCausalLM`): as a
+/// sentence-transformers folder such a checkpoint embeds; a plain causal LM is pointed to
+/// generation instead.
+#[test]
+fn a_causal_lm_embeds_only_as_a_sentence_transformers_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen3_embedder");
+    let dir = tempfile::tempdir().unwrap();
+    for e in walk(&src) {
+        let to = dir.path().join(e.strip_prefix(&src).unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&e, &to).unwrap();
+    }
+    let config = dir.path().join("config.json");
+    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    c["architectures"] = serde_json::json!(["Qwen3ForCausalLM"]);
+    std::fs::write(&config, c.to_string()).unwrap();
+    let p = dir.path().to_str().unwrap();
+    let embedder = SentenceEmbedder::load_pretrained(p, LoadOptions::default()).unwrap();
+    let want = SentenceEmbedder::load_pretrained(src.to_str().unwrap(), LoadOptions::default())
+        .unwrap()
+        .embed(&["hello"])
+        .unwrap();
+    assert_eq!(embedder.embed(&["hello"]).unwrap(), want);
+    std::fs::remove_file(dir.path().join("modules.json")).unwrap();
+    let err = SentenceEmbedder::load_pretrained(p, LoadOptions::default())
+        .err()
+        .expect("a plain causal LM");
+    assert!(err.to_string().contains("zoo generate"), "{err}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
