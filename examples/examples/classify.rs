@@ -1,5 +1,7 @@
-//! Classify a text with a BERT sequence-classification checkpoint (labels from its
-//! `id2label`), printing each label's probability.
+//! Classify a text with a sequence-classification checkpoint (labels from its `id2label`),
+//! printing each label's probability: a BERT classifier, or a decoder with transformers'
+//! classification head (`LlamaForSequenceClassification`, `Qwen2ForSequenceClassification`,
+//! ..., as reward models are published), which scores the last token.
 //!
 //! cargo run -p zoo-examples --example classify -- path/to/bert-sst2 "A wonderful film."
 

@@ -1,5 +1,6 @@
 //! Embed sentences with a sentence-transformers model (pooling and normalisation from its
-//! folder) and print how similar they are.
+//! folder) and print how similar they are: an encoder such as all-MiniLM-L6-v2, or a decoder
+//! embedder such as Qwen3-Embedding (its last token pooled).
 //!
 //! cargo run -p zoo-examples --example embed -- path/to/all-MiniLM-L6-v2 "A cat sits." "A dog runs."
 

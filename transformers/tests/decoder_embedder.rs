@@ -109,9 +109,9 @@ fn a_causal_lm_embeds_only_as_a_sentence_transformers_folder() {
         .unwrap();
     assert_eq!(embedder.embed(&["hello"]).unwrap(), want);
     std::fs::remove_file(dir.path().join("modules.json")).unwrap();
-    let err = SentenceEmbedder::load_pretrained(p, LoadOptions::default())
-        .err()
-        .expect("a plain causal LM");
+    let Err(err) = SentenceEmbedder::load_pretrained(p, LoadOptions::default()) else {
+        panic!("a plain causal LM embedded");
+    };
     assert!(err.to_string().contains("zoo generate"), "{err}");
 }
 
