@@ -8,8 +8,12 @@ use std::path::Path;
 
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
-use zoo_transformers::sentence::{cosine_similarity, Pooling, SentenceEmbedder};
+use zoo_transformers::sentence::{Pooling, SentenceEmbedder};
 use zoo_transformers::LoadOptions;
+
+#[path = "common/embeddings.rs"]
+mod embeddings;
+use embeddings::assert_embedding_matches;
 
 fn matches_sentence_transformers(map: DeviceMap) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen3_embedder");
@@ -57,16 +61,7 @@ fn matches_sentence_transformers(map: DeviceMap) {
             .iter()
             .map(|x| x.as_f64().unwrap() as f32)
             .collect();
-        let cos = cosine_similarity(g, &want);
-        let worst = g
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            1.0 - cos < 1e-5 && worst < 1e-4,
-            "sentence {i}: cosine {cos}, max abs diff {worst}"
-        );
+        assert_embedding_matches(g, &want, &format!("sentence {i}"));
     }
 }
 

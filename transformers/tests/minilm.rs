@@ -14,7 +14,10 @@ use zoo_transformers::{AutoModelForCausalLM, Error, LoadOptions};
 
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
+#[path = "common/embeddings.rs"]
+mod embeddings;
 use assets::asset;
+use embeddings::assert_embedding_matches;
 
 fn floats(v: &Value) -> Vec<f32> {
     v.as_array()
@@ -50,16 +53,7 @@ fn matches_sentence_transformers(map: DeviceMap) {
     {
         let want = floats(want);
         assert_eq!(g.len(), 384);
-        let cos = cosine_similarity(g, &want);
-        let worst = g
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            1.0 - cos < 1e-5 && worst < 1e-4,
-            "sentence {i}: cosine {cos}, max abs diff {worst}"
-        );
+        assert_embedding_matches(g, &want, &format!("sentence {i}"));
     }
     for (i, row) in expected["cosine_similarity"]
         .as_array()

@@ -172,22 +172,30 @@ pub fn mesh_checks(var: &str) {
         ("layers.*.q", zoo_runtime::device_map::TpStyle::Colwise),
         ("layers.*.o", zoo_runtime::device_map::TpStyle::Rowwise),
     ];
-    let weights = zoo_runtime::nn::Weights::new(std::sync::Arc::new(mem), DType::F32, mesh)
-        .with_tp_plan(PLAN);
-    for (name, tile) in [
-        ("layers.0.q.weight", vec![2, 4]),
-        ("layers.0.o.weight", vec![8, 1]),
-        ("norm.weight", vec![8]),
-    ] {
-        let t = weights.get_unchecked(name).expect("weight");
-        assert_eq!(
-            t.device_shapes().expect("lazy").expect("tiles"),
-            vec![tile; 4],
-            "{name}"
-        );
-        let whole = weights.get_unchecked(name).and_then(|t| t.to_vec::<f32>());
-        assert_eq!(whole.expect("read"), mem_value(name, &w), "{name}");
-    }
+    // Each device holds its tile of a split weight (the norm whole), and each reads back.
+    let check_split = |weights: &zoo_runtime::nn::Weights| {
+        for (name, tile) in [
+            ("layers.0.q.weight", vec![2, 4]),
+            ("layers.0.o.weight", vec![8, 1]),
+            ("norm.weight", vec![8]),
+        ] {
+            let t = weights.get_unchecked(name).expect("weight");
+            assert_eq!(
+                t.device_shapes().expect("lazy").expect("tiles"),
+                vec![tile; 4],
+                "{name}"
+            );
+            assert_eq!(
+                t.to_vec::<f32>().expect("read"),
+                mem_value(name, &w),
+                "{name}"
+            );
+        }
+    };
+    check_split(
+        &zoo_runtime::nn::Weights::new(std::sync::Arc::new(mem), DType::F32, mesh)
+            .with_tp_plan(PLAN),
+    );
     // From a checkpoint each device's tile is read from the file alone: the whole tensor
     // is never read for a split weight (only the replicated norm is), in f32 and in bf16.
     let dir = std::env::temp_dir().join(format!("zoo-tp-tiles-{}", std::process::id()));
@@ -224,25 +232,9 @@ pub fn mesh_checks(var: &str) {
         inner: hub,
         whole: std::sync::Mutex::new(Vec::new()),
     });
-    let weights =
-        zoo_runtime::nn::Weights::new(counted.clone(), DType::F32, mesh).with_tp_plan(PLAN);
-    for (name, tile) in [
-        ("layers.0.q.weight", vec![2, 4]),
-        ("layers.0.o.weight", vec![8, 1]),
-        ("norm.weight", vec![8]),
-    ] {
-        let t = weights.get_unchecked(name).expect("weight");
-        assert_eq!(
-            t.device_shapes().expect("lazy").expect("tiles"),
-            vec![tile; 4],
-            "{name}"
-        );
-        assert_eq!(
-            t.to_vec::<f32>().expect("read"),
-            mem_value(name, &w),
-            "{name}"
-        );
-    }
+    check_split(
+        &zoo_runtime::nn::Weights::new(counted.clone(), DType::F32, mesh).with_tp_plan(PLAN),
+    );
     let read_whole = counted.whole.lock().unwrap().clone();
     assert_eq!(read_whole, ["norm.weight"]);
     let _ = std::fs::remove_dir_all(&dir);
