@@ -71,8 +71,9 @@ struct JobArgs {
     /// others reach, e.g. 10.0.0.2:8476).
     #[arg(long, global = true, value_name = "HOST:PORT")]
     coordinator: Option<String>,
-    /// Seconds each process waits for all the others, to join and to leave.
-    #[arg(long, global = true, value_name = "SECS", default_value_t = 300)]
+    /// Seconds each process waits for all the others, to join and to leave (1 to 86400).
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     join_timeout: u64,
 }
 

@@ -126,6 +126,11 @@ fn a_process_that_never_comes_is_named_and_bad_flags_are_refused() {
     assert!(err.contains("process(es) 1, 2 did not join"), "{err}");
 
     for (args, needle) in [
+        (vec!["devices", "--join-timeout", "0"], "--join-timeout"),
+        (
+            vec!["devices", "--join-timeout", "18446744073709551615"],
+            "--join-timeout",
+        ),
         (
             vec!["devices", "--process-id", "1"],
             "--num-processes, --coordinator",

@@ -265,7 +265,7 @@ impl ProcessGroup {
         let me = format!("{} {}", p.num_processes, hostname());
         self.store
             .put(&format!("zoo/{phase}/{}", p.process_id), me.as_bytes())?;
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = store::later(timeout);
         let mut missing = Vec::new();
         for id in 0..p.num_processes {
             let left = deadline.saturating_duration_since(std::time::Instant::now());

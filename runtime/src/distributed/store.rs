@@ -36,6 +36,15 @@ const FAILED: u8 = 4;
 
 type Table = Arc<(Mutex<HashMap<String, Vec<u8>>>, Condvar)>;
 
+/// `timeout` from now, or a year from now for a longer one (an `Instant` past the clock's
+/// range would not be representable).
+pub(crate) fn later(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Values are inserted whole, so a poisoned table is still consistent.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -141,7 +150,7 @@ impl Coordinator {
     /// to a client's last request is written after the request took effect, so process 0
     /// leaving as soon as it saw the others' last keys would cut those answers off.
     pub fn wait_closed(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = later(timeout);
         while self.open.load(Ordering::Acquire) > 0 {
             if Instant::now() >= deadline {
                 return false;
@@ -267,7 +276,7 @@ impl TcpStore {
     /// Connects to the coordinator at `addr`, retrying until `timeout` (process 0 may start
     /// after the others).
     pub fn connect(addr: &str, timeout: Duration) -> io::Result<TcpStore> {
-        let deadline = Instant::now() + timeout;
+        let deadline = later(timeout);
         let mut last: io::Error;
         loop {
             match Self::try_connect(addr) {
@@ -349,7 +358,7 @@ impl TcpStore {
             }
         };
         let result = (|| {
-            conn.set_read_timeout(Some(wait + Duration::from_secs(30)))?;
+            conn.set_read_timeout(Some(wait.saturating_add(Duration::from_secs(30))))?;
             let mut req = Vec::with_capacity(5 + key.len() + tail.len());
             req.push(op);
             req.extend_from_slice(&(key.len() as u32).to_le_bytes());
