@@ -164,9 +164,10 @@ fn main() -> std::process::ExitCode {
         Command::Parity(args) => parity::run(args),
     };
     // Leaves the job whatever the command's outcome, so the other processes are not left
-    // waiting; process 0's coordinator serves until all have left.
-    let result = result.and_then(|()| Ok(distributed::shutdown(timeout)?));
-    let _ = distributed::shutdown(timeout);
+    // waiting (process 0's coordinator serves until all have left); a failure to leave is
+    // the error only of a command that succeeded.
+    let left = distributed::shutdown(timeout);
+    let result = result.and_then(|()| Ok(left?));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -436,16 +436,17 @@ mod tests {
         }
     }
 
+    /// A loopback address with a port free now.
+    fn free_addr() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    }
+
     /// Three processes (threads here; `cli/tests/distributed.rs` runs real ones) join, one
     /// that never comes is named, and a count that disagrees is refused.
     #[test]
     fn processes_join_and_the_missing_are_named() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        let addr = free_addr();
         let joins: Vec<_> = (0..3)
             .map(|id| {
                 let p = Processes::new(id, 3, addr.clone()).unwrap();
@@ -469,23 +470,13 @@ mod tests {
             l.join().unwrap().unwrap();
         }
 
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let p = Processes::new(0, 2, format!("127.0.0.1:{port}")).unwrap();
+        let p = Processes::new(0, 2, free_addr()).unwrap();
         let e = ProcessGroup::join(&p, Duration::from_millis(500))
             .err()
             .unwrap();
         assert!(e.to_string().contains("process(es) 1 did not join"), "{e}");
 
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        let addr = free_addr();
         let other = {
             let p = Processes::new(1, 3, addr.clone()).unwrap();
             std::thread::spawn(move || ProcessGroup::join(&p, Duration::from_secs(2)))
