@@ -11,6 +11,8 @@ import torch
 from transformers import (
     BertConfig,
     BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
@@ -39,7 +41,12 @@ ARCHITECTURES: dict[str, tuple[type, str]] = {
     "BertForMaskedLM": (BertForMaskedLM, "fill-mask"),
     "BertForSequenceClassification": (BertForSequenceClassification, "text-classification"),
     "BertForTokenClassification": (BertForTokenClassification, "token-classification"),
+    "BertForQuestionAnswering": (BertForQuestionAnswering, "question-answering"),
+    "BertForMultipleChoice": (BertForMultipleChoice, "multiple-choice"),
 }
+
+# Choices per example of the multiple-choice cases (BertModelTester's num_choices is 4).
+CHOICES = 4
 
 
 def labels(*names: str) -> dict[str, Any]:
@@ -106,13 +113,27 @@ LOGITS_MEANING = {
                            "config.json id2label",
     "token-classification": "per-token label scores [batch, seq, num_labels]: classifier(last_hidden_state); "
                             "names in config.json id2label",
+    "multiple-choice": "choice scores [batch, choices]: classifier(pooler_output) of each choice's row",
 }
 
 
 def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
-    """Two sentences of random ids; the second is right-padded, each has two segments."""
+    """Two sentences of random ids; the second is right-padded, each has two segments. For
+    multiple choice, two examples of CHOICES such rows each ([2, CHOICES, seq]), the last
+    choice of the second example right-padded."""
     gen = torch.Generator().manual_seed(spec.seed + 7919)
     vocab = {**BASE_CONFIG, **spec.config}["vocab_size"]
+    if ARCHITECTURES[spec.architecture][1] == "multiple-choice":
+        ids = torch.randint(1, vocab, (2 * CHOICES, spec.seq_len), generator=gen, dtype=torch.int64)
+        mask = torch.ones_like(ids)
+        token_types = torch.zeros_like(ids)
+        token_types[:, spec.seq_len // 2:] = 1
+        if spec.right_pad:
+            ids[-1, -spec.right_pad:] = PAD_ID
+            mask[-1, -spec.right_pad:] = 0
+            token_types[-1, -spec.right_pad:] = 0
+        return {k: v.view(2, CHOICES, spec.seq_len) for k, v in
+                (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", token_types))}
     ids = torch.randint(1, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
     mask = torch.ones_like(ids)
     token_types = torch.zeros_like(ids)
@@ -156,6 +177,8 @@ def _run_base(base: BertModel, inputs: dict[str, torch.Tensor], prefix: str = ""
     for i, layer in enumerate(base.encoder.layer):
         points[f"{prefix}encoder.layer.{i}"] = layer
     out, captured = run_capturing(points, lambda: (head or base)(**inputs))
+    if head is not None and hasattr(out, "start_logits"):
+        return {"start_logits": out.start_logits, "end_logits": out.end_logits, **captured}
     if head is not None:
         return {"logits": out.logits, **captured}
     return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output, **captured}
@@ -168,21 +191,38 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
     forward = run_forward(model, inputs)
     stored_as = "" if spec.dtype == "f32" else f", computed in {spec.dtype} and stored as f32 (exact upcast)"
     _, task = ARCHITECTURES[spec.architecture]
+    # The encoder runs a multiple-choice batch as [batch * choices, seq] rows: its states are
+    # compared under the attention mask as those rows.
+    rows_mask = "attention_mask"
+    extra_inputs = []
+    if task == "multiple-choice":
+        rows_mask = "row_attention_mask"
+        extra_inputs.append(TensorSpec(rows_mask, inputs["attention_mask"].reshape(-1, spec.seq_len),
+                                       "attention_mask as the [batch * choices, seq] rows the encoder runs "
+                                       "(masks the states compared)"))
     outputs = []
     if "logits" in forward:
         per_token = forward["logits"].dim() == 3
         outputs.append(TensorSpec("logits", forward["logits"].float(), f"{LOGITS_MEANING[task]}{stored_as}",
                                   compare="allclose", mask="attention_mask" if per_token else None))
+    for end in ("start", "end"):
+        if f"{end}_logits" in forward:
+            outputs.append(TensorSpec(f"{end}_logits", forward[f"{end}_logits"].float(),
+                                      f"per-token scores of the answer span's {end} [batch, seq]: column "
+                                      f"{0 if end == 'start' else 1} of qa_outputs(last_hidden_state){stored_as}",
+                                      compare="allclose", mask="attention_mask"))
     outputs.append(TensorSpec("last_hidden_state", forward["last_hidden_state"].float(),
-                              f"encoder output [batch, seq, hidden]{stored_as}", compare="allclose",
-                              mask="attention_mask"))
+                              f"encoder output [rows, seq, hidden]{stored_as}", compare="allclose",
+                              mask=rows_mask))
     if "pooler_output" in forward:
         outputs.append(TensorSpec("pooler_output", forward["pooler_output"].float(),
-                                  f"tanh(dense(first token)) [batch, hidden]{stored_as}", compare="allclose"))
+                                  f"tanh(dense(first token)) [rows, hidden]{stored_as}", compare="allclose"))
     for name, value in forward.items():
         if name.endswith(".output"):
             outputs.append(TensorSpec(name, value.float(), f"output of module {name[:-7]}{stored_as}",
-                                      compare="allclose", mask="attention_mask"))
+                                      compare="allclose", mask=rows_mask))
+    ids_meaning = ("token ids [batch, choices, seq]; right padding uses pad_token_id" if task == "multiple-choice"
+                   else "token ids [batch, seq]; right padding uses pad_token_id")
     return Case(
         name=spec.name,
         architecture=spec.architecture,
@@ -193,9 +233,10 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
         description=spec.description,
         features=spec.features,
         inputs=[
-            TensorSpec("input_ids", inputs["input_ids"], "token ids [batch, seq]; right padding uses pad_token_id"),
+            TensorSpec("input_ids", inputs["input_ids"], ids_meaning),
             TensorSpec("attention_mask", inputs["attention_mask"], "1 for a real token, 0 for padding"),
             TensorSpec("token_type_ids", inputs["token_type_ids"], "segment ids (0 or 1)"),
+            *extra_inputs,
         ],
         outputs=outputs,
     )

@@ -319,7 +319,8 @@ def build_case(spec: LmSpec, out_dir: Path) -> Case:
     return case_of(spec, build_model(spec), inputs, greedy)
 
 
-HEAD_TASKS = {"ForSequenceClassification": "text-classification", "ForTokenClassification": "token-classification"}
+HEAD_TASKS = {"ForSequenceClassification": "text-classification", "ForTokenClassification": "token-classification",
+              "ForQuestionAnswering": "question-answering"}
 HEAD_LABELS = ["negative", "neutral", "positive"]
 
 
@@ -333,10 +334,11 @@ def head_task(architecture: str) -> str | None:
 
 def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     """A decoder with transformers' classification head (`*ForSequenceClassification`: the
-    rightmost non-padding token through `score`; `*ForTokenClassification`: every token),
+    rightmost non-padding token through `score`; `*ForTokenClassification`: every token;
+    `*ForQuestionAnswering`: every token through `qa_outputs`, a span's start and end scores),
     on two right-padded rows with positions 0..T as transformers gives them."""
     task = head_task(spec.architecture)
-    if task != "feature-extraction":
+    if task in ("text-classification", "token-classification"):
         labels = {"id2label": dict(enumerate(HEAD_LABELS)), "label2id": {n: i for i, n in enumerate(HEAD_LABELS)}}
         spec = replace(spec, config={**labels, **spec.config})
     model = build_model(spec)
@@ -350,12 +352,15 @@ def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     mask[1, -pad:] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
     base = model if task == "feature-extraction" else getattr(model, model.base_model_prefix)
-    # The layers' outputs (the classes hold the base model where the causal LMs do; a base
-    # model's own paths have no prefix).
-    holder = type("Holder", (), {"model": base, "transformer": base})() if base is model else model
+    # The layers' outputs, named as the causal LM's (a question-answering class may hold its
+    # base under another name; a base model's own paths have no prefix).
+    holder = type("Holder", (), {"model": base, "transformer": base})()
     points = {k: v for k, v in spec.family.points(holder).items() if k.rsplit(".", 1)[-1].isdigit()}
     if base is model:
         points = {k.split(".", 1)[1]: v for k, v in points.items()}
+    elif model.base_model_prefix != "model":
+        points = {f"{model.base_model_prefix}.{k[len('model.'):]}" if k.startswith("model.") else k: v
+                  for k, v in points.items()}
     captured: dict[str, torch.Tensor] = {}
     hooks = [m.register_forward_hook(_capture(captured, f"{n}.output")) for n, m in points.items()]
     keep: dict[str, torch.Tensor] = {}
@@ -366,7 +371,7 @@ def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     hooks.append(base.register_forward_hook(keep_base))
     try:
         with torch.no_grad():
-            logits = getattr(model(**inputs), "logits", None)
+            result = model(**inputs)
     finally:
         for hook in hooks:
             hook.remove()
@@ -374,9 +379,15 @@ def build_classifier_case(spec: LmSpec, out_dir: Path) -> Case:
     per_token = task == "token-classification"
     meaning = ("per-token label scores [batch, seq, labels]: score(last_hidden_state)" if per_token else
                "label scores [batch, labels]: score at each row's rightmost token that is not pad_token_id")
+    logits = getattr(result, "logits", None)
     outputs = [] if logits is None else [
         TensorSpec("logits", logits.float(), f"{meaning}; names in config.json id2label{stored_as}",
                    compare="allclose", mask="attention_mask" if per_token else None)]
+    for end in ("start", "end") if task == "question-answering" else ():
+        outputs.append(TensorSpec(f"{end}_logits", getattr(result, f"{end}_logits").float(),
+                                  f"per-token scores of the answer span's {end} [batch, seq]: column "
+                                  f"{0 if end == 'start' else 1} of qa_outputs(last_hidden_state){stored_as}",
+                                  compare="allclose", mask="attention_mask"))
     outputs.append(TensorSpec("last_hidden_state", keep["h"].float(), f"the base model's output{stored_as}",
                               compare="allclose", mask="attention_mask"))
     for name, value in captured.items():

@@ -24,7 +24,9 @@ from lm import BASE_CONFIG, LmFamily, LmSpec, build_case, decoder_points  # noqa
 
 
 def _routers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    return [layer.mlp.gate for layer in model.model.layers if hasattr(layer.mlp, "experts")]
+    # The base model: `model` in the causal LMs, `transformer` in some question-answering classes.
+    base = getattr(model, model.base_model_prefix)
+    return [layer.mlp.gate for layer in base.layers if hasattr(layer.mlp, "experts")]
 
 
 # Trained routers are decisive: their logits spread over several units, not the +-0.5 that

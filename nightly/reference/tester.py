@@ -2,7 +2,7 @@
 tests build (`tests/models/<family>/test_modeling_<family>.py`, their `ModelTester`), read
 as data from tester_configs.json (values and the test each comes from; no test code).
 
-BERT (its four heads), the T5/UMT5 encoders and encoder-decoders (greedy generation), ViT (and its classifier) and CLIP's text
+BERT (its six heads), the T5/UMT5 encoders and encoder-decoders (greedy generation), ViT (and its classifier) and CLIP's text
 and vision towers (and their projections) get their testers' configs too. Each causal-LM family gets its tester's config as transformers' tests construct it (every
 field the tester sets, the library's defaults for the rest: gelu MLPs, 2 heads of 16,
 intermediate 37, vocabulary 99) and the variants its tests build on purpose (rope scaling
@@ -46,25 +46,29 @@ CAUSAL: dict[str, tuple[str, LmFamily]] = {
     "gpt2": ("GPT2LMHeadModel", gpt2.GPT2_FAMILY),
 }
 
-# The classification classes the causal-LM tester checks (`sequence_classification_class`,
-# `token_classification_class`), by their class-name prefix: transformers has both for each
-# family but Gemma 3's text model (a sequence head only).
+# The head classes the causal-LM tester checks (`sequence_classification_class`,
+# `token_classification_class`, `question_answering_class`), by their class-name prefix:
+# transformers has the three for Llama, Mistral, Mixtral, Qwen2/3 and their MoE models and
+# GPT-2, the classification pair for Phi-3 and Gemma 1/2, and a sequence head only for
+# Gemma 3's text model.
+SEQ, TOK, QA = "SequenceClassification", "TokenClassification", "QuestionAnswering"
 HEADS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "llama": ("Llama", ("Sequence", "Token")), "mistral": ("Mistral", ("Sequence", "Token")),
-    "qwen2": ("Qwen2", ("Sequence", "Token")), "qwen3": ("Qwen3", ("Sequence", "Token")),
-    "mixtral": ("Mixtral", ("Sequence", "Token")), "qwen2_moe": ("Qwen2Moe", ("Sequence", "Token")),
-    "qwen3_moe": ("Qwen3Moe", ("Sequence", "Token")), "phi3": ("Phi3", ("Sequence", "Token")),
-    "gemma": ("Gemma", ("Sequence", "Token")), "gemma2": ("Gemma2", ("Sequence", "Token")),
-    "gemma3": ("Gemma3Text", ("Sequence",)), "gpt2": ("GPT2", ("Sequence", "Token")),
+    "llama": ("Llama", (SEQ, TOK, QA)), "mistral": ("Mistral", (SEQ, TOK, QA)),
+    "qwen2": ("Qwen2", (SEQ, TOK, QA)), "qwen3": ("Qwen3", (SEQ, TOK, QA)),
+    "mixtral": ("Mixtral", (SEQ, TOK, QA)), "qwen2_moe": ("Qwen2Moe", (SEQ, TOK, QA)),
+    "qwen3_moe": ("Qwen3Moe", (SEQ, TOK, QA)), "phi3": ("Phi3", (SEQ, TOK)),
+    "gemma": ("Gemma", (SEQ, TOK)), "gemma2": ("Gemma2", (SEQ, TOK)),
+    "gemma3": ("Gemma3Text", (SEQ,)), "gpt2": ("GPT2", (SEQ, TOK, QA)),
 }
+HEAD_SUFFIX = {SEQ: "seqcls", TOK: "tokcls", QA: "qa"}
 
 # The shared tester's rope-scaling test: its scaled parameters over the reference ones.
 ROPE_REFERENCE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0,
                   "original_max_position_embeddings": 16384}
 
 # Committed as fixtures (the rest live in the sweep's cache folder).
-COMMITTED = ["tester-llama-f32", "tester-gemma2-f32", "tester-qwen2-moe-f32", "tester-gpt2-f32",
-             "tester-bert-f32"]
+COMMITTED = ["tester-llama-f32", "tester-gemma2-f32", "tester-qwen2-moe-f32", "tester-gpt2-f32", "tester-llama-qa-f32",
+             "tester-bert-f32", "tester-bert-qa-f32", "tester-bert-mc-f32"]
 
 
 def build_case(spec: Any, out_dir: Path):
@@ -138,15 +142,16 @@ def _specs() -> list[LmSpec]:
                                 family=bare, **kw))
         prefix, heads = HEADS[key]
         for j, head in enumerate(heads):
-            head_arch = f"{prefix}For{head}Classification"
-            name = f"tester-{key.replace('_', '-')}-{head[:3].lower()}cls-f32"
+            head_arch = f"{prefix}For{head}"
+            name = f"tester-{key.replace('_', '-')}-{HEAD_SUFFIX[head]}-f32"
             kw = {"prompt_len": seq, "left_pad": 2}
             if key == "gpt2":
                 kw["weight_std"] = gpt2.WEIGHT_STD["f32"]
             if family is moe.MOE_FAMILY:
                 kw["experts_implementation"] = "eager"
+            feature = "head:question-answering" if head == QA else f"head:{head[:-len('Classification')].lower()}-classification"
             specs.append(LmSpec(name, head_arch, f"transformers' {head_arch} on the tester's config "
-                                f"({tester['source']})", ["tester", f"head:{head.lower()}-classification"],
+                                f"({tester['source']})", ["tester", feature],
                                 base, seed=9050 + 100 * seed + j, family=bare, **kw))
     return specs
 
@@ -170,7 +175,8 @@ def _encoder_specs() -> list[Any]:
     seq = tester["inputs"]["seq_length"]
     heads = [("BertModel", "", {}), ("BertForMaskedLM", "mlm", {}),
              ("BertForSequenceClassification", "seqcls", bert.labels("a", "b")),
-             ("BertForTokenClassification", "tokcls", bert.labels("a", "b", "c"))]
+             ("BertForTokenClassification", "tokcls", bert.labels("a", "b", "c")),
+             ("BertForQuestionAnswering", "qa", {}), ("BertForMultipleChoice", "mc", {})]
     for i, (arch, suffix, extra) in enumerate(heads):
         name = "-".join(p for p in ("tester-bert", suffix, "f32") if p)
         specs.append(bert.BertSpec(name, f"transformers' BERT tester config, {arch} ({tester['source']})",

@@ -185,6 +185,10 @@ pub enum Task {
     TextClassification,
     /// Per-token label logits (`*ForTokenClassification`).
     TokenClassification,
+    /// A span's per-token start and end logits (`*ForQuestionAnswering`).
+    QuestionAnswering,
+    /// One logit per choice of `[batch, choices, seq]` inputs (`*ForMultipleChoice`).
+    MultipleChoice,
     /// Hidden states, pooled output or projected embeddings of a vision encoder.
     ImageFeatureExtraction,
     /// Per-image label logits (`*ForImageClassification`).
@@ -532,7 +536,12 @@ impl Case {
                     self.tolerance_for(entry),
                 )
                 .map_err(metrics_err)?;
-                if name.ends_with("logits") {
+                // Argmax over the last dimension where the mask leaves it whole (a span's
+                // start and end logits are masked per position: no argmax of theirs is kept).
+                let whole_rows = mask
+                    .as_ref()
+                    .is_none_or(|m| m.shape.len() < expected.shape.len());
+                if name.ends_with("logits") && whole_rows {
                     close.top1_agreement = top1_agreement(act, exp, &expected.shape, mask.as_ref())
                         .map_err(metrics_err)?;
                 }

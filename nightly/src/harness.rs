@@ -81,7 +81,15 @@ fn runner(spec: &CaseSpec) -> Result<Runner, String> {
             Loaders::Encoder(_) | Loaders::Decoder { .. },
             Task::TokenClassification,
             t @ registry::Task::TokenClassification,
-        ) => Ok(Runner::Encoder(t)),
+        )
+        | (
+            Loaders::Encoder(_) | Loaders::Decoder { .. },
+            Task::QuestionAnswering,
+            t @ registry::Task::QuestionAnswering,
+        )
+        | (Loaders::Encoder(_), Task::MultipleChoice, t @ registry::Task::MultipleChoice) => {
+            Ok(Runner::Encoder(t))
+        }
         (Loaders::Image(_), Task::ImageFeatureExtraction, t @ registry::Task::Base)
         | (Loaders::Image(_), Task::ImageClassification, t @ registry::Task::ImageClassification) => {
             Ok(Runner::Image(t))
@@ -696,7 +704,8 @@ fn like_ids(case: &Case, name: &str, ids: &HostTensor) -> Result<Option<Vec<i64>
 }
 
 /// Loads an encoder case's checkpoint with the head of `task` and produces its outputs:
-/// `last_hidden_state`, `pooler_output`, `logits`, `text_embeds` and the per-module outputs.
+/// `last_hidden_state`, `pooler_output`, `logits` (a question-answering head's as
+/// `start_logits` and `end_logits`), `text_embeds` and the per-module outputs.
 fn run_encoder(
     case: &Case,
     backend: Backend,
@@ -739,9 +748,18 @@ fn run_encoder(
         "last_hidden_state".into(),
         host(&out.last_hidden_state).map_err(failed)?,
     );
+    // A question-answering head's logits are transformers' start_logits and end_logits.
+    let (logits, start, end) = if task == registry::Task::QuestionAnswering {
+        let (start, end) = out.span_logits().map_err(failed)?;
+        (None, Some(start), Some(end))
+    } else {
+        (out.logits.clone(), None, None)
+    };
     for (name, t) in [
         ("pooler_output", &out.pooler_output),
-        ("logits", &out.logits),
+        ("logits", &logits),
+        ("start_logits", &start),
+        ("end_logits", &end),
         ("text_embeds", &out.embeds),
     ] {
         if let Some(t) = t {

@@ -161,8 +161,11 @@ fn every_output_matches_itself() {
             if let Some(close) = &report.close {
                 assert_eq!(close.max_abs_diff, 0.0);
                 assert!(close.compared > 0);
-                if entry.name.ends_with("logits") {
-                    assert_eq!(close.top1_agreement, Some(1.0));
+                // Argmax is kept where rows are whole: not for a span's start and end
+                // logits, masked per position.
+                let span = matches!(entry.name.as_str(), "start_logits" | "end_logits");
+                if entry.name.ends_with("logits") && !span {
+                    assert_eq!(close.top1_agreement, Some(1.0), "{}", case.name());
                 }
             }
         }

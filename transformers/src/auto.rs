@@ -144,7 +144,8 @@ impl AutoConfig {
         } else {
             "it is an encoder: embed sentences with AutoModel / SentenceEmbedder or `zoo embed`, \
              or load its head with AutoModelForMaskedLM / AutoModelForSequenceClassification / \
-             AutoModelForTokenClassification"
+             AutoModelForTokenClassification / AutoModelForQuestionAnswering / \
+             AutoModelForMultipleChoice"
         };
         Error::WrongKind {
             path: self.pretrained.path.clone(),
@@ -439,7 +440,9 @@ pub(crate) fn load_encoder(
                 }
                 Task::Base => base(&w, &cfg.pretrained)
                     .map(|m| Box::new(DecoderTower::new(m)) as Box<dyn Encoder>),
-                Task::SequenceClassification | Task::TokenClassification => {
+                Task::SequenceClassification
+                | Task::TokenClassification
+                | Task::QuestionAnswering => {
                     ForClassification::load(base, &w, &cfg.pretrained, task)
                         .map(|m| Box::new(m) as Box<dyn Encoder>)
                 }
@@ -617,6 +620,20 @@ encoder_auto_class!(
     /// `id2label`).
     AutoModelForTokenClassification,
     Task::TokenClassification
+);
+
+encoder_auto_class!(
+    /// `AutoModelForQuestionAnswering`: an encoder or a decoder with `qa_outputs`, a span's
+    /// start and end scores per token (`BertForQuestionAnswering`, `LlamaForQuestionAnswering`,
+    /// ...; [`EncoderOutput::span_logits`](crate::EncoderOutput::span_logits) splits them).
+    AutoModelForQuestionAnswering,
+    Task::QuestionAnswering
+);
+encoder_auto_class!(
+    /// `AutoModelForMultipleChoice`: an encoder scoring each choice of `[batch, choices, seq]`
+    /// inputs (`BertForMultipleChoice`), logits `[batch, choices]`.
+    AutoModelForMultipleChoice,
+    Task::MultipleChoice
 );
 
 /// `AutoModelForCausalLM`: loads a causal LM with its tokenizer, chat template and

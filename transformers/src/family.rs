@@ -23,6 +23,11 @@ pub enum Task {
     SequenceClassification,
     /// One label per token (`AutoModelForTokenClassification`).
     TokenClassification,
+    /// An answer span's start and end scores per token (`AutoModelForQuestionAnswering`).
+    QuestionAnswering,
+    /// One score per choice of a `[batch, choices, seq]` input
+    /// (`AutoModelForMultipleChoice`).
+    MultipleChoice,
     /// One label per image (`AutoModelForImageClassification`).
     ImageClassification,
     /// Encoder-decoder generation (`AutoModelForSeq2SeqLM`).
@@ -38,6 +43,8 @@ impl Task {
             Task::MaskedLm => "AutoModelForMaskedLM",
             Task::SequenceClassification => "AutoModelForSequenceClassification",
             Task::TokenClassification => "AutoModelForTokenClassification",
+            Task::QuestionAnswering => "AutoModelForQuestionAnswering",
+            Task::MultipleChoice => "AutoModelForMultipleChoice",
             Task::ImageClassification => "AutoModelForImageClassification",
             Task::Seq2SeqLm => "AutoModelForSeq2SeqLM",
         }

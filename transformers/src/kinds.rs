@@ -173,6 +173,14 @@ pub enum EncoderHead {
         /// Label names by index (`id2label`).
         labels: Vec<String>,
     },
+    /// Two scores per token, logits `[B, T, 2]`: where the answer span starts and where it
+    /// ends (`BertForQuestionAnswering`, `LlamaForQuestionAnswering`; transformers'
+    /// `start_logits` and `end_logits` are its two columns, see
+    /// [`EncoderOutput::span_logits`]).
+    QuestionAnswering,
+    /// One score per choice, logits `[B, choices]`, of an input `[B, choices, T]` whose
+    /// choices run as `B * choices` rows (`BertForMultipleChoice`).
+    MultipleChoice,
     /// One row of logits per image (`ViTForImageClassification`).
     ImageClassification {
         /// Label names by index (`id2label`).
@@ -209,6 +217,30 @@ pub struct EncoderOutput {
     pub logits: Option<Tensor>,
     /// Projected embeddings `[B, projection_dim]` (CLIP's `text_embeds`).
     pub embeds: Option<Tensor>,
+}
+
+impl EncoderOutput {
+    /// A question-answering head's `(start_logits, end_logits)`, each `[B, T]`: the two
+    /// columns of its logits, as transformers splits them.
+    pub fn span_logits(&self) -> Result<(Tensor, Tensor)> {
+        let logits = self.logits.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "logits",
+                "this output has no logits: span scores come from a question-answering head".into(),
+            )
+        })?;
+        let &[.., 2] = logits.shape() else {
+            return Err(Error::invalid(
+                "logits",
+                format!(
+                    "span scores are the two columns of [batch, seq, 2] logits, got shape {:?}",
+                    logits.shape()
+                ),
+            ));
+        };
+        let column = |i: usize| -> Result<Tensor> { Ok(logits.narrow(-1, i, 1)?.squeeze(-1)?) };
+        Ok((column(0)?, column(1)?))
+    }
 }
 
 /// The base model under an encoder's head (`BertModel`, `CLIPTextModel`, `ViTModel`, ...):

@@ -36,9 +36,10 @@ pub mod vision;
 
 pub use auto::{
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
-    AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
-    AutoModelForTokenClassification, AutoModelForZeroShotImageClassification, BaseModel,
-    LoadOptions, Text2TextGenerator, TextGenerator,
+    AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoModelForTokenClassification,
+    AutoModelForZeroShotImageClassification, BaseModel, LoadOptions, Text2TextGenerator,
+    TextGenerator,
 };
 pub use cache::{CacheSpec, KvCache};
 pub use chat::{ChatTemplate, Message};
@@ -54,7 +55,8 @@ pub use kinds::{
     Seq2SeqLm, TextTower, Tower,
 };
 pub use models::bert::{
-    BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertModel,
+    BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
+    BertForSequenceClassification, BertForTokenClassification, BertModel,
 };
 pub use models::clip::{
     CLIPConfig, CLIPModel, CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
@@ -76,5 +78,5 @@ pub use models::qwen3_moe::{Qwen3MoeForCausalLM, Qwen3MoeModel};
 pub use models::t5::{T5Config, T5EncoderModel, T5ForConditionalGeneration};
 pub use models::vit::{ViTConfig, ViTForImageClassification, ViTModel};
 pub use models::Placement;
-pub use tokenizer::Tokenizer;
+pub use tokenizer::{PairEncoding, Tokenizer};
 pub use vision::{ImageClassifier, ImageEmbedder, Scored, ZeroShotImageClassifier};

@@ -59,6 +59,20 @@ fn check_templates(p: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Two texts encoded as one input ([`Tokenizer::encode_pair`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairEncoding {
+    /// Token ids, special tokens included.
+    pub ids: Vec<u32>,
+    /// Segment ids (`token_type_ids`: 0 for the first text, 1 for the second, as the
+    /// tokenizer's post-processor assigns them).
+    pub type_ids: Vec<u32>,
+    /// Each token's byte range in the text it came from (`(0, 0)` for special tokens).
+    pub offsets: Vec<(usize, usize)>,
+    /// Which text each token came from (`Some(0)`, `Some(1)`), `None` for special tokens.
+    pub sequence_ids: Vec<Option<usize>>,
+}
+
 /// A model's tokenizer and its special tokens.
 #[derive(Clone)]
 pub struct Tokenizer {
@@ -132,6 +146,42 @@ impl Tokenizer {
         );
         let enc = self.inner.post_process(enc, None, true).map_err(fail)?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// A pair of texts as one input with the tokenizer's special tokens (BERT's
+    /// `[CLS] first [SEP] second [SEP]`), at most `max_length` tokens: a longer pair loses
+    /// the second text's last tokens, as transformers' `truncation="only_second"` (how
+    /// question-answering and cross-encoders cut a long context or document).
+    pub fn encode_pair(
+        &self,
+        first: &str,
+        second: &str,
+        max_length: usize,
+    ) -> Result<PairEncoding> {
+        let fail = |e: tokenizers::Error| Error::Tokenizer(format!("encoding failed: {e}"));
+        let a = self.inner.encode(first, false).map_err(fail)?;
+        let mut b = self.inner.encode(second, false).map_err(fail)?;
+        let added = self
+            .inner
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, true));
+        let room = max_length
+            .checked_sub(added + a.len())
+            .filter(|&room| room > 0)
+            .ok_or_else(|| {
+                Error::Tokenizer(format!(
+                    "max_length {max_length} leaves no room for the second text beside the first's {} tokens and {added} special tokens; shorten the first text",
+                    a.len()
+                ))
+            })?;
+        b.truncate(room, 0, tokenizers::TruncationDirection::Right);
+        let enc = self.inner.post_process(a, Some(b), true).map_err(fail)?;
+        Ok(PairEncoding {
+            ids: enc.get_ids().to_vec(),
+            type_ids: enc.get_type_ids().to_vec(),
+            offsets: enc.get_offsets().to_vec(),
+            sequence_ids: enc.get_sequence_ids(),
+        })
     }
 
     /// Text of `ids`, special tokens dropped when `skip_special_tokens`.
@@ -262,5 +312,37 @@ mod tests {
         fine["typd"] = fine["type"].take();
         let ok = Tokenizer::from_json(&wordlevel(fine)).unwrap();
         assert_eq!(ok.encode("a", true).unwrap(), [1, 3, 2]);
+    }
+
+    #[test]
+    fn a_pair_keeps_the_first_text_and_cuts_the_second_to_max_length() {
+        let mut bert = template("[SEP]");
+        bert["pair"] = json!([
+            {"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}},
+            {"SpecialToken": {"id": "[SEP]", "type_id": 1}},
+        ]);
+        let t = Tokenizer::from_json(&wordlevel(bert)).unwrap();
+        let p = t.encode_pair("a a", "a a a a", 8).unwrap();
+        // [CLS] a a [SEP] + three of the second text's four + [SEP].
+        assert_eq!(p.ids, [1, 3, 3, 2, 3, 3, 3, 2]);
+        assert_eq!(p.type_ids, [0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(
+            p.sequence_ids,
+            [
+                None,
+                Some(0),
+                Some(0),
+                None,
+                Some(1),
+                Some(1),
+                Some(1),
+                None
+            ]
+        );
+        // Byte ranges within each text.
+        assert_eq!((p.offsets[2], p.offsets[6]), ((2, 3), (4, 5)));
+        let e = t.encode_pair("a a a a a", "a", 8).unwrap_err();
+        assert!(e.to_string().contains("max_length 8"), "{e}");
     }
 }

@@ -1,6 +1,6 @@
 //! BERT: mirrors transformers' `models/bert/modeling_bert.py` (`BertModel`,
-//! `BertForMaskedLM`, `BertForSequenceClassification`, `BertForTokenClassification`, eager
-//! attention).
+//! `BertForMaskedLM`, `BertForSequenceClassification`, `BertForTokenClassification`,
+//! `BertForQuestionAnswering`, `BertForMultipleChoice`, eager attention).
 //!
 //! A post-norm bidirectional encoder: word + absolute position + token-type embeddings,
 //! LayerNorm; per layer, self-attention over every real token (padding masked by the
@@ -29,7 +29,8 @@ pub(crate) const FAMILY: Family = family! {
     "bert" in "bert",
     classes [BertModel: Base, BertForMaskedLM: MaskedLm,
         BertForSequenceClassification: SequenceClassification,
-        BertForTokenClassification: TokenClassification],
+        BertForTokenClassification: TokenClassification,
+        BertForQuestionAnswering: QuestionAnswering, BertForMultipleChoice: MultipleChoice],
     no_split ["BertEmbeddings", "BertLayer"], tp TP_PLAN, config BertConfig,
     loaders Loaders::Encoder(load),
 };
@@ -145,6 +146,8 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ki
         Task::MaskedLm => Box::new(BertForMaskedLM::load(w, &c)?),
         Task::SequenceClassification => Box::new(BertForSequenceClassification::load(w, &c)?),
         Task::TokenClassification => Box::new(BertForTokenClassification::load(w, &c)?),
+        Task::QuestionAnswering => Box::new(BertForQuestionAnswering::load(w, &c)?),
+        Task::MultipleChoice => Box::new(BertForMultipleChoice::load(w, &c)?),
         Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm => {
             return Err(Error::Config {
                 path: c.path.clone(),
@@ -643,6 +646,135 @@ impl kinds::Encoder for BertForTokenClassification {
         let mut out = self.bert.run(args)?;
         let x = out.last_hidden_state.to_device(&self.classifier.device())?;
         out.logits = Some(self.classifier.forward(&x)?);
+        Ok(out)
+    }
+}
+
+/// `BertForQuestionAnswering`: every token's hidden state through `qa_outputs`, two scores
+/// per token (where the answer starts, where it ends).
+#[derive(Clone, Debug)]
+pub struct BertForQuestionAnswering {
+    bert: BertModel,
+    qa_outputs: Linear,
+}
+
+impl BertForQuestionAnswering {
+    /// Loads from the checkpoint root (`bert.*` without pooler, `qa_outputs.*`).
+    pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForQuestionAnswering> {
+        // transformers sizes `qa_outputs` by `num_labels` and splits it into exactly two.
+        if let Some(n) = c.num_labels.filter(|&n| n != 2) {
+            return Err(Error::Config {
+                path: c.path.clone(),
+                reason: format!(
+                    "BertForQuestionAnswering scores a span's start and end: `num_labels` must be 2, not {n}"
+                ),
+            });
+        }
+        let bert = BertModel::load(&w.pp("bert"), c, false)?.under("bert.");
+        Ok(BertForQuestionAnswering {
+            qa_outputs: Linear::load(&w.pp("qa_outputs"), c.hidden_size, 2, true)?,
+            bert,
+        })
+    }
+}
+
+impl kinds::Encoder for BertForQuestionAnswering {
+    fn tower(&self) -> &dyn TextTower {
+        &self.bert
+    }
+    fn head(&self) -> &EncoderHead {
+        &EncoderHead::QuestionAnswering
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.bert.run(args)?;
+        let x = out.last_hidden_state.to_device(&self.qa_outputs.device())?;
+        out.logits = Some(self.qa_outputs.forward(&x)?);
+        Ok(out)
+    }
+}
+
+/// `BertForMultipleChoice`: inputs `[batch, choices, seq]` run as `batch * choices` rows, each
+/// row's pooled output through `classifier` (one score), the scores `[batch, choices]`.
+#[derive(Clone, Debug)]
+pub struct BertForMultipleChoice {
+    bert: BertModel,
+    classifier: Linear,
+}
+
+impl BertForMultipleChoice {
+    /// Loads from the checkpoint root (`bert.*` with its pooler, `classifier.*`).
+    pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForMultipleChoice> {
+        let bert = BertModel::load(&w.pp("bert"), c, true)?.under("bert.");
+        if bert.pooler.is_none() {
+            return Err(Error::Config {
+                path: c.path.clone(),
+                reason: format!(
+                    "BertForMultipleChoice scores the pooled output, but the checkpoint has no `{}`",
+                    w.full_name("bert.pooler.dense.weight")
+                ),
+            });
+        }
+        Ok(BertForMultipleChoice {
+            classifier: Linear::load(&w.pp("classifier"), c.hidden_size, 1, true)?,
+            bert,
+        })
+    }
+}
+
+impl kinds::Encoder for BertForMultipleChoice {
+    fn tower(&self) -> &dyn TextTower {
+        &self.bert
+    }
+    fn head(&self) -> &EncoderHead {
+        &EncoderHead::MultipleChoice
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let &[batch, choices, seq] = args.input_ids.shape() else {
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "multiple choice reads [batch, choices, seq] ids, got shape {:?}",
+                    args.input_ids.shape()
+                ),
+            ));
+        };
+        // Every [batch, choices, seq] input as `batch * choices` rows, as transformers views them.
+        let rows = |t: &Tensor, name: &'static str| -> Result<Tensor> {
+            if t.shape() != [batch, choices, seq] {
+                return Err(Error::invalid(
+                    name,
+                    format!(
+                        "shape {:?} differs from input_ids' [{batch}, {choices}, {seq}]",
+                        t.shape()
+                    ),
+                ));
+            }
+            Ok(t.reshape(&[(batch * choices) as isize, seq as isize])?)
+        };
+        let ids = rows(args.input_ids, "input_ids")?;
+        let (mask, types, positions) = (
+            args.attention_mask
+                .map(|t| rows(t, "attention_mask"))
+                .transpose()?,
+            args.token_type_ids
+                .map(|t| rows(t, "token_type_ids"))
+                .transpose()?,
+            args.position_ids
+                .map(|t| rows(t, "position_ids"))
+                .transpose()?,
+        );
+        let mut out = self.bert.run(EncoderArgs {
+            input_ids: &ids,
+            attention_mask: mask.as_ref(),
+            token_type_ids: types.as_ref(),
+            position_ids: positions.as_ref(),
+            output_hidden_states: args.output_hidden_states,
+        })?;
+        if let Some(pooled) = &out.pooler_output {
+            let pooled = pooled.to_device(&self.classifier.device())?;
+            let scores = self.classifier.forward(&pooled)?;
+            out.logits = Some(scores.reshape(&[batch as isize, choices as isize])?);
+        }
         Ok(out)
     }
 }

@@ -185,11 +185,11 @@ impl TextTower for DecoderTower {
     }
 }
 
-/// `*ForSequenceClassification` and `*ForTokenClassification` over any decoder family, as
-/// transformers' `GenericForSequenceClassification` / `GenericForTokenClassification` (and
-/// GPT-2's own pair) add them: the base model (under `model.` or `transformer.`), then
-/// `score` — bias-free for sequences, read at each row's rightmost token that is not
-/// `pad_token_id`; with a bias for tokens (GPT-2's is `classifier`), on every token.
+/// `*ForSequenceClassification`, `*ForTokenClassification` and `*ForQuestionAnswering` over
+/// any decoder family, as transformers' `GenericFor*` classes (and GPT-2's own) add them: the
+/// base model (under `model.` or `transformer.`), then `score` — bias-free for sequences,
+/// read at each row's rightmost token that is not `pad_token_id`; with a bias for tokens
+/// (GPT-2's is `classifier`), on every token — or `qa_outputs`, two scores per token.
 #[derive(Debug)]
 pub struct ForClassification {
     tower: DecoderTower,
@@ -209,50 +209,61 @@ impl ForClassification {
         c: &PretrainedConfig,
         task: Task,
     ) -> Result<ForClassification> {
-        let id2label = c
-            .get("id2label")
-            .and_then(|v| serde_json::from_value(v).ok());
-        let num_labels = c
-            .get("num_labels")
-            .and_then(|v| v.as_u64())
-            .map(|n| n as usize);
-        let labels = crate::config::labels(id2label.as_ref(), num_labels, &c.path)?;
+        let labels = || {
+            let id2label = c
+                .get("id2label")
+                .and_then(|v| serde_json::from_value(v).ok());
+            let num_labels = c
+                .get("num_labels")
+                .and_then(|v| v.as_u64())
+                .map(|n| n as usize);
+            crate::config::labels(id2label.as_ref(), num_labels, &c.path)
+        };
         let head = match task {
-            Task::SequenceClassification => EncoderHead::SequenceClassification { labels },
-            Task::TokenClassification => EncoderHead::TokenClassification { labels },
+            Task::SequenceClassification => EncoderHead::SequenceClassification { labels: labels()? },
+            Task::TokenClassification => EncoderHead::TokenClassification { labels: labels()? },
+            Task::QuestionAnswering => EncoderHead::QuestionAnswering,
             other => {
                 return Err(Error::Config {
                     path: c.path.clone(),
                     reason: format!(
-                    "a decoder takes sequence- and token-classification heads here; {} is neither",
-                    other.auto_class()
-                ),
+                        "a decoder takes sequence- and token-classification and question-answering heads here; {} is none of them",
+                        other.auto_class()
+                    ),
                 })
             }
         };
-        let width = match &head {
+        let (width, names): (usize, &[&str]) = match &head {
             EncoderHead::SequenceClassification { labels }
-            | EncoderHead::TokenClassification { labels } => labels.len(),
-            _ => 0,
+            | EncoderHead::TokenClassification { labels } => {
+                (labels.len(), &["score", "classifier"])
+            }
+            _ => (2, &["qa_outputs"]),
         };
-        let model = base(w, c)?;
+        // Llama's, Qwen2's, Qwen3's and Qwen3-MoE's question-answering classes keep their base
+        // model under `transformer.`, the name their first versions saved.
+        let model = if w.contains("transformer.embed_tokens.weight") {
+            base(&w.pp("transformer"), c)?
+        } else {
+            base(w, c)?
+        };
         let hidden = ["hidden_size", "n_embd"]
             .iter()
             .find_map(|k| c.get(k).and_then(|v| v.as_u64()))
             .map(|v| v as usize)
             .ok_or_else(|| Error::Config {
                 path: c.path.clone(),
-                reason: "no `hidden_size` (or GPT-2's `n_embd`) to size the classifier with".into(),
+                reason: "no `hidden_size` (or GPT-2's `n_embd`) to size the head with".into(),
             })?;
-        let name = ["score", "classifier"]
-            .into_iter()
+        let name = names
+            .iter()
             .find(|n| w.contains(&format!("{n}.weight")))
             .ok_or_else(|| Error::Config {
                 path: c.path.clone(),
                 reason: format!(
                     "{} needs its head's weight `{}`, which the checkpoint does not hold",
                     task.auto_class(),
-                    w.full_name("score.weight")
+                    w.full_name(&format!("{}.weight", names[0]))
                 ),
             })?;
         let bias = w.contains(&format!("{name}.bias"));

@@ -31,6 +31,7 @@ pub(crate) const FAMILY: Family = family! {
         GPT2Model: Base,
         GPT2ForSequenceClassification: SequenceClassification,
         GPT2ForTokenClassification: TokenClassification,
+        GPT2ForQuestionAnswering: QuestionAnswering,
     ],
     no_split ["GPT2Block"],
     // GPT-2's Conv1D layers store `[in, out]` and transformers gives GPT-2 no plan: on a

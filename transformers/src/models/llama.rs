@@ -35,6 +35,7 @@ pub(crate) const FAMILY: Family = family::<Llama>(Names {
             Task::SequenceClassification,
         ),
         Architecture::new("LlamaForTokenClassification", Task::TokenClassification),
+        Architecture::new("LlamaForQuestionAnswering", Task::QuestionAnswering),
     ],
     gguf_architectures: &["llama"],
     no_split_modules: &["LlamaDecoderLayer"],
@@ -97,13 +98,24 @@ pub(crate) const fn family<F: Switches>(names: Names) -> Family {
 }
 
 /// The planner's view of a Llama-shaped decoder from its config: `model.layers.N` (or a base
-/// checkpoint's `layers.N`) are the no-split units, each with its KV cache; `lm_head` goes
-/// with the embeddings when `tied` (Gemma ties by default; its families decide).
+/// checkpoint's `layers.N`, or a question-answering class's `transformer.layers.N`) are the
+/// no-split units, each with its KV cache; `lm_head` goes with the embeddings when `tied`
+/// (Gemma ties by default; its families decide).
 pub(crate) fn decoder_layout(c: &DecoderConfig, tied: bool) -> Layout {
     Layout {
-        // A base model's checkpoint (`Qwen3Model`, a decoder embedder) holds them at the root.
-        layer_containers: vec!["model.layers".into(), "layers".into()],
-        inputs: vec!["model.embed_tokens".into(), "embed_tokens".into()],
+        // A base model's checkpoint (`Qwen3Model`, a decoder embedder) holds them at the root;
+        // Llama's, Qwen2's, Qwen3's and Qwen3-MoE's question-answering classes under
+        // `transformer.`.
+        layer_containers: vec![
+            "model.layers".into(),
+            "layers".into(),
+            "transformer.layers".into(),
+        ],
+        inputs: vec![
+            "model.embed_tokens".into(),
+            "embed_tokens".into(),
+            "transformer.embed_tokens".into(),
+        ],
         tied: if tied {
             vec![vec![
                 "model.embed_tokens.weight".into(),

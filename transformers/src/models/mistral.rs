@@ -16,6 +16,7 @@ derived_decoder! {
     heads [
         MistralForSequenceClassification: SequenceClassification,
         MistralForTokenClassification: TokenClassification,
+        MistralForQuestionAnswering: QuestionAnswering,
     ],
 }
 

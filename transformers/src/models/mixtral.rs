@@ -25,6 +25,7 @@ derived_decoder! {
     heads [
         MixtralForSequenceClassification: SequenceClassification,
         MixtralForTokenClassification: TokenClassification,
+        MixtralForQuestionAnswering: QuestionAnswering,
     ],
 }
 

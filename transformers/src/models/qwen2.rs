@@ -15,6 +15,7 @@ derived_decoder! {
     heads [
         Qwen2ForSequenceClassification: SequenceClassification,
         Qwen2ForTokenClassification: TokenClassification,
+        Qwen2ForQuestionAnswering: QuestionAnswering,
     ],
 }
 

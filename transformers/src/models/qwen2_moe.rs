@@ -22,6 +22,7 @@ derived_decoder! {
     heads [
         Qwen2MoeForSequenceClassification: SequenceClassification,
         Qwen2MoeForTokenClassification: TokenClassification,
+        Qwen2MoeForQuestionAnswering: QuestionAnswering,
     ],
 }
 

@@ -15,6 +15,7 @@ derived_decoder! {
     heads [
         Qwen3ForSequenceClassification: SequenceClassification,
         Qwen3ForTokenClassification: TokenClassification,
+        Qwen3ForQuestionAnswering: QuestionAnswering,
     ],
 }
 

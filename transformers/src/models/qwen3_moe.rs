@@ -18,6 +18,7 @@ derived_decoder! {
     heads [
         Qwen3MoeForSequenceClassification: SequenceClassification,
         Qwen3MoeForTokenClassification: TokenClassification,
+        Qwen3MoeForQuestionAnswering: QuestionAnswering,
     ],
 }
 
