@@ -4,7 +4,10 @@
 # for the pipelines of diffusers' tests (`--tester` of pipelines.py, patch_pipelines.py and
 # flow_pipelines.py), all from
 # tester_configs.json, into CASES with the reference venv, then runs zoo's parity harness on
-# them (scripts/nightly-parity.sh) and prints how many passed.
+# them (scripts/nightly-parity.sh) and prints how many passed. The scheduler tests' own
+# configs (`schedulers.py --tester`) go into SCHEDULER_CASES (default
+# .cache/zoo-tester-schedulers) and run through zoo-diffusers' scheduler tester test, on
+# candle CPU and the XLA CPU plugin.
 #
 #   scripts/tester-sweep.sh [BACKENDS] [CASES] [OUT] [HISTORY]
 #   scripts/tester-sweep.sh candle-cpu,pjrt-cpu
@@ -30,11 +33,20 @@ mkdir -p "$cases"
 "$python" "$root/nightly/reference/pipelines.py" --tester --out "$cases" >&2
 "$python" "$root/nightly/reference/patch_pipelines.py" --tester --out "$cases" >&2
 "$python" "$root/nightly/reference/flow_pipelines.py" --tester "$cases" >&2
-echo "tester-sweep.sh: $(find "$cases" -mindepth 1 -maxdepth 1 -type d ! -name '.*' | wc -l) cases in $cases" >&2
+schedulers="${SCHEDULER_CASES:-$root/.cache/zoo-tester-schedulers}"
+"$python" "$root/nightly/reference/schedulers.py" --tester "$schedulers" >&2
+echo "tester-sweep.sh: $(find "$cases" -mindepth 1 -maxdepth 1 -type d ! -name '.*' | wc -l) cases in $cases, $(find "$schedulers" -mindepth 1 -maxdepth 1 -type d | wc -l) scheduler cases in $schedulers" >&2
 if [ "${GENERATE_ONLY:-0}" = 1 ]; then
   exit 0
 fi
-if [ -z "${ZOO_PJRT_CPU_PLUGIN:-}" ] && [[ "$backends" == *pjrt* ]]; then
+if [ -z "${ZOO_PJRT_CPU_PLUGIN:-}" ]; then
   eval "$("$root/scripts/fetch-test-assets.sh")"
 fi
-exec "$root/scripts/nightly-parity.sh" "$backends" "$cases" "$out" "$history"
+set +e
+"$root/scripts/nightly-parity.sh" "$backends" "$cases" "$out" "$history"
+status=$?
+ZOO_SCHEDULER_CASES="$schedulers" cargo test --manifest-path "$root/Cargo.toml" -p zoo-diffusers --test schedulers \
+  -- --ignored scheduler_tester_configs_match_diffusers --nocapture
+scheduler_status=$?
+set -e
+[ "$status" = 0 ] && [ "$scheduler_status" = 0 ]

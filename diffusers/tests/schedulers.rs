@@ -17,13 +17,19 @@ fn data() -> PathBuf {
 }
 
 fn cases() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(data())
-        .unwrap()
+    let v = cases_in(&data());
+    assert!(v.len() >= 30, "scheduler cases missing: {v:?}");
+    v
+}
+
+/// The case folders under `dir`, sorted.
+fn cases_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("scheduler_config.json").exists())
         .collect();
     v.sort();
-    assert!(v.len() >= 30, "scheduler cases missing: {v:?}");
     v
 }
 
@@ -90,27 +96,32 @@ fn max_abs(t: &Tensor) -> f64 {
 
 fn run_case(dir: &Path, device: &Device) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
-    let config = SchedulerConfig::from_file(dir).unwrap();
+    let config = SchedulerConfig::from_file(dir).unwrap_or_else(|e| panic!("{name}: {e}"));
     let step_kwargs: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("step.json")).unwrap()).unwrap();
-    let mut scheduler: Box<dyn Scheduler> = config.build().unwrap();
+    let mut scheduler: Box<dyn Scheduler> =
+        config.build().unwrap_or_else(|e| panic!("{name}: {e}"));
     let bytes = std::fs::read(dir.join("trace.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let (_, timesteps) = read(&st, "timesteps");
-    // Flow pipelines' `set_timesteps` arguments (`mu`, `sigmas`), where the case has them.
-    let options = match std::fs::read_to_string(dir.join("timesteps.json")) {
+    // Flow pipelines' `set_timesteps` arguments (`mu`, `sigmas`), and the step count where it
+    // is not 10, as the case has them.
+    let (options, steps) = match std::fs::read_to_string(dir.join("timesteps.json")) {
         Ok(text) => {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-            TimestepOptions {
+            let options = TimestepOptions {
                 sigmas: v["sigmas"]
                     .as_array()
                     .map(|a| a.iter().map(|x| x.as_f64().unwrap()).collect()),
                 mu: v["mu"].as_f64(),
-            }
+            };
+            (options, v["num_inference_steps"].as_u64().unwrap_or(10))
         }
-        Err(_) => TimestepOptions::default(),
+        Err(_) => (TimestepOptions::default(), 10),
     };
-    scheduler.set_timesteps_with(10, &options).unwrap();
+    scheduler
+        .set_timesteps_with(steps as usize, &options)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     if let Some(eta) = step_kwargs.get("eta").and_then(|v| v.as_f64()) {
         assert!(scheduler.set_eta(eta as f32), "{name}: eta");
     }
@@ -169,7 +180,9 @@ fn run_case(dir: &Path, device: &Device) {
             let (s, n) = row(&nshape, &noise, i);
             tensor(&s, n, device)
         });
-        x = scheduler.step(&out, i, &x, noise_i.as_ref()).unwrap();
+        x = scheduler
+            .step(&out, i, &x, noise_i.as_ref())
+            .unwrap_or_else(|e| panic!("{name}: step {i}: {e}"));
         assert_close(
             &x,
             row(&xshape, &samples, i).1,
@@ -196,13 +209,66 @@ fn schedulers_match_diffusers_on_the_xla_cpu_plugin() {
     lazy::set_cache_dir(Some(cache.path().to_path_buf()));
     let device = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
     let before = lazy::stats().compiles;
-    for dir in cases() {
-        run_case(&dir, &device);
+    let cases = cases();
+    for dir in &cases {
+        run_case(dir, &device);
     }
     // Coefficients are inputs, not constants: a case's steps share their programs, so the
-    // 30 cases of 10 steps compile far fewer programs than they run steps.
+    // cases of (mostly) 10 steps compile far fewer programs than they run steps.
     let compiles = lazy::stats().compiles - before;
-    assert!(compiles < 180, "{compiles} compiles for 300 steps");
+    assert!(
+        compiles < 4 * cases.len() as u64,
+        "{compiles} compiles for {} cases",
+        cases.len()
+    );
+}
+
+/// The scheduler tests' own configs (`schedulers.py --tester DIR`, hundreds of cases; run by
+/// `scripts/tester-sweep.sh`, which generates them and sets `ZOO_SCHEDULER_CASES`): every
+/// case on candle's CPU and on the XLA CPU plugin, each failure named, the count printed.
+#[test]
+#[ignore = "the scheduler tester sweep: scripts/tester-sweep.sh generates its cases and runs it"]
+fn scheduler_tester_configs_match_diffusers() {
+    let dir = std::env::var_os("ZOO_SCHEDULER_CASES")
+        .map(PathBuf::from)
+        .expect("ZOO_SCHEDULER_CASES names the folder of `schedulers.py --tester` cases");
+    let plugin = std::env::var_os("ZOO_PJRT_CPU_PLUGIN")
+        .filter(|v| !v.is_empty())
+        .expect("ZOO_PJRT_CPU_PLUGIN is not set: run scripts/fetch-test-assets.sh");
+    lazy::configure(PjrtPlatform::Cpu, Some(PathBuf::from(plugin)), Some(4)).unwrap();
+    let pjrt = Device::Pjrt(PjrtDevice::new(PjrtPlatform::Cpu, 0));
+    let cases = cases_in(&dir);
+    assert!(!cases.is_empty(), "no scheduler cases in {}", dir.display());
+    let mut failed = Vec::new();
+    for case in &cases {
+        for device in [&Device::Cpu, &pjrt] {
+            let run = std::panic::catch_unwind(|| run_case(case, device));
+            if let Err(e) = run {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failed.push(format!("{} on {device}: {msg}", case.display()));
+            }
+        }
+    }
+    println!(
+        "scheduler tester configs: {} of {} cases passed on candle-cpu and pjrt-cpu",
+        cases.len()
+            - failed
+                .iter()
+                .map(|f| f.split(" on ").next())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+        cases.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} failures:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
 #[test]

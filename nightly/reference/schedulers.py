@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -156,24 +157,43 @@ class NoiseFeed:
             self.module.randn_tensor = self.original
 
 
-def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: int, seed: int) -> None:
+def dummy_sample_deter() -> torch.Tensor:
+    """diffusers' SchedulerCommonTest.dummy_sample_deter: arange(768) / 768 as (3, 8, 8, 4),
+    permuted to (4, 3, 8, 8)."""
+    return (torch.arange(4 * 3 * 8 * 8, dtype=torch.float32) / (4 * 3 * 8 * 8)).reshape(3, 8, 8, 4).permute(3, 0, 1, 2)
+
+
+def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: int, seed: int,
+          out: Path = OUT, steps: int = STEPS, shape: tuple = SHAPE, dummy_model: bool = False,
+          timestep_kwargs: dict | None = None) -> None:
+    """Writes case `name` into `out`. With `dummy_model`, the sample is the scheduler tests'
+    dummy_sample_deter and each model output is their dummy model's, `input * t / (t + 1)`
+    (recorded as the case's model outputs); else both are random."""
     cls = getattr(diffusers, cls_name)
     scheduler = cls(**overrides)
-    folder = OUT / name
+    folder = out / name
     if folder.exists():
         shutil.rmtree(folder)
     scheduler.save_config(folder)
     scheduler = cls.from_config(cls.load_config(folder))
-    timestep_kwargs = SET_TIMESTEPS.get(name, {})
-    scheduler.set_timesteps(STEPS, **timestep_kwargs)
+    if timestep_kwargs is None:
+        timestep_kwargs = SET_TIMESTEPS.get(name, {})
+    scheduler.set_timesteps(steps, **timestep_kwargs)
+    if dummy_model or out != OUT:
+        # Step i is index i, as zoo's `step` takes it: diffusers finds the first index from the
+        # timestep's value, which with repeated timesteps (Karras sigmas over an unusual
+        # range) starts at the second and runs off the end.
+        if hasattr(scheduler, "set_begin_index"):
+            scheduler.set_begin_index(0)
     gen = torch.Generator().manual_seed(seed)
     n = len(scheduler.timesteps)
-    sample = torch.randn(SHAPE, generator=gen)
-    out_shape = (SHAPE[0], SHAPE[1] * factor, *SHAPE[2:])
+    sample = dummy_sample_deter() if dummy_model else torch.randn(shape, generator=gen)
+    shape = tuple(sample.shape)
+    out_shape = (shape[0], shape[1] * factor, *shape[2:])
     outputs = torch.randn((n, *out_shape), generator=gen)
     if factor == 2:  # a learned variance in [-1, 1]
-        outputs[:, :, SHAPE[1]:] = outputs[:, :, SHAPE[1]:].tanh()
-    noise = torch.randn((n, *SHAPE), generator=gen)
+        outputs[:, :, shape[1]:] = outputs[:, :, shape[1]:].tanh()
+    noise = torch.randn((n, *shape), generator=gen)
     module = importlib.import_module(cls.__module__)
     # FlowMatchEulerDiscreteScheduler has no init_noise_sigma and no scale_model_input.
     init_noise_sigma = getattr(scheduler, "init_noise_sigma", 1.0)
@@ -183,6 +203,8 @@ def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: 
     with NoiseFeed(module, noise) as feed:
         for i, t in enumerate(scheduler.timesteps):
             inputs.append(scale(x, t))
+            if dummy_model:
+                outputs[i] = inputs[-1] * t / (t + 1)
             feed.step = i
             kwargs = dict(step_kwargs)
             if cls_name == "DDIMScheduler" and kwargs.get("eta", 0) > 0:
@@ -204,22 +226,171 @@ def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: 
         tensors["sigmas"] = scheduler.sigmas.to(torch.float32)
     save_file({k: v.contiguous() for k, v in tensors.items()}, folder / "trace.safetensors")
     (folder / "step.json").write_text(json.dumps(step_kwargs) + "\n")
-    if timestep_kwargs:
-        (folder / "timesteps.json").write_text(json.dumps(timestep_kwargs) + "\n")
+    written = {**timestep_kwargs, **({"num_inference_steps": steps} if steps != STEPS else {})}
+    if written:
+        (folder / "timesteps.json").write_text(json.dumps(written) + "\n")
+
+
+# The scheduler tests' sample shape (SchedulerCommonTest.dummy_sample: 4 x 3 x 8 x 8).
+TESTER_SHAPE = (4, 3, 8, 8)
+TESTER_CONFIGS = json.loads((Path(__file__).resolve().parent / "tester_configs.json").read_text())["schedulers"]
+SHORT = {"DDIMScheduler": "ddim", "DDPMScheduler": "ddpm", "EulerDiscreteScheduler": "euler",
+         "EulerAncestralDiscreteScheduler": "euler-ancestral", "DPMSolverMultistepScheduler": "dpmsolver",
+         "PNDMScheduler": "pndm", "LMSDiscreteScheduler": "lms", "FlowMatchEulerDiscreteScheduler": "flowmatch"}
+# Variants of a test's loop that are not scheduler configs: a step at chosen timesteps (every
+# case steps through all of them) and the custom-timestep and custom-sigma loops (listed as
+# not covered: zoo's set_timesteps takes custom sigmas for flow matching only).
+NOT_CONFIG = {"time_step", "t_and_num_inference_steps", "t_and_eta"}
+NOT_COVERED = {"custom_timesteps_loop": "set_timesteps(timesteps=...) with custom timesteps",
+               "custom_sigmas_loop": "set_timesteps(sigmas=...) outside flow matching"}
+
+
+def _product(group: dict) -> list[dict]:
+    """Every combination of a grouped variant's list-valued fields (its scalars fixed)."""
+    combos = [{}]
+    for key, value in group.items():
+        values = value if isinstance(value, list) else [value]
+        combos = [{**c, key: v} for c in combos for v in values]
+    return combos
+
+
+def _field(key: str, value) -> dict:
+    """A variant value as config fields (and `steps`, the inference step count)."""
+    if key == "beta_start_end_pairs":
+        return {"beta_start": value[0], "beta_end": value[1]}
+    if key in ("num_inference_steps", "pow_of_3_inference_steps"):
+        return {"steps": value}
+    if key == "lambda_min_clipped" and value == "-inf":
+        return {key: float("-inf")}
+    return {key: value}
+
+
+def tester_cases() -> tuple[dict[str, dict], dict[str, str]]:
+    """Case name -> (class, config, steps, dummy model, set_timesteps kwargs), one per distinct
+    config that diffusers' scheduler tests build (their `get_scheduler_config` under each
+    variant value their check_over_configs / check_over_forward loops set, and every
+    combination of a grouped loop), plus each test class's full loop on its dummy model; and
+    the loops not covered, with the reason."""
+    cases: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    seen: set[str] = set()
+
+    def add(cls_name: str, label: str, fields: dict, dummy: bool = False, mu: float | None = None) -> None:
+        base = dict(TESTER_CONFIGS[cls_name]["config"])
+        if base.get("lambda_min_clipped", 0) != 0 and isinstance(base["lambda_min_clipped"], str):
+            base["lambda_min_clipped"] = float("-inf")
+        fields = dict(fields)
+        steps = fields.pop("steps", STEPS)
+        config = {**base, **fields}
+        # As the tests step them: never more inference steps than training steps.
+        steps = min(steps, config.get("num_train_timesteps", 1000))
+        # One case per distinct config as the class resolves it (a variant value that is
+        # the default is the base config again).
+        resolved = {k: v for k, v in getattr(diffusers, cls_name)(**config).config.items() if not k.startswith("_")}
+        key = json.dumps([cls_name, resolved, steps, dummy, mu], sort_keys=True, default=str)
+        if key in seen:
+            return
+        seen.add(key)
+        name = re.sub(r"-+", "-", re.sub(r"[^A-Za-z0-9]+", "-", f"tester-{SHORT[cls_name]}-{label}".replace(".", "p")))
+        name = name.strip("-").lower()
+        cases[name] = {"class": cls_name, "config": config, "steps": steps, "dummy": dummy,
+                       "timesteps": {} if mu is None else {"mu": mu}}
+
+    for cls_name, tester in TESTER_CONFIGS.items():
+        if cls_name == "FlowMatchEulerDiscreteScheduler":
+            continue
+        add(cls_name, "base", {})
+        add(cls_name, "full-loop", {}, dummy=True)
+        for key, value in tester["variants"].items():
+            if key in NOT_CONFIG:
+                continue
+            if key in NOT_COVERED:
+                skipped[f"{SHORT[cls_name]}: {key}"] = f"{NOT_COVERED[key]} ({len(_product(value))} configs)"
+                continue
+            if isinstance(value, dict):
+                for combo in _product(value):
+                    label = "-".join([key, *(f"{k}-{v}" for k, v in combo.items() if isinstance(value[k], list))])
+                    add(cls_name, label, {k2: v2 for k, v in combo.items() for k2, v2 in _field(k, v).items()})
+            else:
+                for v in value if isinstance(value, list) else [value]:
+                    label = f"beta-{v[0]}-{v[1]}" if key == "beta_start_end_pairs" else f"{key}-{v}"
+                    add(cls_name, label, _field(key, v))
+        if "prediction_type" in tester["variants"]:
+            add(cls_name, "full-loop-v-prediction", {"prediction_type": "v_prediction"}, dummy=True)
+    # Flow matching has no scheduler test on diffusers' main: the configs its pipeline tests
+    # and the pull requests' tests build.
+    flow = "FlowMatchEulerDiscreteScheduler"
+    variants = TESTER_CONFIGS[flow]["variants"]
+    add(flow, "base", {})
+    add(flow, "full-loop", {}, dummy=True)
+    add(flow, "shift-7p0", {"shift": 7.0})
+    add(flow, "karras", {"use_karras_sigmas": True})
+    add(flow, "invert", {"invert_sigmas": True})
+    pr = variants["PR branch 3feb4d450c (index_for_timestep vectorization)"]
+    for shift in pr["shift"]:
+        for steps in pr["num_inference_steps"]:
+            add(flow, f"shift-{shift}-steps-{steps}", {**pr["config"], "shift": shift, "steps": steps})
+    for shift in variants["PR branch adb7fa425e (#13243 no double shift)"]["shift"]:
+        add(flow, f"shift-{shift}", {"num_train_timesteps": 1000, "shift": shift})
+    dyn = variants["PR branch 8f9866f5db"]["config"]
+    for dynamic in dyn["use_dynamic_shifting"]:
+        # A dynamic shift needs `mu`: the one of a 256-token image (base_shift 0.5).
+        add(flow, f"shift-3-dynamic-{dynamic}", {**dyn, "use_dynamic_shifting": dynamic},
+            mu=0.5 if dynamic else None)
+    add(flow, "stochastic", variants["PR branch f5f9407baf"]["config"])
+    return cases, skipped
+
+
+# Tester cases also committed beside CASES (the sweep writes them all into a cache folder):
+# each scheduler's full loop on the tests' dummy model, beta sigmas, thresholding with a
+# sample_max_value below 1, a one-step training schedule.
+TESTER_COMMITTED = ["tester-ddim-full-loop", "tester-ddpm-num-train-timesteps-1", "tester-euler-use-beta-sigmas-true",
+                    "tester-dpmsolver-use-beta-sigmas-true",
+                    "tester-dpmsolver-thresholding-solver-order-2-solver-type-heun-sample-max-value-0p5-prediction-type-epsilon",
+                    "tester-lms-full-loop", "tester-pndm-full-loop"]
+
+
+def write_tester(out: Path) -> None:
+    """Writes every scheduler tester case into `out` (a cache folder) and its README.json,
+    which lists the loops not covered."""
+    out.mkdir(parents=True, exist_ok=True)
+    cases, skipped = tester_cases()
+    for i, (name, c) in enumerate(cases.items()):
+        trace(name, c["class"], c["config"], {}, 1, 8800 + i, out=out, steps=c["steps"], shape=TESTER_SHAPE,
+              dummy_model=c["dummy"], timestep_kwargs=c["timesteps"])
+    versions = {p: importlib.metadata.version(p) for p in ("diffusers", "torch")}
+    (out / "README.json").write_text(json.dumps({
+        "command": f".venv/bin/python nightly/reference/schedulers.py --tester {out}",
+        "library_versions": versions,
+        "cases": list(cases),
+        "not_covered": skipped,
+    }, indent=1) + "\n")
+    print(f"wrote {len(cases)} scheduler tester cases into {out}; not covered: {skipped}")
 
 
 def main() -> None:
+    import sys
+
     torch.set_num_threads(1)
+    if sys.argv[1:2] == ["--tester"]:
+        write_tester(Path(sys.argv[2]))
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     for i, (name, (cls_name, overrides, kwargs, factor)) in enumerate(CASES.items()):
         trace(name, cls_name, overrides, kwargs, factor, 4200 + i)
         print("wrote", OUT / name)
+    tester, _ = tester_cases()
+    for i, (name, c) in enumerate(tester.items()):
+        if name in TESTER_COMMITTED:
+            trace(name, c["class"], c["config"], {}, 1, 8800 + i, steps=c["steps"], shape=TESTER_SHAPE,
+                  dummy_model=c["dummy"], timestep_kwargs=c["timesteps"])
+            print("wrote", OUT / name)
     versions = {p: importlib.metadata.version(p) for p in ("diffusers", "torch")}
     (OUT / "README.json").write_text(json.dumps({
         "command": ".venv/bin/python nightly/reference/schedulers.py",
         "steps": STEPS,
         "library_versions": versions,
-        "cases": list(CASES),
+        "cases": list(CASES) + TESTER_COMMITTED,
     }, indent=1) + "\n")
 
 

@@ -7,8 +7,8 @@ use serde::{Deserialize, Deserializer};
 use zoo_runtime::{DType, Tensor};
 
 use super::schedule::{
-    exponential_sigmas, interp, karras_sigmas, linspace_f64, multistep_timesteps, sigma_to_t,
-    BetaSchedule, NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
+    interp, karras_sigmas, linspace_f64, multistep_timesteps, sigma_to_t, BetaSchedule,
+    NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
 use super::{check_step, divide, require_noise, scale, Scheduler, StepInput};
@@ -513,9 +513,10 @@ impl Scheduler for DPMSolverMultistepScheduler {
                 .collect();
             timesteps = to_t(&s, round);
             s
-        } else if self.kind == SigmaKind::Exponential {
+        } else if matches!(self.kind, SigmaKind::Exponential | SigmaKind::Beta) {
+            // Neither rounds its timesteps (diffusers' `.round()` is Karras' and lu's only).
             let (smin, smax) = descending();
-            let s = exponential_sigmas(smin, smax, steps);
+            let s = self.kind.spaced(smin, smax, steps).unwrap_or_default();
             timesteps = to_t(&s, false);
             s
         } else if self.flow() {

@@ -56,8 +56,10 @@ fn threshold(x: &Tensor, ratio: f64, max: f64) -> Result<Tensor> {
         let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
         let w = (pos - lo as f64) as f32;
         let q = sorted[lo] + (sorted[hi] - sorted[lo]) * w;
-        let s = q.clamp(1.0, max as f32);
-        out.extend(row.iter().map(|v| v.clamp(-s, s) / s));
+        // torch.clamp's order (the lower bound, then the upper): a `sample_max_value` below 1
+        // gives `s = max`, where `f32::clamp` would refuse the empty range.
+        let s = q.max(1.0).min(max as f32);
+        out.extend(row.iter().map(|v| v.max(-s).min(s) / s));
     }
     Ok(Tensor::from_vec(out, &shape, &x.device())?.to_dtype(x.dtype())?)
 }
