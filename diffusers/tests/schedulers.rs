@@ -96,6 +96,18 @@ fn max_abs(t: &Tensor) -> f64 {
 
 fn run_case(dir: &Path, device: &Device) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    // A config zoo refuses on purpose (`refused.json`: the field, its value and why): the
+    // refusal must name the value.
+    if let Ok(text) = std::fs::read_to_string(dir.join("refused.json")) {
+        let refused: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let value = refused["value"].as_str().unwrap();
+        let err = SchedulerConfig::from_file(dir).and_then(|c| c.build());
+        let err = err
+            .err()
+            .unwrap_or_else(|| panic!("{name}: zoo runs what it should refuse"));
+        assert!(err.to_string().contains(value), "{name}: {err}");
+        return;
+    }
     let config = SchedulerConfig::from_file(dir).unwrap_or_else(|e| panic!("{name}: {e}"));
     let step_kwargs: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("step.json")).unwrap()).unwrap();
@@ -104,8 +116,8 @@ fn run_case(dir: &Path, device: &Device) {
     let bytes = std::fs::read(dir.join("trace.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let (_, timesteps) = read(&st, "timesteps");
-    // Flow pipelines' `set_timesteps` arguments (`mu`, `sigmas`), and the step count where it
-    // is not 10, as the case has them.
+    // The `set_timesteps` arguments beyond the step count (flow pipelines' `mu` and `sigmas`,
+    // custom timesteps or sigmas), and the step count where it is not 10, as the case has them.
     let (options, steps) = match std::fs::read_to_string(dir.join("timesteps.json")) {
         Ok(text) => {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -114,6 +126,9 @@ fn run_case(dir: &Path, device: &Device) {
                     .as_array()
                     .map(|a| a.iter().map(|x| x.as_f64().unwrap()).collect()),
                 mu: v["mu"].as_f64(),
+                timesteps: v["timesteps"]
+                    .as_array()
+                    .map(|a| a.iter().map(|x| x.as_f64().unwrap()).collect()),
             };
             (options, v["num_inference_steps"].as_u64().unwrap_or(10))
         }
@@ -332,6 +347,7 @@ fn bad_configs_are_refused_naming_the_class_or_field() {
     let bad_sigmas = TimestepOptions {
         sigmas: Some(vec![1.0, 1.5]),
         mu: Some(1.0),
+        ..Default::default()
     };
     let err = s
         .set_timesteps_with(2, &bad_sigmas)
@@ -341,6 +357,7 @@ fn bad_configs_are_refused_naming_the_class_or_field() {
     let short = TimestepOptions {
         sigmas: Some(vec![1.0, 0.5]),
         mu: Some(1.0),
+        ..Default::default()
     };
     let err = s.set_timesteps_with(3, &short).unwrap_err().to_string();
     assert!(err.contains("2 sigmas given for 3"), "{err}");
@@ -355,11 +372,43 @@ fn bad_configs_are_refused_naming_the_class_or_field() {
         .set_timesteps_with(
             10,
             &TimestepOptions {
-                sigmas: None,
                 mu: Some(0.5),
+                ..Default::default()
             },
         )
         .unwrap_err()
         .to_string();
     assert!(err.contains("DDIMScheduler") && err.contains("mu"), "{err}");
+    // Custom timesteps: Euler and DPM-Solver take them (their count is the step count), not
+    // with Karras sigmas; flow matching asks for sigmas instead.
+    let custom = TimestepOptions {
+        timesteps: Some(vec![999.0, 500.0, 1.0]),
+        ..Default::default()
+    };
+    let mut euler = flow(serde_json::json!({"_class_name": "EulerDiscreteScheduler"})).unwrap();
+    euler.set_timesteps_with(0, &custom).unwrap();
+    assert_eq!(euler.timesteps(), [999.0, 500.0, 1.0]);
+    let err = euler
+        .set_timesteps_with(4, &custom)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("3 steps") && err.contains("4 inference steps"),
+        "{err}"
+    );
+    let mut karras = flow(serde_json::json!({
+        "_class_name": "DPMSolverMultistepScheduler", "use_karras_sigmas": true
+    }))
+    .unwrap();
+    let err = karras
+        .set_timesteps_with(3, &custom)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Karras"), "{err}");
+    let mut s =
+        flow(serde_json::json!({"_class_name": "FlowMatchEulerDiscreteScheduler"})).unwrap();
+    let err = s.set_timesteps_with(3, &custom).unwrap_err().to_string();
+    assert!(err.contains("sigmas"), "{err}");
+    let err = ddim.set_timesteps_with(3, &custom).unwrap_err().to_string();
+    assert!(err.contains("custom timesteps"), "{err}");
 }

@@ -178,7 +178,11 @@ def trace(name: str, cls_name: str, overrides: dict, step_kwargs: dict, factor: 
     scheduler = cls.from_config(cls.load_config(folder))
     if timestep_kwargs is None:
         timestep_kwargs = SET_TIMESTEPS.get(name, {})
-    scheduler.set_timesteps(steps, **timestep_kwargs)
+    if "timesteps" in timestep_kwargs or ("sigmas" in timestep_kwargs and cls_name != "FlowMatchEulerDiscreteScheduler"):
+        # A custom schedule sets the step count itself (diffusers refuses both).
+        scheduler.set_timesteps(**timestep_kwargs)
+    else:
+        scheduler.set_timesteps(steps, **timestep_kwargs)
     if dummy_model or out != OUT:
         # Step i is index i, as zoo's `step` takes it: diffusers finds the first index from the
         # timestep's value, which with repeated timesteps (Karras sigmas over an unusual
@@ -241,8 +245,15 @@ SHORT = {"DDIMScheduler": "ddim", "DDPMScheduler": "ddpm", "EulerDiscreteSchedul
 # case steps through all of them) and the custom-timestep and custom-sigma loops (listed as
 # not covered: zoo's set_timesteps takes custom sigmas for flow matching only).
 NOT_CONFIG = {"time_step", "t_and_num_inference_steps", "t_and_eta"}
-NOT_COVERED = {"custom_timesteps_loop": "set_timesteps(timesteps=...) with custom timesteps",
-               "custom_sigmas_loop": "set_timesteps(sigmas=...) outside flow matching"}
+# Configs zoo refuses on purpose: (class, field, value) -> why. Their cases carry
+# `refused.json`; the test checks that zoo refuses them naming the value.
+REFUSED = {("DDPMScheduler", "variance_type", "other"):
+           "diffusers runs any variance_type it does not name as fixed_small; zoo refuses a name it does not know "
+           "(a misspelt one would otherwise run silently)"}
+NOT_COVERED: dict[str, str] = {}
+# The custom-schedule loops: each config's full loop with set_timesteps(timesteps=...) or
+# (sigmas=...) given the schedule its own set_timesteps(10) makes, as the tests do.
+CUSTOM = {"custom_timesteps_loop": "timesteps", "custom_sigmas_loop": "sigmas"}
 
 
 def _product(group: dict) -> list[dict]:
@@ -275,7 +286,8 @@ def tester_cases() -> tuple[dict[str, dict], dict[str, str]]:
     skipped: dict[str, str] = {}
     seen: set[str] = set()
 
-    def add(cls_name: str, label: str, fields: dict, dummy: bool = False, mu: float | None = None) -> None:
+    def add(cls_name: str, label: str, fields: dict, dummy: bool = False, mu: float | None = None,
+            custom: str | None = None) -> None:
         base = dict(TESTER_CONFIGS[cls_name]["config"])
         if base.get("lambda_min_clipped", 0) != 0 and isinstance(base["lambda_min_clipped"], str):
             base["lambda_min_clipped"] = float("-inf")
@@ -286,15 +298,24 @@ def tester_cases() -> tuple[dict[str, dict], dict[str, str]]:
         steps = min(steps, config.get("num_train_timesteps", 1000))
         # One case per distinct config as the class resolves it (a variant value that is
         # the default is the base config again).
-        resolved = {k: v for k, v in getattr(diffusers, cls_name)(**config).config.items() if not k.startswith("_")}
-        key = json.dumps([cls_name, resolved, steps, dummy, mu], sort_keys=True, default=str)
+        scheduler = getattr(diffusers, cls_name)(**config)
+        resolved = {k: v for k, v in scheduler.config.items() if not k.startswith("_")}
+        key = json.dumps([cls_name, resolved, steps, dummy, mu, custom], sort_keys=True, default=str)
         if key in seen:
             return
         seen.add(key)
-        name = re.sub(r"-+", "-", re.sub(r"[^A-Za-z0-9]+", "-", f"tester-{SHORT[cls_name]}-{label}".replace(".", "p")))
+        name = re.sub(r"-+", "-", re.sub(r"[^A-Za-z0-9]+", "-", f"tester-{SHORT[cls_name]}-{label}".replace(".", "p").replace("++", "pp")))
         name = name.strip("-").lower()
-        cases[name] = {"class": cls_name, "config": config, "steps": steps, "dummy": dummy,
-                       "timesteps": {} if mu is None else {"mu": mu}}
+        assert name not in cases, f"two configs named {name}"
+        timesteps: dict = {} if mu is None else {"mu": mu}
+        if custom:
+            scheduler.set_timesteps(steps)
+            schedule = scheduler.timesteps if custom == "timesteps" else scheduler.sigmas
+            timesteps[custom] = [float(v) for v in schedule]
+        refused = next(({"field": f, "value": v, "why": why} for (c, f, v), why in REFUSED.items()
+                        if c == cls_name and config.get(f) == v), None)
+        cases[name] = {"class": cls_name, "config": config, "steps": steps, "dummy": dummy, "timesteps": timesteps,
+                       "refused": refused}
 
     for cls_name, tester in TESTER_CONFIGS.items():
         if cls_name == "FlowMatchEulerDiscreteScheduler":
@@ -307,8 +328,17 @@ def tester_cases() -> tuple[dict[str, dict], dict[str, str]]:
             if key in NOT_COVERED:
                 skipped[f"{SHORT[cls_name]}: {key}"] = f"{NOT_COVERED[key]} ({len(_product(value))} configs)"
                 continue
+            if key in CUSTOM:
+                for combo in _product(value):
+                    label = "-".join([f"custom-{CUSTOM[key]}", *(f"{k}-{v}" for k, v in combo.items())])
+                    add(cls_name, label, combo, dummy=True, custom=CUSTOM[key])
+                continue
             if isinstance(value, dict):
                 for combo in _product(value):
+                    # test_solver_order_and_type skips the SDE forms at order 3 (diffusers has
+                    # no third-order SDE update).
+                    if str(combo.get("algorithm_type", "")).startswith("sde") and combo.get("solver_order") == 3:
+                        continue
                     label = "-".join([key, *(f"{k}-{v}" for k, v in combo.items() if isinstance(value[k], list))])
                     add(cls_name, label, {k2: v2 for k, v in combo.items() for k2, v2 in _field(k, v).items()})
             else:
@@ -345,9 +375,19 @@ def tester_cases() -> tuple[dict[str, dict], dict[str, str]]:
 # each scheduler's full loop on the tests' dummy model, beta sigmas, thresholding with a
 # sample_max_value below 1, a one-step training schedule.
 TESTER_COMMITTED = ["tester-ddim-full-loop", "tester-ddpm-num-train-timesteps-1", "tester-euler-use-beta-sigmas-true",
-                    "tester-dpmsolver-use-beta-sigmas-true",
+                    "tester-dpmsolver-use-beta-sigmas-true", "tester-ddpm-variance-type-other",
+                    "tester-euler-custom-sigmas-prediction-type-epsilon-final-sigmas-type-sigma-min",
+                    "tester-dpmsolver-custom-timesteps-algorithm-type-sde-dpmsolverpp-prediction-type-epsilon-final-sigmas-type-zero",
                     "tester-dpmsolver-thresholding-solver-order-2-solver-type-heun-sample-max-value-0p5-prediction-type-epsilon",
                     "tester-lms-full-loop", "tester-pndm-full-loop"]
+
+
+def write_tester_case(out: Path, name: str, c: dict, index: int) -> None:
+    """One case of tester_cases() into `out`, with its `refused.json` where zoo refuses it."""
+    trace(name, c["class"], c["config"], {}, 1, 8800 + index, out=out, steps=c["steps"], shape=TESTER_SHAPE,
+          dummy_model=c["dummy"], timestep_kwargs=c["timesteps"])
+    if c["refused"]:
+        (out / name / "refused.json").write_text(json.dumps(c["refused"]) + "\n")
 
 
 def write_tester(out: Path) -> None:
@@ -356,14 +396,14 @@ def write_tester(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cases, skipped = tester_cases()
     for i, (name, c) in enumerate(cases.items()):
-        trace(name, c["class"], c["config"], {}, 1, 8800 + i, out=out, steps=c["steps"], shape=TESTER_SHAPE,
-              dummy_model=c["dummy"], timestep_kwargs=c["timesteps"])
+        write_tester_case(out, name, c, i)
     versions = {p: importlib.metadata.version(p) for p in ("diffusers", "torch")}
     (out / "README.json").write_text(json.dumps({
         "command": f".venv/bin/python nightly/reference/schedulers.py --tester {out}",
         "library_versions": versions,
         "cases": list(cases),
         "not_covered": skipped,
+        "refused": {n: c["refused"] for n, c in cases.items() if c["refused"]},
     }, indent=1) + "\n")
     print(f"wrote {len(cases)} scheduler tester cases into {out}; not covered: {skipped}")
 
@@ -382,8 +422,7 @@ def main() -> None:
     tester, _ = tester_cases()
     for i, (name, c) in enumerate(tester.items()):
         if name in TESTER_COMMITTED:
-            trace(name, c["class"], c["config"], {}, 1, 8800 + i, steps=c["steps"], shape=TESTER_SHAPE,
-                  dummy_model=c["dummy"], timestep_kwargs=c["timesteps"])
+            write_tester_case(OUT, name, c, i)
             print("wrote", OUT / name)
     versions = {p: importlib.metadata.version(p) for p in ("diffusers", "torch")}
     (OUT / "README.json").write_text(json.dumps({

@@ -226,6 +226,7 @@ impl FluxPipeline {
         let options = TimestepOptions {
             sigmas,
             mu: Some(calculate_shift(&self.scheduler_config, gh * gw, 1.15)),
+            timesteps: None,
         };
         scheduler.set_timesteps_with(n, &options)?;
 

@@ -244,6 +244,7 @@ impl StableDiffusion3Pipeline {
         let options = TimestepOptions {
             sigmas: None,
             mu: dynamic_mu(&self.scheduler_config, seq),
+            timesteps: None,
         };
         scheduler.set_timesteps_with(args.num_inference_steps, &options)?;
 

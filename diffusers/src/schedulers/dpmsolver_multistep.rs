@@ -11,7 +11,7 @@ use super::schedule::{
     NoiseConfig, NoiseSchedule, SigmaKind, SigmaSpacing, TimestepSpacing,
 };
 use super::thresholding::Thresholding;
-use super::{check_step, divide, require_noise, scale, Scheduler, StepInput};
+use super::{check_step, divide, require_noise, scale, Scheduler, StepInput, TimestepOptions};
 use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
@@ -473,8 +473,92 @@ impl Scheduler for DPMSolverMultistepScheduler {
             .position(|&l| l as f64 >= c.lambda_min_clipped)
             .unwrap_or(lambdas.len());
         let last = train - clipped;
-        let mut timesteps =
-            multistep_timesteps(c.timestep_spacing, train, last, steps, c.steps_offset);
+        let timesteps = multistep_timesteps(c.timestep_spacing, train, last, steps, c.steps_offset);
+        self.schedule(steps, timesteps)
+    }
+
+    fn set_timesteps_with(&mut self, steps: usize, options: &TimestepOptions) -> Result<()> {
+        if options.mu.is_some() || options.sigmas.is_some() {
+            return Err(Error::Scheduler(format!(
+                "{CLASS}: takes custom timesteps, not custom sigmas or `mu`"
+            )));
+        }
+        let Some(n) = options.custom_steps(CLASS, steps, true)? else {
+            return self.set_timesteps(steps);
+        };
+        let given = options.timesteps.as_deref().unwrap_or_default();
+        if let Some(bad) = given.iter().find(|t| !t.is_finite() || **t < 0.0) {
+            return Err(Error::Scheduler(format!(
+                "{CLASS}: custom timesteps must be finite and not negative, got {bad}"
+            )));
+        }
+        if self.kind != SigmaKind::Interpolated
+            || self.config.use_lu_lambdas == Some(true)
+            || self.flow()
+        {
+            return Err(Error::Scheduler(format!(
+                "{CLASS}: custom timesteps take the interpolated sigmas; the config asks for Karras, exponential, beta, lambda-uniform or flow sigmas"
+            )));
+        }
+        // As numpy's int64 cast: truncated.
+        self.schedule(n, given.iter().map(|t| t.trunc()).collect())
+    }
+
+    fn timesteps(&self) -> &[f64] {
+        &self.timesteps
+    }
+
+    fn sigmas(&self) -> Option<&[f32]> {
+        Some(&self.sigmas)
+    }
+
+    fn needs_noise(&self, _step: usize) -> bool {
+        self.config.algorithm_type.sde()
+    }
+
+    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
+        let (model_output, step, sample, noise) = x.parts();
+        let n = self.timesteps.len();
+        super::check_order(CLASS, step, self.next_step)?;
+        let c = &self.config;
+        let short = n < 15;
+        let lower_final = step == n - 1
+            && (c.euler_at_final
+                || (c.lower_order_final && short)
+                || c.final_sigmas_type == FinalSigmas::Zero);
+        let lower_second = step + 2 == n && c.lower_order_final && short;
+        let converted = self.convert(model_output, sample, step)?;
+        self.model_outputs.remove(0);
+        self.model_outputs.push(Some(converted.clone()));
+        let sample = sample.to_dtype(DType::F32)?;
+        let noise = match noise {
+            Some(t) => Some(t.to_dtype(DType::F32)?),
+            None => None,
+        };
+        let order = self.config.solver_order;
+        let prev = if order == 1 || self.lower_order_nums < 1 || lower_final {
+            self.first_order(&converted, &sample, step, noise.as_ref())?
+        } else if order == 2 || self.lower_order_nums < 2 || lower_second {
+            self.second_order(&sample, step, noise.as_ref())?
+        } else {
+            self.third_order(&sample, step, noise.as_ref())?
+        };
+        if self.lower_order_nums < order {
+            self.lower_order_nums += 1;
+        }
+        self.next_step += 1;
+        Ok(prev.to_dtype(model_output.dtype())?)
+    }
+}
+
+impl DPMSolverMultistepScheduler {
+    /// The sigmas of `steps` steps at `timesteps` (interpolated, or the config's Karras,
+    /// lambda-uniform, exponential, beta or flow ones with their own timesteps), the final
+    /// sigma, and a fresh multistep history.
+    fn schedule(&mut self, steps: usize, mut timesteps: Vec<f64>) -> Result<()> {
+        let c = &self.config;
+        let train = c.noise.num_train_timesteps;
+        let ac = &self.schedule.alphas_cumprod;
         let train_sigmas = self.schedule.sigmas();
         let log_sigmas: Vec<f32> = train_sigmas.iter().map(|s| s.ln()).collect();
         let descending = || -> (f64, f64) {
@@ -554,51 +638,5 @@ impl Scheduler for DPMSolverMultistepScheduler {
         self.lower_order_nums = 0;
         self.next_step = 0;
         Ok(())
-    }
-
-    fn timesteps(&self) -> &[f64] {
-        &self.timesteps
-    }
-
-    fn sigmas(&self) -> Option<&[f32]> {
-        Some(&self.sigmas)
-    }
-
-    fn needs_noise(&self, _step: usize) -> bool {
-        self.config.algorithm_type.sde()
-    }
-
-    fn step_checked(&mut self, x: StepInput<'_>) -> Result<Tensor> {
-        let (model_output, step, sample, noise) = x.parts();
-        let n = self.timesteps.len();
-        super::check_order(CLASS, step, self.next_step)?;
-        let c = &self.config;
-        let short = n < 15;
-        let lower_final = step == n - 1
-            && (c.euler_at_final
-                || (c.lower_order_final && short)
-                || c.final_sigmas_type == FinalSigmas::Zero);
-        let lower_second = step + 2 == n && c.lower_order_final && short;
-        let converted = self.convert(model_output, sample, step)?;
-        self.model_outputs.remove(0);
-        self.model_outputs.push(Some(converted.clone()));
-        let sample = sample.to_dtype(DType::F32)?;
-        let noise = match noise {
-            Some(t) => Some(t.to_dtype(DType::F32)?),
-            None => None,
-        };
-        let order = self.config.solver_order;
-        let prev = if order == 1 || self.lower_order_nums < 1 || lower_final {
-            self.first_order(&converted, &sample, step, noise.as_ref())?
-        } else if order == 2 || self.lower_order_nums < 2 || lower_second {
-            self.second_order(&sample, step, noise.as_ref())?
-        } else {
-            self.third_order(&sample, step, noise.as_ref())?
-        };
-        if self.lower_order_nums < order {
-            self.lower_order_nums += 1;
-        }
-        self.next_step += 1;
-        Ok(prev.to_dtype(model_output.dtype())?)
     }
 }

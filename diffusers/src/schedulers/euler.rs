@@ -10,7 +10,7 @@ use super::schedule::{
     interp, linspace_f32, sigma_to_t, spaced_timesteps, NoiseConfig, NoiseSchedule, PredictionType,
     SigmaKind, SigmaSpacing, TimestepSpacing,
 };
-use super::{check_step, divide, require_noise, scale, Scheduler, StepInput};
+use super::{check_step, divide, require_noise, scale, Scheduler, StepInput, TimestepOptions};
 use crate::configuration::register_to_config;
 use crate::{Error, Result};
 
@@ -148,40 +148,11 @@ impl EulerDiscreteScheduler {
         self.config.timestep_type == TimestepType::Continuous
             && self.config.prediction_type == PredictionType::VPrediction
     }
-}
 
-const EULER: &str = "EulerDiscreteScheduler";
-const ANCESTRAL: &str = "EulerAncestralDiscreteScheduler";
-
-/// `EulerDiscreteScheduler`.
-#[derive(Clone, Debug)]
-pub struct EulerDiscreteScheduler {
-    config: EulerConfig,
-    kind: SigmaKind,
-    sigmas: Sigmas,
-    /// What the model is called with (the timesteps, or `0.25 ln sigma` when continuous).
-    model_timesteps: Vec<f64>,
-}
-
-impl Scheduler for EulerDiscreteScheduler {
-    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
-        let sigmas = self.sigmas().unwrap_or_default();
-        check_step(EULER, step, sigmas.len())?;
-        super::add_noise_scaled(original, noise, 1.0, sigmas[step])
-    }
-
-    fn class_name(&self) -> &'static str {
-        EULER
-    }
-
-    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
+    /// `steps` sigmas at `timesteps` (interpolated, log-linear, or the config's Karras,
+    /// exponential or beta ones with their own timesteps), then the final sigma.
+    fn schedule(&mut self, steps: usize, mut timesteps: Vec<f64>) -> Result<()> {
         let c = &self.config;
-        let train = c.noise.num_train_timesteps;
-        let mut timesteps: Vec<f64> =
-            spaced_timesteps(c.timestep_spacing, train, steps, c.steps_offset, false)
-                .into_iter()
-                .map(|t| t as f32 as f64)
-                .collect();
         let s = &self.sigmas;
         let log_sigmas: Vec<f32> = s.train.iter().map(|v| v.ln()).collect();
         let mut sigmas: Vec<f64> = match c.interpolation_type {
@@ -212,7 +183,13 @@ impl Scheduler for EulerDiscreteScheduler {
             }
         };
         sigmas.push(last);
-        let sigmas: Vec<f32> = sigmas.into_iter().map(|v| v as f32).collect();
+        self.finish(sigmas.into_iter().map(|v| v as f32).collect(), timesteps);
+        Ok(())
+    }
+
+    /// Keeps `sigmas` (one per step and the final one) and the timesteps the model is called
+    /// with: `timesteps`, or `0.25 ln sigma` when continuous.
+    fn finish(&mut self, sigmas: Vec<f32>, timesteps: Vec<f64>) {
         self.model_timesteps = if self.continuous() {
             sigmas[..sigmas.len() - 1]
                 .iter()
@@ -223,6 +200,88 @@ impl Scheduler for EulerDiscreteScheduler {
         };
         self.sigmas.timesteps = self.model_timesteps.clone();
         self.sigmas.sigmas = sigmas;
+    }
+}
+
+const EULER: &str = "EulerDiscreteScheduler";
+const ANCESTRAL: &str = "EulerAncestralDiscreteScheduler";
+
+/// `EulerDiscreteScheduler`.
+#[derive(Clone, Debug)]
+pub struct EulerDiscreteScheduler {
+    config: EulerConfig,
+    kind: SigmaKind,
+    sigmas: Sigmas,
+    /// What the model is called with (the timesteps, or `0.25 ln sigma` when continuous).
+    model_timesteps: Vec<f64>,
+}
+
+impl Scheduler for EulerDiscreteScheduler {
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, step: usize) -> Result<Tensor> {
+        let sigmas = self.sigmas().unwrap_or_default();
+        check_step(EULER, step, sigmas.len())?;
+        super::add_noise_scaled(original, noise, 1.0, sigmas[step])
+    }
+
+    fn class_name(&self) -> &'static str {
+        EULER
+    }
+
+    fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
+        let c = &self.config;
+        let timesteps: Vec<f64> = spaced_timesteps(
+            c.timestep_spacing,
+            c.noise.num_train_timesteps,
+            steps,
+            c.steps_offset,
+            false,
+        )
+        .into_iter()
+        .map(|t| t as f32 as f64)
+        .collect();
+        self.schedule(steps, timesteps)
+    }
+
+    fn set_timesteps_with(&mut self, steps: usize, options: &TimestepOptions) -> Result<()> {
+        if options.mu.is_some() {
+            return Err(Error::Scheduler(format!(
+                "{EULER}: `mu` is flow matching's (FlowMatchEulerDiscreteScheduler); this scheduler takes none"
+            )));
+        }
+        let Some(n) = options.custom_steps(EULER, steps, false)? else {
+            return self.set_timesteps(steps);
+        };
+        let finite = |v: &[f64], what: &str| match v.iter().find(|x| !x.is_finite() || **x < 0.0) {
+            Some(bad) => Err(Error::Scheduler(format!(
+                "{EULER}: custom {what} must be finite and not negative, got {bad}"
+            ))),
+            None => Ok(()),
+        };
+        if let Some(t) = &options.timesteps {
+            finite(t, "timesteps")?;
+            if self.kind != SigmaKind::Interpolated {
+                return Err(Error::Scheduler(format!(
+                    "{EULER}: custom timesteps take the interpolated sigmas; the config asks for Karras, exponential or beta sigmas"
+                )));
+            }
+            if self.continuous() {
+                return Err(Error::Scheduler(format!(
+                    "{EULER}: custom timesteps do not apply to continuous v-prediction timesteps (timestep_type continuous)"
+                )));
+            }
+            return self.schedule(n, t.iter().map(|&v| v as f32 as f64).collect());
+        }
+        // Custom sigmas, the final one included: the timesteps are theirs (`_sigma_to_t`,
+        // which numpy runs in float32 on these float32 sigmas).
+        let given = options.sigmas.as_deref().unwrap_or_default();
+        finite(given, "sigmas")?;
+        let sigmas: Vec<f32> = given.iter().map(|&v| v as f32).collect();
+        let log_sigmas: Vec<f32> = self.sigmas.train.iter().map(|v| v.ln()).collect();
+        let timesteps: Vec<f64> = sigmas[..n]
+            .iter()
+            .map(|&sg| sigma_to_t(sg as f64, &log_sigmas) as f32 as f64)
+            .collect();
+        self.finish(sigmas, timesteps);
         Ok(())
     }
 

@@ -194,6 +194,13 @@ impl Scheduler for FlowMatchEulerDiscreteScheduler {
 
     fn set_timesteps_with(&mut self, steps: usize, options: &TimestepOptions) -> Result<()> {
         let c = &self.config;
+        // diffusers runs custom timesteps as given beside sigmas shifted from them, which
+        // disagree under any shift: the schedule is asked as sigmas here.
+        if options.timesteps.is_some() {
+            return Err(Error::Scheduler(format!(
+                "{CLASS}: pass a custom schedule as sigmas (TimestepOptions::sigmas), not timesteps"
+            )));
+        }
         if c.use_dynamic_shifting && options.mu.is_none() {
             return Err(Error::Scheduler(format!(
                 "{CLASS}: use_dynamic_shifting is set, so set_timesteps needs the pipeline's `mu` (TimestepOptions::mu)"

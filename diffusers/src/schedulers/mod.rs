@@ -57,16 +57,17 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     }
     /// The scheduler's own [`Scheduler::set_timesteps`], for at least one step.
     fn choose_timesteps(&mut self, num_inference_steps: usize) -> Result<()>;
-    /// `set_timesteps` with the arguments flow pipelines pass (`sigmas=`, `mu=`); schedulers
-    /// that take neither refuse them.
+    /// `set_timesteps` with the arguments pipelines may pass beyond the step count (custom
+    /// `timesteps=` or `sigmas=`, flow shifting's `mu=`), as the scheduler's diffusers class
+    /// takes them; a scheduler refuses what its class does not take.
     fn set_timesteps_with(
         &mut self,
         num_inference_steps: usize,
         options: &TimestepOptions,
     ) -> Result<()> {
-        if options.sigmas.is_some() || options.mu.is_some() {
+        if options != &TimestepOptions::default() {
             return Err(Error::Scheduler(format!(
-                "{} takes neither custom sigmas nor `mu`; use FlowMatchEulerDiscreteScheduler",
+                "{} takes no custom timesteps, sigmas or `mu`; EulerDiscreteScheduler and DPMSolverMultistepScheduler take custom timesteps, EulerDiscreteScheduler and FlowMatchEulerDiscreteScheduler custom sigmas",
                 self.class_name()
             )));
         }
@@ -157,10 +158,45 @@ impl<'a> StepInput<'a> {
 /// What a pipeline may pass to [`Scheduler::set_timesteps_with`] beyond the step count.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimestepOptions {
-    /// The sigmas to run (one per step) instead of the scheduler's own spacing.
+    /// The sigmas to run instead of the scheduler's own spacing, as its diffusers class takes
+    /// them: one per step for flow matching; one per step and the final one for Euler.
     pub sigmas: Option<Vec<f64>>,
     /// The resolution-dependent shift of `use_dynamic_shifting` schedulers.
     pub mu: Option<f64>,
+    /// The timesteps to run (descending training timesteps, one per step) instead of the
+    /// scheduler's spacing (diffusers' `set_timesteps(timesteps=...)`: Align-Your-Steps and
+    /// other published schedules).
+    pub timesteps: Option<Vec<f64>>,
+}
+
+impl TimestepOptions {
+    /// The step count custom timesteps or sigmas imply (`sigmas_per_step`: whether the
+    /// scheduler takes one sigma per step, or one more for the final one), checked against
+    /// `num_inference_steps` (0 takes theirs); `None` when neither is given.
+    pub(crate) fn custom_steps(
+        &self,
+        class: &str,
+        num_inference_steps: usize,
+        sigmas_per_step: bool,
+    ) -> Result<Option<usize>> {
+        let n = match (&self.timesteps, &self.sigmas) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Scheduler(format!(
+                    "{class}: pass custom timesteps or custom sigmas, not both"
+                )))
+            }
+            (Some(t), None) => t.len(),
+            (None, Some(s)) if sigmas_per_step => s.len(),
+            (None, Some(s)) => s.len().saturating_sub(1),
+            (None, None) => return Ok(None),
+        };
+        if n == 0 || (num_inference_steps != 0 && num_inference_steps != n) {
+            return Err(Error::Scheduler(format!(
+                "{class}: the custom schedule gives {n} steps, but {num_inference_steps} inference steps were asked; pass 0 or {n}, and at least one step"
+            )));
+        }
+        Ok(Some(n))
+    }
 }
 
 /// The classes [`SchedulerConfig::build`] knows.
