@@ -276,13 +276,13 @@ def token_ids(tokenizer, text: str, max_length: int) -> list[int]:
     return tokenizer(text, padding="max_length", max_length=max_length, truncation=True).input_ids
 
 
-def run_pipe(pipe, latents: torch.Tensor, steps_n: int, call: dict, seed: int):
+def run_pipe(pipe, latents: torch.Tensor, steps_n: int, call: dict, seed: int, size: tuple = (HEIGHT, WIDTH)):
     steps = StepRecorder()
     calls = CallRecorder(steps)
     hook = pipe.transformer.register_forward_pre_hook(calls, with_kwargs=True)
     try:
         with NoiseRecorder(seed) as rec, SetTimestepsRecorder(pipe.scheduler) as st:
-            image = pipe(PROMPT, num_inference_steps=steps_n, height=HEIGHT, width=WIDTH, latents=latents.clone(),
+            image = pipe(PROMPT, num_inference_steps=steps_n, height=size[0], width=size[1], latents=latents.clone(),
                          output_type="np", callback_on_step_end=steps, **call).images
     finally:
         hook.remove()
@@ -329,13 +329,26 @@ def tester_cases() -> dict:
             scheduler=FlowMatchEulerDiscreteScheduler())
 
     steps = data["stable_diffusion_3"]["inputs"]["num_inference_steps"]
+    sd3_call = {"negative_prompt": NEGATIVE, "guidance_scale": data["stable_diffusion_3"]["inputs"]["guidance_scale"],
+                "max_sequence_length": MAX_SEQUENCE_LENGTH}
+    flux_steps = data["flux"]["inputs"]["num_inference_steps"]
+    flux_call = {"guidance_scale": data["flux"]["inputs"]["guidance_scale"], "max_sequence_length": MAX_SEQUENCE_LENGTH}
     return {
-        "tester-sd3": (sd3_tester, StableDiffusion3Pipeline, steps,
-                       {"negative_prompt": NEGATIVE, "guidance_scale": data["stable_diffusion_3"]["inputs"]
-                        ["guidance_scale"], "max_sequence_length": MAX_SEQUENCE_LENGTH}),
-        "tester-flux": (flux_tester, FluxPipeline, data["flux"]["inputs"]["num_inference_steps"],
-                        {"guidance_scale": data["flux"]["inputs"]["guidance_scale"],
-                         "max_sequence_length": MAX_SEQUENCE_LENGTH}),
+        "tester-sd3": (sd3_tester, StableDiffusion3Pipeline, steps, sd3_call),
+        "tester-flux": (flux_tester, FluxPipeline, flux_steps, flux_call),
+        # test_skip_guidance_layers' layers [0], stopping at 1.0 rather than the default 0.2,
+        # under which none of the test's 2 steps is skipped; test_flux_true_cfg.
+        "tester-sd3-skip-guidance-layers": (sd3_tester, StableDiffusion3Pipeline, steps,
+                                            {**sd3_call, "skip_guidance_layers": [0],
+                                             "skip_layer_guidance_start": 0.01, "skip_layer_guidance_stop": 1.0}),
+        "tester-flux-true-cfg": (flux_tester, FluxPipeline, flux_steps,
+                                 {**flux_call, "negative_prompt": NEGATIVE, "true_cfg_scale": 2.0}),
+        # test_flux_negative_embeds_shape_check's 16 x 16 with true CFG off at 1.0
+        # (test_flux_image_output_shape's 32 x 32 is tester-flux's own size; its 72 x 57, which
+        # diffusers rounds down to 72 x 56 with a warning, zoo refuses naming the multiple)
+        "tester-flux-negative-16x16": (flux_tester, FluxPipeline, flux_steps,
+                                       {**flux_call, "negative_prompt": NEGATIVE, "true_cfg_scale": 1.0,
+                                        "height": 16, "width": 16}),
     }
 
 
@@ -426,24 +439,29 @@ def run_case(index: int, name: str, builder, cls, steps_n: int, call: dict, out:
                     **{k: token_ids(getattr(pipe, name_), v, n) for k, v in texts.items()}}
             for name_, n in lengths.items()}
 
+        # A variant's own size (the call's), else the cases' common one.
+        ph, pw = call.get("height", HEIGHT), call.get("width", WIDTH)
         if is_flux:
-            unpacked = torch.randn((1, pipe.transformer.config.in_channels // 4, HEIGHT // f, WIDTH // f),
-                                   generator=gen)
+            # Flux rounds a size down to whole 2 x 2 patches of latents (prepare_latents).
+            lh, lw = 2 * (ph // (f * 2)), 2 * (pw // (f * 2))
+            unpacked = torch.randn((1, pipe.transformer.config.in_channels // 4, lh, lw), generator=gen)
             t["pipe.latents_unpacked"] = unpacked
-            t["pipe.latents"] = FluxPipeline._pack_latents(unpacked, 1, unpacked.shape[1], HEIGHT // f, WIDTH // f)
-            assert torch.equal(FluxPipeline._unpack_latents(t["pipe.latents"], HEIGHT, WIDTH, pipe.vae_scale_factor),
+            t["pipe.latents"] = FluxPipeline._pack_latents(unpacked, 1, unpacked.shape[1], lh, lw)
+            assert torch.equal(FluxPipeline._unpack_latents(t["pipe.latents"], lh * f, lw * f, pipe.vae_scale_factor),
                                unpacked)
         else:
-            t["pipe.latents"] = torch.randn((1, tr.config.in_channels, HEIGHT // f, WIDTH // f), generator=gen)
-        t["pipe.image"], steps, calls, set_ts = run_pipe(pipe, t["pipe.latents"], steps_n, call, 6100 + index)
+            t["pipe.latents"] = torch.randn((1, tr.config.in_channels, ph // f, pw // f), generator=gen)
+        sized = {k: v for k, v in call.items() if k not in ("height", "width")}
+        t["pipe.image"], steps, calls, set_ts = run_pipe(pipe, t["pipe.latents"], steps_n, sized, 6100 + index,
+                                                         (ph, pw))
         t["timesteps"] = torch.tensor(steps.timesteps, dtype=torch.float32)
         t["sigmas"] = pipe.scheduler.sigmas.to(torch.float32)
         assert len(steps.timesteps) == steps_n
 
         info["num_inference_steps"] = steps_n
-        info["call"] = {"prompt": PROMPT, "height": HEIGHT, "width": WIDTH, "num_inference_steps": steps_n,
-                        "latents": "pipe.latents", "output_type": "np", **call}
-        info["height"], info["width"] = HEIGHT, WIDTH
+        info["call"] = {"prompt": PROMPT, "height": ph, "width": pw, "num_inference_steps": steps_n,
+                        "latents": "pipe.latents", "output_type": "np", **sized}
+        info["height"], info["width"] = ph, pw
         info["max_sequence_length"] = MAX_SEQUENCE_LENGTH
         info["set_timesteps"] = set_ts
         info["transformer_calls"] = calls

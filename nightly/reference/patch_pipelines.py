@@ -150,12 +150,17 @@ def tester_cases() -> dict:
             scheduler=DDIMScheduler())
 
     side = pixart_kw["sample_size"] * 8
+    pixart_call = {"negative_prompt": NEGATIVE, "guidance_scale": 4.5, "height": side, "width": side,
+                   "use_resolution_binning": False, "clean_caption": False,
+                   "max_sequence_length": MAX_SEQUENCE_LENGTH}
     return {
         "tester-dit": (dit_tester, DiTPipeline, {"guidance_scale": 4.0}),
-        "tester-pixart-alpha": (pixart_tester, PixArtAlphaPipeline,
-                                {"negative_prompt": NEGATIVE, "guidance_scale": 4.5, "height": side, "width": side,
-                                 "use_resolution_binning": False, "clean_caption": False,
-                                 "max_sequence_length": MAX_SEQUENCE_LENGTH}),
+        "tester-pixart-alpha": (pixart_tester, PixArtAlphaPipeline, pixart_call),
+        # test_inference_non_square_images, test_inference_with_multiple_images_per_prompt
+        "tester-pixart-alpha-non-square": (pixart_tester, PixArtAlphaPipeline,
+                                           {**pixart_call, "height": 32, "width": 48}),
+        "tester-pixart-alpha-two-images": (pixart_tester, PixArtAlphaPipeline,
+                                           {**pixart_call, "num_images_per_prompt": 2}),
     }
 
 
@@ -237,7 +242,8 @@ def run_case(index: int, name: str, builder, cls, call: dict, out: Path = OUT) -
                 lh, lw = pipe.image_processor.classify_height_width_bin(lh, lw, ratios=bins)
                 info["binned_size"] = [lh, lw]
             f = pipe.vae_scale_factor
-            t["pipe.latents"] = torch.randn((1, tr.config.in_channels, lh // f, lw // f), generator=gen)
+            images = call.get("num_images_per_prompt", 1)
+            t["pipe.latents"] = torch.randn((images, tr.config.in_channels, lh // f, lw // f), generator=gen)
             with NoiseRecorder(6200 + index) as rec:
                 image = pipe(PROMPT, num_inference_steps=STEPS, latents=t["pipe.latents"].clone(), output_type="np",
                              callback=lambda _i, ts, _l: steps.append(float(ts)), callback_steps=1, **call).images

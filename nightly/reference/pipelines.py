@@ -53,7 +53,8 @@ from transformers import (AutoTokenizer, CLIPTextConfig, CLIPTextModel,  # noqa:
 
 import diffusers  # noqa: E402
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMPipeline, DDPMScheduler,  # noqa: E402
-                       EulerDiscreteScheduler, PNDMScheduler, StableDiffusionImg2ImgPipeline,
+                       EulerAncestralDiscreteScheduler, EulerDiscreteScheduler, LMSDiscreteScheduler,
+                       PNDMScheduler, StableDiffusionImg2ImgPipeline,
                        StableDiffusionPipeline, StableDiffusionXLPipeline, UNet2DConditionModel,
                        UNet2DModel)
 from diffusers.utils import torch_utils  # noqa: E402
@@ -229,15 +230,17 @@ def tester_pipelines() -> dict:
         c = entry["components"]["scheduler"]
         return schedulers[c["class"]](**c["kwargs"])
 
-    def sd(key: str, seed: int):
+    def sd(key: str, seed: int, swap=None):
+        """The test's pipeline; `swap` turns its scheduler into a variant's."""
         e = data[key]
 
         def make():
             unet = build(seed, lambda: UNet2DConditionModel(**part(e, "unet")))
             vae = build(seed + 10, lambda: AutoencoderKL(**part(e, "vae")))
             te = build(seed + 20, lambda: encoder(e, "text_encoder", CLIPTextModel))
+            sched = scheduler(e)
             return StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=AutoTokenizer.from_pretrained(TOKENIZER),
-                                           unet=unet, scheduler=scheduler(e), safety_checker=None,
+                                           unet=unet, scheduler=swap(sched) if swap else sched, safety_checker=None,
                                            feature_extractor=None, requires_safety_checker=False)
         return make
 
@@ -252,19 +255,48 @@ def tester_pipelines() -> dict:
                                          tokenizer_2=AutoTokenizer.from_pretrained(TOKENIZER), unet=unet,
                                          scheduler=scheduler(e), add_watermarker=False)
 
-    def ddpm_make():
-        e = data["ddpm"]
-        unet = build(1300, lambda: UNet2DModel(**part(e, "unet")))
-        return DDPMPipeline(unet=unet, scheduler=scheduler(e))
+    def ddpm_make(**scheduler_overrides):
+        def make():
+            e = data["ddpm"]
+            unet = build(1300, lambda: UNet2DModel(**part(e, "unet")))
+            c = e["components"]["scheduler"]
+            return DDPMPipeline(unet=unet, scheduler=schedulers[c["class"]](**{**c["kwargs"], **scheduler_overrides}))
+        return make
 
     guidance = {k: data[k]["inputs"].get("guidance_scale") for k in data}
-    return {
+    cases = {
         "tester-sd15": (sd("stable_diffusion", 1000), {"guidance_scale": guidance["stable_diffusion"]}, "sd15"),
         "tester-sd2": (sd("stable_diffusion_2", 1100), {"guidance_scale": guidance["stable_diffusion_2"]},
                        "sd2-vpred"),
         "tester-sdxl": (sdxl_make, {"guidance_scale": guidance["stable_diffusion_xl"]}, "sdxl"),
-        "tester-ddpm": (ddpm_make, {}, "ddpm"),
+        "tester-ddpm": (ddpm_make(), {}, "ddpm"),
+        # test_inference_predict_sample
+        "tester-ddpm-predict-sample": (ddpm_make(prediction_type="sample"), {}, "ddpm"),
     }
+    # The SD tests' variants (their `variants` in tester_configs.json): the scheduler swapped
+    # (from the test's DDIM config, or PNDM's defaults as the tests build it), other sizes and
+    # step counts, SD 2's "unflawed" trailing DDIM with guidance_rescale.
+    swaps = {
+        "pndm": lambda _c: PNDMScheduler(skip_prk_steps=True),
+        "k-lms": lambda c: LMSDiscreteScheduler.from_config(c.config),
+        "k-euler-ancestral": lambda c: EulerAncestralDiscreteScheduler.from_config(c.config),
+        "k-euler": lambda c: EulerDiscreteScheduler.from_config(c.config),
+    }
+    for key, short, seed, kind in (("stable_diffusion", "sd15", 1000, "sd15"),
+                                   ("stable_diffusion_2", "sd2", 1100, "sd2-vpred")):
+        call = {"guidance_scale": guidance[key]}
+        for variant, swap in swaps.items():
+            cases[f"tester-{short}-{variant}"] = (sd(key, seed, swap), call, kind)
+    sd_call = {"guidance_scale": guidance["stable_diffusion"]}
+    cases["tester-sd15-factor-8"] = (sd("stable_diffusion", 1000), {**sd_call, "height": 136, "width": 136}, "sd15")
+    cases["tester-sd15-height-width-opt"] = (
+        sd("stable_diffusion", 1000, lambda c: LMSDiscreteScheduler.from_config(c.config)),
+        {**sd_call, "num_inference_steps": 1, "height": 96, "width": 96}, "sd15")
+    cases["tester-sd2-unflawed"] = (
+        sd("stable_diffusion_2", 1100, lambda c: DDIMScheduler.from_config(c.config, timestep_spacing="trailing")),
+        {"guidance_scale": guidance["stable_diffusion_2"], "guidance_rescale": 0.7, "num_inference_steps": 10},
+        "sd2-vpred")
+    return cases
 
 
 # name: (builder, pipeline call kwargs beyond the common ones)
@@ -391,15 +423,19 @@ def run_case(index: int, name: str, builder, call: dict, kind: str | None = None
             info["negative_prompt_ids"] = pipe.tokenizer(NEGATIVE, padding="max_length", max_length=seq,
                                                          truncation=True).input_ids
 
-        info["num_inference_steps"] = STEPS
-        info.update(call)
+        # A variant's own step count and size, else the cases' common ones.
+        n_steps = call.get("num_inference_steps", STEPS)
+        height, width = call.get("height", HEIGHT), call.get("width", WIDTH)
+        extra = {k: v for k, v in call.items() if k not in ("num_inference_steps", "height", "width")}
+        info["num_inference_steps"] = n_steps
+        info.update(extra)
         side = pipe.unet.config.sample_size if is_ddpm else None
-        info["height"], info["width"] = (side, side) if is_ddpm else (HEIGHT, WIDTH)
+        info["height"], info["width"] = (side, side) if is_ddpm else (height, width)
         info["unet_timestep"] = UNET_TIMESTEP
 
         if is_ddpm:
             with NoiseRecorder(6000 + index) as rec:
-                image = pipe(num_inference_steps=STEPS, output_type="np").images
+                image = pipe(num_inference_steps=n_steps, output_type="np").images
             t["timesteps"] = pipe.scheduler.timesteps.to(torch.float32)
             for i, n in enumerate(rec.draws):
                 t[f"pipe.noise.{i}"] = n
@@ -410,15 +446,22 @@ def run_case(index: int, name: str, builder, call: dict, kind: str | None = None
             assert len(rec.draws) == 1 + sum(s > 0 for s in steps), rec.callers
             assert rec.callers == ["DDPMPipeline.__call__"] + ["DDPMScheduler.step"] * (len(rec.draws) - 1), rec.callers
         else:
-            t["pipe.latents"] = torch.randn((1, 4, HEIGHT // 2, WIDTH // 2), generator=gen)
+            scale = pipe.vae_scale_factor
+            t["pipe.latents"] = torch.randn((1, 4, height // scale, width // scale), generator=gen)
             steps = StepRecorder()
             with NoiseRecorder(6000 + index) as rec:
-                image = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=STEPS, height=HEIGHT, width=WIDTH,
-                             latents=t["pipe.latents"].clone(), output_type="np", callback_on_step_end=steps,
-                             **call).images
+                image = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=n_steps, height=height,
+                             width=width, latents=t["pipe.latents"].clone(), output_type="np",
+                             callback_on_step_end=steps, **extra).images
             t["timesteps"] = torch.tensor(steps.timesteps, dtype=torch.float32)
-            # latents= is the only noise: PNDM, DDIM (eta 0) and Euler (s_churn 0) draw none.
-            assert not rec.draws, rec.callers
+            # latents= is the only noise but for an ancestral scheduler's steps (PNDM, DDIM with
+            # eta 0, Euler with s_churn 0 and LMS draw none): each draw recorded in order.
+            assert all(c.endswith("Scheduler.step") for c in rec.callers), rec.callers
+            for i, n in enumerate(rec.draws):
+                t[f"pipe.noise.{i}"] = n
+            if rec.draws:
+                info["noise"] = [f"noise of scheduler.step {i} {list(n.shape)} ({c})"
+                                 for i, (n, c) in enumerate(zip(rec.draws, rec.callers))]
             info["timesteps"] = "one entry per denoising iteration (UNet call), from callback_on_step_end"
             if name == "sd15":
                 info["timesteps"] += "; PNDM with skip_prk_steps runs num_inference_steps + 1 iterations, " \
