@@ -24,6 +24,7 @@ mod inspect;
 mod load;
 mod parity;
 mod plan;
+mod rerank;
 mod serve;
 
 use std::time::Duration;
@@ -107,6 +108,7 @@ enum Command {
     Generate(generate::Args),
     Embed(embed::Args),
     Classify(classify::Args),
+    Rerank(rerank::Args),
     Image(image::Args),
     Serve(serve::Args),
     Plan(plan::Args),
@@ -122,6 +124,7 @@ impl Command {
             Command::Generate(_) => "generate",
             Command::Embed(_) => "embed",
             Command::Classify(_) => "classify",
+            Command::Rerank(_) => "rerank",
             Command::Image(_) => "image",
             Command::Serve(_) => "serve",
             Command::Plan(_) => "plan",
@@ -158,6 +161,7 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::Rerank(args) => rerank::run(args),
         Command::Image(args) => image::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Plan(args) => plan::run(args),

@@ -10,7 +10,7 @@
 use zoo_hub::Pretrained;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_runtime::{DType, Tensor};
-use zoo_transformers::{AutoModelForQuestionAnswering, EncoderArgs, Tokenizer};
+use zoo_transformers::{AutoModelForQuestionAnswering, EncoderArgs, PairTruncation, Tokenizer};
 
 /// The longest answer considered, in tokens.
 const MAX_ANSWER_TOKENS: usize = 30;
@@ -23,7 +23,12 @@ fn main() -> anyhow::Result<()> {
     };
     let reader = AutoModelForQuestionAnswering::load_pretrained(&model, DeviceMap::Cpu)?;
     let tokenizer = Tokenizer::from_pretrained(&Pretrained::open(&model)?)?;
-    let pair = tokenizer.encode_pair(&question, &context, reader.max_position_embeddings())?;
+    let pair = tokenizer.encode_pair(
+        &question,
+        &context,
+        reader.max_position_embeddings(),
+        PairTruncation::OnlySecond,
+    )?;
     let n = pair.ids.len();
     let device = reader.device();
     let ints =

@@ -10,6 +10,15 @@ from typing import Any
 import torch
 from transformers import (
     BertConfig,
+    RobertaConfig,
+    RobertaForMaskedLM,
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
+    RobertaModel,
+    XLMRobertaConfig,
+    XLMRobertaForSequenceClassification,
+    XLMRobertaModel,
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForQuestionAnswering,
@@ -43,7 +52,25 @@ ARCHITECTURES: dict[str, tuple[type, str]] = {
     "BertForTokenClassification": (BertForTokenClassification, "token-classification"),
     "BertForQuestionAnswering": (BertForQuestionAnswering, "question-answering"),
     "BertForMultipleChoice": (BertForMultipleChoice, "multiple-choice"),
+    "RobertaModel": (RobertaModel, "feature-extraction"),
+    "RobertaForMaskedLM": (RobertaForMaskedLM, "fill-mask"),
+    "RobertaForSequenceClassification": (RobertaForSequenceClassification, "text-classification"),
+    "RobertaForTokenClassification": (RobertaForTokenClassification, "token-classification"),
+    "RobertaForQuestionAnswering": (RobertaForQuestionAnswering, "question-answering"),
+    "XLMRobertaModel": (XLMRobertaModel, "feature-extraction"),
+    "XLMRobertaForSequenceClassification": (XLMRobertaForSequenceClassification, "text-classification"),
 }
+
+# RoBERTa's and XLM-RoBERTa's config beside BERT's: RobertaConfig's special ids (padding 1,
+# whose index the position ids count from), one token type, two more positions.
+ROBERTA_CONFIG: dict[str, Any] = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "type_vocab_size": 1,
+                                  "max_position_embeddings": 66}
+
+
+def config_class(architecture: str) -> type:
+    """The config class of a class of this module."""
+    return (XLMRobertaConfig if architecture.startswith("XLMRoberta") else
+            RobertaConfig if architecture.startswith("Roberta") else BertConfig)
 
 # Choices per example of the multiple-choice cases (BertModelTester's num_choices is 4).
 CHOICES = 4
@@ -89,11 +116,40 @@ SPECS: list[BertSpec] = [
     BertSpec("bert-tokcls-f32", "BertForTokenClassification: 5 BIO labels (id2label) per token",
              ["gelu", "token-type-ids", "padding", "head:token-classification"],
              labels("O", "B-PER", "I-PER", "B-LOC", "I-LOC"), seed=507, architecture="BertForTokenClassification"),
+    # RoBERTa and XLM-RoBERTa: position ids counted from after the padding index, one token type.
+    BertSpec("roberta-base-f32", "RobertaModel: padding id 1, positions from 2 on real tokens (padding keeps 1), "
+             "one token type, right-padded batch", ["gelu", "padding", "positions:after-padding", "pooler"],
+             seed=520, architecture="RobertaModel"),
+    BertSpec("roberta-mlm-f32", "RobertaForMaskedLM: lm_head (dense, gelu, layer_norm), decoder tied to the word "
+             "embeddings, lm_head.bias", ["gelu", "padding", "tied", "head:masked-lm"], seed=521,
+             architecture="RobertaForMaskedLM"),
+    BertSpec("roberta-seqcls-f32", "RobertaForSequenceClassification: 3 labels from the first token through "
+             "classifier.dense, tanh, classifier.out_proj", ["gelu", "padding", "head:sequence-classification"],
+             labels("negative", "neutral", "positive"), seed=522, architecture="RobertaForSequenceClassification"),
+    BertSpec("roberta-tokcls-f32", "RobertaForTokenClassification: 3 labels per token",
+             ["gelu", "padding", "head:token-classification"], labels("O", "B", "I"), seed=523,
+             architecture="RobertaForTokenClassification"),
+    BertSpec("roberta-qa-f32", "RobertaForQuestionAnswering: qa_outputs per token", ["gelu", "padding",
+             "head:question-answering"], seed=524, architecture="RobertaForQuestionAnswering"),
+    BertSpec("xlm-roberta-base-f32", "XLMRobertaModel: hidden 64, 3 layers, gelu_new, longer right padding",
+             ["gelu-tanh", "padding", "positions:after-padding"], {"hidden_size": 64, "num_attention_heads": 8,
+                                                                   "num_hidden_layers": 3, "intermediate_size": 128,
+                                                                   "hidden_act": "gelu_new"},
+             seed=525, seq_len=16, right_pad=6, architecture="XLMRobertaModel"),
+    BertSpec("xlm-roberta-rerank-f32", "XLMRobertaForSequenceClassification with one label (a cross-encoder "
+             "reranker's head, as bge-reranker ships)", ["gelu", "padding", "head:sequence-classification"],
+             {"num_labels": 1}, seed=526, architecture="XLMRobertaForSequenceClassification"),
 ]
 
 
+def full_config(spec: BertSpec) -> dict[str, Any]:
+    """The spec's config fields over the module's (and RoBERTa's) defaults."""
+    roberta = {} if config_class(spec.architecture) is BertConfig else ROBERTA_CONFIG
+    return {**BASE_CONFIG, **roberta, **spec.config}
+
+
 def build_model(spec: BertSpec) -> torch.nn.Module:
-    config = BertConfig(**{**BASE_CONFIG, **spec.config})
+    config = config_class(spec.architecture)(**full_config(spec))
     config.architectures = [spec.architecture]
     torch.manual_seed(spec.seed)
     model_class, _ = ARCHITECTURES[spec.architecture]
@@ -115,6 +171,13 @@ LOGITS_MEANING = {
                             "names in config.json id2label",
     "multiple-choice": "choice scores [batch, choices]: classifier(pooler_output) of each choice's row",
 }
+# RoBERTa's heads where they differ from BERT's.
+ROBERTA_LOGITS_MEANING = {
+    "fill-mask": "masked-LM scores [batch, seq, vocab]: lm_head dense, exact gelu, layer_norm, then the decoder "
+                 "tied to roberta.embeddings.word_embeddings plus lm_head.bias",
+    "text-classification": "label scores [batch, num_labels]: classifier.out_proj(tanh(classifier.dense(first "
+                           "token))); names in config.json id2label",
+}
 
 
 def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
@@ -122,7 +185,8 @@ def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
     multiple choice, two examples of CHOICES such rows each ([2, CHOICES, seq]), the last
     choice of the second example right-padded."""
     gen = torch.Generator().manual_seed(spec.seed + 7919)
-    vocab = {**BASE_CONFIG, **spec.config}["vocab_size"]
+    config = full_config(spec)
+    vocab, pad = config["vocab_size"], config["pad_token_id"]
     if ARCHITECTURES[spec.architecture][1] == "multiple-choice":
         ids = torch.randint(1, vocab, (2 * CHOICES, spec.seq_len), generator=gen, dtype=torch.int64)
         mask = torch.ones_like(ids)
@@ -134,12 +198,14 @@ def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
             token_types[-1, -spec.right_pad:] = 0
         return {k: v.view(2, CHOICES, spec.seq_len) for k, v in
                 (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", token_types))}
-    ids = torch.randint(1, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
+    # Real tokens above the padding id (RoBERTa numbers positions by where padding is).
+    ids = torch.randint(pad + 1, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
     mask = torch.ones_like(ids)
     token_types = torch.zeros_like(ids)
-    token_types[:, spec.seq_len // 2:] = 1
+    if config["type_vocab_size"] > 1:
+        token_types[:, spec.seq_len // 2:] = 1
     if spec.right_pad:
-        ids[1, -spec.right_pad:] = PAD_ID
+        ids[1, -spec.right_pad:] = pad
         mask[1, -spec.right_pad:] = 0
         token_types[1, -spec.right_pad:] = 0
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types}
@@ -148,9 +214,9 @@ def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
 def run_forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """BertModel: hidden states and pooled output. A head: its logits, the encoder's hidden
     states (and pooled output where the head has a pooler), points named under `bert.`."""
-    if isinstance(model, BertModel):
+    if model.base_model is model:
         return _run_base(model, inputs)
-    base: BertModel = model.bert
+    base = model.base_model
     captured: dict[str, torch.Tensor] = {}
 
     def keep(name):
@@ -163,14 +229,14 @@ def run_forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict
     if base.pooler is not None:
         hooks.append(base.pooler.register_forward_hook(keep("pooler_output")))
     try:
-        points = _run_base(base, inputs, prefix="bert.", head=model)
+        points = _run_base(base, inputs, prefix=f"{model.base_model_prefix}.", head=model)
     finally:
         for hook in hooks:
             hook.remove()
     return {**captured, **points}
 
 
-def _run_base(base: BertModel, inputs: dict[str, torch.Tensor], prefix: str = "",
+def _run_base(base: torch.nn.Module, inputs: dict[str, torch.Tensor], prefix: str = "",
               head: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
     """Runs `head` (default: `base` itself), capturing `base`'s embeddings and layer outputs."""
     points = {f"{prefix}embeddings": base.embeddings}
@@ -203,7 +269,10 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
     outputs = []
     if "logits" in forward:
         per_token = forward["logits"].dim() == 3
-        outputs.append(TensorSpec("logits", forward["logits"].float(), f"{LOGITS_MEANING[task]}{stored_as}",
+        meaning = LOGITS_MEANING[task]
+        if config_class(spec.architecture) is not BertConfig:
+            meaning = ROBERTA_LOGITS_MEANING.get(task, meaning)
+        outputs.append(TensorSpec("logits", forward["logits"].float(), f"{meaning}{stored_as}",
                                   compare="allclose", mask="attention_mask" if per_token else None))
     for end in ("start", "end"):
         if f"{end}_logits" in forward:
@@ -211,12 +280,13 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
                                       f"per-token scores of the answer span's {end} [batch, seq]: column "
                                       f"{0 if end == 'start' else 1} of qa_outputs(last_hidden_state){stored_as}",
                                       compare="allclose", mask="attention_mask"))
+    rows = "batch * choices" if task == "multiple-choice" else "batch"
     outputs.append(TensorSpec("last_hidden_state", forward["last_hidden_state"].float(),
-                              f"encoder output [rows, seq, hidden]{stored_as}", compare="allclose",
+                              f"encoder output [{rows}, seq, hidden]{stored_as}", compare="allclose",
                               mask=rows_mask))
     if "pooler_output" in forward:
         outputs.append(TensorSpec("pooler_output", forward["pooler_output"].float(),
-                                  f"tanh(dense(first token)) [rows, hidden]{stored_as}", compare="allclose"))
+                                  f"tanh(dense(first token)) [{rows}, hidden]{stored_as}", compare="allclose"))
     for name, value in forward.items():
         if name.endswith(".output"):
             outputs.append(TensorSpec(name, value.float(), f"output of module {name[:-7]}{stored_as}",
@@ -226,7 +296,7 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
     return Case(
         name=spec.name,
         architecture=spec.architecture,
-        model_type="bert",
+        model_type=model.config.model_type,
         task=task,
         dtype=spec.dtype,
         seed=spec.seed,

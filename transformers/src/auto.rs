@@ -416,6 +416,22 @@ pub(crate) fn load_encoder(
 ) -> Result<(Box<dyn Encoder>, AutoConfig, Pretrained)> {
     let pretrained = open(repo_or_path, opts.revision.as_deref())?;
     let cfg = AutoConfig::of_checkpoint(&pretrained)?;
+    // A base model's checkpoint holds no head to load (transformers would draw a random one).
+    if task != Task::Base
+        && cfg.task == Task::Base
+        && !cfg.pretrained.architectures.is_empty()
+        && matches!(cfg.family.loaders, Loaders::Encoder(_))
+    {
+        return Err(Error::Config {
+            path: cfg.pretrained.path.clone(),
+            reason: format!(
+                "the checkpoint is a {} (the base model, no head); {} needs one fine-tuned with its head (a *For{} checkpoint)",
+                cfg.architecture,
+                task.auto_class(),
+                task.auto_class().trim_start_matches("AutoModelFor")
+            ),
+        });
+    }
     let m = match cfg.family.loaders {
         Loaders::Encoder(load) | Loaders::Seq2Seq { encoder: load, .. } => {
             let (w, source, _) = open_weights(&pretrained, &cfg, opts)?;

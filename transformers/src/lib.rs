@@ -78,5 +78,5 @@ pub use models::qwen3_moe::{Qwen3MoeForCausalLM, Qwen3MoeModel};
 pub use models::t5::{T5Config, T5EncoderModel, T5ForConditionalGeneration};
 pub use models::vit::{ViTConfig, ViTForImageClassification, ViTModel};
 pub use models::Placement;
-pub use tokenizer::{PairEncoding, Tokenizer};
+pub use tokenizer::{PairEncoding, PairTruncation, Tokenizer};
 pub use vision::{ImageClassifier, ImageEmbedder, Scored, ZeroShotImageClassifier};

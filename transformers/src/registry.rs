@@ -13,7 +13,7 @@ use zoo_hub::PretrainedConfig;
 pub use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::models::{
     bert, clip, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe,
-    qwen3, qwen3_moe, t5, vit,
+    qwen3, qwen3_moe, roberta, t5, vit, xlm_roberta,
 };
 use crate::Result;
 
@@ -32,6 +32,8 @@ pub static FAMILIES: &[Family] = &[
     gemma3::FAMILY,
     gpt2::FAMILY,
     bert::FAMILY,
+    roberta::FAMILY,
+    xlm_roberta::FAMILY,
     clip::FAMILY,
     clip::VISION_FAMILY,
     clip::CLIP_FAMILY,

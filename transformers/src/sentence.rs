@@ -5,6 +5,10 @@
 //! A plain transformers checkpoint without `modules.json` gets what sentence-transformers
 //! gives it too: mean pooling, no normalisation, the model's own position limit; a model
 //! with a projection (CLIP's text model) gives its projected embedding.
+//!
+//! [`CrossEncoder`] is sentence-transformers' `CrossEncoder`: a sequence classifier reading a
+//! (query, document) pair as one input, its scores through the configured activation
+//! (sigmoid for one label): the rerankers (ms-marco MiniLM, bge-reranker).
 
 use std::path::Path;
 
@@ -13,8 +17,9 @@ use serde_json::Value;
 use zoo_runtime::{DType, Tensor};
 
 use crate::auto::{load_encoder, LoadOptions};
-use crate::kinds::{Encoder, EncoderArgs};
+use crate::kinds::{Encoder, EncoderArgs, EncoderHead};
 use crate::registry::Task;
+use crate::tokenizer::PairTruncation;
 use crate::{Error, Result, Tokenizer};
 
 /// How token embeddings become one sentence embedding (sentence-transformers' `Pooling`).
@@ -297,6 +302,235 @@ impl SentenceEmbedder {
                 e
             })
             .collect())
+    }
+}
+
+/// What a cross-encoder applies to its head's scores (sentence-transformers'
+/// `activation_fn`, by its torch class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreActivation {
+    /// `torch.nn.Sigmoid`: the default for one label.
+    Sigmoid,
+    /// `torch.nn.Identity`: the logits as they are; the default for several labels.
+    Identity,
+    /// `torch.nn.Tanh`.
+    Tanh,
+}
+
+impl ScoreActivation {
+    /// The activation a saved `activation_fn` path names (`torch.nn.modules.activation.Sigmoid`),
+    /// `None` for one zoo does not apply.
+    pub fn from_torch(path: &str) -> Option<ScoreActivation> {
+        match path.rsplit('.').next()? {
+            "Sigmoid" => Some(ScoreActivation::Sigmoid),
+            "Identity" => Some(ScoreActivation::Identity),
+            "Tanh" => Some(ScoreActivation::Tanh),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScoreActivation::Sigmoid => "sigmoid",
+            ScoreActivation::Identity => "identity",
+            ScoreActivation::Tanh => "tanh",
+        }
+    }
+
+    fn apply(self, x: f32) -> f32 {
+        match self {
+            ScoreActivation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            ScoreActivation::Identity => x,
+            ScoreActivation::Tanh => x.tanh(),
+        }
+    }
+}
+
+/// One document of [`CrossEncoder::rank`]: its index among the documents and its score.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ranked {
+    /// Index in the documents given.
+    pub index: usize,
+    /// The cross-encoder's score of (query, document).
+    pub score: f32,
+}
+
+/// A cross-encoder (sentence-transformers' `CrossEncoder`): a sequence classifier of any
+/// encoder or decoder family reading each (query, document) pair as one input, cut to
+/// `max_length` longest-first, its label scores through the configured activation.
+#[derive(Debug)]
+pub struct CrossEncoder {
+    model: Box<dyn Encoder>,
+    tokenizer: Tokenizer,
+    activation: ScoreActivation,
+    max_length: usize,
+    labels: Vec<String>,
+    pad_id: i64,
+}
+
+impl CrossEncoder {
+    /// Loads the sequence-classification checkpoint `repo_or_path` (a folder, file or repo
+    /// id) with its tokenizer; the activation comes from its config's
+    /// `sentence_transformers.activation_fn` (or the older
+    /// `sbert_ce_default_activation_function`), else sigmoid for one label and identity for
+    /// several, as sentence-transformers chooses; `max_length` from
+    /// `sentence_bert_config.json`, else `tokenizer_config.json`'s `model_max_length`, never
+    /// past the model's positions.
+    pub fn load_pretrained(repo_or_path: &str, opts: LoadOptions) -> Result<CrossEncoder> {
+        let (model, cfg, pretrained) =
+            load_encoder(repo_or_path, &opts, Task::SequenceClassification)?;
+        let tokenizer = Tokenizer::from_pretrained(&pretrained)?;
+        let EncoderHead::SequenceClassification { labels } = model.head().clone() else {
+            return Err(Error::Internal(
+                "a sequence-classification load gave another head".into(),
+            ));
+        };
+        let config = &cfg.pretrained;
+        let saved = config
+            .get("sentence_transformers")
+            .and_then(|st| st.get("activation_fn").cloned())
+            .or_else(|| config.get("sbert_ce_default_activation_function"));
+        let activation = match saved.as_ref().and_then(Value::as_str) {
+            Some(path) => ScoreActivation::from_torch(path).ok_or_else(|| Error::Config {
+                path: config.path.clone(),
+                reason: format!(
+                    "the cross-encoder's activation_fn {path:?} is not one zoo applies (Sigmoid, Identity, Tanh)"
+                ),
+            })?,
+            None if labels.len() == 1 => ScoreActivation::Sigmoid,
+            None => ScoreActivation::Identity,
+        };
+        let files = pretrained.files();
+        let mut max_length = model.max_position_embeddings();
+        let from = |name: &str, key: &str| -> Result<Option<u64>> {
+            Ok(match files.get_optional(name)? {
+                Some(path) => read_json(&path)?.get(key).and_then(Value::as_u64),
+                None => None,
+            })
+        };
+        // transformers writes a huge `model_max_length` for "no limit".
+        if let Some(n) = from("sentence_bert_config.json", "max_seq_length")?
+            .or(from("tokenizer_config.json", "model_max_length")?)
+        {
+            max_length = max_length.min(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        let pad_id = tokenizer
+            .pad_id()
+            .map(i64::from)
+            .or_else(|| {
+                config
+                    .pad_token_id
+                    .as_ref()
+                    .and_then(|p| p.to_vec().first().copied())
+                    .map(i64::from)
+            })
+            .unwrap_or(0);
+        Ok(CrossEncoder {
+            model,
+            tokenizer,
+            activation,
+            max_length,
+            labels,
+            pad_id,
+        })
+    }
+
+    /// Overrides the activation.
+    pub fn with_activation(mut self, activation: ScoreActivation) -> CrossEncoder {
+        self.activation = activation;
+        self
+    }
+
+    /// The activation in use.
+    pub fn activation(&self) -> ScoreActivation {
+        self.activation
+    }
+
+    /// The most tokens a pair is cut to.
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    /// The head's label names (one for a reranker).
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// The scores of each pair: one row per pair, one score per label, after the activation
+    /// (`CrossEncoder.predict`).
+    pub fn predict(&self, pairs: &[(&str, &str)]) -> Result<Vec<Vec<f32>>> {
+        if pairs.is_empty() {
+            return Err(Error::invalid("pairs", "no pairs given".into()));
+        }
+        let encoded = pairs
+            .iter()
+            .map(|(a, b)| {
+                self.tokenizer
+                    .encode_pair(a, b, self.max_length, PairTruncation::LongestFirst)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (n, t) = (
+            encoded.len(),
+            encoded.iter().map(|e| e.ids.len()).max().unwrap_or(0),
+        );
+        // Right padding, as the tokenizer pads a batch; padded keys are masked.
+        let (mut ids, mut types, mut mask) = (
+            Vec::with_capacity(n * t),
+            Vec::with_capacity(n * t),
+            Vec::with_capacity(n * t),
+        );
+        for e in &encoded {
+            let pad = t - e.ids.len();
+            ids.extend(e.ids.iter().map(|&i| i64::from(i)));
+            ids.extend(std::iter::repeat_n(self.pad_id, pad));
+            types.extend(e.type_ids.iter().map(|&i| i64::from(i)));
+            types.extend(std::iter::repeat_n(0, pad));
+            mask.extend(std::iter::repeat_n(1i64, e.ids.len()));
+            mask.extend(std::iter::repeat_n(0, pad));
+        }
+        let device = self.model.device();
+        let tensor = |v: Vec<i64>| Tensor::from_vec(v, &[n, t], &device);
+        let (input_ids, token_type_ids, attention_mask) =
+            (tensor(ids)?, tensor(types)?, tensor(mask)?);
+        let out = self.model.forward(EncoderArgs {
+            input_ids: &input_ids,
+            attention_mask: Some(&attention_mask),
+            token_type_ids: Some(&token_type_ids),
+            position_ids: None,
+            output_hidden_states: false,
+        })?;
+        let logits = out
+            .logits
+            .ok_or_else(|| Error::Internal("the classifier returned no logits".into()))?;
+        let v = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        Ok(v.chunks(self.labels.len().max(1))
+            .map(|row| row.iter().map(|&x| self.activation.apply(x)).collect())
+            .collect())
+    }
+
+    /// The documents by their score against `query`, highest first (`CrossEncoder.rank`); a
+    /// reranker has one label.
+    pub fn rank(&self, query: &str, documents: &[&str]) -> Result<Vec<Ranked>> {
+        if self.labels.len() != 1 {
+            return Err(Error::invalid(
+                "model",
+                format!(
+                    "ranking needs one score per pair; this classifier has {} labels ({}); use predict",
+                    self.labels.len(),
+                    self.labels.join(", ")
+                ),
+            ));
+        }
+        let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, *d)).collect();
+        let scores = self.predict(&pairs)?;
+        let mut ranked: Vec<Ranked> = scores
+            .iter()
+            .enumerate()
+            .map(|(index, s)| Ranked { index, score: s[0] })
+            .collect();
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
+        Ok(ranked)
     }
 }
 

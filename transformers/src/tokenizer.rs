@@ -59,6 +59,16 @@ fn check_templates(p: &Value) -> Result<()> {
     Ok(())
 }
 
+/// How [`Tokenizer::encode_pair`] cuts a pair longer than its `max_length`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairTruncation {
+    /// Only the second text loses its last tokens (a question-answering context).
+    OnlySecond,
+    /// The longer text loses tokens first, then both alike (a cross-encoder's query and
+    /// document; transformers' default).
+    LongestFirst,
+}
+
 /// Two texts encoded as one input ([`Tokenizer::encode_pair`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PairEncoding {
@@ -149,39 +159,63 @@ impl Tokenizer {
     }
 
     /// A pair of texts as one input with the tokenizer's special tokens (BERT's
-    /// `[CLS] first [SEP] second [SEP]`), at most `max_length` tokens: a longer pair loses
-    /// the second text's last tokens, as transformers' `truncation="only_second"` (how
-    /// question-answering and cross-encoders cut a long context or document).
+    /// `[CLS] first [SEP] second [SEP]`), at most `max_length` tokens, a longer pair cut as
+    /// `truncation` says (transformers' `truncation="only_second"` for question answering,
+    /// `"longest_first"` — its `truncation=True` — for cross-encoders).
     pub fn encode_pair(
         &self,
         first: &str,
         second: &str,
         max_length: usize,
+        truncation: PairTruncation,
     ) -> Result<PairEncoding> {
+        use tokenizers::utils::truncation::{
+            truncate_encodings, TruncationDirection, TruncationParams, TruncationStrategy,
+        };
         let fail = |e: tokenizers::Error| Error::Tokenizer(format!("encoding failed: {e}"));
         let a = self.inner.encode(first, false).map_err(fail)?;
-        let mut b = self.inner.encode(second, false).map_err(fail)?;
+        let b = self.inner.encode(second, false).map_err(fail)?;
         let added = self
             .inner
             .get_post_processor()
             .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, true));
-        let room = max_length
-            .checked_sub(added + a.len())
-            .filter(|&room| room > 0)
-            .ok_or_else(|| {
-                Error::Tokenizer(format!(
-                    "max_length {max_length} leaves no room for the second text beside the first's {} tokens and {added} special tokens; shorten the first text",
-                    a.len()
-                ))
-            })?;
-        b.truncate(room, 0, tokenizers::TruncationDirection::Right);
-        let enc = self.inner.post_process(a, Some(b), true).map_err(fail)?;
+        let room = max_length.saturating_sub(added);
+        let fits = match truncation {
+            PairTruncation::OnlySecond => room > a.len(),
+            PairTruncation::LongestFirst => room >= 2,
+        };
+        if !fits {
+            return Err(Error::Tokenizer(format!(
+                "max_length {max_length} leaves no room for the pair beside {added} special tokens{}",
+                match truncation {
+                    PairTruncation::OnlySecond =>
+                        format!(" and the first text's {} tokens; shorten the first text", a.len()),
+                    PairTruncation::LongestFirst => String::new(),
+                }
+            )));
+        }
+        let params = TruncationParams {
+            direction: TruncationDirection::Right,
+            max_length: room,
+            strategy: match truncation {
+                PairTruncation::OnlySecond => TruncationStrategy::OnlySecond,
+                PairTruncation::LongestFirst => TruncationStrategy::LongestFirst,
+            },
+            stride: 0,
+        };
+        let (a, b) = truncate_encodings(a, Some(b), &params).map_err(fail)?;
+        let enc = self.inner.post_process(a, b, true).map_err(fail)?;
         Ok(PairEncoding {
             ids: enc.get_ids().to_vec(),
             type_ids: enc.get_type_ids().to_vec(),
             offsets: enc.get_offsets().to_vec(),
             sequence_ids: enc.get_sequence_ids(),
         })
+    }
+
+    /// The id of the tokenizer's padding token, where its `tokenizer.json` names one.
+    pub fn pad_id(&self) -> Option<u32> {
+        self.inner.get_padding().map(|p| p.pad_id)
     }
 
     /// Text of `ids`, special tokens dropped when `skip_special_tokens`.
@@ -323,7 +357,9 @@ mod tests {
             {"SpecialToken": {"id": "[SEP]", "type_id": 1}},
         ]);
         let t = Tokenizer::from_json(&wordlevel(bert)).unwrap();
-        let p = t.encode_pair("a a", "a a a a", 8).unwrap();
+        let p = t
+            .encode_pair("a a", "a a a a", 8, PairTruncation::OnlySecond)
+            .unwrap();
         // [CLS] a a [SEP] + three of the second text's four + [SEP].
         assert_eq!(p.ids, [1, 3, 3, 2, 3, 3, 3, 2]);
         assert_eq!(p.type_ids, [0, 0, 0, 0, 1, 1, 1, 1]);
@@ -342,7 +378,14 @@ mod tests {
         );
         // Byte ranges within each text.
         assert_eq!((p.offsets[2], p.offsets[6]), ((2, 3), (4, 5)));
-        let e = t.encode_pair("a a a a a", "a", 8).unwrap_err();
+        let e = t
+            .encode_pair("a a a a a", "a", 8, PairTruncation::OnlySecond)
+            .unwrap_err();
         assert!(e.to_string().contains("max_length 8"), "{e}");
+        // Longest first: the longer text is cut first, the shorter one kept.
+        let p = t
+            .encode_pair("a a a a a", "a", 8, PairTruncation::LongestFirst)
+            .unwrap();
+        assert_eq!(p.type_ids, [0, 0, 0, 0, 0, 0, 1, 1]);
     }
 }

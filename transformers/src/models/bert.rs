@@ -76,6 +76,9 @@ pub struct BertConfig {
     /// Only `absolute` positions are defined by current transformers.
     #[serde(default = "defaults::absolute")]
     pub position_embedding_type: String,
+    /// The padding token (RoBERTa's position ids count from after it).
+    #[serde(default)]
+    pub pad_token_id: Option<i64>,
     /// Label names of a classification head, by index.
     #[serde(default)]
     pub id2label: Option<BTreeMap<String, String>>,
@@ -119,13 +122,19 @@ impl BertConfig {
 /// The planner's view: embeddings, then `encoder.layer.N` (under `bert.` when a head is
 /// present), no KV cache; planned for the full `max_position_embeddings`.
 fn layout(config: &PretrainedConfig) -> Result<Layout> {
+    encoder_layout(config, Base::BERT)
+}
+
+/// The planner's view of a BERT-shaped encoder whose heads hold it under `base`.
+pub(crate) fn encoder_layout(config: &PretrainedConfig, base: Base) -> Result<Layout> {
     let c = BertConfig::from_pretrained(config)?;
+    let p = base.dotted;
     Ok(Layout {
-        layer_containers: vec!["encoder.layer".into(), "bert.encoder.layer".into()],
-        inputs: vec!["embeddings".into(), "bert.embeddings".into()],
+        layer_containers: vec!["encoder.layer".into(), format!("{p}encoder.layer")],
+        inputs: vec!["embeddings".into(), format!("{p}embeddings")],
         tied: vec![vec![
-            "bert.embeddings.word_embeddings.weight".into(),
-            "cls.predictions.decoder.weight".into(),
+            format!("{p}embeddings.word_embeddings.weight"),
+            base.tied_decoder.into(),
         ]],
         shape: ModelShape::encoder(
             c.num_hidden_layers,
@@ -138,11 +147,76 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
     })
 }
 
+/// How a BERT-shaped model numbers positions when the caller gives none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Positions {
+    /// `0..T` per row (BERT).
+    FromZero,
+    /// Real tokens counted from `padding_idx + 1`, padding at `padding_idx` (RoBERTa's
+    /// `create_position_ids_from_input_ids`).
+    AfterPadding(i64),
+}
+
+/// Where a head's base model sits in its checkpoint and how it numbers positions: BERT's
+/// `bert.` from 0, a derived family's (RoBERTa's `roberta.`) its own way.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Base {
+    /// The base model's attribute in the head classes (`bert`).
+    pub name: &'static str,
+    /// The same with its dot (`bert.`), the prefix of its module paths.
+    pub dotted: &'static str,
+    /// The masked-LM decoder tied to the word embeddings.
+    pub tied_decoder: &'static str,
+    /// Position ids when none are given.
+    pub positions: Positions,
+    /// The masked-LM head's module and its transform's dense and norm, and the transform's
+    /// activation (`None`: the config's `hidden_act`).
+    pub lm_head: (
+        &'static str,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+    ),
+}
+
+impl Base {
+    /// BERT's.
+    pub(crate) const BERT: Base = Base {
+        name: "bert",
+        dotted: "bert.",
+        tied_decoder: "cls.predictions.decoder.weight",
+        positions: Positions::FromZero,
+        lm_head: (
+            "cls.predictions",
+            "transform.dense",
+            "transform.LayerNorm",
+            None,
+        ),
+    };
+
+    /// The base model under a head, with or without its pooler.
+    pub(crate) fn load(self, w: &Weights, c: &BertConfig, pooler: bool) -> Result<BertModel> {
+        Ok(BertModel::load(&w.pp(self.name), c, pooler)?
+            .under(self.dotted)
+            .numbering(self.positions))
+    }
+
+    /// The base model of a base checkpoint (at the root) or of a head's (under `name.`).
+    pub(crate) fn load_base(self, w: &Weights, c: &BertConfig) -> Result<BertModel> {
+        let w = if w.contains(&format!("{}embeddings.word_embeddings.weight", self.dotted)) {
+            w.pp(self.name)
+        } else {
+            w.clone()
+        };
+        Ok(BertModel::load(&w, c, true)?.numbering(self.positions))
+    }
+}
+
 /// The family's loader: the base model for [`Task::Base`], else the head's class.
 fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn kinds::Encoder>> {
     let c = BertConfig::from_pretrained(config)?;
     Ok(match task {
-        Task::Base => Box::new(BertModel::load(&base_weights(w), &c, true)?),
+        Task::Base => Box::new(Base::BERT.load_base(w, &c)?),
         Task::MaskedLm => Box::new(BertForMaskedLM::load(w, &c)?),
         Task::SequenceClassification => Box::new(BertForSequenceClassification::load(w, &c)?),
         Task::TokenClassification => Box::new(BertForTokenClassification::load(w, &c)?),
@@ -158,16 +232,6 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ki
             })
         }
     })
-}
-
-/// The base model's weights: under `bert.` in a checkpoint with a head, at the root in a
-/// `BertModel` one.
-fn base_weights(w: &Weights) -> Weights {
-    if w.contains("bert.embeddings.word_embeddings.weight") {
-        w.pp("bert")
-    } else {
-        w.clone()
-    }
 }
 
 /// A LayerNorm stored as `weight`/`bias`, or as TF's `gamma`/`beta`.
@@ -311,6 +375,8 @@ pub struct BertModel {
     layer_devices: Vec<Device>,
     /// The module prefix of the base model in its checkpoint (`bert.` under a head).
     prefix: &'static str,
+    /// How positions are numbered when the caller gives none.
+    positions: Positions,
 }
 
 impl BertModel {
@@ -350,6 +416,7 @@ impl BertModel {
             placement,
             layer_devices,
             prefix: "",
+            positions: Positions::FromZero,
         })
     }
 
@@ -361,6 +428,21 @@ impl BertModel {
     fn under(mut self, prefix: &'static str) -> BertModel {
         self.prefix = prefix;
         self
+    }
+
+    fn numbering(mut self, positions: Positions) -> BertModel {
+        self.positions = positions;
+        self
+    }
+
+    /// The longest input: every position up to `max_position_embeddings`, less the ones
+    /// RoBERTa's numbering skips (the padding index and those below it).
+    fn max_tokens(&self) -> usize {
+        let n = self.config.max_position_embeddings;
+        match self.positions {
+            Positions::FromZero => n,
+            Positions::AfterPadding(pad) => n.saturating_sub(pad.max(0) as usize + 1),
+        }
     }
 }
 
@@ -406,7 +488,7 @@ impl TextTower for BertModel {
         self.config.vocab_size
     }
     fn max_position_embeddings(&self) -> usize {
-        self.config.max_position_embeddings
+        self.max_tokens()
     }
     fn run(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
         let ids = args.input_ids;
@@ -418,9 +500,10 @@ impl TextTower for BertModel {
         }
         let (b, t) = (ids.shape()[0], ids.shape()[1]);
         let c = &self.config;
-        if t == 0 || t > c.max_position_embeddings {
+        if t == 0 || t > self.max_tokens() {
             return Err(Error::invalid("input_ids", format!(
-                "the input has {t} tokens; BERT takes 1 to {} (max_position_embeddings); truncate it",
+                "the input has {t} tokens; the model takes 1 to {} (max_position_embeddings {}); truncate it",
+                self.max_tokens(),
                 c.max_position_embeddings
             )));
         }
@@ -446,10 +529,27 @@ impl TextTower for BertModel {
             None => Tensor::from_vec(vec![0i64; b * t], &[b, t], &device)?,
         };
         check_ids(&types, c.type_vocab_size, "token_type_ids")?;
-        let positions = match same("position_ids", args.position_ids)? {
-            Some(p) => p,
-            None => {
+        let positions = match (same("position_ids", args.position_ids)?, self.positions) {
+            (Some(p), _) => p,
+            (None, Positions::FromZero) => {
                 let rows: Vec<i64> = (0..b).flat_map(|_| 0..t as i64).collect();
+                Tensor::from_vec(rows, &[b, t], &device)?
+            }
+            (None, Positions::AfterPadding(pad)) => {
+                // cumsum(ids != pad) * (ids != pad) + pad, per row.
+                let ids = ids.to_vec::<i64>()?;
+                let mut rows = Vec::with_capacity(b * t);
+                for row in ids.chunks(t) {
+                    let mut count = 0;
+                    rows.extend(row.iter().map(|&id| {
+                        count += i64::from(id != pad);
+                        if id != pad {
+                            count + pad
+                        } else {
+                            pad
+                        }
+                    }));
+                }
                 Tensor::from_vec(rows, &[b, t], &device)?
             }
         };
@@ -518,8 +618,15 @@ pub struct BertForMaskedLM {
 impl BertForMaskedLM {
     /// Loads from the checkpoint root (`bert.*`, `cls.predictions.*`).
     pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForMaskedLM> {
-        let bert = BertModel::load(&w.pp("bert"), c, false)?.under("bert.");
-        let p = w.pp("cls.predictions");
+        BertForMaskedLM::load_with(w, c, Base::BERT)
+    }
+
+    /// The same head over a derived family's base and names (RoBERTa's `roberta.*` and
+    /// `lm_head.*`).
+    pub(crate) fn load_with(w: &Weights, c: &BertConfig, base: Base) -> Result<BertForMaskedLM> {
+        let bert = base.load(w, c, false)?;
+        let (root, dense, norm, act) = base.lm_head;
+        let p = w.pp(root);
         let h = c.hidden_size;
         // The decoder's weight is the word-embedding table (tied), stored or not.
         let weight = if p.contains("decoder.weight") {
@@ -532,9 +639,9 @@ impl BertForMaskedLM {
             None => p.get("decoder.bias", &[c.vocab_size])?,
         };
         Ok(BertForMaskedLM {
-            transform: Linear::load(&p.pp("transform.dense"), h, h, true)?,
-            transform_norm: layer_norm(&p.pp("transform.LayerNorm"), h, c.layer_norm_eps)?,
-            act: Activation::from_hf(&c.hidden_act)?,
+            transform: Linear::load(&p.pp(dense), h, h, true)?,
+            transform_norm: layer_norm(&p.pp(norm), h, c.layer_norm_eps)?,
+            act: Activation::from_hf(act.unwrap_or(&c.hidden_act))?,
             // The bias is the head's own tensor, placed with it; the product runs with the
             // (tied) weight.
             decoder: {
@@ -625,7 +732,16 @@ pub struct BertForTokenClassification {
 impl BertForTokenClassification {
     /// Loads from the checkpoint root (`bert.*` without pooler, `classifier.*`).
     pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForTokenClassification> {
-        let bert = BertModel::load(&w.pp("bert"), c, false)?.under("bert.");
+        BertForTokenClassification::load_with(w, c, Base::BERT)
+    }
+
+    /// The same head over a derived family's base (RoBERTa's `roberta.*`).
+    pub(crate) fn load_with(
+        w: &Weights,
+        c: &BertConfig,
+        base: Base,
+    ) -> Result<BertForTokenClassification> {
+        let bert = base.load(w, c, false)?;
         let labels = c.labels()?;
         Ok(BertForTokenClassification {
             classifier: Linear::load(&w.pp("classifier"), c.hidden_size, labels.len(), true)?,
@@ -661,16 +777,25 @@ pub struct BertForQuestionAnswering {
 impl BertForQuestionAnswering {
     /// Loads from the checkpoint root (`bert.*` without pooler, `qa_outputs.*`).
     pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForQuestionAnswering> {
+        BertForQuestionAnswering::load_with(w, c, Base::BERT)
+    }
+
+    /// The same head over a derived family's base (RoBERTa's `roberta.*`).
+    pub(crate) fn load_with(
+        w: &Weights,
+        c: &BertConfig,
+        base: Base,
+    ) -> Result<BertForQuestionAnswering> {
         // transformers sizes `qa_outputs` by `num_labels` and splits it into exactly two.
         if let Some(n) = c.num_labels.filter(|&n| n != 2) {
             return Err(Error::Config {
                 path: c.path.clone(),
                 reason: format!(
-                    "BertForQuestionAnswering scores a span's start and end: `num_labels` must be 2, not {n}"
+                    "the question-answering head scores a span's start and end: `num_labels` must be 2, not {n}"
                 ),
             });
         }
-        let bert = BertModel::load(&w.pp("bert"), c, false)?.under("bert.");
+        let bert = base.load(w, c, false)?;
         Ok(BertForQuestionAnswering {
             qa_outputs: Linear::load(&w.pp("qa_outputs"), c.hidden_size, 2, true)?,
             bert,
@@ -704,13 +829,22 @@ pub struct BertForMultipleChoice {
 impl BertForMultipleChoice {
     /// Loads from the checkpoint root (`bert.*` with its pooler, `classifier.*`).
     pub fn load(w: &Weights, c: &BertConfig) -> Result<BertForMultipleChoice> {
-        let bert = BertModel::load(&w.pp("bert"), c, true)?.under("bert.");
+        BertForMultipleChoice::load_with(w, c, Base::BERT)
+    }
+
+    /// The same head over a derived family's base (RoBERTa's `roberta.*`).
+    pub(crate) fn load_with(
+        w: &Weights,
+        c: &BertConfig,
+        base: Base,
+    ) -> Result<BertForMultipleChoice> {
+        let bert = base.load(w, c, true)?;
         if bert.pooler.is_none() {
             return Err(Error::Config {
                 path: c.path.clone(),
                 reason: format!(
-                    "BertForMultipleChoice scores the pooled output, but the checkpoint has no `{}`",
-                    w.full_name("bert.pooler.dense.weight")
+                    "the multiple-choice head scores the pooled output, but the checkpoint has no `{}`",
+                    w.full_name(&format!("{}pooler.dense.weight", base.dotted))
                 ),
             });
         }

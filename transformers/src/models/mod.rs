@@ -19,7 +19,9 @@ pub mod qwen2;
 pub mod qwen2_moe;
 pub mod qwen3;
 pub mod qwen3_moe;
+pub mod roberta;
 pub mod t5;
 pub mod vit;
+pub mod xlm_roberta;
 
 pub use placement::Placement;
