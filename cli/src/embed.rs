@@ -20,6 +20,10 @@ use zoo_transformers::LoadOptions;
 /// sentence-transformers does; a checkpoint without them is mean-pooled, not normalised, and
 /// a CLIP text model with a projection (or a CLIPModel) gives its text_embeds.
 ///
+/// --prompt-name puts one of the prompts the folder's config_sentence_transformers.json names
+/// before every sentence (Qwen3-Embedding's `query` instruction, e5's "query: "), --prompt any
+/// text; a folder's default_prompt_name applies when neither is given.
+///
 /// With --image, the inputs are image files (PNG, JPEG) instead, turned into pixel values by
 /// the model's preprocessor_config.json: a CLIPModel or CLIPVisionModelWithProjection gives
 /// its image_embeds, a ViTModel or CLIPVisionModel its pooled output.
@@ -28,7 +32,7 @@ use zoo_transformers::LoadOptions;
 ///   zoo embed ./all-MiniLM-L6-v2 "The capital of France is Paris." "Paris is in France."
 ///   zoo embed sentence-transformers/all-MiniLM-L6-v2 "Hello" --json
 ///   zoo embed ./bert-folder "one sentence" "another" --pooling cls --device-map pjrt:cpu
-///   zoo embed ./Qwen3-Embedding-0.6B "What is the capital of China?"
+///   zoo embed ./Qwen3-Embedding-0.6B "What is the capital of China?" --prompt-name query
 ///   zoo embed openai/clip-vit-base-patch32 --image cat.jpg --image dog.png
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(false))]
@@ -38,6 +42,13 @@ pub struct Args {
     /// The sentences to embed.
     #[arg(required_unless_present = "image", conflicts_with = "image")]
     sentences: Vec<String>,
+    /// Put the model's prompt of this name before every sentence (config_sentence_transformers.json's
+    /// `prompts`: Qwen3-Embedding's and e5's `query`, ...).
+    #[arg(long, value_name = "NAME", conflicts_with = "prompt")]
+    prompt_name: Option<String>,
+    /// Put this text before every sentence (e.g. "query: ").
+    #[arg(long, value_name = "TEXT")]
+    prompt: Option<String>,
     /// Embed this image file instead (repeat for several).
     #[arg(long, value_name = "FILE")]
     image: Vec<std::path::PathBuf>,
@@ -93,7 +104,21 @@ pub fn run(args: Args) -> Result<()> {
         embedder = embedder.with_pooling(pooling);
     }
     let sentences: Vec<&str> = args.sentences.iter().map(String::as_str).collect();
-    let embeddings = embedder.embed(&sentences)?;
+    let prompt = match (&args.prompt_name, &args.prompt) {
+        (Some(name), _) => Some(
+            embedder
+                .prompt(name)
+                .map_err(|e| anyhow::anyhow!("--prompt-name: {e}"))?
+                .to_string(),
+        ),
+        (None, Some(text)) => Some(text.clone()),
+        // The folder's default prompt, if it names one.
+        (None, None) => match embedder.default_prompt_name() {
+            Some(name) => Some(embedder.prompt(name)?.to_string()),
+            None => None,
+        },
+    };
+    let embeddings = embedder.embed_with_prompt(&sentences, prompt.as_deref())?;
     let similarity: Vec<Vec<f32>> = embeddings
         .iter()
         .map(|a| embeddings.iter().map(|b| cosine_similarity(a, b)).collect())
@@ -103,6 +128,7 @@ pub fn run(args: Args) -> Result<()> {
             "model": args.model,
             "pooling": embedder.pooling().name(),
             "normalized": embedder.normalizes(),
+            "prompt": prompt,
             "embeddings": sentences.iter().zip(&embeddings).map(|(s, e)| json!({"sentence": s, "embedding": e})).collect::<Vec<_>>(),
             "cosine_similarity": similarity,
         });
@@ -128,6 +154,9 @@ pub fn run(args: Args) -> Result<()> {
 fn run_images(args: &Args, opts: LoadOptions) -> Result<()> {
     if args.pooling.is_some() {
         bail!("--pooling applies to sentences; an image's embedding is the model's projection or pooled output");
+    }
+    if args.prompt_name.is_some() || args.prompt.is_some() {
+        bail!("--prompt and --prompt-name apply to sentences, not images");
     }
     // The images first: a bad file fails before the model loads.
     let images = open_images_limited(&args.image, crate::pixel_limit(args.max_image_pixels))?;

@@ -82,3 +82,36 @@ fn embed_refuses_a_causal_lm_and_bad_flags_with_what_fits() {
     let (ok, _, err) = zoo(&["embed", dir.to_str().unwrap()]);
     assert!(!ok && err.contains("SENTENCES"), "{err}");
 }
+
+#[test]
+fn embed_puts_the_named_prompt_before_each_sentence() {
+    // The decoder embedder of transformers/tests/data (query and document prompts).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../transformers/tests/data/qwen3_embedder");
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let p = dir.to_str().unwrap();
+    let sentence = want["sentences"][0].as_str().unwrap();
+    let (ok, out, err) = zoo(&["embed", p, sentence, "--prompt-name", "query", "--json"]);
+    assert!(ok, "{err}");
+    let got: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(got["prompt"], want["prompts"]["query"]);
+    let e: Vec<f64> = got["embeddings"][0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let w = want["query_embeddings"][0].as_array().unwrap();
+    let worst = e
+        .iter()
+        .zip(w)
+        .map(|(a, b)| (a - b.as_f64().unwrap()).abs())
+        .fold(0f64, f64::max);
+    assert!(worst < 1e-4, "max abs diff {worst}");
+    let (ok, _, err) = zoo(&["embed", p, sentence, "--prompt-name", "passage"]);
+    assert!(
+        !ok && err.contains("--prompt-name") && err.contains("document, query"),
+        "{err}"
+    );
+}

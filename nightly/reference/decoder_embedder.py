@@ -2,8 +2,10 @@
 sentence-transformers model the way the decoder embedders publish one (Qwen3-Embedding,
 gte-Qwen2): the transformer at the root, a byte-level tokenizer that pads on the left,
 modules.json (Transformer -> Pooling -> Normalize), 1_Pooling/config.json with `lasttoken`
-pooling and 2_Normalize; and expected.json: what sentence-transformers makes of five
-sentences with it (`SentenceTransformer(dir).encode`, a batch of different lengths).
+pooling and 2_Normalize, config_sentence_transformers.json with query and document prompts;
+and expected.json: what sentence-transformers makes of five sentences with it
+(`SentenceTransformer(dir).encode`, a batch of different lengths), plain and with the query
+prompt (`prompt_name="query"`).
 
 Run: .venv/bin/python nightly/reference/decoder_embedder.py
 """
@@ -25,6 +27,7 @@ OUT = Path(__file__).resolve().parents[2] / "transformers/tests/data/qwen3_embed
 SENTENCES = ["The cat sat on the mat.", "Rust is fast", "A much longer sentence about embeddings, "
              "padding and the last token of each row.", "ok", "Ünïcödé text"]
 EOS = "<|endoftext|>"
+PROMPTS = {"query": "Instruct: Given a question, find the passage that answers it\nQuery:", "document": ""}
 
 
 def byte_char(b: int) -> str:
@@ -71,15 +74,21 @@ def main() -> None:
                                                            "pooling_mode_lasttoken": True}, indent=1))
     (OUT / "2_Normalize").mkdir()
     (OUT / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
+    # The query and document prompts, as Qwen3-Embedding's folder names them.
+    (OUT / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": PROMPTS, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=1))
     st = SentenceTransformer(str(OUT), device="cpu")
     st.eval()
     assert isinstance(st.tokenizer, PreTrainedTokenizerFast) and st.tokenizer.padding_side == "left"
     embeddings = st.encode(SENTENCES, batch_size=len(SENTENCES), convert_to_numpy=True)
+    queries = st.encode(SENTENCES, prompt_name="query", batch_size=len(SENTENCES), convert_to_numpy=True)
     expected = {
         "sentences": SENTENCES,
         "input_ids": [st.tokenizer(s)["input_ids"] for s in SENTENCES],
         "pooling": "lasttoken", "normalize": True,
         "embeddings": [[float(x) for x in row] for row in embeddings],
+        "prompts": PROMPTS,
+        "query_embeddings": [[float(x) for x in row] for row in queries],
         "library_versions": {p: importlib.metadata.version(p)
                              for p in ("torch", "transformers", "sentence-transformers")},
         "command": ".venv/bin/python nightly/reference/decoder_embedder.py",

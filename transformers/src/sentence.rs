@@ -10,6 +10,7 @@
 //! (query, document) pair as one input, its scores through the configured activation
 //! (sigmoid for one label): the rerankers (ms-marco MiniLM, bge-reranker).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -83,6 +84,13 @@ struct PoolingConfig {
     pooling_mode_lasttoken: bool,
     #[serde(default)]
     pooling_mode_weightedmean_tokens: bool,
+    /// Whether a prompt's tokens count in the pooling (sentence-transformers' default).
+    #[serde(default = "yes")]
+    include_prompt: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One entry of `modules.json`.
@@ -94,7 +102,8 @@ struct Module {
     kind: String,
 }
 
-/// A sentence encoder: tokenizer, encoder, pooling, normalisation.
+/// A sentence encoder: tokenizer, encoder, pooling, normalisation, and the prompts its
+/// `config_sentence_transformers.json` names.
 #[derive(Debug)]
 pub struct SentenceEmbedder {
     encoder: Box<dyn Encoder>,
@@ -102,6 +111,19 @@ pub struct SentenceEmbedder {
     pooling: Pooling,
     normalize: bool,
     max_seq_length: usize,
+    prompts: BTreeMap<String, String>,
+    default_prompt_name: Option<String>,
+    /// `1_Pooling/config.json`'s `include_prompt`.
+    include_prompt: bool,
+}
+
+/// `config_sentence_transformers.json`: the prompts a model was trained with.
+#[derive(Debug, Default, Deserialize)]
+struct SentenceTransformersConfig {
+    #[serde(default)]
+    prompts: BTreeMap<String, String>,
+    #[serde(default)]
+    default_prompt_name: Option<String>,
 }
 
 fn read_json(path: &Path) -> Result<Value> {
@@ -135,13 +157,16 @@ impl SentenceEmbedder {
             Pooling::Mean
         };
         let mut normalize = false;
+        let mut include_prompt = true;
         if let Some(path) = files.get_optional("modules.json")? {
             let modules: Vec<Module> = parse(&path, read_json(&path)?)?;
             for m in &modules {
                 match m.kind.rsplit('.').next().unwrap_or_default() {
                     "Pooling" => {
                         let p = files.get(&format!("{}/config.json", m.path))?;
-                        pooling = pooling_of(&p, parse(&p, read_json(&p)?)?)?;
+                        let config: PoolingConfig = parse(&p, read_json(&p)?)?;
+                        include_prompt = config.include_prompt;
+                        pooling = pooling_of(&p, config)?;
                     }
                     "Normalize" => normalize = true,
                     "Transformer" => {}
@@ -166,12 +191,58 @@ impl SentenceEmbedder {
                 max_seq_length = max_seq_length.min(n as usize);
             }
         }
+        let mut st = SentenceTransformersConfig::default();
+        if let Some(path) = files.get_optional("config_sentence_transformers.json")? {
+            st = parse(&path, read_json(&path)?)?;
+            if let Some(name) = st.default_prompt_name.as_ref() {
+                if !st.prompts.contains_key(name) {
+                    return Err(Error::Config {
+                        path,
+                        reason: format!(
+                            "default_prompt_name {name:?} is not among its prompts ({})",
+                            st.prompts.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    });
+                }
+            }
+        }
         Ok(SentenceEmbedder {
             encoder,
             tokenizer,
             pooling,
             normalize,
             max_seq_length,
+            prompts: st.prompts,
+            default_prompt_name: st.default_prompt_name,
+            include_prompt,
+        })
+    }
+
+    /// The prompts of `config_sentence_transformers.json` by name (`query`, `document`, ...).
+    pub fn prompts(&self) -> &BTreeMap<String, String> {
+        &self.prompts
+    }
+
+    /// The prompt [`SentenceEmbedder::embed`] puts before every sentence, if the folder names
+    /// a default.
+    pub fn default_prompt_name(&self) -> Option<&str> {
+        self.default_prompt_name.as_deref()
+    }
+
+    /// The prompt called `name`, or an error listing the ones there are.
+    pub fn prompt(&self, name: &str) -> Result<&str> {
+        self.prompts.get(name).map(String::as_str).ok_or_else(|| {
+            Error::invalid(
+                "prompt_name",
+                format!(
+                    "no prompt {name:?}; this model's config_sentence_transformers.json names {}",
+                    if self.prompts.is_empty() {
+                        "none".to_string()
+                    } else {
+                        self.prompts.keys().cloned().collect::<Vec<_>>().join(", ")
+                    }
+                ),
+            )
         })
     }
 
@@ -208,14 +279,41 @@ impl SentenceEmbedder {
             .encode_truncated(sentence, self.max_seq_length)
     }
 
-    /// One embedding per sentence, as `SentenceTransformer.encode` returns them.
+    /// One embedding per sentence, as `SentenceTransformer.encode` returns them (with the
+    /// folder's default prompt, if it names one).
     pub fn embed(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let prompt = match &self.default_prompt_name {
+            Some(name) => Some(self.prompt(name)?.to_string()),
+            None => None,
+        };
+        self.embed_with_prompt(sentences, prompt.as_deref())
+    }
+
+    /// One embedding per sentence with `prompt` before each (`encode(prompt=...)`; a
+    /// named one from [`SentenceEmbedder::prompt`]: Qwen3-Embedding's query instruction, e5's
+    /// `"query: "`), or none.
+    pub fn embed_with_prompt(
+        &self,
+        sentences: &[&str],
+        prompt: Option<&str>,
+    ) -> Result<Vec<Vec<f32>>> {
         if sentences.is_empty() {
             return Err(Error::invalid("sentences", "no sentences given".into()));
         }
+        let prompt = prompt.filter(|p| !p.is_empty());
+        if prompt.is_some() && !self.include_prompt {
+            return Err(Error::invalid(
+                "prompt",
+                "this model's pooling leaves the prompt's tokens out (1_Pooling/config.json include_prompt false), which zoo does not do yet; embed without a prompt"
+                    .into(),
+            ));
+        }
         let ids = sentences
             .iter()
-            .map(|s| self.encode(s))
+            .map(|s| match prompt {
+                Some(p) => self.encode(&format!("{p}{s}")),
+                None => self.encode(s),
+            })
             .collect::<Result<Vec<_>>>()?;
         self.embed_ids(&ids)
     }

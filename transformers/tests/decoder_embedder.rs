@@ -49,20 +49,34 @@ fn matches_sentence_transformers(map: DeviceMap) {
     // One batch of different lengths: sentence-transformers pads it on the left, zoo on the
     // right with the padding hidden; the last real token's state is the same (rotary
     // positions are relative).
-    let got = embedder.embed(&sentences).unwrap();
-    for (i, (g, want)) in got
-        .iter()
-        .zip(expected["embeddings"].as_array().unwrap())
-        .enumerate()
-    {
-        let want: Vec<f32> = want
-            .as_array()
-            .unwrap()
+    let check = |got: Vec<Vec<f32>>, key: &str| {
+        for (i, (g, want)) in got
             .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect();
-        assert_embedding_matches(g, &want, &format!("sentence {i}"));
-    }
+            .zip(expected[key].as_array().unwrap())
+            .enumerate()
+        {
+            let want: Vec<f32> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            assert_embedding_matches(g, &want, &format!("{key} {i}"));
+        }
+    };
+    check(embedder.embed(&sentences).unwrap(), "embeddings");
+    // The query prompt of config_sentence_transformers.json (`encode(prompt_name="query")`);
+    // the document prompt is empty.
+    assert_eq!(embedder.default_prompt_name(), None);
+    assert_eq!(embedder.prompt("document").unwrap(), "");
+    let query = embedder.prompt("query").unwrap();
+    assert_eq!(query, expected["prompts"]["query"].as_str().unwrap());
+    check(
+        embedder.embed_with_prompt(&sentences, Some(query)).unwrap(),
+        "query_embeddings",
+    );
+    let e = embedder.prompt("passage").unwrap_err().to_string();
+    assert!(e.contains("document, query"), "{e}");
 }
 
 #[test]
