@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use zoo_serve::{ServeOptions, Served, Server};
 use zoo_transformers::generation::BLOCK_SIZE;
 use zoo_transformers::registry::Loaders;
-use zoo_transformers::sentence::SentenceEmbedder;
+use zoo_transformers::sentence::{CrossEncoder, SentenceEmbedder};
 use zoo_transformers::{AutoConfig, AutoModelForCausalLM, LoadOptions};
 
 use crate::load::{with_load_options, LoadArgs};
@@ -15,13 +15,18 @@ use crate::load::{with_load_options, LoadArgs};
 /// their pace); a client that disconnects frees its rows at once; prompts that open with
 /// a prompt already computed (a shared system prompt) reuse its keys and values. An encoder
 /// checkpoint (a sentence-transformers folder such as all-MiniLM-L6-v2) serves embeddings,
-/// pooled as `zoo embed` pools them.
+/// pooled as `zoo embed` pools them; a sequence classifier with one label (a cross-encoder
+/// reranker: ms-marco MiniLM, bge-reranker) serves reranking, scored as `zoo rerank` scores.
 ///
 /// Routes:
 ///   POST /v1/chat/completions   messages through the model's chat template (stream: true
 ///                               for server-sent events ending with `data: [DONE]`)
 ///   POST /v1/completions        a prompt string, a list of them, or token ids
 ///   POST /v1/embeddings         (encoders) input strings or token ids; float or base64
+///   POST /rerank                (rerankers) text-embeddings-inference's: query, texts,
+///                               raw_scores, return_text; [{index, score, text}] best first
+///   POST /v1/rerank             (rerankers) vLLM's and Jina's: model, query, documents,
+///                               top_n, return_documents; results with relevance_score
 ///   GET  /v1/models             the served model
 ///   GET  /health                200 while the server runs
 ///   GET  /metrics               Prometheus counters: running and waiting sequences,
@@ -97,7 +102,13 @@ pub fn run(args: Args) -> Result<()> {
     let load = args.load.parsed()?;
     // An encoder's config names its family: it serves embeddings; anything else goes to the
     // causal path, whose errors say what the checkpoint is.
-    let loaders = AutoConfig::from_pretrained(&args.model).map(|c| c.family.loaders);
+    let config = AutoConfig::from_pretrained(&args.model);
+    let loaders = config.as_ref().map(|c| c.family.loaders);
+    // A sequence classifier serves as a reranker (a cross-encoder scores query-document
+    // pairs); any other encoder embeds.
+    let classifier = config
+        .as_ref()
+        .is_ok_and(|c| c.task == zoo_transformers::registry::Task::SequenceClassification);
     if let Ok(Loaders::Seq2Seq { .. }) = loaders {
         bail!(
             "{} is an encoder-decoder: zoo serve runs decoders (chat and completions) and \
@@ -107,14 +118,18 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let encoder = matches!(loaders, Ok(Loaders::Encoder(_)));
-    let model: Served = if encoder {
-        let opts = LoadOptions {
-            dtype: load.dtype,
-            revision: load.revision.clone(),
-            max_memory: load.max_memory.clone(),
-            progress: true,
-            device_map: load.device_map.clone(),
-        };
+    let opts = LoadOptions {
+        dtype: load.dtype,
+        revision: load.revision.clone(),
+        max_memory: load.max_memory.clone(),
+        progress: true,
+        device_map: load.device_map.clone(),
+    };
+    let model: Served = if classifier {
+        CrossEncoder::load_pretrained(&args.model, opts)
+            .with_context(|| format!("loading {}", args.model))?
+            .into()
+    } else if encoder {
         SentenceEmbedder::load_pretrained(&args.model, opts)
             .with_context(|| format!("loading {}", args.model))?
             .into()
@@ -139,7 +154,7 @@ pub fn run(args: Args) -> Result<()> {
             }
             n
         }
-        (Served::Embeddings(_), None) => DEFAULT_BATCH,
+        (Served::Embeddings(_) | Served::Rerank(_), None) => DEFAULT_BATCH,
     };
     let options = ServeOptions {
         served_model_name: args.served_model_name.unwrap_or_else(|| args.model.clone()),

@@ -293,6 +293,94 @@ pub(crate) fn embedding_inputs(body: &Map<String, Value>) -> Result<Vec<Prompt>,
     Ok(inputs)
 }
 
+/// Documents one rerank request may score.
+const MAX_RERANK_DOCUMENTS: usize = 1000;
+
+/// A rerank request: the query and its documents, under `texts` (text-embeddings-inference)
+/// or `documents` (vLLM and Jina: strings or `{"text": ...}` objects).
+pub(crate) struct RerankRequest {
+    pub query: String,
+    pub documents: Vec<String>,
+}
+
+pub(crate) fn rerank_request(
+    body: &Map<String, Value>,
+    key: &str,
+) -> Result<RerankRequest, ApiError> {
+    let query = match body.get("query") {
+        Some(Value::String(q)) if !q.is_empty() => q.clone(),
+        Some(Value::String(_)) => return Err(ApiError::invalid("query", "`query` is empty")),
+        None | Some(Value::Null) => return Err(ApiError::invalid("query", "`query` is required")),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "query",
+                format!("`query` must be a string, not {v}"),
+            ))
+        }
+    };
+    let Some(Value::Array(items)) = body.get(key) else {
+        return Err(ApiError::invalid(
+            key,
+            format!("`{key}` is required: a list of the documents to score"),
+        ));
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid(key, format!("`{key}` is empty")));
+    }
+    if items.len() > MAX_RERANK_DOCUMENTS {
+        return Err(ApiError::invalid(
+            key,
+            format!(
+                "{} documents; a request scores at most {MAX_RERANK_DOCUMENTS}",
+                items.len()
+            ),
+        ));
+    }
+    let documents = items
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match d {
+            Value::String(t) => Ok(t.clone()),
+            Value::Object(o) if key == "documents" => match o.get("text") {
+                Some(Value::String(t)) => Ok(t.clone()),
+                _ => Err(ApiError::invalid(
+                    key,
+                    format!("document {i} has no string `text`"),
+                )),
+            },
+            other => Err(ApiError::invalid(
+                key,
+                format!("document {i} must be a string, not {other}"),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RerankRequest { query, documents })
+}
+
+/// A boolean field, `default` when absent.
+pub(crate) fn flag(body: &Map<String, Value>, key: &str, default: bool) -> Result<bool, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => Err(ApiError::invalid(
+            key,
+            format!("`{key}` must be true or false, not {v}"),
+        )),
+    }
+}
+
+/// A positive count, when given (`top_n`).
+pub(crate) fn positive(body: &Map<String, Value>, key: &str) -> Result<Option<usize>, ApiError> {
+    match integer(body, key)? {
+        None => Ok(None),
+        Some(n) if n > 0 => Ok(Some(n as usize)),
+        Some(n) => Err(ApiError::invalid(
+            key,
+            format!("`{key}` is {n}; it must be positive"),
+        )),
+    }
+}
+
 /// Whether `encoding_format` asks for base64 (else floats).
 pub(crate) fn encoding_format(body: &Map<String, Value>) -> Result<bool, ApiError> {
     match body.get("encoding_format") {
@@ -357,14 +445,7 @@ fn integer(body: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiErr
 }
 
 fn boolean(body: &Map<String, Value>, field: &str) -> Result<bool, ApiError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(ApiError::invalid(
-            field,
-            format!("`{field}` must be true or false, not {v}"),
-        )),
-    }
+    flag(body, field, false)
 }
 
 fn in_range(field: &str, v: f64, lo: f64, hi: f64) -> Result<f64, ApiError> {

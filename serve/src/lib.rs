@@ -6,7 +6,8 @@
 //! [`Engine`](zoo_transformers::Engine) and advances it one step at a time; every request
 //! becomes sequences that join the running batch at the next step (continuous batching)
 //! and leave when they stop, and a client that disconnects cancels its sequences at the next
-//! step. A sentence encoder ([`SentenceEmbedder`]) answers `/v1/embeddings` instead.
+//! step. A sentence encoder ([`SentenceEmbedder`]) answers `/v1/embeddings` instead, a
+//! cross-encoder ([`CrossEncoder`]) `/rerank` and `/v1/rerank`.
 //!
 //! ```no_run
 //! use zoo_serve::{ServeOptions, Server};
@@ -33,7 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use zoo_transformers::sentence::SentenceEmbedder;
+use zoo_transformers::sentence::{CrossEncoder, SentenceEmbedder};
 use zoo_transformers::{ChatTemplate, EngineConfig, TextGenerator};
 
 pub use api::ApiError;
@@ -84,6 +85,15 @@ pub enum Served {
     Text(Box<TextGenerator>),
     /// A sentence encoder with its pooling: `/v1/embeddings`.
     Embeddings(Box<SentenceEmbedder>),
+    /// A cross-encoder with one label: `/rerank` (text-embeddings-inference's shape) and
+    /// `/v1/rerank` (vLLM's and Jina's).
+    Rerank(Box<CrossEncoder>),
+}
+
+impl From<CrossEncoder> for Served {
+    fn from(m: CrossEncoder) -> Served {
+        Served::Rerank(Box::new(m))
+    }
 }
 
 impl From<TextGenerator> for Served {
@@ -110,6 +120,11 @@ pub(crate) enum Backend {
     /// Requests embed on the blocking pool, one batch at a time.
     Embeddings {
         embedder: Arc<SentenceEmbedder>,
+        busy: Arc<std::sync::Mutex<()>>,
+    },
+    /// Requests rerank on the blocking pool, one batch at a time.
+    Rerank {
+        reranker: Arc<CrossEncoder>,
         busy: Arc<std::sync::Mutex<()>>,
     },
 }
@@ -174,6 +189,25 @@ impl Server {
                     _worker: None,
                 });
             }
+            Served::Rerank(reranker) => {
+                if reranker.labels().len() != 1 {
+                    return Err(ApiError::invalid(
+                        "model",
+                        format!(
+                            "a reranker scores each pair once; this classifier has {} labels",
+                            reranker.labels().len()
+                        ),
+                    ));
+                }
+                let backend = Backend::Rerank {
+                    reranker: Arc::from(reranker),
+                    busy: Arc::default(),
+                };
+                return Ok(Server {
+                    state: Arc::new(state(backend)),
+                    _worker: None,
+                });
+            }
             Served::Text(model) => model,
         };
         let engine = worker::engine_config(&model, &options)?;
@@ -199,7 +233,8 @@ impl Server {
     }
 
     /// The routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST
-    /// /v1/embeddings`, `GET /v1/models`, `GET /health`, `GET /metrics`.
+    /// /v1/embeddings`, `POST /rerank`, `POST /v1/rerank`, `GET /v1/models`, `GET /health`,
+    /// `GET /metrics`.
     pub fn router(&self) -> axum::Router {
         routes::router(Arc::clone(&self.state))
     }
@@ -209,7 +244,7 @@ impl Server {
     pub fn engine_config(&self) -> Option<EngineConfig> {
         match &self.state.backend {
             Backend::Text { engine, .. } => Some(*engine),
-            Backend::Embeddings { .. } => None,
+            Backend::Embeddings { .. } | Backend::Rerank { .. } => None,
         }
     }
 

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use zoo_transformers::generation::GenerationOutput;
+use zoo_transformers::sentence::ScoreActivation;
 
 use crate::api::{self, Completion, Prompt};
 use crate::stop::StopText;
@@ -28,6 +29,8 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
+        .route("/rerank", post(rerank_tei))
+        .route("/v1/rerank", post(rerank_v1))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -81,6 +84,7 @@ async fn models(Shared(s): Shared<Arc<State>>, headers: HeaderMap) -> Response {
             "max_model_len": match &s.backend {
                 Backend::Text { engine, .. } => engine.capacity,
                 Backend::Embeddings { embedder, .. } => embedder.max_seq_length(),
+                Backend::Rerank { reranker, .. } => reranker.max_length(),
             },
         }],
     }))
@@ -102,7 +106,7 @@ async fn metrics(Shared(s): Shared<Arc<State>>) -> Response {
 async fn not_found() -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
-        message: "no such route; this server answers /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health and /metrics".into(),
+        message: "no such route; this server answers /v1/chat/completions, /v1/completions, /v1/embeddings, /rerank, /v1/rerank, /v1/models, /health and /metrics".into(),
         kind: "invalid_request_error",
         param: None,
         code: None,
@@ -179,12 +183,15 @@ async fn generate(
         jobs,
     } = &s.backend
     else {
+        let route = match s.backend {
+            Backend::Rerank { .. } => {
+                "reranks text; it does not generate: use /rerank or /v1/rerank"
+            }
+            _ => "embeds text; it does not generate: use /v1/embeddings",
+        };
         return Err(ApiError::invalid(
             "model",
-            format!(
-                "`{}` embeds text; it does not generate: use /v1/embeddings",
-                s.options.served_model_name
-            ),
+            format!("`{}` {route}", s.options.served_model_name),
         ));
     };
     let prompts = match kind {
@@ -280,6 +287,127 @@ async fn embeddings(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Byt
     answer(&s, embed(&s, &headers, &body).await)
 }
 
+async fn rerank_tei(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&s, rerank(&s, &headers, &body, RerankApi::Tei).await)
+}
+
+async fn rerank_v1(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&s, rerank(&s, &headers, &body, RerankApi::V1).await)
+}
+
+/// Which rerank API a request speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RerankApi {
+    /// text-embeddings-inference's `/rerank`: `texts`, `raw_scores`, `return_text`; a list
+    /// of `{index, score, text?}`.
+    Tei,
+    /// vLLM's and Jina's `/v1/rerank`: `model`, `documents`, `top_n`, `return_documents`;
+    /// `results` of `{index, relevance_score, document?}` and `usage`.
+    V1,
+}
+
+/// Pairs scored per forward pass.
+const RERANK_BATCH: usize = 32;
+
+/// The documents of a request scored against its query by the cross-encoder, best first.
+async fn rerank(
+    s: &Arc<State>,
+    headers: &HeaderMap,
+    body: &[u8],
+    kind: RerankApi,
+) -> Result<Response, ApiError> {
+    authorize(s, headers)?;
+    let body = api::object(body)?;
+    if kind == RerankApi::V1 {
+        api::check_model(&body, &s.options.served_model_name)?;
+    }
+    let Backend::Rerank { reranker, busy } = &s.backend else {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "`{}` is not a reranker: serve a cross-encoder (a sequence classifier with one label) for /rerank",
+                s.options.served_model_name
+            ),
+        ));
+    };
+    let key = if kind == RerankApi::Tei {
+        "texts"
+    } else {
+        "documents"
+    };
+    let request = api::rerank_request(&body, key)?;
+    let raw = kind == RerankApi::Tei && api::flag(&body, "raw_scores", false)?;
+    let return_text = match kind {
+        RerankApi::Tei => api::flag(&body, "return_text", false)?,
+        RerankApi::V1 => api::flag(&body, "return_documents", true)?,
+    };
+    let top_n = match kind {
+        RerankApi::Tei => None,
+        RerankApi::V1 => api::positive(&body, "top_n")?,
+    };
+    let _admitted = Admitted::new(s)?;
+    let (reranker, busy) = (Arc::clone(reranker), Arc::clone(busy));
+    let documents = request.documents.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        let _one = busy.lock();
+        let activation = if raw {
+            ScoreActivation::Identity
+        } else {
+            reranker.activation()
+        };
+        let (mut scores, mut tokens) = (Vec::with_capacity(documents.len()), 0);
+        for chunk in documents.chunks(RERANK_BATCH) {
+            let pairs: Vec<(&str, &str)> = chunk
+                .iter()
+                .map(|d| (request.query.as_str(), d.as_str()))
+                .collect();
+            let (s, t) = reranker.predict_with(&pairs, activation)?;
+            scores.extend(s.into_iter().map(|row| row[0]));
+            tokens += t;
+        }
+        Ok::<_, zoo_transformers::Error>((scores, tokens))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the rerank task failed: {e}")))?;
+    let (scores, tokens) = done.map_err(|e| ApiError::from_model(&e))?;
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    order.truncate(top_n.unwrap_or(order.len()));
+    s.metrics
+        .prompt_tokens
+        .fetch_add(tokens as u64, Ordering::Relaxed);
+    s.metrics.requests_ok.fetch_add(1, Ordering::Relaxed);
+    let text = |i: usize| request.documents[i].clone();
+    Ok(match kind {
+        RerankApi::Tei => Json(Value::Array(
+            order
+                .iter()
+                .map(|&i| {
+                    let mut r = json!({"index": i, "score": scores[i]});
+                    if return_text {
+                        r["text"] = json!(text(i));
+                    }
+                    r
+                })
+                .collect(),
+        ))
+        .into_response(),
+        RerankApi::V1 => Json(json!({
+            "id": s.response_id("rerank"),
+            "model": s.options.served_model_name,
+            "usage": {"total_tokens": tokens},
+            "results": order.iter().map(|&i| {
+                let mut r = json!({"index": i, "relevance_score": scores[i]});
+                if return_text {
+                    r["document"] = json!({"text": text(i)});
+                }
+                r
+            }).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+    })
+}
+
 /// Inputs embedded per forward pass: a request of thousands of inputs runs in batches.
 const EMBED_BATCH: usize = 32;
 
@@ -289,10 +417,14 @@ async fn embed(s: &Arc<State>, headers: &HeaderMap, body: &[u8]) -> Result<Respo
     let body = api::object(body)?;
     api::check_model(&body, &s.options.served_model_name)?;
     let Backend::Embeddings { embedder, busy } = &s.backend else {
+        let what = match s.backend {
+            Backend::Rerank { .. } => "reranks (/rerank, /v1/rerank)",
+            _ => "generates text",
+        };
         return Err(ApiError::invalid(
             "model",
             format!(
-                "`{}` generates text; it does not embed: serve an embedding model (a sentence-transformers folder) for /v1/embeddings",
+                "`{}` {what}; it does not embed: serve an embedding model (a sentence-transformers folder) for /v1/embeddings",
                 s.options.served_model_name
             ),
         ));

@@ -746,3 +746,149 @@ fn unbase64_f32(s: &str) -> Vec<f32> {
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect()
 }
+
+/// The tiny BERT reranker of `transformers/tests/data/cross_encoder` with all-MiniLM-L6-v2's
+/// tokenizer beside it, loaded as a cross-encoder.
+fn reranker() -> (tempfile::TempDir, Value) {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../transformers/tests/data/cross_encoder");
+    let minilm = assets::asset("ZOO_MINILM_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(data.join(f), dir.path().join(f)).unwrap();
+    }
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+        "special_tokens_map.json",
+    ] {
+        if minilm.join(f).exists() {
+            std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
+        }
+    }
+    let expected =
+        serde_json::from_str(&std::fs::read_to_string(data.join("expected.json")).unwrap())
+            .unwrap();
+    (dir, expected)
+}
+
+#[test]
+fn a_reranker_answers_both_rerank_apis_as_sentence_transformers_ranks() {
+    let (dir, want) = reranker();
+    let ce = zoo_transformers::sentence::CrossEncoder::load_pretrained(
+        dir.path().to_str().unwrap(),
+        Default::default(),
+    )
+    .expect("the reranker loads");
+    let addr = start_with_served(ce.into(), ServeOptions::new("reranker"));
+    let query = want["query"].as_str().unwrap();
+    let docs = want["documents"].as_array().unwrap().clone();
+    let order: Vec<u64> = want["rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["corpus_id"].as_u64().unwrap())
+        .collect();
+
+    // text-embeddings-inference's /rerank: a list, best first; raw scores are the logits.
+    let r = post(
+        addr,
+        "/rerank",
+        &json!({"query": query, "texts": docs, "return_text": true}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let list = r.json();
+    let got: Vec<u64> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, order);
+    for x in list.as_array().unwrap() {
+        let i = x["index"].as_u64().unwrap() as usize;
+        let score = x["score"].as_f64().unwrap();
+        assert!(
+            (score - want["scores"][i].as_f64().unwrap()).abs() < 1e-5,
+            "{score}"
+        );
+        assert_eq!(x["text"], docs[i]);
+    }
+    let raw = post(
+        addr,
+        "/rerank",
+        &json!({"query": query, "texts": docs, "raw_scores": true}),
+    )
+    .json();
+    let first = raw[0]["index"].as_u64().unwrap() as usize;
+    assert!(
+        (raw[0]["score"].as_f64().unwrap() - want["logits"][first].as_f64().unwrap()).abs() < 1e-5
+    );
+    assert!(raw[0].get("text").is_none());
+
+    // vLLM's and Jina's /v1/rerank: documents as strings or {"text"}, top_n, usage.
+    let mixed: Vec<Value> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if i % 2 == 0 {
+                d.clone()
+            } else {
+                json!({"text": d})
+            }
+        })
+        .collect();
+    let r = post(
+        addr,
+        "/v1/rerank",
+        &json!({"model": "reranker", "query": query, "documents": mixed, "top_n": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["index"].as_u64().unwrap(), order[0]);
+    assert_eq!(results[0]["document"]["text"], docs[order[0] as usize]);
+    let tokens: u64 = want["token_counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .sum();
+    assert_eq!(v["usage"]["total_tokens"], tokens);
+
+    let error = |path: &str, body: Value, status: u16, param: &str| {
+        let r = post(addr, path, &body);
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.json()["error"]["param"], param, "{}", r.body);
+    };
+    error("/rerank", json!({"texts": ["a"]}), 400, "query");
+    error("/rerank", json!({"query": "q", "texts": []}), 400, "texts");
+    error("/rerank", json!({"query": "q", "texts": [1]}), 400, "texts");
+    error(
+        "/v1/rerank",
+        json!({"model": "reranker", "query": "q"}),
+        400,
+        "documents",
+    );
+    error(
+        "/v1/rerank",
+        json!({"model": "other", "query": "q", "documents": ["a"]}),
+        404,
+        "model",
+    );
+    error(
+        "/v1/rerank",
+        json!({"model": "reranker", "query": "q", "documents": ["a"], "top_n": 0}),
+        400,
+        "top_n",
+    );
+    // A reranker does not embed.
+    error(
+        "/v1/embeddings",
+        json!({"model": "reranker", "input": "a"}),
+        400,
+        "model",
+    );
+}

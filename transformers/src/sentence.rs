@@ -558,6 +558,16 @@ impl CrossEncoder {
     /// The scores of each pair: one row per pair, one score per label, after the activation
     /// (`CrossEncoder.predict`).
     pub fn predict(&self, pairs: &[(&str, &str)]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.predict_with(pairs, self.activation)?.0)
+    }
+
+    /// [`CrossEncoder::predict`] through `activation` instead of the model's, and the tokens
+    /// the pairs took (what a server counts as usage).
+    pub fn predict_with(
+        &self,
+        pairs: &[(&str, &str)],
+        activation: ScoreActivation,
+    ) -> Result<(Vec<Vec<f32>>, usize)> {
         if pairs.is_empty() {
             return Err(Error::invalid("pairs", "no pairs given".into()));
         }
@@ -568,6 +578,7 @@ impl CrossEncoder {
                     .encode_pair(a, b, self.max_length, PairTruncation::LongestFirst)
             })
             .collect::<Result<Vec<_>>>()?;
+        let tokens: usize = encoded.iter().map(|e| e.ids.len()).sum();
         let (n, t) = (
             encoded.len(),
             encoded.iter().map(|e| e.ids.len()).max().unwrap_or(0),
@@ -602,9 +613,11 @@ impl CrossEncoder {
             .logits
             .ok_or_else(|| Error::Internal("the classifier returned no logits".into()))?;
         let v = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
-        Ok(v.chunks(self.labels.len().max(1))
-            .map(|row| row.iter().map(|&x| self.activation.apply(x)).collect())
-            .collect())
+        let scores = v
+            .chunks(self.labels.len().max(1))
+            .map(|row| row.iter().map(|&x| activation.apply(x)).collect())
+            .collect();
+        Ok((scores, tokens))
     }
 
     /// The documents by their score against `query`, highest first (`CrossEncoder.rank`); a
