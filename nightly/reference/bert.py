@@ -10,6 +10,12 @@ from typing import Any
 import torch
 from transformers import (
     BertConfig,
+    DistilBertConfig,
+    DistilBertForMaskedLM,
+    DistilBertForQuestionAnswering,
+    DistilBertForSequenceClassification,
+    DistilBertForTokenClassification,
+    DistilBertModel,
     RobertaConfig,
     RobertaForMaskedLM,
     RobertaForQuestionAnswering,
@@ -59,7 +65,16 @@ ARCHITECTURES: dict[str, tuple[type, str]] = {
     "RobertaForQuestionAnswering": (RobertaForQuestionAnswering, "question-answering"),
     "XLMRobertaModel": (XLMRobertaModel, "feature-extraction"),
     "XLMRobertaForSequenceClassification": (XLMRobertaForSequenceClassification, "text-classification"),
+    "DistilBertModel": (DistilBertModel, "feature-extraction"),
+    "DistilBertForMaskedLM": (DistilBertForMaskedLM, "fill-mask"),
+    "DistilBertForSequenceClassification": (DistilBertForSequenceClassification, "text-classification"),
+    "DistilBertForTokenClassification": (DistilBertForTokenClassification, "token-classification"),
+    "DistilBertForQuestionAnswering": (DistilBertForQuestionAnswering, "question-answering"),
 }
+
+# DistilBERT's names for BASE_CONFIG's sizes (no token types; its LayerNorms' epsilon is fixed).
+DISTILBERT_NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                    "intermediate_size": "hidden_dim", "hidden_act": "activation"}
 
 # RoBERTa's and XLM-RoBERTa's config beside BERT's: RobertaConfig's special ids (padding 1,
 # whose index the position ids count from), one token type, two more positions.
@@ -70,7 +85,8 @@ ROBERTA_CONFIG: dict[str, Any] = {"pad_token_id": 1, "bos_token_id": 0, "eos_tok
 def config_class(architecture: str) -> type:
     """The config class of a class of this module."""
     return (XLMRobertaConfig if architecture.startswith("XLMRoberta") else
-            RobertaConfig if architecture.startswith("Roberta") else BertConfig)
+            RobertaConfig if architecture.startswith("Roberta") else
+            DistilBertConfig if architecture.startswith("DistilBert") else BertConfig)
 
 # Choices per example of the multiple-choice cases (BertModelTester's num_choices is 4).
 CHOICES = 4
@@ -136,6 +152,21 @@ SPECS: list[BertSpec] = [
                                                                    "num_hidden_layers": 3, "intermediate_size": 128,
                                                                    "hidden_act": "gelu_new"},
              seed=525, seq_len=16, right_pad=6, architecture="XLMRobertaModel"),
+    # DistilBERT: BERT's encoder renamed, no token types, a ReLU pre-classifier.
+    BertSpec("distilbert-base-f32", "DistilBertModel: transformer.layer.N (q_lin, sa_layer_norm, ffn.lin1), no "
+             "token types, right-padded batch", ["gelu", "padding"], seed=530, architecture="DistilBertModel"),
+    BertSpec("distilbert-mlm-f32", "DistilBertForMaskedLM: vocab_transform, gelu, vocab_layer_norm, vocab_projector "
+             "tied to the word embeddings", ["gelu", "padding", "tied", "head:masked-lm"], seed=531,
+             architecture="DistilBertForMaskedLM"),
+    BertSpec("distilbert-seqcls-f32", "DistilBertForSequenceClassification: the first token through pre_classifier, "
+             "ReLU, classifier (2 labels, as the SST-2 classifiers ship)", ["gelu", "padding",
+                                                                          "head:sequence-classification"],
+             labels("NEGATIVE", "POSITIVE"), seed=532, architecture="DistilBertForSequenceClassification"),
+    BertSpec("distilbert-tokcls-f32", "DistilBertForTokenClassification, relu activation",
+             ["relu", "padding", "head:token-classification"], {**labels("O", "B", "I"), "hidden_act": "relu"},
+             seed=533, architecture="DistilBertForTokenClassification"),
+    BertSpec("distilbert-qa-f32", "DistilBertForQuestionAnswering: qa_outputs per token",
+             ["gelu", "padding", "head:question-answering"], seed=534, architecture="DistilBertForQuestionAnswering"),
     BertSpec("xlm-roberta-rerank-f32", "XLMRobertaForSequenceClassification with one label (a cross-encoder "
              "reranker's head, as bge-reranker ships)", ["gelu", "padding", "head:sequence-classification"],
              {"num_labels": 1}, seed=526, architecture="XLMRobertaForSequenceClassification"),
@@ -143,13 +174,23 @@ SPECS: list[BertSpec] = [
 
 
 def full_config(spec: BertSpec) -> dict[str, Any]:
-    """The spec's config fields over the module's (and RoBERTa's) defaults."""
-    roberta = {} if config_class(spec.architecture) is BertConfig else ROBERTA_CONFIG
+    """The spec's config fields over the module's (and RoBERTa's) defaults; DistilBERT's
+    under its own names."""
+    cls = config_class(spec.architecture)
+    if cls is DistilBertConfig:
+        merged = {**BASE_CONFIG, **spec.config}
+        out = {DISTILBERT_NAMES.get(k, k): v for k, v in merged.items()
+               if k not in ("type_vocab_size", "layer_norm_eps")}
+        out.setdefault("activation", "gelu")
+        out["type_vocab_size"] = 0
+        return out
+    roberta = {} if cls is BertConfig else ROBERTA_CONFIG
     return {**BASE_CONFIG, **roberta, **spec.config}
 
 
 def build_model(spec: BertSpec) -> torch.nn.Module:
-    config = config_class(spec.architecture)(**full_config(spec))
+    config = config_class(spec.architecture)(**{k: v for k, v in full_config(spec).items()
+                                                if k != "type_vocab_size" or v})
     config.architectures = [spec.architecture]
     torch.manual_seed(spec.seed)
     model_class, _ = ARCHITECTURES[spec.architecture]
@@ -177,6 +218,13 @@ ROBERTA_LOGITS_MEANING = {
                  "tied to roberta.embeddings.word_embeddings plus lm_head.bias",
     "text-classification": "label scores [batch, num_labels]: classifier.out_proj(tanh(classifier.dense(first "
                            "token))); names in config.json id2label",
+}
+# DistilBERT's heads where they differ from BERT's.
+DISTILBERT_LOGITS_MEANING = {
+    "fill-mask": "masked-LM scores [batch, seq, vocab]: vocab_transform, the activation, vocab_layer_norm, then "
+                 "vocab_projector tied to distilbert.embeddings.word_embeddings, with its own bias",
+    "text-classification": "label scores [batch, num_labels]: classifier(relu(pre_classifier(first token))); "
+                           "names in config.json id2label",
 }
 
 
@@ -208,6 +256,9 @@ def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
         ids[1, -spec.right_pad:] = pad
         mask[1, -spec.right_pad:] = 0
         token_types[1, -spec.right_pad:] = 0
+    if not config["type_vocab_size"]:
+        # DistilBERT takes no token types.
+        return {"input_ids": ids, "attention_mask": mask}
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types}
 
 
@@ -226,7 +277,7 @@ def run_forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict
         return hook
 
     hooks = [base.register_forward_hook(keep("last_hidden_state"))]
-    if base.pooler is not None:
+    if getattr(base, "pooler", None) is not None:
         hooks.append(base.pooler.register_forward_hook(keep("pooler_output")))
     try:
         points = _run_base(base, inputs, prefix=f"{model.base_model_prefix}.", head=model)
@@ -240,14 +291,18 @@ def _run_base(base: torch.nn.Module, inputs: dict[str, torch.Tensor], prefix: st
               head: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
     """Runs `head` (default: `base` itself), capturing `base`'s embeddings and layer outputs."""
     points = {f"{prefix}embeddings": base.embeddings}
-    for i, layer in enumerate(base.encoder.layer):
-        points[f"{prefix}encoder.layer.{i}"] = layer
+    # DistilBERT keeps its layers under `transformer.layer`.
+    layers, name = ((base.transformer.layer, "transformer.layer") if hasattr(base, "transformer")
+                    else (base.encoder.layer, "encoder.layer"))
+    for i, layer in enumerate(layers):
+        points[f"{prefix}{name}.{i}"] = layer
     out, captured = run_capturing(points, lambda: (head or base)(**inputs))
     if head is not None and hasattr(out, "start_logits"):
         return {"start_logits": out.start_logits, "end_logits": out.end_logits, **captured}
     if head is not None:
         return {"logits": out.logits, **captured}
-    return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output, **captured}
+    pooled = {"pooler_output": out.pooler_output} if getattr(out, "pooler_output", None) is not None else {}
+    return {"last_hidden_state": out.last_hidden_state, **pooled, **captured}
 
 
 def build_case(spec: BertSpec, out_dir: Path) -> Case:
@@ -270,7 +325,9 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
     if "logits" in forward:
         per_token = forward["logits"].dim() == 3
         meaning = LOGITS_MEANING[task]
-        if config_class(spec.architecture) is not BertConfig:
+        if config_class(spec.architecture) is DistilBertConfig:
+            meaning = DISTILBERT_LOGITS_MEANING.get(task, meaning)
+        elif config_class(spec.architecture) is not BertConfig:
             meaning = ROBERTA_LOGITS_MEANING.get(task, meaning)
         outputs.append(TensorSpec("logits", forward["logits"].float(), f"{meaning}{stored_as}",
                                   compare="allclose", mask="attention_mask" if per_token else None))
@@ -305,7 +362,8 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
         inputs=[
             TensorSpec("input_ids", inputs["input_ids"], ids_meaning),
             TensorSpec("attention_mask", inputs["attention_mask"], "1 for a real token, 0 for padding"),
-            TensorSpec("token_type_ids", inputs["token_type_ids"], "segment ids (0 or 1)"),
+            *([TensorSpec("token_type_ids", inputs["token_type_ids"], "segment ids (0 or 1)")]
+              if "token_type_ids" in inputs else []),
             *extra_inputs,
         ],
         outputs=outputs,

@@ -122,19 +122,18 @@ impl BertConfig {
 /// The planner's view: embeddings, then `encoder.layer.N` (under `bert.` when a head is
 /// present), no KV cache; planned for the full `max_position_embeddings`.
 fn layout(config: &PretrainedConfig) -> Result<Layout> {
-    encoder_layout(config, Base::BERT)
+    encoder_layout(&BertConfig::from_pretrained(config)?, Base::BERT)
 }
 
 /// The planner's view of a BERT-shaped encoder whose heads hold it under `base`.
-pub(crate) fn encoder_layout(config: &PretrainedConfig, base: Base) -> Result<Layout> {
-    let c = BertConfig::from_pretrained(config)?;
-    let p = base.dotted;
+pub(crate) fn encoder_layout(c: &BertConfig, base: Base) -> Result<Layout> {
+    let (p, layers) = (base.dotted, base.modules.layers);
     Ok(Layout {
-        layer_containers: vec!["encoder.layer".into(), format!("{p}encoder.layer")],
+        layer_containers: vec![layers.into(), format!("{p}{layers}")],
         inputs: vec!["embeddings".into(), format!("{p}embeddings")],
         tied: vec![vec![
             format!("{p}embeddings.word_embeddings.weight"),
-            base.tied_decoder.into(),
+            format!("{}.weight", base.lm_head.decoder),
         ]],
         shape: ModelShape::encoder(
             c.num_hidden_layers,
@@ -157,26 +156,65 @@ pub(crate) enum Positions {
     AfterPadding(i64),
 }
 
-/// Where a head's base model sits in its checkpoint and how it numbers positions: BERT's
-/// `bert.` from 0, a derived family's (RoBERTa's `roberta.`) its own way.
+/// The module names of a BERT-shaped encoder in its checkpoint, each layer's relative to
+/// `layers.N`: BERT's, or those of a family that renamed them (DistilBERT's
+/// `transformer.layer.N.attention.q_lin`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ModuleNames {
+    /// The layer list (`encoder.layer`).
+    pub layers: &'static str,
+    /// Whether the embeddings add token types.
+    pub token_types: bool,
+    /// Query, key, value, the attention's output projection and its residual norm.
+    pub attention: [&'static str; 5],
+    /// The MLP's two projections and its residual norm.
+    pub mlp: [&'static str; 3],
+}
+
+impl ModuleNames {
+    /// BERT's (and RoBERTa's).
+    pub(crate) const BERT: ModuleNames = ModuleNames {
+        layers: "encoder.layer",
+        token_types: true,
+        attention: [
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+            "attention.output.dense",
+            "attention.output.LayerNorm",
+        ],
+        mlp: ["intermediate.dense", "output.dense", "output.LayerNorm"],
+    };
+}
+
+/// A masked-LM head over the encoder, its modules named from the checkpoint root: a dense
+/// transform, its activation (`None`: the config's `hidden_act`) and norm, then the decoder
+/// tied to the word embeddings with a bias of its own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LmHead {
+    pub dense: &'static str,
+    pub act: Option<&'static str>,
+    pub norm: &'static str,
+    pub decoder: &'static str,
+    /// The bias's name (transformers ties `decoder.bias` to it).
+    pub bias: &'static str,
+}
+
+/// Where a head's base model sits in its checkpoint, what its modules are called and how it
+/// numbers positions: BERT's `bert.` from 0, a derived family's (RoBERTa's `roberta.`,
+/// DistilBERT's `distilbert.`) its own way.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Base {
     /// The base model's attribute in the head classes (`bert`).
     pub name: &'static str,
     /// The same with its dot (`bert.`), the prefix of its module paths.
     pub dotted: &'static str,
-    /// The masked-LM decoder tied to the word embeddings.
-    pub tied_decoder: &'static str,
+    /// Its modules' names.
+    pub modules: ModuleNames,
     /// Position ids when none are given.
     pub positions: Positions,
-    /// The masked-LM head's module and its transform's dense and norm, and the transform's
-    /// activation (`None`: the config's `hidden_act`).
-    pub lm_head: (
-        &'static str,
-        &'static str,
-        &'static str,
-        Option<&'static str>,
-    ),
+    /// The masked-LM head.
+    pub lm_head: LmHead,
 }
 
 impl Base {
@@ -184,21 +222,24 @@ impl Base {
     pub(crate) const BERT: Base = Base {
         name: "bert",
         dotted: "bert.",
-        tied_decoder: "cls.predictions.decoder.weight",
+        modules: ModuleNames::BERT,
         positions: Positions::FromZero,
-        lm_head: (
-            "cls.predictions",
-            "transform.dense",
-            "transform.LayerNorm",
-            None,
-        ),
+        lm_head: LmHead {
+            dense: "cls.predictions.transform.dense",
+            act: None,
+            norm: "cls.predictions.transform.LayerNorm",
+            decoder: "cls.predictions.decoder",
+            bias: "cls.predictions.bias",
+        },
     };
 
     /// The base model under a head, with or without its pooler.
     pub(crate) fn load(self, w: &Weights, c: &BertConfig, pooler: bool) -> Result<BertModel> {
-        Ok(BertModel::load(&w.pp(self.name), c, pooler)?
-            .under(self.dotted)
-            .numbering(self.positions))
+        Ok(
+            BertModel::load_named(&w.pp(self.name), c, pooler, self.modules)?
+                .under(self.dotted)
+                .numbering(self.positions),
+        )
     }
 
     /// The base model of a base checkpoint (at the root) or of a head's (under `name.`).
@@ -208,7 +249,7 @@ impl Base {
         } else {
             w.clone()
         };
-        Ok(BertModel::load(&w, c, true)?.numbering(self.positions))
+        Ok(BertModel::load_named(&w, c, true, self.modules)?.numbering(self.positions))
     }
 }
 
@@ -251,12 +292,13 @@ fn layer_norm(w: &Weights, dim: usize, eps: f64) -> Result<LayerNorm> {
 struct Embeddings {
     word_embeddings: Embedding,
     position_embeddings: Embedding,
-    token_type_embeddings: Embedding,
+    /// None where the family has no token types (DistilBERT).
+    token_type_embeddings: Option<Embedding>,
     layer_norm: LayerNorm,
 }
 
 impl Embeddings {
-    fn load(w: &Weights, c: &BertConfig) -> Result<Embeddings> {
+    fn load(w: &Weights, c: &BertConfig, token_types: bool) -> Result<Embeddings> {
         let h = c.hidden_size;
         Ok(Embeddings {
             word_embeddings: Embedding::load(&w.pp("word_embeddings"), c.vocab_size, h)?,
@@ -265,19 +307,25 @@ impl Embeddings {
                 c.max_position_embeddings,
                 h,
             )?,
-            token_type_embeddings: Embedding::load(
-                &w.pp("token_type_embeddings"),
-                c.type_vocab_size,
-                h,
-            )?,
+            token_type_embeddings: if token_types {
+                Some(Embedding::load(
+                    &w.pp("token_type_embeddings"),
+                    c.type_vocab_size,
+                    h,
+                )?)
+            } else {
+                None
+            },
             layer_norm: layer_norm(&w.pp("LayerNorm"), h, c.layer_norm_eps)?,
         })
     }
 
     fn forward(&self, ids: &Tensor, types: &Tensor, positions: &Tensor) -> Result<Tensor> {
         // transformers adds in this order, each a rounded op in 16-bit.
-        let x = self.word_embeddings.forward(ids)?;
-        let x = x.add(&self.token_type_embeddings.forward(types)?)?;
+        let mut x = self.word_embeddings.forward(ids)?;
+        if let Some(t) = &self.token_type_embeddings {
+            x = x.add(&t.forward(types)?)?;
+        }
         let x = x.add(&self.position_embeddings.forward(positions)?)?;
         Ok(self.layer_norm.forward(&x)?)
     }
@@ -295,18 +343,18 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(w: &Weights, c: &BertConfig) -> Result<Attention> {
+    /// From the layer's weights `w`, its modules named by `names`.
+    fn load(w: &Weights, c: &BertConfig, names: &ModuleNames) -> Result<Attention> {
         let h = c.hidden_size;
-        let s = w.pp("self");
-        let o = w.pp("output");
+        let [q, k, v, o, norm] = names.attention;
         Ok(Attention {
             qkv: SharedInput::new([
-                Linear::load(&s.pp("query"), h, h, true)?,
-                Linear::load(&s.pp("key"), h, h, true)?,
-                Linear::load(&s.pp("value"), h, h, true)?,
+                Linear::load(&w.pp(q), h, h, true)?,
+                Linear::load(&w.pp(k), h, h, true)?,
+                Linear::load(&w.pp(v), h, h, true)?,
             ])?,
-            dense: Linear::load(&o.pp("dense"), h, h, true)?,
-            layer_norm: layer_norm(&o.pp("LayerNorm"), h, c.layer_norm_eps)?,
+            dense: Linear::load(&w.pp(o), h, h, true)?,
+            layer_norm: layer_norm(&w.pp(norm), h, c.layer_norm_eps)?,
             heads: c.num_attention_heads,
         })
     }
@@ -344,13 +392,14 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(w: &Weights, c: &BertConfig) -> Result<Layer> {
+    fn load(w: &Weights, c: &BertConfig, names: &ModuleNames) -> Result<Layer> {
         let (h, i) = (c.hidden_size, c.intermediate_size);
+        let [up, down, norm] = names.mlp;
         Ok(Layer {
-            attention: Attention::load(&w.pp("attention"), c)?,
-            intermediate: Linear::load(&w.pp("intermediate.dense"), h, i, true)?,
-            output: Linear::load(&w.pp("output.dense"), i, h, true)?,
-            output_norm: layer_norm(&w.pp("output.LayerNorm"), h, c.layer_norm_eps)?,
+            attention: Attention::load(w, c, names)?,
+            intermediate: Linear::load(&w.pp(up), h, i, true)?,
+            output: Linear::load(&w.pp(down), i, h, true)?,
+            output_norm: layer_norm(&w.pp(norm), h, c.layer_norm_eps)?,
             act: Activation::from_hf(&c.hidden_act)?,
         })
     }
@@ -377,20 +426,32 @@ pub struct BertModel {
     prefix: &'static str,
     /// How positions are numbered when the caller gives none.
     positions: Positions,
+    /// The layer list's name (`encoder.layer`), for the per-layer outputs.
+    layers_name: &'static str,
 }
 
 impl BertModel {
     /// Loads the base model from the weights under `w` (its root: `embeddings.*`,
     /// `encoder.*`, `pooler.*`); `pooler` as `add_pooling_layer`.
     pub fn load(w: &Weights, config: &BertConfig, pooler: bool) -> Result<BertModel> {
+        BertModel::load_named(w, config, pooler, ModuleNames::BERT)
+    }
+
+    /// [`BertModel::load`] with a family's module names.
+    pub(crate) fn load_named(
+        w: &Weights,
+        config: &BertConfig,
+        pooler: bool,
+        names: ModuleNames,
+    ) -> Result<BertModel> {
         let c = config;
-        let embeddings = Embeddings::load(&w.pp("embeddings"), c)?;
+        let embeddings = Embeddings::load(&w.pp("embeddings"), c, names.token_types)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
-            let lw = w.pp(format!("encoder.layer.{i}"));
+            let lw = w.pp(format!("{}.{i}", names.layers));
             layer_devices.push(lw.device());
-            layers.push(Layer::load(&lw, c)?);
+            layers.push(Layer::load(&lw, c, &names)?);
         }
         // A checkpoint saved without a pooler (a head that drops it) has none to load.
         let pooler = if pooler && w.contains("pooler.dense.weight") {
@@ -417,6 +478,7 @@ impl BertModel {
             layer_devices,
             prefix: "",
             positions: Positions::FromZero,
+            layers_name: names.layers,
         })
     }
 
@@ -478,7 +540,7 @@ impl Tower for BertModel {
     fn hidden_state_modules(&self) -> Vec<String> {
         let p = self.prefix;
         std::iter::once(format!("{p}embeddings"))
-            .chain((0..self.layers.len()).map(|i| format!("{p}encoder.layer.{i}")))
+            .chain((0..self.layers.len()).map(|i| format!("{p}{}.{i}", self.layers_name)))
             .collect()
     }
 }
@@ -528,7 +590,11 @@ impl TextTower for BertModel {
             Some(t) => t,
             None => Tensor::from_vec(vec![0i64; b * t], &[b, t], &device)?,
         };
-        check_ids(&types, c.type_vocab_size, "token_type_ids")?;
+        // A family without token types (DistilBERT) reads none: a tokenizer's pair segments
+        // are left out, as its tokenizer leaves them out.
+        if self.embeddings.token_type_embeddings.is_some() {
+            check_ids(&types, c.type_vocab_size, "token_type_ids")?;
+        }
         let positions = match (same("position_ids", args.position_ids)?, self.positions) {
             (Some(p), _) => p,
             (None, Positions::FromZero) => {
@@ -625,23 +691,23 @@ impl BertForMaskedLM {
     /// `lm_head.*`).
     pub(crate) fn load_with(w: &Weights, c: &BertConfig, base: Base) -> Result<BertForMaskedLM> {
         let bert = base.load(w, c, false)?;
-        let (root, dense, norm, act) = base.lm_head;
-        let p = w.pp(root);
+        let head = base.lm_head;
         let h = c.hidden_size;
+        let decoder = |name: &str| format!("{}.{name}", head.decoder);
         // The decoder's weight is the word-embedding table (tied), stored or not.
-        let weight = if p.contains("decoder.weight") {
-            p.get("decoder.weight", &[c.vocab_size, h])?
+        let weight = if w.contains(&decoder("weight")) {
+            w.get(&decoder("weight"), &[c.vocab_size, h])?
         } else {
             bert.embeddings.word_embeddings.weight()?
         };
-        let bias = match p.get_opt("bias", &[c.vocab_size])? {
+        let bias = match w.get_opt(head.bias, &[c.vocab_size])? {
             Some(b) => b,
-            None => p.get("decoder.bias", &[c.vocab_size])?,
+            None => w.get(&decoder("bias"), &[c.vocab_size])?,
         };
         Ok(BertForMaskedLM {
-            transform: Linear::load(&p.pp(dense), h, h, true)?,
-            transform_norm: layer_norm(&p.pp(norm), h, c.layer_norm_eps)?,
-            act: Activation::from_hf(act.unwrap_or(&c.hidden_act))?,
+            transform: Linear::load(&w.pp(head.dense), h, h, true)?,
+            transform_norm: layer_norm(&w.pp(head.norm), h, c.layer_norm_eps)?,
+            act: Activation::from_hf(head.act.unwrap_or(&c.hidden_act))?,
             // The bias is the head's own tensor, placed with it; the product runs with the
             // (tied) weight.
             decoder: {
@@ -909,6 +975,56 @@ impl kinds::Encoder for BertForMultipleChoice {
             let scores = self.classifier.forward(&pooled)?;
             out.logits = Some(scores.reshape(&[batch as isize, choices as isize])?);
         }
+        Ok(out)
+    }
+}
+
+/// A sequence classifier on the first token through a dense layer and an activation, then
+/// the classifier: RoBERTa's `classifier.dense`, tanh, `classifier.out_proj`
+/// (`RobertaClassificationHead`), DistilBERT's `pre_classifier`, ReLU, `classifier`.
+#[derive(Clone, Debug)]
+pub struct FirstTokenClassifier {
+    model: BertModel,
+    dense: Linear,
+    act: Activation,
+    out: Linear,
+    head: EncoderHead,
+}
+
+impl FirstTokenClassifier {
+    /// Loads the base model `base` (without pooler) and the head's dense layer, activation
+    /// and classifier named in `names`.
+    pub(crate) fn load(
+        w: &Weights,
+        c: &BertConfig,
+        base: Base,
+        (dense, act, out): (&str, Activation, &str),
+    ) -> Result<FirstTokenClassifier> {
+        let labels = c.labels()?;
+        let h = c.hidden_size;
+        Ok(FirstTokenClassifier {
+            model: base.load(w, c, false)?,
+            dense: Linear::load(&w.pp(dense), h, h, true)?,
+            act,
+            out: Linear::load(&w.pp(out), h, labels.len(), true)?,
+            head: EncoderHead::SequenceClassification { labels },
+        })
+    }
+}
+
+impl kinds::Encoder for FirstTokenClassifier {
+    fn tower(&self) -> &dyn TextTower {
+        &self.model
+    }
+    fn head(&self) -> &EncoderHead {
+        &self.head
+    }
+    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
+        let mut out = self.model.run(args)?;
+        let first = out.last_hidden_state.narrow(1, 0, 1)?.squeeze(1)?;
+        let first = first.to_device(&self.dense.device())?;
+        let x = self.act.apply(&self.dense.forward(&first)?)?;
+        out.logits = Some(self.out.forward(&x)?);
         Ok(out)
     }
 }

@@ -4,6 +4,7 @@
 pub mod bert;
 pub mod clip;
 pub mod decoder;
+pub mod distilbert;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;

@@ -1,7 +1,7 @@
 //! RoBERTa: mirrors transformers' `models/roberta/modeling_roberta.py` (`RobertaModel` and its
 //! masked-LM, sequence-, token-classification, question-answering and multiple-choice heads).
 //!
-//! RoBERTa is BERT's encoder ([`BertModel`]) with what differs here: its base model sits
+//! RoBERTa is BERT's encoder ([`BertModel`](super::bert::BertModel)) with what differs here: its base model sits
 //! under `roberta.`, its position ids count the real tokens from `pad_token_id + 1` (padding
 //! keeps `pad_token_id`), its masked-LM head is `lm_head` (dense, exact GELU, `layer_norm`,
 //! the decoder tied to the word embeddings), and its sequence classifier reads the first
@@ -10,14 +10,16 @@
 
 use zoo_hub::PretrainedConfig;
 use zoo_runtime::device_map::{TpPlan, TpStyle};
-use zoo_runtime::nn::{Linear, Weights};
+use zoo_runtime::nn::Weights;
+use zoo_runtime::Activation;
 
 use super::bert::{
     encoder_layout, Base, BertConfig, BertForMaskedLM, BertForMultipleChoice,
-    BertForQuestionAnswering, BertForTokenClassification, BertModel, Positions,
+    BertForQuestionAnswering, BertForTokenClassification, FirstTokenClassifier, LmHead,
+    ModuleNames, Positions,
 };
 use crate::family::{family, Family, Layout, Loaders, Task};
-use crate::kinds::{self, EncoderArgs, EncoderHead, EncoderOutput, TextTower};
+use crate::kinds;
 use crate::{Error, Result};
 
 /// The registry entry of `roberta`.
@@ -48,16 +50,22 @@ fn base(c: &BertConfig) -> Base {
     Base {
         name: "roberta",
         dotted: "roberta.",
-        tied_decoder: "lm_head.decoder.weight",
+        modules: ModuleNames::BERT,
         positions: Positions::AfterPadding(c.pad_token_id.unwrap_or(1)),
-        lm_head: ("lm_head", "dense", "layer_norm", Some("gelu")),
+        lm_head: LmHead {
+            dense: "lm_head.dense",
+            act: Some("gelu"),
+            norm: "lm_head.layer_norm",
+            decoder: "lm_head.decoder",
+            bias: "lm_head.bias",
+        },
     }
 }
 
 /// The planner's view: BERT's, under `roberta.`.
 pub(crate) fn layout(config: &PretrainedConfig) -> Result<Layout> {
     let c = BertConfig::from_pretrained(config)?;
-    encoder_layout(config, base(&c))
+    encoder_layout(&c, base(&c))
 }
 
 /// The family's loader (XLM-RoBERTa's too): the base model for [`Task::Base`], else the
@@ -72,7 +80,14 @@ pub(crate) fn load(
     Ok(match task {
         Task::Base => Box::new(b.load_base(w, &c)?),
         Task::MaskedLm => Box::new(BertForMaskedLM::load_with(w, &c, b)?),
-        Task::SequenceClassification => Box::new(RobertaForSequenceClassification::load(w, &c, b)?),
+        // `RobertaClassificationHead`: the first token through `classifier.dense`, tanh and
+        // `classifier.out_proj`.
+        Task::SequenceClassification => Box::new(FirstTokenClassifier::load(
+            w,
+            &c,
+            b,
+            ("classifier.dense", Activation::Tanh, "classifier.out_proj"),
+        )?),
         Task::TokenClassification => Box::new(BertForTokenClassification::load_with(w, &c, b)?),
         Task::QuestionAnswering => Box::new(BertForQuestionAnswering::load_with(w, &c, b)?),
         Task::MultipleChoice => Box::new(BertForMultipleChoice::load_with(w, &c, b)?),
@@ -86,45 +101,4 @@ pub(crate) fn load(
             })
         }
     })
-}
-
-/// `RobertaForSequenceClassification`: the first token's hidden state through
-/// `classifier.dense`, tanh and `classifier.out_proj` (`RobertaClassificationHead`).
-#[derive(Clone, Debug)]
-pub struct RobertaForSequenceClassification {
-    roberta: BertModel,
-    dense: Linear,
-    out_proj: Linear,
-    head: EncoderHead,
-}
-
-impl RobertaForSequenceClassification {
-    /// Loads from the checkpoint root (`roberta.*` without pooler, `classifier.*`).
-    fn load(w: &Weights, c: &BertConfig, base: Base) -> Result<RobertaForSequenceClassification> {
-        let labels = c.labels()?;
-        let h = c.hidden_size;
-        Ok(RobertaForSequenceClassification {
-            roberta: base.load(w, c, false)?,
-            dense: Linear::load(&w.pp("classifier.dense"), h, h, true)?,
-            out_proj: Linear::load(&w.pp("classifier.out_proj"), h, labels.len(), true)?,
-            head: EncoderHead::SequenceClassification { labels },
-        })
-    }
-}
-
-impl kinds::Encoder for RobertaForSequenceClassification {
-    fn tower(&self) -> &dyn TextTower {
-        &self.roberta
-    }
-    fn head(&self) -> &EncoderHead {
-        &self.head
-    }
-    fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        let mut out = self.roberta.run(args)?;
-        let first = out.last_hidden_state.narrow(1, 0, 1)?.squeeze(1)?;
-        let first = first.to_device(&self.dense.device())?;
-        let x = self.dense.forward(&first)?.tanh()?;
-        out.logits = Some(self.out_proj.forward(&x)?);
-        Ok(out)
-    }
 }
