@@ -10,6 +10,10 @@ from typing import Any
 import torch
 from transformers import (
     BertConfig,
+    MPNetConfig,
+    MPNetForMaskedLM,
+    MPNetForSequenceClassification,
+    MPNetModel,
     DistilBertConfig,
     DistilBertForMaskedLM,
     DistilBertForQuestionAnswering,
@@ -70,6 +74,9 @@ ARCHITECTURES: dict[str, tuple[type, str]] = {
     "DistilBertForSequenceClassification": (DistilBertForSequenceClassification, "text-classification"),
     "DistilBertForTokenClassification": (DistilBertForTokenClassification, "token-classification"),
     "DistilBertForQuestionAnswering": (DistilBertForQuestionAnswering, "question-answering"),
+    "MPNetModel": (MPNetModel, "feature-extraction"),
+    "MPNetForMaskedLM": (MPNetForMaskedLM, "fill-mask"),
+    "MPNetForSequenceClassification": (MPNetForSequenceClassification, "text-classification"),
 }
 
 # DistilBERT's names for BASE_CONFIG's sizes (no token types; its LayerNorms' epsilon is fixed).
@@ -86,7 +93,8 @@ def config_class(architecture: str) -> type:
     """The config class of a class of this module."""
     return (XLMRobertaConfig if architecture.startswith("XLMRoberta") else
             RobertaConfig if architecture.startswith("Roberta") else
-            DistilBertConfig if architecture.startswith("DistilBert") else BertConfig)
+            DistilBertConfig if architecture.startswith("DistilBert") else
+            MPNetConfig if architecture.startswith("MPNet") else BertConfig)
 
 # Choices per example of the multiple-choice cases (BertModelTester's num_choices is 4).
 CHOICES = 4
@@ -167,6 +175,19 @@ SPECS: list[BertSpec] = [
              seed=533, architecture="DistilBertForTokenClassification"),
     BertSpec("distilbert-qa-f32", "DistilBertForQuestionAnswering: qa_outputs per token",
              ["gelu", "padding", "head:question-answering"], seed=534, architecture="DistilBertForQuestionAnswering"),
+    # MPNet: positions after padding index 1, a relative position bias in every layer, no token types.
+    BertSpec("mpnet-base-f32", "MPNetModel: relative position bias (32 buckets), positions from 2 on real tokens, "
+             "no token types, right-padded batch", ["gelu", "padding", "relative-bias", "positions:after-padding",
+                                                    "pooler"], seed=540, architecture="MPNetModel"),
+    BertSpec("mpnet-long-f32", "MPNetModel on 40 tokens: relative distances past the exact buckets", ["gelu",
+             "padding", "relative-bias"], {"hidden_size": 64, "num_attention_heads": 8, "intermediate_size": 96},
+             seed=541, seq_len=40, right_pad=9, architecture="MPNetModel"),
+    BertSpec("mpnet-mlm-f32", "MPNetForMaskedLM: lm_head (dense, gelu, layer_norm), decoder tied to the word "
+             "embeddings, lm_head.bias", ["gelu", "padding", "tied", "head:masked-lm"], seed=542,
+             architecture="MPNetForMaskedLM"),
+    BertSpec("mpnet-seqcls-f32", "MPNetForSequenceClassification: the first token through classifier.dense, tanh, "
+             "classifier.out_proj", ["gelu", "padding", "head:sequence-classification"],
+             labels("negative", "neutral", "positive"), seed=543, architecture="MPNetForSequenceClassification"),
     BertSpec("xlm-roberta-rerank-f32", "XLMRobertaForSequenceClassification with one label (a cross-encoder "
              "reranker's head, as bge-reranker ships)", ["gelu", "padding", "head:sequence-classification"],
              {"num_labels": 1}, seed=526, architecture="XLMRobertaForSequenceClassification"),
@@ -185,7 +206,9 @@ def full_config(spec: BertSpec) -> dict[str, Any]:
         out["type_vocab_size"] = 0
         return out
     roberta = {} if cls is BertConfig else ROBERTA_CONFIG
-    return {**BASE_CONFIG, **roberta, **spec.config}
+    # MPNet takes no token types (and its own relative-bias buckets).
+    mpnet = {"type_vocab_size": 0, "relative_attention_num_buckets": 32} if cls is MPNetConfig else {}
+    return {**BASE_CONFIG, **roberta, **mpnet, **spec.config}
 
 
 def build_model(spec: BertSpec) -> torch.nn.Module:
@@ -325,7 +348,9 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
     if "logits" in forward:
         per_token = forward["logits"].dim() == 3
         meaning = LOGITS_MEANING[task]
-        if config_class(spec.architecture) is DistilBertConfig:
+        if config_class(spec.architecture) is MPNetConfig:
+            meaning = ROBERTA_LOGITS_MEANING.get(task, meaning).replace("roberta.", "mpnet.")
+        elif config_class(spec.architecture) is DistilBertConfig:
             meaning = DISTILBERT_LOGITS_MEANING.get(task, meaning)
         elif config_class(spec.architecture) is not BertConfig:
             meaning = ROBERTA_LOGITS_MEANING.get(task, meaning)

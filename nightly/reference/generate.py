@@ -3,7 +3,7 @@
 
 Tiny random families: Llama, Mistral, Qwen2, Qwen3 (lm.py), Phi-3 (phi3.py), Gemma, Gemma 2,
 Gemma 3 (gemma.py), Mixtral, Qwen2-MoE, Qwen3-MoE (moe.py), GGUF files of these as llama.cpp
-writes them (gguf_families.py), GPT-2 (gpt2.py), BERT, RoBERTa, XLM-RoBERTa and DistilBERT and their
+writes them (gguf_families.py), GPT-2 (gpt2.py), BERT, RoBERTa, XLM-RoBERTa, DistilBERT and MPNet and their
 masked-LM, sequence-, token-classification, question-answering and multiple-choice heads
 (bert.py), CLIP's text encoder (clip.py),
 ViT, CLIP's vision tower and CLIPModel (vision.py), T5's and UMT5's encoders (t5.py),

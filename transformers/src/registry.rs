@@ -12,8 +12,8 @@ use zoo_hub::PretrainedConfig;
 
 pub use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::models::{
-    bert, clip, distilbert, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, phi3, qwen2,
-    qwen2_moe, qwen3, qwen3_moe, roberta, t5, vit, xlm_roberta,
+    bert, clip, distilbert, gemma, gemma2, gemma3, gpt2, llama, mistral, mixtral, mpnet, phi3,
+    qwen2, qwen2_moe, qwen3, qwen3_moe, roberta, t5, vit, xlm_roberta,
 };
 use crate::Result;
 
@@ -35,6 +35,7 @@ pub static FAMILIES: &[Family] = &[
     roberta::FAMILY,
     xlm_roberta::FAMILY,
     distilbert::FAMILY,
+    mpnet::FAMILY,
     clip::FAMILY,
     clip::VISION_FAMILY,
     clip::CLIP_FAMILY,

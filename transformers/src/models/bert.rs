@@ -79,6 +79,9 @@ pub struct BertConfig {
     /// The padding token (RoBERTa's position ids count from after it).
     #[serde(default)]
     pub pad_token_id: Option<i64>,
+    /// Rows of MPNet's relative position bias table.
+    #[serde(default)]
+    pub relative_attention_num_buckets: Option<usize>,
     /// Label names of a classification head, by index.
     #[serde(default)]
     pub id2label: Option<BTreeMap<String, String>>,
@@ -169,6 +172,9 @@ pub(crate) struct ModuleNames {
     pub attention: [&'static str; 5],
     /// The MLP's two projections and its residual norm.
     pub mlp: [&'static str; 3],
+    /// The relative position bias table every layer adds to its scores (MPNet's
+    /// `encoder.relative_attention_bias`), if the family has one.
+    pub relative_bias: Option<&'static str>,
 }
 
 impl ModuleNames {
@@ -184,6 +190,7 @@ impl ModuleNames {
             "attention.output.LayerNorm",
         ],
         mlp: ["intermediate.dense", "output.dense", "output.LayerNorm"],
+        relative_bias: None,
     };
 }
 
@@ -428,6 +435,8 @@ pub struct BertModel {
     positions: Positions,
     /// The layer list's name (`encoder.layer`), for the per-layer outputs.
     layers_name: &'static str,
+    /// MPNet's relative position bias table (`[buckets, heads]`).
+    relative_bias: Option<Embedding>,
 }
 
 impl BertModel {
@@ -446,6 +455,13 @@ impl BertModel {
     ) -> Result<BertModel> {
         let c = config;
         let embeddings = Embeddings::load(&w.pp("embeddings"), c, names.token_types)?;
+        let relative_bias = match names.relative_bias {
+            Some(name) => {
+                let rows = c.relative_attention_num_buckets.unwrap_or(32);
+                Some(Embedding::load(&w.pp(name), rows, c.num_attention_heads)?)
+            }
+            None => None,
+        };
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut layer_devices = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
@@ -479,6 +495,7 @@ impl BertModel {
             prefix: "",
             positions: Positions::FromZero,
             layers_name: names.layers,
+            relative_bias,
         })
     }
 
@@ -522,6 +539,26 @@ fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// MPNet's position bias `[1, heads, T, T]` (`compute_position_bias`): the table's row for
+/// the bucket of each `key - query`, 32 buckets over distances up to 128 (the defaults
+/// transformers calls it with, whatever the table's size).
+fn relative_position_bias(table: &Embedding, t: usize) -> Result<Tensor> {
+    let buckets: Vec<i64> = (0..t)
+        .flat_map(|q| {
+            (0..t).map(move |k| {
+                crate::models::t5::relative_bucket(k as i64 - q as i64, true, 32, 128) as i64
+            })
+        })
+        .collect();
+    let idx = Tensor::from_vec(buckets, &[t * t], &table.device())?;
+    let values = table.forward(&idx)?;
+    let heads = values.shape()[1];
+    Ok(values
+        .reshape_to(&[t, t, heads])?
+        .permute(&[2, 0, 1])?
+        .unsqueeze(0)?)
 }
 
 /// `keep [B, 1, 1, T]` (bool) as transformers' additive mask in `dtype`: 0 to attend, the
@@ -629,6 +666,10 @@ impl TextTower for BertModel {
             None => Tensor::ones(&[b, t], DType::Bool, &device)?,
         };
         let keep = keep.reshape_to(&[b, 1, 1, t])?;
+        let position_bias = match &self.relative_bias {
+            Some(table) => Some(relative_position_bias(table, t)?),
+            None => None,
+        };
         let mut biases: Vec<(Device, Tensor)> = Vec::new();
         let mut hidden_states = Vec::new();
         for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
@@ -642,6 +683,11 @@ impl TextTower for BertModel {
                 Some((_, m)) => m.clone(),
                 None => {
                     let m = additive_mask(&keep.to_device(dev)?, self.placement.dtype())?;
+                    // MPNet adds its position bias to the scores before the mask.
+                    let m = match &position_bias {
+                        Some(p) => p.to_device(dev)?.add(&m)?,
+                        None => m,
+                    };
                     biases.push((*dev, m.clone()));
                     m
                 }

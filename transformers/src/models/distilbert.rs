@@ -67,6 +67,7 @@ const BASE: Base = Base {
             "sa_layer_norm",
         ],
         mlp: ["ffn.lin1", "ffn.lin2", "output_layer_norm"],
+        relative_bias: None,
     },
     positions: Positions::FromZero,
     lm_head: LmHead {
@@ -143,6 +144,7 @@ impl DistilBertConfig {
             layer_norm_eps: 1e-12,
             position_embedding_type: "absolute".into(),
             pad_token_id: self.pad_token_id,
+            relative_attention_num_buckets: None,
             id2label: self.id2label.clone(),
             num_labels: self.num_labels,
             path: self.path.clone(),

@@ -13,6 +13,7 @@ pub mod llama;
 pub mod mistral;
 pub mod mixtral;
 pub mod moe;
+pub mod mpnet;
 mod patches;
 pub mod phi3;
 mod placement;

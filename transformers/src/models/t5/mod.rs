@@ -258,8 +258,9 @@ fn load_seq2seq(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn Seq2Se
 }
 
 /// The bucket of a relative position `key - query`, as transformers' float32 arithmetic
-/// computes it (logarithmic buckets past `max_exact`).
-fn relative_bucket(
+/// computes it (logarithmic buckets past `max_exact`): T5's `_relative_position_bucket`, and
+/// MPNet's `relative_position_bucket` (bidirectional).
+pub(crate) fn relative_bucket(
     relative: i64,
     bidirectional: bool,
     buckets: usize,
