@@ -117,7 +117,7 @@ for tier in $tiers; do
       peers="llama.cpp native build, PyTorch native" ;;
   esac
   echo "== CPU tier $tier (peers: $peers)"
-  for bin in smollm2 quants mixtral gemma3 unet flux serve; do
+  for bin in smollm2 quants mixtral gemma3 unet flux embed serve; do
     extra=()
     if [ "$bin" = serve ]; then extra=(--pjrt "$ZOO_PJRT_CPU_PLUGIN"); fi
     env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" LLAMA_SERVER="$server" \

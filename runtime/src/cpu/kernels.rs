@@ -1240,6 +1240,44 @@ pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
     None
 }
 
+/// Exact GELU (`0.5 x (1 + erf(x / sqrt 2))`, PyTorch's `gelu`) of an f32 or bf16 CPU
+/// tensor in one vectorised pass, `erf` as PyTorch's own vectorised kernels compute it (the
+/// scalar libm `erff` took a quarter of an encoder's forward); `None` when this path does not
+/// apply.
+pub(crate) fn gelu_erf(x: &Tensor) -> Option<Result<Tensor>> {
+    if !features::avx2() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !features::avx512() {
+        // The `avx2` tier: f32 only (bf16 takes the composite).
+        let y = with_f32(x, |v| {
+            elementwise(v.len(), |a, e, out| {
+                // SAFETY: AVX2 and FMA were detected; `out` holds e - a values.
+                unsafe { avx2::gelu_erf(&v[a..e], out) }
+            })
+        })?;
+        return Some(Tensor::from_vec(y, x.shape(), &Device::Cpu));
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn run<T: Lane>(x: &[T], shape: &[usize]) -> Result<Tensor> {
+            let y = elementwise(x.len(), |a, e, out| {
+                // SAFETY: AVX-512F was detected; `out` holds e - a values.
+                unsafe { avx512::gelu_erf(&x[a..e], out) }
+            });
+            Tensor::from_vec(y, shape, &Device::Cpu)
+        }
+        match x.dtype() {
+            DType::F32 => with_f32(x, |v| run(v, x.shape())),
+            DType::BF16 => with_slice(x, |v: &[half::bf16]| run(v, x.shape())),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
 /// `n` outputs computed in chunks of 16K values on the pool (see [`par_fill`]).
 fn elementwise<T>(n: usize, f: impl Fn(usize, usize, *mut T) + Sync) -> Vec<T> {
     par_fill(n, 16 * 1024, f)
@@ -1270,6 +1308,35 @@ mod tests {
     use super::*;
     use crate::cpu::features::{taken, Tier};
     use crate::Generator;
+
+    #[test]
+    fn gelu_erf_is_within_pytorchs_erf_of_the_exact_one() {
+        crate::cpu::features::each_tier(|tier| {
+            let mut g = Generator::new(17);
+            for n in [1usize, 17, 40000] {
+                let x = g
+                    .randn(&[n], DType::F32, &Device::Cpu)
+                    .unwrap()
+                    .mul_scalar(4.0)
+                    .unwrap();
+                let Some(fast) = taken(gelu_erf(&x), tier >= Tier::Avx2, "gelu_erf") else {
+                    continue;
+                };
+                let fast = fast.unwrap().to_vec::<f32>().unwrap();
+                let xs = x.to_vec::<f32>().unwrap();
+                for (f, v) in fast.iter().zip(&xs) {
+                    let v64 = f64::from(*v);
+                    let want = 0.5 * v64 * (1.0 + libm::erf(v64 / std::f64::consts::SQRT_2));
+                    // erf within 1.5e-7 (Abramowitz and Stegun 7.1.26), then f32 rounding.
+                    assert!(
+                        (f64::from(*f) - want).abs()
+                            <= 2e-7 * (1.0 + v64.abs()) + 1e-6 * want.abs(),
+                        "gelu({v}) = {f}, want {want}"
+                    );
+                }
+            }
+        });
+    }
 
     #[test]
     fn gelu_tanh_matches_the_runtime_op() {

@@ -210,6 +210,9 @@ impl Tensor {
     }
     /// Exact GELU (erf form), HF `"gelu"`.
     pub fn gelu(&self) -> Result<Tensor> {
+        if let Some(y) = crate::cpu::kernels::gelu_erf(self) {
+            return y;
+        }
         self.float_op(UnaryOp::GeluErf)
     }
     /// Tanh-approximated GELU, HF `"gelu_new"` / `"gelu_pytorch_tanh"` (f32 CPU tensors in

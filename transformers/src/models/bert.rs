@@ -366,11 +366,17 @@ impl Attention {
         })
     }
 
-    /// `x [B, T, hidden]`; `bias` is the additive padding mask `[B, 1, 1, T]`.
-    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        let (b, t, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+    /// `x [B, T, hidden]`, or the real tokens `[1, N, hidden]` of `packed`; `bias` is the
+    /// additive padding mask `[B, 1, 1, T]` (or `[B, heads, T, T]` with MPNet's positions).
+    fn forward(&self, x: &Tensor, bias: &Tensor, packed: Option<&Packed>) -> Result<Tensor> {
+        let h = x.shape()[2];
+        let (b, t) = packed.map_or((x.shape()[0], x.shape()[1]), |p| (p.batch, p.seq));
         let d = h / self.heads;
         let split = |y: Tensor| -> Result<Tensor> {
+            let y = match packed {
+                Some(p) => p.unpack(&y)?,
+                None => y,
+            };
             Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
         };
         let [q, k, v] = self.qkv.forward(x)?;
@@ -382,8 +388,84 @@ impl Attention {
         };
         let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
         let ctx = ctx.transpose(1, 2)?.reshape_to(&[b, t, h])?;
+        let ctx = match packed {
+            Some(p) => p.pack(&ctx)?,
+            None => ctx,
+        };
         let y = self.dense.forward(&ctx)?;
         Ok(self.layer_norm.forward(&y.add(x)?)?)
+    }
+}
+
+/// The real tokens of a padded batch as rows of their own, `[1, N, hidden]`: the linear
+/// layers, norms and MLPs run on them alone, so padding costs only attention's keys (what
+/// text-embeddings-inference's unpadded batches save; a batch of sentences of mixed
+/// lengths pads to its longest). Index tensors on one device.
+#[derive(Clone, Debug)]
+struct Packed {
+    batch: usize,
+    seq: usize,
+    /// Each real token's flat index `b * T + t`, `[N]`.
+    take: Tensor,
+    /// Each padded slot's packed row, or `N` (a row of zeros) for padding, `[B * T]`.
+    place: Tensor,
+}
+
+impl Packed {
+    /// The packing of `keep` (`[B * T]`, true for a real token) on `device`, `None` when no
+    /// token is padding.
+    fn new(keep: &[bool], (batch, seq): (usize, usize), device: &Device) -> Result<Option<Packed>> {
+        if keep.iter().all(|&k| k) {
+            return Ok(None);
+        }
+        let take: Vec<i64> = (0..keep.len() as i64)
+            .filter(|&i| keep[i as usize])
+            .collect();
+        let n = take.len() as i64;
+        let mut next = 0;
+        let place: Vec<i64> = keep
+            .iter()
+            .map(|&k| {
+                if k {
+                    next += 1;
+                    next - 1
+                } else {
+                    n
+                }
+            })
+            .collect();
+        Ok(Some(Packed {
+            batch,
+            seq,
+            take: Tensor::from_vec(take, &[n as usize], device)?,
+            place: Tensor::from_vec(place, &[keep.len()], device)?,
+        }))
+    }
+
+    fn to_device(&self, device: &Device) -> Result<Packed> {
+        Ok(Packed {
+            take: self.take.to_device(device)?,
+            place: self.place.to_device(device)?,
+            ..self.clone()
+        })
+    }
+
+    /// `[B, T, width]` → the real tokens' rows `[1, N, width]`.
+    fn pack(&self, x: &Tensor) -> Result<Tensor> {
+        let w = x.shape()[2];
+        let flat = x.reshape_to(&[self.batch * self.seq, w])?;
+        let n = self.take.shape()[0];
+        Ok(flat.index_select(0, &self.take)?.reshape_to(&[1, n, w])?)
+    }
+
+    /// `[1, N, width]` → `[B, T, width]`, padding slots zero.
+    fn unpack(&self, x: &Tensor) -> Result<Tensor> {
+        let (n, w) = (x.shape()[1], x.shape()[2]);
+        let zero = Tensor::zeros(&[1, w], x.dtype(), &x.device())?;
+        let rows = Tensor::cat(&[&x.reshape_to(&[n, w])?, &zero], 0)?;
+        Ok(rows
+            .index_select(0, &self.place)?
+            .reshape_to(&[self.batch, self.seq, w])?)
     }
 }
 
@@ -411,8 +493,8 @@ impl Layer {
         })
     }
 
-    fn forward(&self, x: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        let a = self.attention.forward(x, bias)?;
+    fn forward(&self, x: &Tensor, bias: &Tensor, packed: Option<&Packed>) -> Result<Tensor> {
+        let a = self.attention.forward(x, bias, packed)?;
         let m = self.act.apply(&self.intermediate.forward(&a)?)?;
         let y = self.output.forward(&m)?;
         Ok(self.output_norm.forward(&y.add(&a)?)?)
@@ -671,13 +753,38 @@ impl TextTower for BertModel {
             None => None,
         };
         let mut biases: Vec<(Device, Tensor)> = Vec::new();
+        // A padded batch's real tokens run packed through the layers (see `Packed`).
+        let flags: Vec<bool> = match &mask {
+            Some(m) => m.to_vec::<i64>()?.iter().map(|&v| v != 0).collect(),
+            None => Vec::new(),
+        };
+        let packing = Packed::new(&flags, (b, t), &x.device())?;
+        if let Some(p) = &packing {
+            x = p.pack(&x)?;
+        }
+        let mut packings: Vec<(Device, Packed)> = Vec::new();
         let mut hidden_states = Vec::new();
         for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
             if x.device() != *dev {
                 x = x.to_device(dev)?;
             }
+            let packed = match &packing {
+                Some(p) if p.take.device() == *dev => Some(p.clone()),
+                Some(p) => match packings.iter().find(|(d, _)| d == dev) {
+                    Some((_, q)) => Some(q.clone()),
+                    None => {
+                        let q = p.to_device(dev)?;
+                        packings.push((*dev, q.clone()));
+                        Some(q)
+                    }
+                },
+                None => None,
+            };
             if args.output_hidden_states {
-                hidden_states.push(x.clone());
+                hidden_states.push(match &packed {
+                    Some(p) => p.unpack(&x)?,
+                    None => x.clone(),
+                });
             }
             let bias = match biases.iter().find(|(d, _)| d == dev) {
                 Some((_, m)) => m.clone(),
@@ -692,7 +799,10 @@ impl TextTower for BertModel {
                     m
                 }
             };
-            x = layer.forward(&x, &bias)?;
+            x = layer.forward(&x, &bias, packed.as_ref())?;
+        }
+        if let Some(p) = &packing {
+            x = p.to_device(&x.device())?.unpack(&x)?;
         }
         if args.output_hidden_states {
             hidden_states.push(x.clone());

@@ -279,6 +279,53 @@ pub(crate) unsafe fn gelu_tanh(x: &[f32], y: *mut f32) {
     }
 }
 
+/// Exact GELU of f32 values, `0.5 x (1 + erf(x / sqrt 2))`, as
+/// [`gelu_erf`](crate::cpu::kernels::gelu_erf) computes it with 16 lanes.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gelu_erf(x: &[f32], y: *mut f32) {
+    let (half, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(1.0));
+    let k = _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
+    let mut j = 0;
+    while j < x.len() {
+        let n = x.len() - j;
+        let v = load8(x.as_ptr().add(j), n);
+        let e = erf256(_mm256_mul_ps(v, k));
+        let out = _mm256_mul_ps(_mm256_mul_ps(v, half), _mm256_add_ps(one, e));
+        store8(y.add(j), n, out);
+        j += 8;
+    }
+}
+
+/// `erf` in 8 lanes as PyTorch's vectorised CPU kernels compute it (Abramowitz and Stegun
+/// 7.1.26: `1 - (p1 t + ... + p5 t^5) e^{-x^2}` with `t = 1 / (1 + p |x|)`, the sign put
+/// back; within 1.5e-7 of the exact value).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn erf256(x: __m256) -> __m256 {
+    let [p, p1, p2, p3, p4, p5] = ERF_COEFFICIENTS.map(|c| _mm256_set1_ps(c));
+    let (neg_zero, one) = (_mm256_set1_ps(-0.0), _mm256_set1_ps(1.0));
+    let sign = _mm256_and_ps(neg_zero, x);
+    let a = _mm256_xor_ps(sign, x);
+    let t = _mm256_div_ps(one, _mm256_fmadd_ps(p, a, one));
+    let r = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(p5, t, p4), t, p3), t, p2),
+        t,
+        p1,
+    );
+    let e = exp256(_mm256_xor_ps(neg_zero, _mm256_mul_ps(x, x)));
+    let y = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_xor_ps(neg_zero, e), t), r, one);
+    _mm256_xor_ps(sign, y)
+}
+
+/// `p` and `p1..p5` of Abramowitz and Stegun's 7.1.26 (`erf256`, `erf512`).
+pub(crate) const ERF_COEFFICIENTS: [f32; 6] = [
+    0.327_591_1,
+    0.254_829_6,
+    -0.284_496_74,
+    1.421_413_7,
+    -1.453_152_1,
+    1.061_405_4,
+];
+
 /// One f32 row of [`norm_last`](crate::cpu::norm::norm_last): its mean (layer norm) and variance,
 /// then the row centred and scaled into `y`.
 #[target_feature(enable = "avx2,fma")]

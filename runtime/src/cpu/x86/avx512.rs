@@ -454,6 +454,37 @@ pub(crate) unsafe fn silu_mul<T: Lane>(g: &[T], u: &[T], y: *mut T) {
     }
 }
 
+/// Exact GELU (`0.5 x (1 + erf(x / sqrt 2))`) of f32 or bf16 values in 16 lanes, `erf` as
+/// PyTorch's vectorised kernels compute it (see [`avx2::erf256`](super::avx2::erf256)).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn gelu_erf<T: Lane>(x: &[T], y: *mut T) {
+    use std::arch::x86_64::*;
+    let [p, p1, p2, p3, p4, p5] = super::avx2::ERF_COEFFICIENTS.map(|c| _mm512_set1_ps(c));
+    let (half, one) = (_mm512_set1_ps(0.5), _mm512_set1_ps(1.0));
+    let k = _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
+    let mut j = 0;
+    while j < x.len() {
+        let n = x.len() - j;
+        let v = T::load16(x.as_ptr().add(j), n);
+        let u = _mm512_mul_ps(v, k);
+        let a = _mm512_abs_ps(u);
+        let t = _mm512_div_ps(one, _mm512_fmadd_ps(p, a, one));
+        let r = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(p5, t, p4), t, p3), t, p2),
+            t,
+            p1,
+        );
+        let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(u, u)));
+        // 1 - r t e^{-u^2}, with u's sign.
+        let m = _mm512_fnmadd_ps(_mm512_mul_ps(e, t), r, one);
+        let sign = _mm512_and_si512(_mm512_castps_si512(u), _mm512_set1_epi32(i32::MIN));
+        let erf = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m), sign));
+        let g = _mm512_mul_ps(_mm512_mul_ps(v, half), _mm512_add_ps(one, erf));
+        T::store16(y.add(j), n, g);
+        j += 16;
+    }
+}
+
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn gelu_tanh<T: Lane>(x: &[T], y: *mut T) {
     use std::arch::x86_64::*;
