@@ -159,12 +159,13 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 /// decode steps), or `None` when this path does not apply. The weight streams once in
 /// memory order, as [`matvec`] reads it, instead of being packed per call for the tile
 /// kernel: at a few rows the packing would cost more than the products. Each output is the
-/// same 16-lane dot product a one-row call computes, so a row's result does not depend on
-/// the batch it came in.
+/// same dot product (16 lanes at `avx512`, 8 at `avx2`) a one-row call computes, so a row's
+/// result does not depend on the batch it came in.
 pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
-    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !features::avx512() {
+    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !features::avx2() {
         return None;
     }
+    let wide = features::avx512();
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
     if !(2..FEW_ROWS).contains(&m) {
         return None;
@@ -178,6 +179,45 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
             par_units(n.div_ceil(block), |blk| {
                 let (r0, r1) = (blk * block, ((blk + 1) * block).min(n));
                 let rows = &wv[r0 * k..r1 * k];
+                // The `avx2` tier: up to four x rows per pass against two weight rows
+                // (eight accumulators of its sixteen registers).
+                #[cfg(target_arch = "x86_64")]
+                if !wide {
+                    for (g, xs) in xv[..m * k].chunks(4 * k).enumerate() {
+                        let row = |i: usize| &xs[i * k..(i + 1) * k];
+                        let at = (4 * g, r0);
+                        // SAFETY: AVX2 and FMA were detected above; each block writes
+                        // columns r0..r1 of the rows of y it is given, which no other block
+                        // writes.
+                        unsafe {
+                            match xs.len() / k {
+                                1 => avx2::dots_few::<1, 2>(rows, [row(0)], yp, n, at),
+                                2 => avx2::dots_few::<2, 2>(
+                                    rows,
+                                    std::array::from_fn(row),
+                                    yp,
+                                    n,
+                                    at,
+                                ),
+                                3 => avx2::dots_few::<3, 2>(
+                                    rows,
+                                    std::array::from_fn(row),
+                                    yp,
+                                    n,
+                                    at,
+                                ),
+                                _ => avx2::dots_few::<4, 2>(
+                                    rows,
+                                    std::array::from_fn(row),
+                                    yp,
+                                    n,
+                                    at,
+                                ),
+                            }
+                        }
+                    }
+                    return;
+                }
                 // Up to eight x rows per pass: the block streams from memory while the
                 // products run (a second pass over it from L2 would leave that first pass
                 // waiting on memory with the FMA units idle). Sixteen accumulators: four
@@ -1419,8 +1459,7 @@ mod tests {
             ] {
                 let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
                 let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
-                let Some(fast) =
-                    taken(matmul_wt_few(&x, &w), tier >= Tier::Avx512, "matmul_wt_few")
+                let Some(fast) = taken(matmul_wt_few(&x, &w), tier >= Tier::Avx2, "matmul_wt_few")
                 else {
                     continue;
                 };

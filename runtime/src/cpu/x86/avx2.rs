@@ -464,6 +464,68 @@ pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// [`avx512::dots_few`](super::avx512::dots_few) in 8 lanes: `y[(at.0 + i) * n + at.1 + r] =
+/// rows[r] · x[i]`, `W` weight rows at a time against the `X` x rows (`W * X` accumulators),
+/// each product summed as [`dot_rows`] sums it, so a row's result does not depend on the batch.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dots_few<const X: usize, const W: usize>(
+    rows: &[f32],
+    x: [&[f32]; X],
+    y: crate::cpu::kernels::OutPtr,
+    n: usize,
+    at: (usize, usize),
+) {
+    let k = x[0].len();
+    let vk = k / 8 * 8;
+    let count = rows.len() / k.max(1);
+    let dot_tail = |p: *const f32, xi: &[f32]| -> f32 {
+        xi[vk..]
+            .iter()
+            .enumerate()
+            .map(|(o, &xv)| *p.add(vk + o) * xv)
+            .sum()
+    };
+    let put = |i: usize, r: usize, v: f32| *y.get().add((at.0 + i) * n + at.1 + r) = v;
+    let mut r = 0;
+    while r + W <= count {
+        let p: [*const f32; W] = std::array::from_fn(|j| rows.as_ptr().add((r + j) * k));
+        let mut acc = [[_mm256_setzero_ps(); X]; W];
+        let mut o = 0;
+        while o < vk {
+            let xv: [__m256; X] = std::array::from_fn(|i| _mm256_loadu_ps(x[i].as_ptr().add(o)));
+            for j in 0..W {
+                let wv = _mm256_loadu_ps(p[j].add(o));
+                for i in 0..X {
+                    acc[j][i] = _mm256_fmadd_ps(wv, xv[i], acc[j][i]);
+                }
+            }
+            o += 8;
+        }
+        for j in 0..W {
+            for i in 0..X {
+                put(i, r + j, hsum256(acc[j][i]) + dot_tail(p[j], x[i]));
+            }
+        }
+        r += W;
+    }
+    while r < count {
+        let p = rows.as_ptr().add(r * k);
+        let mut acc = [_mm256_setzero_ps(); X];
+        let mut o = 0;
+        while o < vk {
+            let wv = _mm256_loadu_ps(p.add(o));
+            for i in 0..X {
+                acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[i].as_ptr().add(o)), acc[i]);
+            }
+            o += 8;
+        }
+        for i in 0..X {
+            put(i, r, hsum256(acc[i]) + dot_tail(p, x[i]));
+        }
+        r += 1;
+    }
+}
+
 /// `ys[r] = rows[r] · x` for each row of `rows` (row-major, `x.len()` columns).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_rows(rows: &[f32], x: &[f32], ys: &mut [f32]) {
