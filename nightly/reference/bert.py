@@ -155,10 +155,8 @@ SPECS: list[BertSpec] = [
              architecture="RobertaForTokenClassification"),
     BertSpec("roberta-qa-f32", "RobertaForQuestionAnswering: qa_outputs per token", ["gelu", "padding",
              "head:question-answering"], seed=524, architecture="RobertaForQuestionAnswering"),
-    BertSpec("xlm-roberta-base-f32", "XLMRobertaModel: hidden 64, 3 layers, gelu_new, longer right padding",
-             ["gelu-tanh", "padding", "positions:after-padding"], {"hidden_size": 64, "num_attention_heads": 8,
-                                                                   "num_hidden_layers": 3, "intermediate_size": 128,
-                                                                   "hidden_act": "gelu_new"},
+    BertSpec("xlm-roberta-base-f32", "XLMRobertaModel: 3 layers, gelu_new, longer right padding",
+             ["gelu-tanh", "padding", "positions:after-padding"], {"num_hidden_layers": 3, "hidden_act": "gelu_new"},
              seed=525, seq_len=16, right_pad=6, architecture="XLMRobertaModel"),
     # DistilBERT: BERT's encoder renamed, no token types, a ReLU pre-classifier.
     BertSpec("distilbert-base-f32", "DistilBertModel: transformer.layer.N (q_lin, sa_layer_norm, ffn.lin1), no "
@@ -180,8 +178,7 @@ SPECS: list[BertSpec] = [
              "no token types, right-padded batch", ["gelu", "padding", "relative-bias", "positions:after-padding",
                                                     "pooler"], seed=540, architecture="MPNetModel"),
     BertSpec("mpnet-long-f32", "MPNetModel on 40 tokens: relative distances past the exact buckets", ["gelu",
-             "padding", "relative-bias"], {"hidden_size": 64, "num_attention_heads": 8, "intermediate_size": 96},
-             seed=541, seq_len=40, right_pad=9, architecture="MPNetModel"),
+             "padding", "relative-bias"], seed=541, seq_len=40, right_pad=9, architecture="MPNetModel"),
     BertSpec("mpnet-mlm-f32", "MPNetForMaskedLM: lm_head (dense, gelu, layer_norm), decoder tied to the word "
              "embeddings, lm_head.bias", ["gelu", "padding", "tied", "head:masked-lm"], seed=542,
              architecture="MPNetForMaskedLM"),

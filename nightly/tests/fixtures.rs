@@ -91,9 +91,11 @@ fn fixture_set_is_complete_and_under_budget() {
         );
     }
     let size = dir_size(&fixtures_dir());
+    // Room for every family's cases at the fixtures' tiny sizes (the encoder families of #54
+    // brought it past 24 MiB).
     assert!(
-        size < 24 * 1024 * 1024,
-        "fixtures take {size} bytes; the budget is 24 MiB"
+        size < 28 * 1024 * 1024,
+        "fixtures take {size} bytes; the budget is 28 MiB"
     );
     assert!(names.len() >= 20);
 }
