@@ -267,6 +267,29 @@ impl Table {
     }
 }
 
+/// The flags of a benchmark that takes only `--threads` and `--runs` (defaults 2 and 3),
+/// besides `--check` and the flags `scripts/bench.sh` passes every benchmark (`--new`,
+/// `--prefill`, accepted and unused); `--help` prints `help` and exits.
+pub fn threads_and_runs(help: &str) -> Result<(usize, usize), String> {
+    let (mut threads, mut runs, mut unused) = (2, 3, 0);
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let slot = match flag.as_str() {
+            "--check" => continue,
+            "-h" | "--help" => {
+                println!("{help}");
+                std::process::exit(0);
+            }
+            "--threads" => &mut threads,
+            "--runs" => &mut runs,
+            "--new" | "--prefill" => &mut unused,
+            other => return Err(format!("unknown argument {other:?}; see --help")),
+        };
+        *slot = positive(&mut it, &flag)?;
+    }
+    Ok((threads, runs))
+}
+
 /// The positive number after `flag` on the command line.
 pub fn positive(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<usize, String> {
     let v = args.next().ok_or(format!("{flag} needs a number"))?;

@@ -2,8 +2,6 @@
 //! `transformers/tests/data/cross_encoder` with all-MiniLM-L6-v2's tokenizer (fetched by the
 //! test command), against sentence-transformers' `CrossEncoder.rank` on the same files.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 mod common;
@@ -12,33 +10,13 @@ use common::zoo;
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
 
-fn expected() -> Value {
-    serde_json::from_str(include_str!(
-        "../../transformers/tests/data/cross_encoder/expected.json"
-    ))
-    .unwrap()
-}
+#[path = "../../transformers/tests/common/reranker.rs"]
+mod reranker;
+use reranker::expected;
 
 /// The reranker with all-MiniLM-L6-v2's tokenizer files beside it.
 fn reranker() -> tempfile::TempDir {
-    let data =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../transformers/tests/data/cross_encoder");
-    let minilm = assets::asset("ZOO_MINILM_DIR");
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(data.join(f), dir.path().join(f)).unwrap();
-    }
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "vocab.txt",
-        "special_tokens_map.json",
-    ] {
-        if minilm.join(f).exists() {
-            std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
-        }
-    }
-    dir
+    reranker::reranker_folder(&assets::asset("ZOO_MINILM_DIR"))
 }
 
 #[test]

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
 mod common;
+#[path = "../../transformers/tests/common/reranker.rs"]
+mod reranker;
 
 fn get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -147,17 +149,7 @@ fn the_kv_pool_holds_what_a_cpu_limit_leaves() {
 
 #[test]
 fn a_sequence_classifier_serves_as_a_reranker() {
-    // The tiny BERT reranker of transformers/tests/data with all-MiniLM-L6-v2's tokenizer.
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../transformers/tests/data/cross_encoder");
-    let minilm = assets::asset("ZOO_MINILM_DIR");
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(data.join(f), dir.path().join(f)).unwrap();
-    }
-    for f in ["tokenizer.json", "tokenizer_config.json", "vocab.txt"] {
-        std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
-    }
+    let dir = reranker::reranker_folder(&assets::asset("ZOO_MINILM_DIR"));
     let (mut child, _, _, addr) =
         start(&[dir.path().to_str().unwrap(), "--served-model-name", "rr"]);
     let models = get(&addr, "/v1/models");

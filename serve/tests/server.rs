@@ -747,35 +747,15 @@ fn unbase64_f32(s: &str) -> Vec<f32> {
         .collect()
 }
 
-/// The tiny BERT reranker of `transformers/tests/data/cross_encoder` with all-MiniLM-L6-v2's
-/// tokenizer beside it, loaded as a cross-encoder.
-fn reranker() -> (tempfile::TempDir, Value) {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../transformers/tests/data/cross_encoder");
-    let minilm = assets::asset("ZOO_MINILM_DIR");
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(data.join(f), dir.path().join(f)).unwrap();
-    }
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "vocab.txt",
-        "special_tokens_map.json",
-    ] {
-        if minilm.join(f).exists() {
-            std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
-        }
-    }
-    let expected =
-        serde_json::from_str(&std::fs::read_to_string(data.join("expected.json")).unwrap())
-            .unwrap();
-    (dir, expected)
-}
+#[path = "../../transformers/tests/common/reranker.rs"]
+mod reranker;
 
 #[test]
 fn a_reranker_answers_both_rerank_apis_as_sentence_transformers_ranks() {
-    let (dir, want) = reranker();
+    let (dir, want) = (
+        reranker::reranker_folder(&assets::asset("ZOO_MINILM_DIR")),
+        reranker::expected(),
+    );
     let ce = zoo_transformers::sentence::CrossEncoder::load_pretrained(
         dir.path().to_str().unwrap(),
         Default::default(),

@@ -8,8 +8,6 @@
 //! `ZOO_MINILM_DIR` and `ZOO_PJRT_CPU_PLUGIN` name the files; when unset,
 //! `scripts/fetch-test-assets.sh` obtains them.
 
-use std::path::Path;
-
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::sentence::{CrossEncoder, ScoreActivation};
@@ -19,25 +17,11 @@ use zoo_transformers::LoadOptions;
 mod assets;
 use assets::asset;
 
-/// The checkpoint with all-MiniLM-L6-v2's tokenizer files beside it, in a temporary folder.
+#[path = "common/reranker.rs"]
+mod reranker;
+
 fn reranker_folder() -> tempfile::TempDir {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cross_encoder");
-    let minilm = asset("ZOO_MINILM_DIR");
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(data.join(f), dir.path().join(f)).unwrap();
-    }
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "vocab.txt",
-        "special_tokens_map.json",
-    ] {
-        if minilm.join(f).exists() {
-            std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
-        }
-    }
-    dir
+    reranker::reranker_folder(&asset("ZOO_MINILM_DIR"))
 }
 
 fn floats(v: &Value) -> Vec<f32> {
@@ -49,8 +33,7 @@ fn floats(v: &Value) -> Vec<f32> {
 }
 
 fn matches_sentence_transformers(map: DeviceMap) {
-    let expected: Value =
-        serde_json::from_str(include_str!("data/cross_encoder/expected.json")).unwrap();
+    let expected = reranker::expected();
     let dir = reranker_folder();
     let opts = LoadOptions {
         device_map: map,

@@ -45,27 +45,8 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        threads: 2,
-        runs: 3,
-    };
-    let mut unused = 0;
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let slot = match flag.as_str() {
-            "--check" => continue,
-            "-h" | "--help" => {
-                println!("{HELP}");
-                std::process::exit(0);
-            }
-            "--threads" => &mut a.threads,
-            "--runs" => &mut a.runs,
-            "--new" | "--prefill" => &mut unused,
-            other => return Err(format!("unknown argument {other:?}; see --help")),
-        };
-        *slot = zoo_benchmarks::positive(&mut it, &flag)?;
-    }
-    Ok(a)
+    let (threads, runs) = zoo_benchmarks::threads_and_runs(HELP)?;
+    Ok(Args { threads, runs })
 }
 
 fn checkpoint() -> Result<PathBuf, String> {

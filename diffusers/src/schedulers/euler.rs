@@ -203,6 +203,19 @@ impl EulerDiscreteScheduler {
     }
 }
 
+/// The inference timesteps of `spacing` as the Euler schedulers keep them (float32).
+fn timesteps_f32(
+    spacing: TimestepSpacing,
+    noise: &NoiseConfig,
+    steps: usize,
+    offset: usize,
+) -> Vec<f64> {
+    spaced_timesteps(spacing, noise.num_train_timesteps, steps, offset, false)
+        .into_iter()
+        .map(|t| t as f32 as f64)
+        .collect()
+}
+
 const EULER: &str = "EulerDiscreteScheduler";
 const ANCESTRAL: &str = "EulerAncestralDiscreteScheduler";
 
@@ -229,16 +242,7 @@ impl Scheduler for EulerDiscreteScheduler {
 
     fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
-        let timesteps: Vec<f64> = spaced_timesteps(
-            c.timestep_spacing,
-            c.noise.num_train_timesteps,
-            steps,
-            c.steps_offset,
-            false,
-        )
-        .into_iter()
-        .map(|t| t as f32 as f64)
-        .collect();
+        let timesteps = timesteps_f32(c.timestep_spacing, &c.noise, steps, c.steps_offset);
         self.schedule(steps, timesteps)
     }
 
@@ -359,16 +363,7 @@ impl Scheduler for EulerAncestralDiscreteScheduler {
 
     fn choose_timesteps(&mut self, steps: usize) -> Result<()> {
         let c = &self.config;
-        let timesteps: Vec<f64> = spaced_timesteps(
-            c.timestep_spacing,
-            c.noise.num_train_timesteps,
-            steps,
-            c.steps_offset,
-            false,
-        )
-        .into_iter()
-        .map(|t| t as f32 as f64)
-        .collect();
+        let timesteps = timesteps_f32(c.timestep_spacing, &c.noise, steps, c.steps_offset);
         let mut sigmas: Vec<f32> = timesteps
             .iter()
             .map(|&t| interp(t, &self.sigmas.train) as f32)

@@ -1247,35 +1247,13 @@ pub(crate) fn silu_mul(g: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
 /// 1)` with [`avx512::exp512`] (the scalar libm `tanhf` took a sixth of a Flux step); `None` when
 /// this path does not apply.
 pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
-    if !features::avx2() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
-    if !features::avx512() {
-        // The `avx2` tier: f32 only (bf16 takes the composite).
-        let y = with_f32(x, |v| {
-            elementwise(v.len(), |a, e, out| {
-                // SAFETY: AVX2 and FMA were detected; `out` holds e - a values.
-                unsafe { avx2::gelu_tanh(&v[a..e], out) }
-            })
-        })?;
-        return Some(Tensor::from_vec(y, x.shape(), &Device::Cpu));
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        fn run<T: Lane>(x: &[T], shape: &[usize]) -> Result<Tensor> {
-            let y = elementwise(x.len(), |a, e, out| {
-                // SAFETY: AVX-512F was detected; `out` holds e - a values.
-                unsafe { avx512::gelu_tanh(&x[a..e], out) }
-            });
-            Tensor::from_vec(y, shape, &Device::Cpu)
-        }
-        match x.dtype() {
-            DType::F32 => with_f32(x, |v| run(v, x.shape())),
-            DType::BF16 => with_slice(x, |v: &[half::bf16]| run(v, x.shape())),
-            _ => None,
-        }
-    }
+    return lanes(
+        x,
+        avx2::gelu_tanh,
+        avx512::gelu_tanh::<f32>,
+        avx512::gelu_tanh::<half::bf16>,
+    );
     #[cfg(not(target_arch = "x86_64"))]
     None
 }
@@ -1285,37 +1263,45 @@ pub(crate) fn gelu_tanh(x: &Tensor) -> Option<Result<Tensor>> {
 /// scalar libm `erff` took a quarter of an encoder's forward); `None` when this path does not
 /// apply.
 pub(crate) fn gelu_erf(x: &Tensor) -> Option<Result<Tensor>> {
+    #[cfg(target_arch = "x86_64")]
+    return lanes(
+        x,
+        avx2::gelu_erf,
+        avx512::gelu_erf::<f32>,
+        avx512::gelu_erf::<half::bf16>,
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+/// One elementwise kernel's pass over an f32 or bf16 CPU tensor on the pool, with the tier's
+/// kernel: `narrow` (f32 only: bf16 takes the composite) at `avx2`, the `wide` pair at
+/// `avx512`; `None` below AVX2 or for another dtype.
+#[cfg(target_arch = "x86_64")]
+fn lanes(
+    x: &Tensor,
+    narrow: unsafe fn(&[f32], *mut f32),
+    wide: unsafe fn(&[f32], *mut f32),
+    wide_bf16: unsafe fn(&[half::bf16], *mut half::bf16),
+) -> Option<Result<Tensor>> {
+    fn run<T: Lane>(x: &[T], shape: &[usize], f: unsafe fn(&[T], *mut T)) -> Result<Tensor> {
+        let y = elementwise(x.len(), |a, e, out| {
+            // SAFETY: the caller checked the tier `f` needs; `out` holds e - a values.
+            unsafe { f(&x[a..e], out) }
+        });
+        Tensor::from_vec(y, shape, &Device::Cpu)
+    }
     if !features::avx2() {
         return None;
     }
-    #[cfg(target_arch = "x86_64")]
     if !features::avx512() {
-        // The `avx2` tier: f32 only (bf16 takes the composite).
-        let y = with_f32(x, |v| {
-            elementwise(v.len(), |a, e, out| {
-                // SAFETY: AVX2 and FMA were detected; `out` holds e - a values.
-                unsafe { avx2::gelu_erf(&v[a..e], out) }
-            })
-        })?;
-        return Some(Tensor::from_vec(y, x.shape(), &Device::Cpu));
+        return with_f32(x, |v| run(v, x.shape(), narrow));
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        fn run<T: Lane>(x: &[T], shape: &[usize]) -> Result<Tensor> {
-            let y = elementwise(x.len(), |a, e, out| {
-                // SAFETY: AVX-512F was detected; `out` holds e - a values.
-                unsafe { avx512::gelu_erf(&x[a..e], out) }
-            });
-            Tensor::from_vec(y, shape, &Device::Cpu)
-        }
-        match x.dtype() {
-            DType::F32 => with_f32(x, |v| run(v, x.shape())),
-            DType::BF16 => with_slice(x, |v: &[half::bf16]| run(v, x.shape())),
-            _ => None,
-        }
+    match x.dtype() {
+        DType::F32 => with_f32(x, |v| run(v, x.shape(), wide)),
+        DType::BF16 => with_slice(x, |v: &[half::bf16]| run(v, x.shape(), wide_bf16)),
+        _ => None,
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    None
 }
 
 /// `n` outputs computed in chunks of 16K values on the pool (see [`par_fill`]).
