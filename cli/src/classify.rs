@@ -4,7 +4,6 @@
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use zoo_runtime::device_map::DeviceMap;
-use zoo_runtime::DType;
 use zoo_transformers::vision::{
     open_images_limited, ImageClassifier, Scored, ZeroShotImageClassifier,
     DEFAULT_HYPOTHESIS_TEMPLATE,
@@ -61,13 +60,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let device_map: DeviceMap = args.device_map.parse().context("--device-map")?;
-    let dtype = match args.dtype.as_deref() {
-        None => None,
-        Some(d) => match DType::parse(d) {
-            Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => Some(dt),
-            _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
-        },
-    };
+    let dtype = crate::load::dtype_flag(args.dtype.as_deref())?;
     if args.top_k == Some(0) {
         bail!("--top-k must be at least 1");
     }

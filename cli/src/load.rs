@@ -1,5 +1,5 @@
 //! The options that say where and how a model loads, shared by the commands that load a
-//! language model (`generate`, `serve`).
+//! language model (`generate`, `serve`); `--dtype`'s reading is every command's.
 
 use anyhow::{bail, Context, Result};
 use zoo_runtime::device_map::{parse_max_memory, DeviceMap, MaxMemory};
@@ -46,13 +46,7 @@ pub struct Load {
 impl LoadArgs {
     /// The options parsed, each error naming its flag.
     pub fn parsed(&self) -> Result<Load> {
-        let dtype = match &self.dtype {
-            Some(d) => match DType::parse(d) {
-                Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => Some(dt),
-                _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
-            },
-            None => None,
-        };
+        let dtype = dtype_flag(self.dtype.as_deref())?;
         Ok(Load {
             device_map: self.device_map.parse().context("--device-map")?,
             dtype,
@@ -64,6 +58,17 @@ impl LoadArgs {
                 .context("--max-memory")?,
             revision: self.revision.clone(),
         })
+    }
+}
+
+/// `--dtype`: f32, bf16 or f16 (`None`: the checkpoint's), the error naming the flag.
+pub fn dtype_flag(d: Option<&str>) -> Result<Option<DType>> {
+    match d {
+        None => Ok(None),
+        Some(d) => match DType::parse(d) {
+            Some(dt @ (DType::F32 | DType::BF16 | DType::F16)) => Ok(Some(dt)),
+            _ => bail!("--dtype {d:?}: use f32, bf16 or f16"),
+        },
     }
 }
 
