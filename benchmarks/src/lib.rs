@@ -355,6 +355,7 @@ pub fn zoo_figures(
             position_ids: &pos,
             attention_mask: None,
             output_hidden_states: false,
+            inputs_embeds: None,
         };
         let (logits, _) = lm.forward(args, &mut cache, LogitsFor::Last).unwrap();
         logits.to_vec::<f32>().unwrap();

@@ -25,6 +25,10 @@ use crate::load::{with_load_options, LoadArgs};
 /// and suppress_tokens included), then transformers' defaults (top-k 50 when sampling).
 /// Generation stops at the model's eos token(s), at a --stop string, or after --max-new-tokens.
 ///
+/// Vision-language models (LlavaForConditionalGeneration) read images: --image PATH
+/// (repeatable) with --chat puts the images before the message, as the chat template writes
+/// them; without --chat the prompt holds one image placeholder (e.g. `<image>`) per image.
+///
 /// Examples:
 ///   zoo generate ./SmolLM2-135M-Instruct.Q4_1.gguf "What is the capital of France?" --chat
 ///   zoo generate HuggingFaceTB/SmolLM2-135M-Instruct "Once upon a time" --max-new-tokens 64
@@ -32,6 +36,7 @@ use crate::load::{with_load_options, LoadArgs};
 ///       --temperature 0.7 --top-p 0.9 --seed 42
 ///   zoo generate model.safetensors "def fib(n):" --dtype bf16 --stop "\n\n"
 ///   zoo generate google/flan-t5-small "translate English to German: How old are you?"
+///   zoo generate llava-hf/llava-1.5-7b-hf "What is shown here?" --chat --image cat.png
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment, after_help = zoo_transformers::registry::families_help(true))]
 pub struct Args {
@@ -45,6 +50,10 @@ pub struct Args {
     /// A system message for --chat.
     #[arg(long, requires = "chat")]
     system: Option<String>,
+    /// An image for a vision-language model (repeatable; PNG, JPEG, ...), in the order the
+    /// prompt's image placeholders take them.
+    #[arg(long = "image", value_name = "PATH")]
+    images: Vec<std::path::PathBuf>,
     #[command(flatten)]
     load: LoadArgs,
     /// Most tokens to generate (default: generation_config.json's); capped at what the
@@ -101,6 +110,12 @@ pub fn run(args: Args) -> Result<()> {
         .map(|c| matches!(c.family.loaders, Loaders::Seq2Seq { .. }))
         .unwrap_or(false);
     if seq2seq {
+        if !args.images.is_empty() {
+            bail!(
+                "--image: {} is an encoder-decoder that reads text only",
+                args.model
+            );
+        }
         if args.chat {
             bail!(
                 "--chat: {} is an encoder-decoder with no chat template; give the prompt as it is",
@@ -135,16 +150,24 @@ pub fn run(args: Args) -> Result<()> {
         if let Some(s) = &args.system {
             messages.push(Message::new("system", s));
         }
-        messages.push(Message::new("user", &args.prompt));
+        messages.push(Message::new("user", &args.prompt).with_images(args.images.len()));
         model.apply_chat_template(&messages)?
     } else {
         args.prompt.clone()
     };
 
-    cap_to_context(&model, &prompt, args.chat, &mut opts)?;
     let mut sink = Sink::default();
-    let (out, stats) =
-        model.generate_stream(&prompt, args.chat, &opts, |piece| sink.write(piece))?;
+    let (out, stats) = if args.images.is_empty() {
+        cap_to_context(&model, &prompt, args.chat, &mut opts)?;
+        model.generate_stream(&prompt, args.chat, &opts, |piece| sink.write(piece))?
+    } else {
+        let images = zoo_transformers::vision::open_images(&args.images)?;
+        model
+            .generate_with_images(&prompt, args.chat, &images, &opts, |piece| {
+                sink.write(piece)
+            })
+            .with_context(|| format!("generating from {} image(s)", images.len()))?
+    };
     sink.finish()?;
     outln!();
     print_summary(&model.config().architecture, &report, &out, &stats);

@@ -62,6 +62,7 @@ fn main() -> Result<()> {
         position_ids: &positions,
         attention_mask: None,
         output_hidden_states: false,
+        inputs_embeds: None,
     };
     let (logits, _) = model
         .model()

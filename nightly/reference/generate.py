@@ -64,6 +64,7 @@ def tiny_builders():
     import gemma
     import gguf_families
     import gpt2
+    import llava
     import lm
     import moe
     import phi3
@@ -73,7 +74,7 @@ def tiny_builders():
     import vision
 
     table = {}
-    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, t5, seq2seq):
+    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, llava, t5, seq2seq):
         for spec in module.SPECS:
             table[spec.name] = (spec, module.build_case)
     # A few of the peers' tester configurations are committed; the sweep writes them all.

@@ -199,6 +199,9 @@ pub enum Task {
     /// generation (`T5ForConditionalGeneration`).
     #[serde(rename = "text2text-generation")]
     Text2TextGeneration,
+    /// A vision-language model's logits over a prompt whose image tokens take the images'
+    /// features, the projected features, and greedy generation (`LlavaForConditionalGeneration`).
+    ImageTextToText,
 }
 
 /// The dtype the reference ran in and the checkpoint is stored in.

@@ -64,7 +64,10 @@ fn runner(spec: &CaseSpec) -> Result<Runner, String> {
     };
     let (family, arch) = registry::by_architecture(&spec.architecture).ok_or_else(unsupported)?;
     match (&family.loaders, spec.task, arch.task) {
-        (Loaders::Decoder { .. }, Task::CausalLm, registry::Task::CausalLm) => Ok(Runner::CausalLm),
+        (Loaders::Decoder { .. }, Task::CausalLm, registry::Task::CausalLm)
+        | (Loaders::Decoder { .. }, Task::ImageTextToText, registry::Task::ImageTextToText) => {
+            Ok(Runner::CausalLm)
+        }
         (Loaders::Seq2Seq { .. }, Task::Text2TextGeneration, registry::Task::Seq2SeqLm) => {
             Ok(Runner::Seq2SeqLm)
         }
@@ -961,7 +964,27 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
             .collect(),
     };
     let mut out = BTreeMap::new();
-    full_forward(case, &model, ids, &mask, &positions, (b, t), &mut out)?;
+    let images = match case.inputs.get("pixel_values") {
+        Some(_) => Some(pixel_values(case, &model.load_report().device)?),
+        None => None,
+    };
+    if let Some(px) = &images {
+        let failed = failed("image features");
+        let vision =
+            zoo_transformers::vision_language::vision_of(model.model()).map_err(&failed)?;
+        let features = vision.image_features(px).map_err(&failed)?;
+        out.insert("image_features".into(), host(&features).map_err(failed)?);
+    }
+    full_forward(
+        case,
+        &model,
+        ids,
+        &mask,
+        &positions,
+        (b, t),
+        images.as_ref(),
+        &mut out,
+    )?;
     let gen_ids = case.expected.get("generated_ids");
     if let Some(g) = gen_ids.filter(|g| g.shape.len() != 2 || g.shape[0] != b) {
         return Err(RunError::Failed(format!(
@@ -978,7 +1001,7 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
     }
     if let Some(gen) = &case.spec.generation {
         let steps = gen_ids.and_then(|g| g.shape.get(1).copied());
-        let tokens = generate(&model, ids, &mask, (b, t), gen, steps)?;
+        let tokens = generate(&model, ids, &mask, (b, t), gen, steps, images.as_ref())?;
         out.insert("generated_ids".into(), tokens);
     }
     Ok(out)
@@ -1059,6 +1082,7 @@ fn run_seq2seq(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostTen
             position_ids: &pos,
             attention_mask: None,
             output_hidden_states: false,
+            inputs_embeds: None,
         };
         lm.decode(args, hidden, Some(&mask_t), cache, which)
             .map_err(failed("decoder"))
@@ -1165,12 +1189,24 @@ fn full_forward(
     mask: &[i64],
     positions: &[i64],
     (b, t): (usize, usize),
+    images: Option<&Tensor>,
     out: &mut BTreeMap<String, HostTensor>,
 ) -> Result<(), RunError> {
     let failed = |e: zoo_transformers::Error| RunError::Failed(format!("forward: {e}"));
     let device = model.load_report().device;
     let lm = model.model();
     let input = Tensor::from_vec(ids.to_vec(), &[b, t], &device).map_err(|e| failed(e.into()))?;
+    let embeds = match images {
+        Some(px) => {
+            let host_ids = Tensor::from_vec(ids.to_vec(), &[b, t], &zoo_runtime::Device::Cpu)
+                .map_err(|e| failed(e.into()))?;
+            Some(
+                zoo_transformers::vision_language::inputs_embeds(lm, &host_ids, px)
+                    .map_err(failed)?,
+            )
+        }
+        None => None,
+    };
     let pos =
         Tensor::from_vec(positions.to_vec(), &[b, t], &device).map_err(|e| failed(e.into()))?;
     let rows = mask_rows(mask, t);
@@ -1180,6 +1216,7 @@ fn full_forward(
         position_ids: &pos,
         attention_mask: Some(&rows),
         output_hidden_states: true,
+        inputs_embeds: embeds.as_ref(),
     };
     let (logits, states) = lm
         .forward(args, &mut cache, LogitsFor::All)
@@ -1223,6 +1260,7 @@ fn decode_steps(
         position_ids: &pos,
         attention_mask: Some(&rows),
         output_hidden_states: false,
+        inputs_embeds: None,
     };
     let (mut logits, _) = lm.forward(args, &mut cache, LogitsFor::Last)?;
     // The steps run as `generate` runs them, a whole-sequence recompute included.
@@ -1259,7 +1297,9 @@ fn generate(
     (b, t): (usize, usize),
     gen: &crate::case::GenerationSpec,
     steps: Option<usize>,
+    images: Option<&Tensor>,
 ) -> Result<HostTensor, RunError> {
+    let failed = |e: zoo_transformers::Error| RunError::Failed(format!("generate: {e}"));
     let prompts = unpadded(ids, mask, (b, t))?;
     let opts = GenerationOptions {
         max_new_tokens: gen.max_new_tokens,
@@ -1267,9 +1307,27 @@ fn generate(
         eos_token_ids: eos_of(gen),
         ..Default::default()
     };
+    // Each prompt takes the next images, as many as its image tokens fill.
+    let mut embeds = Vec::with_capacity(prompts.len());
+    let mut next = 0;
+    for p in &prompts {
+        let Some(px) = images else {
+            embeds.push(None);
+            continue;
+        };
+        let vision = zoo_transformers::vision_language::vision_of(model.model()).map_err(failed)?;
+        let token = vision.image_token_id();
+        let n = p.iter().filter(|&&t| t == token).count() / vision.tokens_per_image().max(1);
+        let mine = px.narrow(0, next, n).map_err(|e| failed(e.into()))?;
+        next += n;
+        embeds.push(Some(
+            zoo_transformers::vision_language::prompt_embeds(model.model(), p, &mine)
+                .map_err(failed)?,
+        ));
+    }
     let (outs, _) = model
-        .generate_ids(&prompts, &opts, |_| true)
-        .map_err(|e| RunError::Failed(format!("generate: {e}")))?;
+        .generate_ids_embedded(&prompts, embeds, &opts, |_| true)
+        .map_err(failed)?;
     Ok(token_table(&outs, steps))
 }
 

@@ -13,6 +13,7 @@ use zoo_runtime::{DType, Device};
 use crate::cache::KvCache;
 use crate::chat::{ChatTemplate, Message};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
+use crate::image_processing::{ImageProcessor, RgbImage};
 use crate::kinds::{CausalLm, DecoderModel, Encoder, ImageEncoder, ImageTextModel, Seq2SeqLm};
 use crate::loading::HubSource;
 use crate::placement;
@@ -734,8 +735,30 @@ impl CausalLMBuilder {
             generation_config: text.generation_config,
             eos: text.eos,
             pad: text.pad,
+            image_processor: text.image_processor,
             report,
         })
+    }
+}
+
+/// `AutoModelForImageTextToText`: a vision-language model (`LlavaForConditionalGeneration`)
+/// with its tokenizer, image processor and generation defaults; its
+/// [`TextGenerator::generate_with_images`] reads images, and it generates from text alone
+/// as any causal LM does.
+pub struct AutoModelForImageTextToText;
+
+impl AutoModelForImageTextToText {
+    /// Loads `repo_or_path` onto the device `device_map` names, refusing a text-only model.
+    pub fn load_pretrained(repo_or_path: &str, device_map: DeviceMap) -> Result<TextGenerator> {
+        let g = AutoModelForCausalLM::load_pretrained(repo_or_path, device_map)?;
+        crate::vision_language::vision_of(g.model())?;
+        Ok(g)
+    }
+
+    /// A builder for dtype, revision, max_memory and progress (the causal LM's builder; a
+    /// text-only model loads as one).
+    pub fn builder(repo_or_path: &str) -> CausalLMBuilder {
+        AutoModelForCausalLM::builder(repo_or_path)
     }
 }
 
@@ -779,6 +802,8 @@ struct TextSide {
     generation_config: Option<zoo_hub::GenerationConfig>,
     eos: Vec<u32>,
     pad: u32,
+    /// A vision-language family's image processor.
+    image_processor: Option<ImageProcessor>,
 }
 
 impl TextSide {
@@ -815,12 +840,25 @@ impl TextSide {
             .and_then(|t| t.to_vec().first().copied())
             .or_else(|| eos.first().copied())
             .unwrap_or(0);
+        let reads_images = cfg
+            .family
+            .architectures
+            .iter()
+            .any(|a| a.task == Task::ImageTextToText);
+        // Read when the checkpoint has one: pixel values given directly need none.
+        let has_processor = pretrained.processor_config_path()?.is_some()
+            || pretrained.preprocessor_config_path()?.is_some();
+        let image_processor = match reads_images && has_processor {
+            true => Some(ImageProcessor::from_pretrained(pretrained)?),
+            false => None,
+        };
         Ok(TextSide {
             tokenizer,
             tokenizer_config,
             generation_config,
             eos,
             pad,
+            image_processor,
         })
     }
 }
@@ -863,6 +901,7 @@ pub struct TextGenerator {
     generation_config: Option<zoo_hub::GenerationConfig>,
     eos: Vec<u32>,
     pad: u32,
+    image_processor: Option<ImageProcessor>,
     report: LoadReport,
 }
 
@@ -1041,6 +1080,27 @@ impl TextGenerator {
         )
     }
 
+    /// [`TextGenerator::generate_ids`] where a prompt may carry its first layer's input
+    /// (`[prompt, hidden]`: a vision-language prompt's embeddings with its images' features,
+    /// [`crate::vision_language::prompt_embeds`]).
+    pub fn generate_ids_embedded(
+        &self,
+        prompts: &[Vec<u32>],
+        embeds: Vec<Option<zoo_runtime::Tensor>>,
+        opts: &GenerationOptions,
+        on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    ) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
+        generation::generate_embedded(
+            &*self.model,
+            self.tokenizer.as_ref(),
+            prompts,
+            embeds,
+            opts,
+            (&self.eos, self.pad),
+            on_token,
+        )
+    }
+
     /// A generation engine over this model with its tokenizer, eos and pad ids: sequences
     /// join it between steps and run together, each with its own options (what a server
     /// drives).
@@ -1091,6 +1151,60 @@ impl TextGenerator {
         let ids = self.encode(prompt, chat_rendered)?;
         stream_one(ids, on_text, |prompts, on_token| {
             self.generate_ids(prompts, opts, on_token)
+        })
+    }
+
+    /// The image processor of a vision-language model (when its checkpoint has one).
+    pub fn image_processor(&self) -> Option<&ImageProcessor> {
+        self.image_processor.as_ref()
+    }
+
+    /// Generates for one prompt about `images` (a vision-language model), streaming text to
+    /// `on_text`: the prompt holds one image placeholder (the tokenizer's image token, e.g.
+    /// `<image>`, as the chat template writes it) per image, in order; each is expanded to the
+    /// image's tokens and takes its features.
+    pub fn generate_with_images(
+        &self,
+        prompt: &str,
+        chat_rendered: bool,
+        images: &[RgbImage],
+        opts: &GenerationOptions,
+        on_text: impl FnMut(&str),
+    ) -> Result<(GenerationOutput, GenerationStats)> {
+        let vision = crate::vision_language::vision_of(&*self.model)?;
+        let processor = self.image_processor.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "images",
+                "the checkpoint has no preprocessor_config.json (nor a processor_config.json with an image_processor) to turn images into pixel values".into(),
+            )
+        })?;
+        let ids = self.encode(prompt, chat_rendered)?;
+        let ids = crate::vision_language::expand_image_tokens(&ids, vision);
+        let pixels = if images.is_empty() {
+            None
+        } else {
+            Some(processor.pixel_values(images, &self.model.model().device())?)
+        };
+        let embeds = match &pixels {
+            Some(px) => Some(crate::vision_language::prompt_embeds(
+                &*self.model,
+                &ids,
+                px,
+            )?),
+            None => {
+                // No image: the prompt must hold no placeholder either.
+                let dangling = ids.contains(&vision.image_token_id());
+                if dangling {
+                    return Err(Error::invalid(
+                        "images",
+                        "the prompt holds an image placeholder but no image was given".into(),
+                    ));
+                }
+                None
+            }
+        };
+        stream_one(ids, on_text, |prompts, on_token| {
+            self.generate_ids_embedded(prompts, vec![embeds], opts, on_token)
         })
     }
 }

@@ -13,12 +13,14 @@ mod namespaces;
 use limits::{template_fuel, BoundedOutput, STACK_PER_FUEL};
 
 /// One chat message.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Message {
     /// `system`, `user`, `assistant`, ...
     pub role: String,
     /// The message text.
     pub content: String,
+    /// Images the message shows before its text (a vision-language chat turn).
+    pub images: usize,
 }
 
 impl Message {
@@ -27,7 +29,33 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            images: 0,
         }
+    }
+
+    /// The same message showing `images` images before its text.
+    pub fn with_images(self, images: usize) -> Message {
+        Message { images, ..self }
+    }
+}
+
+/// A message as templates read it: `content` a string, or with images the list of parts
+/// vision-language templates iterate (`{"type": "image"}` each, then
+/// `{"type": "text", "text": ...}`), as transformers' processors pass them.
+impl Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("role", &self.role)?;
+        if self.images == 0 {
+            m.serialize_entry("content", &self.content)?;
+        } else {
+            let mut parts: Vec<serde_json::Value> =
+                vec![serde_json::json!({"type": "image"}); self.images];
+            parts.push(serde_json::json!({"type": "text", "text": self.content}));
+            m.serialize_entry("content", &parts)?;
+        }
+        m.end()
     }
 }
 

@@ -32,6 +32,8 @@ pub enum Task {
     ImageClassification,
     /// Encoder-decoder generation (`AutoModelForSeq2SeqLM`).
     Seq2SeqLm,
+    /// Text generation from text and images (`AutoModelForImageTextToText`).
+    ImageTextToText,
 }
 
 impl Task {
@@ -47,6 +49,7 @@ impl Task {
             Task::MultipleChoice => "AutoModelForMultipleChoice",
             Task::ImageClassification => "AutoModelForImageClassification",
             Task::Seq2SeqLm => "AutoModelForSeq2SeqLM",
+            Task::ImageTextToText => "AutoModelForImageTextToText",
         }
     }
 

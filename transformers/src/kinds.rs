@@ -50,6 +50,10 @@ pub struct ForwardArgs<'a> {
     pub attention_mask: Option<&'a [Vec<bool>]>,
     /// Also return the input of each layer and the output of the last (HF's `hidden_states`).
     pub output_hidden_states: bool,
+    /// The first layer's input `[B, T, hidden]` in place of the ids' embeddings
+    /// (transformers' `inputs_embeds`, what a vision-language model passes with its image
+    /// features written over the image tokens' rows); `input_ids` still give the shape.
+    pub inputs_embeds: Option<&'a Tensor>,
 }
 
 /// What a base decoder returns.
@@ -99,6 +103,47 @@ impl ForwardArgs<'_> {
         }
         Ok((b, t))
     }
+
+    /// The first layer's input on `device`: `inputs_embeds` when given (checked to be
+    /// `[batch, seq, hidden]`), else `embed` of the ids ([`checked_ids`] first).
+    pub(crate) fn embeddings(
+        &self,
+        device: &Device,
+        (vocab, hidden): (usize, usize),
+        dtype: DType,
+        embed: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let Some(e) = self.inputs_embeds else {
+            return embed(&checked_ids(self.input_ids, device, vocab)?);
+        };
+        let want = [self.input_ids.shape()[0], self.input_ids.shape()[1], hidden];
+        if e.shape() != want {
+            return Err(Error::invalid(
+                "inputs_embeds",
+                format!("inputs_embeds has shape {:?}; expected {want:?}", e.shape()),
+            ));
+        }
+        Ok(crate::models::on_device(e, device)?.to_dtype(dtype)?)
+    }
+}
+
+/// `ids` as i64 on `device`, refusing an id outside a vocabulary of `vocab`. Ids uploaded
+/// from the host are checked there; ids computed on a device (sampled tokens) come from
+/// `argmax` over the vocabulary and cannot be out of range.
+pub(crate) fn checked_ids(ids: &Tensor, device: &Device, vocab: usize) -> Result<Tensor> {
+    let ids = crate::models::on_device(ids, device)?.to_dtype(DType::I64)?;
+    if let Some(&bad) = ids
+        .host_known_i64()
+        .iter()
+        .flatten()
+        .find(|&&id| id < 0 || id as usize >= vocab)
+    {
+        return Err(Error::invalid(
+            "input_ids",
+            format!("token id {bad} is outside the vocabulary of {vocab} ids"),
+        ));
+    }
+    Ok(ids)
 }
 
 /// A base decoder (`LlamaModel`, `GPT2Model`): token ids in, hidden states out, keys and
@@ -134,6 +179,12 @@ pub trait DecoderModel: Send + Sync + Debug {
     /// HF module paths of the `hidden_states` entries but the last (`model.embed_tokens`,
     /// `model.layers.0`, ...), which name per-module outputs in parity cases.
     fn hidden_state_modules(&self) -> Vec<String>;
+    /// The first layer's input for `ids` `[B, T]` (`[B, T, hidden]`): the embeddings as the
+    /// model's forward computes them from ids (Gemma's scaled by `sqrt(hidden)`; GPT-2's
+    /// token embeddings, its positions added in the forward), what `inputs_embeds` replaces.
+    fn embed(&self, ids: &Tensor) -> Result<Tensor>;
+    /// The width of the residual stream.
+    fn hidden_size(&self) -> usize;
     /// Runs the decoder over `args.input_ids`, appending their keys and values to `cache`.
     fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput>;
 }
@@ -154,6 +205,30 @@ pub trait CausalLm: Send + Sync + Debug {
         cache: &mut KvCache,
         which: LogitsFor<'_>,
     ) -> Result<(Tensor, ModelOutput)>;
+    /// What reads images, for a vision-language model (`LlavaForConditionalGeneration`):
+    /// its prompts' image tokens take image features ([`VisionLanguage`]). `None` for a
+    /// text-only model.
+    fn vision(&self) -> Option<&dyn VisionLanguage> {
+        None
+    }
+}
+
+/// The image side of a vision-language model: pixel values in, one row of the language
+/// model's embeddings per image token out. The prompt holds `tokens_per_image` copies of
+/// `image_token_id` per image (its processor expands each image's placeholder), and their
+/// embeddings are replaced by the image's features in order (transformers'
+/// `masked_scatter` in `get_placeholder_mask`'s positions).
+pub trait VisionLanguage: Send + Sync + Debug {
+    /// The placeholder token the features replace (`image_token_id`/`image_token_index`).
+    fn image_token_id(&self) -> u32;
+    /// The `(height, width)` pixel values the vision tower takes.
+    fn image_size(&self) -> (usize, usize);
+    /// Placeholder tokens one image fills.
+    fn tokens_per_image(&self) -> usize;
+    /// `pixel_values [images, channels, height, width]` to features
+    /// `[images, tokens_per_image, hidden]` on the language model's input device, in its
+    /// dtype.
+    fn image_features(&self, pixel_values: &Tensor) -> Result<Tensor>;
 }
 
 /// What an encoder's head computes.

@@ -33,6 +33,7 @@ pub mod registry;
 pub mod sentence;
 pub mod tokenizer;
 pub mod vision;
+pub mod vision_language;
 
 pub use auto::{
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
@@ -52,7 +53,7 @@ pub use generation::{
 pub use kinds::{
     CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
     ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput, ImageTower, LogitsFor, ModelOutput,
-    Seq2SeqLm, TextTower, Tower,
+    Seq2SeqLm, TextTower, Tower, VisionLanguage,
 };
 pub use models::bert::{
     BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,

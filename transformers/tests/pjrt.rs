@@ -67,6 +67,7 @@ fn logits(model: &TextGenerator) -> Vec<f32> {
         position_ids: &positions,
         attention_mask: Some(&mask),
         output_hidden_states: false,
+        inputs_embeds: None,
     };
     let (logits, _) = lm.forward(args, &mut cache, LogitsFor::All).unwrap();
     logits
@@ -152,6 +153,7 @@ fn tensor_parallel_maps_equal_one_device() {
         position_ids: &positions,
         attention_mask: None,
         output_hidden_states: false,
+        inputs_embeds: None,
     };
     let (pending, _) = four
         .model()

@@ -123,6 +123,7 @@ fn step_collectives(model: &TextGenerator) -> Result<String, String> {
         position_ids: &pos,
         attention_mask: None,
         output_hidden_states: false,
+        inputs_embeds: None,
     };
     let (logits, _) = model
         .model()

@@ -197,6 +197,10 @@ struct Sequence<'t> {
     /// Paged: the blocks holding its tokens, and the chain key of each full one cached.
     table: Vec<BlockId>,
     hashes: Vec<u64>,
+    /// The first layer's input for the prompt's positions, `[prompt, hidden]`, where it is
+    /// not the tokens' embeddings (a vision-language prompt's image features); such a
+    /// sequence neither reuses nor leaves cached prefix blocks.
+    embeds: Option<Tensor>,
 }
 
 impl Sequence<'_> {
@@ -217,6 +221,7 @@ struct Member {
     id: SequenceId,
     prompt: Vec<u32>,
     context: Vec<u32>,
+    embeds: Option<Tensor>,
 }
 
 /// Running one step ahead of the host (a lone cohort on a compiled device): the device's
@@ -422,7 +427,58 @@ impl<'m> Engine<'m> {
         prompts: Vec<Vec<u32>>,
         opts: GenerationOptions,
     ) -> Result<Vec<SequenceId>> {
-        self.add_with_contexts(prompts.clone(), prompts, opts)
+        let embeds = vec![None; prompts.len()];
+        self.add_with_contexts(prompts.clone(), prompts, embeds, opts)
+    }
+
+    /// [`Engine::add_batch`] where a prompt's positions take the first layer's input from its
+    /// `embeds` (`[prompt, hidden]`, on any device) instead of its tokens' embeddings: a
+    /// vision-language prompt with its image features in place
+    /// ([`crate::vision_language::prompt_embeds`]). Such prompts never share cached
+    /// prefixes (their placeholder tokens do not say which image they hold).
+    pub fn add_batch_with_embeds(
+        &mut self,
+        prompts: Vec<Vec<u32>>,
+        embeds: Vec<Option<Tensor>>,
+        opts: GenerationOptions,
+    ) -> Result<Vec<SequenceId>> {
+        let Driven::Decoder(m) = &self.driven else {
+            return Err(Error::invalid(
+                "embeds",
+                "an encoder-decoder engine takes token prompts only".into(),
+            ));
+        };
+        if embeds.len() != prompts.len() {
+            return Err(Error::invalid(
+                "embeds",
+                format!("{} embeddings for {} prompts", embeds.len(), prompts.len()),
+            ));
+        }
+        let base = m.model();
+        if embeds.iter().any(Option::is_some) && base.recompute_cache_at().is_some() {
+            return Err(Error::invalid(
+                "embeds",
+                "this model reruns whole sequences from their tokens at its rope switch, which prompt embeddings cannot join".into(),
+            ));
+        }
+        for (p, e) in prompts.iter().zip(&embeds) {
+            if let Some(e) = e
+                .as_ref()
+                .filter(|e| e.shape() != [p.len(), base.hidden_size()])
+            {
+                return Err(Error::invalid(
+                    "embeds",
+                    format!(
+                        "prompt embeddings of shape {:?} for a prompt of {} tokens; expected [{}, {}]",
+                        e.shape(),
+                        p.len(),
+                        p.len(),
+                        base.hidden_size()
+                    ),
+                ));
+            }
+        }
+        self.add_with_contexts(prompts.clone(), prompts, embeds, opts)
     }
 
     /// [`Engine::add_batch`] where each row's processors see `contexts` (an encoder-decoder's
@@ -431,6 +487,7 @@ impl<'m> Engine<'m> {
         &mut self,
         prompts: Vec<Vec<u32>>,
         contexts: Vec<Vec<u32>>,
+        embeds: Vec<Option<Tensor>>,
         opts: GenerationOptions,
     ) -> Result<Vec<SequenceId>> {
         super::check_request(self.tokenizer, &prompts, &opts, self.vocab)?;
@@ -496,12 +553,14 @@ impl<'m> Engine<'m> {
         let members: Vec<Member> = prompts
             .into_iter()
             .zip(contexts)
-            .map(|(prompt, context)| {
+            .zip(embeds)
+            .map(|((prompt, context), embeds)| {
                 self.next_id += 1;
                 Member {
                     id: SequenceId(self.next_id),
                     prompt,
                     context,
+                    embeds,
                 }
             })
             .collect();
@@ -975,6 +1034,7 @@ impl<'m> Engine<'m> {
                     position: 0,
                     table: Vec::new(),
                     hashes: Vec::new(),
+                    embeds: m.embeds,
                 });
             }
             self.cohorts.push(Some(w.cohort));
@@ -1007,7 +1067,8 @@ impl<'m> Engine<'m> {
                 return Ok(());
             };
             let tokens = seq.tokens();
-            let Some((table, hashes, reused)) = self.take_blocks(&tokens) else {
+            let cacheable = seq.embeds.is_none();
+            let Some((table, hashes, reused)) = self.take_blocks(&tokens, cacheable) else {
                 return Ok(());
             };
             let Some(mut seq) = self.preempted.pop_front() else {
@@ -1026,9 +1087,10 @@ impl<'m> Engine<'m> {
                 break;
             }
             let contexts: Vec<Vec<u32>> = w.members.iter().map(|m| m.context.clone()).collect();
+            let cacheable: Vec<bool> = w.members.iter().map(|m| m.embeds.is_none()).collect();
             let mut taken = Vec::new();
-            for context in &contexts {
-                match self.take_blocks(context) {
+            for (context, &cacheable) in contexts.iter().zip(&cacheable) {
+                match self.take_blocks(context, cacheable) {
                     Some(t) => taken.push(t),
                     None => break,
                 }
@@ -1066,6 +1128,7 @@ impl<'m> Engine<'m> {
                     position: reused,
                     table,
                     hashes,
+                    embeds: m.embeds,
                 });
             }
             self.cohorts.push(Some(w.cohort));
@@ -1076,9 +1139,14 @@ impl<'m> Engine<'m> {
     /// Blocks for a sequence about to be fed `tokens`: the cached blocks its first full
     /// blocks match (with prefix caching; never the last token, whose logits the step needs)
     /// and new ones for the rest. Returns the table, the keys of the cached blocks and the
-    /// tokens they hold, or `None` (nothing taken) when the pool has too few blocks.
-    fn take_blocks(&mut self, tokens: &[u32]) -> Option<(Vec<BlockId>, Vec<u64>, usize)> {
-        let caching = self.prefix_caching;
+    /// tokens they hold, or `None` (nothing taken) when the pool has too few blocks. A
+    /// sequence that is not `cacheable` takes new blocks only.
+    fn take_blocks(
+        &mut self,
+        tokens: &[u32],
+        cacheable: bool,
+    ) -> Option<(Vec<BlockId>, Vec<u64>, usize)> {
+        let caching = self.prefix_caching && cacheable;
         let pool = self.pool.as_mut()?;
         let reusable = tokens.len().saturating_sub(1) / BLOCK_SIZE;
         let (hits, idle) = if caching {
@@ -1179,7 +1247,12 @@ impl<'m> Engine<'m> {
         let (Some(pool), true) = (self.pool.as_mut(), self.prefix_caching) else {
             return;
         };
-        for seq in self.rows.iter_mut().flatten() {
+        for seq in self
+            .rows
+            .iter_mut()
+            .flatten()
+            .filter(|s| s.embeds.is_none())
+        {
             // Running ahead, the last position's token is not known yet.
             let known = seq.position.min(seq.context.len() + seq.generated.len());
             let full = (known / BLOCK_SIZE).min(seq.table.len());
@@ -1257,6 +1330,7 @@ impl<'m> Engine<'m> {
             Vec::with_capacity(n * t),
             Vec::with_capacity(n),
         );
+        let mut spans = Vec::new();
         for (b, row) in self.rows.iter_mut().take(n).enumerate() {
             let paged = self.cache.as_mut().filter(|c| c.is_paged());
             match row.as_mut().filter(|s| s.done.is_none()) {
@@ -1272,6 +1346,7 @@ impl<'m> Engine<'m> {
                     let p = s.position as i64;
                     pos.extend(std::iter::repeat_n(0i64, pad).chain(p..p + s.feed.len() as i64));
                     mask.push((0..t).map(|i| i >= pad).collect::<Vec<bool>>());
+                    spans.extend(Span::of(s, b, pad, s.feed.len()));
                     s.position += s.feed.len();
                 }
                 None => {
@@ -1307,11 +1382,13 @@ impl<'m> Engine<'m> {
                 }
                 let input = Tensor::from_vec(ids, &[n, t], &device)?;
                 let positions = Tensor::from_vec(pos, &[n, t], &device)?;
+                let embeds = splice(*model, &input, &spans)?;
                 let args = ForwardArgs {
                     input_ids: &input,
                     position_ids: &positions,
                     attention_mask: Some(&mask),
                     output_hidden_states: false,
+                    inputs_embeds: embeds.as_ref(),
                 };
                 self.picking = (0..n).collect();
                 Ok(model.forward(args, cache, LogitsFor::Last)?.0)
@@ -1353,9 +1430,11 @@ impl<'m> Engine<'m> {
             chunk[b] = want.min(left);
             left -= chunk[b];
         }
-        let one_each = live
-            .iter()
-            .all(|&b| self.rows[b].as_ref().is_some_and(|s| s.feed.len() == 1));
+        let one_each = live.iter().all(|&b| {
+            self.rows[b]
+                .as_ref()
+                .is_some_and(|s| s.feed.len() == 1 && Span::of(s, 0, 0, 1).is_none())
+        });
         if one_each {
             return self.forward_decode(&live);
         }
@@ -1364,6 +1443,7 @@ impl<'m> Engine<'m> {
         };
         let (mut ids, mut pos, mut owners, mut last) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut spans = Vec::new();
         self.picking.clear();
         for &b in &live {
             let Some(s) = self.rows[b].as_mut().filter(|_| chunk[b] > 0) else {
@@ -1371,6 +1451,7 @@ impl<'m> Engine<'m> {
             };
             let k = chunk[b];
             cache.set_table(b, &s.table, s.position)?;
+            spans.extend(Span::of(s, 0, ids.len(), k));
             ids.extend(s.feed[..k].iter().map(|&t| t as i64));
             pos.extend((s.position..s.position + k).map(|p| p as i64));
             owners.extend(std::iter::repeat_n(Some(b), k));
@@ -1409,11 +1490,13 @@ impl<'m> Engine<'m> {
         let device = model.model().device();
         let input = Tensor::from_vec(ids, &[1, width], &device)?;
         let positions = Tensor::from_vec(pos, &[1, width], &device)?;
+        let embeds = splice(*model, &input, &spans)?;
         let args = ForwardArgs {
             input_ids: &input,
             position_ids: &positions,
             attention_mask: Some(&mask),
             output_hidden_states: false,
+            inputs_embeds: embeds.as_ref(),
         };
         let logits = model.forward(args, cache, LogitsFor::Columns(&columns))?.0;
         self.cache_full_blocks();
@@ -1487,6 +1570,7 @@ impl<'m> Engine<'m> {
             position_ids: &positions,
             attention_mask: Some(&mask),
             output_hidden_states: false,
+            inputs_embeds: None,
         };
         let logits = model.forward(args, cache, LogitsFor::Last)?.0;
         self.picking = (0..n).collect();
@@ -1541,6 +1625,7 @@ impl<'m> Engine<'m> {
                     position_ids: &positions,
                     attention_mask: paged.then_some(mask.as_slice()),
                     output_hidden_states: false,
+                    inputs_embeds: None,
                 };
                 cache.set_rows(n)?;
                 if paged {
@@ -1578,6 +1663,7 @@ impl<'m> Engine<'m> {
             position_ids: &positions,
             attention_mask: None,
             output_hidden_states: false,
+            inputs_embeds: None,
         };
         let Some(cache) = self.cache.as_mut() else {
             return Err(Error::Internal("an engine without its cache".into()));
@@ -1588,6 +1674,66 @@ impl<'m> Engine<'m> {
 
 /// What a stopped sequence returns: its prompt, tokens and text (the stream's held-back end
 /// added unless a stop string cut it).
+/// Where a step feeds a sequence's prompt embeddings: `len` rows of `source` from `from`, at
+/// `row`'s columns `column..`.
+struct Span {
+    row: usize,
+    column: usize,
+    source: Tensor,
+    from: usize,
+    len: usize,
+}
+
+impl Span {
+    /// The span of `seq`'s next `feed` tokens, put at `row`'s `column`, that its prompt
+    /// embeddings cover (none without them, or past the prompt).
+    fn of(seq: &Sequence<'_>, row: usize, column: usize, feed: usize) -> Option<Span> {
+        let source = seq.embeds.as_ref()?;
+        let covered = source.shape()[0].checked_sub(seq.position)?.min(feed);
+        (covered > 0).then(|| Span {
+            row,
+            column,
+            source: source.clone(),
+            from: seq.position,
+            len: covered,
+        })
+    }
+}
+
+/// The step's first-layer input when some of its columns take prompt embeddings: the ids'
+/// embeddings `[rows, columns, hidden]` with each span written over its columns (`None`
+/// when there is no span: the model embeds the ids itself).
+fn splice(model: &dyn CausalLm, ids: &Tensor, spans: &[Span]) -> Result<Option<Tensor>> {
+    if spans.is_empty() {
+        return Ok(None);
+    }
+    let base = model.model().embed(ids)?;
+    let (rows, columns) = (base.dim(0)?, base.dim(1)?);
+    let mut out = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let row = base.narrow(0, r, 1)?.squeeze(0)?;
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        let mut mine: Vec<&Span> = spans.iter().filter(|s| s.row == r).collect();
+        mine.sort_by_key(|s| s.column);
+        for s in mine {
+            if s.column > at {
+                pieces.push(row.narrow(0, at, s.column - at)?);
+            }
+            let e = s.source.narrow(0, s.from, s.len)?;
+            pieces.push(e.to_device(&row.device())?.to_dtype(row.dtype())?);
+            at = s.column + s.len;
+        }
+        if at < columns {
+            pieces.push(row.narrow(0, at, columns - at)?);
+        }
+        let refs: Vec<&Tensor> = pieces.iter().collect();
+        out.push(Tensor::cat(&refs, 0)?.unsqueeze(0)?);
+    }
+    let refs: Vec<&Tensor> = out.iter().collect();
+    Ok(Some(Tensor::cat(&refs, 0)?))
+}
+
 fn output_of(seq: &mut Sequence<'_>) -> Result<GenerationOutput> {
     let stop_reason = seq.done.unwrap_or(StopReason::Cancelled);
     let text = match seq.stream.as_mut() {

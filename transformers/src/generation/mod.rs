@@ -37,6 +37,29 @@ pub fn generate(
     pad_id: u32,
     on_token: impl FnMut(TokenEvent<'_>) -> bool,
 ) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
+    let embeds = vec![None; prompts.len()];
+    generate_embedded(
+        model,
+        tokenizer,
+        prompts,
+        embeds,
+        opts,
+        (eos_ids, pad_id),
+        on_token,
+    )
+}
+
+/// [`generate`] where a prompt's positions may take the first layer's input from its
+/// `embeds` (`[prompt, hidden]`; a vision-language prompt's image features in place).
+pub fn generate_embedded(
+    model: &dyn CausalLm,
+    tokenizer: Option<&crate::Tokenizer>,
+    prompts: &[Vec<u32>],
+    embeds: Vec<Option<Tensor>>,
+    opts: &GenerationOptions,
+    (eos_ids, pad_id): (&[u32], u32),
+    on_token: impl FnMut(TokenEvent<'_>) -> bool,
+) -> Result<(Vec<GenerationOutput>, GenerationStats)> {
     let started = std::time::Instant::now();
     check_request(tokenizer, prompts, opts, model.model().vocab_size())?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
@@ -49,7 +72,7 @@ pub fn generate(
     };
     let config = EngineConfig::new(prompts.len(), capacity);
     let mut engine = Engine::new(model, tokenizer, eos_ids, pad_id, config)?;
-    let ids = engine.add_batch(prompts.to_vec(), opts.clone())?;
+    let ids = engine.add_batch_with_embeds(prompts.to_vec(), embeds, opts.clone())?;
     run(
         &mut engine,
         &ids,
@@ -239,7 +262,12 @@ pub fn generate_seq2seq(
     let mut engine = Engine::seq2seq(model, tokenizer, eos_ids, pad_id, config, hidden, mask)?;
     // Every row's decoder starts from the start token; its processors see it as the context.
     let contexts = vec![vec![decoder_start_token_id]; batch];
-    let ids = engine.add_with_contexts(prompts.to_vec(), contexts, opts.clone())?;
+    let ids = engine.add_with_contexts(
+        prompts.to_vec(),
+        contexts,
+        vec![None; prompts.len()],
+        opts.clone(),
+    )?;
     run(&mut engine, &ids, started, batch * longest, on_token)
 }
 
@@ -320,6 +348,7 @@ pub fn decode_step(
         position_ids: &positions,
         attention_mask: again.then_some(history.real.as_slice()),
         output_hidden_states: false,
+        inputs_embeds: None,
     };
     Ok(model.forward(args, cache, LogitsFor::Last)?.0)
 }

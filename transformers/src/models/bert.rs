@@ -270,7 +270,7 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ki
         Task::TokenClassification => Box::new(BertForTokenClassification::load(w, &c)?),
         Task::QuestionAnswering => Box::new(BertForQuestionAnswering::load(w, &c)?),
         Task::MultipleChoice => Box::new(BertForMultipleChoice::load(w, &c)?),
-        Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm => {
+        Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm | Task::ImageTextToText => {
             return Err(Error::Config {
                 path: c.path.clone(),
                 reason: format!(

@@ -171,6 +171,7 @@ impl TextTower for DecoderTower {
                 position_ids: &positions,
                 attention_mask: mask.as_deref(),
                 output_hidden_states: args.output_hidden_states,
+                inputs_embeds: None,
             },
             &mut cache,
         )?;

@@ -174,7 +174,8 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ki
         Task::MultipleChoice
         | Task::CausalLm
         | Task::ImageClassification
-        | Task::Seq2SeqLm => {
+        | Task::Seq2SeqLm
+        | Task::ImageTextToText => {
             return Err(Error::Config {
                 path: c.path.clone(),
                 reason: format!(

@@ -25,7 +25,7 @@ use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
 use crate::family::{Architecture, Family, Layout, Loaders, Names, Task};
-use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, ModelOutput};
+use crate::kinds::{checked_ids, CausalLm, DecoderModel, ForwardArgs, ModelOutput};
 use crate::{Error, Result};
 
 /// The registry entry of `gemma`.
@@ -353,6 +353,17 @@ impl GemmaModel {
     }
 }
 
+impl GemmaModel {
+    /// The token embeddings times `sqrt(hidden)`, held in the model dtype as transformers
+    /// holds it (55.4256 becomes 55.5 in bf16).
+    fn scaled_embeddings(&self, ids: &Tensor) -> Result<Tensor> {
+        let normalizer = self
+            .dtype
+            .round_value((self.config.hidden_size as f64).sqrt());
+        Ok(self.embed_tokens.forward(ids)?.mul_scalar(normalizer)?)
+    }
+}
+
 impl DecoderModel for GemmaModel {
     fn dtype(&self) -> DType {
         self.dtype
@@ -368,6 +379,14 @@ impl DecoderModel for GemmaModel {
 
     fn max_position_embeddings(&self) -> usize {
         self.config.max_position_embeddings
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.config.hidden_size
+    }
+
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        self.scaled_embeddings(&checked_ids(ids, &self.device(), self.config.vocab_size)?)
     }
 
     fn stretches_context(&self) -> bool {
@@ -405,29 +424,14 @@ impl DecoderModel for GemmaModel {
 
     fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
         let (_, t) = args.check(cache)?;
-        let device = self.device();
-        let ids = on_device(args.input_ids, &device)?.to_dtype(DType::I64)?;
-        if let Some(&bad) = ids
-            .host_known_i64()
-            .iter()
-            .flatten()
-            .find(|&&id| id < 0 || id as usize >= self.config.vocab_size)
-        {
-            return Err(Error::invalid(
-                "input_ids",
-                format!(
-                    "token id {bad} is outside the vocabulary of {} ids",
-                    self.config.vocab_size
-                ),
-            ));
-        }
+        let c = &self.config;
+        let mut x = args.embeddings(
+            &self.device(),
+            (c.vocab_size, c.hidden_size),
+            self.dtype,
+            |ids| self.scaled_embeddings(ids),
+        )?;
         let start = cache.begin(t, args.attention_mask)?;
-        // transformers multiplies by sqrt(hidden) held in the model dtype (55.4256 becomes
-        // 55.5 in bf16).
-        let normalizer = self
-            .dtype
-            .round_value((self.config.hidden_size as f64).sqrt());
-        let mut x = self.embed_tokens.forward(&ids)?.mul_scalar(normalizer)?;
         // Rope tables (per device and rope) and masks (per window and device) once each.
         let mut tables: HashMap<(Device, bool), (Tensor, Tensor)> = HashMap::new();
         let mut biases: HashMap<(Option<usize>, Device), Tensor> = HashMap::new();

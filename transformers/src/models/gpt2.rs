@@ -17,11 +17,11 @@ use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 
 use super::decoder::ForCausalLM;
-use super::placement::execution_order;
+use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders};
-use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, ModelOutput};
+use crate::kinds::{checked_ids, CausalLm, DecoderModel, ForwardArgs, ModelOutput};
 use crate::{Error, Result};
 
 /// The registry entry of `gpt2` (llama.cpp's `gpt2` files are not read by zoo-hub yet).
@@ -358,6 +358,15 @@ impl DecoderModel for GPT2Model {
         self.config.n_positions
     }
 
+    fn hidden_size(&self) -> usize {
+        self.config.n_embd
+    }
+
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let ids = checked_ids(ids, &self.device(), self.config.vocab_size)?;
+        Ok(self.wte.forward(&ids)?)
+    }
+
     fn cache_specs(&self) -> Vec<CacheSpec> {
         let c = &self.config;
         self.layer_devices
@@ -375,38 +384,30 @@ impl DecoderModel for GPT2Model {
     }
 
     fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
-        let ids = args.input_ids;
         let (_, t) = args.check(cache)?;
         let c = &self.config;
         let device = self.device();
-        let ids = ids.to_device(&device)?.to_dtype(DType::I64)?;
-        let pos = args.position_ids.to_device(&device)?.to_dtype(DType::I64)?;
-        for (t, rows, name) in [
-            (&ids, c.vocab_size, "input_ids"),
-            (&pos, c.n_positions, "position_ids"),
-        ] {
-            // Host-known values are checked here; ids sampled on a device come from argmax.
-            if let Some(&bad) = t
-                .host_known_i64()
-                .iter()
-                .flatten()
-                .find(|&&v| v < 0 || v as usize >= rows)
-            {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "{name} holds {bad}, outside 0..{rows}{}",
-                        if name == "position_ids" {
-                            " (GPT-2's learned positions end at n_positions; shorten the prompt or max_new_tokens)"
-                        } else {
-                            ""
-                        }
-                    ),
-                ));
-            }
+        let pos = on_device(args.position_ids, &device)?.to_dtype(DType::I64)?;
+        // Positions index a learned table: host-known ones are checked as ids are.
+        if let Some(&bad) = pos
+            .host_known_i64()
+            .iter()
+            .flatten()
+            .find(|&&v| v < 0 || v as usize >= c.n_positions)
+        {
+            return Err(Error::invalid(
+                "position_ids",
+                format!(
+                    "position_ids holds {bad}, outside 0..{} (GPT-2's learned positions end at n_positions; shorten the prompt or max_new_tokens)",
+                    c.n_positions
+                ),
+            ));
         }
+        let tokens = args.embeddings(&device, (c.vocab_size, c.n_embd), self.dtype, |ids| {
+            Ok(self.wte.forward(ids)?)
+        })?;
         let start = cache.begin(t, args.attention_mask)?;
-        let (tokens, positions) = (self.wte.forward(&ids)?, self.wpe.forward(&pos)?);
+        let positions = self.wpe.forward(&pos)?;
         let mut x = tokens.add(&positions)?;
         let p = self.prefix;
         let module_outputs = if args.output_hidden_states {

@@ -20,8 +20,8 @@ use super::placement::{execution_order, on_device};
 use crate::cache::{CacheSpec, KvCache};
 use crate::config::DecoderConfig;
 use crate::family::{Architecture, Family, Layout, Loaders, Names, Task};
-use crate::kinds::{CausalLm, DecoderModel, ForwardArgs, ModelOutput};
-use crate::{Error, Result};
+use crate::kinds::{checked_ids, CausalLm, DecoderModel, ForwardArgs, ModelOutput};
+use crate::Result;
 
 /// The registry entry of `llama`.
 pub(crate) const FAMILY: Family = family::<Llama>(Names {
@@ -520,6 +520,15 @@ impl DecoderModel for LlamaModel {
         self.config.max_position_embeddings
     }
 
+    fn hidden_size(&self) -> usize {
+        self.config.hidden_size
+    }
+
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let ids = checked_ids(ids, &self.device(), self.config.vocab_size)?;
+        Ok(self.embed_tokens.forward(&ids)?)
+    }
+
     fn stretches_context(&self) -> bool {
         // Dynamic NTK rope exists to stretch the context (transformers runs either way).
         matches!(
@@ -565,28 +574,15 @@ impl DecoderModel for LlamaModel {
     }
 
     fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput> {
-        let ids = args.input_ids;
         let (_, t) = args.check(cache)?;
-        let device = self.device();
-        let ids = on_device(ids, &device)?.to_dtype(DType::I64)?;
-        // Ids uploaded from the host are checked there; ids computed on a device (sampled
-        // tokens) come from `argmax` over the vocabulary and cannot be out of range.
-        let known = ids.host_known_i64();
-        if let Some(&bad) = known
-            .iter()
-            .flatten()
-            .find(|&&id| id < 0 || id as usize >= self.config.vocab_size)
-        {
-            return Err(Error::invalid(
-                "input_ids",
-                format!(
-                    "token id {bad} is outside the vocabulary of {} ids",
-                    self.config.vocab_size
-                ),
-            ));
-        }
+        let c = &self.config;
+        let mut x = args.embeddings(
+            &self.device(),
+            (c.vocab_size, c.hidden_size),
+            self.dtype,
+            |ids| Ok(self.embed_tokens.forward(ids)?),
+        )?;
         let start = cache.begin(t, args.attention_mask)?;
-        let mut x = self.embed_tokens.forward(&ids)?;
         // Rope tables and masks are made once per device the layers run on.
         let mut tables: HashMap<Device, (Tensor, Tensor)> = HashMap::new();
         let mut biases: HashMap<(Option<usize>, Device), Tensor> = HashMap::new();

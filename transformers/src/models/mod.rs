@@ -10,6 +10,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
 pub mod llama;
+pub mod llava;
 pub mod mistral;
 pub mod mixtral;
 pub mod moe;
@@ -26,4 +27,5 @@ pub mod t5;
 pub mod vit;
 pub mod xlm_roberta;
 
+pub(crate) use placement::on_device;
 pub use placement::Placement;

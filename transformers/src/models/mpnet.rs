@@ -95,7 +95,7 @@ fn load(w: &Weights, config: &PretrainedConfig, task: Task) -> Result<Box<dyn ki
         Task::TokenClassification => Box::new(BertForTokenClassification::load_with(w, &c, BASE)?),
         Task::QuestionAnswering => Box::new(BertForQuestionAnswering::load_with(w, &c, BASE)?),
         Task::MultipleChoice => Box::new(BertForMultipleChoice::load_with(w, &c, BASE)?),
-        Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm => {
+        Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm | Task::ImageTextToText => {
             return Err(Error::Config {
                 path: c.path.clone(),
                 reason: format!(

@@ -91,7 +91,7 @@ pub(crate) fn load(
         Task::TokenClassification => Box::new(BertForTokenClassification::load_with(w, &c, b)?),
         Task::QuestionAnswering => Box::new(BertForQuestionAnswering::load_with(w, &c, b)?),
         Task::MultipleChoice => Box::new(BertForMultipleChoice::load_with(w, &c, b)?),
-        Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm => {
+        Task::CausalLm | Task::ImageClassification | Task::Seq2SeqLm | Task::ImageTextToText => {
             return Err(Error::Config {
                 path: c.path.clone(),
                 reason: format!(

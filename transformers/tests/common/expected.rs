@@ -68,6 +68,7 @@ pub fn logits_match_transformers(
         position_ids: &positions,
         attention_mask: None,
         output_hidden_states: false,
+        inputs_embeds: None,
     };
     let (logits, _) = lm.forward(args, &mut cache, LogitsFor::All).unwrap();
     let vocab = logits.shape()[2];
@@ -103,6 +104,7 @@ pub fn logits_match_transformers(
                 position_ids: &position,
                 attention_mask: None,
                 output_hidden_states: false,
+                inputs_embeds: None,
             };
             let (last, _) = lm.forward(args, &mut cache, LogitsFor::Last).unwrap();
             row = last.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();

@@ -17,7 +17,7 @@ pub use vision::{CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjectio
 
 pub(crate) use model::FAMILY as CLIP_FAMILY;
 pub(crate) use text::FAMILY;
-pub(crate) use vision::FAMILY as VISION_FAMILY;
+pub(crate) use vision::{vision_layout, FAMILY as VISION_FAMILY};
 
 /// CLIP's tensor-parallel plan (both towers): heads (q/k/v colwise, out_proj rowwise) and
 /// MLP columns (fc1 colwise, fc2 rowwise); a CLIP text tower's embeddings by vocabulary.

@@ -108,7 +108,7 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
     Ok(vision_layout(&c))
 }
 
-pub(super) fn vision_layout(c: &CLIPVisionConfig) -> Layout {
+pub(crate) fn vision_layout(c: &CLIPVisionConfig) -> Layout {
     let tokens = c.grid_side() * c.grid_side() + 1;
     Layout {
         layer_containers: vec![

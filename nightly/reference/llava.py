@@ -1,0 +1,155 @@
+"""Tiny random LLaVA cases (LlavaForConditionalGeneration): a CLIP vision tower, the
+multimodal projector and a decoder language model, run by transformers on prompts whose
+image tokens (already expanded, as LlavaProcessor writes them) take the images' features.
+
+Cases cover both weight layouts (the Hub's original `language_model.model.*` and
+transformers 5's `model.language_model.*`), the `default` (class token dropped) and `full`
+feature strategies, one feature layer and several concatenated, Llama and Qwen2 language
+models, left padding, and greedy generation from the image prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import LlavaConfig, LlavaForConditionalGeneration
+
+from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters
+
+VISION = {
+    "model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "image_size": 32, "patch_size": 8, "projection_dim": 24,
+}
+VOCAB, IMAGE_TOKEN, PAD, EOS = 128, 127, 0, 1
+TEXT = {
+    "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
+    "pad_token_id": PAD, "eos_token_id": EOS, "bos_token_id": 2,
+}
+NEW_TOKENS = 5
+
+
+@dataclass
+class LlavaSpec:
+    name: str
+    description: str
+    features: list[str]
+    config: dict[str, Any] = field(default_factory=dict)
+    text: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "f32"
+    seed: int = 0
+    original_format: bool = True
+
+
+SPECS: list[LlavaSpec] = [
+    LlavaSpec("llava-f32", "LlavaForConditionalGeneration: CLIP tower, feature layer -2 without the class token, "
+              "gelu projector, Llama; two left-padded prompts with one image each; saved with the Hub's names",
+              ["image-tokens", "feature-layer:-2", "strategy:default", "padding", "generation"], seed=1701),
+    LlavaSpec("llava-qwen2-full-f32", "LLaVA over Qwen2 with the class token kept (full), layers [-3, -1] "
+              "concatenated, a bias-free projector, two images in one prompt; transformers 5's names",
+              ["image-tokens", "feature-layers", "strategy:full", "multi-image", "qwen2", "v5-names", "generation"],
+              {"vision_feature_select_strategy": "full", "vision_feature_layer": [-3, -1],
+               "multimodal_projector_bias": False, "projector_hidden_act": "gelu"},
+              {"model_type": "qwen2"}, seed=1702, original_format=False),
+]
+
+
+def tokens_per_image(spec: LlavaSpec) -> int:
+    side = VISION["image_size"] // VISION["patch_size"]
+    full = spec.config.get("vision_feature_select_strategy") == "full"
+    return side * side + int(full)
+
+
+def build_model(spec: LlavaSpec) -> LlavaForConditionalGeneration:
+    text = {"model_type": "llama", **TEXT, **spec.text}
+    config = LlavaConfig(vision_config=dict(VISION), text_config=text, image_token_index=IMAGE_TOKEN,
+                         **spec.config)
+    config.architectures = ["LlavaForConditionalGeneration"]
+    torch.manual_seed(spec.seed)
+    model = LlavaForConditionalGeneration._from_config(config, attn_implementation="eager", dtype=torch.float32)
+    randomize_parameters(model, spec.seed, 0.1)
+    model = model.to(TORCH_DTYPES[spec.dtype]).eval()
+    model.config.dtype = TORCH_DTYPES[spec.dtype]
+    return model
+
+
+def make_inputs(spec: LlavaSpec) -> dict[str, torch.Tensor]:
+    """Two prompts (text, expanded image tokens, text), the shorter left-padded, and their
+    images in order."""
+    gen = torch.Generator().manual_seed(spec.seed + 7919)
+    k = tokens_per_image(spec)
+    images = 2 if "multi-image" in spec.features else 1
+    rows = []
+    for length in (6, 3):
+        words = lambda n: torch.randint(3, IMAGE_TOKEN, (n,), generator=gen).tolist()
+        row = [2] + words(2)
+        if images == 2:
+            row += [IMAGE_TOKEN] * k + words(1) + [IMAGE_TOKEN] * k
+        else:
+            row += [IMAGE_TOKEN] * k
+        rows.append(row + words(length))
+    width = max(len(r) for r in rows)
+    ids = torch.full((2, width), PAD, dtype=torch.int64)
+    mask = torch.zeros((2, width), dtype=torch.int64)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r)
+        mask[i, width - len(r):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0) * mask
+    pixel_values = torch.randn(2 * images, 3, VISION["image_size"], VISION["image_size"], generator=gen)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "pixel_values": pixel_values}
+
+
+def build_case(spec: LlavaSpec, out_dir) -> Case:
+    model = build_model(spec)
+    model.save_pretrained(out_dir, save_original_format=spec.original_format)
+    inputs = make_inputs(spec)
+    dtype = TORCH_DTYPES[spec.dtype]
+    px = inputs["pixel_values"].to(dtype)
+    with torch.no_grad():
+        features = model.model.get_image_features(pixel_values=px,
+                                                  vision_feature_layer=model.config.vision_feature_layer,
+                                                  vision_feature_select_strategy=model.config.vision_feature_select_strategy)
+        features = torch.stack(list(features.pooler_output if hasattr(features, "pooler_output") else features))
+        out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                    position_ids=inputs["position_ids"], pixel_values=px)
+        generated = model.generate(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                   pixel_values=px, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                   do_sample=False, pad_token_id=PAD, eos_token_id=EOS)
+    new_ids = generated[:, inputs["input_ids"].shape[1]:]
+    stored_as = "" if spec.dtype == "f32" else f", computed in {spec.dtype} and stored as f32 (exact upcast)"
+    outputs = [
+        TensorSpec("logits", out.logits.float(), f"next-token logits for every input position{stored_as}",
+                   compare="allclose", mask="attention_mask"),
+        TensorSpec("image_features", features.float(), "the projector's output per image [images, "
+                   f"tokens_per_image, text hidden] (get_image_features){stored_as}", compare="allclose"),
+        TensorSpec("generated_ids", new_ids, f"{NEW_TOKENS} greedy new tokens per prompt (prompt excluded)",
+                   compare="exact"),
+    ]
+    return Case(
+        name=spec.name,
+        architecture="LlavaForConditionalGeneration",
+        model_type="llava",
+        task="image-text-to-text",
+        dtype=spec.dtype,
+        seed=spec.seed,
+        description=spec.description,
+        features=spec.features,
+        inputs=[
+            TensorSpec("input_ids", inputs["input_ids"], f"token ids [batch, seq]; each image as "
+                       f"{tokens_per_image(spec)} image tokens ({IMAGE_TOKEN}); left padding uses {PAD}"),
+            TensorSpec("attention_mask", inputs["attention_mask"], "1 for a real token, 0 for padding"),
+            TensorSpec("position_ids", inputs["position_ids"], "cumsum(attention_mask) - 1, 0 on padding"),
+            TensorSpec("pixel_values", inputs["pixel_values"], "normalized pixel values [images, 3, height, "
+                       "width], in the order the prompts' image tokens take them"),
+        ],
+        outputs=outputs,
+        generation={
+            "do_sample": False,
+            "max_new_tokens": NEW_TOKENS,
+            "min_new_tokens": NEW_TOKENS,
+            "pad_token_id": PAD,
+            "eos_token_id": EOS,
+        },
+    )

@@ -1,0 +1,389 @@
+//! LLaVA: mirrors transformers' `models/llava/modeling_llava.py`
+//! (`LlavaForConditionalGeneration`).
+//!
+//! A CLIP vision tower, a two-layer projector (`multi_modal_projector`: `linear_1`, the
+//! `projector_hidden_act`, `linear_2`) and any decoder family zoo runs as the language model
+//! (`text_config.model_type`, Llama by default). An image's features are the hidden states
+//! of `vision_feature_layer` (one index, or several concatenated along the width), without
+//! the class token under the `default` strategy, through the projector; they replace the
+//! prompt's image tokens ([`crate::vision_language`]). Without images the model is its
+//! language model.
+//!
+//! Weight names are the checkpoint's: transformers 5 saves `model.vision_tower.*`,
+//! `model.multi_modal_projector.*`, `model.language_model.*` and `lm_head.*`; checkpoints
+//! saved before it (most of the Hub's) `vision_tower.*`, `multi_modal_projector.*` and
+//! `language_model.{model,lm_head}.*`. Both load.
+
+use serde_json::Value;
+use zoo_hub::PretrainedConfig;
+use zoo_runtime::nn::{Linear, Weights};
+use zoo_runtime::{Activation, Device, Tensor};
+
+use super::clip::CLIPVisionConfig;
+use super::clip::CLIPVisionModel;
+use crate::cache::KvCache;
+use crate::config::config_error;
+use crate::family::{family, Family, Layout, Loaders};
+use crate::kinds::{
+    CausalLm, DecoderModel, ForwardArgs, ImageArgs, ImageTower, LogitsFor, ModelOutput,
+    VisionLanguage,
+};
+use crate::Result;
+
+/// The registry entry of `llava`.
+pub(crate) const FAMILY: Family = family! {
+    "llava" in "llava",
+    classes [LlavaForConditionalGeneration: ImageTextToText],
+    no_split ["LlavaVisionAttention"],
+    tp &[], config LlavaConfig,
+    loaders Loaders::Decoder { base: load_base, causal_lm: load },
+};
+
+/// Which vision hidden states become features (`vision_feature_select_strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FeatureSelect {
+    /// Every patch, the class token dropped.
+    Default,
+    /// Every token, the class token included.
+    Full,
+}
+
+/// `config.json` of a LLaVA checkpoint, as transformers' `LlavaConfig` reads it.
+#[derive(Clone, Debug)]
+pub struct LlavaConfig {
+    /// The language model's config (`text_config`, `model_type` Llama when absent).
+    pub text_config: PretrainedConfig,
+    /// The vision tower's config (`vision_config`).
+    pub vision_config: CLIPVisionConfig,
+    /// The image placeholder's id (`image_token_index`, or `image_token_id`).
+    pub image_token_index: u32,
+    /// The projector's activation.
+    pub projector_hidden_act: String,
+    /// Which tokens of the chosen hidden states are features.
+    pub vision_feature_select_strategy: FeatureSelect,
+    /// The vision hidden states read (Python indices into `hidden_states`, negative from
+    /// the end), concatenated along the width when several.
+    pub vision_feature_layer: Vec<i64>,
+    /// Biases on the projector's layers.
+    pub multimodal_projector_bias: bool,
+    text_family: &'static Family,
+}
+
+impl LlavaConfig {
+    /// Reads and checks the config and its two sub-configs.
+    pub fn from_pretrained(cfg: &PretrainedConfig) -> Result<LlavaConfig> {
+        let bad = |reason: String| config_error(cfg, reason);
+        let sub = |key: &str, default_type: &str| -> Result<PretrainedConfig> {
+            let mut v = cfg
+                .get(key)
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            let Some(obj) = v.as_object_mut() else {
+                return Err(bad(format!("`{key}` is not an object")));
+            };
+            obj.entry("model_type")
+                .or_insert_with(|| Value::String(default_type.into()));
+            PretrainedConfig::from_value(v, &cfg.path).map_err(|e| bad(format!("`{key}`: {e}")))
+        };
+        let text_config = sub("text_config", "llama")?;
+        let text_type = text_config.model_type.clone().unwrap_or_default();
+        let text_family = crate::registry::by_model_type(&text_type)
+            .filter(|f| f.is_decoder() && f.model_type != "llava")
+            .ok_or_else(|| {
+                bad(format!(
+                    "`text_config.model_type` is {text_type:?}, which is no decoder family zoo runs; {}",
+                    crate::registry::families_help(true)
+                ))
+            })?;
+        (text_family.validate)(&text_config)?;
+        let vision = sub("vision_config", "clip_vision_model")?;
+        match vision.model_type.as_deref() {
+            Some("clip_vision_model") => {}
+            other => {
+                return Err(bad(format!(
+                    "`vision_config.model_type` is {other:?}; zoo's LLaVA reads a CLIP vision tower (clip_vision_model)"
+                )))
+            }
+        }
+        let vision_config = CLIPVisionConfig::from_pretrained(&vision)?;
+        let image_token_index = ["image_token_index", "image_token_id"]
+            .iter()
+            .find_map(|k| cfg.get(k).and_then(|v| v.as_u64()))
+            .unwrap_or(32000);
+        let image_token_index = u32::try_from(image_token_index).map_err(|_| {
+            bad(format!(
+                "`image_token_index` {image_token_index} is too large"
+            ))
+        })?;
+        let projector_hidden_act = match cfg.get("projector_hidden_act") {
+            None => "gelu".to_string(),
+            Some(Value::String(s)) => s,
+            Some(other) => return Err(bad(format!("`projector_hidden_act` is {other}"))),
+        };
+        Activation::from_hf(&projector_hidden_act)
+            .map_err(|e| bad(format!("`projector_hidden_act`: {e}")))?;
+        let vision_feature_select_strategy =
+            match cfg.get("vision_feature_select_strategy").as_ref().and_then(Value::as_str) {
+                None | Some("default") => FeatureSelect::Default,
+                Some("full") => FeatureSelect::Full,
+                Some(other) => {
+                    return Err(bad(format!(
+                        "`vision_feature_select_strategy` is {other:?}; transformers takes \"default\" or \"full\""
+                    )))
+                }
+            };
+        let layers = vision_config.num_hidden_layers as i64;
+        let vision_feature_layer = match cfg.get("vision_feature_layer") {
+            None => vec![-2],
+            Some(Value::Number(n)) => vec![n.as_i64().unwrap_or(i64::MAX)],
+            Some(Value::Array(a)) if !a.is_empty() => {
+                a.iter().map(|v| v.as_i64().unwrap_or(i64::MAX)).collect()
+            }
+            Some(other) => {
+                return Err(bad(format!(
+                    "`vision_feature_layer` is {other}; expected a layer index or a list of them"
+                )))
+            }
+        };
+        if let Some(l) = vision_feature_layer
+            .iter()
+            .find(|&&l| l < -(layers + 1) || l > layers)
+        {
+            return Err(bad(format!(
+                "`vision_feature_layer` {l} is outside the vision tower's {} hidden states",
+                layers + 1
+            )));
+        }
+        let multimodal_projector_bias = match cfg.get("multimodal_projector_bias") {
+            None => true,
+            Some(Value::Bool(b)) => b,
+            Some(other) => {
+                return Err(bad(format!(
+                    "`multimodal_projector_bias` is {other}, not true or false"
+                )))
+            }
+        };
+        Ok(LlavaConfig {
+            text_config,
+            vision_config,
+            image_token_index,
+            projector_hidden_act,
+            vision_feature_select_strategy,
+            vision_feature_layer,
+            multimodal_projector_bias,
+            text_family,
+        })
+    }
+
+    /// Image tokens one image fills: its patches, and the class token under `full`.
+    pub fn tokens_per_image(&self) -> usize {
+        let side = self.vision_config.grid_side();
+        side * side + usize::from(self.vision_feature_select_strategy == FeatureSelect::Full)
+    }
+
+    fn text_hidden(&self) -> Result<usize> {
+        Ok(self.text_config.require_usize("hidden_size")?)
+    }
+}
+
+/// Where a checkpoint keeps the three parts: transformers 5's names, or the earlier ones.
+struct Parts {
+    tower: Weights,
+    projector: Weights,
+    /// The language model's checkpoint root, as its causal LM reads it.
+    language_model: Weights,
+    /// Its base model's.
+    base: Weights,
+}
+
+fn parts(w: &Weights) -> Parts {
+    if w.contains("model.multi_modal_projector.linear_1.weight") {
+        Parts {
+            tower: w.pp("model.vision_tower"),
+            projector: w.pp("model.multi_modal_projector"),
+            language_model: w.with_alias("model", "model.language_model"),
+            base: w.pp("model.language_model"),
+        }
+    } else {
+        Parts {
+            tower: w.pp("vision_tower"),
+            projector: w.pp("multi_modal_projector"),
+            language_model: w.pp("language_model"),
+            base: w.pp("language_model"),
+        }
+    }
+}
+
+/// The planner's view: the vision tower's layers, then the language model's, under either
+/// naming; the KV cache is the language model's.
+fn layout(config: &PretrainedConfig) -> Result<Layout> {
+    let c = LlavaConfig::from_pretrained(config)?;
+    let vision = super::clip::vision_layout(&c.vision_config);
+    let text = (c.text_family.layout)(&c.text_config)?;
+    let under_tower = |names: &[String]| -> Vec<String> {
+        names
+            .iter()
+            .flat_map(|n| {
+                [
+                    format!("model.vision_tower.{n}"),
+                    format!("vision_tower.{n}"),
+                ]
+            })
+            .collect()
+    };
+    let under_lm = |names: &[String]| -> Vec<String> {
+        let mut out: Vec<String> = names
+            .iter()
+            .flat_map(|n| {
+                let inner = n.strip_prefix("model.").unwrap_or(n);
+                [
+                    format!("model.language_model.{inner}"),
+                    format!("language_model.{n}"),
+                ]
+            })
+            .collect();
+        out.dedup();
+        out
+    };
+    let mut inputs = under_tower(&vision.inputs);
+    inputs.extend([
+        "model.multi_modal_projector".to_string(),
+        "multi_modal_projector".to_string(),
+    ]);
+    inputs.extend(under_lm(&text.inputs));
+    let mut containers = under_tower(&vision.layer_containers);
+    containers.extend(under_lm(&text.layer_containers));
+    Ok(Layout {
+        layer_containers: containers,
+        inputs,
+        tied: text
+            .tied
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|n| match n.strip_prefix("model.") {
+                        Some(inner) => format!("model.language_model.{inner}"),
+                        None => n.clone(),
+                    })
+                    .collect()
+            })
+            .collect(),
+        shape: text.shape,
+        context: text.context,
+    })
+}
+
+/// `LlavaModel` as a decoder: the language model's base (what `AutoModel` returns for text).
+fn load_base(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn DecoderModel>> {
+    let c = LlavaConfig::from_pretrained(config)?;
+    let Loaders::Decoder { base, .. } = c.text_family.loaders else {
+        return Err(config_error(config, "the text family is no decoder".into()));
+    };
+    base(&parts(w).base, &c.text_config)
+}
+
+fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn CausalLm>> {
+    Ok(Box::new(LlavaForConditionalGeneration::load(w, config)?))
+}
+
+/// `LlavaForConditionalGeneration`: the vision tower and projector beside a causal LM.
+#[derive(Debug)]
+pub struct LlavaForConditionalGeneration {
+    vision_tower: CLIPVisionModel,
+    linear_1: Linear,
+    act: Activation,
+    linear_2: Linear,
+    language_model: Box<dyn CausalLm>,
+    config: LlavaConfig,
+}
+
+impl LlavaForConditionalGeneration {
+    /// Loads from the checkpoint root.
+    pub fn load(w: &Weights, config: &PretrainedConfig) -> Result<LlavaForConditionalGeneration> {
+        let c = LlavaConfig::from_pretrained(config)?;
+        let Loaders::Decoder { causal_lm, .. } = c.text_family.loaders else {
+            return Err(config_error(config, "the text family is no decoder".into()));
+        };
+        let p = parts(w);
+        let language_model = causal_lm(&p.language_model, &c.text_config)?;
+        let vision_tower = CLIPVisionModel::load_either(&p.tower, &c.vision_config)?;
+        let width = c.vision_config.hidden_size * c.vision_feature_layer.len();
+        let hidden = c.text_hidden()?;
+        let bias = c.multimodal_projector_bias;
+        Ok(LlavaForConditionalGeneration {
+            vision_tower,
+            linear_1: Linear::load(&p.projector.pp("linear_1"), width, hidden, bias)?,
+            act: Activation::from_hf(&c.projector_hidden_act)?,
+            linear_2: Linear::load(&p.projector.pp("linear_2"), hidden, hidden, bias)?,
+            language_model,
+            config: c,
+        })
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &LlavaConfig {
+        &self.config
+    }
+}
+
+impl CausalLm for LlavaForConditionalGeneration {
+    fn model(&self) -> &dyn DecoderModel {
+        self.language_model.model()
+    }
+    fn logits_device(&self) -> Device {
+        self.language_model.logits_device()
+    }
+    fn tied(&self) -> bool {
+        self.language_model.tied()
+    }
+    fn forward(
+        &self,
+        args: ForwardArgs<'_>,
+        cache: &mut KvCache,
+        which: LogitsFor<'_>,
+    ) -> Result<(Tensor, ModelOutput)> {
+        self.language_model.forward(args, cache, which)
+    }
+    fn vision(&self) -> Option<&dyn VisionLanguage> {
+        Some(self)
+    }
+}
+
+impl VisionLanguage for LlavaForConditionalGeneration {
+    fn image_token_id(&self) -> u32 {
+        self.config.image_token_index
+    }
+    fn image_size(&self) -> (usize, usize) {
+        self.vision_tower.image_size()
+    }
+    fn tokens_per_image(&self) -> usize {
+        self.config.tokens_per_image()
+    }
+    fn image_features(&self, pixel_values: &Tensor) -> Result<Tensor> {
+        let out = self.vision_tower.run(ImageArgs {
+            output_hidden_states: true,
+            ..ImageArgs::new(pixel_values)
+        })?;
+        let states = &out.hidden_states;
+        let n = states.len() as i64;
+        let device = self.linear_1.device();
+        let selected = self
+            .config
+            .vision_feature_layer
+            .iter()
+            .map(|&l| {
+                let h = &states[if l < 0 { n + l } else { l } as usize];
+                let h = match self.config.vision_feature_select_strategy {
+                    FeatureSelect::Default => h.narrow(1, 1, h.dim(1)? - 1)?,
+                    FeatureSelect::Full => h.clone(),
+                };
+                Ok(h.to_device(&device)?)
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        let refs: Vec<&Tensor> = selected.iter().collect();
+        let x = Tensor::cat(&refs, 2)?;
+        let x = self
+            .linear_2
+            .forward(&self.act.apply(&self.linear_1.forward(&x)?)?)?;
+        Ok(x.to_device(&self.language_model.model().device())?)
+    }
+}
