@@ -163,9 +163,7 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         let images = zoo_transformers::vision::open_images(&args.images)?;
         model
-            .generate_with_images(&prompt, args.chat, &images, &opts, |piece| {
-                sink.write(piece)
-            })
+            .generate_with_images(&prompt, &images, &opts, |piece| sink.write(piece))
             .with_context(|| format!("generating from {} image(s)", images.len()))?
     };
     sink.finish()?;

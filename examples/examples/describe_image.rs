@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
         max_new_tokens: 64,
         ..vlm.default_options()
     };
-    let (_, stats) = vlm.generate_with_images(&prompt, true, &images, &opts, |piece| {
+    let (_, stats) = vlm.generate_with_images(&prompt, &images, &opts, |piece| {
         print!("{piece}");
         let _ = std::io::stdout().flush();
     })?;

@@ -10,7 +10,10 @@ models, left padding, and greedy generation from the image prompts.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +32,19 @@ TEXT = {
     "pad_token_id": PAD, "eos_token_id": EOS, "bos_token_id": 2,
 }
 NEW_TOKENS = 5
+# llava-f32 ships a whole model folder, as a Hub repo holds one: a word-level tokenizer whose
+# vocabulary fills the model's (<image> last), a LLaVA-1.5-style chat template and a CLIP
+# image processor; pipeline.json holds what transformers' processor and generate make of
+# one committed image and question, so zoo's image path is checked from the file on.
+WORDS = ["user", "assistant", ":", "what", "is", "in", "this", "image", "?", "a", "the", "of", "and", "shown",
+         "picture", "describe", "it", "colour", "red", "green", "blue", ".", ","]
+CHAT_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'user' %}USER: "
+                 "{% for item in message['content'] %}{% if item['type'] == 'image' %}<image>\n{% endif %}{% endfor %}"
+                 "{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}{% endif %}"
+                 "{% endfor %} {% else %}ASSISTANT: {{ message['content'][0]['text'] }}</s>{% endif %}{% endfor %}"
+                 "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+PIPELINE_IMAGE = "transformers/tests/data/image_processors/rgb.png"
+PIPELINE_QUESTION = "What is shown in this picture?"
 
 
 @dataclass
@@ -101,9 +117,62 @@ def make_inputs(spec: LlavaSpec) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "pixel_values": pixel_values}
 
 
+def write_tokenizer(out_dir) -> None:
+    """tokenizer.json (lower-cased words, <s> in front) and tokenizer_config.json."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    vocab = {"<pad>": PAD, "</s>": EOS, "<s>": 2, "<unk>": 3}
+    for i, w in enumerate(WORDS):
+        vocab[w] = 4 + i
+    for i in range(4 + len(WORDS), IMAGE_TOKEN):
+        vocab[f"w{i}"] = i
+    vocab["<image>"] = IMAGE_TOKEN
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 2)])
+    tok.add_special_tokens(["<pad>", "</s>", "<s>", "<unk>", "<image>"])
+    tok.save(str(out_dir / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "pad_token": "<pad>", "unk_token": "<unk>", "chat_template": CHAT_TEMPLATE,
+              "model_max_length": TEXT["max_position_embeddings"]}
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
+
+
+def write_pipeline(model: LlavaForConditionalGeneration, out_dir) -> None:
+    """The processor files, and pipeline.json: transformers' processor and greedy generate on
+    one committed image and question."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    side = VISION["image_size"]
+    pre = {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": side},
+           "crop_size": {"height": side, "width": side}}
+    (out_dir / "preprocessor_config.json").write_text(json.dumps(pre, indent=1) + "\n")
+    proc = {"processor_class": "LlavaProcessor", "patch_size": VISION["patch_size"],
+            "vision_feature_select_strategy": "default", "image_token": "<image>",
+            "num_additional_image_tokens": 1, "chat_template": CHAT_TEMPLATE}
+    (out_dir / "processor_config.json").write_text(json.dumps(proc, indent=1) + "\n")
+    write_tokenizer(out_dir)
+    processor = AutoProcessor.from_pretrained(out_dir, backend="pil")
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PIPELINE_QUESTION}]}]
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
+    image = Image.open(Path(__file__).resolve().parents[2] / PIPELINE_IMAGE)
+    inputs = processor(images=image, text=prompt, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
+    new = out[0, inputs["input_ids"].shape[1]:].tolist()
+    doc = {"task": "image-text-to-text", "image": PIPELINE_IMAGE, "question": PIPELINE_QUESTION,
+           "prompt": prompt, "input_ids": inputs["input_ids"][0].tolist(), "max_new_tokens": NEW_TOKENS,
+           "generated_ids": new, "text": processor.decode(new, skip_special_tokens=True)}
+    (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def build_case(spec: LlavaSpec, out_dir) -> Case:
     model = build_model(spec)
     model.save_pretrained(out_dir, save_original_format=spec.original_format)
+    if spec.name == "llava-f32":
+        write_pipeline(model, Path(out_dir))
     inputs = make_inputs(spec)
     dtype = TORCH_DTYPES[spec.dtype]
     px = inputs["pixel_values"].to(dtype)

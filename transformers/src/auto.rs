@@ -1160,13 +1160,14 @@ impl TextGenerator {
     }
 
     /// Generates for one prompt about `images` (a vision-language model), streaming text to
-    /// `on_text`: the prompt holds one image placeholder (the tokenizer's image token, e.g.
-    /// `<image>`, as the chat template writes it) per image, in order; each is expanded to the
-    /// image's tokens and takes its features.
+    /// `on_text`: the prompt (rendered by the chat template or not) holds one image
+    /// placeholder (the tokenizer's image token, e.g. `<image>`, as the chat template writes
+    /// it) per image, in order; each is expanded to the image's tokens and takes its
+    /// features. The prompt is tokenized as transformers' processors tokenize it: special
+    /// tokens added unless it already starts with the bos token.
     pub fn generate_with_images(
         &self,
         prompt: &str,
-        chat_rendered: bool,
         images: &[RgbImage],
         opts: &GenerationOptions,
         on_text: impl FnMut(&str),
@@ -1178,7 +1179,17 @@ impl TextGenerator {
                 "the checkpoint has no preprocessor_config.json (nor a processor_config.json with an image_processor) to turn images into pixel values".into(),
             )
         })?;
-        let ids = self.encode(prompt, chat_rendered)?;
+        if prompt.is_empty() {
+            return Err(Error::invalid("prompt", "the prompt is empty".into()));
+        }
+        let bos = self
+            .tokenizer_config
+            .as_ref()
+            .and_then(|c| c.bos_token.as_ref())
+            .map(|t| t.content().to_string())
+            .filter(|b| !b.is_empty());
+        let add_special = !bos.is_some_and(|b| prompt.starts_with(&b));
+        let ids = self.require_tokenizer()?.encode(prompt, add_special)?;
         let ids = crate::vision_language::expand_image_tokens(&ids, vision);
         let pixels = if images.is_empty() {
             None

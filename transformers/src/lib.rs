@@ -37,10 +37,10 @@ pub mod vision_language;
 
 pub use auto::{
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
-    AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoModelForTokenClassification,
-    AutoModelForZeroShotImageClassification, BaseModel, LoadOptions, Text2TextGenerator,
-    TextGenerator,
+    AutoModelForImageTextToText, AutoModelForMaskedLM, AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
+    AutoModelForTokenClassification, AutoModelForZeroShotImageClassification, BaseModel,
+    LoadOptions, Text2TextGenerator, TextGenerator,
 };
 pub use cache::{CacheSpec, KvCache};
 pub use chat::{ChatTemplate, Message};
