@@ -57,6 +57,12 @@ fn zero_shot_matches_transformers_pipeline() {
     compare("clip-model-f32", &["--labels", "a cat,a dog,a red car"]);
 }
 
+/// SigLIP: prompts padded to 64 tokens, a sigmoid per label.
+#[test]
+fn siglip_zero_shot_matches_transformers_pipeline() {
+    compare("siglip-model-f32", &["--labels", "a cat,a dog,a red car"]);
+}
+
 #[test]
 fn image_classification_matches_transformers_pipeline() {
     compare("vit-classifier-f32", &[]);

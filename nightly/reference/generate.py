@@ -69,12 +69,13 @@ def tiny_builders():
     import moe
     import phi3
     import seq2seq
+    import siglip
     import t5
     import tester
     import vision
 
     table = {}
-    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, llava, t5, seq2seq):
+    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, siglip, llava, t5, seq2seq):
         for spec in module.SPECS:
             table[spec.name] = (spec, module.build_case)
     # A few of the peers' tester configurations are committed; the sweep writes them all.

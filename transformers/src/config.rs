@@ -130,7 +130,16 @@ pub(crate) mod defaults {
             }
         )*};
     }
-    names!(absolute, gelu, gelu_new, quick_gelu, relu, silu, tanh);
+    names!(
+        absolute,
+        gelu,
+        gelu_new,
+        gelu_pytorch_tanh,
+        quick_gelu,
+        relu,
+        silu,
+        tanh
+    );
 }
 
 /// `config.json` of a Llama-family checkpoint, as transformers' `LlamaConfig` /

@@ -535,6 +535,24 @@ pub trait ImageTextModel: Send + Sync + Debug {
     fn into_text(self: Box<Self>) -> Box<dyn Encoder>;
     /// The projected vision tower alone, the text tower dropped.
     fn into_vision(self: Box<Self>) -> Box<dyn ImageEncoder>;
+    /// How zero-shot classification scores this model's logits, as transformers' pipeline
+    /// does for its model type.
+    fn zero_shot(&self) -> ZeroShotScores {
+        ZeroShotScores::Softmax
+    }
+}
+
+/// How zero-shot image classification turns `logits_per_image` into scores and pads its
+/// prompts (transformers' `ZeroShotImageClassificationPipeline`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroShotScores {
+    /// A softmax over the labels; prompts padded to the longest (CLIP).
+    Softmax,
+    /// Each label's sigmoid on its own; prompts padded to `max_length` (SigLIP, trained so).
+    Sigmoid {
+        /// The padded length (64).
+        max_length: usize,
+    },
 }
 
 /// An encoder-decoder language model (T5): the encoder runs once over the prompt, the

@@ -53,7 +53,7 @@ pub use generation::{
 pub use kinds::{
     CausalLm, DecoderModel, Encoder, EncoderArgs, EncoderHead, EncoderOutput, ForwardArgs,
     ImageArgs, ImageEncoder, ImageTextModel, ImageTextOutput, ImageTower, LogitsFor, ModelOutput,
-    Seq2SeqLm, TextTower, Tower, VisionLanguage,
+    Seq2SeqLm, TextTower, Tower, VisionLanguage, ZeroShotScores,
 };
 pub use models::bert::{
     BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,

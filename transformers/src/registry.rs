@@ -13,7 +13,7 @@ use zoo_hub::PretrainedConfig;
 pub use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::models::{
     bert, clip, distilbert, gemma, gemma2, gemma3, gpt2, llama, llava, mistral, mixtral, mpnet,
-    phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, roberta, t5, vit, xlm_roberta,
+    phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, roberta, siglip, t5, vit, xlm_roberta,
 };
 use crate::Result;
 
@@ -40,6 +40,9 @@ pub static FAMILIES: &[Family] = &[
     clip::FAMILY,
     clip::VISION_FAMILY,
     clip::CLIP_FAMILY,
+    siglip::TEXT_FAMILY,
+    siglip::VISION_FAMILY,
+    siglip::FAMILY,
     vit::FAMILY,
     t5::FAMILY,
     t5::UMT5_FAMILY,

@@ -9,7 +9,9 @@ use zoo_runtime::{DType, Tensor};
 
 use crate::auto::{load_image_encoder, load_image_text, LoadOptions};
 use crate::image_processing::{ImageProcessor, RgbImage};
-use crate::kinds::{EncoderArgs, EncoderHead, ImageArgs, ImageEncoder, ImageTextModel};
+use crate::kinds::{
+    EncoderArgs, EncoderHead, ImageArgs, ImageEncoder, ImageTextModel, ZeroShotScores,
+};
 use crate::registry::Task;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -54,12 +56,26 @@ fn ranked(logits: &[f32], labels: &[String], top_k: usize) -> Vec<Scored> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let exp: Vec<f64> = logits.iter().map(|&l| f64::from(l - max).exp()).collect();
     let total: f64 = exp.iter().sum();
+    let scores: Vec<f64> = exp.iter().map(|e| e / total).collect();
+    best(&scores, labels, top_k)
+}
+
+/// The best `top_k` labels by each one's sigmoid (SigLIP's independent probabilities).
+fn ranked_sigmoid(logits: &[f32], labels: &[String], top_k: usize) -> Vec<Scored> {
+    let scores: Vec<f64> = logits
+        .iter()
+        .map(|&l| 1.0 / (1.0 + (-f64::from(l)).exp()))
+        .collect();
+    best(&scores, labels, top_k)
+}
+
+fn best(scores: &[f64], labels: &[String], top_k: usize) -> Vec<Scored> {
     let mut out: Vec<Scored> = labels
         .iter()
-        .zip(&exp)
-        .map(|(label, e)| Scored {
+        .zip(scores)
+        .map(|(label, &s)| Scored {
             label: label.clone(),
-            score: (e / total) as f32,
+            score: s as f32,
         })
         .collect();
     out.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -172,14 +188,19 @@ impl ImageClassifier {
 /// transformers' zero-shot image pipeline's default prompt.
 pub const DEFAULT_HYPOTHESIS_TEMPLATE: &str = "This is a photo of {}.";
 
-/// Zero-shot image classification with a contrastive image-text model (`CLIPModel`):
-/// each label is put in a prompt, the prompts are tokenized as `CLIPProcessor` does
-/// (a padded batch with its attention mask) and the softmax of `logits_per_image` ranks them.
+/// Zero-shot image classification with a contrastive image-text model (`CLIPModel`,
+/// `SiglipModel`): each label is put in a prompt, the prompts are tokenized as transformers'
+/// pipeline does (a batch padded to the longest with its attention mask; SigLIP's to 64
+/// tokens) and `logits_per_image` ranks them (a softmax over the labels; SigLIP's sigmoid
+/// of each).
 #[derive(Debug)]
 pub struct ZeroShotImageClassifier {
     model: Box<dyn ImageTextModel>,
     processor: ImageProcessor,
     tokenizer: Tokenizer,
+    /// The padding id: `tokenizer_config.json`'s pad token, else `tokenizer.json`'s, else
+    /// CLIP's end-of-text.
+    pad: i64,
 }
 
 impl ZeroShotImageClassifier {
@@ -189,10 +210,20 @@ impl ZeroShotImageClassifier {
         opts: LoadOptions,
     ) -> Result<ZeroShotImageClassifier> {
         let (model, pretrained) = load_image_text(repo_or_path, &opts)?;
+        let tokenizer = Tokenizer::from_pretrained(&pretrained)?;
+        let configured = pretrained
+            .tokenizer_config()?
+            .and_then(|c| c.pad_token.map(|t| t.content().to_string()))
+            .and_then(|t| tokenizer.token_to_id(&t));
+        let pad = configured
+            .or_else(|| tokenizer.pad_id())
+            .or_else(|| tokenizer.token_to_id("<|endoftext|>"))
+            .map_or(0, i64::from);
         Ok(ZeroShotImageClassifier {
             model,
             processor: ImageProcessor::from_pretrained(&pretrained)?,
-            tokenizer: Tokenizer::from_pretrained(&pretrained)?,
+            tokenizer,
+            pad,
         })
     }
 
@@ -219,7 +250,11 @@ impl ZeroShotImageClassifier {
             ));
         }
         let text = self.model.text();
-        let max = text.max_position_embeddings();
+        let scores = self.model.zero_shot();
+        let max = match scores {
+            ZeroShotScores::Softmax => text.max_position_embeddings(),
+            ZeroShotScores::Sigmoid { max_length } => max_length,
+        };
         let ids = labels
             .iter()
             .map(|l| {
@@ -227,12 +262,13 @@ impl ZeroShotImageClassifier {
                     .encode_truncated(&template.replacen("{}", l, 1), max)
             })
             .collect::<Result<Vec<_>>>()?;
-        let (b, t) = (ids.len(), ids.iter().map(Vec::len).max().unwrap_or(0));
-        // Right padding with the end-of-text token, as CLIP's tokenizer pads; masked.
-        let pad = self
-            .tokenizer
-            .token_to_id("<|endoftext|>")
-            .map_or(0, i64::from);
+        let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
+        let (b, t) = match scores {
+            ZeroShotScores::Softmax => (ids.len(), longest),
+            ZeroShotScores::Sigmoid { max_length } => (ids.len(), max_length),
+        };
+        // Right padding, masked.
+        let pad = self.pad;
         let mut flat = Vec::with_capacity(b * t);
         let mut mask = Vec::with_capacity(b * t);
         for row in &ids {
@@ -258,7 +294,10 @@ impl ZeroShotImageClassifier {
         let labels: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
         Ok(rows(&out.logits_per_image)?
             .iter()
-            .map(|l| ranked(l, &labels, labels.len()))
+            .map(|l| match scores {
+                ZeroShotScores::Softmax => ranked(l, &labels, labels.len()),
+                ZeroShotScores::Sigmoid { .. } => ranked_sigmoid(l, &labels, labels.len()),
+            })
             .collect())
     }
 }

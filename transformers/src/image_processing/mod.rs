@@ -171,12 +171,21 @@ fn class_defaults(class: &str) -> Option<ImageProcessor> {
             ..base
         }),
         "ViTImageProcessor" | "ViTFeatureExtractor" => Some(base),
+        "SiglipImageProcessor" => Some(ImageProcessor {
+            resample: Resample::Bicubic,
+            do_convert_rgb: true,
+            ..base
+        }),
         _ => None,
     }
 }
 
 /// The processor classes zoo reads.
-pub const SUPPORTED_PROCESSORS: &[&str] = &["CLIPImageProcessor", "ViTImageProcessor"];
+pub const SUPPORTED_PROCESSORS: &[&str] = &[
+    "CLIPImageProcessor",
+    "ViTImageProcessor",
+    "SiglipImageProcessor",
+];
 
 impl ImageProcessor {
     /// The processor of a model, found as transformers 5 finds it: the image processor

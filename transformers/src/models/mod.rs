@@ -23,6 +23,7 @@ pub mod qwen2_moe;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod roberta;
+pub mod siglip;
 pub mod t5;
 pub mod vit;
 pub mod xlm_roberta;

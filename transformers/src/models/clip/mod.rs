@@ -21,7 +21,7 @@ pub(crate) use vision::{vision_layout, FAMILY as VISION_FAMILY};
 
 /// CLIP's tensor-parallel plan (both towers): heads (q/k/v colwise, out_proj rowwise) and
 /// MLP columns (fc1 colwise, fc2 rowwise); a CLIP text tower's embeddings by vocabulary.
-const TP_PLAN: TpPlan = &[
+pub(crate) const TP_PLAN: TpPlan = &[
     ("layers.*.self_attn.q_proj", TpStyle::Colwise),
     ("layers.*.self_attn.k_proj", TpStyle::Colwise),
     ("layers.*.self_attn.v_proj", TpStyle::Colwise),
