@@ -25,6 +25,10 @@ VISION = {
     "model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
     "num_attention_heads": 4, "image_size": 32, "patch_size": 8, "projection_dim": 24,
 }
+SIGLIP_VISION = {
+    "model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "image_size": 32, "patch_size": 8, "vision_use_head": False,
+}
 VOCAB, IMAGE_TOKEN, PAD, EOS = 128, 127, 0, 1
 TEXT = {
     "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -57,6 +61,7 @@ class LlavaSpec:
     dtype: str = "f32"
     seed: int = 0
     original_format: bool = True
+    vision: dict[str, Any] = field(default_factory=lambda: dict(VISION))
 
 
 SPECS: list[LlavaSpec] = [
@@ -69,18 +74,25 @@ SPECS: list[LlavaSpec] = [
               {"vision_feature_select_strategy": "full", "vision_feature_layer": [-3, -1],
                "multimodal_projector_bias": False, "projector_hidden_act": "gelu"},
               {"model_type": "qwen2"}, seed=1702, original_format=False),
+    LlavaSpec("llava-siglip-gemma2-f32", "LLaVA over a SigLIP tower without its pooling head (the default strategy "
+              "drops its first patch, as transformers does) and Gemma 2 (scaled embeddings, soft-capping, tied head), "
+              "feature layer -1", ["image-tokens", "siglip-tower", "gemma2", "generation"],
+              {"vision_feature_layer": -1},
+              {"model_type": "gemma2", "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 8},
+              seed=1703, vision=dict(SIGLIP_VISION)),
 ]
 
 
 def tokens_per_image(spec: LlavaSpec) -> int:
-    side = VISION["image_size"] // VISION["patch_size"]
+    side = spec.vision["image_size"] // spec.vision["patch_size"]
+    tokens = side * side + int(spec.vision["model_type"] == "clip_vision_model")
     full = spec.config.get("vision_feature_select_strategy") == "full"
-    return side * side + int(full)
+    return tokens - int(not full)
 
 
 def build_model(spec: LlavaSpec) -> LlavaForConditionalGeneration:
     text = {"model_type": "llama", **TEXT, **spec.text}
-    config = LlavaConfig(vision_config=dict(VISION), text_config=text, image_token_index=IMAGE_TOKEN,
+    config = LlavaConfig(vision_config=dict(spec.vision), text_config=text, image_token_index=IMAGE_TOKEN,
                          **spec.config)
     config.architectures = ["LlavaForConditionalGeneration"]
     torch.manual_seed(spec.seed)
@@ -113,7 +125,7 @@ def make_inputs(spec: LlavaSpec) -> dict[str, torch.Tensor]:
         ids[i, width - len(r):] = torch.tensor(r)
         mask[i, width - len(r):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0) * mask
-    pixel_values = torch.randn(2 * images, 3, VISION["image_size"], VISION["image_size"], generator=gen)
+    pixel_values = torch.randn(2 * images, 3, spec.vision["image_size"], spec.vision["image_size"], generator=gen)
     return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "pixel_values": pixel_values}
 
 

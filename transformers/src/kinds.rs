@@ -185,6 +185,8 @@ pub trait DecoderModel: Send + Sync + Debug {
     fn embed(&self, ids: &Tensor) -> Result<Tensor>;
     /// The width of the residual stream.
     fn hidden_size(&self) -> usize;
+    /// The input embedding table (what a tied head multiplies by).
+    fn input_embeddings(&self) -> &zoo_runtime::nn::Embedding;
     /// Runs the decoder over `args.input_ids`, appending their keys and values to `cache`.
     fn forward(&self, args: ForwardArgs<'_>, cache: &mut KvCache) -> Result<ModelOutput>;
 }

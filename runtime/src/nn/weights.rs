@@ -202,8 +202,6 @@ pub struct Weights {
     placement: Option<Arc<DevicePlacement>>,
     keep_blocks: bool,
     tp_plan: Option<crate::device_map::TpPlan>,
-    /// Names under `.0` are stored under `.1` ([`Weights::with_alias`]).
-    alias: Option<Arc<(String, String)>>,
 }
 
 impl std::fmt::Debug for Weights {
@@ -227,31 +225,6 @@ impl Weights {
             placement: None,
             keep_blocks: true,
             tp_plan: None,
-            alias: None,
-        }
-    }
-
-    /// The same source with the module `logical` read from `stored`: a model nested
-    /// differently from the checkpoint loads under its own names (a vision-language
-    /// checkpoint's `model.language_model.*` read by a causal LM as `model.*`, as
-    /// transformers' key mappings do). Full names, errors and placements use the stored names.
-    pub fn with_alias(&self, logical: &str, stored: &str) -> Weights {
-        Weights {
-            alias: Some(Arc::new((logical.to_string(), stored.to_string()))),
-            ..self.clone()
-        }
-    }
-
-    /// The stored name of the logical name `name`.
-    fn stored(&self, name: String) -> String {
-        let Some(alias) = &self.alias else {
-            return name;
-        };
-        let (from, to) = (&alias.0, &alias.1);
-        match name.strip_prefix(from.as_str()) {
-            Some("") => to.clone(),
-            Some(rest) if rest.starts_with('.') => format!("{to}{rest}"),
-            _ => name,
         }
     }
 
@@ -354,11 +327,11 @@ impl Weights {
 
     /// The full name of `name` under this prefix.
     pub fn full_name(&self, name: &str) -> String {
-        self.stored(if self.prefix.is_empty() {
+        if self.prefix.is_empty() {
             name.to_string()
         } else {
             format!("{}.{}", self.prefix, name)
-        })
+        }
     }
 
     /// The dtype tensors load as.
@@ -369,7 +342,7 @@ impl Weights {
     /// The device the module under this prefix loads onto (its placement's, else the
     /// default device).
     pub fn device(&self) -> Device {
-        self.device_for(&self.stored(self.prefix.clone()))
+        self.device_for(&self.prefix)
     }
 
     /// Whether `name` exists under this prefix.

@@ -385,6 +385,10 @@ impl DecoderModel for GemmaModel {
         self.config.hidden_size
     }
 
+    fn input_embeddings(&self) -> &Embedding {
+        &self.embed_tokens
+    }
+
     fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         self.scaled_embeddings(&checked_ids(ids, &self.device(), self.config.vocab_size)?)
     }

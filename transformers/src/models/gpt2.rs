@@ -362,6 +362,10 @@ impl DecoderModel for GPT2Model {
         self.config.n_embd
     }
 
+    fn input_embeddings(&self) -> &Embedding {
+        &self.wte
+    }
+
     fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let ids = checked_ids(ids, &self.device(), self.config.vocab_size)?;
         Ok(self.wte.forward(&ids)?)

@@ -524,6 +524,10 @@ impl DecoderModel for LlamaModel {
         self.config.hidden_size
     }
 
+    fn input_embeddings(&self) -> &Embedding {
+        &self.embed_tokens
+    }
+
     fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let ids = checked_ids(ids, &self.device(), self.config.vocab_size)?;
         Ok(self.embed_tokens.forward(&ids)?)

@@ -1,7 +1,7 @@
 //! LLaVA: mirrors transformers' `models/llava/modeling_llava.py`
 //! (`LlavaForConditionalGeneration`).
 //!
-//! A CLIP vision tower, a two-layer projector (`multi_modal_projector`: `linear_1`, the
+//! A CLIP or SigLIP vision tower, a two-layer projector (`multi_modal_projector`: `linear_1`, the
 //! `projector_hidden_act`, `linear_2`) and any decoder family zoo runs as the language model
 //! (`text_config.model_type`, Llama by default). An image's features are the hidden states
 //! of `vision_feature_layer` (one index, or several concatenated along the width), without
@@ -19,8 +19,8 @@ use zoo_hub::PretrainedConfig;
 use zoo_runtime::nn::{Linear, Weights};
 use zoo_runtime::{Activation, Device, Tensor};
 
-use super::clip::CLIPVisionConfig;
-use super::clip::CLIPVisionModel;
+use super::clip::{CLIPVisionConfig, CLIPVisionModel};
+use super::siglip::{SiglipVisionConfig, SiglipVisionModel};
 use crate::cache::KvCache;
 use crate::config::config_error;
 use crate::family::{family, Family, Layout, Loaders};
@@ -28,7 +28,7 @@ use crate::kinds::{
     CausalLm, DecoderModel, ForwardArgs, ImageArgs, ImageTower, LogitsFor, ModelOutput,
     VisionLanguage,
 };
-use crate::Result;
+use crate::{Error, Result};
 
 /// The registry entry of `llava`.
 pub(crate) const FAMILY: Family = family! {
@@ -54,7 +54,7 @@ pub struct LlavaConfig {
     /// The language model's config (`text_config`, `model_type` Llama when absent).
     pub text_config: PretrainedConfig,
     /// The vision tower's config (`vision_config`).
-    pub vision_config: CLIPVisionConfig,
+    pub vision_config: TowerConfig,
     /// The image placeholder's id (`image_token_index`, or `image_token_id`).
     pub image_token_index: u32,
     /// The projector's activation.
@@ -66,6 +66,8 @@ pub struct LlavaConfig {
     pub vision_feature_layer: Vec<i64>,
     /// Biases on the projector's layers.
     pub multimodal_projector_bias: bool,
+    /// `lm_head` shares the input embeddings (`tie_word_embeddings`, or the text config's).
+    pub tie_word_embeddings: bool,
     text_family: &'static Family,
 }
 
@@ -96,15 +98,17 @@ impl LlavaConfig {
             })?;
         (text_family.validate)(&text_config)?;
         let vision = sub("vision_config", "clip_vision_model")?;
-        match vision.model_type.as_deref() {
-            Some("clip_vision_model") => {}
+        let vision_config = match vision.model_type.as_deref() {
+            Some("clip_vision_model") => TowerConfig::Clip(CLIPVisionConfig::from_pretrained(&vision)?),
+            Some("siglip_vision_model") => {
+                TowerConfig::Siglip(SiglipVisionConfig::from_pretrained(&vision)?)
+            }
             other => {
                 return Err(bad(format!(
-                    "`vision_config.model_type` is {other:?}; zoo's LLaVA reads a CLIP vision tower (clip_vision_model)"
+                    "`vision_config.model_type` is {other:?}; zoo's LLaVA reads a CLIP or SigLIP vision tower (clip_vision_model, siglip_vision_model)"
                 )))
             }
-        }
-        let vision_config = CLIPVisionConfig::from_pretrained(&vision)?;
+        };
         let image_token_index = ["image_token_index", "image_token_id"]
             .iter()
             .find_map(|k| cfg.get(k).and_then(|v| v.as_u64()))
@@ -131,7 +135,7 @@ impl LlavaConfig {
                     )))
                 }
             };
-        let layers = vision_config.num_hidden_layers as i64;
+        let layers = vision_config.layers() as i64;
         let vision_feature_layer = match cfg.get("vision_feature_layer") {
             None => vec![-2],
             Some(Value::Number(n)) => vec![n.as_i64().unwrap_or(i64::MAX)],
@@ -162,7 +166,10 @@ impl LlavaConfig {
                 )))
             }
         };
+        let tie = |c: &PretrainedConfig| c.tie_word_embeddings.unwrap_or(false);
+        let tie_word_embeddings = tie(cfg) || tie(&text_config);
         Ok(LlavaConfig {
+            tie_word_embeddings,
             text_config,
             vision_config,
             image_token_index,
@@ -174,10 +181,14 @@ impl LlavaConfig {
         })
     }
 
-    /// Image tokens one image fills: its patches, and the class token under `full`.
+    /// Image tokens one image fills: the tower's tokens (CLIP's class token and patches,
+    /// SigLIP's patches), the first dropped under `default`.
     pub fn tokens_per_image(&self) -> usize {
-        let side = self.vision_config.grid_side();
-        side * side + usize::from(self.vision_feature_select_strategy == FeatureSelect::Full)
+        let tokens = self.vision_config.tokens();
+        match self.vision_feature_select_strategy {
+            FeatureSelect::Default => tokens - 1,
+            FeatureSelect::Full => tokens,
+        }
     }
 
     fn text_hidden(&self) -> Result<usize> {
@@ -185,14 +196,77 @@ impl LlavaConfig {
     }
 }
 
+/// The vision tower's config: CLIP's or SigLIP's.
+#[derive(Clone, Debug)]
+pub enum TowerConfig {
+    /// `clip_vision_model`.
+    Clip(CLIPVisionConfig),
+    /// `siglip_vision_model`.
+    Siglip(SiglipVisionConfig),
+}
+
+impl TowerConfig {
+    fn layers(&self) -> usize {
+        match self {
+            TowerConfig::Clip(c) => c.num_hidden_layers,
+            TowerConfig::Siglip(c) => c.num_hidden_layers,
+        }
+    }
+
+    fn hidden(&self) -> usize {
+        match self {
+            TowerConfig::Clip(c) => c.hidden_size,
+            TowerConfig::Siglip(c) => c.hidden_size,
+        }
+    }
+
+    /// The tokens the tower outputs for an image of its size.
+    fn tokens(&self) -> usize {
+        match self {
+            TowerConfig::Clip(c) => c.grid_side() * c.grid_side() + 1,
+            TowerConfig::Siglip(c) => c.grid_side() * c.grid_side(),
+        }
+    }
+
+    fn layout(&self) -> Layout {
+        match self {
+            TowerConfig::Clip(c) => super::clip::vision_layout(c),
+            TowerConfig::Siglip(c) => super::siglip::vision_layout_of(c),
+        }
+    }
+}
+
+/// The vision tower itself.
+#[derive(Debug)]
+enum Tower {
+    Clip(CLIPVisionModel),
+    Siglip(SiglipVisionModel),
+}
+
+impl Tower {
+    fn load(w: &Weights, c: &TowerConfig) -> Result<Tower> {
+        Ok(match c {
+            TowerConfig::Clip(c) => Tower::Clip(CLIPVisionModel::load_either(w, c)?),
+            TowerConfig::Siglip(c) => Tower::Siglip(SiglipVisionModel::load_either(w, c)?),
+        })
+    }
+
+    fn get(&self) -> &dyn ImageTower {
+        match self {
+            Tower::Clip(t) => t,
+            Tower::Siglip(t) => t,
+        }
+    }
+}
+
 /// Where a checkpoint keeps the three parts: transformers 5's names, or the earlier ones.
 struct Parts {
     tower: Weights,
     projector: Weights,
-    /// The language model's checkpoint root, as its causal LM reads it.
-    language_model: Weights,
-    /// Its base model's.
+    /// The language model's base model.
     base: Weights,
+    /// Where `lm_head` sits.
+    head: Weights,
 }
 
 fn parts(w: &Weights) -> Parts {
@@ -200,15 +274,15 @@ fn parts(w: &Weights) -> Parts {
         Parts {
             tower: w.pp("model.vision_tower"),
             projector: w.pp("model.multi_modal_projector"),
-            language_model: w.with_alias("model", "model.language_model"),
             base: w.pp("model.language_model"),
+            head: w.clone(),
         }
     } else {
         Parts {
             tower: w.pp("vision_tower"),
             projector: w.pp("multi_modal_projector"),
-            language_model: w.pp("language_model"),
             base: w.pp("language_model"),
+            head: w.pp("language_model"),
         }
     }
 }
@@ -217,7 +291,7 @@ fn parts(w: &Weights) -> Parts {
 /// naming; the KV cache is the language model's.
 fn layout(config: &PretrainedConfig) -> Result<Layout> {
     let c = LlavaConfig::from_pretrained(config)?;
-    let vision = super::clip::vision_layout(&c.vision_config);
+    let vision = c.vision_config.layout();
     let text = (c.text_family.layout)(&c.text_config)?;
     let under_tower = |names: &[String]| -> Vec<String> {
         names
@@ -275,24 +349,38 @@ fn layout(config: &PretrainedConfig) -> Result<Layout> {
 /// `LlavaModel` as a decoder: the language model's base (what `AutoModel` returns for text).
 fn load_base(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn DecoderModel>> {
     let c = LlavaConfig::from_pretrained(config)?;
-    let Loaders::Decoder { base, .. } = c.text_family.loaders else {
-        return Err(config_error(config, "the text family is no decoder".into()));
-    };
-    base(&parts(w).base, &c.text_config)
+    c.load_language_model(&parts(w).base)
+}
+
+impl LlavaConfig {
+    /// The text family's base decoder from `w`.
+    fn load_language_model(&self, w: &Weights) -> Result<Box<dyn DecoderModel>> {
+        let Loaders::Decoder { base, .. } = self.text_family.loaders else {
+            return Err(Error::Config {
+                path: self.text_config.path.clone(),
+                reason: "the text family is no decoder".into(),
+            });
+        };
+        base(w, &self.text_config)
+    }
 }
 
 fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn CausalLm>> {
     Ok(Box::new(LlavaForConditionalGeneration::load(w, config)?))
 }
 
-/// `LlavaForConditionalGeneration`: the vision tower and projector beside a causal LM.
+/// `LlavaForConditionalGeneration`: the vision tower and projector beside a language model
+/// under LLaVA's own `lm_head` (a plain product: the text family's head extras, such as
+/// Gemma 2's logit soft-capping, are not LLaVA's).
 #[derive(Debug)]
 pub struct LlavaForConditionalGeneration {
-    vision_tower: CLIPVisionModel,
+    vision_tower: Tower,
     linear_1: Linear,
     act: Activation,
     linear_2: Linear,
-    language_model: Box<dyn CausalLm>,
+    language_model: Box<dyn DecoderModel>,
+    lm_head: Linear,
+    tied: bool,
     config: LlavaConfig,
 }
 
@@ -300,13 +388,16 @@ impl LlavaForConditionalGeneration {
     /// Loads from the checkpoint root.
     pub fn load(w: &Weights, config: &PretrainedConfig) -> Result<LlavaForConditionalGeneration> {
         let c = LlavaConfig::from_pretrained(config)?;
-        let Loaders::Decoder { causal_lm, .. } = c.text_family.loaders else {
-            return Err(config_error(config, "the text family is no decoder".into()));
-        };
         let p = parts(w);
-        let language_model = causal_lm(&p.language_model, &c.text_config)?;
-        let vision_tower = CLIPVisionModel::load_either(&p.tower, &c.vision_config)?;
-        let width = c.vision_config.hidden_size * c.vision_feature_layer.len();
+        let language_model = c.load_language_model(&p.base)?;
+        let vocab = language_model.vocab_size();
+        let tied = c.tie_word_embeddings || !p.head.contains("lm_head.weight");
+        let lm_head = match tied {
+            true => language_model.input_embeddings().as_linear(),
+            false => Linear::load(&p.head.pp("lm_head"), c.text_hidden()?, vocab, false)?,
+        };
+        let vision_tower = Tower::load(&p.tower, &c.vision_config)?;
+        let width = c.vision_config.hidden() * c.vision_feature_layer.len();
         let hidden = c.text_hidden()?;
         let bias = c.multimodal_projector_bias;
         Ok(LlavaForConditionalGeneration {
@@ -315,6 +406,8 @@ impl LlavaForConditionalGeneration {
             act: Activation::from_hf(&c.projector_hidden_act)?,
             linear_2: Linear::load(&p.projector.pp("linear_2"), hidden, hidden, bias)?,
             language_model,
+            lm_head,
+            tied,
             config: c,
         })
     }
@@ -327,13 +420,13 @@ impl LlavaForConditionalGeneration {
 
 impl CausalLm for LlavaForConditionalGeneration {
     fn model(&self) -> &dyn DecoderModel {
-        self.language_model.model()
+        &*self.language_model
     }
     fn logits_device(&self) -> Device {
-        self.language_model.logits_device()
+        self.lm_head.device()
     }
     fn tied(&self) -> bool {
-        self.language_model.tied()
+        self.tied
     }
     fn forward(
         &self,
@@ -341,7 +434,12 @@ impl CausalLm for LlavaForConditionalGeneration {
         cache: &mut KvCache,
         which: LogitsFor<'_>,
     ) -> Result<(Tensor, ModelOutput)> {
-        self.language_model.forward(args, cache, which)
+        let out = self.language_model.forward(args, cache)?;
+        let h = which.select(&out.last_hidden_state)?;
+        let logits = self
+            .lm_head
+            .forward(&h.to_device(&self.lm_head.device())?)?;
+        Ok((logits, out))
     }
     fn vision(&self) -> Option<&dyn VisionLanguage> {
         Some(self)
@@ -353,13 +451,13 @@ impl VisionLanguage for LlavaForConditionalGeneration {
         self.config.image_token_index
     }
     fn image_size(&self) -> (usize, usize) {
-        self.vision_tower.image_size()
+        self.vision_tower.get().image_size()
     }
     fn tokens_per_image(&self) -> usize {
         self.config.tokens_per_image()
     }
     fn image_features(&self, pixel_values: &Tensor) -> Result<Tensor> {
-        let out = self.vision_tower.run(ImageArgs {
+        let out = self.vision_tower.get().run(ImageArgs {
             output_hidden_states: true,
             ..ImageArgs::new(pixel_values)
         })?;
@@ -384,6 +482,6 @@ impl VisionLanguage for LlavaForConditionalGeneration {
         let x = self
             .linear_2
             .forward(&self.act.apply(&self.linear_1.forward(&x)?)?)?;
-        Ok(x.to_device(&self.language_model.model().device())?)
+        Ok(x.to_device(&self.language_model.device())?)
     }
 }

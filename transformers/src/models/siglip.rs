@@ -241,8 +241,14 @@ fn text_layout(config: &PretrainedConfig) -> Result<Layout> {
 
 /// The vision tower's planner view.
 fn vision_layout(config: &PretrainedConfig) -> Result<Layout> {
-    let c = SiglipVisionConfig::from_pretrained(config)?;
-    Ok(Layout {
+    Ok(vision_layout_of(&SiglipVisionConfig::from_pretrained(
+        config,
+    )?))
+}
+
+/// The vision tower's planner view from its typed config.
+pub(crate) fn vision_layout_of(c: &SiglipVisionConfig) -> Layout {
+    Layout {
         layer_containers: vec![
             "encoder.layers".into(),
             "vision_model.encoder.layers".into(),
@@ -256,7 +262,7 @@ fn vision_layout(config: &PretrainedConfig) -> Result<Layout> {
             c.num_attention_heads,
         ),
         context: c.grid_side() * c.grid_side(),
-    })
+    }
 }
 
 /// `SiglipModel`'s planner view: the text tower's layers, then the vision tower's.
@@ -610,7 +616,8 @@ impl SiglipVisionModel {
         })
     }
 
-    fn load_either(w: &Weights, c: &SiglipVisionConfig) -> Result<SiglipVisionModel> {
+    /// Loads the tower at the root or under `vision_model.`, wherever the checkpoint has it.
+    pub(crate) fn load_either(w: &Weights, c: &SiglipVisionConfig) -> Result<SiglipVisionModel> {
         let (root, prefix) = tower_root(w, "vision_model", "post_layernorm.weight");
         SiglipVisionModel::load(&root, c, prefix)
     }
