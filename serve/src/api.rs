@@ -9,6 +9,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use zoo_transformers::generation::{GenerationOptions, StopReason};
+use zoo_transformers::image_processing::RgbImage;
 use zoo_transformers::Message;
 
 /// An error as OpenAI's API returns it: a status and `{"error": {"message", "type",
@@ -160,9 +161,13 @@ pub(crate) fn check_model(body: &Map<String, Value>, served: &str) -> Result<(),
     }
 }
 
-/// The chat messages as the chat template takes them: `content` a string or a list of
-/// text parts.
-pub(crate) fn messages(body: &Map<String, Value>) -> Result<Vec<Message>, ApiError> {
+/// The chat messages as the chat template takes them — `content` a string or a list of text
+/// and `image_url` parts — and the images in the order they come. A message's images are
+/// rendered before its text (`Message::with_images`). Images come inline as `data:` URLs
+/// (base64 PNG or JPEG, at most `MAX_IMAGE_PIXELS` pixels); the server fetches nothing.
+pub(crate) fn messages(
+    body: &Map<String, Value>,
+) -> Result<(Vec<Message>, Vec<RgbImage>), ApiError> {
     let Some(list) = body.get("messages") else {
         return Err(ApiError::invalid("messages", "`messages` is required"));
     };
@@ -172,10 +177,13 @@ pub(crate) fn messages(body: &Map<String, Value>) -> Result<Vec<Message>, ApiErr
     if list.is_empty() {
         return Err(ApiError::invalid("messages", "`messages` is empty"));
     }
-    list.iter()
+    let mut images = Vec::new();
+    let messages = list
+        .iter()
         .enumerate()
         .map(|(i, m)| {
             let at = |f: &str| format!("messages[{i}].{f}");
+            let before = images.len();
             let role = match m.get("role") {
                 Some(Value::String(r)) => r.clone(),
                 _ => return Err(ApiError::invalid(&at("role"), "each message needs a string `role`")),
@@ -186,13 +194,15 @@ pub(crate) fn messages(body: &Map<String, Value>) -> Result<Vec<Message>, ApiErr
                 Some(Value::Array(parts)) => {
                     let mut text = String::new();
                     for (j, p) in parts.iter().enumerate() {
+                        let field = format!("messages[{i}].content[{j}]");
                         match (p.get("type").and_then(Value::as_str), p.get("text")) {
                             (Some("text"), Some(Value::String(t))) => text.push_str(t),
+                            (Some("image_url"), _) => images.push(image_part(p, &field)?),
                             (kind, _) => {
                                 return Err(ApiError::invalid(
-                                    &format!("messages[{i}].content[{j}]"),
+                                    &field,
                                     format!(
-                                        "content parts of type {} are not served: this model reads text parts only",
+                                        "content parts of type {} are not served: send `text` and `image_url` parts",
                                         kind.unwrap_or("(none)")
                                     ),
                                 ))
@@ -208,9 +218,48 @@ pub(crate) fn messages(body: &Map<String, Value>) -> Result<Vec<Message>, ApiErr
                     ))
                 }
             };
-            Ok(Message::new(role, content))
+            Ok(Message::new(role, content).with_images(images.len() - before))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((messages, images))
+}
+
+/// An `image_url` part's image: `{"image_url": {"url": "data:image/png;base64,..."}}` (or
+/// the URL as a string), decoded with the pixel limit checked before decoding.
+fn image_part(part: &Value, field: &str) -> Result<RgbImage, ApiError> {
+    let url = match part.get("image_url") {
+        Some(Value::String(u)) => u.as_str(),
+        Some(Value::Object(o)) => match o.get("url") {
+            Some(Value::String(u)) => u.as_str(),
+            _ => return Err(ApiError::invalid(field, "`image_url.url` must be a string")),
+        },
+        _ => {
+            return Err(ApiError::invalid(
+                field,
+                "an `image_url` part needs `image_url.url`",
+            ))
+        }
+    };
+    let Some(rest) = url.strip_prefix("data:") else {
+        return Err(ApiError::invalid(
+            field,
+            "zoo serve fetches no URLs: send the image inline as a data: URL (data:image/png;base64,...)",
+        ));
+    };
+    let Some((_, data)) = rest.split_once(";base64,") else {
+        return Err(ApiError::invalid(
+            field,
+            "the data: URL must be base64 (data:image/png;base64,...)",
+        ));
+    };
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| {
+            ApiError::invalid(field, format!("the image's base64 does not decode: {e}"))
+        })?;
+    RgbImage::decode(&bytes, std::path::Path::new(field))
+        .map_err(|e| ApiError::invalid(field, e.to_string()))
 }
 
 /// The completions `prompt`: a string, a list of strings, a list of token ids or a list of
@@ -408,22 +457,9 @@ pub(crate) fn dimensions(body: &Map<String, Value>) -> Result<Option<usize>, Api
 
 /// An embedding as OpenAI's base64 form: its float32s, little-endian, in standard base64.
 pub(crate) fn base64_f32(v: &[f32]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    use base64::Engine as _;
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= c.len() {
-                out.push(ABC[(n >> shift) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 fn number(body: &Map<String, Value>, field: &str) -> Result<Option<f64>, ApiError> {

@@ -194,9 +194,20 @@ async fn generate(
             format!("`{}` {route}", s.options.served_model_name),
         ));
     };
+    let mut images = Vec::new();
     let prompts = match kind {
         Kind::Chat => {
-            let messages = api::messages(&body)?;
+            let (messages, given) = api::messages(&body)?;
+            if !given.is_empty() && model.model().vision().is_none() {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!(
+                        "`{}` reads text only; image_url parts need a vision-language model",
+                        s.options.served_model_name
+                    ),
+                ));
+            }
+            images = given;
             let Some(template) = chat_template else {
                 return Err(ApiError::invalid(
                     "messages",
@@ -216,15 +227,25 @@ async fn generate(
         model.default_options(),
         engine.max_sequences,
     )?;
+    // A vision-language model's chat prompt is tokenized as its processor does, each image
+    // placeholder expanded; the images become pixel values here and features in the engine.
+    let vision_chat = kind == Kind::Chat && model.model().vision().is_some();
+    let mut pixels = None;
     let ids = req
         .prompts
         .iter()
         .map(|p| match p {
+            Prompt::Text { text, .. } if vision_chat => {
+                let (ids, px) = model.image_prompt(text, &images)?;
+                pixels = px;
+                Ok(ids)
+            }
             Prompt::Text { text, chat } => model.encode(text, *chat),
             Prompt::Ids(ids) => Ok(ids.clone()),
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ApiError::from_model(&e))?;
+
     let mut opts = req.opts.clone();
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
     if longest >= engine.capacity {
@@ -252,6 +273,7 @@ async fn generate(
             .iter()
             .flat_map(|p| std::iter::repeat_n(p.clone(), req.n))
             .collect(),
+        pixels,
         n: req.n,
         opts,
         updates: tx,

@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
+use zoo_runtime::Tensor;
 use zoo_transformers::generation::BLOCK_SIZE;
 use zoo_transformers::generation::{GenerationOptions, GenerationOutput};
 use zoo_transformers::{Engine, EngineConfig, EngineEvent, SequenceId, TextGenerator};
@@ -28,6 +29,9 @@ const DEFAULT_STEP_TOKENS: usize = 2048;
 pub(crate) struct Job {
     /// One entry per sequence: each prompt repeated `n` times.
     pub prompts: Vec<Vec<u32>>,
+    /// A vision-language prompt's images as pixel values on the host (all prompts share
+    /// them: a chat request is one prompt).
+    pub pixels: Option<Tensor>,
     /// Choices per prompt.
     pub n: usize,
     pub opts: GenerationOptions,
@@ -324,7 +328,11 @@ fn admit(
             seed: job.opts.seed.wrapping_add((i % job.n.max(1)) as u64),
             ..job.opts.clone()
         };
-        match engine.add(prompt, opts) {
+        let joined = match &job.pixels {
+            Some(px) => engine.add_with_images(prompt, px, opts),
+            None => engine.add(prompt, opts),
+        };
+        match joined {
             Ok(id) => added.push(id),
             Err(e) => {
                 failed = Some(e);

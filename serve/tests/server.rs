@@ -872,3 +872,91 @@ fn a_reranker_answers_both_rerank_apis_as_sentence_transformers_ranks() {
         "model",
     );
 }
+
+/// A vision-language model (the committed tiny LLaVA with its processor, tokenizer and chat
+/// template) answers a chat whose message carries an image as a data: URL with the tokens
+/// transformers' processor and `generate` give (`pipeline.json`); two such requests at once
+/// get what each gets alone; a URL to fetch, bad base64 and an image for a text-only model
+/// are refused naming the part.
+#[test]
+fn a_vision_language_model_answers_image_chats_as_transformers() {
+    use base64::Engine as _;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("nightly/fixtures/llava-f32");
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("pipeline.json")).unwrap()).unwrap();
+    let png = std::fs::read(root.join(want["image"].as_str().unwrap())).unwrap();
+    let url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(&png)
+    );
+    let model =
+        AutoModelForCausalLM::load_pretrained(dir.to_str().unwrap(), DeviceMap::Cpu).unwrap();
+    let expected = model
+        .tokenizer()
+        .unwrap()
+        .decode(
+            &want["generated_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect::<Vec<_>>(),
+            true,
+        )
+        .unwrap();
+    let addr = start_with(
+        model,
+        ServeOptions {
+            max_batch: 2,
+            ..ServeOptions::new("llava")
+        },
+    );
+    let body = |image: Value| {
+        json!({
+            "model": "llava",
+            "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": image},
+                {"type": "text", "text": want["question"]},
+            ]}],
+            "max_tokens": want["max_new_tokens"],
+            "min_tokens": want["max_new_tokens"],
+            "temperature": 0,
+        })
+    };
+    let asks: Vec<_> = (0..2)
+        .map(|_| {
+            let b = body(json!({"url": url}));
+            thread::spawn(move || post(addr, "/v1/chat/completions", &b))
+        })
+        .collect();
+    for r in asks.into_iter().map(|h| h.join().unwrap()) {
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        assert_eq!(
+            v["choices"][0]["message"]["content"], expected,
+            "{}",
+            r.body
+        );
+    }
+    let refused = |image: Value, words: &str| {
+        let r = post(addr, "/v1/chat/completions", &body(image));
+        assert_eq!(r.status, 400, "{}", r.body);
+        let e = &r.json()["error"];
+        assert_eq!(e["param"], "messages[0].content[0]", "{}", r.body);
+        assert!(e["message"].as_str().unwrap().contains(words), "{}", r.body);
+    };
+    refused(
+        json!({"url": "https://example.com/cat.png"}),
+        "fetches no URLs",
+    );
+    refused(json!({"url": "data:image/png;base64,@@@"}), "base64");
+    refused(json!("data:image/png;base64,AAAA"), "");
+    // SmolLM2 reads text only.
+    let text_only = start(options(1));
+    let mut b = body(json!({"url": url}));
+    b["model"] = json!("smollm2");
+    let r = post(text_only, "/v1/chat/completions", &b);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("reads text only"), "{}", r.body);
+}

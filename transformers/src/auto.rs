@@ -1154,6 +1154,48 @@ impl TextGenerator {
         })
     }
 
+    /// A vision-language prompt's token ids, each image placeholder expanded, and the
+    /// images' pixel values on the host (none without images): the prompt tokenized as
+    /// transformers' processors tokenize it (special tokens added unless it starts with the
+    /// bos token), the images through the model's image processor. A placeholder without an
+    /// image, or an image for a text-only model, is refused.
+    pub fn image_prompt(
+        &self,
+        prompt: &str,
+        images: &[RgbImage],
+    ) -> Result<(Vec<u32>, Option<zoo_runtime::Tensor>)> {
+        let vision = crate::vision_language::vision_of(&*self.model)?;
+        if prompt.is_empty() {
+            return Err(Error::invalid("prompt", "the prompt is empty".into()));
+        }
+        let bos = self
+            .tokenizer_config
+            .as_ref()
+            .and_then(|c| c.bos_token.as_ref())
+            .map(|t| t.content().to_string())
+            .filter(|b| !b.is_empty());
+        let add_special = !bos.is_some_and(|b| prompt.starts_with(&b));
+        let ids = self.require_tokenizer()?.encode(prompt, add_special)?;
+        let ids = crate::vision_language::expand_image_tokens(&ids, vision);
+        if images.is_empty() {
+            if ids.contains(&vision.image_token_id()) {
+                return Err(Error::invalid(
+                    "images",
+                    "the prompt holds an image placeholder but no image was given".into(),
+                ));
+            }
+            return Ok((ids, None));
+        }
+        let processor = self.image_processor.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "images",
+                "the checkpoint has no preprocessor_config.json (nor a processor_config.json with an image_processor) to turn images into pixel values".into(),
+            )
+        })?;
+        let pixels = processor.pixel_values(images, &Device::Cpu)?;
+        Ok((ids, Some(pixels)))
+    }
+
     /// The image processor of a vision-language model (when its checkpoint has one).
     pub fn image_processor(&self) -> Option<&ImageProcessor> {
         self.image_processor.as_ref()
@@ -1172,47 +1214,14 @@ impl TextGenerator {
         opts: &GenerationOptions,
         on_text: impl FnMut(&str),
     ) -> Result<(GenerationOutput, GenerationStats)> {
-        let vision = crate::vision_language::vision_of(&*self.model)?;
-        let processor = self.image_processor.as_ref().ok_or_else(|| {
-            Error::invalid(
-                "images",
-                "the checkpoint has no preprocessor_config.json (nor a processor_config.json with an image_processor) to turn images into pixel values".into(),
-            )
-        })?;
-        if prompt.is_empty() {
-            return Err(Error::invalid("prompt", "the prompt is empty".into()));
-        }
-        let bos = self
-            .tokenizer_config
-            .as_ref()
-            .and_then(|c| c.bos_token.as_ref())
-            .map(|t| t.content().to_string())
-            .filter(|b| !b.is_empty());
-        let add_special = !bos.is_some_and(|b| prompt.starts_with(&b));
-        let ids = self.require_tokenizer()?.encode(prompt, add_special)?;
-        let ids = crate::vision_language::expand_image_tokens(&ids, vision);
-        let pixels = if images.is_empty() {
-            None
-        } else {
-            Some(processor.pixel_values(images, &self.model.model().device())?)
-        };
+        let (ids, pixels) = self.image_prompt(prompt, images)?;
         let embeds = match &pixels {
             Some(px) => Some(crate::vision_language::prompt_embeds(
                 &*self.model,
                 &ids,
                 px,
             )?),
-            None => {
-                // No image: the prompt must hold no placeholder either.
-                let dangling = ids.contains(&vision.image_token_id());
-                if dangling {
-                    return Err(Error::invalid(
-                        "images",
-                        "the prompt holds an image placeholder but no image was given".into(),
-                    ));
-                }
-                None
-            }
+            None => None,
         };
         stream_one(ids, on_text, |prompts, on_token| {
             self.generate_ids_embedded(prompts, vec![embeds], opts, on_token)

@@ -431,6 +431,26 @@ impl<'m> Engine<'m> {
         self.add_with_contexts(prompts.clone(), prompts, embeds, opts)
     }
 
+    /// Adds one vision-language prompt (its image placeholders expanded, as
+    /// [`crate::TextGenerator::image_prompt`] makes it) with its images' `pixel_values`: the
+    /// model computes their features and the prompt joins with them in place
+    /// ([`Engine::add_batch_with_embeds`]).
+    pub fn add_with_images(
+        &mut self,
+        prompt: Vec<u32>,
+        pixel_values: &Tensor,
+        opts: GenerationOptions,
+    ) -> Result<SequenceId> {
+        let Driven::Decoder(m) = &self.driven else {
+            return Err(Error::invalid(
+                "images",
+                "an encoder-decoder engine takes token prompts only".into(),
+            ));
+        };
+        let embeds = crate::vision_language::prompt_embeds(*m, &prompt, pixel_values)?;
+        Ok(self.add_batch_with_embeds(vec![prompt], vec![Some(embeds)], opts)?[0])
+    }
+
     /// [`Engine::add_batch`] where a prompt's positions take the first layer's input from its
     /// `embeds` (`[prompt, hidden]`, on any device) instead of its tokens' embeddings: a
     /// vision-language prompt with its image features in place
