@@ -251,3 +251,51 @@ fn seq2seq_api_tokenizes_and_generates_like_transformers() {
         "{err}"
     );
 }
+
+/// `zoo generate --image --chat` on the committed tiny LLaVA answers what transformers'
+/// processor and `generate` answer for the same image and question (`pipeline.json`); an
+/// image for a text-only model and a missing file are refused by name.
+#[test]
+fn generate_reads_images_with_a_vision_language_model() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("nightly/fixtures/llava-f32");
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("pipeline.json")).unwrap()).unwrap();
+    let image = root.join(want["image"].as_str().unwrap());
+    let n = want["max_new_tokens"].to_string();
+    let (ok, out, err) = zoo(&[
+        "generate",
+        dir.to_str().unwrap(),
+        want["question"].as_str().unwrap(),
+        "--chat",
+        "--image",
+        image.to_str().unwrap(),
+        "--max-new-tokens",
+        &n,
+        "--min-new-tokens",
+        &n,
+        "--greedy",
+    ]);
+    assert!(ok, "{err}");
+    // The word-level tokenizer decodes without spaces between words, as transformers does.
+    let text = want["text"].as_str().unwrap();
+    assert_eq!(out.lines().next().unwrap_or(""), text, "{out}");
+    let llama = model_dir();
+    let (ok, _, err) = zoo(&[
+        "generate",
+        llama.path().to_str().unwrap(),
+        "hello",
+        "--image",
+        image.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("reads text only"), "{err}");
+    let (ok, _, err) = zoo(&[
+        "generate",
+        dir.to_str().unwrap(),
+        "what is this ?",
+        "--chat",
+        "--image",
+        "/nonexistent/cat.png",
+    ]);
+    assert!(!ok && err.contains("/nonexistent/cat.png"), "{err}");
+}
