@@ -975,16 +975,7 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
         let features = vision.image_features(px).map_err(&failed)?;
         out.insert("image_features".into(), host(&features).map_err(failed)?);
     }
-    full_forward(
-        case,
-        &model,
-        ids,
-        &mask,
-        &positions,
-        (b, t),
-        images.as_ref(),
-        &mut out,
-    )?;
+    full_forward(case, &model, ids, &mask, &positions, (b, t), &mut out)?;
     let gen_ids = case.expected.get("generated_ids");
     if let Some(g) = gen_ids.filter(|g| g.shape.len() != 2 || g.shape[0] != b) {
         return Err(RunError::Failed(format!(
@@ -1189,14 +1180,18 @@ fn full_forward(
     mask: &[i64],
     positions: &[i64],
     (b, t): (usize, usize),
-    images: Option<&Tensor>,
     out: &mut BTreeMap<String, HostTensor>,
 ) -> Result<(), RunError> {
     let failed = |e: zoo_transformers::Error| RunError::Failed(format!("forward: {e}"));
     let device = model.load_report().device;
     let lm = model.model();
     let input = Tensor::from_vec(ids.to_vec(), &[b, t], &device).map_err(|e| failed(e.into()))?;
-    let embeds = match images {
+    // A vision-language case: its images' features over the image tokens.
+    let images = match case.inputs.get("pixel_values") {
+        Some(_) => Some(pixel_values(case, &device)?),
+        None => None,
+    };
+    let embeds = match &images {
         Some(px) => {
             let host_ids = Tensor::from_vec(ids.to_vec(), &[b, t], &zoo_runtime::Device::Cpu)
                 .map_err(|e| failed(e.into()))?;

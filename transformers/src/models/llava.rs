@@ -236,26 +236,13 @@ impl TowerConfig {
     }
 }
 
-/// The vision tower itself.
-#[derive(Debug)]
-enum Tower {
-    Clip(CLIPVisionModel),
-    Siglip(SiglipVisionModel),
-}
-
-impl Tower {
-    fn load(w: &Weights, c: &TowerConfig) -> Result<Tower> {
-        Ok(match c {
-            TowerConfig::Clip(c) => Tower::Clip(CLIPVisionModel::load_either(w, c)?),
-            TowerConfig::Siglip(c) => Tower::Siglip(SiglipVisionModel::load_either(w, c)?),
+impl TowerConfig {
+    /// The tower under `w` (at its root or under `vision_model.`).
+    fn load(&self, w: &Weights) -> Result<Box<dyn ImageTower>> {
+        Ok(match self {
+            TowerConfig::Clip(c) => Box::new(CLIPVisionModel::load_either(w, c)?),
+            TowerConfig::Siglip(c) => Box::new(SiglipVisionModel::load_either(w, c)?),
         })
-    }
-
-    fn get(&self) -> &dyn ImageTower {
-        match self {
-            Tower::Clip(t) => t,
-            Tower::Siglip(t) => t,
-        }
     }
 }
 
@@ -374,7 +361,7 @@ fn load(w: &Weights, config: &PretrainedConfig) -> Result<Box<dyn CausalLm>> {
 /// Gemma 2's logit soft-capping, are not LLaVA's).
 #[derive(Debug)]
 pub struct LlavaForConditionalGeneration {
-    vision_tower: Tower,
+    vision_tower: Box<dyn ImageTower>,
     linear_1: Linear,
     act: Activation,
     linear_2: Linear,
@@ -396,7 +383,7 @@ impl LlavaForConditionalGeneration {
             true => language_model.input_embeddings().as_linear(),
             false => Linear::load(&p.head.pp("lm_head"), c.text_hidden()?, vocab, false)?,
         };
-        let vision_tower = Tower::load(&p.tower, &c.vision_config)?;
+        let vision_tower = c.vision_config.load(&p.tower)?;
         let width = c.vision_config.hidden() * c.vision_feature_layer.len();
         let hidden = c.text_hidden()?;
         let bias = c.multimodal_projector_bias;
@@ -451,13 +438,13 @@ impl VisionLanguage for LlavaForConditionalGeneration {
         self.config.image_token_index
     }
     fn image_size(&self) -> (usize, usize) {
-        self.vision_tower.get().image_size()
+        self.vision_tower.image_size()
     }
     fn tokens_per_image(&self) -> usize {
         self.config.tokens_per_image()
     }
     fn image_features(&self, pixel_values: &Tensor) -> Result<Tensor> {
-        let out = self.vision_tower.get().run(ImageArgs {
+        let out = self.vision_tower.run(ImageArgs {
             output_hidden_states: true,
             ..ImageArgs::new(pixel_values)
         })?;

@@ -455,7 +455,7 @@ impl TextTower for SiglipTextModel {
                 &device,
             )?)?)?;
         // Bidirectional: every query sees the row's real keys.
-        let bias = real.iter().any(|&m| m == 0).then(|| {
+        let bias = real.contains(&0).then(|| {
             let low = self.placement.dtype().finite_min();
             let mut m = vec![0f64; b * t * t];
             for r in 0..b {
