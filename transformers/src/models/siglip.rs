@@ -20,7 +20,7 @@ use zoo_runtime::device_map::ModelShape;
 use zoo_runtime::nn::{Embedding, LayerNorm, Linear, Weights};
 use zoo_runtime::{Activation, DType, SdpaOptions, Tensor};
 
-use super::clip::{CLIPEncoder, HostBias, LayerSpec};
+use super::clip::{normalized, CLIPEncoder, HostBias, LayerSpec};
 use super::patches::{interpolate_positions, PatchEmbedding};
 use super::Placement;
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
@@ -690,12 +690,6 @@ pub struct SiglipModel {
     logit_scale: f64,
     logit_bias: f64,
     dtype: DType,
-}
-
-/// `x / ||x||` over the last dim, in the embeddings' dtype.
-fn normalized(x: &Tensor) -> Result<Tensor> {
-    let norm = x.square()?.sum(&[-1], true)?.sqrt()?;
-    Ok(x.div(&norm)?)
 }
 
 impl ImageTextModel for SiglipModel {

@@ -15,7 +15,7 @@ pub use projection::WithProjection;
 pub use text::{CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection};
 pub use vision::{CLIPVisionConfig, CLIPVisionModel, CLIPVisionModelWithProjection};
 
-pub(crate) use model::FAMILY as CLIP_FAMILY;
+pub(crate) use model::{normalized, FAMILY as CLIP_FAMILY};
 pub(crate) use text::FAMILY;
 pub(crate) use vision::{vision_layout, FAMILY as VISION_FAMILY};
 

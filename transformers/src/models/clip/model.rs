@@ -138,7 +138,7 @@ impl CLIPModel {
 
 /// `x / ||x||` over the last dim, as transformers' `_get_vector_norm`: the sum of squares
 /// and its square root in the embeddings' dtype.
-fn normalized(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn normalized(x: &Tensor) -> Result<Tensor> {
     let norm = x.square()?.sum(&[-1], true)?.sqrt()?;
     Ok(x.div(&norm)?)
 }
