@@ -44,16 +44,17 @@ impl Message {
 /// `{"type": "text", "text": ...}`), as transformers' processors pass them.
 impl Serialize for Message {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("role", &self.role)?;
+        // A struct, so that templates see `role` then `content` (a map's keys would sort).
+        use serde::ser::SerializeStruct;
+        let mut m = s.serialize_struct("Message", 2)?;
+        m.serialize_field("role", &self.role)?;
         if self.images == 0 {
-            m.serialize_entry("content", &self.content)?;
+            m.serialize_field("content", &self.content)?;
         } else {
             let mut parts: Vec<serde_json::Value> =
                 vec![serde_json::json!({"type": "image"}); self.images];
             parts.push(serde_json::json!({"type": "text", "text": self.content}));
-            m.serialize_entry("content", &parts)?;
+            m.serialize_field("content", &parts)?;
         }
         m.end()
     }

@@ -568,8 +568,8 @@ mod tests {
     fn bad_settings_name_the_field() {
         for (json, field) in [
             (
-                r#"{"image_processor_type": "SiglipImageProcessor"}"#,
-                "SiglipImageProcessor",
+                r#"{"image_processor_type": "Qwen2VLImageProcessor"}"#,
+                "Qwen2VLImageProcessor",
             ),
             (
                 r#"{"image_processor_type": "ViTImageProcessor", "size": {"w": 3}}"#,
