@@ -48,6 +48,8 @@ pub struct Args {
     /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's).
     #[arg(long)]
     dtype: Option<String>,
+    #[command(flatten)]
+    adapters: crate::load::AdapterArgs,
     /// Print a JSON list of {"label", "score"}, best first.
     #[arg(long)]
     json: bool,
@@ -68,6 +70,7 @@ pub fn run(args: Args) -> Result<()> {
         dtype,
         device_map,
         progress: true,
+        adapters: args.adapters.parsed()?,
         ..Default::default()
     };
     let images = open_images_limited(

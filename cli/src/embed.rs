@@ -63,6 +63,8 @@ pub struct Args {
     /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's).
     #[arg(long)]
     dtype: Option<String>,
+    #[command(flatten)]
+    adapters: crate::load::AdapterArgs,
     /// Print every embedding in full, and the similarities, as JSON.
     #[arg(long)]
     json: bool,
@@ -83,6 +85,7 @@ pub fn run(args: Args) -> Result<()> {
         dtype,
         device_map,
         progress: true,
+        adapters: args.adapters.parsed()?,
         ..Default::default()
     };
     if !args.image.is_empty() {

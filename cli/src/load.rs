@@ -1,9 +1,11 @@
 //! The options that say where and how a model loads, shared by the commands that load a
-//! language model (`generate`, `serve`); `--dtype`'s reading is every command's.
+//! language model (`generate`, `serve`); `--dtype` and `--adapter` are every transformers
+//! command's.
 
 use anyhow::{bail, Context, Result};
 use zoo_runtime::device_map::{parse_max_memory, DeviceMap, MaxMemory};
 use zoo_runtime::DType;
+use zoo_transformers::Adapter;
 
 /// Where and how the model loads.
 #[derive(clap::Args)]
@@ -33,6 +35,29 @@ pub struct LoadArgs {
     /// Hub revision (branch, tag or commit) for repo ids.
     #[arg(long)]
     revision: Option<String>,
+    #[command(flatten)]
+    adapters: AdapterArgs,
+}
+
+/// `--adapter`, on every command that loads a transformers model.
+#[derive(clap::Args)]
+pub struct AdapterArgs {
+    /// A PEFT LoRA adapter (DoRA included) merged into the weights as they load: a folder
+    /// holding adapter_config.json and adapter_model.safetensors, or a Hub repo id, then
+    /// optionally :SCALE, its weight (1 as trained; PEFT's set_scale). Repeat to merge
+    /// several, in order. The adapter must have been trained on this base model.
+    #[arg(long = "adapter", value_name = "PATH_OR_REPO[:SCALE]")]
+    adapter: Vec<String>,
+}
+
+impl AdapterArgs {
+    /// The adapters parsed, each error naming the flag.
+    pub fn parsed(&self) -> Result<Vec<Adapter>> {
+        self.adapter
+            .iter()
+            .map(|a| a.parse().with_context(|| format!("--adapter {a:?}")))
+            .collect()
+    }
 }
 
 /// [`LoadArgs`] parsed.
@@ -41,6 +66,7 @@ pub struct Load {
     pub dtype: Option<DType>,
     pub max_memory: Option<MaxMemory>,
     pub revision: Option<String>,
+    pub adapters: Vec<Adapter>,
 }
 
 impl LoadArgs {
@@ -57,6 +83,7 @@ impl LoadArgs {
                 .transpose()
                 .context("--max-memory")?,
             revision: self.revision.clone(),
+            adapters: self.adapters.parsed()?,
         })
     }
 }
@@ -86,6 +113,9 @@ macro_rules! with_load_options {
         }
         if let Some(m) = &load.max_memory {
             b = b.max_memory(m.clone());
+        }
+        for a in &load.adapters {
+            b = b.adapter(a.clone());
         }
         b
     }};

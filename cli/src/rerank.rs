@@ -41,6 +41,8 @@ pub struct Args {
     /// Weight and activation dtype: f32, bf16 or f16 (default: the checkpoint's).
     #[arg(long)]
     dtype: Option<String>,
+    #[command(flatten)]
+    adapters: crate::load::AdapterArgs,
     /// Print the ranking as JSON (index, score and document of each).
     #[arg(long)]
     json: bool,
@@ -63,6 +65,7 @@ pub fn run(args: Args) -> Result<()> {
         dtype,
         device_map,
         progress: true,
+        adapters: args.adapters.parsed()?,
         ..Default::default()
     };
     let mut reranker = CrossEncoder::load_pretrained(&args.model, opts)

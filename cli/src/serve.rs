@@ -124,6 +124,7 @@ pub fn run(args: Args) -> Result<()> {
         max_memory: load.max_memory.clone(),
         progress: true,
         device_map: load.device_map.clone(),
+        adapters: load.adapters.clone(),
     };
     let model: Served = if classifier {
         CrossEncoder::load_pretrained(&args.model, opts)

@@ -66,6 +66,7 @@ def tiny_builders():
     import gpt2
     import llava
     import lm
+    import peft_lora
     import moe
     import phi3
     import seq2seq
@@ -75,7 +76,8 @@ def tiny_builders():
     import vision
 
     table = {}
-    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, siglip, llava, t5, seq2seq):
+    for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, siglip, llava, t5, seq2seq,
+                   peft_lora):
         for spec in module.SPECS:
             table[spec.name] = (spec, module.build_case)
     # A few of the peers' tester configurations are committed; the sweep writes them all.
@@ -163,7 +165,11 @@ def compare_case_dirs(fresh: Path, committed: Path) -> list[str]:
     if not committed.is_dir():
         return [f"{committed.name}: missing from {committed.parent}"]
     problems = []
-    files = sorted({p.name for p in fresh.iterdir()} | {p.name for p in committed.iterdir()})
+    # Files of subfolders too (a case's adapters).
+    def listing(root: Path) -> set[str]:
+        return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+    files = sorted(listing(fresh) | listing(committed))
     for file in files:
         a, b = fresh / file, committed / file
         if not a.exists() or not b.exists():

@@ -376,9 +376,26 @@ pub struct CaseSpec {
     /// grid (transformers' `interpolate_pos_encoding`).
     #[serde(default)]
     pub interpolate_pos_encoding: bool,
+    /// PEFT LoRA adapters merged into the checkpoint as it loads, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adapters: Vec<AdapterEntry>,
     /// Fields this version does not know (kept, ignored).
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// One adapter of a case: its folder (relative to the case) and its weight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdapterEntry {
+    /// The folder holding `adapter_config.json` and `adapter_model.safetensors`.
+    pub path: PathBuf,
+    /// The adapter's weight (PEFT's `set_scale`).
+    #[serde(default = "one")]
+    pub scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// `dir/case.json` parsed as `T`; a bad field is named by its JSON path.
@@ -475,6 +492,18 @@ impl Case {
         } else {
             self.dir.join(&self.spec.checkpoint.path)
         }
+    }
+
+    /// The case's adapters as zoo loads them, paths resolved against the case folder.
+    pub fn adapters(&self) -> Vec<zoo_transformers::Adapter> {
+        self.spec
+            .adapters
+            .iter()
+            .map(|a| {
+                zoo_transformers::Adapter::new(self.dir.join(&a.path).to_string_lossy())
+                    .with_scale(a.scale)
+            })
+            .collect()
     }
 
     /// The case.json entry of an output.

@@ -720,6 +720,7 @@ fn run_encoder(
     let opts = LoadOptions {
         dtype: Some(dtype),
         device_map: backend.device_map(),
+        adapters: case.adapters(),
         ..Default::default()
     };
     let model = zoo_transformers::auto::load_encoder_with(&ckpt.to_string_lossy(), opts, task)
@@ -797,6 +798,7 @@ fn run_image(
     let opts = LoadOptions {
         dtype: Some(dtype),
         device_map: backend.device_map(),
+        adapters: case.adapters(),
         ..Default::default()
     };
     let model =
@@ -839,6 +841,7 @@ fn run_image_text(case: &Case, backend: Backend) -> Result<BTreeMap<String, Host
     let opts = LoadOptions {
         dtype: Some(dtype),
         device_map: backend.device_map(),
+        adapters: case.adapters(),
         ..Default::default()
     };
     let model = zoo_transformers::auto::load_image_text_with(&ckpt.to_string_lossy(), opts)
@@ -927,6 +930,9 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
     let ckpt = case.checkpoint_path();
     let mut builder =
         AutoModelForCausalLM::builder(&ckpt.to_string_lossy()).device_map(backend.device_map());
+    for adapter in case.adapters() {
+        builder = builder.adapter(adapter);
+    }
     // An f32 case of a quantized GGUF runs as zoo runs the file by default: blocks kept on
     // the eager CPU, products computed in f32 from them (the dequantized matrix, summed in
     // another order), so the parity cases cover the block kernels.
@@ -1007,9 +1013,15 @@ fn run_seq2seq(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostTen
     };
     let dtype = prepare(case, backend);
     let ckpt = case.checkpoint_path();
-    let model = AutoModelForSeq2SeqLM::builder(&ckpt.to_string_lossy())
-        .device_map(backend.device_map())
-        .dtype(dtype)
+    let model = case
+        .adapters()
+        .into_iter()
+        .fold(
+            AutoModelForSeq2SeqLM::builder(&ckpt.to_string_lossy())
+                .device_map(backend.device_map())
+                .dtype(dtype),
+            |b, a| b.adapter(a),
+        )
         .load()
         .map_err(load_error(&ckpt))?;
     let lm = model.model();

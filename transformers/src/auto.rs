@@ -2,14 +2,16 @@
 //! encoder and vision classes: read a checkpoint's config, pick the
 //! family by `architectures` (then `model_type`), and load it onto the device map's device.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use zoo_hub::{Inventory, Pretrained, PretrainedConfig, Source};
 use zoo_runtime::device_map::{DeviceMap, MaxMemory, Placement};
-use zoo_runtime::nn::Weights;
+use zoo_runtime::nn::{WeightSource, Weights};
 use zoo_runtime::{DType, Device};
 
+use crate::adapters::{self, Adapter};
 use crate::cache::KvCache;
 use crate::chat::{ChatTemplate, Message};
 use crate::generation::{self, GenerationOptions, GenerationOutput, GenerationStats, TokenEvent};
@@ -174,6 +176,8 @@ pub struct LoadOptions {
     pub progress: bool,
     /// Where the model goes.
     pub device_map: DeviceMap,
+    /// PEFT LoRA adapters merged into the weights as they load, in order.
+    pub adapters: Vec<Adapter>,
 }
 
 impl Default for LoadOptions {
@@ -184,6 +188,7 @@ impl Default for LoadOptions {
             max_memory: None,
             progress: false,
             device_map: DeviceMap::Cpu,
+            adapters: Vec::new(),
         }
     }
 }
@@ -259,6 +264,17 @@ fn open_weights(
         },
     )?;
     let device = resolved.device;
+    let hub = Arc::new(HubSource::new(
+        zoo_hub::Weights::open(ck.inventory)?,
+        opts.progress,
+    ));
+    let (source, merged): (Arc<dyn WeightSource>, HashSet<String>) = if opts.adapters.is_empty() {
+        (hub.clone(), HashSet::new())
+    } else {
+        let patched = adapters::merged(hub.clone(), &opts.adapters, cfg.family)?;
+        let names = patched.patched().map(str::to_string).collect();
+        (Arc::new(patched), names)
+    };
     let kept = |t: &zoo_hub::TensorInfo| {
         let zoo_hub::Dtype::Quantized(q) = t.dtype else {
             return false;
@@ -268,10 +284,12 @@ fn open_weights(
             && device == Device::Cpu
             && resolved.placement.is_none()
             && zoo_runtime::nn::keeps_blocks(q, &t.shape)
+            // A weight an adapter changes is merged dense.
+            && !merged.contains(&t.name)
     };
     // What stays resident: blocks as stored when kept, every other tensor in `dtype`.
-    let weight_bytes: u64 = ck
-        .inventory
+    let inventory = hub.inventory();
+    let weight_bytes: u64 = inventory
         .tensors()
         .iter()
         .map(|t| {
@@ -282,7 +300,7 @@ fn open_weights(
             }
         })
         .sum();
-    let blocks_kept = ck.inventory.tensors().iter().any(kept);
+    let blocks_kept = inventory.tensors().iter().any(kept);
     let host_only = device == Device::Cpu && resolved.placement.is_none();
     let cpu_limit = opts
         .max_memory
@@ -299,11 +317,7 @@ fn open_weights(
             });
         }
     }
-    let source = Arc::new(HubSource::new(
-        zoo_hub::Weights::open(ck.inventory)?,
-        opts.progress,
-    ));
-    let mut weights = Weights::new(source.clone(), dtype, device)
+    let mut weights = Weights::new(source, dtype, device)
         .keeping_blocks(keep_blocks)
         .with_tp_plan(cfg.family.tp_plan);
     if let Some(p) = resolved.placement.clone() {
@@ -322,7 +336,7 @@ fn open_weights(
             .filter(|_| host_only)
             .map(|l| l.saturating_sub(weight_bytes)),
     };
-    Ok((weights, source, report))
+    Ok((weights, hub, report))
 }
 
 /// The base model of any family: a decoder (hidden states with a KV cache) or an encoder.
@@ -710,6 +724,12 @@ macro_rules! load_option_setters {
         /// Show a progress bar while loading.
         pub fn progress(mut self, on: bool) -> Self {
             self.opts.progress = on;
+            self
+        }
+        /// Merges a PEFT LoRA adapter into the weights as they load (after any added
+        /// before).
+        pub fn adapter(mut self, adapter: Adapter) -> Self {
+            self.opts.adapters.push(adapter);
             self
         }
     };

@@ -107,6 +107,7 @@ impl Names {
             gguf_architectures: self.gguf_architectures,
             no_split_modules: self.no_split_modules,
             tp_plan: self.tp_plan,
+            conv1d_modules: &[],
             validate,
             layout,
             loaders,
@@ -173,6 +174,7 @@ macro_rules! family {
             gguf_architectures: &[],
             no_split_modules: &[$($no_split),+],
             tp_plan: $tp,
+            conv1d_modules: &[],
             validate: |c| <$config>::from_pretrained(c).map(drop),
             layout,
             loaders: $loaders,
@@ -291,6 +293,9 @@ pub struct Family {
     /// patterns and styles, matched against full weight names. Modules it does not name
     /// are whole on every device of the mesh.
     pub tp_plan: TpPlan,
+    /// Modules whose weights are stored `[in, out]` (transformers' `Conv1D`), by the last
+    /// part of their names: how an adapter's update lies over a square weight.
+    pub conv1d_modules: &'static [&'static str],
     /// Checks the config for impossible values before any weight is read.
     pub validate: fn(&PretrainedConfig) -> Result<()>,
     /// The planner's view of a checkpoint.

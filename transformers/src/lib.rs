@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod adapters;
 pub mod auto;
 pub mod cache;
 pub mod chat;
@@ -35,6 +36,7 @@ pub mod tokenizer;
 pub mod vision;
 pub mod vision_language;
 
+pub use adapters::Adapter;
 pub use auto::{
     AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification,
     AutoModelForImageTextToText, AutoModelForMaskedLM, AutoModelForMultipleChoice,

@@ -33,6 +33,11 @@ impl HubSource {
         }
     }
 
+    /// The checkpoint's tensors.
+    pub(crate) fn inventory(&self) -> &zoo_hub::Inventory {
+        self.weights.inventory()
+    }
+
     /// Ends the progress bar (leaving its last line on screen).
     pub(crate) fn finish(&self) {
         if let Some(bar) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -2,6 +2,7 @@
 
 mod experts;
 mod layers;
+mod lora;
 mod rope;
 mod weights;
 
@@ -10,5 +11,6 @@ pub use experts::{ExpertNames, Experts};
 pub use layers::{
     Conv2d, ConvTranspose2d, Embedding, GroupNorm, LayerNorm, Linear, RmsNorm, SharedInput,
 };
+pub use lora::{LoraLayout, LoraPair, PatchedWeights, WeightPatch};
 pub use rope::{RopeConfig, RopeScaling, RotaryEmbedding};
 pub use weights::{DevicePlacement, MemWeights, QuantizedWeight, WeightSource, Weights};

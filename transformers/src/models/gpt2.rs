@@ -25,7 +25,9 @@ use crate::kinds::{checked_ids, CausalLm, DecoderModel, ForwardArgs, ModelOutput
 use crate::{Error, Result};
 
 /// The registry entry of `gpt2` (llama.cpp's `gpt2` files are not read by zoo-hub yet).
-pub(crate) const FAMILY: Family = family! {
+pub(crate) const FAMILY: Family = Family {
+    conv1d_modules: &["c_attn", "c_proj", "c_fc"],
+    ..family! {
     "gpt2" in "gpt2", classes [
         GPT2LMHeadModel: CausalLm,
         GPT2Model: Base,
@@ -38,6 +40,7 @@ pub(crate) const FAMILY: Family = family! {
     // mesh its weights are whole on every device.
     tp &[], config GPT2Config,
     loaders Loaders::Decoder { base: load_base, causal_lm: load_causal_lm },
+    }
 };
 
 /// `GPT2Model` from a base or an LM-head checkpoint (which holds it under `transformer.`).
