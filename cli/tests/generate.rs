@@ -299,3 +299,75 @@ fn generate_reads_images_with_a_vision_language_model() {
     ]);
     assert!(!ok && err.contains("/nonexistent/cat.png"), "{err}");
 }
+
+#[test]
+fn generate_merges_peft_adapters_and_refuses_bad_ones() {
+    let dir = fixture_dir("llama-lora-f32");
+    let p = dir.path().to_str().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nightly/fixtures");
+    let adapter = fixtures.join("llama-lora-f32/adapter_0");
+    let a = adapter.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            p,
+            "hello",
+            "--max-new-tokens",
+            "8",
+            "--min-new-tokens",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        zoo(&args)
+    };
+    let (ok, base, err) = run(&[]);
+    assert!(ok, "{err}");
+    let (ok, adapted, err) = run(&["--adapter", a]);
+    assert!(ok, "{err}");
+    assert_ne!(base, adapted, "the adapter changed nothing");
+    // Weight 0 leaves the LoRA products out; what remains is the adapter's `lm_head`
+    // (modules_to_save), so the text still differs from the base's.
+    let zero = format!("{a}:0");
+    let (ok, _, err) = run(&["--adapter", &zero]);
+    assert!(ok, "{err}");
+
+    // An adapter trained on another model names the module it cannot place.
+    let gpt2 = fixtures.join("gpt2-dora-f32/adapter_0");
+    let (ok, _, err) = run(&["--adapter", gpt2.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("transformer.h.0") && err.contains("another model"),
+        "{err}"
+    );
+    // A folder without an adapter config, a pickle and other PEFT methods are refused by name.
+    let (ok, _, err) = run(&["--adapter", p]);
+    assert!(!ok && err.contains("adapter_config.json"), "{err}");
+    let odd = tempfile::tempdir().unwrap();
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(odd.path().join("adapter_model.bin"), b"pickle").unwrap();
+    std::fs::write(odd.path().join("adapter_config.json"), config.to_string()).unwrap();
+    let o = odd.path().to_str().unwrap();
+    let (ok, _, err) = run(&["--adapter", o]);
+    assert!(
+        !ok && err.contains("pickle") && err.contains("safetensors"),
+        "{err}"
+    );
+    let mut ia3 = config.clone();
+    ia3["peft_type"] = "IA3".into();
+    std::fs::write(odd.path().join("adapter_config.json"), ia3.to_string()).unwrap();
+    let (ok, _, err) = run(&["--adapter", o]);
+    assert!(!ok && err.contains("IA3"), "{err}");
+    let mut bias = config;
+    bias["lora_bias"] = true.into();
+    std::fs::write(odd.path().join("adapter_config.json"), bias.to_string()).unwrap();
+    let (ok, _, err) = run(&["--adapter", o]);
+    assert!(!ok && err.contains("lora_bias"), "{err}");
+    let (ok, help, _) = zoo(&["generate", "--help"]);
+    assert!(
+        ok && help.contains("--adapter <PATH_OR_REPO[:SCALE]>"),
+        "{help}"
+    );
+}

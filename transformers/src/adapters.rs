@@ -253,8 +253,12 @@ fn read(
     base: &dyn WeightSource,
     family: &Family,
 ) -> Result<Vec<(String, WeightPatch)>> {
-    let files = ModelFiles::new(Source::parse(&adapter.path)?);
-    let config_path = files.get("adapter_config.json")?;
+    let not_found = |e: zoo_hub::HubError| Error::InvalidInput {
+        field: "adapter",
+        reason: format!("adapter {:?}: {e}", adapter.path),
+    };
+    let files = ModelFiles::new(Source::parse(&adapter.path).map_err(not_found)?);
+    let config_path = files.get("adapter_config.json").map_err(not_found)?;
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::Config {
         path: config_path.clone(),
         reason: format!("cannot read: {e}"),
