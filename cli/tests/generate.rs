@@ -360,7 +360,7 @@ fn generate_merges_peft_adapters_and_refuses_bad_ones() {
     std::fs::write(odd.path().join("adapter_config.json"), ia3.to_string()).unwrap();
     let (ok, _, err) = run(&["--adapter", o]);
     assert!(!ok && err.contains("IA3"), "{err}");
-    let mut bias = config;
+    let mut bias = config.clone();
     bias["lora_bias"] = true.into();
     std::fs::write(odd.path().join("adapter_config.json"), bias.to_string()).unwrap();
     let (ok, _, err) = run(&["--adapter", o]);
@@ -369,5 +369,38 @@ fn generate_merges_peft_adapters_and_refuses_bad_ones() {
     assert!(
         ok && help.contains("--adapter <PATH_OR_REPO[:SCALE]>"),
         "{help}"
+    );
+
+    // An adapter folder given as the model loads the base its config names, as transformers'
+    // from_pretrained does; without one it says what to do.
+    let own = tempfile::tempdir().unwrap();
+    let mut named = config.clone();
+    named["base_model_name_or_path"] = p.into();
+    std::fs::write(own.path().join("adapter_config.json"), named.to_string()).unwrap();
+    std::fs::copy(
+        adapter.join("adapter_model.safetensors"),
+        own.path().join("adapter_model.safetensors"),
+    )
+    .unwrap();
+    let own_path = own.path().to_str().unwrap();
+    let args = [
+        "generate",
+        own_path,
+        "hello",
+        "--max-new-tokens",
+        "8",
+        "--min-new-tokens",
+        "8",
+    ];
+    let (ok, out, err) = zoo(&args);
+    assert!(ok, "{err}");
+    assert_eq!(out, adapted);
+    let mut unnamed = config;
+    unnamed["base_model_name_or_path"] = Value::Null;
+    std::fs::write(own.path().join("adapter_config.json"), unnamed.to_string()).unwrap();
+    let (ok, _, err) = zoo(&args);
+    assert!(
+        !ok && err.contains("base_model_name_or_path") && err.contains("--adapter"),
+        "{err}"
     );
 }

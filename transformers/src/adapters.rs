@@ -425,6 +425,45 @@ fn read(
     Ok(patches)
 }
 
+/// The base model and revision an adapter repo or folder names, when `input` holds an
+/// adapter (`adapter_config.json`) and no model (`config.json`): transformers'
+/// `from_pretrained` then loads `base_model_name_or_path` with the adapter merged.
+pub(crate) fn base_of(input: &str) -> Result<Option<(String, Option<String>)>> {
+    let Ok(source) = Source::parse(input) else {
+        return Ok(None);
+    };
+    let files = ModelFiles::new(source);
+    if !matches!(files.get_optional("config.json"), Ok(None)) {
+        return Ok(None);
+    }
+    let Ok(Some(path)) = files.get_optional("adapter_config.json") else {
+        return Ok(None);
+    };
+    let bad = |reason: &str| Error::Config {
+        path: path.clone(),
+        reason: reason.into(),
+    };
+    let doc: Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .ok_or_else(|| bad("not valid JSON"))?;
+    let base = doc
+        .get("base_model_name_or_path")
+        .and_then(Value::as_str)
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| {
+            bad(
+                "an adapter without `base_model_name_or_path`: load its base model and pass \
+                 this adapter to it (--adapter, or the builder's `adapter`)",
+            )
+        })?;
+    let revision = doc
+        .get("revision")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(Some((base.to_string(), revision)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,7 +40,17 @@ impl AutoConfig {
     /// Reads and dispatches the config of `repo_or_path`, its layer counts checked against
     /// its weights where it has any.
     pub fn from_pretrained(repo_or_path: &str) -> Result<AutoConfig> {
-        AutoConfig::of_checkpoint(&Pretrained::open(repo_or_path)?)
+        // An adapter's config is its base model's.
+        match adapters::base_of(repo_or_path)? {
+            Some((base, revision)) => {
+                let mut source = Source::parse(&base)?;
+                if let Some(r) = revision {
+                    source = source.with_revision(&r)?;
+                }
+                AutoConfig::of_checkpoint(&Pretrained::from_files(zoo_hub::ModelFiles::new(source)))
+            }
+            None => AutoConfig::of_checkpoint(&Pretrained::open(repo_or_path)?),
+        }
     }
 
     /// Dispatches an already read config: by `architectures` first, then `model_type`; an
@@ -220,12 +230,26 @@ pub struct LoadReport {
     pub cpu_room: Option<u64>,
 }
 
-fn open(repo_or_path: &str, revision: Option<&str>) -> Result<Pretrained> {
-    let mut source = Source::parse(repo_or_path)?;
-    if let Some(r) = revision {
+/// The checkpoint `repo_or_path` names and the options its load takes: an adapter repo or
+/// folder opens its base model, the adapter merged before any other.
+fn open(repo_or_path: &str, opts: &LoadOptions) -> Result<(Pretrained, LoadOptions)> {
+    let mut opts = opts.clone();
+    let repo_or_path = match adapters::base_of(repo_or_path)? {
+        Some((base, revision)) => {
+            opts.adapters.insert(0, Adapter::new(repo_or_path));
+            opts.revision = revision;
+            base
+        }
+        None => repo_or_path.to_string(),
+    };
+    let mut source = Source::parse(&repo_or_path)?;
+    if let Some(r) = &opts.revision {
         source = source.with_revision(r)?;
     }
-    Ok(Pretrained::from_files(zoo_hub::ModelFiles::new(source)))
+    Ok((
+        Pretrained::from_files(zoo_hub::ModelFiles::new(source)),
+        opts,
+    ))
 }
 
 fn checkpoint_dtype(cfg: &PretrainedConfig) -> DType {
@@ -405,7 +429,7 @@ impl AutoModel {
 
     /// [`AutoModel::load_pretrained`] with every option.
     pub fn load_with(repo_or_path: &str, opts: LoadOptions) -> Result<BaseModel> {
-        let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+        let (pretrained, opts) = open(repo_or_path, &opts)?;
         let cfg = AutoConfig::of_checkpoint(&pretrained)?;
         let (w, source, _) = open_weights(&pretrained, &cfg, &opts)?;
         let m = match cfg.family.loaders {
@@ -429,7 +453,8 @@ pub(crate) fn load_encoder(
     opts: &LoadOptions,
     task: Task,
 ) -> Result<(Box<dyn Encoder>, AutoConfig, Pretrained)> {
-    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let (pretrained, opts) = open(repo_or_path, opts)?;
+    let opts = &opts;
     let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     // A base model's checkpoint holds no head to load (transformers would draw a random one).
     if task != Task::Base
@@ -519,7 +544,8 @@ pub(crate) fn load_image_encoder(
     opts: &LoadOptions,
     task: Task,
 ) -> Result<(Box<dyn ImageEncoder>, Pretrained)> {
-    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let (pretrained, opts) = open(repo_or_path, opts)?;
+    let opts = &opts;
     let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     let m: Box<dyn ImageEncoder> = match cfg.family.loaders {
         Loaders::Image(load) => {
@@ -552,7 +578,8 @@ pub(crate) fn load_image_text(
     repo_or_path: &str,
     opts: &LoadOptions,
 ) -> Result<(Box<dyn ImageTextModel>, Pretrained)> {
-    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let (pretrained, opts) = open(repo_or_path, opts)?;
+    let opts = &opts;
     let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     let Loaders::ImageText(load) = cfg.family.loaders else {
         return Err(cfg.wrong_kind("AutoModelForZeroShotImageClassification"));
@@ -793,7 +820,8 @@ fn load_generator<M>(
     pick: impl FnOnce(Loaders) -> Option<fn(&Weights, &zoo_hub::PretrainedConfig) -> Result<M>>,
 ) -> Result<(M, AutoConfig, TextSide, LoadReport)> {
     let started = Instant::now();
-    let pretrained = open(repo_or_path, opts.revision.as_deref())?;
+    let (pretrained, opts) = open(repo_or_path, opts)?;
+    let opts = &opts;
     let cfg = AutoConfig::of_checkpoint(&pretrained)?;
     let Some(load) = pick(cfg.family.loaders) else {
         return Err(cfg.wrong_kind(asked));
