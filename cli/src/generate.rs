@@ -307,7 +307,7 @@ fn print_summary(
             .collect::<Vec<_>>()
             .join(" → "),
         if report.blocks_kept {
-            format!("{} (GGUF blocks kept)", report.dtype)
+            format!("{} (quantized blocks kept)", report.dtype)
         } else {
             report.dtype.to_string()
         },

@@ -404,3 +404,64 @@ fn generate_merges_peft_adapters_and_refuses_bad_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn generate_runs_compressed_tensors_checkpoints_and_refuses_what_it_does_not_apply() {
+    let dir = fixture_dir("llama-w4a16-f32");
+    let p = dir.path().to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            p,
+            "hello",
+            "--max-new-tokens",
+            "8",
+            "--min-new-tokens",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        zoo(&args)
+    };
+    // By default the int4 weights stay as blocks (Q4_0) and products compute in f32 from
+    // them; `--dtype f32` dequantizes at load. Both give the same greedy text.
+    let (ok, kept, err) = run(&[]);
+    assert!(ok, "{err}");
+    assert!(err.contains("float32 (quantized blocks kept)"), "{err}");
+    let (ok, dense, err) = run(&["--dtype", "f32"]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("blocks kept"), "{err}");
+    assert_eq!(kept, dense);
+
+    // What a scheme computes beyond stored weights is refused by name.
+    let config_path = dir.path().join("config.json");
+    let original = std::fs::read_to_string(&config_path).unwrap();
+    let config: Value = serde_json::from_str(&original).unwrap();
+    for (pointer, value, needle) in [
+        (
+            "/quantization_config/config_groups/group_0/input_activations",
+            serde_json::json!({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}),
+            "input_activations",
+        ),
+        (
+            "/quantization_config/kv_cache_scheme",
+            serde_json::json!({"num_bits": 8, "type": "float"}),
+            "kv_cache_scheme",
+        ),
+        (
+            "/quantization_config/config_groups/group_0/weights/strategy",
+            serde_json::json!("tensor_group"),
+            "tensor_group",
+        ),
+        (
+            "/quantization_config/quant_method",
+            serde_json::json!("gptq"),
+            "gptq",
+        ),
+    ] {
+        let mut c = config.clone();
+        *c.pointer_mut(pointer).unwrap() = value;
+        std::fs::write(&config_path, c.to_string()).unwrap();
+        let (ok, _, err) = run(&[]);
+        assert!(!ok && err.contains(needle), "{needle}: {err}");
+    }
+}

@@ -1,6 +1,7 @@
 //! zoo-hub: where a model's files come from and what they hold, read from headers alone.
 
 pub mod checkpoint;
+pub mod compressed;
 pub mod config;
 pub mod dtype;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod source;
 pub mod weights;
 
 pub use checkpoint::{find_checkpoint, Checkpoint, Format, ModelIndex, ShardIndex};
+pub use compressed::CompressedTensors;
 pub use config::{
     GenerationConfig, PretrainedConfig, Rope, RopeParameters, TokenIds, TokenizerConfig,
 };

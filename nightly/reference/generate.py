@@ -61,6 +61,7 @@ def tiny_builders():
     """Name -> (spec, builder) for every committed tiny random case, in a stable order."""
     import bert
     import clip
+    import compressed
     import gemma
     import gguf_families
     import gpt2
@@ -77,7 +78,7 @@ def tiny_builders():
 
     table = {}
     for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, siglip, llava, t5, seq2seq,
-                   peft_lora):
+                   peft_lora, compressed):
         for spec in module.SPECS:
             table[spec.name] = (spec, module.build_case)
     # A few of the peers' tester configurations are committed; the sweep writes them all.

@@ -677,6 +677,14 @@ fn prepare(case: &Case, backend: Backend) -> DType {
     }
 }
 
+/// Whether the checkpoint's config.json names a quantization (`quantization_config`).
+fn pre_quantized(ckpt: &Path) -> bool {
+    std::fs::read_to_string(ckpt.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|c| c.get("quantization_config").is_some_and(|q| !q.is_null()))
+}
+
 /// A load error: not available when the backend cannot serve the map, else a failure.
 fn load_error(ckpt: &Path) -> impl Fn(zoo_transformers::Error) -> RunError + '_ {
     move |e| match e {
@@ -933,10 +941,12 @@ fn run_causal_lm(case: &Case, backend: Backend) -> Result<BTreeMap<String, HostT
     for adapter in case.adapters() {
         builder = builder.adapter(adapter);
     }
-    // An f32 case of a quantized GGUF runs as zoo runs the file by default: blocks kept on
-    // the eager CPU, products computed in f32 from them (the dequantized matrix, summed in
-    // another order), so the parity cases cover the block kernels.
-    if !(dtype == DType::F32 && case.spec.checkpoint.format == "gguf") {
+    // An f32 case of a quantized GGUF or compressed-tensors checkpoint runs as zoo runs the
+    // file by default: blocks kept on the eager CPU, products computed in f32 from them (the
+    // dequantized matrix, summed in another order), so the parity cases cover the block
+    // kernels.
+    let quantized = case.spec.checkpoint.format == "gguf" || pre_quantized(&ckpt);
+    if !(dtype == DType::F32 && quantized) {
         builder = builder.dtype(dtype);
     }
     let model = builder.load().map_err(load_error(&ckpt))?;

@@ -92,10 +92,10 @@ fn fixture_set_is_complete_and_under_budget() {
     }
     let size = dir_size(&fixtures_dir());
     // Room for every family's cases at the fixtures' tiny sizes (the encoder families of #54
-    // brought it past 24 MiB).
+    // brought it past 24 MiB, the adapters and quantized checkpoints of #55 past 28).
     assert!(
-        size < 28 * 1024 * 1024,
-        "fixtures take {size} bytes; the budget is 28 MiB"
+        size < 30 * 1024 * 1024,
+        "fixtures take {size} bytes; the budget is 30 MiB"
     );
     assert!(names.len() >= 20);
 }

@@ -265,33 +265,36 @@ fn open_weights(
     cfg: &AutoConfig,
     opts: &LoadOptions,
 ) -> Result<(Weights, Arc<HubSource>, LoadReport)> {
-    let dtype = opts
-        .dtype
-        .unwrap_or_else(|| checkpoint_dtype(&cfg.pretrained));
+    let ck = pretrained.checkpoint()?;
+    // Mapped, nothing read but the packed weights' shapes.
+    let files = zoo_hub::Weights::open(ck.inventory)?;
+    let compressed =
+        zoo_hub::CompressedTensors::open(&cfg.pretrained.to_value(), &files, &cfg.pretrained.path)?;
+    // A quantized checkpoint (GGUF, compressed-tensors) keeps its blocks and computes in f32
+    // from them unless a dtype was asked for, as llama.cpp runs a GGUF; an explicit dtype
+    // dequantizes at load, as transformers' `gguf_file=` and compressed-tensors' CPU
+    // decompression do.
+    let dtype = match opts.dtype {
+        Some(d) => d,
+        None if compressed.is_some() => DType::F32,
+        None => checkpoint_dtype(&cfg.pretrained),
+    };
     if !dtype.is_float() || dtype == DType::F64 {
         return Err(Error::UnsupportedDType(dtype));
     }
-    let ck = pretrained.checkpoint()?;
-    ck.inventory
-        .check_unquantized(&cfg.pretrained.to_value(), &cfg.pretrained.path)?;
-    // A quantized GGUF keeps its blocks unless a dtype was asked for, as llama.cpp runs it;
-    // an explicit dtype dequantizes at load, as transformers' `gguf_file=` does.
     let keep_blocks = opts.dtype.is_none();
     // Planned from the inventory alone: an infeasible map fails before a weight is read.
     let resolved = placement::resolve(
         &opts.device_map,
         &placement::ModelFacts {
-            inventory: &ck.inventory,
+            inventory: files.inventory(),
             config: &cfg.pretrained,
             dtype,
             max_memory: opts.max_memory.as_ref(),
         },
     )?;
     let device = resolved.device;
-    let hub = Arc::new(HubSource::new(
-        zoo_hub::Weights::open(ck.inventory)?,
-        opts.progress,
-    ));
+    let hub = Arc::new(HubSource::new(files, compressed, opts.progress));
     let (source, merged): (Arc<dyn WeightSource>, HashSet<String>) = if opts.adapters.is_empty() {
         (hub.clone(), HashSet::new())
     } else {
@@ -311,11 +314,14 @@ fn open_weights(
             // A weight an adapter changes is merged dense.
             && !merged.contains(&t.name)
     };
-    // What stays resident: blocks as stored when kept, every other tensor in `dtype`.
+    // What stays resident: blocks as stored when kept, every other tensor in `dtype`; a
+    // compressed-tensors weight as the blocks it converts to, or dense.
     let inventory = hub.inventory();
-    let weight_bytes: u64 = inventory
+    let compressed = hub.compressed();
+    let mut weight_bytes: u64 = inventory
         .tensors()
         .iter()
+        .filter(|t| !compressed.is_some_and(|c| c.is_part(&t.name)))
         .map(|t| {
             if kept(t) {
                 t.nbytes
@@ -324,7 +330,26 @@ fn open_weights(
             }
         })
         .sum();
-    let blocks_kept = inventory.tensors().iter().any(kept);
+    let mut blocks_kept = inventory.tensors().iter().any(kept);
+    for name in compressed.iter().flat_map(|c| c.names()) {
+        let c = compressed.expect("names come from it");
+        let shape = c.get(name).map_or([0, 0], |q| q.shape);
+        let as_blocks = if keep_blocks
+            && dtype == DType::F32
+            && device == Device::Cpu
+            && resolved.placement.is_none()
+            && !merged.contains(name)
+        {
+            c.block_type(hub.files(), name).map_err(Error::from)?
+        } else {
+            None
+        };
+        weight_bytes += match as_blocks {
+            Some((_, bytes)) => bytes,
+            None => (shape[0] * shape[1] * dtype.size_in_bytes()) as u64,
+        };
+        blocks_kept |= as_blocks.is_some();
+    }
     let host_only = device == Device::Cpu && resolved.placement.is_none();
     let cpu_limit = opts
         .max_memory

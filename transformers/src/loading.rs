@@ -12,11 +12,17 @@ use zoo_runtime::{DType, Device, Error, Result, Tensor};
 /// the converted copy plus the page cache of the file.
 pub(crate) struct HubSource {
     weights: zoo_hub::Weights,
+    /// The quantized weights of a compressed-tensors checkpoint, under their HF names.
+    compressed: Option<zoo_hub::CompressedTensors>,
     bar: Mutex<Option<ProgressBar>>,
 }
 
 impl HubSource {
-    pub(crate) fn new(weights: zoo_hub::Weights, show_progress: bool) -> HubSource {
+    pub(crate) fn new(
+        weights: zoo_hub::Weights,
+        compressed: Option<zoo_hub::CompressedTensors>,
+        show_progress: bool,
+    ) -> HubSource {
         let bar = show_progress.then(|| {
             let bar = ProgressBar::new(weights.inventory().len() as u64);
             bar.set_style(
@@ -29,6 +35,7 @@ impl HubSource {
         });
         HubSource {
             weights,
+            compressed,
             bar: Mutex::new(bar),
         }
     }
@@ -36,6 +43,31 @@ impl HubSource {
     /// The checkpoint's tensors.
     pub(crate) fn inventory(&self) -> &zoo_hub::Inventory {
         self.weights.inventory()
+    }
+
+    /// The opened files.
+    pub(crate) fn files(&self) -> &zoo_hub::Weights {
+        &self.weights
+    }
+
+    /// The checkpoint's compressed-tensors weights, if it has them.
+    pub(crate) fn compressed(&self) -> Option<&zoo_hub::CompressedTensors> {
+        self.compressed.as_ref()
+    }
+
+    fn tick(&self) {
+        if let Some(bar) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            bar.inc(1);
+        }
+    }
+
+    /// Drops the mapped pages of a compressed weight's parts once read.
+    fn release_parts(&self, name: &str) {
+        if let Some(q) = self.compressed.as_ref().and_then(|c| c.get(name)) {
+            for part in q.parts() {
+                self.weights.release(part);
+            }
+        }
     }
 
     /// Ends the progress bar (leaving its last line on screen).
@@ -48,6 +80,9 @@ impl HubSource {
 
 impl WeightSource for HubSource {
     fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        if let Some(q) = self.compressed.as_ref().and_then(|c| c.get(name)) {
+            return Some(q.shape.to_vec());
+        }
         self.weights.inventory().get(name).map(|i| i.shape.clone())
     }
 
@@ -56,6 +91,15 @@ impl WeightSource for HubSource {
             name: name.to_string(),
             source: Box::new(source),
         };
+        if let Some(c) = self.compressed.as_ref().filter(|c| c.get(name).is_some()) {
+            let shape = c.get(name).map(|q| q.shape).unwrap_or_default();
+            let w = c.dequantize(&self.weights, name).map_err(hub)?;
+            self.release_parts(name);
+            self.tick();
+            return Tensor::from_vec(w, &shape, &Device::Cpu)?
+                .to_dtype(dtype)?
+                .to_device(device);
+        }
         let shape = self.shape(name).ok_or_else(|| Error::MissingWeight {
             name: name.to_string(),
             hint: String::new(),
@@ -79,10 +123,34 @@ impl WeightSource for HubSource {
     }
 
     fn names(&self) -> Vec<String> {
-        self.weights.names()
+        let Some(c) = &self.compressed else {
+            return self.weights.names();
+        };
+        let mut names: Vec<String> = self
+            .weights
+            .names()
+            .into_iter()
+            .filter(|n| !c.is_part(n))
+            .collect();
+        names.extend(c.names().map(str::to_string));
+        names
     }
 
     fn quantized(&self, name: &str) -> Option<Result<QuantizedWeight>> {
+        if let Some(c) = self.compressed.as_ref().filter(|c| c.get(name).is_some()) {
+            let blocks = c.blocks(&self.weights, name).transpose()?;
+            let shape = c.get(name).map(|q| q.shape.to_vec()).unwrap_or_default();
+            return Some(blocks.map_err(|e| hub_err(name, e)).map(|(ggml, data)| {
+                self.release_parts(name);
+                self.tick();
+                QuantizedWeight {
+                    name: name.to_string(),
+                    ggml,
+                    shape,
+                    data,
+                }
+            }));
+        }
         let view = self.weights.tensor(name).ok()?;
         let zoo_hub::Dtype::Quantized(ggml) = view.info.dtype else {
             return None;
@@ -99,5 +167,12 @@ impl WeightSource for HubSource {
             bar.inc(1);
         }
         Some(Ok(q))
+    }
+}
+
+fn hub_err(name: &str, source: zoo_hub::HubError) -> Error {
+    Error::Hub {
+        name: name.to_string(),
+        source: Box::new(source),
     }
 }
