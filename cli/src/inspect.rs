@@ -112,6 +112,9 @@ pub fn run(args: Args) -> Result<()> {
             if let Some(rope) = config.rope()? {
                 writeln!(out, "  rope: {rope:?}")?;
             }
+            if let Some(q) = v.get("quantization_config").filter(|q| !q.is_null()) {
+                writeln!(out, "  quantization: {}", quantization(q))?;
+            }
         }
         Err(zoo_hub::HubError::NotFound { .. }) => writeln!(out, "config: none found")?,
         Err(e) => return Err(e.into()),
@@ -162,4 +165,50 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     out!("{out}");
     Ok(())
+}
+
+/// One line on a `quantization_config`: the method, then each compressed-tensors group's
+/// weight scheme (`int4 group 128 symmetric`), or whatever else the method names.
+fn quantization(q: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("?").to_string();
+    let method = text(q.get("quant_method"));
+    let Some(groups) = q.get("config_groups").and_then(Value::as_object) else {
+        let bits = q.get("bits").and_then(Value::as_u64);
+        let group = q.get("group_size").and_then(Value::as_i64);
+        return match (bits, group) {
+            (Some(b), Some(g)) => format!("{method}, {b}-bit, groups of {g} (not applied by zoo)"),
+            _ => format!("{method} (not applied by zoo)"),
+        };
+    };
+    let schemes: Vec<String> = groups
+        .values()
+        .map(|g| {
+            let w = g.get("weights").cloned().unwrap_or(Value::Null);
+            let bits = w.get("num_bits").and_then(Value::as_u64).unwrap_or(0);
+            let kind = text(w.get("type"));
+            let strategy = text(w.get("strategy"));
+            let span = match w.get("group_size").and_then(Value::as_u64) {
+                Some(n) if strategy == "group" => format!(" of {n}"),
+                _ => String::new(),
+            };
+            let sym = if w.get("symmetric").and_then(Value::as_bool) == Some(false) {
+                "asymmetric"
+            } else {
+                "symmetric"
+            };
+            let acts = if g.get("input_activations").is_some_and(|a| !a.is_null()) {
+                ", activations quantized"
+            } else {
+                ""
+            };
+            format!("{kind}{bits} {strategy}{span} {sym}{acts}")
+        })
+        .collect();
+    let format = q
+        .get("format")
+        .and_then(Value::as_str)
+        .map(|f| format!(" {f}"))
+        .unwrap_or_default();
+    format!("{method}{format}: {}", schemes.join("; "))
 }

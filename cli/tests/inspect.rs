@@ -38,6 +38,29 @@ fn inspect_prints_files_config_tensors_and_totals() {
 }
 
 #[test]
+fn inspect_names_a_checkpoints_quantization_scheme() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../nightly/fixtures");
+    for (case, scheme) in [
+        (
+            "llama-w4a16-f32",
+            "compressed-tensors pack-quantized: int4 group of 32 symmetric",
+        ),
+        ("llama-w4a16-asym-bf16", "int4 group of 64 asymmetric"),
+        (
+            "llama-fp8-bf16",
+            "compressed-tensors float-quantized: float8 channel symmetric",
+        ),
+    ] {
+        let (ok, out, err) = zoo(&["inspect", fixtures.join(case).to_str().unwrap()]);
+        assert!(ok, "{err}");
+        assert!(
+            out.contains("quantization: compressed-tensors") && out.contains(scheme),
+            "{out}"
+        );
+    }
+}
+
+#[test]
 fn inspect_of_a_missing_repo_fails_with_the_places_searched() {
     let cache = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_zoo"))

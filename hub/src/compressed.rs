@@ -21,6 +21,9 @@ use crate::error::{HubError, Result};
 use crate::inventory::Inventory;
 use crate::weights::Weights;
 
+/// A block's `d` and (Q4_1) `m`, in f16.
+type BlockScale = (f16, f16);
+
 /// How a quantized weight's values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Storage {
@@ -506,7 +509,7 @@ impl CompressedTensors {
         &self,
         weights: &Weights,
         q: &QuantizedLinear,
-    ) -> Result<Option<(GgmlType, Vec<(f16, f16)>)>> {
+    ) -> Result<Option<(GgmlType, Vec<BlockScale>)>> {
         let inp = q.shape[1];
         let ggml = match (q.storage, q.zero.is_some()) {
             (Storage::Packed { bits: 4 }, false) => GgmlType::Q4_0,
@@ -514,7 +517,7 @@ impl CompressedTensors {
             (Storage::Packed { bits: 8 } | Storage::Int8, false) => GgmlType::Q8_0,
             _ => return Ok(None),
         };
-        if inp % 32 != 0 || (q.block[1] < inp && q.block[1] % 32 != 0) {
+        if !inp.is_multiple_of(32) || (q.block[1] < inp && !q.block[1].is_multiple_of(32)) {
             return Ok(None);
         }
         let (scale, zero) = self.grid(weights, q)?;
@@ -648,7 +651,11 @@ mod tests {
         for bits in 2..=8u32 {
             let lo = -(1 << (bits - 1));
             let values: Vec<i32> = (0..77).map(|i| lo + (i * 7 + 3) % (1 << bits)).collect();
-            assert_eq!(unpack(&pack(&values, bits), bits, values.len()), values, "{bits} bits");
+            assert_eq!(
+                unpack(&pack(&values, bits), bits, values.len()),
+                values,
+                "{bits} bits"
+            );
         }
     }
 }

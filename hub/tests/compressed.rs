@@ -6,7 +6,9 @@ use std::path::Path;
 use zoo_hub::{CompressedTensors, Weights};
 
 fn open(case: &str) -> (Weights, CompressedTensors) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nightly/fixtures").join(case);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nightly/fixtures")
+        .join(case);
     let weights = Weights::from_safetensors(&[dir.join("model.safetensors")]).unwrap();
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
