@@ -173,6 +173,18 @@ fn quantization(q: &serde_json::Value) -> String {
     use serde_json::Value;
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("?").to_string();
     let method = text(q.get("quant_method"));
+    if method == "fp8" {
+        let blocks = match q.get("weight_block_size") {
+            Some(b) if !b.is_null() => format!("a scale per {b} block"),
+            _ => "one scale per tensor".into(),
+        };
+        return format!(
+            "fp8 {} weights, {blocks}; activations {} (zoo runs them unquantized, as \
+             transformers does on the CPU)",
+            q.get("fmt").and_then(Value::as_str).unwrap_or("e4m3"),
+            text(q.get("activation_scheme")),
+        );
+    }
     let Some(groups) = q.get("config_groups").and_then(Value::as_object) else {
         let bits = q.get("bits").and_then(Value::as_u64);
         let group = q.get("group_size").and_then(Value::as_i64);

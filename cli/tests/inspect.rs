@@ -58,6 +58,15 @@ fn inspect_names_a_checkpoints_quantization_scheme() {
             "{out}"
         );
     }
+    let (ok, out, err) = zoo(&[
+        "inspect",
+        fixtures.join("llama-fp8-blocks-f32").to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("quantization: fp8 e4m3 weights, a scale per [32,32] block"),
+        "{out}"
+    );
 }
 
 #[test]

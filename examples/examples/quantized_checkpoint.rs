@@ -13,7 +13,9 @@ use zoo_transformers::{AutoModelForCausalLM, GenerationOptions};
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let model_path = args.next().context("usage: quantized_checkpoint MODEL [PROMPT]")?;
+    let model_path = args
+        .next()
+        .context("usage: quantized_checkpoint MODEL [PROMPT]")?;
     let prompt = args
         .next()
         .unwrap_or_else(|| "Once upon a time".to_string());

@@ -62,6 +62,7 @@ def tiny_builders():
     import bert
     import clip
     import compressed
+    import fp8
     import gemma
     import gguf_families
     import gpt2
@@ -78,7 +79,7 @@ def tiny_builders():
 
     table = {}
     for module in (lm, phi3, gemma, moe, gguf_families, gpt2, bert, clip, vision, siglip, llava, t5, seq2seq,
-                   peft_lora, compressed):
+                   peft_lora, compressed, fp8):
         for spec in module.SPECS:
             table[spec.name] = (spec, module.build_case)
     # A few of the peers' tester configurations are committed; the sweep writes them all.

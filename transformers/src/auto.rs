@@ -269,7 +269,7 @@ fn open_weights(
     // Mapped, nothing read but the packed weights' shapes.
     let files = zoo_hub::Weights::open(ck.inventory)?;
     let compressed =
-        zoo_hub::CompressedTensors::open(&cfg.pretrained.to_value(), &files, &cfg.pretrained.path)?;
+        zoo_hub::PreQuantized::open(&cfg.pretrained.to_value(), &files, &cfg.pretrained.path)?;
     // A quantized checkpoint (GGUF, compressed-tensors) keeps its blocks and computes in f32
     // from them unless a dtype was asked for, as llama.cpp runs a GGUF; an explicit dtype
     // dequantizes at load, as transformers' `gguf_file=` and compressed-tensors' CPU

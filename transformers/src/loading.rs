@@ -13,14 +13,14 @@ use zoo_runtime::{DType, Device, Error, Result, Tensor};
 pub(crate) struct HubSource {
     weights: zoo_hub::Weights,
     /// The quantized weights of a compressed-tensors checkpoint, under their HF names.
-    compressed: Option<zoo_hub::CompressedTensors>,
+    compressed: Option<zoo_hub::PreQuantized>,
     bar: Mutex<Option<ProgressBar>>,
 }
 
 impl HubSource {
     pub(crate) fn new(
         weights: zoo_hub::Weights,
-        compressed: Option<zoo_hub::CompressedTensors>,
+        compressed: Option<zoo_hub::PreQuantized>,
         show_progress: bool,
     ) -> HubSource {
         let bar = show_progress.then(|| {
@@ -51,7 +51,7 @@ impl HubSource {
     }
 
     /// The checkpoint's compressed-tensors weights, if it has them.
-    pub(crate) fn compressed(&self) -> Option<&zoo_hub::CompressedTensors> {
+    pub(crate) fn compressed(&self) -> Option<&zoo_hub::PreQuantized> {
         self.compressed.as_ref()
     }
 

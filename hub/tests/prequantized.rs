@@ -1,20 +1,20 @@
-//! compressed-tensors checkpoints from the reference generator: the GGUF blocks zoo keeps
-//! hold exactly the values it dequantizes.
+//! Pre-quantized checkpoints from the reference generator (compressed-tensors, FP8): the GGUF
+//! blocks zoo keeps hold exactly the values it dequantizes; what it does not apply is refused.
 
 use std::path::Path;
 
-use zoo_hub::{CompressedTensors, Weights};
+use zoo_hub::{PreQuantized, Weights};
 
-fn open(case: &str) -> (Weights, CompressedTensors) {
+fn open(case: &str) -> (Weights, PreQuantized) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../nightly/fixtures")
         .join(case);
     let weights = Weights::from_safetensors(&[dir.join("model.safetensors")]).unwrap();
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
-    let c = CompressedTensors::open(&config, &weights, &dir.join("config.json"))
+    let c = PreQuantized::open(&config, &weights, &dir.join("config.json"))
         .unwrap()
-        .expect("a compressed-tensors checkpoint");
+        .expect("a pre-quantized checkpoint");
     (weights, c)
 }
 
@@ -51,4 +51,22 @@ fn bf16_scales_and_fp8_values_load_dequantized() {
         assert_eq!(dense.len(), 64 * 64);
         assert!(dense.iter().all(|x| x.is_finite()) && dense.iter().any(|x| *x != 0.0));
     }
+}
+
+#[test]
+fn fp8_blocks_dequantize_and_static_activations_are_refused() {
+    let (weights, c) = open("llama-fp8-blocks-f32");
+    let name = "model.layers.0.mlp.down_proj.weight";
+    assert_eq!(c.get(name).unwrap().shape, [64, 96]);
+    assert!(c.is_part("model.layers.0.mlp.down_proj.weight_scale_inv"));
+    assert!(c.blocks(&weights, name).unwrap().is_none());
+    assert_eq!(c.dequantize(&weights, name).unwrap().len(), 64 * 96);
+
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../nightly/fixtures/llama-fp8-blocks-f32");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    config["quantization_config"]["activation_scheme"] = "static".into();
+    let e = PreQuantized::open(&config, &weights, &dir.join("config.json")).unwrap_err();
+    assert!(e.to_string().contains("activation_scheme"), "{e}");
 }

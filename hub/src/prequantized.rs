@@ -1,14 +1,16 @@
-//! compressed-tensors checkpoints (`quantization_config.quant_method: "compressed-tensors"`,
-//! as llm-compressor writes them): weight-only integer schemes packed into int32 words
-//! (`pack-quantized`: `weight_packed`, `weight_scale`, packed `weight_zero_point`,
-//! `weight_shape`) or stored one per byte (`int-quantized`, `naive-quantized`), and FP8
-//! E4M3 weights (`float-quantized`), with tensor, channel, group or block scales.
+//! Pre-quantized safetensors checkpoints, read as published: compressed-tensors
+//! (`quant_method: "compressed-tensors"`, as llm-compressor writes them) — weight-only integer
+//! schemes packed into int32 words (`pack-quantized`: `weight_packed`, `weight_scale`, packed
+//! `weight_zero_point`, `weight_shape`) or stored one per byte (`int-quantized`,
+//! `naive-quantized`), and FP8 weights (`float-quantized`), with tensor, channel, group or
+//! block scales — and transformers' FP8 (`quant_method: "fp8"`, DeepSeek's and Qwen's FP8
+//! releases: E4M3 weights with a `weight_scale_inv` per block).
 //!
 //! Each quantized Linear appears under its HF name (`….weight`, `[out, in]`): dequantized
 //! (`(q − zero) · scale`, exact in f32) for any dtype and device, or, where the values fit
 //! GGUF's blocks exactly (int4 and int8 with f16-exact scales over whole 32-wide blocks), as
-//! those blocks for the CPU's quantized kernels. What the scheme computes beyond stored
-//! weights (quantized activations, KV-cache scales, sparsity, transforms) is refused by name.
+//! those blocks for the CPU's quantized kernels. What a scheme computes beyond stored weights
+//! (quantized activations, KV-cache scales, sparsity, transforms) is refused by name.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -31,7 +33,7 @@ pub enum Storage {
     Packed { bits: u32 },
     /// Signed 8-bit integers, one per byte.
     Int8,
-    /// FP8 E4M3 values.
+    /// FP8 values (E4M3, or E5M2).
     Fp8,
 }
 
@@ -62,7 +64,7 @@ impl QuantizedLinear {
 
 /// The quantized weights of a compressed-tensors checkpoint, by HF weight name.
 #[derive(Clone, Debug)]
-pub struct CompressedTensors {
+pub struct PreQuantized {
     weights: BTreeMap<String, QuantizedLinear>,
     parts: HashMap<String, String>,
     /// `config.json`, for messages.
@@ -76,140 +78,33 @@ const SUPPORTED_FORMATS: &[&str] = &[
     "float-quantized",
 ];
 
-impl CompressedTensors {
+impl PreQuantized {
     /// Reads the checkpoint's quantization (its headers, and each packed weight's
-    /// `weight_shape`): `Some` for a compressed-tensors scheme zoo applies, `None` for a checkpoint without quantization; any other quantization (or
-    /// quantized tensors no config explains) is refused, as
-    /// [`Inventory::check_unquantized`] refuses it.
-    pub fn open(
-        config: &Value,
-        weights: &Weights,
-        path: &Path,
-    ) -> Result<Option<CompressedTensors>> {
+    /// `weight_shape`): `Some` for a compressed-tensors or FP8 scheme zoo applies, `None` for
+    /// a checkpoint without quantization; any other quantization (or quantized tensors no
+    /// config explains) is refused, as [`Inventory::check_unquantized`] refuses it.
+    pub fn open(config: &Value, weights: &Weights, path: &Path) -> Result<Option<PreQuantized>> {
         let inventory = weights.inventory();
-        let Some(q) = config.get("quantization_config").filter(|q| {
-            q.get("quant_method").and_then(Value::as_str) == Some("compressed-tensors")
-        }) else {
-            inventory.check_unquantized(config, path)?;
-            return Ok(None);
+        let q = config.get("quantization_config").filter(|q| !q.is_null());
+        let scheme = match q
+            .and_then(|q| q.get("quant_method"))
+            .and_then(Value::as_str)
+        {
+            Some("compressed-tensors") => Scheme::compressed_tensors(q.expect("present"), path)?,
+            Some("fp8") => Scheme::fp8(q.expect("present"), path)?,
+            _ => {
+                inventory.check_unquantized(config, path)?;
+                return Ok(None);
+            }
         };
-        let field = |name: &str, reason: String| HubError::ConfigField {
-            path: path.to_path_buf(),
-            field: format!("quantization_config.{name}"),
-            reason,
-        };
-        let refuse = |name: &str, what: &str| {
-            field(
-                name,
-                format!(
-                    "{what}, which zoo does not apply; load the unquantized checkpoint, or a \
-                     weight-only scheme (W4A16, W8A16, FP8 weights)"
-                ),
-            )
-        };
-        let status = q.get("quantization_status").and_then(Value::as_str);
-        if status.is_some_and(|s| s != "compressed") {
-            return Err(field(
-                "quantization_status",
-                format!(
-                    "{status:?}: zoo reads compressed checkpoints (status \"compressed\"), whose \
-                     weights are stored quantized"
-                ),
-            ));
-        }
-        for (name, what) in [
-            ("kv_cache_scheme", "a quantized KV cache"),
-            ("sparsity_config", "sparse weights"),
-            ("transform_config", "weight transforms (rotations)"),
-        ] {
-            if q.get(name).is_some_and(|v| !is_off(v)) {
-                return Err(refuse(name, what));
-            }
-        }
-        let global = q.get("format").and_then(Value::as_str);
-        let groups = q
-            .get("config_groups")
-            .and_then(Value::as_object)
-            .filter(|g| !g.is_empty())
-            .ok_or_else(|| field("config_groups", "missing or empty".into()))?;
-        let mut bits = BTreeSet::new();
-        let mut spans = BTreeSet::new();
-        let mut row_spans = BTreeSet::new();
-        for (gname, g) in groups {
-            let at = |f: &str| format!("config_groups.{gname}.{f}");
-            let format = g.get("format").and_then(Value::as_str).or(global);
-            match format {
-                Some(f) if SUPPORTED_FORMATS.contains(&f) => {}
-                other => {
-                    return Err(refuse(
-                        &at("format"),
-                        &format!("the {other:?} format (zoo reads {SUPPORTED_FORMATS:?})"),
-                    ))
-                }
-            }
-            for (name, what) in [
-                ("input_activations", "quantized activations"),
-                ("output_activations", "quantized outputs"),
-            ] {
-                if g.get(name).is_some_and(|v| !is_off(v)) {
-                    return Err(refuse(&at(name), what));
-                }
-            }
-            let w = g
-                .get("weights")
-                .filter(|w| w.is_object())
-                .ok_or_else(|| field(&at("weights"), "missing: no weight scheme".into()))?;
-            let kind = w.get("type").and_then(Value::as_str).unwrap_or("int");
-            let nbits = w.get("num_bits").and_then(Value::as_u64).unwrap_or(8);
-            let strategy = w
-                .get("strategy")
-                .and_then(Value::as_str)
-                .unwrap_or("tensor");
-            match (kind, nbits) {
-                ("int", 2..=8) | ("float", 8) => {}
-                _ => {
-                    return Err(refuse(
-                        &at("weights"),
-                        &format!("{nbits}-bit {kind} weights"),
-                    ))
-                }
-            }
-            if !["tensor", "channel", "group", "block"].contains(&strategy) {
-                return Err(refuse(
-                    &at("weights.strategy"),
-                    &format!("the {strategy:?} strategy"),
-                ));
-            }
-            if w.get("dynamic").is_some_and(|d| !is_off(d)) {
-                return Err(refuse(
-                    &at("weights.dynamic"),
-                    "weights quantized at run time",
-                ));
-            }
-            if w.get("actorder").and_then(Value::as_str) == Some("group") {
-                return Err(refuse(
-                    &at("weights.actorder"),
-                    "activation-ordered groups (`weight_g_idx`)",
-                ));
-            }
-            bits.insert(nbits as u32);
-            if let Some(gs) = w.get("group_size").and_then(Value::as_u64) {
-                spans.insert(gs as usize);
-            }
-            if let Some(b) = w.get("block_structure").and_then(Value::as_array) {
-                let b: Vec<usize> = b
-                    .iter()
-                    .filter_map(|x| x.as_u64())
-                    .map(|x| x as usize)
-                    .collect();
-                if let [r, c] = b[..] {
-                    row_spans.insert(r);
-                    spans.insert(c);
-                }
-            }
-        }
-
-        let mut found = CompressedTensors {
+        let Scheme {
+            method,
+            scale_suffix,
+            bits,
+            spans,
+            row_spans,
+        } = scheme;
+        let mut found = PreQuantized {
             weights: BTreeMap::new(),
             parts: HashMap::new(),
             path: path.to_path_buf(),
@@ -218,12 +113,12 @@ impl CompressedTensors {
             let (module, storage) = if let Some(m) = t.name.strip_suffix(".weight_packed") {
                 (m, None)
             } else if let Some(m) = t.name.strip_suffix(".weight") {
-                if inventory.get(&format!("{m}.weight_scale")).is_none() {
+                if inventory.get(&format!("{m}.{scale_suffix}")).is_none() {
                     continue;
                 }
                 match t.dtype {
                     Dtype::I8 => (m, Some(Storage::Int8)),
-                    Dtype::F8E4M3 => (m, Some(Storage::Fp8)),
+                    Dtype::F8E4M3 | Dtype::F8E5M2 => (m, Some(Storage::Fp8)),
                     // A dense weight beside a scale: not stored quantized.
                     _ => continue,
                 }
@@ -240,7 +135,7 @@ impl CompressedTensors {
                     "activation-ordered groups (`weight_g_idx`), which zoo does not apply".into(),
                 ));
             }
-            let scale = format!("{module}.weight_scale");
+            let scale = format!("{module}.{scale_suffix}");
             if inventory.get(&scale).is_none() {
                 return Err(bad(format!("no `{scale}` beside it")));
             }
@@ -300,11 +195,13 @@ impl CompressedTensors {
             found.weights.insert(name, q);
         }
         if found.weights.is_empty() {
-            return Err(field(
-                "config_groups",
-                "no quantized weight found in the checkpoint (`weight_packed`, or an int8/fp8 \
-                 `weight` beside its `weight_scale`)"
-                    .into(),
+            return Err(config_field(
+                path,
+                "quant_method",
+                format!(
+                    "{method:?} says the checkpoint is pre-quantized, but no weight is: no \
+                     `weight_packed`, and no int8 or fp8 `weight` beside its `{scale_suffix}`"
+                ),
             ));
         }
         Ok(Some(found))
@@ -489,7 +386,7 @@ impl CompressedTensors {
         Ok(Some((ggml, data)))
     }
 
-    /// The block type `name` is kept as ([`CompressedTensors::blocks`]) and the bytes its
+    /// The block type `name` is kept as ([`PreQuantized::blocks`]) and the bytes its
     /// blocks take, reading only its scales; `None` when it loads dequantized.
     pub fn block_type(&self, weights: &Weights, name: &str) -> Result<Option<(GgmlType, u64)>> {
         let q = self.require(name)?;
@@ -596,6 +493,217 @@ impl CompressedTensors {
             }
             Storage::Int8 => view.to_i64()?.into_iter().map(|v| v as f32).collect(),
             Storage::Fp8 => view.to_f32()?,
+        })
+    }
+}
+
+/// What a method's config says about its stored tensors.
+struct Scheme {
+    /// `quant_method`.
+    method: &'static str,
+    /// The scale beside each quantized `weight` (`weight_scale`, FP8's `weight_scale_inv`).
+    scale_suffix: &'static str,
+    /// The integer widths packed weights may have.
+    bits: BTreeSet<u32>,
+    /// The column and row spans one scale may cover (group and block sizes).
+    spans: BTreeSet<usize>,
+    row_spans: BTreeSet<usize>,
+}
+
+fn config_field(path: &Path, name: &str, reason: String) -> HubError {
+    HubError::ConfigField {
+        path: path.to_path_buf(),
+        field: format!("quantization_config.{name}"),
+        reason,
+    }
+}
+
+fn refused(path: &Path, name: &str, what: &str) -> HubError {
+    config_field(
+        path,
+        name,
+        format!(
+            "{what}, which zoo does not apply; load the unquantized checkpoint, or a \
+             weight-only scheme (W4A16, W8A16, FP8 weights)"
+        ),
+    )
+}
+
+impl Scheme {
+    /// A compressed-tensors config, checked for what would change the numbers.
+    fn compressed_tensors(q: &Value, path: &Path) -> Result<Scheme> {
+        let field = |name: &str, reason: String| HubError::ConfigField {
+            path: path.to_path_buf(),
+            field: format!("quantization_config.{name}"),
+            reason,
+        };
+        let refuse = |name: &str, what: &str| {
+            field(
+                name,
+                format!(
+                    "{what}, which zoo does not apply; load the unquantized checkpoint, or a \
+                     weight-only scheme (W4A16, W8A16, FP8 weights)"
+                ),
+            )
+        };
+        let status = q.get("quantization_status").and_then(Value::as_str);
+        if status.is_some_and(|s| s != "compressed") {
+            return Err(field(
+                "quantization_status",
+                format!(
+                    "{status:?}: zoo reads compressed checkpoints (status \"compressed\"), whose \
+                     weights are stored quantized"
+                ),
+            ));
+        }
+        for (name, what) in [
+            ("kv_cache_scheme", "a quantized KV cache"),
+            ("sparsity_config", "sparse weights"),
+            ("transform_config", "weight transforms (rotations)"),
+        ] {
+            if q.get(name).is_some_and(|v| !is_off(v)) {
+                return Err(refuse(name, what));
+            }
+        }
+        let global = q.get("format").and_then(Value::as_str);
+        let groups = q
+            .get("config_groups")
+            .and_then(Value::as_object)
+            .filter(|g| !g.is_empty())
+            .ok_or_else(|| field("config_groups", "missing or empty".into()))?;
+        let mut bits = BTreeSet::new();
+        let mut spans = BTreeSet::new();
+        let mut row_spans = BTreeSet::new();
+        for (gname, g) in groups {
+            let at = |f: &str| format!("config_groups.{gname}.{f}");
+            let format = g.get("format").and_then(Value::as_str).or(global);
+            match format {
+                Some(f) if SUPPORTED_FORMATS.contains(&f) => {}
+                other => {
+                    return Err(refuse(
+                        &at("format"),
+                        &format!("the {other:?} format (zoo reads {SUPPORTED_FORMATS:?})"),
+                    ))
+                }
+            }
+            for (name, what) in [
+                ("input_activations", "quantized activations"),
+                ("output_activations", "quantized outputs"),
+            ] {
+                if g.get(name).is_some_and(|v| !is_off(v)) {
+                    return Err(refuse(&at(name), what));
+                }
+            }
+            let w = g
+                .get("weights")
+                .filter(|w| w.is_object())
+                .ok_or_else(|| field(&at("weights"), "missing: no weight scheme".into()))?;
+            let kind = w.get("type").and_then(Value::as_str).unwrap_or("int");
+            let nbits = w.get("num_bits").and_then(Value::as_u64).unwrap_or(8);
+            let strategy = w
+                .get("strategy")
+                .and_then(Value::as_str)
+                .unwrap_or("tensor");
+            match (kind, nbits) {
+                ("int", 2..=8) | ("float", 8) => {}
+                _ => {
+                    return Err(refuse(
+                        &at("weights"),
+                        &format!("{nbits}-bit {kind} weights"),
+                    ))
+                }
+            }
+            if !["tensor", "channel", "group", "block"].contains(&strategy) {
+                return Err(refuse(
+                    &at("weights.strategy"),
+                    &format!("the {strategy:?} strategy"),
+                ));
+            }
+            if w.get("dynamic").is_some_and(|d| !is_off(d)) {
+                return Err(refuse(
+                    &at("weights.dynamic"),
+                    "weights quantized at run time",
+                ));
+            }
+            if w.get("actorder").and_then(Value::as_str) == Some("group") {
+                return Err(refuse(
+                    &at("weights.actorder"),
+                    "activation-ordered groups (`weight_g_idx`)",
+                ));
+            }
+            bits.insert(nbits as u32);
+            if let Some(gs) = w.get("group_size").and_then(Value::as_u64) {
+                spans.insert(gs as usize);
+            }
+            if let Some(b) = w.get("block_structure").and_then(Value::as_array) {
+                let b: Vec<usize> = b
+                    .iter()
+                    .filter_map(|x| x.as_u64())
+                    .map(|x| x as usize)
+                    .collect();
+                if let [r, c] = b[..] {
+                    row_spans.insert(r);
+                    spans.insert(c);
+                }
+            }
+        }
+        Ok(Scheme {
+            method: "compressed-tensors",
+            scale_suffix: "weight_scale",
+            bits,
+            spans,
+            row_spans,
+        })
+    }
+
+    /// transformers' FP8 config (`quant_method: "fp8"`): E4M3 weights with a
+    /// `weight_scale_inv` per block of `weight_block_size`, or one per tensor. Dynamic
+    /// activation quantization is what transformers itself skips without an FP8 GPU: the
+    /// activations stay unquantized, as transformers computes them on the CPU.
+    fn fp8(q: &Value, path: &Path) -> Result<Scheme> {
+        let obj = q
+            .as_object()
+            .ok_or_else(|| config_field(path, "", "not an object".into()))?;
+        let mut spans = BTreeSet::new();
+        let mut row_spans = BTreeSet::new();
+        for (key, value) in obj {
+            match key.as_str() {
+                "quant_method" | "modules_to_not_convert" | "dequantize" => {}
+                "activation_scheme" if value.as_str() == Some("dynamic") => {}
+                "activation_scheme" => {
+                    return Err(refused(path, key, &format!("activation scheme {value}")))
+                }
+                "fmt" if matches!(value.as_str(), Some("e4m3" | "e5m2")) => {}
+                "weight_block_size" if value.is_null() => {}
+                "weight_block_size" => {
+                    let b: Vec<usize> = value
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_u64)
+                                .map(|x| x as usize)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let [r, c] = b[..] else {
+                        return Err(config_field(
+                            path,
+                            key,
+                            format!("{value}: expected [rows, columns]"),
+                        ));
+                    };
+                    row_spans.insert(r);
+                    spans.insert(c);
+                }
+                _ => return Err(refused(path, key, &format!("`{key}` = {value}"))),
+            }
+        }
+        Ok(Scheme {
+            method: "fp8",
+            scale_suffix: "weight_scale_inv",
+            bits: BTreeSet::new(),
+            spans,
+            row_spans,
         })
     }
 }
