@@ -3,6 +3,7 @@
 # vs PyTorch vs candle-transformers, and the XLA CPU plugin on one and four devices) and as the
 # Q4_1 GGUF (zoo vs candle-transformers vs llama.cpp), with peak RSS against resident weights;
 # the same model requantized to Q4_0, Q5_0, Q5_1 and Q8_0, and Gemma 3's Q4_K_M, vs llama.cpp;
+# SmolLM2 as W4A16, W8A16 (compressed-tensors) and FP8 beside its Q4_0/Q8_0 GGUFs (peak RSS vs file);
 # a random 330M-parameter Mixtral (8 experts, top-2) in f32, zoo vs PyTorch; an SD 1.5-layout
 # UNet step and a FLUX.1-shaped transformer step at reduced size, zoo vs diffusers; and
 # `zoo serve` beside llama.cpp's llama-server on the Q4_1 GGUF (16 concurrent streaming chat
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --check) check=(--check) ;;
     --llama-cpp) build_llama=1 ;;
     --) shift; rest=("$@"); break ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -117,7 +118,7 @@ for tier in $tiers; do
       peers="llama.cpp native build, PyTorch native" ;;
   esac
   echo "== CPU tier $tier (peers: $peers)"
-  for bin in smollm2 quants mixtral gemma3 unet flux embed serve; do
+  for bin in smollm2 quants prequantized mixtral gemma3 unet flux embed serve; do
     extra=()
     if [ "$bin" = serve ]; then extra=(--pjrt "$ZOO_PJRT_CPU_PLUGIN"); fi
     env ZOO_CPU="$tier" ZOO_BENCH_PEER_TIER="$peers" LLAMA_BENCH="$llama" LLAMA_SERVER="$server" \
