@@ -450,3 +450,14 @@ fn from_value_at<T: DeserializeOwned>(value: Value, path: &Path) -> Result<T> {
         }
     })
 }
+
+/// Whether a config value is "off": null, false, or an empty list or object (how configs
+/// write a feature they do not use).
+pub fn is_off(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use half::f16;
 use serde_json::Value;
 
+use crate::config::is_off;
 use crate::dtype::{Dtype, GgmlType};
 use crate::error::{HubError, Result};
 use crate::inventory::Inventory;
@@ -722,16 +723,6 @@ fn unpack(words: &[u32], bits: u32, n: usize) -> Vec<i32> {
             ((((hi << 32) | lo) >> shift) & mask) as i32 - offset
         })
         .collect()
-}
-
-/// Whether a config value is "off" (null, false, empty).
-fn is_off(v: &Value) -> bool {
-    match v {
-        Value::Null | Value::Bool(false) => true,
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use serde_json::Value;
+use zoo_hub::config::is_off;
 use zoo_hub::{ModelFiles, Source};
 use zoo_runtime::nn::{LoraLayout, LoraPair, PatchedWeights, WeightPatch, WeightSource};
 use zoo_runtime::{Device, Tensor};
@@ -118,16 +119,6 @@ const INERT_FIELDS: &[&str] = &[
     "alpha_pattern",
     "fan_in_fan_out",
 ];
-
-/// Whether a field holds its "off" value (null, false, empty).
-fn is_off(v: &Value) -> bool {
-    match v {
-        Value::Null | Value::Bool(false) => true,
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        _ => false,
-    }
-}
 
 /// The adapter's parsed `adapter_config.json`.
 struct LoraConfig {
