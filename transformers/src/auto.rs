@@ -40,17 +40,9 @@ impl AutoConfig {
     /// Reads and dispatches the config of `repo_or_path`, its layer counts checked against
     /// its weights where it has any.
     pub fn from_pretrained(repo_or_path: &str) -> Result<AutoConfig> {
-        // An adapter's config is its base model's.
-        match adapters::base_of(repo_or_path)? {
-            Some((base, revision)) => {
-                let mut source = Source::parse(&base)?;
-                if let Some(r) = revision {
-                    source = source.with_revision(&r)?;
-                }
-                AutoConfig::of_checkpoint(&Pretrained::from_files(zoo_hub::ModelFiles::new(source)))
-            }
-            None => AutoConfig::of_checkpoint(&Pretrained::open(repo_or_path)?),
-        }
+        // An adapter's config is its base model's, as a load opens it.
+        let (pretrained, _) = open(repo_or_path, &LoadOptions::default())?;
+        AutoConfig::of_checkpoint(&pretrained)
     }
 
     /// Dispatches an already read config: by `architectures` first, then `model_type`; an
@@ -268,15 +260,15 @@ fn open_weights(
     let ck = pretrained.checkpoint()?;
     // Mapped, nothing read but the packed weights' shapes.
     let files = zoo_hub::Weights::open(ck.inventory)?;
-    let compressed =
+    let prequantized =
         zoo_hub::PreQuantized::open(&cfg.pretrained.to_value(), &files, &cfg.pretrained.path)?;
-    // A quantized checkpoint (GGUF, compressed-tensors) keeps its blocks and computes in f32
-    // from them unless a dtype was asked for, as llama.cpp runs a GGUF; an explicit dtype
-    // dequantizes at load, as transformers' `gguf_file=` and compressed-tensors' CPU
-    // decompression do.
+    // A quantized checkpoint (GGUF, compressed-tensors, FP8) keeps what blocks it can and
+    // computes in f32 from them unless a dtype was asked for, as llama.cpp runs a GGUF; an
+    // explicit dtype dequantizes at load, as transformers' `gguf_file=` and its CPU
+    // decompression of pre-quantized weights do.
     let dtype = match opts.dtype {
         Some(d) => d,
-        None if compressed.is_some() => DType::F32,
+        None if prequantized.is_some() => DType::F32,
         None => checkpoint_dtype(&cfg.pretrained),
     };
     if !dtype.is_float() || dtype == DType::F64 {
@@ -294,7 +286,7 @@ fn open_weights(
         },
     )?;
     let device = resolved.device;
-    let hub = Arc::new(HubSource::new(files, compressed, opts.progress));
+    let hub = Arc::new(HubSource::new(files, prequantized, opts.progress));
     let (source, merged): (Arc<dyn WeightSource>, HashSet<String>) = if opts.adapters.is_empty() {
         (hub.clone(), HashSet::new())
     } else {
@@ -302,26 +294,26 @@ fn open_weights(
         let names = patched.patched().map(str::to_string).collect();
         (Arc::new(patched), names)
     };
+    // Blocks are kept only for f32 products on the eager CPU of an unsplit model.
+    let blocks_here =
+        keep_blocks && dtype == DType::F32 && device == Device::Cpu && resolved.placement.is_none();
     let kept = |t: &zoo_hub::TensorInfo| {
         let zoo_hub::Dtype::Quantized(q) = t.dtype else {
             return false;
         };
-        keep_blocks
-            && dtype == DType::F32
-            && device == Device::Cpu
-            && resolved.placement.is_none()
+        blocks_here
             && zoo_runtime::nn::keeps_blocks(q, &t.shape)
             // A weight an adapter changes is merged dense.
             && !merged.contains(&t.name)
     };
     // What stays resident: blocks as stored when kept, every other tensor in `dtype`; a
-    // compressed-tensors weight as the blocks it converts to, or dense.
+    // pre-quantized weight as the blocks it converts to, or dense.
     let inventory = hub.inventory();
-    let compressed = hub.compressed();
+    let prequantized = hub.prequantized();
     let mut weight_bytes: u64 = inventory
         .tensors()
         .iter()
-        .filter(|t| !compressed.is_some_and(|c| c.is_part(&t.name)))
+        .filter(|t| !prequantized.is_some_and(|c| c.is_part(&t.name)))
         .map(|t| {
             if kept(t) {
                 t.nbytes
@@ -331,15 +323,12 @@ fn open_weights(
         })
         .sum();
     let mut blocks_kept = inventory.tensors().iter().any(kept);
-    for name in compressed.iter().flat_map(|c| c.names()) {
-        let c = compressed.expect("names come from it");
+    for (c, name) in prequantized
+        .iter()
+        .flat_map(|c| c.names().map(move |n| (c, n)))
+    {
         let shape = c.get(name).map_or([0, 0], |q| q.shape);
-        let as_blocks = if keep_blocks
-            && dtype == DType::F32
-            && device == Device::Cpu
-            && resolved.placement.is_none()
-            && !merged.contains(name)
-        {
+        let as_blocks = if blocks_here && !merged.contains(name) {
             c.block_type(hub.files(), name).map_err(Error::from)?
         } else {
             None

@@ -12,15 +12,15 @@ use zoo_runtime::{DType, Device, Error, Result, Tensor};
 /// the converted copy plus the page cache of the file.
 pub(crate) struct HubSource {
     weights: zoo_hub::Weights,
-    /// The quantized weights of a compressed-tensors checkpoint, under their HF names.
-    compressed: Option<zoo_hub::PreQuantized>,
+    /// The quantized weights of a pre-quantized checkpoint, under their HF names.
+    prequantized: Option<zoo_hub::PreQuantized>,
     bar: Mutex<Option<ProgressBar>>,
 }
 
 impl HubSource {
     pub(crate) fn new(
         weights: zoo_hub::Weights,
-        compressed: Option<zoo_hub::PreQuantized>,
+        prequantized: Option<zoo_hub::PreQuantized>,
         show_progress: bool,
     ) -> HubSource {
         let bar = show_progress.then(|| {
@@ -35,7 +35,7 @@ impl HubSource {
         });
         HubSource {
             weights,
-            compressed,
+            prequantized,
             bar: Mutex::new(bar),
         }
     }
@@ -50,9 +50,9 @@ impl HubSource {
         &self.weights
     }
 
-    /// The checkpoint's compressed-tensors weights, if it has them.
-    pub(crate) fn compressed(&self) -> Option<&zoo_hub::PreQuantized> {
-        self.compressed.as_ref()
+    /// The checkpoint's pre-quantized weights, if it has them.
+    pub(crate) fn prequantized(&self) -> Option<&zoo_hub::PreQuantized> {
+        self.prequantized.as_ref()
     }
 
     fn tick(&self) {
@@ -61,9 +61,9 @@ impl HubSource {
         }
     }
 
-    /// Drops the mapped pages of a compressed weight's parts once read.
+    /// Drops the mapped pages of a pre-quantized weight's parts once read.
     fn release_parts(&self, name: &str) {
-        if let Some(q) = self.compressed.as_ref().and_then(|c| c.get(name)) {
+        if let Some(q) = self.prequantized.as_ref().and_then(|c| c.get(name)) {
             for part in q.parts() {
                 self.weights.release(part);
             }
@@ -80,7 +80,7 @@ impl HubSource {
 
 impl WeightSource for HubSource {
     fn shape(&self, name: &str) -> Option<Vec<usize>> {
-        if let Some(q) = self.compressed.as_ref().and_then(|c| c.get(name)) {
+        if let Some(q) = self.prequantized.as_ref().and_then(|c| c.get(name)) {
             return Some(q.shape.to_vec());
         }
         self.weights.inventory().get(name).map(|i| i.shape.clone())
@@ -91,8 +91,12 @@ impl WeightSource for HubSource {
             name: name.to_string(),
             source: Box::new(source),
         };
-        if let Some(c) = self.compressed.as_ref().filter(|c| c.get(name).is_some()) {
-            let shape = c.get(name).map(|q| q.shape).unwrap_or_default();
+        if let Some((c, q)) = self
+            .prequantized
+            .as_ref()
+            .and_then(|c| c.get(name).map(|q| (c, q)))
+        {
+            let shape = q.shape;
             let w = c.dequantize(&self.weights, name).map_err(hub)?;
             self.release_parts(name);
             self.tick();
@@ -123,7 +127,7 @@ impl WeightSource for HubSource {
     }
 
     fn names(&self) -> Vec<String> {
-        let Some(c) = &self.compressed else {
+        let Some(c) = &self.prequantized else {
             return self.weights.names();
         };
         let mut names: Vec<String> = self
@@ -137,7 +141,7 @@ impl WeightSource for HubSource {
     }
 
     fn quantized(&self, name: &str) -> Option<Result<QuantizedWeight>> {
-        if let Some(c) = self.compressed.as_ref().filter(|c| c.get(name).is_some()) {
+        if let Some(c) = self.prequantized.as_ref().filter(|c| c.get(name).is_some()) {
             let blocks = c.blocks(&self.weights, name).transpose()?;
             let shape = c.get(name).map(|q| q.shape.to_vec()).unwrap_or_default();
             return Some(blocks.map_err(|e| hub_err(name, e)).map(|(ggml, data)| {
