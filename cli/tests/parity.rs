@@ -11,7 +11,7 @@ mod common;
 const LLAMA: &str = "llama-gqa-f32";
 const BERT: &str = "bert-base-f32";
 /// A copy of the BERT case relabelled as a class zoo has no model for.
-const UNPORTED: &str = "modernbert-unported";
+const UNPORTED: &str = "funnel-unported";
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -62,14 +62,14 @@ fn p(path: &Path) -> &str {
 
 #[test]
 fn run_records_pass_not_available_and_unsupported_then_draws_the_dashboard() {
-    // candle-cpu and pjrt-cpu pass, pjrt-tpu is not available here, DistilBERT has no model.
+    // candle-cpu and pjrt-cpu pass, pjrt-tpu is not available here, the Funnel Transformer has no model.
     let tmp = tempfile::tempdir().unwrap();
     let cases = tmp.path().join("cases");
     copy_case(LLAMA, &cases, LLAMA);
     let unported = copy_case(BERT, &cases, UNPORTED).join("case.json");
     let mut doc: Value =
         serde_json::from_str(&std::fs::read_to_string(&unported).unwrap()).unwrap();
-    doc["architecture"] = "ModernBertModel".into();
+    doc["architecture"] = "FunnelModel".into();
     std::fs::write(&unported, doc.to_string()).unwrap();
     let out = tmp.path().join("out");
     let (ok, stdout, stderr) = zoo(&[
@@ -337,7 +337,7 @@ fn the_nightly_script_exits_with_zoo_status_and_keeps_the_summary() {
     let unported = copy_case(BERT, &cases_dir, UNPORTED).join("case.json");
     let mut doc: Value =
         serde_json::from_str(&std::fs::read_to_string(&unported).unwrap()).unwrap();
-    doc["architecture"] = "ModernBertModel".into();
+    doc["architecture"] = "FunnelModel".into();
     std::fs::write(&unported, doc.to_string()).unwrap();
     let out2 = tmp.path().join("out2");
     let (code, err) = nightly_script(&["candle-cpu", p(&cases_dir), p(&out2), p(&history)]);

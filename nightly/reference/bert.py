@@ -1,5 +1,6 @@
-"""Tiny random BERT cases: hidden states and pooled output of BertModel, and the logits of
-the masked-LM, sequence-classification and token-classification heads on the same encoder."""
+"""Tiny random BERT-family cases (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ModernBERT):
+hidden states and pooled output of the base models, and the logits of their heads on the
+same encoder."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ from typing import Any
 import torch
 from transformers import (
     BertConfig,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+    ModernBertForMultipleChoice,
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    ModernBertModel,
     MPNetConfig,
     MPNetForMaskedLM,
     MPNetForSequenceClassification,
@@ -37,7 +45,7 @@ from transformers import (
     BertModel,
 )
 
-from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters, run_capturing
+from common import TORCH_DTYPES, Case, TensorSpec, cast_as_loaded, randomize_parameters, run_capturing
 
 VOCAB = 128
 PAD_ID = 0
@@ -77,11 +85,26 @@ ARCHITECTURES: dict[str, tuple[type, str]] = {
     "MPNetModel": (MPNetModel, "feature-extraction"),
     "MPNetForMaskedLM": (MPNetForMaskedLM, "fill-mask"),
     "MPNetForSequenceClassification": (MPNetForSequenceClassification, "text-classification"),
+    "ModernBertModel": (ModernBertModel, "feature-extraction"),
+    "ModernBertForMaskedLM": (ModernBertForMaskedLM, "fill-mask"),
+    "ModernBertForSequenceClassification": (ModernBertForSequenceClassification, "text-classification"),
+    "ModernBertForTokenClassification": (ModernBertForTokenClassification, "token-classification"),
+    "ModernBertForQuestionAnswering": (ModernBertForQuestionAnswering, "question-answering"),
+    "ModernBertForMultipleChoice": (ModernBertForMultipleChoice, "multiple-choice"),
 }
 
 # DistilBERT's names for BASE_CONFIG's sizes (no token types; its LayerNorms' epsilon is fixed).
 DISTILBERT_NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                     "intermediate_size": "hidden_dim", "hidden_act": "activation"}
+
+# ModernBERT's names for BASE_CONFIG's fields (no token types, no position table), and its
+# local window made short enough that the cases' 16 tokens cross it (half-window 4); layer 0
+# attends globally, 1 and 2 locally.
+MODERNBERT_NAMES = {"hidden_act": "hidden_activation", "layer_norm_eps": "norm_eps"}
+MODERNBERT_CONFIG: dict[str, Any] = {"num_hidden_layers": 3, "intermediate_size": 32, "local_attention": 8,
+                                     "global_attn_every_n_layers": 3, "global_rope_theta": 160000.0,
+                                     "local_rope_theta": 10000.0, "layer_norm_eps": 1e-5,
+                                     "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2}
 
 # RoBERTa's and XLM-RoBERTa's config beside BERT's: RobertaConfig's special ids (padding 1,
 # whose index the position ids count from), one token type, two more positions.
@@ -94,7 +117,8 @@ def config_class(architecture: str) -> type:
     return (XLMRobertaConfig if architecture.startswith("XLMRoberta") else
             RobertaConfig if architecture.startswith("Roberta") else
             DistilBertConfig if architecture.startswith("DistilBert") else
-            MPNetConfig if architecture.startswith("MPNet") else BertConfig)
+            MPNetConfig if architecture.startswith("MPNet") else
+            ModernBertConfig if architecture.startswith("ModernBert") else BertConfig)
 
 # Choices per example of the multiple-choice cases (BertModelTester's num_choices is 4).
 CHOICES = 4
@@ -119,6 +143,7 @@ class BertSpec:
     right_pad: int = 4  # pad tokens after the second sentence of the batch
     architecture: str = "BertModel"
     weight_std: float = 0.1
+    left_pad: bool = False  # pad the padded row on the left instead
 
 
 SPECS: list[BertSpec] = [
@@ -185,6 +210,35 @@ SPECS: list[BertSpec] = [
     BertSpec("mpnet-seqcls-f32", "MPNetForSequenceClassification: the first token through classifier.dense, tanh, "
              "classifier.out_proj", ["gelu", "padding", "head:sequence-classification"],
              labels("negative", "neutral", "positive"), seed=543, architecture="MPNetForSequenceClassification"),
+    # ModernBERT: pre-norm, rotary, gated MLP, local attention in two of three layers.
+    BertSpec("modernbert-base-f32", "ModernBertModel: 3 layers (global, local, local), local_attention 8 over 16 "
+             "tokens, rotary bases 160000/10000, no biases, right-padded batch",
+             ["gelu", "padding", "rotary", "sliding-window", "glu"], seed=550, seq_len=16, right_pad=5,
+             architecture="ModernBertModel"),
+    BertSpec("modernbert-base-bf16", "the modernbert-base-f32 shape in bfloat16 (rotary in f32, as transformers "
+             "rotates)", ["gelu", "padding", "rotary", "sliding-window", "glu", "bf16"], dtype="bf16", seed=551,
+             seq_len=16, right_pad=5, architecture="ModernBertModel"),
+    BertSpec("modernbert-mlm-f32", "ModernBertForMaskedLM: head (dense, gelu, norm), decoder tied to the token "
+             "embeddings with a bias", ["gelu", "padding", "rotary", "tied", "head:masked-lm"], seed=552,
+             seq_len=16, right_pad=5, architecture="ModernBertForMaskedLM"),
+    BertSpec("modernbert-seqcls-mean-f32", "ModernBertForSequenceClassification pooled by the mean over real "
+             "tokens; every bias on, layer_types (local, global, local), linear rope scaling on the local layers, "
+             "silu MLP", ["silu", "padding", "rotary", "rope-scaling", "sliding-window", "biases",
+                          "head:sequence-classification"],
+             {**labels("negative", "neutral", "positive"), "classifier_pooling": "mean", "norm_bias": True,
+              "attention_bias": True, "mlp_bias": True, "classifier_bias": True, "hidden_act": "silu",
+              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+              "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                                  "sliding_attention": {"rope_type": "linear", "factor": 2.0,
+                                                        "rope_theta": 10000.0}}},
+             seed=553, seq_len=16, right_pad=5, architecture="ModernBertForSequenceClassification"),
+    BertSpec("modernbert-tokcls-f32", "ModernBertForTokenClassification: head then classifier per token, 3 labels",
+             ["gelu", "padding", "rotary", "head:token-classification"], labels("O", "B", "I"), seed=554,
+             seq_len=16, right_pad=5, architecture="ModernBertForTokenClassification"),
+    BertSpec("modernbert-mc-f32", "ModernBertForMultipleChoice: each row pooled at its first real token "
+             "(attention_mask.argmax; the padded row is padded on the left)",
+             ["gelu", "padding", "left-padding", "rotary", "head:multiple-choice"], seed=555, seq_len=12,
+             right_pad=4, left_pad=True, architecture="ModernBertForMultipleChoice"),
     BertSpec("xlm-roberta-rerank-f32", "XLMRobertaForSequenceClassification with one label (a cross-encoder "
              "reranker's head, as bge-reranker ships)", ["gelu", "padding", "head:sequence-classification"],
              {"num_labels": 1}, seed=526, architecture="XLMRobertaForSequenceClassification"),
@@ -200,6 +254,11 @@ def full_config(spec: BertSpec) -> dict[str, Any]:
         out = {DISTILBERT_NAMES.get(k, k): v for k, v in merged.items()
                if k not in ("type_vocab_size", "layer_norm_eps")}
         out.setdefault("activation", "gelu")
+        out["type_vocab_size"] = 0
+        return out
+    if cls is ModernBertConfig:
+        merged = {**BASE_CONFIG, **MODERNBERT_CONFIG, **spec.config}
+        out = {MODERNBERT_NAMES.get(k, k): v for k, v in merged.items() if k != "type_vocab_size"}
         out["type_vocab_size"] = 0
         return out
     roberta = {} if cls is BertConfig else ROBERTA_CONFIG
@@ -218,7 +277,7 @@ def build_model(spec: BertSpec) -> torch.nn.Module:
     # Every distinct parameter, heads included; a tied decoder shares the embedding's storage,
     # so it stays tied and save_pretrained stores it once.
     randomize_parameters(model, spec.seed, spec.weight_std)
-    model = model.to(TORCH_DTYPES[spec.dtype]).eval()
+    model = cast_as_loaded(model, TORCH_DTYPES[spec.dtype])
     model.config.dtype = TORCH_DTYPES[spec.dtype]
     return model
 
@@ -248,6 +307,17 @@ DISTILBERT_LOGITS_MEANING = {
 }
 
 
+# ModernBERT's heads: ModernBertPredictionHead (dense, activation, norm) before each.
+MODERNBERT_LOGITS_MEANING = {
+    "fill-mask": "masked-LM scores [batch, seq, vocab]: head (dense, gelu, norm), then the decoder tied to "
+                 "model.embeddings.tok_embeddings with its own bias",
+    "text-classification": "label scores [batch, num_labels]: classifier(head(pooled)), pooled as "
+                           "classifier_pooling says (first token or mean over real tokens); names in id2label",
+    "token-classification": "per-token label scores [batch, seq, num_labels]: classifier(head(last_hidden_state))",
+    "multiple-choice": "choice scores [batch, choices]: classifier(head(each row's first real token))",
+}
+
+
 def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
     """Two sentences of random ids; the second is right-padded, each has two segments. For
     multiple choice, two examples of CHOICES such rows each ([2, CHOICES, seq]), the last
@@ -261,11 +331,14 @@ def make_inputs(spec: BertSpec) -> dict[str, torch.Tensor]:
         token_types = torch.zeros_like(ids)
         token_types[:, spec.seq_len // 2:] = 1
         if spec.right_pad:
-            ids[-1, -spec.right_pad:] = PAD_ID
-            mask[-1, -spec.right_pad:] = 0
-            token_types[-1, -spec.right_pad:] = 0
-        return {k: v.view(2, CHOICES, spec.seq_len) for k, v in
-                (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", token_types))}
+            pad = slice(0, spec.right_pad) if spec.left_pad else slice(-spec.right_pad, None)
+            ids[-1, pad] = PAD_ID
+            mask[-1, pad] = 0
+            token_types[-1, pad] = 0
+        fields = (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", token_types))
+        # A family without token types (ModernBERT) takes none.
+        return {k: v.view(2, CHOICES, spec.seq_len) for k, v in fields
+                if k != "token_type_ids" or config["type_vocab_size"]}
     # Real tokens above the padding id (RoBERTa numbers positions by where padding is).
     ids = torch.randint(pad + 1, vocab, (2, spec.seq_len), generator=gen, dtype=torch.int64)
     mask = torch.ones_like(ids)
@@ -311,8 +384,9 @@ def _run_base(base: torch.nn.Module, inputs: dict[str, torch.Tensor], prefix: st
               head: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
     """Runs `head` (default: `base` itself), capturing `base`'s embeddings and layer outputs."""
     points = {f"{prefix}embeddings": base.embeddings}
-    # DistilBERT keeps its layers under `transformer.layer`.
+    # DistilBERT keeps its layers under `transformer.layer`, ModernBERT under `layers`.
     layers, name = ((base.transformer.layer, "transformer.layer") if hasattr(base, "transformer")
+                    else (base.layers, "layers") if hasattr(base, "layers")
                     else (base.encoder.layer, "encoder.layer"))
     for i, layer in enumerate(layers):
         points[f"{prefix}{name}.{i}"] = layer
@@ -349,6 +423,8 @@ def build_case(spec: BertSpec, out_dir: Path) -> Case:
             meaning = ROBERTA_LOGITS_MEANING.get(task, meaning).replace("roberta.", "mpnet.")
         elif config_class(spec.architecture) is DistilBertConfig:
             meaning = DISTILBERT_LOGITS_MEANING.get(task, meaning)
+        elif config_class(spec.architecture) is ModernBertConfig:
+            meaning = MODERNBERT_LOGITS_MEANING.get(task, meaning)
         elif config_class(spec.architecture) is not BertConfig:
             meaning = ROBERTA_LOGITS_MEANING.get(task, meaning)
         outputs.append(TensorSpec("logits", forward["logits"].float(), f"{meaning}{stored_as}",

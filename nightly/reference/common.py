@@ -105,6 +105,19 @@ def randomize_parameters(model: torch.nn.Module, seed: int, std: float) -> None:
             param.copy_(value.to(param.dtype))
 
 
+def cast_as_loaded(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model` in `dtype` as `from_pretrained(dir, dtype=dtype)` would load its checkpoint:
+    the rotary `inv_freq` buffers stay f32 (they are computed at init, not loaded); a plain
+    `.to(dtype)` would round them too and give outputs no loader of the saved checkpoint
+    reproduces."""
+    rotary = {n: b.clone() for n, b in model.named_buffers() if n.rsplit(".", 1)[-1].endswith("inv_freq")}
+    model = model.to(dtype).eval()
+    for name, buf in rotary.items():
+        owner, attr = name.rsplit(".", 1)
+        model.get_submodule(owner)._buffers[attr] = buf
+    return model
+
+
 def run_capturing(points: dict[str, torch.nn.Module], run) -> tuple[Any, dict[str, torch.Tensor]]:
     """Calls `run()` under no_grad with forward hooks on `points`; returns its result and the
     output of each point as `<name>.output` (a tuple output's first element)."""

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import transformers
 
-from common import TORCH_DTYPES, Case, TensorSpec, randomize_parameters
+from common import TORCH_DTYPES, Case, TensorSpec, cast_as_loaded, randomize_parameters
 
 VOCAB = 256
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -197,14 +197,7 @@ def build_model(spec: LmSpec) -> torch.nn.Module:
     randomize_parameters(model, spec.seed, spec.weight_std)
     if spec.family.adjust:
         spec.family.adjust(model)
-    # `from_pretrained(dir, dtype=bf16)` keeps the rotary `inv_freq` buffers in f32 (they are
-    # computed at init, not loaded); a plain `.to(bf16)` would round them too and give logits no
-    # loader of the saved checkpoint reproduces. Cast, then put the f32 buffers back.
-    rotary = {n: b.clone() for n, b in model.named_buffers() if n.rsplit(".", 1)[-1].endswith("inv_freq")}
-    model = model.to(TORCH_DTYPES[spec.dtype]).eval()
-    for name, buf in rotary.items():
-        owner, attr = name.rsplit(".", 1)
-        model.get_submodule(owner)._buffers[attr] = buf
+    model = cast_as_loaded(model, TORCH_DTYPES[spec.dtype])
     model.config.dtype = TORCH_DTYPES[spec.dtype]
     return model
 

@@ -92,10 +92,11 @@ fn fixture_set_is_complete_and_under_budget() {
     }
     let size = dir_size(&fixtures_dir());
     // Room for every family's cases at the fixtures' tiny sizes (the encoder families of #54
-    // brought it past 24 MiB, the adapters and quantized checkpoints of #55 past 28).
+    // brought it past 24 MiB, the adapters and quantized checkpoints of #55 past 28,
+    // ModernBERT's past 30).
     assert!(
-        size < 30 * 1024 * 1024,
-        "fixtures take {size} bytes; the budget is 30 MiB"
+        size < 32 * 1024 * 1024,
+        "fixtures take {size} bytes; the budget is 32 MiB"
     );
     assert!(names.len() >= 20);
 }

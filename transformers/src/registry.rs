@@ -12,8 +12,9 @@ use zoo_hub::PretrainedConfig;
 
 pub use crate::family::{Architecture, Family, Layout, Loaders, Task};
 use crate::models::{
-    bert, clip, distilbert, gemma, gemma2, gemma3, gpt2, llama, llava, mistral, mixtral, mpnet,
-    phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, roberta, siglip, t5, vit, xlm_roberta,
+    bert, clip, distilbert, gemma, gemma2, gemma3, gpt2, llama, llava, mistral, mixtral,
+    modernbert, mpnet, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, roberta, siglip, t5, vit,
+    xlm_roberta,
 };
 use crate::Result;
 
@@ -37,6 +38,7 @@ pub static FAMILIES: &[Family] = &[
     xlm_roberta::FAMILY,
     distilbert::FAMILY,
     mpnet::FAMILY,
+    modernbert::FAMILY,
     clip::FAMILY,
     clip::VISION_FAMILY,
     clip::CLIP_FAMILY,

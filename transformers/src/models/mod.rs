@@ -13,6 +13,7 @@ pub mod llama;
 pub mod llava;
 pub mod mistral;
 pub mod mixtral;
+pub mod modernbert;
 pub mod moe;
 pub mod mpnet;
 mod patches;
