@@ -357,7 +357,7 @@ impl Layer {
         })
     }
 
-    /// `x [B, T, hidden]`; `mask` the additive mask of this layer's kind `[B, 1, T, T]`;
+    /// `x [B, T, hidden]`; `mask` the additive mask of this layer's kind;
     /// `cos`/`sin` its rotary tables `[B, 1, T, d/2]` in f32.
     fn forward(&self, x: &Tensor, mask: &Tensor, (cos, sin): (&Tensor, &Tensor)) -> Result<Tensor> {
         let (b, t, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
@@ -456,29 +456,34 @@ impl ModernBertModel {
         &self.config
     }
 
-    /// Additive masks `[B, 1, T, T]` in the model's dtype for the full and the local
-    /// layers: padding keys hidden (`keep`, `[B * T]`), and in the local one every key more
-    /// than `local_attention / 2` positions from the query.
+    /// Additive masks in the model's dtype for the full and the local layers: padding keys
+    /// hidden (`keep`, `[B * T]`) in both, `[B, 1, 1, T]`; in the local one also every key
+    /// more than `local_attention / 2` positions from its query, `[B, 1, T, T]` (the full
+    /// one again when no two tokens are that far apart).
     fn masks(&self, keep: &[bool], (b, t): (usize, usize), device: &Device) -> Result<[Tensor; 2]> {
+        let dtype = self.placement.dtype();
+        // 0 to attend, the dtype's lowest finite value (exact in f32) to hide.
+        let low = dtype.finite_min() as f32;
+        let additive = |values: Vec<f32>, shape: &[usize]| -> Result<Tensor> {
+            Ok(Tensor::from_vec(values, shape, device)?.to_dtype(dtype)?)
+        };
+        let flag = |real: bool| if real { 0.0 } else { low };
+        let full = additive(keep.iter().map(|&k| flag(k)).collect(), &[b, 1, 1, t])?;
         let half = self.config.local_attention / 2;
-        let mut full = Vec::with_capacity(b * t * t);
+        if t <= half + 1 {
+            return Ok([full.clone(), full]);
+        }
         let mut local = Vec::with_capacity(b * t * t);
         for row in keep.chunks(t) {
             for q in 0..t {
-                for (k, &real) in row.iter().enumerate() {
-                    full.push(i64::from(real));
-                    local.push(i64::from(real && q.abs_diff(k) <= half));
-                }
+                local.extend(
+                    row.iter()
+                        .enumerate()
+                        .map(|(k, &real)| flag(real && q.abs_diff(k) <= half)),
+                );
             }
         }
-        let dtype = self.placement.dtype();
-        let additive = |flags: Vec<i64>| -> Result<Tensor> {
-            let keep = Tensor::from_vec(flags, &[b, 1, t, t], device)?.cmp_scalar("!=", 0.0)?;
-            let zeros = Tensor::zeros(keep.shape(), dtype, device)?;
-            let lows = Tensor::full(keep.shape(), dtype.finite_min(), dtype, device)?;
-            Ok(keep.where_cond(&zeros, &lows)?)
-        };
-        Ok([additive(full)?, additive(local)?])
+        Ok([full, additive(local, &[b, 1, t, t])?])
     }
 }
 
