@@ -569,6 +569,17 @@ pub fn reference_checkpoint(
     marker: &str,
     script: &str,
 ) -> Result<PathBuf, String> {
+    reference_checkpoint_with(env, name, marker, script, &[])
+}
+
+/// [`reference_checkpoint`] with more arguments after `--write DIR` (the shape to write).
+pub fn reference_checkpoint_with(
+    env: &str,
+    name: &str,
+    marker: &str,
+    script: &str,
+    args: &[&str],
+) -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os(env) {
         return Ok(PathBuf::from(dir));
     }
@@ -583,6 +594,7 @@ pub fn reference_checkpoint(
         .arg(repo_root().join(script))
         .arg("--write")
         .arg(&partial)
+        .args(args)
         .status()
         .map_err(|e| format!("{}: {e}", python().display()))?;
     if !status.success() {

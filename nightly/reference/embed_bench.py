@@ -1,15 +1,17 @@
 """sentence-transformers' side of zoo's embedding benchmark (benchmarks/src/bin/embed.rs runs
-it in the same session), and the writer of the MPNet-shaped sentence encoder both sides read.
+it in the same session), and the writer of the random-weight sentence encoders both sides read.
 
---write DIR: saves a random-weight MPNet with all-mpnet-base-v2's shape (MPNetConfig's
-defaults: 12 layers of 768, 12 heads, MLP 3072, 30527 ids, 514 positions) as a
+--write DIR [--shape mpnet|modernbert]: saves a random-weight MPNet with all-mpnet-base-v2's
+shape (MPNetConfig's defaults: 12 layers of 768, 12 heads, MLP 3072, 30527 ids, 514
+positions), or a ModernBERT with ModernBERT-base's (ModernBertConfig's defaults: 22 layers of
+768, 12 heads, gated MLP 1152, local attention 128 in two of three layers), as a
 sentence-transformers folder (Transformer -> mean Pooling -> Normalize, max_seq_length 384),
 seeded, with all-MiniLM-L6-v2's WordPiece tokenizer (ZOO_MINILM_DIR) for its ids.
 Otherwise --model-dir DIR --sentences FILE: loads DIR with SentenceTransformer on CPU with
 --threads threads and prints one JSON line: the best of --runs sentences per second encoding
 the first sentence alone (batch 1) and all of them in one batch.
 
-Run: .venv/bin/python nightly/reference/embed_bench.py (--write DIR | --model-dir DIR --sentences FILE)
+Run: .venv/bin/python nightly/reference/embed_bench.py (--write DIR [--shape S] | --model-dir DIR --sentences FILE)
          [--threads 2] [--runs 3]
 """
 
@@ -26,6 +28,7 @@ p = argparse.ArgumentParser()
 src = p.add_mutually_exclusive_group(required=True)
 src.add_argument("--write")
 src.add_argument("--model-dir")
+p.add_argument("--shape", choices=("mpnet", "modernbert"), default="mpnet")
 p.add_argument("--sentences")
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--runs", type=int, default=3)
@@ -33,14 +36,16 @@ a = p.parse_args()
 torch.set_num_threads(a.threads)
 
 if a.write:
-    from transformers import MPNetConfig, MPNetModel
+    from transformers import ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel
 
     torch.manual_seed(0)
     out = Path(a.write)
     out.mkdir(parents=True, exist_ok=True)
-    config = MPNetConfig()
-    config.architectures = ["MPNetModel"]
-    MPNetModel(config).eval().save_pretrained(out)
+    config_class, model_class = ((ModernBertConfig, ModernBertModel) if a.shape == "modernbert"
+                                 else (MPNetConfig, MPNetModel))
+    config = config_class()
+    config.architectures = [model_class.__name__]
+    model_class(config).eval().save_pretrained(out)
     minilm = Path(os.environ["ZOO_MINILM_DIR"])
     for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         if (minilm / f).exists():

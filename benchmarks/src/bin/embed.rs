@@ -1,16 +1,18 @@
-//! Sentence embeddings: all-MiniLM-L6-v2 (the real folder, `ZOO_MINILM_DIR`) and an
-//! MPNet-shaped encoder (all-mpnet-base-v2's shape, random weights, 110M parameters) through
+//! Sentence embeddings: all-MiniLM-L6-v2 (the real folder, `ZOO_MINILM_DIR`), an
+//! MPNet-shaped encoder (all-mpnet-base-v2's shape, random weights, 110M parameters) and a
+//! ModernBERT-shaped one (ModernBERT-base's shape, random weights, 149M parameters) through
 //! zoo's `SentenceEmbedder` on candle CPU beside sentence-transformers on PyTorch CPU, the
 //! same folders, sentences and thread count, all measured in this run: sentences per second
 //! encoding one sentence and a batch of 32.
 //! Every side is measured in each of `ROUNDS` (2) alternating rounds and each figure is its
 //! best over them, so a burst of other load on the host slows no side alone.
 //!
-//! The MPNet folder is written once by `nightly/reference/embed_bench.py --write` into
-//! `.cache/zoo-assets/mpnet-base-shape`, or read from `ZOO_MPNET_BENCH_DIR`.
+//! The random folders are written once by `nightly/reference/embed_bench.py --write` into
+//! `.cache/zoo-assets/mpnet-base-shape` and `modernbert-base-shape`, or read from
+//! `ZOO_MPNET_BENCH_DIR` and `ZOO_MODERNBERT_BENCH_DIR`.
 //!
 //! Targets (judged under `--check`): at a batch of 32, >= 1.5x sentence-transformers'
-//! sentences per second for both models.
+//! sentences per second for every model.
 //!
 //! Run: `scripts/bench.sh [--check]`, or `cargo run --release --manifest-path
 //! benchmarks/Cargo.toml --bin embed -- [--check] [--threads 2] [--runs 3]`.
@@ -24,7 +26,7 @@ use zoo_transformers::sentence::SentenceEmbedder;
 use zoo_transformers::LoadOptions;
 
 const HELP: &str = "\
-embed: MiniLM and an MPNet-shaped sentence encoder, batch 1 and 32, beside sentence-transformers
+embed: MiniLM, MPNet- and ModernBERT-shaped sentence encoders, batch 1 and 32, beside sentence-transformers
 
 USAGE: embed [--check] [--threads N] [--runs N]
 
@@ -34,8 +36,9 @@ USAGE: embed [--check] [--threads N] [--runs N]
   --new N, --prefill N   accepted and unused (scripts/bench.sh passes its flags to every benchmark)
 
 Environment: ZOO_MINILM_DIR (all-MiniLM-L6-v2, from scripts/fetch-test-assets.sh),
-ZOO_MPNET_BENCH_DIR (default .cache/zoo-assets/mpnet-base-shape, written by
-nightly/reference/embed_bench.py --write when missing), PYTHON (default .venv/bin/python).";
+ZOO_MPNET_BENCH_DIR and ZOO_MODERNBERT_BENCH_DIR (default .cache/zoo-assets/mpnet-base-shape
+and modernbert-base-shape, written by nightly/reference/embed_bench.py --write when missing),
+PYTHON (default .venv/bin/python).";
 
 /// Sentences per batch.
 const BATCH: usize = 32;
@@ -132,6 +135,13 @@ fn run() -> Result<ExitCode, String> {
         "modules.json",
         "nightly/reference/embed_bench.py",
     )?;
+    let modernbert = zoo_benchmarks::reference_checkpoint_with(
+        "ZOO_MODERNBERT_BENCH_DIR",
+        "modernbert-base-shape",
+        "modules.json",
+        "nightly/reference/embed_bench.py",
+        &["--shape", "modernbert"],
+    )?;
     let owned = sentences();
     let sentences: Vec<&str> = owned.iter().map(String::as_str).collect();
     let file = std::env::temp_dir().join(format!("zoo-embed-bench-{}.json", std::process::id()));
@@ -151,6 +161,7 @@ fn run() -> Result<ExitCode, String> {
     for (name, dir) in [
         ("all-MiniLM-L6-v2", minilm.as_path()),
         ("MPNet-shaped (all-mpnet-base-v2's shape)", mpnet.as_path()),
+        ("ModernBERT-shaped (ModernBERT-base's shape)", modernbert.as_path()),
     ] {
         let (mut peer_one, mut peer_many) = (None, None);
         let (mut one, mut many) = (0f64, 0f64);

@@ -21,6 +21,7 @@ use zoo_runtime::{Activation, DType, Device, SdpaOptions, Tensor};
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{self, EncoderArgs, EncoderHead, EncoderOutput, TextTower, Tower};
+use crate::models::packed::Packed;
 use crate::models::Placement;
 use crate::{Error, Result};
 
@@ -397,78 +398,6 @@ impl Attention {
     }
 }
 
-/// The real tokens of a padded batch as rows of their own, `[1, N, hidden]`: the linear
-/// layers, norms and MLPs run on them alone, so padding costs only attention's keys (what
-/// text-embeddings-inference's unpadded batches save; a batch of sentences of mixed
-/// lengths pads to its longest). Index tensors on one device.
-#[derive(Clone, Debug)]
-struct Packed {
-    batch: usize,
-    seq: usize,
-    /// Each real token's flat index `b * T + t`, `[N]`.
-    take: Tensor,
-    /// Each padded slot's packed row, or `N` (a row of zeros) for padding, `[B * T]`.
-    place: Tensor,
-}
-
-impl Packed {
-    /// The packing of `keep` (`[B * T]`, true for a real token) on `device`, `None` when no
-    /// token is padding.
-    fn new(keep: &[bool], (batch, seq): (usize, usize), device: &Device) -> Result<Option<Packed>> {
-        if keep.iter().all(|&k| k) {
-            return Ok(None);
-        }
-        let take: Vec<i64> = (0..keep.len() as i64)
-            .filter(|&i| keep[i as usize])
-            .collect();
-        let n = take.len() as i64;
-        let mut next = 0;
-        let place: Vec<i64> = keep
-            .iter()
-            .map(|&k| {
-                if k {
-                    next += 1;
-                    next - 1
-                } else {
-                    n
-                }
-            })
-            .collect();
-        Ok(Some(Packed {
-            batch,
-            seq,
-            take: Tensor::from_vec(take, &[n as usize], device)?,
-            place: Tensor::from_vec(place, &[keep.len()], device)?,
-        }))
-    }
-
-    fn to_device(&self, device: &Device) -> Result<Packed> {
-        Ok(Packed {
-            take: self.take.to_device(device)?,
-            place: self.place.to_device(device)?,
-            ..self.clone()
-        })
-    }
-
-    /// `[B, T, width]` → the real tokens' rows `[1, N, width]`.
-    fn pack(&self, x: &Tensor) -> Result<Tensor> {
-        let w = x.shape()[2];
-        let flat = x.reshape_to(&[self.batch * self.seq, w])?;
-        let n = self.take.shape()[0];
-        Ok(flat.index_select(0, &self.take)?.reshape_to(&[1, n, w])?)
-    }
-
-    /// `[1, N, width]` → `[B, T, width]`, padding slots zero.
-    fn unpack(&self, x: &Tensor) -> Result<Tensor> {
-        let (n, w) = (x.shape()[1], x.shape()[2]);
-        let zero = Tensor::zeros(&[1, w], x.dtype(), &x.device())?;
-        let rows = Tensor::cat(&[&x.reshape_to(&[n, w])?, &zero], 0)?;
-        Ok(rows
-            .index_select(0, &self.place)?
-            .reshape_to(&[self.batch, self.seq, w])?)
-    }
-}
-
 /// `BertLayer`: attention, then `BertIntermediate` (dense, act) and `BertOutput` (dense,
 /// residual LayerNorm).
 #[derive(Clone, Debug)]
@@ -769,15 +698,7 @@ impl TextTower for BertModel {
                 x = x.to_device(dev)?;
             }
             let packed = match &packing {
-                Some(p) if p.take.device() == *dev => Some(p.clone()),
-                Some(p) => match packings.iter().find(|(d, _)| d == dev) {
-                    Some((_, q)) => Some(q.clone()),
-                    None => {
-                        let q = p.to_device(dev)?;
-                        packings.push((*dev, q.clone()));
-                        Some(q)
-                    }
-                },
+                Some(p) => Some(p.on(dev, &mut packings)?),
                 None => None,
             };
             if args.output_hidden_states {
@@ -802,7 +723,7 @@ impl TextTower for BertModel {
             x = layer.forward(&x, &bias, packed.as_ref())?;
         }
         if let Some(p) = &packing {
-            x = p.to_device(&x.device())?.unpack(&x)?;
+            x = p.on(&x.device(), &mut packings)?.unpack(&x)?;
         }
         if args.output_hidden_states {
             hidden_states.push(x.clone());

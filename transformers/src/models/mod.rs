@@ -16,6 +16,7 @@ pub mod mixtral;
 pub mod modernbert;
 pub mod moe;
 pub mod mpnet;
+mod packed;
 mod patches;
 pub mod phi3;
 mod placement;

@@ -27,6 +27,7 @@ use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{self, EncoderArgs, EncoderHead, EncoderOutput, TextTower, Tower};
+use crate::models::packed::Packed;
 use crate::models::Placement;
 use crate::{Error, Result};
 
@@ -357,16 +358,29 @@ impl Layer {
         })
     }
 
-    /// `x [B, T, hidden]`; `mask` the additive mask of this layer's kind;
-    /// `cos`/`sin` its rotary tables `[B, 1, T, d/2]` in f32.
-    fn forward(&self, x: &Tensor, mask: &Tensor, (cos, sin): (&Tensor, &Tensor)) -> Result<Tensor> {
-        let (b, t, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+    /// `x [B, T, hidden]`, or the real tokens `[1, N, hidden]` of `packed`; `mask` the
+    /// additive mask of this layer's kind; `cos`/`sin` its rotary tables `[B, 1, T, d/2]` in
+    /// f32.
+    fn forward(
+        &self,
+        x: &Tensor,
+        mask: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        packed: Option<&Packed>,
+    ) -> Result<Tensor> {
+        let h = x.shape()[2];
+        let (b, t) = packed.map_or((x.shape()[0], x.shape()[1]), |p| (p.batch, p.seq));
         let d = h / self.heads;
         let normed = match &self.attn_norm {
             Some(n) => n.forward(x)?,
             None => x.clone(),
         };
+        // Attention runs on the padded layout; everything else on the packed rows.
         let split = |y: Tensor| -> Result<Tensor> {
+            let y = match packed {
+                Some(p) => p.unpack(&y)?,
+                None => y,
+            };
             Ok(y.reshape_to(&[b, t, self.heads, d])?.transpose(1, 2)?)
         };
         let [q, k, v] = self.qkv.forward(&normed)?;
@@ -386,6 +400,10 @@ impl Layer {
         };
         let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, &opts)?;
         let ctx = ctx.transpose(1, 2)?.reshape_to(&[b, t, h])?;
+        let ctx = match packed {
+            Some(p) => p.pack(&ctx)?,
+            None => ctx,
+        };
         let x = x.add(&self.attn_out.forward(&ctx)?)?;
         let [input, gate] = self.wi.forward(&self.mlp_norm.forward(&x)?)?;
         let y = self.mlp_out.forward(&self.act.apply(&input)?.mul(&gate)?)?;
@@ -571,6 +589,12 @@ impl TextTower for ModernBertModel {
         };
         let x = self.tok_embeddings.forward(&ids)?;
         let mut x = self.embeddings_norm.forward(&x)?;
+        // A padded batch's real tokens run packed through the layers (see `Packed`).
+        let packing = Packed::new(&keep, (b, t), &x.device())?;
+        if let Some(p) = &packing {
+            x = p.pack(&x)?;
+        }
+        let mut packings = Vec::new();
         let tables = |rope: &Option<RopeConfig>| -> Result<(Tensor, Tensor)> {
             let rope = rope.clone().ok_or_else(|| Error::Config {
                 path: c.path.clone(),
@@ -602,12 +626,22 @@ impl TextTower for ModernBertModel {
                 .iter()
                 .find(|(d, ..)| d == dev)
                 .expect("made above");
+            let packed = match &packing {
+                Some(p) => Some(p.on(dev, &mut packings)?),
+                None => None,
+            };
             if args.output_hidden_states {
-                hidden_states.push(x.clone());
+                hidden_states.push(match &packed {
+                    Some(p) => p.unpack(&x)?,
+                    None => x.clone(),
+                });
             }
             let kind = usize::from(layer.local);
             let (cos, sin) = &tables[kind];
-            x = layer.forward(&x, &masks[kind], (cos, sin))?;
+            x = layer.forward(&x, &masks[kind], (cos, sin), packed.as_ref())?;
+        }
+        if let Some(p) = &packing {
+            x = p.on(&x.device(), &mut packings)?.unpack(&x)?;
         }
         if args.output_hidden_states {
             hidden_states.push(x.clone());
