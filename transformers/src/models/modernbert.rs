@@ -116,6 +116,9 @@ pub struct ModernBertConfig {
     /// The prediction head's activation.
     #[serde(default = "defaults::gelu")]
     pub classifier_activation: String,
+    /// Whether the masked-LM decoder is the token embedding table.
+    #[serde(default = "defaults::yes")]
+    pub tie_word_embeddings: bool,
     /// Set only by configs that name it; must equal `hidden_size / num_attention_heads`.
     #[serde(default)]
     pub head_dim: Option<usize>,
@@ -317,6 +320,15 @@ fn norm(w: &Weights, c: &ModernBertConfig) -> Result<LayerNorm> {
     })
 }
 
+/// What the layers of one kind (full or local) read on one device: the additive mask and
+/// the rotary tables (`[B, 1, T, d/2]`, f32).
+#[derive(Clone, Debug)]
+struct KindInputs {
+    mask: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+}
+
 /// `ModernBertEncoderLayer`: pre-norm attention and gated MLP, each added to the residual.
 #[derive(Clone, Debug)]
 struct Layer {
@@ -358,16 +370,10 @@ impl Layer {
         })
     }
 
-    /// `x [B, T, hidden]`, or the real tokens `[1, N, hidden]` of `packed`; `mask` the
-    /// additive mask of this layer's kind; `cos`/`sin` its rotary tables `[B, 1, T, d/2]` in
-    /// f32.
-    fn forward(
-        &self,
-        x: &Tensor,
-        mask: &Tensor,
-        (cos, sin): (&Tensor, &Tensor),
-        packed: Option<&Packed>,
-    ) -> Result<Tensor> {
+    /// `x [B, T, hidden]`, or the real tokens `[1, N, hidden]` of `packed`; `inputs` the
+    /// mask and rotary tables of this layer's kind.
+    fn forward(&self, x: &Tensor, inputs: &KindInputs, packed: Option<&Packed>) -> Result<Tensor> {
+        let KindInputs { mask, cos, sin } = inputs;
         let h = x.shape()[2];
         let (b, t) = packed.map_or((x.shape()[0], x.shape()[1]), |p| (p.batch, p.seq));
         let d = h / self.heads;
@@ -609,23 +615,28 @@ impl TextTower for ModernBertModel {
         let full_tables = tables(&c.full_rope)?;
         let local_tables = tables(&c.local_rope)?;
         // Masks and tables per device, made where the first layer on it needs them.
-        let mut per_device: Vec<(Device, [Tensor; 2], [(Tensor, Tensor); 2])> = Vec::new();
+        let mut per_device: Vec<(Device, [KindInputs; 2])> = Vec::new();
         let mut hidden_states = Vec::new();
         for (layer, dev) in self.layers.iter().zip(&self.layer_devices) {
             if x.device() != *dev {
                 x = x.to_device(dev)?;
             }
-            if !per_device.iter().any(|(d, ..)| d == dev) {
-                let masks = self.masks(&keep, (b, t), dev)?;
-                let moved = |(c, s): &(Tensor, Tensor)| -> Result<(Tensor, Tensor)> {
-                    Ok((c.to_device(dev)?, s.to_device(dev)?))
-                };
-                per_device.push((*dev, masks, [moved(&full_tables)?, moved(&local_tables)?]));
-            }
-            let (_, masks, tables) = per_device
-                .iter()
-                .find(|(d, ..)| d == dev)
-                .expect("made above");
+            let inputs = match per_device.iter().find(|(d, _)| d == dev) {
+                Some((_, inputs)) => inputs.clone(),
+                None => {
+                    let [full, local] = self.masks(&keep, (b, t), dev)?;
+                    let on = |mask: Tensor, (cos, sin): &(Tensor, Tensor)| -> Result<KindInputs> {
+                        Ok(KindInputs {
+                            mask,
+                            cos: cos.to_device(dev)?,
+                            sin: sin.to_device(dev)?,
+                        })
+                    };
+                    let inputs = [on(full, &full_tables)?, on(local, &local_tables)?];
+                    per_device.push((*dev, inputs.clone()));
+                    inputs
+                }
+            };
             let packed = match &packing {
                 Some(p) => Some(p.on(dev, &mut packings)?),
                 None => None,
@@ -636,9 +647,7 @@ impl TextTower for ModernBertModel {
                     None => x.clone(),
                 });
             }
-            let kind = usize::from(layer.local);
-            let (cos, sin) = &tables[kind];
-            x = layer.forward(&x, &masks[kind], (cos, sin), packed.as_ref())?;
+            x = layer.forward(&x, &inputs[usize::from(layer.local)], packed.as_ref())?;
         }
         if let Some(p) = &packing {
             x = p.on(&x.device(), &mut packings)?.unpack(&x)?;
@@ -699,7 +708,16 @@ impl ModernBertForMaskedLM {
         let shape = [c.vocab_size, c.hidden_size];
         let weight = match w.get_opt("decoder.weight", &shape)? {
             Some(weight) => weight,
-            None => model.tok_embeddings.weight()?,
+            None if c.tie_word_embeddings => model.tok_embeddings.weight()?,
+            None => {
+                return Err(Error::Config {
+                    path: c.path.clone(),
+                    reason: format!(
+                        "`tie_word_embeddings` is false but the checkpoint has no `{}`",
+                        w.full_name("decoder.weight")
+                    ),
+                })
+            }
         };
         let bias = if c.decoder_bias {
             Some(
