@@ -336,6 +336,74 @@ on_both_plugins!(
     }
 );
 
+/// [`SPMD`] laid out with Shardy's dialect: one mesh axis of four, each value's split named
+/// by axis per dimension.
+const SPMD_SHARDY: &str = r#"module @spmd attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["model"=4]>
+  func.func public @main(%x: tensor<2x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}, %rows: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}, %cols: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) -> (tensor<2x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}, tensor<2x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) {
+    %0 = stablehlo.dot_general %x, %rows, contracting_dims = [1] x [0] : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+    %1 = stablehlo.dot_general %x, %cols, contracting_dims = [1] x [0] : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+    %2 = sdy.sharding_constraint %1 <@mesh, [{}, {"model"}]> : tensor<2x4xf32>
+    return %0, %2 : tensor<2x4xf32>, tensor<2x4xf32>
+  }
+}
+"#;
+
+on_both_plugins!(
+    shardy_partitions_shard_a_product_over_four_devices,
+    |var: &str, _minor: i32| {
+        let c = super::client(var);
+        let devices = c.addressable_devices().expect("devices");
+        let exe = c
+            .compile(
+                super::SPMD_SHARDY,
+                &CompileOptions::partitioned(&devices)
+                    .expect("options")
+                    .shardy(true),
+            )
+            .expect("compile partitioned by Shardy");
+        assert_eq!(exe.num_partitions().expect("partitions"), 4);
+        let x: Vec<f32> = (0..16).map(|k| (k % 5) as f32 - 2.0).collect();
+        let w: Vec<f32> = (0..32).map(|k| (k % 7) as f32 - 3.0).collect();
+        let mut want = vec![0f32; 8];
+        for i in 0..2 {
+            for j in 0..4 {
+                want[i * 4 + j] = (0..8).map(|k| x[i * 8 + k] * w[k * 4 + j]).sum();
+            }
+        }
+        let mut inputs = Vec::new();
+        for (p, d) in devices.iter().enumerate() {
+            let rows: Vec<f32> = w[p * 8..p * 8 + 8].to_vec();
+            let col: Vec<f32> = (0..8).map(|k| w[k * 4 + p]).collect();
+            inputs.push([
+                c.buffer_from_slice(&x, &[2, 8], d).expect("x"),
+                c.buffer_from_slice(&rows, &[2, 4], d).expect("rows"),
+                c.buffer_from_slice(&col, &[8, 1], d).expect("cols"),
+            ]);
+        }
+        let lists: Vec<Vec<&zoo_runtime::pjrt::Buffer>> =
+            inputs.iter().map(|l| l.iter().collect()).collect();
+        let lists: Vec<&[&zoo_runtime::pjrt::Buffer]> =
+            lists.iter().map(|l| l.as_slice()).collect();
+        let outs = exe
+            .execute(&lists, &ExecuteOptions::new())
+            .expect("execute");
+        for (p, out) in outs.iter().enumerate() {
+            assert_eq!(
+                out[0].to_vec::<f32>().expect("row-parallel"),
+                want,
+                "partition {p}"
+            );
+            let col: Vec<f32> = (0..2).map(|i| want[i * 4 + p]).collect();
+            assert_eq!(
+                out[1].to_vec::<f32>().expect("column-parallel"),
+                col,
+                "partition {p}"
+            );
+        }
+    }
+);
+
 // A 2 x 2 mesh (`data` × `model`): `x` split by rows along `data`; `x @ w` with `w` split by
 // columns along `model` (each device one tile of the result), and with `w` split by rows
 // along `model` (XLA sums the partial products over `model`). Inputs are cut into tiles and

@@ -95,6 +95,18 @@ impl Mesh {
             })
     }
 
+    /// The mesh as Shardy declares it (`sdy.mesh @m = <["data"=2, "model"=2]>`): its axes in
+    /// order, logical devices `0..len` in row-major order, so logical device `i` is
+    /// partition `i`, [`Mesh::devices`]`()[i]`.
+    pub fn shardy(&self) -> String {
+        let axes: Vec<String> = self
+            .axes
+            .iter()
+            .map(|(n, s)| format!("{}={s}", quoted(n)))
+            .collect();
+        format!("<[{}]>", axes.join(", "))
+    }
+
     /// Mesh coordinates of the `i`-th device (row-major).
     fn coords(&self, mut i: usize) -> Vec<usize> {
         let mut c = vec![0; self.axes.len()];
@@ -267,6 +279,21 @@ impl Sharding {
         )
     }
 
+    /// The dimension list of Shardy's `#sdy.sharding` over `mesh`: per dimension the axis
+    /// that splits it (`{"model"}`) or none (`{}`); an axis that splits no dimension
+    /// replicates over it, as Shardy reads an unnamed axis.
+    pub fn shardy(&self, mesh: &Mesh) -> String {
+        let dims: Vec<String> = self
+            .dims
+            .iter()
+            .map(|d| match d.and_then(|a| mesh.axes.get(a)) {
+                Some((name, _)) => format!("{{{}}}", quoted(name)),
+                None => "{}".into(),
+            })
+            .collect();
+        format!("[{}]", dims.join(", "))
+    }
+
     /// The first element of each dimension of the `i`-th mesh device's tile.
     pub(crate) fn tile_origin(&self, mesh: &Mesh, i: usize, tile: &[usize]) -> Vec<usize> {
         let c = mesh.coords(i);
@@ -366,6 +393,29 @@ fn offset(shape: &[usize], origin: &[usize], at: &[usize]) -> usize {
         .fold(0, |o, (&n, (&a, &b))| o * n + a + b)
 }
 
+/// `name` as an MLIR string literal (an axis name may hold any character).
+fn quoted(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => {
+                let mut utf8 = [0; 4];
+                for b in c.encode_utf8(&mut utf8).bytes() {
+                    out.push_str(&format!("\\{b:02X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,6 +439,22 @@ mod tests {
         let line = Mesh::new(&[("model", 4)], &[3, 2, 1, 0]).unwrap();
         let rows = Sharding::new(&line, &[Some("model"), None]).unwrap();
         assert_eq!(rows.gspmd(&line), "{devices=[4,1]0,1,2,3}");
+    }
+
+    #[test]
+    fn shardy_names_the_axis_of_each_dimension() {
+        let mesh = Mesh::new(&[("data", 2), ("model", 2)], &[3, 2, 1, 0]).unwrap();
+        assert_eq!(mesh.shardy(), r#"<["data"=2, "model"=2]>"#);
+        let s = |dims: &[Option<&str>]| Sharding::new(&mesh, dims).unwrap().shardy(&mesh);
+        assert_eq!(s(&[None, None]), "[{}, {}]");
+        assert_eq!(
+            s(&[Some("model"), Some("data")]),
+            r#"[{"model"}, {"data"}]"#
+        );
+        assert_eq!(s(&[None, Some("model"), None]), r#"[{}, {"model"}, {}]"#);
+        // Any axis name survives as an MLIR string.
+        let odd = Mesh::new(&[("a\"b\\c\n", 2)], &[0, 1]).unwrap();
+        assert_eq!(odd.shardy(), r#"<["a\"b\\c\0A"=2]>"#);
     }
 
     #[test]

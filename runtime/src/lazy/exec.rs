@@ -429,7 +429,12 @@ fn run(
 }
 
 /// The StableHLO text of a trace on device `d` (partitioned over its mesh, if it is one).
-fn lower_trace(t: &Trace<'_>, d: PjrtDevice, precision: super::Precision) -> Result<String> {
+fn lower_trace(
+    t: &Trace<'_>,
+    d: PjrtDevice,
+    precision: super::Precision,
+    shardy: bool,
+) -> Result<String> {
     let params: Vec<(&[usize], DType)> = t.params.iter().map(|p| (&*p.shape, p.dtype)).collect();
     let nodes: Vec<LowerNode<'_>> = t
         .nodes
@@ -452,6 +457,7 @@ fn lower_trace(t: &Trace<'_>, d: PjrtDevice, precision: super::Precision) -> Res
         mesh,
         params: &param_shardings,
         outputs: &out_shardings,
+        shardy,
     });
     lower(
         &params,
@@ -476,7 +482,7 @@ fn load_or_compile(
     // The disk entry is keyed by the program text too: the graph hash says what was traced,
     // not how this build of zoo lowers it, and a newer lowering must not load an older one's
     // executable.
-    let text = lower_trace(t, d, precision)?;
+    let text = lower_trace(t, d, precision, b.shardy)?;
     let h = h ^ cache::fnv1a(text.as_bytes()).rotate_left(1);
     let dir = cache::cache_dir();
     let header = cache::header(&b.identity, h);
@@ -511,7 +517,8 @@ fn load_or_compile(
         all => CompileOptions::partitioned(all),
     }
     .map_err(|e| pjrt_err(op, d, e))?
-    .strict_rounding(super::matmul_precision() == super::Precision::Highest);
+    .strict_rounding(super::matmul_precision() == super::Precision::Highest)
+    .shardy(b.shardy);
     let start = Instant::now();
     let exe = b
         .client
@@ -542,7 +549,9 @@ pub(crate) fn stablehlo_of(roots: &[Arc<Node>]) -> Result<String> {
         _guard: lock(&device_lock),
     };
     let t = trace(roots, &running, precision, None);
-    lower_trace(&t, d, precision)
+    // The partitioner of the plugin that would compile it (Shardy where none is loaded).
+    let shardy = super::plugins::devices("stablehlo", d).map_or(true, |(b, _)| b.shardy);
+    lower_trace(&t, d, precision, shardy)
 }
 
 /// The executable that materialising `roots` (all on one device) would run: found in the

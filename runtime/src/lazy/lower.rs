@@ -108,14 +108,19 @@ struct Emitter {
     precision: &'static str,
     /// The mesh a partitioned program runs over (what sharding constraints refer to).
     mesh: Option<Arc<Mesh>>,
+    /// Lay values out in Shardy's dialect rather than GSPMD's attributes.
+    shardy: bool,
 }
 
 /// The layout of a program partitioned over a mesh: each parameter's and each output's
-/// sharding (`super::shard` ids).
+/// sharding (`super::shard` ids), and the partitioner that reads them.
 pub(crate) struct MeshLayout<'a> {
     pub mesh: Arc<Mesh>,
     pub params: &'a [u32],
     pub outputs: &'a [u32],
+    /// Shardy (`sdy.mesh`, `sdy.sharding`, `sdy.sharding_constraint`; compiled with
+    /// `use_shardy_partitioner`) rather than GSPMD (`mhlo.sharding`).
+    pub shardy: bool,
 }
 
 /// A block argument name unique to the op `%N` (MLIR names are digits or start with a
@@ -411,6 +416,7 @@ pub(crate) fn lower(
             Precision::Default => "DEFAULT",
         },
         mesh: layout.map(|l| l.mesh.clone()),
+        shardy: layout.is_some_and(|l| l.shardy),
     };
     let pvals: Vec<V> = params
         .iter()
@@ -441,14 +447,18 @@ pub(crate) fn lower(
         "module @zoo_graph attributes {{mhlo.num_partitions = {} : i32, mhlo.num_replicas = 1 : i32}} {{",
         layout.map_or(1, |l| l.mesh.len())
     );
+    if let Some(l) = layout.filter(|l| l.shardy) {
+        let _ = writeln!(text, "  sdy.mesh @mesh = {}", l.mesh.shardy());
+    }
     // A donated parameter names the output that reuses its buffer; over a mesh, every
     // parameter and result says how it is laid out (XLA's SPMD partitioner reads them).
-    let sharding = |ids: Option<&[u32]>, i: usize| {
+    let sharding = |ids: Option<&[u32]>, i: usize, rank: usize| {
         layout.zip(ids).map(|(l, ids)| {
-            format!(
-                "mhlo.sharding = \"{}\"",
-                super::shard::gspmd(&l.mesh, ids.get(i).copied().unwrap_or(0))
-            )
+            let id = ids.get(i).copied().unwrap_or(0);
+            match l.shardy {
+                true => format!("sdy.sharding = {}", super::shard::shardy(&l.mesh, id, rank)),
+                false => format!("mhlo.sharding = \"{}\"", super::shard::gspmd(&l.mesh, id)),
+            }
         })
     };
     let attrs = |parts: [Option<String>; 2]| {
@@ -465,7 +475,7 @@ pub(crate) fn lower(
         .enumerate()
         .map(|(i, (p, a))| {
             let alias = a.map(|o| format!("tf.aliasing_output = {o} : i32"));
-            let shard = sharding(layout.map(|l| l.params), i);
+            let shard = sharding(layout.map(|l| l.params), i, p.shape.len());
             format!("{}: {}{}", p.name, p.ty(), attrs([alias, shard]))
         })
         .collect();
@@ -477,7 +487,10 @@ pub(crate) fn lower(
         .map(|(i, t)| {
             format!(
                 "{t}{}",
-                attrs([sharding(layout.map(|l| l.outputs), i), None])
+                attrs([
+                    sharding(layout.map(|l| l.outputs), i, outs[i].shape.len()),
+                    None
+                ])
             )
         })
         .collect();
@@ -779,6 +792,19 @@ fn lower_node(e: &mut Emitter, op: &NodeOp, ins: &[V], shape: &[usize], dt: DTyp
                     msg: "a sharding outside a program over a mesh (internal error)".into(),
                 });
             };
+            if e.shardy {
+                let attrs = format!(
+                    "{{sharding = {}}}",
+                    super::shard::shardy(&mesh, *id, x.shape.len())
+                );
+                return Ok(e.op(
+                    "sdy.sharding_constraint",
+                    &[x],
+                    &attrs,
+                    &x.shape.clone(),
+                    x.dt,
+                ));
+            }
             let attrs = format!(
                 "{{call_target_name = \"Sharding\", mhlo.sharding = \"{}\"}}",
                 super::shard::gspmd(&mesh, *id)

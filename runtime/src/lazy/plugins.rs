@@ -24,9 +24,16 @@ pub(crate) struct Backend {
     pub identity: String,
     pub plugin_key: u64,
     pub config: PluginConfig,
+    /// Partition programs over a mesh with Shardy (every plugin from PJRT API 0.81 on reads
+    /// its dialect), else with GSPMD's `mhlo.sharding`, which XLA is retiring.
+    pub shardy: bool,
     /// Executables compiled or loaded in this process, by graph hash.
     pub(super) exes: Mutex<HashMap<u64, Arc<LoadedExecutable>>>,
 }
+
+/// The oldest PJRT API whose plugins zoo has seen partition a Shardy module (the XLA CPU
+/// plugins of API 0.81, 0.106 and 0.115 do); older ones get GSPMD's attributes.
+const SHARDY_SINCE: (i32, i32) = (0, 81);
 
 pub(super) static CONFIGS: Mutex<Option<HashMap<PjrtPlatform, PluginConfig>>> = Mutex::new(None);
 pub(super) static BACKENDS: Mutex<Option<HashMap<PjrtPlatform, Arc<Backend>>>> = Mutex::new(None);
@@ -159,6 +166,7 @@ pub(crate) fn backend(platform: PjrtPlatform) -> std::result::Result<Arc<Backend
         identity,
         plugin_key,
         config,
+        shardy: (major, minor) >= SHARDY_SINCE,
         exes: Mutex::new(HashMap::new()),
     });
     map.insert(platform, b.clone());

@@ -48,6 +48,16 @@ pub(crate) fn gspmd(mesh: &Mesh, id: u32) -> String {
     }
 }
 
+/// Shardy's `#sdy.sharding` of sharding `id` for a tensor of rank `rank` over the module's
+/// mesh `@mesh`.
+pub(crate) fn shardy(mesh: &Mesh, id: u32, rank: usize) -> String {
+    let dims = match get(id) {
+        Some(s) => s.shardy(mesh),
+        None => format!("[{}]", vec!["{}"; rank].join(", ")),
+    };
+    format!("#sdy.sharding<@mesh, {dims}>")
+}
+
 /// Each device's tile shape of a tensor of `shape` under sharding `id` on `d`'s mesh, checked.
 pub(crate) fn tile_shape(
     op: &'static str,

@@ -27,6 +27,9 @@ pub struct CompileOptions {
     /// Round 16-bit values after every op, as PyTorch does, instead of letting XLA keep
     /// fused intermediates in f32 (`xla_allow_excess_precision = false`).
     pub strict_rounding: bool,
+    /// Partition with Shardy (`use_shardy_partitioner`): the module lays its values out
+    /// with `sdy.mesh` and `sdy.sharding` instead of `mhlo.sharding`.
+    pub shardy: bool,
 }
 
 impl CompileOptions {
@@ -63,6 +66,12 @@ impl CompileOptions {
         })
     }
 
+    /// With [`CompileOptions::shardy`] set to `on`.
+    pub fn shardy(mut self, on: bool) -> Self {
+        self.shardy = on;
+        self
+    }
+
     /// With [`CompileOptions::strict_rounding`] set to `on`.
     pub fn strict_rounding(mut self, on: bool) -> Self {
         self.strict_rounding = on;
@@ -83,6 +92,9 @@ impl CompileOptions {
         proto::varint_field(&mut build, 5, partitions); // num_partitions
         if self.partitioned {
             proto::varint_field(&mut build, 6, 1); // use_spmd_partitioning
+            if self.shardy {
+                proto::varint_field(&mut build, 19, 1); // use_shardy_partitioner
+            }
         }
         if !self.device_ids.is_empty() {
             // DeviceAssignmentProto { replica_count, computation_count,

@@ -101,7 +101,9 @@ pub fn mesh_checks(var: &str) {
         let y = xm.matmul(&wm).expect("matmul");
         let text = y.stablehlo().expect("lazy").expect("text");
         assert!(text.contains("mhlo.num_partitions = 4"), "{text}");
-        assert!(text.contains(&s.gspmd(&line)), "{text}");
+        // Laid out for Shardy, which every plugin here partitions with.
+        assert!(text.contains(r#"sdy.mesh @mesh = <["model"=4]>"#), "{text}");
+        assert!(text.contains(&s.shardy(&line)), "{text}");
         // XLA's partitioner sums the row-parallel partial products (an all-reduce) and
         // gathers the column-parallel tiles into the whole result.
         let collectives = zoo_runtime::lazy::collectives(&[&y]).expect("collectives");
