@@ -7,108 +7,18 @@
 //! and each result rounds to the nearest bf16 (ties to even) once. Candle's own bf16 CPU ops run scalar loops over libm instead, and a bf16
 //! `Linear` with a bias widened its whole weight on every call.
 //!
-//! [`Lane`] is the 16-lane load/store both element types share, so one elementwise kernel
-//! serves f32 and bf16 tensors. x86-64 only, as the kernels are.
+//! [`Lane`] (in `x86::avx512`, with this module's other AVX-512 loops) is the 16-lane
+//! load/store both element types share, so one elementwise kernel serves f32 and bf16
+//! tensors. x86-64 only, as the kernels are.
 
 use half::bf16;
 
 use super::kernels::{
     gemm, matmul_wt_with, pack_rows, par_units, row_start, with_slice, Dot, OutPtr, NR,
 };
+use super::x86::avx512::{combine, convert_row, Lane, Operand};
 use crate::cpu::features;
 use crate::{Device, Result, Tensor};
-
-/// An element type the vectorised kernels load and store 16 lanes of, as f32.
-pub(crate) trait Lane: Copy + Send + Sync + crate::Element {
-    /// `n` values from `p` (16 when `n >= 16`; lanes past `n` are zero) as f32.
-    ///
-    /// SAFETY: AVX-512F must be available and `p` valid for `min(n, 16)` reads.
-    unsafe fn load16(p: *const Self, n: usize) -> std::arch::x86_64::__m512;
-
-    /// The first `min(n, 16)` lanes of `v` to `p`, rounded to this type.
-    ///
-    /// SAFETY: AVX-512F must be available and `p` valid for `min(n, 16)` writes.
-    unsafe fn store16(p: *mut Self, n: usize, v: std::arch::x86_64::__m512);
-
-    /// `v` rounded to this type and widened back: what a PyTorch op in this dtype hands the
-    /// next op.
-    ///
-    /// SAFETY: AVX-512F must be available.
-    unsafe fn round(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512;
-}
-
-impl Lane for f32 {
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load16(p: *const f32, n: usize) -> std::arch::x86_64::__m512 {
-        std::arch::x86_64::_mm512_maskz_loadu_ps(super::x86::avx512::tail_mask(n), p)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn store16(p: *mut f32, n: usize, v: std::arch::x86_64::__m512) {
-        std::arch::x86_64::_mm512_mask_storeu_ps(p, super::x86::avx512::tail_mask(n), v)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn round(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-        v
-    }
-}
-
-impl Lane for bf16 {
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load16(p: *const bf16, n: usize) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::*;
-        let raw = if n >= 16 {
-            _mm256_loadu_si256(p.cast())
-        } else {
-            let mut buf = [0u16; 16];
-            std::ptr::copy_nonoverlapping(p.cast::<u16>(), buf.as_mut_ptr(), n);
-            _mm256_loadu_si256(buf.as_ptr().cast())
-        };
-        // A bf16 is the high half of an f32.
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn store16(p: *mut bf16, n: usize, v: std::arch::x86_64::__m512) {
-        use std::arch::x86_64::*;
-        let h = _mm512_cvtepi32_epi16(to_bf16_bits(v));
-        if n >= 16 {
-            _mm256_storeu_si256(p.cast(), h);
-        } else {
-            let mut buf = [0u16; 16];
-            _mm256_storeu_si256(buf.as_mut_ptr().cast(), h);
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), p.cast::<u16>(), n);
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn round(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::*;
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(to_bf16_bits(v)))
-    }
-}
-
-/// The bf16 bit patterns of 16 f32 lanes (in the low half of each 32-bit lane): round to
-/// nearest, ties to even; a NaN stays a quiet NaN, as `half::bf16::from_f32` rounds.
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn to_bf16_bits(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512i {
-    use std::arch::x86_64::*;
-    let b = _mm512_castps_si512(v);
-    let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
-    let bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));
-    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
-    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-    let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(0x40));
-    _mm512_mask_mov_epi32(rounded, nan, quiet)
-}
 
 thread_local! {
     /// Per-thread f32 copies of the weight rows of one panel, reused across calls.
@@ -285,17 +195,6 @@ fn convert_flat<S: Lane, D: Lane>(v: &[S]) -> Vec<D> {
 /// Values per task of a conversion.
 const CHUNK: usize = 16 * 1024;
 
-/// One operand of [`binary`]: a buffer read at the output's index modulo `period`.
-#[derive(Clone, Copy)]
-struct Operand {
-    p: *const bf16,
-    period: usize,
-}
-
-// SAFETY: an Operand only reads a buffer that `binary` keeps borrowed until its tasks end.
-unsafe impl Sync for Operand {}
-unsafe impl Send for Operand {}
-
 /// Candle's broadcasting `Op::Binary` add, sub, mul or div of two bf16 CPU tensors as one
 /// vectorised pass on the pool: each pair widened, combined in f32 and rounded once, as
 /// PyTorch's and candle's bf16 ops compute (candle's own pass rounds through a call per 8
@@ -369,78 +268,6 @@ pub(crate) fn binary(
         out,
         &candle_core::Device::Cpu,
     ))
-}
-
-/// Output values `s..e` of `x op y`, in runs that end where a repeated operand wraps, so
-/// within a run each operand reads on from the run's start.
-///
-/// SAFETY: AVX-512F must be available; `out` valid for `e` values; `s` a multiple of each
-/// period below `e - s`.
-#[target_feature(enable = "avx512f")]
-unsafe fn combine(
-    op: crate::op::BinaryOp,
-    x: Operand,
-    y: Operand,
-    s: usize,
-    e: usize,
-    out: *mut half::bf16,
-) {
-    use crate::op::BinaryOp as B;
-    use std::arch::x86_64::*;
-    // A run: as long as the shorter non-scalar period, or the chunk.
-    let run = [x.period, y.period]
-        .into_iter()
-        .filter(|&p| p > 1)
-        .min()
-        .map_or(e - s, |p| p.min(e - s));
-    let load = |o: Operand, at: usize, n: usize| {
-        if o.period == 1 {
-            _mm512_set1_ps(half::bf16::to_f32(*o.p))
-        } else {
-            <half::bf16 as Lane>::load16(o.p.add(at), n)
-        }
-    };
-    let mut r = s;
-    while r < e {
-        let end = (r + run).min(e);
-        let (bx, by) = (r % x.period, r % y.period);
-        let mut j = r;
-        while j < end {
-            let n = end - j;
-            let (a, b) = (load(x, bx + j - r, n), load(y, by + j - r, n));
-            let v = match op {
-                B::Add => _mm512_add_ps(a, b),
-                B::Sub => _mm512_sub_ps(a, b),
-                B::Mul => _mm512_mul_ps(a, b),
-                _ => _mm512_div_ps(a, b),
-            };
-            <half::bf16 as Lane>::store16(out.add(j), n, v);
-            j += 16;
-        }
-        r = end;
-    }
-}
-
-/// `len` values from `src` to `dst`, plus `bias` (`len` values) when given.
-///
-/// SAFETY: AVX-512F must be available; `src`, `dst` (and `bias`) valid for `len` values.
-#[target_feature(enable = "avx512f")]
-unsafe fn convert_row<S: Lane, D: Lane>(
-    src: *const S,
-    dst: *mut D,
-    len: usize,
-    bias: Option<&[f32]>,
-) {
-    use std::arch::x86_64::_mm512_add_ps;
-    let mut j = 0;
-    while j < len {
-        let mut x = S::load16(src.add(j), len - j);
-        if let Some(b) = bias {
-            x = _mm512_add_ps(x, f32::load16(b.as_ptr().add(j), len - j));
-        }
-        D::store16(dst.add(j), len - j, x);
-        j += 16;
-    }
 }
 
 #[cfg(test)]

@@ -8,10 +8,10 @@
 //! round, so results are the same bit for bit.
 
 #[cfg(target_arch = "x86_64")]
-use super::bf16::Lane;
-#[cfg(target_arch = "x86_64")]
 use super::features;
 use super::kernels::{par_fill, with_slice, Stored};
+#[cfg(target_arch = "x86_64")]
+use super::x86::avx512::Lane;
 use crate::op::BinaryOp;
 use crate::{DType, Device, Tensor};
 

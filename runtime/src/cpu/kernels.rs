@@ -21,8 +21,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::bf16::Lane;
 use super::features;
+#[cfg(target_arch = "x86_64")]
+use super::x86::avx512::Lane;
 #[cfg(target_arch = "x86_64")]
 use super::x86::{avx2, avx512};
 use crate::{DType, Device, Tensor};

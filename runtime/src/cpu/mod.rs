@@ -16,9 +16,10 @@
 //! thread, which is how the tests run every tier's code on one machine. Each entry point
 //! (`kernels`, `quant`, `bf16`, `norm`, ...) dispatches on it: the f32 kernels of each tier
 //! live in `x86/` (`avx2.rs`: the GEMM's 6×16 tiles, GEMV, attention, activations, norms;
-//! `avx512.rs`: the 14×32 tiles, GEMV and few-row products, attention, activations;
-//! `amx.rs`/`amx_gemm.rs`: the tile unit), the quantized, bf16, norm and rotary kernels of
-//! AVX-512 still beside their dispatch; below that the op returns `None` (the backend's
+//! `avx512.rs`: the 14×32 tiles, GEMV and few-row products, attention, activations, the
+//! 16-lane f32/bf16 loads and stores (`Lane`), bf16 conversions and arithmetic, norms, the
+//! rotary rotation; `amx.rs`/`amx_gemm.rs`: the tile unit), the quantized kernels of AVX-512
+//! still beside their dispatch in `quant/`; below that the op returns `None` (the backend's
 //! path) or, for quantized products, the `gemm` crate on rebuilt rows.
 
 #[cfg(target_arch = "x86_64")]

@@ -11,10 +11,10 @@
 use half::bf16;
 
 #[cfg(target_arch = "x86_64")]
-use super::bf16::Lane;
-#[cfg(target_arch = "x86_64")]
 use super::features;
 use super::kernels::{par_fill, with_slice, Stored};
+#[cfg(target_arch = "x86_64")]
+use super::x86::avx512::Lane;
 use crate::{DType, Device, Tensor};
 
 /// Which norm.
@@ -84,7 +84,14 @@ pub(crate) fn norm_last(x: &Tensor, norm: Norm, eps: f64) -> Option<crate::Resul
                         for (i, row) in v[a..e].chunks_exact(n).enumerate() {
                             // SAFETY: AVX-512F was detected; `out` holds this chunk's e - a
                             // outputs, row i of them n values.
-                            unsafe { norm_row(row, out.add(i * n), norm, eps) }
+                            unsafe {
+                                super::x86::avx512::norm_row(
+                                    row,
+                                    out.add(i * n),
+                                    norm == Norm::Layer,
+                                    eps,
+                                )
+                            }
                         }
                     },
                 );
@@ -102,49 +109,6 @@ pub(crate) fn norm_last(x: &Tensor, norm: Norm, eps: f64) -> Option<crate::Resul
     {
         let _ = (norm, eps);
         None
-    }
-}
-
-/// One row: its statistics, then the row scaled into `y` (rounded to `O`).
-///
-/// # Safety
-/// AVX-512F is available and `y` is valid for `x.len()` writes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn norm_row<T: Lane, O: Lane>(x: &[T], y: *mut O, norm: Norm, eps: f64) {
-    use std::arch::x86_64::*;
-    let (n, p) = (x.len(), x.as_ptr());
-    let inv_n = (1.0 / n as f64) as f32;
-    let mean = match norm {
-        Norm::Rms => 0.0,
-        Norm::Layer => {
-            let mut acc = _mm512_setzero_ps();
-            let mut j = 0;
-            while j < n {
-                acc = _mm512_add_ps(acc, T::load16(p.add(j), n - j));
-                j += 16;
-            }
-            _mm512_reduce_add_ps(acc) * inv_n
-        }
-    };
-    let vm = _mm512_set1_ps(mean);
-    // Lanes past the row load as zero; centred, they would add mean² each, so they are
-    // masked out of the squares.
-    let mut acc = _mm512_setzero_ps();
-    let mut j = 0;
-    while j < n {
-        let m = super::x86::avx512::tail_mask(n - j);
-        let c = _mm512_maskz_sub_ps(m, T::load16(p.add(j), n - j), vm);
-        acc = _mm512_fmadd_ps(c, c, acc);
-        j += 16;
-    }
-    let var = _mm512_reduce_add_ps(acc) * inv_n;
-    let r = _mm512_set1_ps(1.0 / (var + eps as f32).sqrt());
-    let mut j = 0;
-    while j < n {
-        let c = _mm512_sub_ps(T::load16(p.add(j), n - j), vm);
-        O::store16(y.add(j), n - j, _mm512_mul_ps(c, r));
-        j += 16;
     }
 }
 

@@ -11,10 +11,10 @@
 use half::bf16;
 
 #[cfg(target_arch = "x86_64")]
-use super::bf16::Lane;
-#[cfg(target_arch = "x86_64")]
 use super::features;
 use super::kernels::{par_units, row_start, with_slice, OutPtr, Stored};
+#[cfg(target_arch = "x86_64")]
+use super::x86::avx512::Lane;
 use crate::{DType, Device, RopeStyle, Tensor};
 
 /// What the vectorised rotation needs of an element type: its 16-lane loads and stores
@@ -166,7 +166,13 @@ fn pass<T: Value>(
                 // half table entries, y has the row's d slots.
                 #[cfg(target_arch = "x86_64")]
                 _ if avx512 => unsafe {
-                    rotate16(x.as_ptr(), y, (c.as_ptr(), s.as_ptr()), half, style)
+                    super::x86::avx512::rotate16(
+                        x.as_ptr(),
+                        y,
+                        (c.as_ptr(), s.as_ptr()),
+                        half,
+                        style,
+                    )
                 },
                 RopeStyle::RotateHalf => (0..half).for_each(|k| rotate(k, k + half, k)),
                 RopeStyle::Interleaved => (0..half).for_each(|k| rotate(2 * k, 2 * k + 1, k)),
@@ -179,62 +185,6 @@ fn pass<T: Value>(
     // SAFETY: the tasks wrote every row.
     unsafe { out.set_len(n) };
     out
-}
-
-/// The scalar loop's rotation of one row, 16 lanes at a time: the same products, rounded
-/// where it rounds, so the two agree bit for bit. Interleaved pairs are neighbouring lanes:
-/// each table entry is duplicated onto its pair and the pair swapped for the cross products.
-///
-/// SAFETY: AVX-512F must be available; `x` readable and `y` writable for `2 * half` values,
-/// `c` and `s` readable for `half`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn rotate16<T: Value>(
-    x: *const T,
-    y: *mut T,
-    (c, s): (*const T, *const T),
-    half: usize,
-    style: RopeStyle,
-) {
-    use std::arch::x86_64::*;
-    let mul = |a, b| <T as Lane>::round(_mm512_mul_ps(a, b));
-    match style {
-        RopeStyle::RotateHalf => {
-            for k in (0..half).step_by(16) {
-                let n = half - k;
-                let (a, b) = (T::load16(x.add(k), n), T::load16(x.add(half + k), n));
-                let (cv, sv) = (T::load16(c.add(k), n), T::load16(s.add(k), n));
-                T::store16(y.add(k), n, _mm512_sub_ps(mul(a, cv), mul(b, sv)));
-                T::store16(y.add(half + k), n, _mm512_add_ps(mul(b, cv), mul(a, sv)));
-            }
-        }
-        RopeStyle::Interleaved => {
-            // 16 pairs per step: one full load of each table (a shorter one is a copy through
-            // the stack), duplicated onto the lanes of two 16-lane halves of x.
-            let lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-            let hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-            let swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
-            for k in (0..half).step_by(16) {
-                let pairs = half - k;
-                let (cv, sv) = (T::load16(c.add(k), pairs), T::load16(s.add(k), pairs));
-                for (h, dup) in [(0, lo), (8, hi)] {
-                    if h >= pairs {
-                        break;
-                    }
-                    let n = 2 * (pairs - h).min(8);
-                    let v = T::load16(x.add(2 * (k + h)), n);
-                    let (cd, sd) = (
-                        _mm512_permutexvar_ps(dup, cv),
-                        _mm512_permutexvar_ps(dup, sv),
-                    );
-                    let (p, q) = (mul(v, cd), mul(_mm512_permutexvar_ps(swap, v), sd));
-                    // Even lanes (a): a c - b s; odd lanes (b): b c + a s.
-                    let r = _mm512_mask_add_ps(_mm512_sub_ps(p, q), 0xAAAA, p, q);
-                    T::store16(y.add(2 * (k + h)), n, r);
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

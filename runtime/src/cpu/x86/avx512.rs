@@ -3,9 +3,13 @@
 //! register tiles, attention's key dots, softmax pieces and narrow probability × v
 //! products, and the gated activations. [`super::super::kernels`] dispatches to them where
 //! [`features::avx512`](crate::cpu::features::avx512) holds (each caller checks); the
-//! `avx2` tier's siblings are in [`super::avx2`].
+//! `avx2` tier's siblings are in [`super::avx2`]. Also the 16-lane f32/bf16 loads and stores
+//! ([`Lane`]) every AVX-512 elementwise loop shares, and those loops: bf16 conversions and
+//! broadcasting arithmetic (`cpu::bf16`), row norms (`cpu::norm`), the rotary rotation
+//! (`cpu::rotary`).
 
-use crate::cpu::bf16::Lane;
+use half::bf16;
+
 use crate::cpu::kernels::{NarrowPv, OutPtr, Tile, EXP_LN2, EXP_POLY, MR, NR, PACKED_A};
 
 /// Writes a tile's rows of sums (`$lo`: columns 0..16, `$hi`: 16..32) to `$t.c`, added to
@@ -505,5 +509,279 @@ pub(crate) unsafe fn gelu_tanh<T: Lane>(x: &[T], y: *mut T) {
         let g = _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, t));
         T::store16(y.add(j), n, g);
         j += 16;
+    }
+}
+
+/// An element type the vectorised kernels load and store 16 lanes of, as f32.
+pub(crate) trait Lane: Copy + Send + Sync + crate::Element {
+    /// `n` values from `p` (16 when `n >= 16`; lanes past `n` are zero) as f32.
+    ///
+    /// SAFETY: AVX-512F must be available and `p` valid for `min(n, 16)` reads.
+    unsafe fn load16(p: *const Self, n: usize) -> std::arch::x86_64::__m512;
+
+    /// The first `min(n, 16)` lanes of `v` to `p`, rounded to this type.
+    ///
+    /// SAFETY: AVX-512F must be available and `p` valid for `min(n, 16)` writes.
+    unsafe fn store16(p: *mut Self, n: usize, v: std::arch::x86_64::__m512);
+
+    /// `v` rounded to this type and widened back: what a PyTorch op in this dtype hands the
+    /// next op.
+    ///
+    /// SAFETY: AVX-512F must be available.
+    unsafe fn round(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512;
+}
+
+impl Lane for f32 {
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16(p: *const f32, n: usize) -> std::arch::x86_64::__m512 {
+        std::arch::x86_64::_mm512_maskz_loadu_ps(tail_mask(n), p)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store16(p: *mut f32, n: usize, v: std::arch::x86_64::__m512) {
+        std::arch::x86_64::_mm512_mask_storeu_ps(p, tail_mask(n), v)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn round(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+        v
+    }
+}
+
+impl Lane for bf16 {
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16(p: *const bf16, n: usize) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        let raw = if n >= 16 {
+            _mm256_loadu_si256(p.cast())
+        } else {
+            let mut buf = [0u16; 16];
+            std::ptr::copy_nonoverlapping(p.cast::<u16>(), buf.as_mut_ptr(), n);
+            _mm256_loadu_si256(buf.as_ptr().cast())
+        };
+        // A bf16 is the high half of an f32.
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store16(p: *mut bf16, n: usize, v: std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        let h = _mm512_cvtepi32_epi16(to_bf16_bits(v));
+        if n >= 16 {
+            _mm256_storeu_si256(p.cast(), h);
+        } else {
+            let mut buf = [0u16; 16];
+            _mm256_storeu_si256(buf.as_mut_ptr().cast(), h);
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), p.cast::<u16>(), n);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn round(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(to_bf16_bits(v)))
+    }
+}
+
+/// The bf16 bit patterns of 16 f32 lanes (in the low half of each 32-bit lane): round to
+/// nearest, ties to even; a NaN stays a quiet NaN, as `half::bf16::from_f32` rounds.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn to_bf16_bits(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    let b = _mm512_castps_si512(v);
+    let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+    let bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));
+    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+    let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(0x40));
+    _mm512_mask_mov_epi32(rounded, nan, quiet)
+}
+
+/// One operand of bf16's broadcasting `binary`: a buffer read at the output's index modulo `period`.
+#[derive(Clone, Copy)]
+pub(crate) struct Operand {
+    pub p: *const bf16,
+    pub period: usize,
+}
+
+// SAFETY: an Operand only reads a buffer that bf16's `binary` keeps borrowed until its
+// tasks end.
+unsafe impl Sync for Operand {}
+unsafe impl Send for Operand {}
+
+/// Output values `s..e` of `x op y`, in runs that end where a repeated operand wraps, so
+/// within a run each operand reads on from the run's start.
+///
+/// SAFETY: AVX-512F must be available; `out` valid for `e` values; `s` a multiple of each
+/// period below `e - s`.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn combine(
+    op: crate::op::BinaryOp,
+    x: Operand,
+    y: Operand,
+    s: usize,
+    e: usize,
+    out: *mut half::bf16,
+) {
+    use crate::op::BinaryOp as B;
+    use std::arch::x86_64::*;
+    // A run: as long as the shorter non-scalar period, or the chunk.
+    let run = [x.period, y.period]
+        .into_iter()
+        .filter(|&p| p > 1)
+        .min()
+        .map_or(e - s, |p| p.min(e - s));
+    let load = |o: Operand, at: usize, n: usize| {
+        if o.period == 1 {
+            _mm512_set1_ps(half::bf16::to_f32(*o.p))
+        } else {
+            <half::bf16 as Lane>::load16(o.p.add(at), n)
+        }
+    };
+    let mut r = s;
+    while r < e {
+        let end = (r + run).min(e);
+        let (bx, by) = (r % x.period, r % y.period);
+        let mut j = r;
+        while j < end {
+            let n = end - j;
+            let (a, b) = (load(x, bx + j - r, n), load(y, by + j - r, n));
+            let v = match op {
+                B::Add => _mm512_add_ps(a, b),
+                B::Sub => _mm512_sub_ps(a, b),
+                B::Mul => _mm512_mul_ps(a, b),
+                _ => _mm512_div_ps(a, b),
+            };
+            <half::bf16 as Lane>::store16(out.add(j), n, v);
+            j += 16;
+        }
+        r = end;
+    }
+}
+
+/// `len` values from `src` to `dst`, plus `bias` (`len` values) when given.
+///
+/// SAFETY: AVX-512F must be available; `src`, `dst` (and `bias`) valid for `len` values.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn convert_row<S: Lane, D: Lane>(
+    src: *const S,
+    dst: *mut D,
+    len: usize,
+    bias: Option<&[f32]>,
+) {
+    use std::arch::x86_64::_mm512_add_ps;
+    let mut j = 0;
+    while j < len {
+        let mut x = S::load16(src.add(j), len - j);
+        if let Some(b) = bias {
+            x = _mm512_add_ps(x, f32::load16(b.as_ptr().add(j), len - j));
+        }
+        D::store16(dst.add(j), len - j, x);
+        j += 16;
+    }
+}
+
+/// One row of a norm over the last dim (`layer`: LayerNorm's centred statistics, else RMS):
+/// its statistics, then the row scaled into `y` (rounded to `O`).
+///
+/// # Safety
+/// AVX-512F is available and `y` is valid for `x.len()` writes.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn norm_row<T: Lane, O: Lane>(x: &[T], y: *mut O, layer: bool, eps: f64) {
+    use std::arch::x86_64::*;
+    let (n, p) = (x.len(), x.as_ptr());
+    let inv_n = (1.0 / n as f64) as f32;
+    let mean = match layer {
+        false => 0.0,
+        true => {
+            let mut acc = _mm512_setzero_ps();
+            let mut j = 0;
+            while j < n {
+                acc = _mm512_add_ps(acc, T::load16(p.add(j), n - j));
+                j += 16;
+            }
+            _mm512_reduce_add_ps(acc) * inv_n
+        }
+    };
+    let vm = _mm512_set1_ps(mean);
+    // Lanes past the row load as zero; centred, they would add mean² each, so they are
+    // masked out of the squares.
+    let mut acc = _mm512_setzero_ps();
+    let mut j = 0;
+    while j < n {
+        let m = tail_mask(n - j);
+        let c = _mm512_maskz_sub_ps(m, T::load16(p.add(j), n - j), vm);
+        acc = _mm512_fmadd_ps(c, c, acc);
+        j += 16;
+    }
+    let var = _mm512_reduce_add_ps(acc) * inv_n;
+    let r = _mm512_set1_ps(1.0 / (var + eps as f32).sqrt());
+    let mut j = 0;
+    while j < n {
+        let c = _mm512_sub_ps(T::load16(p.add(j), n - j), vm);
+        O::store16(y.add(j), n - j, _mm512_mul_ps(c, r));
+        j += 16;
+    }
+}
+
+/// The rotary pass's (`cpu::rotary`) rotation of one row, 16 lanes at a time: the same products, rounded
+/// where it rounds, so the two agree bit for bit. Interleaved pairs are neighbouring lanes:
+/// each table entry is duplicated onto its pair and the pair swapped for the cross products.
+///
+/// SAFETY: AVX-512F must be available; `x` readable and `y` writable for `2 * half` values,
+/// `c` and `s` readable for `half`.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn rotate16<T: Lane>(
+    x: *const T,
+    y: *mut T,
+    (c, s): (*const T, *const T),
+    half: usize,
+    style: crate::RopeStyle,
+) {
+    use std::arch::x86_64::*;
+    let mul = |a, b| <T as Lane>::round(_mm512_mul_ps(a, b));
+    match style {
+        crate::RopeStyle::RotateHalf => {
+            for k in (0..half).step_by(16) {
+                let n = half - k;
+                let (a, b) = (T::load16(x.add(k), n), T::load16(x.add(half + k), n));
+                let (cv, sv) = (T::load16(c.add(k), n), T::load16(s.add(k), n));
+                T::store16(y.add(k), n, _mm512_sub_ps(mul(a, cv), mul(b, sv)));
+                T::store16(y.add(half + k), n, _mm512_add_ps(mul(b, cv), mul(a, sv)));
+            }
+        }
+        crate::RopeStyle::Interleaved => {
+            // 16 pairs per step: one full load of each table (a shorter one is a copy through
+            // the stack), duplicated onto the lanes of two 16-lane halves of x.
+            let lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            let hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+            let swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
+            for k in (0..half).step_by(16) {
+                let pairs = half - k;
+                let (cv, sv) = (T::load16(c.add(k), pairs), T::load16(s.add(k), pairs));
+                for (h, dup) in [(0, lo), (8, hi)] {
+                    if h >= pairs {
+                        break;
+                    }
+                    let n = 2 * (pairs - h).min(8);
+                    let v = T::load16(x.add(2 * (k + h)), n);
+                    let (cd, sd) = (
+                        _mm512_permutexvar_ps(dup, cv),
+                        _mm512_permutexvar_ps(dup, sv),
+                    );
+                    let (p, q) = (mul(v, cd), mul(_mm512_permutexvar_ps(swap, v), sd));
+                    // Even lanes (a): a c - b s; odd lanes (b): b c + a s.
+                    let r = _mm512_mask_add_ps(_mm512_sub_ps(p, q), 0xAAAA, p, q);
+                    T::store16(y.add(2 * (k + h)), n, r);
+                }
+            }
+        }
     }
 }
