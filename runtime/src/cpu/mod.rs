@@ -22,6 +22,11 @@
 //! still beside their dispatch in `quant/`; below that the op returns `None` (the backend's
 //! path) or, for quantized products, the `gemm` crate on rebuilt rows.
 
+// Off x86-64 the x86 kernels are compiled out (the generic tier takes the backend's path,
+// or the `gemm` crate for quantized products), so arguments and helpers only they use go
+// unused there (`cargo check --target aarch64-unknown-linux-gnu` builds the crates).
+#![cfg_attr(not(target_arch = "x86_64"), allow(unused))]
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16;
 pub(crate) mod binary;
