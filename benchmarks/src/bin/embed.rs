@@ -161,7 +161,10 @@ fn run() -> Result<ExitCode, String> {
     for (name, dir) in [
         ("all-MiniLM-L6-v2", minilm.as_path()),
         ("MPNet-shaped (all-mpnet-base-v2's shape)", mpnet.as_path()),
-        ("ModernBERT-shaped (ModernBERT-base's shape)", modernbert.as_path()),
+        (
+            "ModernBERT-shaped (ModernBERT-base's shape)",
+            modernbert.as_path(),
+        ),
     ] {
         let (mut peer_one, mut peer_many) = (None, None);
         let (mut one, mut many) = (0f64, 0f64);
