@@ -1,43 +1,36 @@
-//! Classify a text with a sequence-classification checkpoint (labels from its `id2label`),
-//! printing each label's probability: a BERT classifier, or a decoder with transformers'
-//! classification head (`LlamaForSequenceClassification`, `Qwen2ForSequenceClassification`,
-//! ..., as reward models are published), which scores the last token.
+//! Classify texts with a sequence-classification checkpoint as transformers'
+//! `text-classification` pipeline does, printing every label's score best first: a BERT,
+//! RoBERTa, DistilBERT or ModernBERT classifier, or a decoder with transformers'
+//! classification head (`LlamaForSequenceClassification`, ..., as reward models are
+//! published), which scores the last token. Several labels get a softmax; one label or a
+//! multi-label `problem_type` a sigmoid.
 //!
-//! cargo run -p zoo-examples --example classify -- path/to/bert-sst2 "A wonderful film."
+//! cargo run -p zoo-examples --example classify -- path/to/bert-sst2 "A wonderful film." "Dull."
 
-use zoo_hub::Pretrained;
-use zoo_runtime::device_map::DeviceMap;
-use zoo_runtime::{DType, Tensor};
-use zoo_transformers::{AutoModelForSequenceClassification, EncoderArgs, EncoderHead, Tokenizer};
+use zoo_transformers::text_classification::TextClassifier;
+use zoo_transformers::LoadOptions;
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let (Some(model), Some(text)) = (args.next(), args.next()) else {
-        anyhow::bail!("usage: classify <model> <text>");
+    let Some(model) = args.next() else {
+        anyhow::bail!("usage: classify <model> <text> [<text>...]");
     };
-    let classifier = AutoModelForSequenceClassification::load_pretrained(&model, DeviceMap::Cpu)?;
-    let tokenizer = Tokenizer::from_pretrained(&Pretrained::open(&model)?)?;
-    let ids: Vec<i64> = tokenizer
-        .encode_truncated(&text, classifier.max_position_embeddings())?
-        .into_iter()
-        .map(i64::from)
-        .collect();
-    let n = ids.len();
-    let input_ids = Tensor::from_vec(ids, &[1, n], &classifier.device())?;
-    let out = classifier.forward(EncoderArgs {
-        input_ids: &input_ids,
-        attention_mask: None,
-        token_type_ids: None,
-        position_ids: None,
-        output_hidden_states: false,
-    })?;
-    let logits = out
-        .logits
-        .ok_or_else(|| anyhow::anyhow!("the head returned no logits"))?;
-    let probs = logits.to_dtype(DType::F32)?.softmax(-1)?.to_vec::<f32>()?;
-    if let EncoderHead::SequenceClassification { labels } = classifier.head() {
-        for (label, p) in labels.iter().zip(probs) {
-            println!("{label:>12}  {p:.4}");
+    let texts: Vec<String> = args.collect();
+    if texts.is_empty() {
+        anyhow::bail!("usage: classify <model> <text> [<text>...]");
+    }
+    let classifier = TextClassifier::load_pretrained(&model, LoadOptions::default())?;
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    // `true`: cut a text longer than the model takes instead of refusing it.
+    for (text, labels) in texts.iter().zip(classifier.classify(&texts, true)?) {
+        println!("{text}");
+        for s in labels {
+            println!(
+                "  {:>12}  {:.4} ({})",
+                s.label,
+                s.score,
+                classifier.function().name()
+            );
         }
     }
     Ok(())

@@ -32,6 +32,7 @@ mod placement;
 pub mod registry;
 
 pub mod sentence;
+pub mod text_classification;
 pub mod tokenizer;
 pub mod vision;
 pub mod vision_language;

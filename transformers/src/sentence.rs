@@ -499,31 +499,8 @@ impl CrossEncoder {
             None if labels.len() == 1 => ScoreActivation::Sigmoid,
             None => ScoreActivation::Identity,
         };
-        let files = pretrained.files();
-        let mut max_length = model.max_position_embeddings();
-        let from = |name: &str, key: &str| -> Result<Option<u64>> {
-            Ok(match files.get_optional(name)? {
-                Some(path) => read_json(&path)?.get(key).and_then(Value::as_u64),
-                None => None,
-            })
-        };
-        // transformers writes a huge `model_max_length` for "no limit".
-        if let Some(n) = from("sentence_bert_config.json", "max_seq_length")?
-            .or(from("tokenizer_config.json", "model_max_length")?)
-        {
-            max_length = max_length.min(usize::try_from(n).unwrap_or(usize::MAX));
-        }
-        let pad_id = tokenizer
-            .pad_id()
-            .map(i64::from)
-            .or_else(|| {
-                config
-                    .pad_token_id
-                    .as_ref()
-                    .and_then(|p| p.to_vec().first().copied())
-                    .map(i64::from)
-            })
-            .unwrap_or(0);
+        let max_length = max_length_of(&pretrained, model.as_ref())?;
+        let pad_id = pad_id_of(&tokenizer, config);
         Ok(CrossEncoder {
             model,
             tokenizer,
@@ -579,40 +556,11 @@ impl CrossEncoder {
             })
             .collect::<Result<Vec<_>>>()?;
         let tokens: usize = encoded.iter().map(|e| e.ids.len()).sum();
-        let (n, t) = (
-            encoded.len(),
-            encoded.iter().map(|e| e.ids.len()).max().unwrap_or(0),
-        );
-        // Right padding, as the tokenizer pads a batch; padded keys are masked.
-        let (mut ids, mut types, mut mask) = (
-            Vec::with_capacity(n * t),
-            Vec::with_capacity(n * t),
-            Vec::with_capacity(n * t),
-        );
-        for e in &encoded {
-            let pad = t - e.ids.len();
-            ids.extend(e.ids.iter().map(|&i| i64::from(i)));
-            ids.extend(std::iter::repeat_n(self.pad_id, pad));
-            types.extend(e.type_ids.iter().map(|&i| i64::from(i)));
-            types.extend(std::iter::repeat_n(0, pad));
-            mask.extend(std::iter::repeat_n(1i64, e.ids.len()));
-            mask.extend(std::iter::repeat_n(0, pad));
-        }
-        let device = self.model.device();
-        let tensor = |v: Vec<i64>| Tensor::from_vec(v, &[n, t], &device);
-        let (input_ids, token_type_ids, attention_mask) =
-            (tensor(ids)?, tensor(types)?, tensor(mask)?);
-        let out = self.model.forward(EncoderArgs {
-            input_ids: &input_ids,
-            attention_mask: Some(&attention_mask),
-            token_type_ids: Some(&token_type_ids),
-            position_ids: None,
-            output_hidden_states: false,
-        })?;
-        let logits = out
-            .logits
-            .ok_or_else(|| Error::Internal("the classifier returned no logits".into()))?;
-        let v = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        let rows: Vec<(&[u32], &[u32])> = encoded
+            .iter()
+            .map(|e| (e.ids.as_slice(), e.type_ids.as_slice()))
+            .collect();
+        let v = classifier_logits(self.model.as_ref(), self.pad_id, &rows)?;
         let scores = v
             .chunks(self.labels.len().max(1))
             .map(|row| row.iter().map(|&x| activation.apply(x)).collect())
@@ -643,6 +591,87 @@ impl CrossEncoder {
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(ranked)
     }
+}
+
+/// The longest input a sequence classifier takes: its positions, cut to
+/// `sentence_bert_config.json`'s `max_seq_length`, else `tokenizer_config.json`'s
+/// `model_max_length` (transformers writes a huge one for "no limit").
+pub(crate) fn max_length_of(
+    pretrained: &zoo_hub::Pretrained,
+    model: &dyn Encoder,
+) -> Result<usize> {
+    let files = pretrained.files();
+    let from = |name: &str, key: &str| -> Result<Option<u64>> {
+        Ok(match files.get_optional(name)? {
+            Some(path) => read_json(&path)?.get(key).and_then(Value::as_u64),
+            None => None,
+        })
+    };
+    let mut max_length = model.max_position_embeddings();
+    if let Some(n) = from("sentence_bert_config.json", "max_seq_length")?
+        .or(from("tokenizer_config.json", "model_max_length")?)
+    {
+        max_length = max_length.min(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    Ok(max_length)
+}
+
+/// The id a batch is padded with: the tokenizer's padding token, else the config's
+/// `pad_token_id`, else 0 (padded positions are masked either way).
+pub(crate) fn pad_id_of(tokenizer: &Tokenizer, config: &zoo_hub::PretrainedConfig) -> i64 {
+    tokenizer
+        .pad_id()
+        .map(i64::from)
+        .or_else(|| {
+            config
+                .pad_token_id
+                .as_ref()
+                .and_then(|p| p.to_vec().first().copied())
+                .map(i64::from)
+        })
+        .unwrap_or(0)
+}
+
+/// A sequence classifier's raw logits, `labels` per row, over tokenized rows (ids and
+/// segment ids) run as one batch, right-padded with `pad_id` as a tokenizer pads a batch,
+/// the padding masked.
+pub(crate) fn classifier_logits(
+    model: &dyn Encoder,
+    pad_id: i64,
+    rows: &[(&[u32], &[u32])],
+) -> Result<Vec<f32>> {
+    let (n, t) = (
+        rows.len(),
+        rows.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0),
+    );
+    let (mut ids, mut types, mut mask) = (
+        Vec::with_capacity(n * t),
+        Vec::with_capacity(n * t),
+        Vec::with_capacity(n * t),
+    );
+    for (row_ids, row_types) in rows {
+        let pad = t - row_ids.len();
+        ids.extend(row_ids.iter().map(|&i| i64::from(i)));
+        ids.extend(std::iter::repeat_n(pad_id, pad));
+        types.extend(row_types.iter().map(|&i| i64::from(i)));
+        types.extend(std::iter::repeat_n(0, t - row_types.len()));
+        mask.extend(std::iter::repeat_n(1i64, row_ids.len()));
+        mask.extend(std::iter::repeat_n(0, pad));
+    }
+    let device = model.device();
+    let tensor = |v: Vec<i64>| Tensor::from_vec(v, &[n, t], &device);
+    let (input_ids, token_type_ids, attention_mask) = (tensor(ids)?, tensor(types)?, tensor(mask)?);
+    let out = model.forward(EncoderArgs {
+        input_ids: &input_ids,
+        attention_mask: Some(&attention_mask),
+        token_type_ids: Some(&token_type_ids),
+        position_ids: None,
+        output_hidden_states: false,
+    })?;
+    let logits = out
+        .logits
+        .ok_or_else(|| Error::Internal("the classifier returned no logits".into()))?;
+    Ok(logits.to_dtype(DType::F32)?.to_vec::<f32>()?)
 }
 
 fn pooling_of(path: &Path, c: PoolingConfig) -> Result<Pooling> {

@@ -16,12 +16,13 @@ use crate::registry::Task;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
-/// A label and its probability.
+/// A label and its score (a probability for the image classifiers; what the text
+/// classifier's function gives for text).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Scored {
     /// The label.
     pub label: String,
-    /// Its softmax probability.
+    /// Its score.
     pub score: f32,
 }
 

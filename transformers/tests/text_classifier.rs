@@ -1,0 +1,160 @@
+//! Text classification as transformers' `text-classification` pipeline does it: a tiny random
+//! three-label `BertForSequenceClassification` (`tests/data/text_classifier`, written by
+//! `nightly/reference/text_classifier.py`) reading all-MiniLM-L6-v2's tokenizer, on candle CPU
+//! and on one device of the XLA CPU PJRT plugin, against the pipeline on the same files: every
+//! label's softmax score best first, the sigmoid a multi-label `problem_type` asks, the raw
+//! logits, and a text past the model's positions refused unless truncated.
+//!
+//! `ZOO_MINILM_DIR` and `ZOO_PJRT_CPU_PLUGIN` name the files; when unset,
+//! `scripts/fetch-test-assets.sh` obtains them.
+
+use std::path::Path;
+
+use serde_json::Value;
+use zoo_runtime::device_map::DeviceMap;
+use zoo_transformers::text_classification::{ClassificationFunction, TextClassifier};
+use zoo_transformers::vision::Scored;
+use zoo_transformers::LoadOptions;
+
+#[path = "../../hub/tests/common/assets.rs"]
+mod assets;
+use assets::asset;
+
+fn expected() -> Value {
+    serde_json::from_str(include_str!("data/text_classifier/expected.json")).unwrap()
+}
+
+/// The classifier's folder with all-MiniLM-L6-v2's tokenizer files beside it; with
+/// `multi_label`, its config says `problem_type: multi_label_classification`.
+fn folder(multi_label: bool) -> tempfile::TempDir {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/text_classifier");
+    let minilm = asset("ZOO_MINILM_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        data.join("model.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("config.json")).unwrap()).unwrap();
+    if multi_label {
+        config["problem_type"] = "multi_label_classification".into();
+    }
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+        "special_tokens_map.json",
+    ] {
+        if minilm.join(f).exists() {
+            std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
+        }
+    }
+    dir
+}
+
+fn texts(expected: &Value) -> Vec<String> {
+    expected["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `got` equals the pipeline's rows (labels in its order, scores within 1e-5).
+fn same(got: &[Vec<Scored>], want: &Value, what: &str) {
+    let want = want.as_array().unwrap();
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let w = w.as_array().unwrap();
+        assert_eq!(g.len(), w.len(), "{what} {i}");
+        for (g, w) in g.iter().zip(w) {
+            assert_eq!(g.label, w["label"].as_str().unwrap(), "{what} {i}");
+            let ws = w["score"].as_f64().unwrap() as f32;
+            assert!(
+                (g.score - ws).abs() <= 1e-5,
+                "{what} {i} {}: {} vs {ws}",
+                g.label,
+                g.score
+            );
+        }
+    }
+}
+
+fn matches_the_pipeline(map: DeviceMap) {
+    let expected = expected();
+    let owned = texts(&expected);
+    let texts: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let opts = || LoadOptions {
+        device_map: map.clone(),
+        ..Default::default()
+    };
+    let dir = folder(false);
+    let tc = TextClassifier::load_pretrained(dir.path().to_str().unwrap(), opts()).unwrap();
+    assert_eq!(tc.function(), ClassificationFunction::Softmax);
+    assert_eq!(tc.labels(), ["negative", "neutral", "positive"]);
+    same(
+        &tc.classify(&texts, false).unwrap(),
+        &expected["softmax"],
+        "softmax",
+    );
+    // The raw logits, by label index.
+    let raw = tc
+        .with_function(ClassificationFunction::None)
+        .classify(&texts, false)
+        .unwrap();
+    for (i, (row, want)) in raw
+        .iter()
+        .zip(expected["logits"].as_array().unwrap())
+        .enumerate()
+    {
+        for (j, label) in ["negative", "neutral", "positive"].iter().enumerate() {
+            let got = row.iter().find(|s| s.label == *label).unwrap().score;
+            let w = want[j].as_f64().unwrap() as f32;
+            assert!((got - w).abs() <= 1e-5, "logit {i} {label}: {got} vs {w}");
+        }
+    }
+    let dir = folder(true);
+    let tc = TextClassifier::load_pretrained(dir.path().to_str().unwrap(), opts()).unwrap();
+    assert_eq!(tc.function(), ClassificationFunction::Sigmoid);
+    same(
+        &tc.classify(&texts, false).unwrap(),
+        &expected["multi_label_sigmoid"],
+        "multi-label sigmoid",
+    );
+}
+
+#[test]
+fn text_classifier_scores_equal_the_pipeline_on_cpu() {
+    matches_the_pipeline(DeviceMap::Cpu);
+}
+
+#[test]
+fn text_classifier_scores_equal_the_pipeline_on_the_pjrt_cpu_plugin() {
+    let plugin = asset("ZOO_PJRT_CPU_PLUGIN");
+    zoo_runtime::lazy::configure(zoo_runtime::PjrtPlatform::Cpu, Some(plugin), Some(4)).unwrap();
+    matches_the_pipeline(DeviceMap::Pjrt {
+        platform: "cpu".into(),
+        devices: Some(vec![0]),
+    });
+}
+
+#[test]
+fn long_texts_are_refused_unless_truncated_and_no_text_is_an_error() {
+    let dir = folder(false);
+    let tc = TextClassifier::load_pretrained(dir.path().to_str().unwrap(), LoadOptions::default())
+        .unwrap();
+    assert_eq!(tc.max_length(), 64);
+    let long = "word ".repeat(100);
+    let err = tc.classify(&[&long], false).unwrap_err().to_string();
+    assert!(
+        err.contains("the model takes 64") && err.contains("truncate"),
+        "{err}"
+    );
+    let cut = tc.classify(&[&long], true).unwrap();
+    assert_eq!(cut[0].len(), 3);
+    let err = tc.classify(&[], false).unwrap_err().to_string();
+    assert!(err.contains("no text"), "{err}");
+}
