@@ -13,6 +13,8 @@ use common::zoo;
 
 #[path = "../../hub/tests/common/assets.rs"]
 mod assets;
+#[path = "../../transformers/tests/common/reranker.rs"]
+mod reranker;
 
 fn data() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../transformers/tests/data/text_classifier")
@@ -20,22 +22,7 @@ fn data() -> std::path::PathBuf {
 
 /// The classifier's folder with the tokenizer files of all-MiniLM-L6-v2.
 fn folder() -> tempfile::TempDir {
-    let minilm = assets::asset("ZOO_MINILM_DIR");
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(data().join(f), dir.path().join(f)).unwrap();
-    }
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "vocab.txt",
-        "special_tokens_map.json",
-    ] {
-        if minilm.join(f).exists() {
-            std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
-        }
-    }
-    dir
+    reranker::classifier_folder("text_classifier", &assets::asset("ZOO_MINILM_DIR"), |_| {})
 }
 
 #[test]

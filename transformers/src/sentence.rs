@@ -476,15 +476,14 @@ impl CrossEncoder {
     /// `sentence_bert_config.json`, else `tokenizer_config.json`'s `model_max_length`, never
     /// past the model's positions.
     pub fn load_pretrained(repo_or_path: &str, opts: LoadOptions) -> Result<CrossEncoder> {
-        let (model, cfg, pretrained) =
-            load_encoder(repo_or_path, &opts, Task::SequenceClassification)?;
-        let tokenizer = Tokenizer::from_pretrained(&pretrained)?;
-        let EncoderHead::SequenceClassification { labels } = model.head().clone() else {
-            return Err(Error::Internal(
-                "a sequence-classification load gave another head".into(),
-            ));
-        };
-        let config = &cfg.pretrained;
+        let Classifier {
+            model,
+            tokenizer,
+            labels,
+            config,
+            pretrained,
+        } = Classifier::load(repo_or_path, &opts)?;
+        let config = &config;
         let saved = config
             .get("sentence_transformers")
             .and_then(|st| st.get("activation_fn").cloned())
@@ -590,6 +589,37 @@ impl CrossEncoder {
             .collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(ranked)
+    }
+}
+
+/// A sequence classifier as loaded for the cross-encoder and the text classifier: the
+/// model, its tokenizer, its labels (`id2label`), its config and files.
+pub(crate) struct Classifier {
+    pub model: Box<dyn Encoder>,
+    pub tokenizer: Tokenizer,
+    pub labels: Vec<String>,
+    pub config: zoo_hub::PretrainedConfig,
+    pub pretrained: zoo_hub::Pretrained,
+}
+
+impl Classifier {
+    /// Loads the sequence-classification checkpoint `repo_or_path` with its tokenizer.
+    pub(crate) fn load(repo_or_path: &str, opts: &LoadOptions) -> Result<Classifier> {
+        let (model, cfg, pretrained) =
+            load_encoder(repo_or_path, opts, Task::SequenceClassification)?;
+        let tokenizer = Tokenizer::from_pretrained(&pretrained)?;
+        let EncoderHead::SequenceClassification { labels } = model.head().clone() else {
+            return Err(Error::Internal(
+                "a sequence-classification load gave another head".into(),
+            ));
+        };
+        Ok(Classifier {
+            model,
+            tokenizer,
+            labels,
+            config: cfg.pretrained,
+            pretrained,
+        })
     }
 }
 

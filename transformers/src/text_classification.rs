@@ -4,10 +4,9 @@
 //! and its logits become each label's score through the pipeline's function: a sigmoid for
 //! one label or a multi-label classifier (`problem_type`), a softmax otherwise.
 
-use crate::auto::{load_encoder, LoadOptions};
-use crate::kinds::{Encoder, EncoderHead};
-use crate::registry::Task;
-use crate::sentence::{classifier_logits, max_length_of, pad_id_of};
+use crate::auto::LoadOptions;
+use crate::kinds::Encoder;
+use crate::sentence::{classifier_logits, max_length_of, pad_id_of, Classifier};
 use crate::vision::Scored;
 use crate::{Error, Result, Tokenizer};
 
@@ -79,15 +78,13 @@ impl TextClassifier {
     /// id) with its tokenizer; its labels are `id2label`'s, its function the pipeline's
     /// default for its `problem_type` and label count.
     pub fn load_pretrained(repo_or_path: &str, opts: LoadOptions) -> Result<TextClassifier> {
-        let (model, cfg, pretrained) =
-            load_encoder(repo_or_path, &opts, Task::SequenceClassification)?;
-        let tokenizer = Tokenizer::from_pretrained(&pretrained)?;
-        let EncoderHead::SequenceClassification { labels } = model.head().clone() else {
-            return Err(Error::Internal(
-                "a sequence-classification load gave another head".into(),
-            ));
-        };
-        let config = &cfg.pretrained;
+        let Classifier {
+            model,
+            tokenizer,
+            labels,
+            config,
+            pretrained,
+        } = Classifier::load(repo_or_path, &opts)?;
         let multi_label = config
             .get("problem_type")
             .is_some_and(|v| v.as_str() == Some("multi_label_classification"));
@@ -98,7 +95,7 @@ impl TextClassifier {
         };
         Ok(TextClassifier {
             max_length: max_length_of(&pretrained, model.as_ref())?,
-            pad_id: pad_id_of(&tokenizer, config),
+            pad_id: pad_id_of(&tokenizer, &config),
             model,
             tokenizer,
             labels,

@@ -8,8 +8,6 @@
 //! `ZOO_MINILM_DIR` and `ZOO_PJRT_CPU_PLUGIN` name the files; when unset,
 //! `scripts/fetch-test-assets.sh` obtains them.
 
-use std::path::Path;
-
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
 use zoo_transformers::text_classification::{ClassificationFunction, TextClassifier};
@@ -20,6 +18,9 @@ use zoo_transformers::LoadOptions;
 mod assets;
 use assets::asset;
 
+#[path = "common/reranker.rs"]
+mod reranker;
+
 fn expected() -> Value {
     serde_json::from_str(include_str!("data/text_classifier/expected.json")).unwrap()
 }
@@ -27,31 +28,11 @@ fn expected() -> Value {
 /// The classifier's folder with all-MiniLM-L6-v2's tokenizer files beside it; with
 /// `multi_label`, its config says `problem_type: multi_label_classification`.
 fn folder(multi_label: bool) -> tempfile::TempDir {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/text_classifier");
-    let minilm = asset("ZOO_MINILM_DIR");
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        data.join("model.safetensors"),
-        dir.path().join("model.safetensors"),
-    )
-    .unwrap();
-    let mut config: Value =
-        serde_json::from_str(&std::fs::read_to_string(data.join("config.json")).unwrap()).unwrap();
-    if multi_label {
-        config["problem_type"] = "multi_label_classification".into();
-    }
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "vocab.txt",
-        "special_tokens_map.json",
-    ] {
-        if minilm.join(f).exists() {
-            std::fs::copy(minilm.join(f), dir.path().join(f)).unwrap();
+    reranker::classifier_folder("text_classifier", &asset("ZOO_MINILM_DIR"), |c| {
+        if multi_label {
+            c["problem_type"] = "multi_label_classification".into();
         }
-    }
-    dir
+    })
 }
 
 fn texts(expected: &Value) -> Vec<String> {

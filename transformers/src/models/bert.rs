@@ -537,7 +537,7 @@ impl BertModel {
 }
 
 /// Ids the host knows must index their table; ids computed on a device are left to it.
-fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
+pub(crate) fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
     if let Some(&bad) = ids
         .host_known_i64()
         .iter()
@@ -550,6 +550,100 @@ fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// An input beside `input_ids` (`attention_mask`, `token_type_ids`, `position_ids`) as i64 on
+/// `device`, refused by `name` unless it has the ids' shape.
+pub(crate) fn like_ids(
+    name: &'static str,
+    x: Option<&Tensor>,
+    ids: &Tensor,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    match x {
+        Some(x) if x.shape() != ids.shape() => Err(Error::invalid(
+            name,
+            format!(
+                "{name} {:?} must have the shape of input_ids {:?}",
+                x.shape(),
+                ids.shape()
+            ),
+        )),
+        Some(x) => Ok(Some(x.to_device(device)?.to_dtype(DType::I64)?)),
+        None => Ok(None),
+    }
+}
+
+/// A multiple-choice input `[batch, choices, seq]` as the `batch * choices` rows an encoder
+/// runs, as transformers views every input of it.
+pub(crate) struct ChoiceRows {
+    batch: usize,
+    choices: usize,
+    ids: Tensor,
+    /// The rows' attention mask, if given.
+    pub mask: Option<Tensor>,
+    types: Option<Tensor>,
+    positions: Option<Tensor>,
+}
+
+impl ChoiceRows {
+    /// The rows of `args`, each input refused by name unless `[batch, choices, seq]`.
+    pub(crate) fn of(args: &EncoderArgs<'_>) -> Result<ChoiceRows> {
+        let &[batch, choices, seq] = args.input_ids.shape() else {
+            return Err(Error::invalid(
+                "input_ids",
+                format!(
+                    "multiple choice reads [batch, choices, seq] ids, got shape {:?}",
+                    args.input_ids.shape()
+                ),
+            ));
+        };
+        let rows = |t: &Tensor, name: &'static str| -> Result<Tensor> {
+            if t.shape() != [batch, choices, seq] {
+                return Err(Error::invalid(
+                    name,
+                    format!(
+                        "shape {:?} differs from input_ids' [{batch}, {choices}, {seq}]",
+                        t.shape()
+                    ),
+                ));
+            }
+            Ok(t.reshape(&[(batch * choices) as isize, seq as isize])?)
+        };
+        Ok(ChoiceRows {
+            batch,
+            choices,
+            ids: rows(args.input_ids, "input_ids")?,
+            mask: args
+                .attention_mask
+                .map(|t| rows(t, "attention_mask"))
+                .transpose()?,
+            types: args
+                .token_type_ids
+                .map(|t| rows(t, "token_type_ids"))
+                .transpose()?,
+            positions: args
+                .position_ids
+                .map(|t| rows(t, "position_ids"))
+                .transpose()?,
+        })
+    }
+
+    /// The encoder's arguments over the rows.
+    pub(crate) fn args(&self, output_hidden_states: bool) -> EncoderArgs<'_> {
+        EncoderArgs {
+            input_ids: &self.ids,
+            attention_mask: self.mask.as_ref(),
+            token_type_ids: self.types.as_ref(),
+            position_ids: self.positions.as_ref(),
+            output_hidden_states,
+        }
+    }
+
+    /// One score per row (`[batch * choices, 1]`) as `[batch, choices]`.
+    pub(crate) fn scores(&self, per_row: &Tensor) -> Result<Tensor> {
+        Ok(per_row.reshape(&[self.batch as isize, self.choices as isize])?)
+    }
 }
 
 /// MPNet's position bias `[1, heads, T, T]` (`compute_position_bias`): the table's row for
@@ -618,20 +712,7 @@ impl TextTower for BertModel {
             )));
         }
         let device = self.device();
-        let same = |name: &'static str, x: Option<&Tensor>| -> Result<Option<Tensor>> {
-            match x {
-                Some(x) if x.shape() != ids.shape() => Err(Error::invalid(
-                    name,
-                    format!(
-                        "{name} {:?} must have the shape of input_ids {:?}",
-                        x.shape(),
-                        ids.shape()
-                    ),
-                )),
-                Some(x) => Ok(Some(x.to_device(&device)?.to_dtype(DType::I64)?)),
-                None => Ok(None),
-            }
-        };
+        let same = |name, x| like_ids(name, x, ids, &device);
         let ids = ids.to_device(&device)?.to_dtype(DType::I64)?;
         check_ids(&ids, c.vocab_size, "input_ids")?;
         let types = match same("token_type_ids", args.token_type_ids)? {
@@ -1006,51 +1087,11 @@ impl kinds::Encoder for BertForMultipleChoice {
         &EncoderHead::MultipleChoice
     }
     fn forward(&self, args: EncoderArgs<'_>) -> Result<EncoderOutput> {
-        let &[batch, choices, seq] = args.input_ids.shape() else {
-            return Err(Error::invalid(
-                "input_ids",
-                format!(
-                    "multiple choice reads [batch, choices, seq] ids, got shape {:?}",
-                    args.input_ids.shape()
-                ),
-            ));
-        };
-        // Every [batch, choices, seq] input as `batch * choices` rows, as transformers views them.
-        let rows = |t: &Tensor, name: &'static str| -> Result<Tensor> {
-            if t.shape() != [batch, choices, seq] {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "shape {:?} differs from input_ids' [{batch}, {choices}, {seq}]",
-                        t.shape()
-                    ),
-                ));
-            }
-            Ok(t.reshape(&[(batch * choices) as isize, seq as isize])?)
-        };
-        let ids = rows(args.input_ids, "input_ids")?;
-        let (mask, types, positions) = (
-            args.attention_mask
-                .map(|t| rows(t, "attention_mask"))
-                .transpose()?,
-            args.token_type_ids
-                .map(|t| rows(t, "token_type_ids"))
-                .transpose()?,
-            args.position_ids
-                .map(|t| rows(t, "position_ids"))
-                .transpose()?,
-        );
-        let mut out = self.bert.run(EncoderArgs {
-            input_ids: &ids,
-            attention_mask: mask.as_ref(),
-            token_type_ids: types.as_ref(),
-            position_ids: positions.as_ref(),
-            output_hidden_states: args.output_hidden_states,
-        })?;
+        let rows = ChoiceRows::of(&args)?;
+        let mut out = self.bert.run(rows.args(args.output_hidden_states))?;
         if let Some(pooled) = &out.pooler_output {
             let pooled = pooled.to_device(&self.classifier.device())?;
-            let scores = self.classifier.forward(&pooled)?;
-            out.logits = Some(scores.reshape(&[batch as isize, choices as isize])?);
+            out.logits = Some(rows.scores(&self.classifier.forward(&pooled)?)?);
         }
         Ok(out)
     }

@@ -24,6 +24,7 @@ use zoo_runtime::nn::{
 };
 use zoo_runtime::{Activation, DType, Device, RopeStyle, SdpaOptions, Tensor};
 
+use super::bert::{check_ids, like_ids, ChoiceRows};
 use crate::config::{config_error, defaults, heads_divide, positive_fields};
 use crate::family::{family, Family, Layout, Loaders, Task};
 use crate::kinds::{self, EncoderArgs, EncoderHead, EncoderOutput, TextTower, Tower};
@@ -511,22 +512,6 @@ impl ModernBertModel {
     }
 }
 
-/// Ids the host knows must index their table.
-fn check_ids(ids: &Tensor, rows: usize, name: &'static str) -> Result<()> {
-    if let Some(&bad) = ids
-        .host_known_i64()
-        .iter()
-        .flatten()
-        .find(|&&i| i < 0 || i as usize >= rows)
-    {
-        return Err(Error::invalid(
-            name,
-            format!("{name} holds {bad}, outside 0..{rows}"),
-        ));
-    }
-    Ok(())
-}
-
 impl Tower for ModernBertModel {
     fn placement(&self) -> &Placement {
         &self.placement
@@ -566,20 +551,7 @@ impl TextTower for ModernBertModel {
             ));
         }
         let device = self.device();
-        let same = |name: &'static str, x: Option<&Tensor>| -> Result<Option<Tensor>> {
-            match x {
-                Some(x) if x.shape() != ids.shape() => Err(Error::invalid(
-                    name,
-                    format!(
-                        "{name} {:?} must have the shape of input_ids {:?}",
-                        x.shape(),
-                        ids.shape()
-                    ),
-                )),
-                Some(x) => Ok(Some(x.to_device(&device)?.to_dtype(DType::I64)?)),
-                None => Ok(None),
-            }
-        };
+        let same = |name, x| like_ids(name, x, ids, &device);
         let ids = ids.to_device(&device)?.to_dtype(DType::I64)?;
         check_ids(&ids, c.vocab_size, "input_ids")?;
         let positions = match same("position_ids", args.position_ids)? {
@@ -863,50 +835,14 @@ impl kinds::Encoder for Classifier {
             );
             return Ok(out);
         }
-        let &[batch, choices, seq] = args.input_ids.shape() else {
-            return Err(Error::invalid(
-                "input_ids",
-                format!(
-                    "multiple choice reads [batch, choices, seq] ids, got shape {:?}",
-                    args.input_ids.shape()
-                ),
-            ));
-        };
-        // Every [batch, choices, seq] input as `batch * choices` rows, as transformers views them.
-        let rows = |t: &Tensor, name: &'static str| -> Result<Tensor> {
-            if t.shape() != [batch, choices, seq] {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "shape {:?} differs from input_ids' [{batch}, {choices}, {seq}]",
-                        t.shape()
-                    ),
-                ));
-            }
-            Ok(t.reshape(&[(batch * choices) as isize, seq as isize])?)
-        };
-        let ids = rows(args.input_ids, "input_ids")?;
-        let mask = args
-            .attention_mask
-            .map(|t| rows(t, "attention_mask"))
-            .transpose()?;
-        let positions = args
-            .position_ids
-            .map(|t| rows(t, "position_ids"))
-            .transpose()?;
-        let mut out = self.model.run(EncoderArgs {
-            input_ids: &ids,
-            attention_mask: mask.as_ref(),
-            token_type_ids: None,
-            position_ids: positions.as_ref(),
-            output_hidden_states: args.output_hidden_states,
-        })?;
-        let pooled = self.pool(&out.last_hidden_state, mask.as_ref())?;
+        let rows = ChoiceRows::of(&args)?;
+        let mut out = self.model.run(rows.args(args.output_hidden_states))?;
+        let pooled = self.pool(&out.last_hidden_state, rows.mask.as_ref())?;
         let x = self.head.forward(&pooled)?;
         let scores = self
             .classifier
             .forward(&x.to_device(&self.classifier.device())?)?;
-        out.logits = Some(scores.reshape(&[batch as isize, choices as isize])?);
+        out.logits = Some(rows.scores(&scores)?);
         Ok(out)
     }
 }
