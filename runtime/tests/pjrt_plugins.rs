@@ -277,63 +277,68 @@ const SPMD: &str = r#"module @spmd attributes {mhlo.num_partitions = 4 : i32, mh
 }
 "#;
 
-on_both_plugins!(
-    spmd_partitions_shard_a_product_over_four_devices,
-    |var: &str, _minor: i32| {
-        let c = super::client(var);
-        let devices = c.addressable_devices().expect("devices");
-        let exe = c
-            .compile(
-                super::SPMD,
-                &CompileOptions::partitioned(&devices).expect("options"),
-            )
-            .expect("compile partitioned");
-        assert_eq!(exe.num_partitions().expect("partitions"), 4);
-        assert_eq!(exe.num_replicas().expect("replicas"), 1);
-        // Small integers: every product and sum is exact, whatever the order.
-        let x: Vec<f32> = (0..16).map(|k| (k % 5) as f32 - 2.0).collect();
-        let w: Vec<f32> = (0..32).map(|k| (k % 7) as f32 - 3.0).collect();
-        let mut want = vec![0f32; 8];
-        for i in 0..2 {
-            for j in 0..4 {
-                want[i * 4 + j] = (0..8).map(|k| x[i * 8 + k] * w[k * 4 + j]).sum();
-            }
-        }
-        let mut inputs = Vec::new();
-        for (p, d) in devices.iter().enumerate() {
-            // Partition p's rows 2p..2p+2 of w, and its column p.
-            let rows: Vec<f32> = w[p * 8..p * 8 + 8].to_vec();
-            let col: Vec<f32> = (0..8).map(|k| w[k * 4 + p]).collect();
-            inputs.push([
-                c.buffer_from_slice(&x, &[2, 8], d).expect("x"),
-                c.buffer_from_slice(&rows, &[2, 4], d).expect("rows"),
-                c.buffer_from_slice(&col, &[8, 1], d).expect("cols"),
-            ]);
-        }
-        let lists: Vec<Vec<&zoo_runtime::pjrt::Buffer>> =
-            inputs.iter().map(|l| l.iter().collect()).collect();
-        let lists: Vec<&[&zoo_runtime::pjrt::Buffer]> =
-            lists.iter().map(|l| l.as_slice()).collect();
-        let outs = exe
-            .execute(&lists, &ExecuteOptions::new())
-            .expect("execute");
-        assert_eq!(outs.len(), 4);
-        for (p, out) in outs.iter().enumerate() {
-            assert_eq!(out[0].dims().expect("dims"), [2, 4], "partition {p}");
-            assert_eq!(
-                out[0].to_vec::<f32>().expect("row-parallel"),
-                want,
-                "partition {p}"
-            );
-            let col: Vec<f32> = (0..2).map(|i| want[i * 4 + p]).collect();
-            assert_eq!(out[1].dims().expect("dims"), [2, 1], "partition {p}");
-            assert_eq!(
-                out[1].to_vec::<f32>().expect("column-parallel"),
-                col,
-                "partition {p}"
-            );
+/// Compiles `module` (`SPMD`, or `SPMD_SHARDY` partitioned with Shardy when `shardy`) on the
+/// plugin of `var` and checks the row- and column-parallel products on every partition.
+fn row_and_column_parallel(var: &str, module: &str, shardy: bool) {
+    let c = client(var);
+    let devices = c.addressable_devices().expect("devices");
+    let exe = c
+        .compile(
+            module,
+            &CompileOptions::partitioned(&devices)
+                .expect("options")
+                .shardy(shardy),
+        )
+        .expect("compile partitioned");
+    assert_eq!(exe.num_partitions().expect("partitions"), 4);
+    assert_eq!(exe.num_replicas().expect("replicas"), 1);
+    // Small integers: every product and sum is exact, whatever the order.
+    let x: Vec<f32> = (0..16).map(|k| (k % 5) as f32 - 2.0).collect();
+    let w: Vec<f32> = (0..32).map(|k| (k % 7) as f32 - 3.0).collect();
+    let mut want = vec![0f32; 8];
+    for i in 0..2 {
+        for j in 0..4 {
+            want[i * 4 + j] = (0..8).map(|k| x[i * 8 + k] * w[k * 4 + j]).sum();
         }
     }
+    let mut inputs = Vec::new();
+    for (p, d) in devices.iter().enumerate() {
+        // Partition p's rows 2p..2p+2 of w, and its column p.
+        let rows: Vec<f32> = w[p * 8..p * 8 + 8].to_vec();
+        let col: Vec<f32> = (0..8).map(|k| w[k * 4 + p]).collect();
+        inputs.push([
+            c.buffer_from_slice(&x, &[2, 8], d).expect("x"),
+            c.buffer_from_slice(&rows, &[2, 4], d).expect("rows"),
+            c.buffer_from_slice(&col, &[8, 1], d).expect("cols"),
+        ]);
+    }
+    let lists: Vec<Vec<&zoo_runtime::pjrt::Buffer>> =
+        inputs.iter().map(|l| l.iter().collect()).collect();
+    let lists: Vec<&[&zoo_runtime::pjrt::Buffer]> = lists.iter().map(|l| l.as_slice()).collect();
+    let outs = exe
+        .execute(&lists, &ExecuteOptions::new())
+        .expect("execute");
+    assert_eq!(outs.len(), 4);
+    for (p, out) in outs.iter().enumerate() {
+        assert_eq!(out[0].dims().expect("dims"), [2, 4], "partition {p}");
+        assert_eq!(
+            out[0].to_vec::<f32>().expect("row-parallel"),
+            want,
+            "partition {p}"
+        );
+        let col: Vec<f32> = (0..2).map(|i| want[i * 4 + p]).collect();
+        assert_eq!(out[1].dims().expect("dims"), [2, 1], "partition {p}");
+        assert_eq!(
+            out[1].to_vec::<f32>().expect("column-parallel"),
+            col,
+            "partition {p}"
+        );
+    }
+}
+
+on_both_plugins!(
+    spmd_partitions_shard_a_product_over_four_devices,
+    |var: &str, _minor: i32| super::row_and_column_parallel(var, super::SPMD, false)
 );
 
 /// [`SPMD`] laid out with Shardy's dialect: one mesh axis of four, each value's split named
@@ -351,57 +356,7 @@ const SPMD_SHARDY: &str = r#"module @spmd attributes {mhlo.num_partitions = 4 : 
 
 on_both_plugins!(
     shardy_partitions_shard_a_product_over_four_devices,
-    |var: &str, _minor: i32| {
-        let c = super::client(var);
-        let devices = c.addressable_devices().expect("devices");
-        let exe = c
-            .compile(
-                super::SPMD_SHARDY,
-                &CompileOptions::partitioned(&devices)
-                    .expect("options")
-                    .shardy(true),
-            )
-            .expect("compile partitioned by Shardy");
-        assert_eq!(exe.num_partitions().expect("partitions"), 4);
-        let x: Vec<f32> = (0..16).map(|k| (k % 5) as f32 - 2.0).collect();
-        let w: Vec<f32> = (0..32).map(|k| (k % 7) as f32 - 3.0).collect();
-        let mut want = vec![0f32; 8];
-        for i in 0..2 {
-            for j in 0..4 {
-                want[i * 4 + j] = (0..8).map(|k| x[i * 8 + k] * w[k * 4 + j]).sum();
-            }
-        }
-        let mut inputs = Vec::new();
-        for (p, d) in devices.iter().enumerate() {
-            let rows: Vec<f32> = w[p * 8..p * 8 + 8].to_vec();
-            let col: Vec<f32> = (0..8).map(|k| w[k * 4 + p]).collect();
-            inputs.push([
-                c.buffer_from_slice(&x, &[2, 8], d).expect("x"),
-                c.buffer_from_slice(&rows, &[2, 4], d).expect("rows"),
-                c.buffer_from_slice(&col, &[8, 1], d).expect("cols"),
-            ]);
-        }
-        let lists: Vec<Vec<&zoo_runtime::pjrt::Buffer>> =
-            inputs.iter().map(|l| l.iter().collect()).collect();
-        let lists: Vec<&[&zoo_runtime::pjrt::Buffer]> =
-            lists.iter().map(|l| l.as_slice()).collect();
-        let outs = exe
-            .execute(&lists, &ExecuteOptions::new())
-            .expect("execute");
-        for (p, out) in outs.iter().enumerate() {
-            assert_eq!(
-                out[0].to_vec::<f32>().expect("row-parallel"),
-                want,
-                "partition {p}"
-            );
-            let col: Vec<f32> = (0..2).map(|i| want[i * 4 + p]).collect();
-            assert_eq!(
-                out[1].to_vec::<f32>().expect("column-parallel"),
-                col,
-                "partition {p}"
-            );
-        }
-    }
+    |var: &str, _minor: i32| super::row_and_column_parallel(var, super::SPMD_SHARDY, true)
 );
 
 // A 2 x 2 mesh (`data` × `model`): `x` split by rows along `data`; `x @ w` with `w` split by
