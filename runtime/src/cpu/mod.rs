@@ -18,9 +18,10 @@
 //! live in `x86/` (`avx2.rs`: the GEMM's 6×16 tiles, GEMV, attention, activations, norms;
 //! `avx512.rs`: the 14×32 tiles, GEMV and few-row products, attention, activations, the
 //! 16-lane f32/bf16 loads and stores (`Lane`), bf16 conversions and arithmetic, norms, the
-//! rotary rotation; `amx.rs`/`amx_gemm.rs`: the tile unit), the quantized kernels of AVX-512
-//! still beside their dispatch in `quant/`; below that the op returns `None` (the backend's
-//! path) or, for quantized products, the `gemm` crate on rebuilt rows.
+//! rotary rotation; `avx2_quant.rs`/`avx512_quant.rs`: products from GGUF blocks, on the
+//! groups `blocks.rs` decodes; `amx.rs`/`amx_gemm.rs`: the tile unit); below that the op
+//! returns `None` (the backend's path) or, for quantized products, the `gemm` crate on
+//! rebuilt rows.
 
 // Off x86-64 the x86 kernels are compiled out (the generic tier takes the backend's path,
 // or the `gemm` crate for quantized products), so arguments and helpers only they use go

@@ -29,9 +29,10 @@ use crate::{Error, Result};
 mod group;
 
 #[cfg(target_arch = "x86_64")]
+use crate::cpu::x86::{avx2_quant, avx512_quant};
+#[cfg(target_arch = "x86_64")]
 use group::monomorphic;
-pub(crate) use group::QKind;
-use group::GROUP;
+pub(crate) use group::{QKind, GROUP};
 
 /// Whether a stored `ggml` tensor of HF shape `shape` stays as blocks when its matrix is
 /// kept (what `QMatrix::new` accepts): what a load's resident bytes are counted from.
@@ -96,11 +97,19 @@ impl QMatrix {
         self.cols
     }
 
-    fn row_bytes(&self) -> usize {
+    pub(crate) fn kind(&self) -> QKind {
+        self.kind
+    }
+
+    pub(crate) fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    pub(crate) fn row_bytes(&self) -> usize {
         self.cols / self.kind.block_len() * self.kind.block_bytes()
     }
 
-    fn row(&self, r: usize) -> &[u8] {
+    pub(crate) fn row(&self, r: usize) -> &[u8] {
         let n = self.row_bytes();
         &self.data[r * n..(r + 1) * n]
     }
@@ -111,7 +120,7 @@ impl QMatrix {
         if features::avx2() {
             // SAFETY: AVX2, FMA and F16C were detected; `out` holds the row's cols values.
             let (row, out) = (self.row(r), &mut out[..self.cols]);
-            unsafe { monomorphic!(self.kind, |K| dequant_avx2::<K>(row, out)) };
+            unsafe { monomorphic!(self.kind, |K| avx2_quant::dequant_row::<K>(row, out)) };
             return;
         }
         // Whole blocks of a kind `new` accepted: the hub's dequantizer cannot fail here.
@@ -174,7 +183,7 @@ impl QMatrix {
         let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
         let wide = features::avx512();
         // One x row takes the regrouped sum, which needs the sum of each half-group of x
-        // (see `dots_avx512`; without AVX2, `dot_blocks` needs them for Q4_0 too): once per
+        // (see `avx512_quant::dots`; without AVX2, `dot_blocks` needs them for Q4_0 too): once per
         // call, for every unit.
         let needs_sums = |w: &&QMatrix| w.kind.has_min() || !features::avx2();
         let sums: Vec<f32> = if m == 1 && ws.iter().any(needs_sums) {
@@ -229,7 +238,7 @@ impl QMatrix {
                 // SAFETY: AVX-512F/BW/VL and F16C were detected; every weight row holds
                 // cols/32 groups and x holds cols values; the caller owns these columns.
                 let y = out.part(rows.start, rows.len());
-                monomorphic!(self.kind, |K| dots_rows::<K>(
+                monomorphic!(self.kind, |K| avx512_quant::dots_rows::<K>(
                     (blocks, row_bytes),
                     xs[0],
                     sums,
@@ -247,10 +256,18 @@ impl QMatrix {
                 let at = (out, n, rows.start, p * 8, xg.len());
                 // SAFETY: as above; `at` names this pass's rows of the caller's columns.
                 monomorphic!(self.kind, |K| match xg.len() {
-                    1 => rebuilt_rows::<K, 1>((blocks, row_bytes), [x(0)], at),
-                    2 => rebuilt_rows::<K, 2>((blocks, row_bytes), [x(0), x(1)], at),
-                    3 | 4 => rebuilt_rows::<K, 4>((blocks, row_bytes), std::array::from_fn(x), at),
-                    _ => rebuilt_rows::<K, 8>((blocks, row_bytes), std::array::from_fn(x), at),
+                    1 => avx512_quant::rebuilt_rows::<K, 1>((blocks, row_bytes), [x(0)], at),
+                    2 => avx512_quant::rebuilt_rows::<K, 2>((blocks, row_bytes), [x(0), x(1)], at),
+                    3 | 4 => avx512_quant::rebuilt_rows::<K, 4>(
+                        (blocks, row_bytes),
+                        std::array::from_fn(x),
+                        at
+                    ),
+                    _ => avx512_quant::rebuilt_rows::<K, 8>(
+                        (blocks, row_bytes),
+                        std::array::from_fn(x),
+                        at
+                    ),
                 })
             }
             return;
@@ -267,12 +284,20 @@ impl QMatrix {
                 // groups and each x row cols values; `at` names this pass's rows of the
                 // caller's columns.
                 monomorphic!(self.kind, |K| match xg.len() {
-                    1 => rebuilt_rows_avx2::<K, 1>((blocks, row_bytes), [x(0)], at),
-                    2 => rebuilt_rows_avx2::<K, 2>((blocks, row_bytes), [x(0), x(1)], at),
+                    1 => avx2_quant::rebuilt_rows::<K, 1>((blocks, row_bytes), [x(0)], at),
+                    2 => avx2_quant::rebuilt_rows::<K, 2>((blocks, row_bytes), [x(0), x(1)], at),
                     3 | 4 => {
-                        rebuilt_rows_avx2::<K, 4>((blocks, row_bytes), std::array::from_fn(x), at)
+                        avx2_quant::rebuilt_rows::<K, 4>(
+                            (blocks, row_bytes),
+                            std::array::from_fn(x),
+                            at,
+                        )
                     }
-                    _ => rebuilt_rows_avx2::<K, 8>((blocks, row_bytes), std::array::from_fn(x), at),
+                    _ => avx2_quant::rebuilt_rows::<K, 8>(
+                        (blocks, row_bytes),
+                        std::array::from_fn(x),
+                        at
+                    ),
                 })
             }
             return;
@@ -284,7 +309,7 @@ impl QMatrix {
             let y = out.part(rows.start, rows.len());
             // SAFETY: AVX2, FMA and F16C were detected; every weight row holds cols/32
             // groups and x holds cols values; the caller owns these columns.
-            monomorphic!(self.kind, |K| dots_rows_avx2::<K>(
+            monomorphic!(self.kind, |K| avx2_quant::dots_rows::<K>(
                 (blocks, row_bytes),
                 xs[0],
                 sums,
@@ -426,87 +451,7 @@ impl QMatrix {
         );
         // SAFETY: the AMX path runs only where `features::amx` found AVX-512F and BW (and
         // the kernels F16C); only existing rows are read, and the panel's sizes are asserted.
-        unsafe { self.fill_pairs(g, cols, p) };
-    }
-
-    /// [`QMatrix::fill_panel`] for its first `cols` columns: per block and 16 columns, each
-    /// column's 32 values become one register of bf16 pairs, and a 16 × 16 transpose turns
-    /// those into the panel's k-pair rows; the 16 blocks' leading f16 fields (scale, and
-    /// minimum for Q4_1) are gathered as one vector.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,f16c")]
-    unsafe fn fill_pairs(&self, g: usize, cols: usize, p: &mut crate::cpu::x86::amx::Panel) {
-        use crate::cpu::x86::amx::{bf16_int, BLOCK, GROUP};
-        use std::arch::x86_64::*;
-        // bf16 of each nibble (Q4_0 centred on 8), indexed by vpermw.
-        let lut: [u16; 32] = std::array::from_fn(|v| {
-            bf16_int(v as i32 - if self.kind == QKind::Q4_0 { 8 } else { 0 })
-        });
-        let lut = _mm512_loadu_si512(lut.as_ptr() as *const __m512i);
-        let bb = self.kind.block_bytes();
-        let column = |blk: *const u8| -> __m512i {
-            match self.kind {
-                QKind::Q4_0 | QKind::Q4_1 => {
-                    let qs = _mm_loadu_si128(blk.add(bb - 16) as *const __m128i);
-                    let low = _mm_set1_epi8(0x0f);
-                    let lo = _mm_and_si128(qs, low);
-                    let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), low);
-                    let idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
-                    _mm512_permutexvar_epi16(idx, lut)
-                }
-                QKind::Q8_0 => {
-                    let bf = |o: usize| {
-                        let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(o) as *const __m128i));
-                        let f = _mm512_castps_si512(_mm512_cvtepi32_ps(q));
-                        _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(f))
-                    };
-                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bf(2)), bf(18))
-                }
-                _ => unreachable!("`matmul_t_each` sends only `on_tiles` types to the tiles"),
-            }
-        };
-        let o = p.pairs.as_mut_ptr();
-        let row_bytes = self.row_bytes();
-        // Byte offsets of 16 consecutive rows' first block.
-        let rows16 = _mm512_mullo_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(row_bytes as i32),
-        );
-        for b in 0..self.cols / BLOCK {
-            for ct in 0..GROUP / 16 {
-                let live = cols.saturating_sub(ct * 16).min(16);
-                let first = (g * GROUP + ct * 16).min(self.rows - 1);
-                let base = self.data.as_ptr().add(first * row_bytes + b * bb);
-                // Absent columns stay zero (their rows are not read).
-                let fields = _mm512_mask_i32gather_epi32::<1>(
-                    _mm512_setzero_si512(),
-                    ((1u32 << live) - 1) as u16,
-                    rows16,
-                    base as *const i32,
-                );
-                let at = b * GROUP + ct * 16;
-                let f16s = |v: __m512i| _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
-                _mm512_storeu_ps(p.scale.as_mut_ptr().add(at), f16s(fields));
-                let min = if self.kind == QKind::Q4_1 {
-                    f16s(_mm512_srli_epi32::<16>(fields))
-                } else {
-                    _mm512_setzero_ps()
-                };
-                _mm512_storeu_ps(p.min.as_mut_ptr().add(at), min);
-                let mut r: [__m512i; 16] = std::array::from_fn(|c| {
-                    if ct * 16 + c < cols {
-                        column(self.row(g * GROUP + ct * 16 + c).as_ptr().add(b * bb))
-                    } else {
-                        _mm512_setzero_si512()
-                    }
-                });
-                crate::cpu::x86::avx512::transpose16(&mut r);
-                for (kp, v) in r.iter().enumerate() {
-                    let dst = o.add((b * BLOCK / 2 + kp) * GROUP + ct * 16);
-                    _mm512_storeu_si512(dst as *mut __m512i, *v);
-                }
-            }
-        }
+        unsafe { avx512_quant::fill_pairs(self, g, cols, p) };
     }
 
     /// The matrix as an f32 CPU tensor (for paths without a block kernel).
@@ -571,333 +516,9 @@ thread_local! {
     static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `ys[r] = rows[r] · x` for each weight row of `rows` (its bytes and the bytes per row) on
-/// AVX2, `sums` holding x's half-group sums: [`dots_avx512`]'s regrouped sum in 8-lane
-/// vectors, each group's integers widened and multiplied with x before its scale applies.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dots_rows_avx2<const K: u8>(
-    (rows, row_bytes): (&[u8], usize),
-    x: &[f32],
-    sums: &[f32],
-    ys: &mut [f32],
-) {
-    use std::arch::x86_64::*;
-    let kind = QKind::from_id(K);
-    for (row, y) in rows.chunks_exact(row_bytes).zip(ys) {
-        // Even and odd groups in two accumulators (one dependent FMA per two groups each).
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let mut off = 0f32;
-        for g in 0..x.len() / GROUP {
-            prefetch_ahead(kind, row, g);
-            let q = group::ints::<false>(kind, row, g);
-            let (a, m) = group::scales(kind, row, g);
-            let xp = x.as_ptr().add(g * GROUP);
-            let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
-            // q · x over each half-group (16 weights), 8 lanes of partial sums.
-            let half = |h: usize| {
-                let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves[h]));
-                let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(halves[h])));
-                let t = _mm256_mul_ps(lo, _mm256_loadu_ps(xp.add(16 * h)));
-                _mm256_fmadd_ps(hi, _mm256_loadu_ps(xp.add(16 * h + 8)), t)
-            };
-            let (t0, t1) = (half(0), half(1));
-            let a_acc = &mut acc[g % 2];
-            if kind.split_scales() {
-                *a_acc = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), t0, *a_acc);
-                *a_acc = _mm256_fmadd_ps(_mm256_set1_ps(a[1]), t1, *a_acc);
-            } else {
-                *a_acc = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), _mm256_add_ps(t0, t1), *a_acc);
-            }
-            if kind.has_min() {
-                off += m[0] * sums[2 * g] + m[1] * sums[2 * g + 1];
-            }
-        }
-        *y = crate::cpu::x86::avx2::hsum256(_mm256_add_ps(acc[0], acc[1])) + off;
-    }
-}
-
-/// [`rebuilt_rows`] on AVX2 (a batched decode step): each group's 32 weights rebuilt once
-/// in four 8-lane registers, `a * q + m` as the hub dequantizes them, and multiplied with
-/// every x row, one accumulator per x row (13 registers at 8 rows). Rebuilding a row once
-/// for all the x rows, where the few-row fallback wrote each rebuilt row to memory and read
-/// it back per x row.
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C; the output holds these rows and columns, and no other
-/// thread writes them.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rebuilt_rows_avx2<const K: u8, const R: usize>(
-    (rows, row_bytes): (&[u8], usize),
-    x: [&[f32]; R],
-    (out, n, r0, i0, live): PassOut,
-) {
-    use std::arch::x86_64::*;
-    let kind = QKind::from_id(K);
-    for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for g in 0..x[0].len() / GROUP {
-            prefetch_ahead(kind, row, g);
-            let w = group::weights8(kind, row, g);
-            for (a, x) in acc.iter_mut().zip(x) {
-                let xp = x.as_ptr().add(g * GROUP);
-                for (j, wj) in w.iter().enumerate() {
-                    *a = _mm256_fmadd_ps(*wj, _mm256_loadu_ps(xp.add(8 * j)), *a);
-                }
-            }
-        }
-        for (i, a) in acc.iter().enumerate().take(live) {
-            *out.get().add((i0 + i) * n + r0 + r) = crate::cpu::x86::avx2::hsum256(*a);
-        }
-    }
-}
-
-/// `ys[r] = rows[r] · x` for each weight row of `rows` (its bytes and the bytes per row),
-/// `sums` holding x's half-group sums.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn dots_rows<const K: u8>(
-    (rows, row_bytes): (&[u8], usize),
-    x: &[f32],
-    sums: &[f32],
-    ys: &mut [f32],
-) {
-    for (row, y) in rows.chunks_exact(row_bytes).zip(ys) {
-        *y = dots_avx512::<K>(row, x, sums);
-    }
-}
-
-/// Where a pass of [`rebuilt_rows`] writes: the `[m, n]` output, `n`, the first weight row
+/// Where a pass of a batched decode kernel writes: the `[m, n]` output, `n`, the first weight row
 /// of the block, the pass's first x row and how many of its x rows are real.
-#[cfg(target_arch = "x86_64")]
-type PassOut = (OutPtr, usize, usize, usize, usize);
-
-/// Each weight row of `rows` (its bytes and the bytes per row) times the real x rows of `x`
-/// (the first `live`; the rest repeat one of them and are dropped), written to `y[i][r]`.
-///
-/// # Safety
-/// The CPU has AVX-512F/BW/VL, FMA and F16C; the output holds these rows and columns, and no
-/// other thread writes them.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn rebuilt_rows<const K: u8, const R: usize>(
-    (rows, row_bytes): (&[u8], usize),
-    x: [&[f32]; R],
-    (out, n, r0, i0, live): PassOut,
-) {
-    // Three weight rows at a time share each load of x: 24 accumulators, 6 weight
-    // registers, one for x.
-    const W: usize = 3;
-    let count = rows.len() / row_bytes;
-    let row = |r: usize| &rows[r * row_bytes..(r + 1) * row_bytes];
-    let write = |r: usize, d: &[f32; R]| {
-        for (i, v) in d.iter().take(live).enumerate() {
-            *out.get().add((i0 + i) * n + r0 + r) = *v;
-        }
-    };
-    let mut r = 0;
-    while r + W <= count {
-        let d = rebuilt_dots::<K, R, W>([row(r), row(r + 1), row(r + 2)], x);
-        for (j, d) in d.iter().enumerate() {
-            write(r + j, d);
-        }
-        r += W;
-    }
-    for r in r..count {
-        write(r, &rebuilt_dots::<K, R, 1>([row(r)], x)[0]);
-    }
-}
-
-/// `rows[r] · x[i]` for `W` weight rows and `R` vectors `x` (a batched decode step): each
-/// group's 32 weights are rebuilt once as f32, `a * q + m` exactly as the hub dequantizes
-/// them, then multiplied with every x row, each load of x serving all `W` weight rows.
-/// The rebuilding is shared by the rows, where the regrouped sum of [`dots_avx512`] spends
-/// one more operation per row and 16 weights, and a scalar offset sum: from two rows on,
-/// rebuilding is the cheaper. SmolLM2 Q4_1 decoding 8 prompts at once: 213 -> 353 tok/s
-/// (one prompt: 110), with x copied to a 64-byte boundary and written as `[m, rows]` by the
-/// kernel (the transpose after the products had been serial).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn rebuilt_dots<const K: u8, const R: usize, const W: usize>(
-    rows: [&[u8]; W],
-    x: [&[f32]; R],
-) -> [[f32; R]; W] {
-    use std::arch::x86_64::*;
-    let kind = QKind::from_id(K);
-    // One accumulator per weight row and x row (two FMAs per group each).
-    let mut acc = [[_mm512_setzero_ps(); R]; W];
-    for g in 0..x[0].len() / GROUP {
-        let mut w = [[_mm512_setzero_ps(); 2]; W];
-        for r in 0..W {
-            prefetch_ahead(kind, rows[r], g);
-            if matches!(kind, QKind::Q4_0 | QKind::Q4_1) {
-                let (w0, w1) = group::weights16_by_table(kind, rows[r], g);
-                w[r] = [w0, w1];
-                continue;
-            }
-            let (f0, f1) = group::floats16(kind, rows[r], g);
-            let (a, m) = group::scales(kind, rows[r], g);
-            w[r] = [
-                _mm512_mul_ps(_mm512_set1_ps(a[0]), f0),
-                _mm512_mul_ps(_mm512_set1_ps(a[1]), f1),
-            ];
-            if kind.has_min() {
-                w[r][0] = _mm512_add_ps(w[r][0], _mm512_set1_ps(m[0]));
-                w[r][1] = _mm512_add_ps(w[r][1], _mm512_set1_ps(m[1]));
-            }
-        }
-        for (i, x) in x.iter().enumerate() {
-            let xp = x.as_ptr().add(g * GROUP);
-            let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
-            for r in 0..W {
-                acc[r][i] = _mm512_fmadd_ps(w[r][0], x0, acc[r][i]);
-                acc[r][i] = _mm512_fmadd_ps(w[r][1], x1, acc[r][i]);
-            }
-        }
-    }
-    let mut out = [[0f32; R]; W];
-    for r in 0..W {
-        if R == 8 {
-            let sums = sum8(std::array::from_fn(|i| acc[r][i]));
-            out[r].copy_from_slice(&sums[..R]);
-        } else {
-            for i in 0..R {
-                out[r][i] = _mm512_reduce_add_ps(acc[r][i]);
-            }
-        }
-    }
-    out
-}
-
-/// The lane sums of eight vectors, reduced together: quarters of pairs, then quarters of
-/// quads, then within quarters (23 operations, where eight separate reductions take 64:
-/// the batched kernel over SmolLM2's 576-wide rows ran 6% faster).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn sum8(v: [std::arch::x86_64::__m512; 8]) -> [f32; 8] {
-    use std::arch::x86_64::*;
-    // [a.q0 + a.q2, a.q1 + a.q3, b.q0 + b.q2, b.q1 + b.q3] for pairs (a, b).
-    let pair = |a: __m512, b: __m512| {
-        _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
-            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
-        )
-    };
-    // Quarter q: four partial sums of vector q of the quad.
-    let quad = |ab: __m512, cd: __m512| {
-        _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b10_00_10_00>(ab, cd),
-            _mm512_shuffle_f32x4::<0b11_01_11_01>(ab, cd),
-        )
-    };
-    let lo = quad(pair(v[0], v[1]), pair(v[2], v[3]));
-    let hi = quad(pair(v[4], v[5]), pair(v[6], v[7]));
-    // Quarter q: [lo0 + lo2, hi0 + hi2, lo1 + lo3, hi1 + hi3], then its halves summed.
-    let w = _mm512_add_ps(_mm512_unpacklo_ps(lo, hi), _mm512_unpackhi_ps(lo, hi));
-    let r = _mm512_add_ps(w, _mm512_permute_ps::<0b01_00_11_10>(w));
-    let mut lanes = [0f32; 16];
-    _mm512_storeu_ps(lanes.as_mut_ptr(), r);
-    std::array::from_fn(|i| lanes[4 * (i % 4) + i / 4])
-}
-
-/// `row · x` with 16-lane vectors: a group's 32 integers are widened, multiplied with x, and
-/// the group's scale multiplies their sum.
-///
-/// Weights are `a * q + m` (see `group`); the products sum as `Σ a·(Σ q·x) + Σ m·(Σ x)`, the
-/// sums of x per half-group (`sums`) computed once per call. That is the dequantized matrix's
-/// product regrouped, at f32 rounding like any other summation order, and it spends
-/// one and a half vector operations per 16 weights where rebuilding each weight spends two:
-/// on two cores, a one-row decode is bound by that arithmetic, not by memory.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn dots_avx512<const K: u8>(row: &[u8], x: &[f32], sums: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let groups = x.len() / GROUP;
-    // Two accumulators, for even and odd groups: each takes one dependent FMA per two groups.
-    let mut acc = [_mm512_setzero_ps(); 2];
-    // The offsets' share, per accumulator.
-    let mut off = [0f32; 2];
-    let mut g = 0;
-    while g + 2 <= groups {
-        group_step::<K>(row, x, sums, g, &mut acc[0], &mut off[0]);
-        group_step::<K>(row, x, sums, g + 1, &mut acc[1], &mut off[1]);
-        g += 2;
-    }
-    if g < groups {
-        group_step::<K>(row, x, sums, g, &mut acc[0], &mut off[0]);
-    }
-    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + (off[0] + off[1])
-}
-
-/// Group `g` of [`dots_avx512`] into one of its accumulators and offset sums.
-///
-/// # Safety
-/// As [`dots_avx512`], whose features this compiles with (always inlined; a closure would
-/// compile without them).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn group_step<const K: u8>(
-    row: &[u8],
-    x: &[f32],
-    sums: &[f32],
-    g: usize,
-    acc: &mut std::arch::x86_64::__m512,
-    off: &mut f32,
-) {
-    use std::arch::x86_64::*;
-    let kind = QKind::from_id(K);
-    prefetch_ahead(kind, row, g);
-    let (f0, f1) = group::floats16(kind, row, g);
-    let (a, m) = group::scales(kind, row, g);
-    let xp = x.as_ptr().add(g * GROUP);
-    let (x0, x1) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
-    if kind.split_scales() {
-        let t = _mm512_mul_ps(f0, x0);
-        *acc = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, *acc);
-        let t = _mm512_mul_ps(f1, x1);
-        *acc = _mm512_fmadd_ps(_mm512_set1_ps(a[1]), t, *acc);
-    } else {
-        let t = _mm512_fmadd_ps(f1, x1, _mm512_mul_ps(f0, x0));
-        *acc = _mm512_fmadd_ps(_mm512_set1_ps(a[0]), t, *acc);
-    }
-    if kind.has_min() {
-        let s = sums.as_ptr().add(2 * g);
-        *off += if kind.split_scales() {
-            m[0] * *s + m[1] * *s.add(1)
-        } else {
-            m[0] * (*s + *s.add(1))
-        };
-    }
-}
-
-/// Prefetches the weights 4 KiB past group `g` of `row` (rows further on): the hardware
-/// prefetcher alone left a tenth of a decode step idle, and 1 KiB ahead still left the
-/// widening waiting on its loads (SmolLM2 Q4_1 decode 122 -> 140-150 tok/s, Gemma 3 Q4_K_M
-/// 51 -> 59-61; 8 KiB ahead was slower again).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn prefetch_ahead(kind: QKind, row: &[u8], g: usize) {
-    use std::arch::x86_64::*;
-    _mm_prefetch::<_MM_HINT_T0>(
-        row.as_ptr()
-            .wrapping_add(g * kind.block_bytes() * GROUP / kind.block_len() + 4096)
-            as *const i8,
-    );
-}
-
-/// One row written out as f32.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dequant_avx2<const K: u8>(row: &[u8], out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let kind = QKind::from_id(K);
-    for (g, y) in out.chunks_exact_mut(GROUP).enumerate() {
-        for (i, w) in group::weights8(kind, row, g).into_iter().enumerate() {
-            _mm256_storeu_ps(y.as_mut_ptr().add(8 * i), w);
-        }
-    }
-}
+pub(crate) type PassOut = (OutPtr, usize, usize, usize, usize);
 
 #[cfg(test)]
 mod tests {
@@ -1045,19 +666,19 @@ mod tests {
         crate::cpu::features::each_tier(|_tier| {
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
             unsafe fn ints_bw(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
-                std::mem::transmute(group::ints::<true>(kind, row, g))
+                std::mem::transmute(crate::cpu::x86::blocks::ints::<true>(kind, row, g))
             }
             #[target_feature(enable = "avx2")]
             unsafe fn ints_cmp(kind: QKind, row: &[u8], g: usize) -> [i8; 32] {
-                std::mem::transmute(group::ints::<false>(kind, row, g))
+                std::mem::transmute(crate::cpu::x86::blocks::ints::<false>(kind, row, g))
             }
             #[target_feature(enable = "avx2,fma,f16c")]
             unsafe fn narrow(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
-                std::mem::transmute(group::weights8(kind, row, g))
+                std::mem::transmute(crate::cpu::x86::blocks::weights8(kind, row, g))
             }
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
             unsafe fn table(kind: QKind, row: &[u8], g: usize) -> [f32; 32] {
-                std::mem::transmute(group::weights16_by_table(kind, row, g))
+                std::mem::transmute(crate::cpu::x86::blocks::weights16_by_table(kind, row, g))
             }
             for kind in KINDS {
                 let (rows, cols) = (3, 512);
