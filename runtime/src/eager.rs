@@ -38,6 +38,10 @@ pub(crate) fn run(op: &Op, x: &[&CT]) -> Result<CT> {
             if let Some(y) = crate::cpu::bf16::binary(*b, a, c) {
                 return y.op(name);
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            if let Some(y) = crate::cpu::binary::bf16_rounded(*b, a, c) {
+                return y.op(name);
+            }
             match b {
                 BinaryOp::Add => a.broadcast_add(c),
                 BinaryOp::Sub => a.broadcast_sub(c),

@@ -83,6 +83,32 @@ pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Option<crate::Resu
     }
 }
 
+/// bf16 `a + b` and `a * b` of candle CPU tensors (any layout, broadcasting) as PyTorch
+/// computes them: each pair widened to f32, combined, rounded once to the nearest bf16 (ties
+/// to even). Off x86-64 candle's own kernels for these two (NEON, on aarch64) keep the top
+/// half of the f32 result instead of rounding it, one bf16 ulp low in about half of the
+/// values that are not exact, where PyTorch (and candle on x86) round. Widening and
+/// narrowing are exact and candle's f32 arithmetic is IEEE, so this is the rounded result
+/// bit for bit. `None` for other dtypes and ops (candle's scalar loops round).
+pub(crate) fn bf16_rounded(
+    op: BinaryOp,
+    a: &candle_core::Tensor,
+    b: &candle_core::Tensor,
+) -> Option<candle_core::Result<candle_core::Tensor>> {
+    use candle_core::DType as C;
+    if a.dtype() != C::BF16 || b.dtype() != C::BF16 || !a.device().is_cpu() {
+        return None;
+    }
+    let combine = match op {
+        BinaryOp::Add => candle_core::Tensor::broadcast_add,
+        BinaryOp::Mul => candle_core::Tensor::broadcast_mul,
+        _ => return None,
+    };
+    Some((|| {
+        combine(&a.to_dtype(C::F32)?, &b.to_dtype(C::F32)?)?.to_dtype(C::BF16)
+    })())
+}
+
 /// Whether `small` (leading 1s dropped) is a suffix of `big` and has no more dims than it,
 /// so that the broadcast's shape is `big`'s.
 fn suffix(small: &[usize], big: &[usize]) -> bool {
@@ -188,6 +214,61 @@ mod tests {
                 binary(&x, &one, BinaryOp::Add).is_none(),
                 "shorter than a vector"
             );
+        });
+    }
+
+    /// bf16 sums and products through the op (whichever path takes them on this CPU and tier:
+    /// contiguous, broadcast, strided, a scalar) round as PyTorch's do, element by element.
+    #[test]
+    fn bf16_sums_and_products_round_to_nearest() {
+        crate::cpu::features::each_tier(|_tier| {
+            let mut g = Generator::new(21);
+            let mut bf = |shape: &[usize]| {
+                let t = g.randn(shape, DType::F32, &Device::Cpu).unwrap();
+                t.to_dtype(DType::BF16).unwrap()
+            };
+            let x = bf(&[3, 37, 40]);
+            let cases = [
+                (x.clone(), bf(&[3, 37, 40])),
+                (x.clone(), bf(&[40])),
+                (x.clone(), bf(&[37, 1])),
+                (x.clone(), bf(&[1])),
+                (x.transpose(1, 2).unwrap(), bf(&[37])),
+                (x.narrow(2, 3, 20).unwrap(), bf(&[3, 37, 20])),
+            ];
+            for (a, b) in cases {
+                let shape = crate::tensor::broadcast_shape("test", a.shape(), b.shape()).unwrap();
+                let flat = |t: &Tensor| -> Vec<f32> {
+                    let t = t
+                        .broadcast_as(&shape)
+                        .unwrap()
+                        .to_dtype(DType::F32)
+                        .unwrap();
+                    t.to_vec::<f32>().unwrap()
+                };
+                let (va, vb) = (flat(&a), flat(&b));
+                for (op, f) in [
+                    (BinaryOp::Add, (|p, q| p + q) as fn(f32, f32) -> f32),
+                    (BinaryOp::Mul, |p, q| p * q),
+                ] {
+                    let got = Tensor::apply(crate::op::Op::Binary(op), &[&a, &b], DType::BF16)
+                        .unwrap()
+                        .to_dtype(DType::F32)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    for (i, (&p, &q)) in va.iter().zip(&vb).enumerate() {
+                        let want = half::bf16::from_f32(f(p, q)).to_f32();
+                        assert_eq!(
+                            got[i].to_bits(),
+                            want.to_bits(),
+                            "{op:?} {:?} by {:?}, value {i}: {p} and {q}",
+                            a.shape(),
+                            b.shape()
+                        );
+                    }
+                }
+            }
         });
     }
 }
