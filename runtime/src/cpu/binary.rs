@@ -90,6 +90,7 @@ pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Option<crate::Resu
 /// values that are not exact, where PyTorch (and candle on x86) round. Widening and
 /// narrowing are exact and candle's f32 arithmetic is IEEE, so this is the rounded result
 /// bit for bit. `None` for other dtypes and ops (candle's scalar loops round).
+#[cfg(not(target_arch = "x86_64"))]
 pub(crate) fn bf16_rounded(
     op: BinaryOp,
     a: &candle_core::Tensor,

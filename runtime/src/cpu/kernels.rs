@@ -1275,6 +1275,48 @@ pub(crate) fn gelu_erf(x: &Tensor) -> Option<Result<Tensor>> {
     None
 }
 
+/// Below this, `expf`'s result is +0 (the true value is under 2^-150, so any correctly
+/// rounding library gives +0); it is glibc's own bound for its underflow path.
+const EXP_ZERO: f32 = -103.972_08;
+
+/// `exp` of a contiguous f32 or bf16 CPU tensor on the pool, every value as candle computes
+/// it (the C library's `expf`, bf16 widened and rounded once), except that a value below
+/// [`EXP_ZERO`] is written as +0 without the call: the library reaches those through its
+/// underflow path (a raised flag, `errno`) at ten times a value's cost, and a masked softmax
+/// has one per masked score (the attention composite, wherever no fused kernel runs: a
+/// sixth of a 512-token prefill below AVX2). Bit for bit candle's result, at every tier.
+pub(crate) fn exp(x: &candle_core::Tensor) -> Option<candle_core::Result<candle_core::Tensor>> {
+    use candle_core::{CpuStorage as S, Storage};
+    fn run<T: Copy + Send + Sync + candle_core::WithDType>(
+        v: &[T],
+        shape: &candle_core::Shape,
+        wide: fn(T) -> f32,
+        narrow: fn(f32) -> T,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        let y = elementwise(v.len(), |a, e, out: *mut T| {
+            for (i, &x) in v[a..e].iter().enumerate() {
+                let x = wide(x);
+                let y = if x < EXP_ZERO { 0.0 } else { x.exp() };
+                // SAFETY: `out` holds the e - a values a..e.
+                unsafe { out.add(i).write(narrow(y)) };
+            }
+        });
+        candle_core::Tensor::from_vec(y, shape, &candle_core::Device::Cpu)
+    }
+    let (storage, layout) = x.storage_and_layout();
+    let (s, e) = layout.contiguous_offsets()?;
+    match &*storage {
+        Storage::Cpu(S::F32(v)) => Some(run(&v[s..e], x.shape(), |x| x, |y| y)),
+        Storage::Cpu(S::BF16(v)) => Some(run(
+            &v[s..e],
+            x.shape(),
+            half::bf16::to_f32,
+            half::bf16::from_f32,
+        )),
+        _ => None,
+    }
+}
+
 /// One elementwise kernel's pass over an f32 or bf16 CPU tensor on the pool, with the tier's
 /// kernel: `narrow` (f32 only: bf16 takes the composite) at `avx2`, the `wide` pair at
 /// `avx512`; `None` below AVX2 or for another dtype.
@@ -1363,6 +1405,53 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// `exp` gives candle's bits for every kind of value: masked scores (the dtype's lowest,
+    /// -inf), both sides of the underflow bound, subnormal results, overflow, NaN; f32 and
+    /// bf16, a tensor larger than one chunk.
+    #[test]
+    fn exp_equals_candles_bit_for_bit() {
+        let mut g = Generator::new(31);
+        let mut v: Vec<f32> = (0..40_000)
+            .map(|_| (g.next_f64() as f32 - 0.75) * 300.0)
+            .collect();
+        let bound = EXP_ZERO;
+        v.extend([
+            f32::MIN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NAN,
+            bound,
+            f32::from_bits(bound.to_bits() - 1),
+            f32::from_bits(bound.to_bits() + 1),
+            -103.0,
+            -87.5,
+            89.0,
+            -0.0,
+        ]);
+        let x =
+            candle_core::Tensor::from_vec(v.clone(), v.len(), &candle_core::Device::Cpu).unwrap();
+        for x in [x.clone(), x.to_dtype(candle_core::DType::BF16).unwrap()] {
+            let bits = |t: candle_core::Tensor| -> Vec<u32> {
+                let t = t.to_dtype(candle_core::DType::F32).unwrap();
+                t.to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect()
+            };
+            let fast = exp(&x).expect("contiguous CPU floats").unwrap();
+            assert_eq!(bits(fast), bits(x.exp().unwrap()), "{:?}", x.dtype());
+        }
+        let strided = x
+            .narrow(0, 0, 40_000)
+            .unwrap()
+            .reshape((200, 200))
+            .unwrap()
+            .t()
+            .unwrap();
+        assert!(exp(&strided).is_none(), "a strided tensor is candle's");
     }
 
     #[test]
