@@ -76,6 +76,11 @@ pub(crate) trait Prims {
     fn prim(&mut self, op: Op, ins: &[&Self::V], dt: DType) -> Result<Self::V>;
     /// A 0-d constant on `like`'s device.
     fn scalar(&mut self, v: f64, dt: DType, like: &Self::V) -> Result<Self::V>;
+    /// `softmax(x, -1)` of an f32 value in one kernel, where the backend has one; `None`
+    /// expands it into primitives.
+    fn softmax_last(&mut self, _x: &Self::V) -> Option<Result<Self::V>> {
+        None
+    }
 }
 
 impl Composite {
@@ -312,6 +317,11 @@ impl<P: Prims> Build<'_, P> {
     fn softmax(&mut self, x: &P::V, dim: usize) -> Result<P::V> {
         let out = P::dtype(x);
         let x = self.cast(x, out.accumulation())?;
+        if dim + 1 == P::shape(&x).len() && P::dtype(&x) == DType::F32 {
+            if let Some(y) = self.p.softmax_last(&x) {
+                return self.cast(&y?, out);
+            }
+        }
         let m = self.reduce(ReduceOp::Max, &x, dim)?;
         let d = self.bin(BinaryOp::Sub, &x, &m)?;
         let e = self.un(UnaryOp::Exp, &d)?;

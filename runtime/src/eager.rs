@@ -153,6 +153,9 @@ impl Prims for Candle {
             .and_then(|t| t.to_dtype(dt.to_candle()))
             .op("scalar")
     }
+    fn softmax_last(&mut self, x: &CT) -> Option<Result<CT>> {
+        crate::cpu::softmax::last_dim(x).map(|y| y.op("softmax"))
+    }
 }
 
 fn unary(u: UnaryOp, t: &CT) -> Result<CT> {

@@ -41,5 +41,6 @@ pub(crate) mod kernels;
 pub(crate) mod norm;
 pub(crate) mod quant;
 pub(crate) mod rotary;
+pub(crate) mod softmax;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
