@@ -5,6 +5,7 @@ use zoo_serve::{ServeOptions, Served, Server};
 use zoo_transformers::generation::BLOCK_SIZE;
 use zoo_transformers::registry::Loaders;
 use zoo_transformers::sentence::{CrossEncoder, SentenceEmbedder};
+use zoo_transformers::text_classification::TextClassifier;
 use zoo_transformers::{AutoConfig, AutoModelForCausalLM, LoadOptions};
 
 use crate::load::{with_load_options, LoadArgs};
@@ -16,7 +17,9 @@ use crate::load::{with_load_options, LoadArgs};
 /// a prompt already computed (a shared system prompt) reuse its keys and values. An encoder
 /// checkpoint (a sentence-transformers folder such as all-MiniLM-L6-v2) serves embeddings,
 /// pooled as `zoo embed` pools them; a sequence classifier with one label (a cross-encoder
-/// reranker: ms-marco MiniLM, bge-reranker) serves reranking, scored as `zoo rerank` scores.
+/// reranker: ms-marco MiniLM, bge-reranker) serves reranking, scored as `zoo rerank` scores;
+/// one of several labels (sentiment, topics, NLI) serves classification, scored as `zoo
+/// classify` scores.
 ///
 /// Routes:
 ///   POST /v1/chat/completions   messages through the model's chat template (stream: true
@@ -27,6 +30,11 @@ use crate::load::{with_load_options, LoadArgs};
 ///                               raw_scores, return_text; [{index, score, text}] best first
 ///   POST /v1/rerank             (rerankers) vLLM's and Jina's: model, query, documents,
 ///                               top_n, return_documents; results with relevance_score
+///   POST /predict               (classifiers) text-embeddings-inference's: inputs (a text,
+///                               a pair [a, b], or a batch of both), truncate, raw_scores;
+///                               every label's {score, label} best first
+///   POST /classify              (classifiers) vLLM's: model, input, truncate_prompt_tokens,
+///                               use_activation; data of {index, label, probs, num_classes}
 ///   GET  /v1/models             the served model
 ///   GET  /health                200 while the server runs
 ///   GET  /metrics               Prometheus counters: running and waiting sequences,
@@ -50,6 +58,7 @@ use crate::load::{with_load_options, LoadArgs};
 ///   zoo serve ./SmolLM2-135M-Instruct.Q4_1.gguf --served-model-name smollm2
 ///   zoo serve HuggingFaceTB/SmolLM2-135M-Instruct --port 9000 --max-batch 32 --api-key s3cret
 ///   zoo serve ./all-MiniLM-L6-v2 --served-model-name minilm          # /v1/embeddings
+///   zoo serve ./distilbert-sst-2 --served-model-name sentiment        # /predict, /classify
 ///   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \
 ///       -d '{"model": "smollm2", "messages": [{"role": "user", "content": "Hi!"}]}'
 #[derive(clap::Args)]
@@ -104,8 +113,8 @@ pub fn run(args: Args) -> Result<()> {
     // causal path, whose errors say what the checkpoint is.
     let config = AutoConfig::from_pretrained(&args.model);
     let loaders = config.as_ref().map(|c| c.family.loaders);
-    // A sequence classifier serves as a reranker (a cross-encoder scores query-document
-    // pairs); any other encoder embeds.
+    // A sequence classifier of one label serves as a reranker (a cross-encoder scores
+    // query-document pairs), one of several classifies; any other encoder embeds.
     let classifier = config
         .as_ref()
         .is_ok_and(|c| c.task == zoo_transformers::registry::Task::SequenceClassification);
@@ -126,7 +135,12 @@ pub fn run(args: Args) -> Result<()> {
         device_map: load.device_map.clone(),
         adapters: load.adapters.clone(),
     };
-    let model: Served = if classifier {
+    let labels = config.as_ref().map_or(0, |c| c.num_labels());
+    let model: Served = if classifier && labels > 1 {
+        TextClassifier::load_pretrained(&args.model, opts)
+            .with_context(|| format!("loading {}", args.model))?
+            .into()
+    } else if classifier {
         CrossEncoder::load_pretrained(&args.model, opts)
             .with_context(|| format!("loading {}", args.model))?
             .into()
@@ -155,7 +169,7 @@ pub fn run(args: Args) -> Result<()> {
             }
             n
         }
-        (Served::Embeddings(_) | Served::Rerank(_), None) => DEFAULT_BATCH,
+        (Served::Embeddings(_) | Served::Rerank(_) | Served::Classify(_), None) => DEFAULT_BATCH,
     };
     let options = ServeOptions {
         served_model_name: args.served_model_name.unwrap_or_else(|| args.model.clone()),
@@ -194,7 +208,10 @@ pub fn run(args: Args) -> Result<()> {
                     e.max_sequences
                 )
             }
-            None => eprintln!("zoo serve: `{name}` at http://{bound}/v1 (embeddings); Ctrl-C stops"),
+            None => eprintln!(
+                "zoo serve: `{name}` at http://{bound} ({}); Ctrl-C stops",
+                server.serves()
+            ),
         }
         server.serve(listener, shutdown()).await?;
         eprintln!("zoo serve: stopped");

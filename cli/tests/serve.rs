@@ -50,7 +50,8 @@ fn start(args: &[&str]) -> (Child, BufReader<ChildStderr>, String, String) {
         }
         seen.push_str(&line);
         if let Some(rest) = line.split("at http://").nth(1) {
-            let addr = rest.split('/').next().unwrap_or(rest).to_string();
+            let end = |c: char| c == '/' || c.is_whitespace();
+            let addr = rest.split(end).next().unwrap_or(rest).to_string();
             return (child, err, seen, addr);
         }
     }
@@ -159,4 +160,23 @@ fn a_sequence_classifier_serves_as_a_reranker() {
         models.contains("\"rr\"") && models.contains("\"max_model_len\":64"),
         "{models}"
     );
+}
+
+#[test]
+fn a_classifier_of_several_labels_serves_classification() {
+    let dir =
+        reranker::classifier_folder("text_classifier", &assets::asset("ZOO_MINILM_DIR"), |_| {});
+    let (mut child, _, seen, addr) = start(&[
+        dir.path().to_str().unwrap(),
+        "--served-model-name",
+        "sentiment",
+    ]);
+    let models = get(&addr, "/v1/models");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.contains("classifies text (/predict, /classify)"),
+        "{seen}"
+    );
+    assert!(models.contains("\"sentiment\""), "{models}");
 }

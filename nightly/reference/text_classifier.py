@@ -3,7 +3,8 @@
 expected.json: what transformers' `text-classification` pipeline makes of a few texts with
 that tokenizer — every label's score (`top_k=None`) with the softmax it applies to several
 labels, and again with `problem_type="multi_label_classification"`, where it applies a
-sigmoid; the raw logits too. Only config.json and the weights are written; the test puts the
+sigmoid; the raw logits too; and text pairs (`{"text", "text_pair"}`, one input with the
+tokenizer's separators) with the softmax. Only config.json and the weights are written; the test puts the
 tokenizer files of all-MiniLM-L6-v2 (ZOO_MINILM_DIR, which scripts/fetch-test-assets.sh
 obtains) beside them.
 
@@ -32,12 +33,16 @@ TEXTS = [
     "It was fine.",
     "The plot made no sense and the acting was worse.",
 ]
+PAIRS = [
+    ("A man is eating food.", "A man is eating a piece of bread."),
+    ("The cat sleeps on the sofa.", "Stock markets fell sharply on Monday."),
+]
 
 
-def scores(folder: Path) -> list[list[dict]]:
+def scores(folder: Path, inputs=TEXTS) -> list[list[dict]]:
     classify = pipeline("text-classification", model=str(folder), device="cpu")
     return [[{"label": r["label"], "score": float(r["score"])} for r in row]
-            for row in classify(TEXTS, top_k=None)]
+            for row in classify(inputs, top_k=None)]
 
 
 def main() -> None:
@@ -64,6 +69,7 @@ def main() -> None:
             if (minilm / f).exists():
                 shutil.copy(minilm / f, folder / f)
         softmax = scores(folder)
+        pairs = scores(folder, [{"text": a, "text_pair": b} for a, b in PAIRS])
         tok = AutoTokenizer.from_pretrained(str(folder))
         with torch.no_grad():
             logits = [model(**tok(t, return_tensors="pt")).logits[0].tolist() for t in TEXTS]
@@ -77,6 +83,8 @@ def main() -> None:
         "logits": logits,
         "softmax": softmax,
         "multi_label_sigmoid": sigmoid,
+        "pairs": [list(p) for p in PAIRS],
+        "pairs_softmax": pairs,
         "tokenizer": "all-MiniLM-L6-v2's tokenizer files (ZOO_MINILM_DIR), copied beside the weights",
         "library_versions": {p: importlib.metadata.version(p) for p in ("torch", "transformers")},
         "command": ".venv/bin/python nightly/reference/text_classifier.py",

@@ -406,6 +406,93 @@ pub(crate) fn rerank_request(
     Ok(RerankRequest { query, documents })
 }
 
+/// Inputs one classification request may score.
+const MAX_CLASSIFY_INPUTS: usize = 1000;
+
+/// One input to classify: a text, or a pair of texts read as one input.
+pub(crate) type ClassifyInput = (String, Option<String>);
+
+/// text-embeddings-inference's `/predict` `inputs`: a string, a pair `[a, b]`, or a batch of
+/// `[a]` and `[a, b]` lists. The inputs, and whether they came as a batch (its answer is a
+/// list per input).
+pub(crate) fn predict_inputs(
+    body: &Map<String, Value>,
+) -> Result<(Vec<ClassifyInput>, bool), ApiError> {
+    let shape = "`inputs` must be a string, a pair [string, string], or a batch of [string] and [string, string] lists";
+    let bad = || ApiError::invalid("inputs", shape);
+    // A list of one or two strings: a text or a pair.
+    let sequence = |items: &[Value]| -> Result<ClassifyInput, ApiError> {
+        let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(bad);
+        match items {
+            [a] => Ok((text(a)?, None)),
+            [a, b] => Ok((text(a)?, Some(text(b)?))),
+            _ => Err(bad()),
+        }
+    };
+    let (inputs, batch) = match body.get("inputs") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("inputs", "`inputs` is required"))
+        }
+        Some(Value::String(t)) => (vec![(t.clone(), None)], false),
+        Some(Value::Array(items)) if items.first().is_some_and(Value::is_string) => {
+            (vec![sequence(items)?], false)
+        }
+        Some(Value::Array(items)) if !items.is_empty() => {
+            let batch = items
+                .iter()
+                .map(|i| i.as_array().ok_or_else(bad).and_then(|v| sequence(v)))
+                .collect::<Result<Vec<_>, _>>()?;
+            (batch, true)
+        }
+        Some(_) => return Err(bad()),
+    };
+    check_classify_inputs(&inputs, "inputs")?;
+    Ok((inputs, batch))
+}
+
+/// vLLM's `/classify` `input`: a string or a list of strings.
+pub(crate) fn classify_inputs(body: &Map<String, Value>) -> Result<Vec<ClassifyInput>, ApiError> {
+    let bad = || {
+        ApiError::invalid(
+            "input",
+            "`input` must be a string or a list of strings (token ids are not read here)",
+        )
+    };
+    let inputs = match body.get("input") {
+        None | Some(Value::Null) => return Err(ApiError::invalid("input", "`input` is required")),
+        Some(Value::String(t)) => vec![(t.clone(), None)],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(|t| (t.to_string(), None)).ok_or_else(bad))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return Err(bad()),
+    };
+    check_classify_inputs(&inputs, "input")?;
+    Ok(inputs)
+}
+
+fn check_classify_inputs(inputs: &[ClassifyInput], key: &str) -> Result<(), ApiError> {
+    if inputs.is_empty() {
+        return Err(ApiError::invalid(key, format!("`{key}` is empty")));
+    }
+    if inputs.len() > MAX_CLASSIFY_INPUTS {
+        return Err(ApiError::invalid(
+            key,
+            format!(
+                "{} inputs; a request classifies at most {MAX_CLASSIFY_INPUTS}",
+                inputs.len()
+            ),
+        ));
+    }
+    if let Some(i) = inputs
+        .iter()
+        .position(|(a, b)| a.is_empty() || b.as_ref().is_some_and(String::is_empty))
+    {
+        return Err(ApiError::invalid(key, format!("input {i} is empty")));
+    }
+    Ok(())
+}
+
 /// A boolean field, `default` when absent.
 pub(crate) fn flag(body: &Map<String, Value>, key: &str, default: bool) -> Result<bool, ApiError> {
     match body.get(key) {
@@ -471,7 +558,7 @@ fn number(body: &Map<String, Value>, field: &str) -> Result<Option<f64>, ApiErro
     }
 }
 
-fn integer(body: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
+pub(crate) fn integer(body: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_i64().map(Some).ok_or_else(|| {

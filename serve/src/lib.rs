@@ -7,7 +7,8 @@
 //! becomes sequences that join the running batch at the next step (continuous batching)
 //! and leave when they stop, and a client that disconnects cancels its sequences at the next
 //! step. A sentence encoder ([`SentenceEmbedder`]) answers `/v1/embeddings` instead, a
-//! cross-encoder ([`CrossEncoder`]) `/rerank` and `/v1/rerank`.
+//! cross-encoder ([`CrossEncoder`]) `/rerank` and `/v1/rerank`, a text classifier of several
+//! labels ([`TextClassifier`]) `/predict` and `/classify`.
 //!
 //! ```no_run
 //! use zoo_serve::{ServeOptions, Server};
@@ -35,6 +36,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use zoo_transformers::sentence::{CrossEncoder, SentenceEmbedder};
+use zoo_transformers::text_classification::TextClassifier;
 use zoo_transformers::{ChatTemplate, EngineConfig, TextGenerator};
 
 pub use api::ApiError;
@@ -88,6 +90,15 @@ pub enum Served {
     /// A cross-encoder with one label: `/rerank` (text-embeddings-inference's shape) and
     /// `/v1/rerank` (vLLM's and Jina's).
     Rerank(Box<CrossEncoder>),
+    /// A sequence classifier of several labels: `/predict` (text-embeddings-inference's
+    /// shape) and `/classify` (vLLM's).
+    Classify(Box<TextClassifier>),
+}
+
+impl From<TextClassifier> for Served {
+    fn from(m: TextClassifier) -> Served {
+        Served::Classify(Box::new(m))
+    }
 }
 
 impl From<CrossEncoder> for Served {
@@ -127,6 +138,23 @@ pub(crate) enum Backend {
         reranker: Arc<CrossEncoder>,
         busy: Arc<std::sync::Mutex<()>>,
     },
+    /// Requests classify on the blocking pool, one batch at a time.
+    Classify {
+        classifier: Arc<TextClassifier>,
+        busy: Arc<std::sync::Mutex<()>>,
+    },
+}
+
+impl Backend {
+    /// What this server does and where, for a request sent to another route.
+    pub(crate) fn serves(&self) -> &'static str {
+        match self {
+            Backend::Text { .. } => "generates text (/v1/chat/completions, /v1/completions)",
+            Backend::Embeddings { .. } => "embeds text (/v1/embeddings)",
+            Backend::Rerank { .. } => "reranks documents (/rerank, /v1/rerank)",
+            Backend::Classify { .. } => "classifies text (/predict, /classify)",
+        }
+    }
 }
 
 /// What every handler reads.
@@ -156,9 +184,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts serving `model` (a [`TextGenerator`] or a [`SentenceEmbedder`]). Fails when
-    /// the options cannot be served (no tokenizer, a batch or context of zero, a context
-    /// past the model's).
+    /// Starts serving `model` (a [`TextGenerator`], [`SentenceEmbedder`], [`CrossEncoder`] or
+    /// [`TextClassifier`]). Fails when the options cannot be served (no tokenizer, a batch or
+    /// context of zero, a context past the model's).
     pub fn start(model: impl Into<Served>, options: ServeOptions) -> Result<Server, ApiError> {
         if options.max_batch == 0 {
             return Err(ApiError::invalid(
@@ -208,6 +236,16 @@ impl Server {
                     _worker: None,
                 });
             }
+            Served::Classify(classifier) => {
+                let backend = Backend::Classify {
+                    classifier: Arc::from(classifier),
+                    busy: Arc::default(),
+                };
+                return Ok(Server {
+                    state: Arc::new(state(backend)),
+                    _worker: None,
+                });
+            }
             Served::Text(model) => model,
         };
         let engine = worker::engine_config(&model, &options)?;
@@ -233,10 +271,15 @@ impl Server {
     }
 
     /// The routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST
-    /// /v1/embeddings`, `POST /rerank`, `POST /v1/rerank`, `GET /v1/models`, `GET /health`,
-    /// `GET /metrics`.
+    /// /v1/embeddings`, `POST /rerank`, `POST /v1/rerank`, `POST /predict`, `POST /classify`,
+    /// `GET /v1/models`, `GET /health`, `GET /metrics`.
     pub fn router(&self) -> axum::Router {
         routes::router(Arc::clone(&self.state))
+    }
+
+    /// What the server does and on which routes (`"embeds text (/v1/embeddings)"`).
+    pub fn serves(&self) -> &'static str {
+        self.state.backend.serves()
     }
 
     /// The engine's shape (sequences at once, tokens each, KV blocks when paged) of a
@@ -244,7 +287,7 @@ impl Server {
     pub fn engine_config(&self) -> Option<EngineConfig> {
         match &self.state.backend {
             Backend::Text { engine, .. } => Some(*engine),
-            Backend::Embeddings { .. } | Backend::Rerank { .. } => None,
+            _ => None,
         }
     }
 

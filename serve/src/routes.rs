@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use zoo_transformers::generation::GenerationOutput;
 use zoo_transformers::sentence::ScoreActivation;
+use zoo_transformers::text_classification::{ClassificationFunction, TextInput};
 
 use crate::api::{self, Completion, Prompt};
 use crate::stop::StopText;
@@ -31,6 +32,8 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/v1/embeddings", post(embeddings))
         .route("/rerank", post(rerank_tei))
         .route("/v1/rerank", post(rerank_v1))
+        .route("/predict", post(predict))
+        .route("/classify", post(classify_v1))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -85,6 +88,7 @@ async fn models(Shared(s): Shared<Arc<State>>, headers: HeaderMap) -> Response {
                 Backend::Text { engine, .. } => engine.capacity,
                 Backend::Embeddings { embedder, .. } => embedder.max_seq_length(),
                 Backend::Rerank { reranker, .. } => reranker.max_length(),
+                Backend::Classify { classifier, .. } => classifier.max_length(),
             },
         }],
     }))
@@ -106,7 +110,7 @@ async fn metrics(Shared(s): Shared<Arc<State>>) -> Response {
 async fn not_found() -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
-        message: "no such route; this server answers /v1/chat/completions, /v1/completions, /v1/embeddings, /rerank, /v1/rerank, /v1/models, /health and /metrics".into(),
+        message: "no such route; this server answers /v1/chat/completions, /v1/completions, /v1/embeddings, /rerank, /v1/rerank, /predict, /classify, /v1/models, /health and /metrics".into(),
         kind: "invalid_request_error",
         param: None,
         code: None,
@@ -183,15 +187,13 @@ async fn generate(
         jobs,
     } = &s.backend
     else {
-        let route = match s.backend {
-            Backend::Rerank { .. } => {
-                "reranks text; it does not generate: use /rerank or /v1/rerank"
-            }
-            _ => "embeds text; it does not generate: use /v1/embeddings",
-        };
         return Err(ApiError::invalid(
             "model",
-            format!("`{}` {route}", s.options.served_model_name),
+            format!(
+                "`{}` {}; it does not generate: serve a causal language model for completions",
+                s.options.served_model_name,
+                s.backend.serves()
+            ),
         ));
     };
     let mut images = Vec::new();
@@ -347,8 +349,9 @@ async fn rerank(
         return Err(ApiError::invalid(
             "model",
             format!(
-                "`{}` is not a reranker: serve a cross-encoder (a sequence classifier with one label) for /rerank",
-                s.options.served_model_name
+                "`{}` {}; it does not rerank: serve a cross-encoder (a sequence classifier with one label) for /rerank",
+                s.options.served_model_name,
+                s.backend.serves()
             ),
         ));
     };
@@ -430,6 +433,166 @@ async fn rerank(
     })
 }
 
+async fn predict(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&s, classify(&s, &headers, &body, ClassifyApi::Tei).await)
+}
+
+async fn classify_v1(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&s, classify(&s, &headers, &body, ClassifyApi::V1).await)
+}
+
+/// Which classification API a request speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClassifyApi {
+    /// text-embeddings-inference's `/predict`: `inputs` (texts or pairs), `truncate`,
+    /// `raw_scores`; every label's `{score, label}` best first, a list per input for a batch.
+    Tei,
+    /// vLLM's `/classify`: `model`, `input`, `truncate_prompt_tokens`, `use_activation`;
+    /// `data` of `{index, label, probs, num_classes}` and `usage`.
+    V1,
+}
+
+/// Inputs classified per forward pass.
+const CLASSIFY_BATCH: usize = 32;
+
+/// Every label's score for each input of a request, as `zoo classify` scores them (the
+/// `text-classification` pipeline's function: softmax over several labels, a sigmoid each for
+/// a multi-label classifier).
+async fn classify(
+    s: &Arc<State>,
+    headers: &HeaderMap,
+    body: &[u8],
+    kind: ClassifyApi,
+) -> Result<Response, ApiError> {
+    authorize(s, headers)?;
+    let body = api::object(body)?;
+    if kind == ClassifyApi::V1 {
+        api::check_model(&body, &s.options.served_model_name)?;
+    }
+    let Backend::Classify { classifier, busy } = &s.backend else {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "`{}` {}; it does not classify: serve a sequence classifier of several labels for /predict and /classify",
+                s.options.served_model_name,
+                s.backend.serves()
+            ),
+        ));
+    };
+    let (inputs, batch) = match kind {
+        ClassifyApi::Tei => api::predict_inputs(&body)?,
+        ClassifyApi::V1 => (api::classify_inputs(&body)?, true),
+    };
+    let max = classifier.max_length();
+    let (truncate, raw) = match kind {
+        ClassifyApi::Tei => {
+            if let Some(d) = body.get("truncation_direction").filter(|d| !d.is_null()) {
+                if !d.as_str().is_some_and(|d| d.eq_ignore_ascii_case("right")) {
+                    return Err(ApiError::invalid(
+                        "truncation_direction",
+                        format!("`truncation_direction` is {d}; zoo cuts texts on the right only"),
+                    ));
+                }
+            }
+            (
+                api::flag(&body, "truncate", false)?.then_some(max),
+                api::flag(&body, "raw_scores", false)?,
+            )
+        }
+        ClassifyApi::V1 => {
+            let truncate = match api::integer(&body, "truncate_prompt_tokens")? {
+                None => None,
+                Some(-1) => Some(max),
+                Some(n) if n > 0 => Some(n as usize),
+                Some(n) => {
+                    return Err(ApiError::invalid(
+                        "truncate_prompt_tokens",
+                        format!("`truncate_prompt_tokens` is {n}; give a positive count, or -1 for the model's length"),
+                    ))
+                }
+            };
+            (truncate, !api::flag(&body, "use_activation", true)?)
+        }
+    };
+    let _admitted = Admitted::new(s)?;
+    let (classifier, busy) = (Arc::clone(classifier), Arc::clone(busy));
+    let done = tokio::task::spawn_blocking(move || {
+        let _one = busy.lock();
+        let function = if raw {
+            ClassificationFunction::None
+        } else {
+            classifier.function()
+        };
+        let (mut scored, mut tokens) = (Vec::with_capacity(inputs.len()), 0);
+        for chunk in inputs.chunks(CLASSIFY_BATCH) {
+            let texts: Vec<TextInput> = chunk
+                .iter()
+                .map(|(a, b)| match b {
+                    Some(b) => TextInput::Pair(a, b),
+                    None => TextInput::Text(a),
+                })
+                .collect();
+            let (s, t) = classifier.classify_with(&texts, truncate, function)?;
+            scored.extend(s);
+            tokens += t;
+        }
+        Ok::<_, zoo_transformers::Error>((scored, tokens, classifier))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the classify task failed: {e}")))?;
+    let (scored, tokens, classifier) = done.map_err(|e| ApiError::from_model(&e))?;
+    s.metrics
+        .prompt_tokens
+        .fetch_add(tokens as u64, Ordering::Relaxed);
+    s.metrics.requests_ok.fetch_add(1, Ordering::Relaxed);
+    let predictions = |labels: &[zoo_transformers::vision::Scored]| -> Value {
+        labels
+            .iter()
+            .map(|l| json!({"score": l.score, "label": l.label}))
+            .collect()
+    };
+    Ok(match kind {
+        ClassifyApi::Tei if batch => Json(Value::Array(
+            scored.iter().map(|l| predictions(l)).collect(),
+        ))
+        .into_response(),
+        ClassifyApi::Tei => Json(predictions(&scored[0])).into_response(),
+        ClassifyApi::V1 => {
+            // Scores in label order, the best one's label.
+            let data: Vec<Value> = scored
+                .iter()
+                .enumerate()
+                .map(|(index, row)| {
+                    let probs: Vec<f32> = classifier
+                        .labels()
+                        .iter()
+                        .map(|name| {
+                            row.iter()
+                                .find(|l| &l.label == name)
+                                .map_or(f32::NAN, |l| l.score)
+                        })
+                        .collect();
+                    json!({
+                        "index": index,
+                        "label": row.first().map(|l| l.label.clone()),
+                        "probs": probs,
+                        "num_classes": probs.len(),
+                    })
+                })
+                .collect();
+            Json(json!({
+                "id": s.response_id("classify"),
+                "object": "list",
+                "created": s.created,
+                "model": s.options.served_model_name,
+                "data": data,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
+            }))
+            .into_response()
+        }
+    })
+}
+
 /// Inputs embedded per forward pass: a request of thousands of inputs runs in batches.
 const EMBED_BATCH: usize = 32;
 
@@ -439,15 +602,12 @@ async fn embed(s: &Arc<State>, headers: &HeaderMap, body: &[u8]) -> Result<Respo
     let body = api::object(body)?;
     api::check_model(&body, &s.options.served_model_name)?;
     let Backend::Embeddings { embedder, busy } = &s.backend else {
-        let what = match s.backend {
-            Backend::Rerank { .. } => "reranks (/rerank, /v1/rerank)",
-            _ => "generates text",
-        };
         return Err(ApiError::invalid(
             "model",
             format!(
-                "`{}` {what}; it does not embed: serve an embedding model (a sentence-transformers folder) for /v1/embeddings",
-                s.options.served_model_name
+                "`{}` {}; it does not embed: serve an embedding model (a sentence-transformers folder) for /v1/embeddings",
+                s.options.served_model_name,
+                s.backend.serves()
             ),
         ));
     };

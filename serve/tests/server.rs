@@ -873,6 +873,177 @@ fn a_reranker_answers_both_rerank_apis_as_sentence_transformers_ranks() {
     );
 }
 
+/// Every `{score, label}` of `got` against the pipeline's row `want` (same order, scores
+/// within 1e-5).
+fn same_predictions(got: &Value, want: &Value, what: &str) {
+    let (got, want) = (got.as_array().unwrap(), want.as_array().unwrap());
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g["label"], w["label"], "{what}");
+        let (gs, ws) = (g["score"].as_f64().unwrap(), w["score"].as_f64().unwrap());
+        assert!((gs - ws).abs() < 1e-5, "{what}: {gs} vs {ws}");
+    }
+}
+
+/// A text classifier of several labels (the committed tiny three-label BERT) answers
+/// text-embeddings-inference's `/predict` (a text, a pair, a batch of both, raw scores) and
+/// vLLM's `/classify` (probabilities in label order, the best label, usage) with the
+/// `text-classification` pipeline's scores; a long text is refused until truncated; bad
+/// inputs and other routes are refused naming the field.
+#[test]
+fn a_text_classifier_answers_predict_and_classify_as_the_pipeline_scores() {
+    let want: Value = serde_json::from_str(include_str!(
+        "../../transformers/tests/data/text_classifier/expected.json"
+    ))
+    .unwrap();
+    let dir =
+        reranker::classifier_folder("text_classifier", &assets::asset("ZOO_MINILM_DIR"), |_| {});
+    let tc = zoo_transformers::text_classification::TextClassifier::load_pretrained(
+        dir.path().to_str().unwrap(),
+        Default::default(),
+    )
+    .expect("the classifier loads");
+    let addr = start_with_served(tc.into(), ServeOptions::new("sentiment"));
+    let (texts, pairs) = (&want["texts"], &want["pairs"]);
+
+    // /predict: one text is one list, best first.
+    let r = post(addr, "/predict", &json!({"inputs": texts[0]}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    same_predictions(&r.json(), &want["softmax"][0], "one text");
+    // A pair alone, then a batch mixing a text and a pair: a list per input.
+    let r = post(addr, "/predict", &json!({"inputs": pairs[1]}));
+    same_predictions(&r.json(), &want["pairs_softmax"][1], "one pair");
+    let r = post(
+        addr,
+        "/predict",
+        &json!({"inputs": [[texts[1]], pairs[0]], "truncate": false}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let batch = r.json();
+    same_predictions(&batch[0], &want["softmax"][1], "batch text");
+    same_predictions(&batch[1], &want["pairs_softmax"][0], "batch pair");
+    // Raw scores are the logits.
+    let raw = post(
+        addr,
+        "/predict",
+        &json!({"inputs": texts[2], "raw_scores": true}),
+    )
+    .json();
+    let labels = want["labels"].as_array().unwrap();
+    for p in raw.as_array().unwrap() {
+        let j = labels.iter().position(|l| *l == p["label"]).unwrap();
+        let logit = want["logits"][2][j].as_f64().unwrap();
+        assert!((p["score"].as_f64().unwrap() - logit).abs() < 1e-5);
+    }
+
+    // /classify: probabilities in label order, the best label, usage.
+    let r = post(
+        addr,
+        "/classify",
+        &json!({"model": "sentiment", "input": texts}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "list");
+    assert!(v["id"].as_str().unwrap().starts_with("classify-"));
+    for (i, d) in v["data"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(d["index"], i);
+        assert_eq!(d["num_classes"], 3);
+        let row = want["softmax"][i].as_array().unwrap();
+        assert_eq!(d["label"], row[0]["label"]);
+        for (j, label) in labels.iter().enumerate() {
+            let w = row.iter().find(|p| p["label"] == *label).unwrap()["score"]
+                .as_f64()
+                .unwrap();
+            assert!((d["probs"][j].as_f64().unwrap() - w).abs() < 1e-5);
+        }
+    }
+    let tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(tokens > 20 && v["usage"]["total_tokens"] == tokens);
+    let raw = post(
+        addr,
+        "/classify",
+        &json!({"model": "sentiment", "input": texts[0], "use_activation": false}),
+    )
+    .json();
+    let logit = want["logits"][0][0].as_f64().unwrap();
+    assert!((raw["data"][0]["probs"][0].as_f64().unwrap() - logit).abs() < 1e-5);
+
+    // Past the model's 64 positions: refused, then cut when asked.
+    let long = "word ".repeat(100);
+    let r = post(addr, "/predict", &json!({"inputs": long}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("truncate"), "{}", r.body);
+    let r = post(addr, "/predict", &json!({"inputs": long, "truncate": true}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = post(
+        addr,
+        "/classify",
+        &json!({"model": "sentiment", "input": long, "truncate_prompt_tokens": 16}),
+    );
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 16, "{}", r.body);
+
+    let error = |path: &str, body: Value, status: u16, param: &str| {
+        let r = post(addr, path, &body);
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.json()["error"]["param"], param, "{}", r.body);
+    };
+    error("/predict", json!({}), 400, "inputs");
+    error("/predict", json!({"inputs": []}), 400, "inputs");
+    error("/predict", json!({"inputs": 3}), 400, "inputs");
+    error(
+        "/predict",
+        json!({"inputs": [["a", "b", "c"]]}),
+        400,
+        "inputs",
+    );
+    error("/predict", json!({"inputs": ["a", ""]}), 400, "inputs");
+    error(
+        "/predict",
+        json!({"inputs": "a", "truncation_direction": "left"}),
+        400,
+        "truncation_direction",
+    );
+    error("/classify", json!({"model": "sentiment"}), 400, "input");
+    error(
+        "/classify",
+        json!({"model": "other", "input": "a"}),
+        404,
+        "model",
+    );
+    error(
+        "/classify",
+        json!({"model": "sentiment", "input": [[1, 2]]}),
+        400,
+        "input",
+    );
+    error(
+        "/classify",
+        json!({"model": "sentiment", "input": "a", "truncate_prompt_tokens": 0}),
+        400,
+        "truncate_prompt_tokens",
+    );
+    // A classifier neither reranks, embeds nor generates.
+    error(
+        "/rerank",
+        json!({"query": "q", "texts": ["a"]}),
+        400,
+        "model",
+    );
+    error(
+        "/v1/embeddings",
+        json!({"model": "sentiment", "input": "a"}),
+        400,
+        "model",
+    );
+    error(
+        "/v1/completions",
+        json!({"model": "sentiment", "prompt": "a"}),
+        400,
+        "model",
+    );
+}
+
 /// A vision-language model (the committed tiny LLaVA with its processor, tokenizer and chat
 /// template) answers a chat whose message carries an image as a data: URL with the tokens
 /// transformers' processor and `generate` give (`pipeline.json`); two such requests at once

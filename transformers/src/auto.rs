@@ -37,6 +37,19 @@ pub struct AutoConfig {
 }
 
 impl AutoConfig {
+    /// A classifier's label count as transformers reads it: `id2label`'s size, else
+    /// `num_labels`, else 2.
+    pub fn num_labels(&self) -> usize {
+        match (
+            self.pretrained.get("id2label"),
+            self.pretrained.get("num_labels"),
+        ) {
+            (Some(serde_json::Value::Object(m)), _) => m.len(),
+            (_, Some(n)) => n.as_u64().map_or(2, |n| n as usize),
+            _ => 2,
+        }
+    }
+
     /// Reads and dispatches the config of `repo_or_path`, its layer counts checked against
     /// its weights where it has any.
     pub fn from_pretrained(repo_or_path: &str) -> Result<AutoConfig> {

@@ -7,6 +7,7 @@
 use crate::auto::LoadOptions;
 use crate::kinds::Encoder;
 use crate::sentence::{classifier_logits, max_length_of, pad_id_of, Classifier};
+use crate::tokenizer::PairTruncation;
 use crate::vision::Scored;
 use crate::{Error, Result, Tokenizer};
 
@@ -128,20 +129,44 @@ impl TextClassifier {
     /// `top_k=None`). A text longer than [`TextClassifier::max_length`] tokens is refused
     /// unless `truncate` cuts it there (the pipeline's `truncation=True`).
     pub fn classify(&self, texts: &[&str], truncate: bool) -> Result<Vec<Vec<Scored>>> {
-        if texts.is_empty() {
+        let inputs: Vec<TextInput> = texts.iter().map(|t| TextInput::Text(t)).collect();
+        let cut = truncate.then_some(self.max_length);
+        Ok(self.classify_with(&inputs, cut, self.function)?.0)
+    }
+
+    /// [`TextClassifier::classify`] of texts or pairs of texts (the pipeline's
+    /// `{"text", "text_pair"}`: one input with the tokenizer's separators), each cut to at
+    /// most `truncate` tokens where given (a pair longest first; never past the model's
+    /// length), the logits through `function`; also the tokens read.
+    pub fn classify_with(
+        &self,
+        inputs: &[TextInput],
+        truncate: Option<usize>,
+        function: ClassificationFunction,
+    ) -> Result<(Vec<Vec<Scored>>, usize)> {
+        if inputs.is_empty() {
             return Err(Error::invalid("texts", "no text given".into()));
         }
-        let ids = texts
+        let limit = truncate.map_or(usize::MAX, |n| n.min(self.max_length));
+        let encoded = inputs
             .iter()
-            .map(|t| match truncate {
-                true => self.tokenizer.encode_truncated(t, self.max_length),
-                false => self.tokenizer.encode(t, true),
+            .map(|input| match *input {
+                TextInput::Text(t) if truncate.is_some() => {
+                    Ok((self.tokenizer.encode_truncated(t, limit)?, None))
+                }
+                TextInput::Text(t) => Ok((self.tokenizer.encode(t, true)?, None)),
+                TextInput::Pair(a, b) => {
+                    let e =
+                        self.tokenizer
+                            .encode_pair(a, b, limit, PairTruncation::LongestFirst)?;
+                    Ok((e.ids, Some(e.type_ids)))
+                }
             })
             .collect::<Result<Vec<_>>>()?;
-        if let Some((i, long)) = ids
+        if let Some((i, (long, _))) = encoded
             .iter()
             .enumerate()
-            .find(|(_, ids)| ids.len() > self.max_length)
+            .find(|(_, (ids, _))| ids.len() > self.max_length)
         {
             return Err(Error::invalid(
                 "texts",
@@ -152,19 +177,19 @@ impl TextClassifier {
                 ),
             ));
         }
-        // One segment: every token type 0.
-        let zeros: Vec<Vec<u32>> = ids.iter().map(|i| vec![0; i.len()]).collect();
-        let rows: Vec<(&[u32], &[u32])> = ids
+        // A single text is one segment: every token type 0.
+        let zeros: Vec<Vec<u32>> = encoded.iter().map(|(i, _)| vec![0; i.len()]).collect();
+        let rows: Vec<(&[u32], &[u32])> = encoded
             .iter()
             .zip(&zeros)
-            .map(|(i, z)| (i.as_slice(), z.as_slice()))
+            .map(|((ids, types), z)| (ids.as_slice(), types.as_deref().unwrap_or(z)))
             .collect();
+        let tokens = rows.iter().map(|(ids, _)| ids.len()).sum();
         let logits = classifier_logits(self.model.as_ref(), self.pad_id, &rows)?;
-        Ok(logits
+        let scored = logits
             .chunks(self.labels.len().max(1))
             .map(|row| {
-                let mut scored: Vec<Scored> = self
-                    .function
+                let mut scored: Vec<Scored> = function
                     .apply(row)
                     .into_iter()
                     .zip(&self.labels)
@@ -176,8 +201,16 @@ impl TextClassifier {
                 scored.sort_by(|a, b| b.score.total_cmp(&a.score));
                 scored
             })
-            .collect())
+            .collect();
+        Ok((scored, tokens))
     }
+}
+
+/// One input of a text classifier: a text, or a pair read as one input.
+#[derive(Clone, Copy, Debug)]
+pub enum TextInput<'a> {
+    Text(&'a str),
+    Pair(&'a str, &'a str),
 }
 
 #[cfg(test)]

@@ -3,14 +3,15 @@
 //! `nightly/reference/text_classifier.py`) reading all-MiniLM-L6-v2's tokenizer, on candle CPU
 //! and on one device of the XLA CPU PJRT plugin, against the pipeline on the same files: every
 //! label's softmax score best first, the sigmoid a multi-label `problem_type` asks, the raw
-//! logits, and a text past the model's positions refused unless truncated.
+//! logits, text pairs read as one input, and a text past the model's positions refused
+//! unless truncated (to the model's length or fewer tokens).
 //!
 //! `ZOO_MINILM_DIR` and `ZOO_PJRT_CPU_PLUGIN` name the files; when unset,
 //! `scripts/fetch-test-assets.sh` obtains them.
 
 use serde_json::Value;
 use zoo_runtime::device_map::DeviceMap;
-use zoo_transformers::text_classification::{ClassificationFunction, TextClassifier};
+use zoo_transformers::text_classification::{ClassificationFunction, TextClassifier, TextInput};
 use zoo_transformers::vision::Scored;
 use zoo_transformers::LoadOptions;
 
@@ -81,6 +82,19 @@ fn matches_the_pipeline(map: DeviceMap) {
         &expected["softmax"],
         "softmax",
     );
+    // Pairs: one input each, `[CLS] a [SEP] b [SEP]` with the second segment's token types.
+    let pairs: Vec<(String, String)> = expected["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().into(), p[1].as_str().unwrap().into()))
+        .collect();
+    let inputs: Vec<TextInput> = pairs.iter().map(|(a, b)| TextInput::Pair(a, b)).collect();
+    let (got, tokens) = tc
+        .classify_with(&inputs, None, ClassificationFunction::Softmax)
+        .unwrap();
+    same(&got, &expected["pairs_softmax"], "pairs");
+    assert!(tokens > 20, "{tokens} tokens read");
     // The raw logits, by label index.
     let raw = tc
         .with_function(ClassificationFunction::None)
@@ -136,6 +150,20 @@ fn long_texts_are_refused_unless_truncated_and_no_text_is_an_error() {
     );
     let cut = tc.classify(&[&long], true).unwrap();
     assert_eq!(cut[0].len(), 3);
+    // Fewer tokens than the model takes, for a text and a pair; never more.
+    let f = tc.function();
+    let (_, n) = tc
+        .classify_with(&[TextInput::Text(&long)], Some(10), f)
+        .unwrap();
+    assert_eq!(n, 10);
+    let (_, n) = tc
+        .classify_with(&[TextInput::Pair(&long, &long)], Some(12), f)
+        .unwrap();
+    assert_eq!(n, 12);
+    let (_, n) = tc
+        .classify_with(&[TextInput::Text(&long)], Some(500), f)
+        .unwrap();
+    assert_eq!(n, 64);
     let err = tc.classify(&[], false).unwrap_err().to_string();
     assert!(err.contains("no text"), "{err}");
 }
