@@ -16,7 +16,9 @@ use zoo_transformers::text_classification::TextClassifier;
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let model_path = args.next().context("usage: serve_classifier MODEL [PORT]")?;
+    let model_path = args
+        .next()
+        .context("usage: serve_classifier MODEL [PORT]")?;
     let port: u16 = args
         .next()
         .map_or(Ok(8080), |p| p.parse())

@@ -773,7 +773,7 @@ pub(crate) fn attention(
     bias: Option<&Tensor>,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    if !features::avx2() || q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+    if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
         return None;
     }
     let [b, h, t, d] = [0, 1, 2, 3].map(|i| q.shape()[i]);
@@ -783,6 +783,10 @@ pub(crate) fn attention(
     }
     if bias.is_some_and(|m| m.shape() != [b, 1, t, l]) || d == 0 || t == 0 {
         return None;
+    }
+    if !features::avx2() {
+        // Below AVX2, a decode's attention only (see `decode`).
+        return (t == 1).then(|| decode_attention(q, k, v, bias, [b, h, kv, l, d], scale))?;
     }
     let dv = if NarrowPv::fits(d) {
         d
@@ -849,6 +853,46 @@ pub(crate) fn attention(
             .narrow(3, 0, d)?
             .reshape_to(&[b, t, h * d])
     }))
+}
+
+/// [`attention`] of one query per row on any CPU ([`super::decode`]), `None` where a last
+/// dimension is not contiguous.
+fn decode_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: Option<&Tensor>,
+    dims: [usize; 5],
+    scale: f64,
+) -> Option<Result<Tensor>> {
+    let [b, h, ..] = dims;
+    let d = dims[4];
+    let three = |s: &[usize]| [s[0], s[1], s[2]];
+    let run = |m: Option<(&[f32], [usize; 1])>| {
+        with_f32_strided(q, |qv, qs| {
+            with_f32_strided(k, |kv, ks| {
+                with_f32_strided(v, |vv, vs| {
+                    (qs[3] == 1 && ks[3] == 1 && vs[3] == 1).then(|| {
+                        super::decode::attention(
+                            (qv, three(qs)),
+                            (kv, three(ks)),
+                            (vv, three(vs)),
+                            m,
+                            dims,
+                            scale as f32,
+                        )
+                    })
+                })
+            })
+        })
+    };
+    let out = match bias {
+        Some(m) => {
+            with_f32_strided(m, |mv, ms| (ms[3] == 1).then(|| run(Some((mv, [ms[0]])))))??????
+        }
+        None => run(None)????,
+    };
+    Some(Tensor::from_vec(out, &[b, 1, h * d], &Device::Cpu))
 }
 
 /// Shapes and strides of one [`attention`] call.
@@ -1098,7 +1142,7 @@ const RUN_GAP: usize = 2 * NR;
 
 /// Appends the runs of visible columns (mask above `f32::MIN`) of a mask `row` whose first
 /// and last visible columns are `range`, runs less than [`RUN_GAP`] apart joined.
-fn visible_runs(row: &[f32], (lo, hi): (usize, usize), out: &mut Vec<(usize, usize)>) {
+pub(crate) fn visible_runs(row: &[f32], (lo, hi): (usize, usize), out: &mut Vec<(usize, usize)>) {
     let mut start: Option<usize> = None;
     let first = out.len();
     for (j, &x) in row.iter().enumerate().take(hi).skip(lo) {
@@ -1653,9 +1697,10 @@ mod tests {
                 (1, 2, 1, 1, 70, 64),
                 (2, 4, 2, 20, 7, 16),
                 (2, 2, 1, 15, 4, 8),
-                // One-query steps (decodes): scores straight from the keys, the heads of a kv
-                // head in one tile (more of them than a tile's rows; without grouping), head
-                // dims off the 16 grid and narrow ones, key counts off it, a single key.
+                // One-query steps (decodes, at every tier; below AVX2 `decode`'s pass): scores
+                // straight from the keys, the heads of a kv head in one tile (more of them than
+                // a tile's rows; without grouping), head dims off the 16 grid and narrow ones,
+                // key counts off it, a single key.
                 (2, 16, 1, 1, 45, 40),
                 (3, 6, 3, 1, 300, 8),
                 (2, 4, 4, 1, 17, 128),
@@ -1682,7 +1727,7 @@ mod tests {
                 let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
                 let Some(fast) = taken(
                     attention(&q, &k, &v, Some(&bias), 1.0 / (d as f64).sqrt()),
-                    tier >= Tier::Avx2,
+                    tier >= Tier::Avx2 || t == 1,
                     "attention",
                 ) else {
                     continue;
@@ -1732,7 +1777,7 @@ mod tests {
                 let bias = Tensor::from_vec(m, &[b, 1, t, l], &Device::Cpu).unwrap();
                 let Some(fast) = taken(
                     attention(&q, &kb, &vb, Some(&bias), 1.0 / (d as f64).sqrt()),
-                    tier >= Tier::Avx2,
+                    tier >= Tier::Avx2 || t == 1,
                     "attention",
                 ) else {
                     continue;
@@ -1766,7 +1811,7 @@ mod tests {
                 let v = g.randn(&[b, h, l, d], DType::F32, &Device::Cpu).unwrap();
                 let Some(fast) = taken(
                     attention(&q, &k, &v, None, 1.0 / (d as f64).sqrt()),
-                    tier >= Tier::Avx2,
+                    tier >= Tier::Avx2 || t == 1,
                     "attention",
                 ) else {
                     continue;

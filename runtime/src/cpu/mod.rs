@@ -2,10 +2,12 @@
 //! when a faster kernel than candle's applies, reached only through the ops they speed up — a
 //! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`,
 //! bf16 pairs in `bf16`, quantized blocks in `quant`, AMX tiles in `x86::amx`), the attention
-//! composite (`kernels::attention`), `Activation::apply_gated` (`kernels::silu_mul`),
+//! composite (`kernels::attention`; a decode's below AVX2 in `decode`), the softmax
+//! composite (`softmax`), `exp` (`kernels::exp`), `Activation::apply_gated` (`kernels::silu_mul`),
 //! `Tensor::gelu_tanh` (`kernels::gelu_tanh`), `Tensor::apply_rotary` (`rotary`),
 //! `Tensor::rms_norm` and `Tensor::layer_norm` (`norm`), `Tensor::cat` (`cat`), arithmetic
-//! with an operand repeated along the other (`binary`), 2-D convolutions (`conv`) and
+//! with an operand repeated along the other (`binary`; off x86-64 also bf16 `+` and `*`,
+//! rounded as PyTorch rounds), 2-D convolutions (`conv`) and
 //! f32/bf16 casts (`bf16::cast`). Each returns `None` when it does not apply (another dtype,
 //! device or layout, or a CPU without the instructions), and the op then takes the backend's
 //! general path, so results never depend on this module. `heap` keeps glibc from returning
@@ -34,6 +36,7 @@ pub(crate) mod binary;
 pub(crate) mod cat;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod conv;
+pub(crate) mod decode;
 pub mod features;
 pub(crate) mod heap;
 pub use heap::release_freed_heap;

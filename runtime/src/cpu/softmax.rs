@@ -73,8 +73,18 @@ fn row(x: &[f32], y: &mut [f32]) {
         y.fill(f32::NAN);
         return;
     }
+    let total = exp_shifted(x, m, y);
+    let inv = 1.0 / total;
+    for v in y.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// `y[j] = e^(x[j] - m)` for a max `m` of `x` that is finite; returns their sum.
+pub(crate) fn exp_shifted(x: &[f32], m: f32, y: &mut [f32]) -> f32 {
+    let tail = x.len() % W;
     let mut sum = [0f32; W];
-    for (yg, xg) in y.chunks_exact_mut(W).zip(groups) {
+    for (yg, xg) in y.chunks_exact_mut(W).zip(x.chunks_exact(W)) {
         let (yg, xg): (&mut [f32; W], &[f32; W]) = (yg.try_into().unwrap(), xg.try_into().unwrap());
         let e = exp8(std::array::from_fn(|i| xg[i] - m));
         *yg = e;
@@ -92,10 +102,7 @@ fn row(x: &[f32], y: &mut [f32]) {
         *yv = ev;
         total += ev;
     }
-    let inv = 1.0 / total;
-    for v in y.iter_mut() {
-        *v *= inv;
-    }
+    total
 }
 
 /// `e^x` of a group of finite or -inf values, each step over the whole group (which the
