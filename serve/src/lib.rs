@@ -206,16 +206,19 @@ impl Server {
             next_id: AtomicU64::new(0),
             created,
         };
+        // The models other than a language model run on tokio's blocking pool.
+        let pooled = |backend| {
+            Ok(Server {
+                state: Arc::new(state(backend)),
+                _worker: None,
+            })
+        };
         let model = match model.into() {
             Served::Embeddings(embedder) => {
-                let backend = Backend::Embeddings {
+                return pooled(Backend::Embeddings {
                     embedder: Arc::from(embedder),
                     busy: Arc::default(),
-                };
-                return Ok(Server {
-                    state: Arc::new(state(backend)),
-                    _worker: None,
-                });
+                })
             }
             Served::Rerank(reranker) => {
                 if reranker.labels().len() != 1 {
@@ -227,24 +230,16 @@ impl Server {
                         ),
                     ));
                 }
-                let backend = Backend::Rerank {
+                return pooled(Backend::Rerank {
                     reranker: Arc::from(reranker),
                     busy: Arc::default(),
-                };
-                return Ok(Server {
-                    state: Arc::new(state(backend)),
-                    _worker: None,
                 });
             }
             Served::Classify(classifier) => {
-                let backend = Backend::Classify {
+                return pooled(Backend::Classify {
                     classifier: Arc::from(classifier),
                     busy: Arc::default(),
-                };
-                return Ok(Server {
-                    state: Arc::new(state(backend)),
-                    _worker: None,
-                });
+                })
             }
             Served::Text(model) => model,
         };

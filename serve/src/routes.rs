@@ -319,6 +319,22 @@ async fn rerank_v1(Shared(s): Shared<Arc<State>>, headers: HeaderMap, body: Byte
     answer(&s, rerank(&s, &headers, &body, RerankApi::V1).await)
 }
 
+/// Runs a request's `work` on tokio's blocking pool, one request at a time per model (its
+/// threads serve one request well); `what` names the task if it fails outside the model.
+async fn one_at_a_time<T: Send + 'static>(
+    busy: &Arc<std::sync::Mutex<()>>,
+    what: &str,
+    work: impl FnOnce() -> zoo_transformers::Result<T> + Send + 'static,
+) -> Result<zoo_transformers::Result<T>, ApiError> {
+    let busy = Arc::clone(busy);
+    tokio::task::spawn_blocking(move || {
+        let _one = busy.lock();
+        work()
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the {what} task failed: {e}")))
+}
+
 /// Which rerank API a request speaks.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RerankApi {
@@ -371,10 +387,9 @@ async fn rerank(
         RerankApi::V1 => api::positive(&body, "top_n")?,
     };
     let _admitted = Admitted::new(s)?;
-    let (reranker, busy) = (Arc::clone(reranker), Arc::clone(busy));
+    let reranker = Arc::clone(reranker);
     let documents = request.documents.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        let _one = busy.lock();
+    let done = one_at_a_time(busy, "rerank", move || {
         let activation = if raw {
             ScoreActivation::Identity
         } else {
@@ -392,8 +407,7 @@ async fn rerank(
         }
         Ok::<_, zoo_transformers::Error>((scores, tokens))
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("the rerank task failed: {e}")))?;
+    .await?;
     let (scores, tokens) = done.map_err(|e| ApiError::from_model(&e))?;
     let mut order: Vec<usize> = (0..scores.len()).collect();
     order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
@@ -515,13 +529,12 @@ async fn classify(
         }
     };
     let _admitted = Admitted::new(s)?;
-    let (classifier, busy) = (Arc::clone(classifier), Arc::clone(busy));
-    let done = tokio::task::spawn_blocking(move || {
-        let _one = busy.lock();
+    let model = Arc::clone(classifier);
+    let done = one_at_a_time(busy, "classify", move || {
         let function = if raw {
             ClassificationFunction::None
         } else {
-            classifier.function()
+            model.function()
         };
         let (mut scored, mut tokens) = (Vec::with_capacity(inputs.len()), 0);
         for chunk in inputs.chunks(CLASSIFY_BATCH) {
@@ -532,15 +545,14 @@ async fn classify(
                     None => TextInput::Text(a),
                 })
                 .collect();
-            let (s, t) = classifier.classify_with(&texts, truncate, function)?;
+            let (s, t) = model.classify_with(&texts, truncate, function)?;
             scored.extend(s);
             tokens += t;
         }
-        Ok::<_, zoo_transformers::Error>((scored, tokens, classifier))
+        Ok::<_, zoo_transformers::Error>((scored, tokens))
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("the classify task failed: {e}")))?;
-    let (scored, tokens, classifier) = done.map_err(|e| ApiError::from_model(&e))?;
+    .await?;
+    let (scored, tokens) = done.map_err(|e| ApiError::from_model(&e))?;
     s.metrics
         .prompt_tokens
         .fetch_add(tokens as u64, Ordering::Relaxed);
@@ -614,10 +626,8 @@ async fn embed(s: &Arc<State>, headers: &HeaderMap, body: &[u8]) -> Result<Respo
     let inputs = api::embedding_inputs(&body)?;
     let base64 = api::encoding_format(&body)?;
     let _admitted = Admitted::new(s)?;
-    let (embedder, busy) = (Arc::clone(embedder), Arc::clone(busy));
-    let done = tokio::task::spawn_blocking(move || {
-        // One batch at a time: the encoder's threads serve one request well.
-        let _one = busy.lock();
+    let embedder = Arc::clone(embedder);
+    let done = one_at_a_time(busy, "embedding", move || {
         let ids = inputs
             .iter()
             .map(|p| match p {
@@ -632,8 +642,7 @@ async fn embed(s: &Arc<State>, headers: &HeaderMap, body: &[u8]) -> Result<Respo
         }
         Ok::<_, zoo_transformers::Error>((vectors, tokens))
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("the embedding task failed: {e}")))?;
+    .await?;
     let (vectors, tokens) = done.map_err(|e| {
         let mut e = ApiError::from_model(&e);
         if e.param.as_deref() == Some("input_ids") {
