@@ -22,6 +22,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::features;
+use super::generic;
 #[cfg(target_arch = "x86_64")]
 use super::x86::avx512::Lane;
 #[cfg(target_arch = "x86_64")]
@@ -85,14 +86,15 @@ pub(crate) fn row_start(layout: &candle_core::Layout) -> impl Fn(usize) -> usize
     }
 }
 
-/// `w [out, in] @ x [in]` for f32 CPU tensors, or `None` when this path does not apply.
+/// `w [out, in] @ x [in]` for f32 CPU tensors (below AVX2 with [`generic::dots_few`]), or
+/// `None` when this path does not apply.
 pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
-    if w.rank() != 2 || x.elem_count() != w.shape()[1] || !features::avx2() {
+    if w.rank() != 2 || x.elem_count() != w.shape()[1] {
         return None;
     }
     let (out, k) = (w.shape()[0], w.shape()[1]);
     let xv = with_f32(x, |v| v.to_vec())?;
-    let avx512 = features::avx512();
+    let (narrow, avx512) = (!features::avx2(), features::avx512());
     let y = with_f32(w, |wv| {
         let mut y = vec![0f32; out];
         let block = decode_rows_per_unit(out, 8);
@@ -100,6 +102,11 @@ pub(crate) fn matvec(w: &Tensor, x: &Tensor) -> Option<Result<Tensor>> {
         par_units(out.div_ceil(block), |blk| {
             let (r0, r1) = (blk * block, ((blk + 1) * block).min(out));
             let rows = &wv[r0 * k..r1 * k];
+            if narrow {
+                // SAFETY: each block writes its own rows of y.
+                unsafe { generic::dots_few::<1>(rows, [&xv], yp, out, (0, r0)) };
+                return;
+            }
             // SAFETY: AVX2 and FMA were detected above (AVX-512 where it is used); each block
             // writes its own rows of y.
             #[cfg(target_arch = "x86_64")]
@@ -163,10 +170,10 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 /// same dot product (16 lanes at `avx512`, 8 at `avx2`) a one-row call computes, so a row's
 /// result does not depend on the batch it came in.
 pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
-    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] || !features::avx2() {
+    if x.rank() != 2 || w.rank() != 2 || x.shape()[1] != w.shape()[1] {
         return None;
     }
-    let wide = features::avx512();
+    let (narrow, wide) = (!features::avx2(), features::avx512());
     let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
     if !(2..FEW_ROWS).contains(&m) {
         return None;
@@ -180,6 +187,42 @@ pub(crate) fn matmul_wt_few(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
             par_units(n.div_ceil(block), |blk| {
                 let (r0, r1) = (blk * block, ((blk + 1) * block).min(n));
                 let rows = &wv[r0 * k..r1 * k];
+                // Below AVX2: up to four x rows per pass, in the compiler's vectors.
+                if narrow {
+                    for (g, xs) in xv[..m * k].chunks(4 * k).enumerate() {
+                        let row = |i: usize| &xs[i * k..(i + 1) * k];
+                        let at = (4 * g, r0);
+                        // SAFETY: each block writes columns r0..r1 of the rows of y it is
+                        // given, which no other block writes.
+                        unsafe {
+                            match xs.len() / k {
+                                1 => generic::dots_few::<1>(rows, [row(0)], yp, n, at),
+                                2 => generic::dots_few::<2>(
+                                    rows,
+                                    std::array::from_fn(row),
+                                    yp,
+                                    n,
+                                    at,
+                                ),
+                                3 => generic::dots_few::<3>(
+                                    rows,
+                                    std::array::from_fn(row),
+                                    yp,
+                                    n,
+                                    at,
+                                ),
+                                _ => generic::dots_few::<4>(
+                                    rows,
+                                    std::array::from_fn(row),
+                                    yp,
+                                    n,
+                                    at,
+                                ),
+                            }
+                        }
+                    }
+                    return;
+                }
                 // The `avx2` tier: up to four x rows per pass against two weight rows
                 // (eight accumulators of its sixteen registers).
                 #[cfg(target_arch = "x86_64")]
@@ -1567,7 +1610,7 @@ mod tests {
 
     #[test]
     fn matmul_wt_few_matches_the_runtime_matmul_and_one_row_calls() {
-        crate::cpu::features::each_tier(|tier| {
+        crate::cpu::features::each_tier(|_tier| {
             let mut g = Generator::new(9);
             for (m, k, n) in [
                 (2usize, 5usize, 3usize),
@@ -1579,8 +1622,7 @@ mod tests {
             ] {
                 let x = g.randn(&[m, k], DType::F32, &Device::Cpu).unwrap();
                 let w = g.randn(&[n, k], DType::F32, &Device::Cpu).unwrap();
-                let Some(fast) = taken(matmul_wt_few(&x, &w), tier >= Tier::Avx2, "matmul_wt_few")
-                else {
+                let Some(fast) = taken(matmul_wt_few(&x, &w), true, "matmul_wt_few") else {
                     continue;
                 };
                 let fast = fast.unwrap().to_vec::<f32>().unwrap();
@@ -1602,12 +1644,12 @@ mod tests {
 
     #[test]
     fn matvec_matches_the_runtime_matmul() {
-        crate::cpu::features::each_tier(|tier| {
+        crate::cpu::features::each_tier(|_tier| {
             let mut g = Generator::new(3);
             for (out, k) in [(1usize, 1usize), (7, 13), (64, 576), (131, 37)] {
                 let w = g.randn(&[out, k], DType::F32, &Device::Cpu).unwrap();
                 let x = g.randn(&[k], DType::F32, &Device::Cpu).unwrap();
-                let Some(fast) = taken(matvec(&w, &x), tier >= Tier::Avx2, "matvec") else {
+                let Some(fast) = taken(matvec(&w, &x), true, "matvec") else {
                     continue;
                 };
                 let fast = fast.unwrap().to_vec::<f32>().unwrap();

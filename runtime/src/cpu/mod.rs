@@ -1,6 +1,7 @@
 //! The eager backend's CPU fast paths: what a `Tensor` op on f32 (and bf16) CPU tensors runs
 //! when a faster kernel than candle's applies, reached only through the ops they speed up — a
-//! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few`, `kernels::matmul_wt`,
+//! `nn::Linear` product (`kernels::matvec`, `kernels::matmul_wt_few` — below AVX2 on
+//! `generic`'s plain-Rust dots —, `kernels::matmul_wt`,
 //! bf16 pairs in `bf16`, quantized blocks in `quant`, AMX tiles in `x86::amx`), the attention
 //! composite (`kernels::attention`; a decode's below AVX2 in `decode`), the softmax
 //! composite (`softmax`), `exp` (`kernels::exp`), `Activation::apply_gated` (`kernels::silu_mul`),
@@ -38,6 +39,7 @@ pub(crate) mod cat;
 pub(crate) mod conv;
 pub(crate) mod decode;
 pub mod features;
+pub(crate) mod generic;
 pub(crate) mod heap;
 pub use heap::release_freed_heap;
 pub(crate) mod kernels;
