@@ -105,6 +105,26 @@ def randomize_parameters(model: torch.nn.Module, seed: int, std: float) -> None:
             param.copy_(value.to(param.dtype))
 
 
+MINILM_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+
+
+def save_with_minilm_tokenizer(model: torch.nn.Module, out: Path, minilm: Path, folder: Path) -> None:
+    """Saves `model` alone to `out` (what is committed: config.json and the weights) and the
+    same files with all-MiniLM-L6-v2's tokenizer files from `minilm` to `folder`, the folder
+    the reference libraries read (as the tests put the tokenizer beside the weights)."""
+    import shutil
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    model.save_pretrained(out)
+    for f in out.iterdir():
+        shutil.copy(f, folder / f.name)
+    for f in MINILM_TOKENIZER_FILES:
+        if (minilm / f).exists():
+            shutil.copy(minilm / f, folder / f)
+
+
 def cast_as_loaded(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """`model` in `dtype` as `from_pretrained(dir, dtype=dtype)` would load its checkpoint:
     the rotary `inv_freq` buffers stay f32 (they are computed at init, not loaded); a plain

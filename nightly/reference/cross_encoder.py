@@ -12,7 +12,6 @@ Run: ZOO_MINILM_DIR=... .venv/bin/python nightly/reference/cross_encoder.py
 import importlib.metadata
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -22,10 +21,9 @@ from sentence_transformers import CrossEncoder
 from transformers import BertConfig, BertForSequenceClassification
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import randomize_parameters  # noqa: E402
+from common import randomize_parameters, save_with_minilm_tokenizer  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[2] / "transformers/tests/data/cross_encoder"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 QUERY = "How many people live in Berlin?"
 DOCUMENTS = [
     "Berlin has a population of 3,520,031 registered inhabitants in an area of 891.82 square kilometers.",
@@ -46,17 +44,9 @@ def main() -> None:
     model = BertForSequenceClassification._from_config(config, attn_implementation="eager", dtype=torch.float32)
     randomize_parameters(model, 77, 0.3)
     model.eval()
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    model.save_pretrained(OUT)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for f in OUT.iterdir():
-            shutil.copy(f, folder / f.name)
-        for f in TOKENIZER_FILES:
-            if (minilm / f).exists():
-                shutil.copy(minilm / f, folder / f)
+        save_with_minilm_tokenizer(model, OUT, minilm, folder)
         ce = CrossEncoder(str(folder), device="cpu")
         pairs = [(QUERY, d) for d in DOCUMENTS]
         scores = ce.predict(pairs, convert_to_numpy=True).tolist()

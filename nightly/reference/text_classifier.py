@@ -14,7 +14,6 @@ Run: ZOO_MINILM_DIR=... .venv/bin/python nightly/reference/text_classifier.py
 import importlib.metadata
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -23,10 +22,9 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import randomize_parameters  # noqa: E402
+from common import randomize_parameters, save_with_minilm_tokenizer  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[2] / "transformers/tests/data/text_classifier"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 LABELS = ["negative", "neutral", "positive"]
 TEXTS = [
     "A wonderful film, the best I have seen this year.",
@@ -57,17 +55,9 @@ def main() -> None:
     model = BertForSequenceClassification._from_config(config, attn_implementation="eager", dtype=torch.float32)
     randomize_parameters(model, 91, 0.5)
     model.eval()
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    model.save_pretrained(OUT)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for f in OUT.iterdir():
-            shutil.copy(f, folder / f.name)
-        for f in TOKENIZER_FILES:
-            if (minilm / f).exists():
-                shutil.copy(minilm / f, folder / f)
+        save_with_minilm_tokenizer(model, OUT, minilm, folder)
         softmax = scores(folder)
         pairs = scores(folder, [{"text": a, "text_pair": b} for a, b in PAIRS])
         tok = AutoTokenizer.from_pretrained(str(folder))
